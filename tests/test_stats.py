@@ -1,0 +1,203 @@
+"""Pin bench.stats against hand-computed values."""
+
+from __future__ import annotations
+
+import math
+import time
+
+import numpy as np
+import pytest
+
+from bench.stats import (
+    RatioCI,
+    bootstrap_ratio_ci,
+    format_ci,
+    format_delta,
+    format_tps,
+    holm,
+    mann_whitney_p,
+    paired_ratios,
+    regression,
+    summarize,
+    verdict,
+)
+
+# --- summarize -------------------------------------------------------------------------------------
+
+
+def test_summarize_odd_length():
+    s = summarize([5, 1, 4, 2, 3])
+    assert s.n == 5
+    assert (s.median, s.q1, s.q3, s.iqr) == (3.0, 2.0, 4.0, 2.0)
+    assert (s.min, s.max, s.mean) == (1.0, 5.0, 3.0)
+    # sample variance = (4+1+0+1+4)/4 = 2.5
+    assert s.cv == pytest.approx(math.sqrt(2.5) / 3.0)
+
+
+def test_summarize_even_length_uses_linear_interpolation():
+    s = summarize([1, 2, 3, 4])
+    # positions 0.75 / 1.5 / 2.25 in the sorted array
+    assert (s.q1, s.median, s.q3) == (1.75, 2.5, 3.25)
+    assert s.iqr == 1.5
+    # sample variance = (2.25+0.25+0.25+2.25)/3 = 5/3
+    assert s.cv == pytest.approx(math.sqrt(5 / 3) / 2.5)
+
+
+def test_summarize_single_value_has_zero_cv():
+    s = summarize([7.0])
+    assert (s.n, s.median, s.iqr, s.cv, s.min, s.max) == (1, 7.0, 0.0, 0.0, 7.0, 7.0)
+
+
+def test_summarize_drops_nan_and_rejects_empty():
+    assert summarize([1.0, np.nan, 3.0]).median == 2.0
+    with pytest.raises(ValueError):
+        summarize([])
+    with pytest.raises(ValueError):
+        summarize([np.nan])
+
+
+# --- paired_ratios ---------------------------------------------------------------------------------
+
+
+def test_paired_ratios():
+    r = paired_ratios([100.0, 200.0, 50.0], [110.0, 180.0, 75.0])
+    np.testing.assert_allclose(r, [1.1, 0.9, 1.5])
+
+
+def test_paired_ratios_drops_nan_pairs():
+    r = paired_ratios([100.0, np.nan, 50.0, 10.0], [110.0, 180.0, 75.0, np.nan])
+    np.testing.assert_allclose(r, [1.1, 1.5])
+
+
+def test_paired_ratios_length_mismatch():
+    with pytest.raises(ValueError):
+        paired_ratios([1.0, 2.0], [1.0])
+
+
+# --- bootstrap_ratio_ci ----------------------------------------------------------------------------
+
+
+def test_bootstrap_is_reproducible_with_seed():
+    ratios = np.random.default_rng(123).lognormal(0.1, 0.05, size=20)
+    a = bootstrap_ratio_ci(ratios, seed=7)
+    b = bootstrap_ratio_ci(ratios, seed=7)
+    assert a == b
+    assert a.ratio == pytest.approx(float(np.median(ratios)))
+    assert a.low <= a.ratio <= a.high
+    assert a.n == 20
+
+
+def test_bootstrap_collapses_when_all_ratios_equal():
+    ci = bootstrap_ratio_ci([1.25] * 10)
+    assert (ci.ratio, ci.low, ci.high) == (1.25, 1.25, 1.25)
+
+
+def test_bootstrap_single_ratio_is_degenerate_and_empty_raises():
+    ci = bootstrap_ratio_ci([1.3])
+    assert (ci.ratio, ci.low, ci.high, ci.n) == (1.3, 1.3, 1.3, 1)
+    with pytest.raises(ValueError):
+        bootstrap_ratio_ci([])
+
+
+def test_bootstrap_is_fast():
+    ratios = np.random.default_rng(0).lognormal(0.0, 0.1, size=50)
+    t0 = time.perf_counter()
+    bootstrap_ratio_ci(ratios, resamples=10_000)
+    assert time.perf_counter() - t0 < 0.5
+
+
+def test_bootstrap_ci_coverage():
+    true_ratio, n, experiments = 1.1, 15, 300
+    rng = np.random.default_rng(2024)
+    covered = 0
+    for i in range(experiments):
+        baseline = rng.lognormal(np.log(100.0), 0.2, size=n)
+        # Lognormal noise with median 1 around the true ratio: the population median ratio is 1.1.
+        new = baseline * true_ratio * rng.lognormal(0.0, 0.05, size=n)
+        ci = bootstrap_ratio_ci(paired_ratios(baseline, new), resamples=2000, seed=i)
+        covered += ci.low <= true_ratio <= ci.high
+    assert 0.88 <= covered / experiments <= 0.99
+
+
+def test_ratio_ci_percent_properties():
+    ci = RatioCI(ratio=1.166, low=1.121, high=1.203, n=10)
+    assert ci.delta_pct == pytest.approx(16.6)
+    assert ci.low_pct == pytest.approx(12.1)
+    assert ci.high_pct == pytest.approx(20.3)
+
+
+# --- mann_whitney_p / holm -------------------------------------------------------------------------
+
+
+def test_mann_whitney_separated_and_degenerate():
+    assert mann_whitney_p([1, 2, 3, 4, 5, 6, 7, 8], [11, 12, 13, 14, 15, 16, 17, 18]) < 0.01
+    assert mann_whitney_p([5.0, 5.0, 5.0], [5.0, 5.0, 5.0]) == 1.0
+    assert mann_whitney_p([1.0, 2.0, 3.0], [1.0, 2.0, 3.0]) == pytest.approx(1.0)
+    assert mann_whitney_p([1.0], [2.0, 3.0, 4.0]) == 1.0
+
+
+def test_holm_hand_worked():
+    # sorted: 0.005*4=0.02, 0.01*3=0.03, 0.03*2=0.06, 0.04*1=0.04 -> raised to 0.06 for monotonicity
+    assert holm([0.01, 0.04, 0.03, 0.005]) == pytest.approx([0.03, 0.06, 0.06, 0.02])
+
+
+def test_holm_caps_at_one_and_handles_empty():
+    assert holm([0.5, 0.9]) == pytest.approx([1.0, 1.0])
+    assert holm([]) == []
+    assert holm([0.2]) == pytest.approx([0.2])
+
+
+# --- verdict / regression --------------------------------------------------------------------------
+
+
+def _ci(low: float, high: float) -> RatioCI:
+    return RatioCI(ratio=(low + high) / 2, low=low, high=high, n=10)
+
+
+def test_verdict():
+    assert verdict(_ci(1.05, 1.10)) == "faster"
+    assert verdict(_ci(0.90, 0.95)) == "slower"
+    assert verdict(_ci(0.98, 1.04)) == "≈"  # straddles 1
+    assert verdict(_ci(1.0, 1.04)) == "≈"  # touches 1
+    assert verdict(_ci(1.005, 1.015), noise_pct=2.0) == "≈"  # inside the noise band
+    assert verdict(_ci(1.005, 1.03), noise_pct=2.0) == "faster"  # pokes out of the band
+    assert verdict(_ci(0.985, 0.995), noise_pct=2.0) == "≈"
+    assert verdict(_ci(1.05, 1.10), significant=False) == "≈"
+
+
+def test_regression():
+    assert regression(_ci(0.80, 0.90), max_regression_pct=5.0)  # whole CI below 0.95
+    assert not regression(_ci(0.80, 0.97), max_regression_pct=5.0)  # optimistic end within allowance
+    assert not regression(_ci(0.90, 1.02), max_regression_pct=0.0)  # straddles 1
+    # A bad point estimate alone never counts.
+    assert not regression(RatioCI(ratio=0.5, low=0.4, high=1.01, n=3), max_regression_pct=5.0)
+
+
+# --- formatting ------------------------------------------------------------------------------------
+
+
+def test_format_delta_and_ci():
+    ci = RatioCI(ratio=1.166, low=1.121, high=1.203, n=10)
+    assert format_delta(ci) == "+16.6%"
+    assert format_ci(ci) == "[+12.1%, +20.3%]"
+    assert format_delta(RatioCI(ratio=0.968, low=0.95, high=0.99, n=10)) == "-3.2%"
+    assert format_ci(RatioCI(ratio=0.968, low=0.95, high=0.99, n=10)) == "[-5.0%, -1.0%]"
+    assert format_delta(RatioCI(ratio=0.9996, low=0.99, high=1.01, n=10)) == "+0.0%"
+
+
+@pytest.mark.parametrize(
+    ("value", "expected"),
+    [
+        (18777.4, "18,777"),
+        (153.8, "153.8"),
+        (153.84, "153.8"),
+        (999.9, "999.9"),
+        (999.96, "1,000"),
+        (1000, "1,000"),
+        (1234567.8, "1,234,568"),
+        (0.0, "0.0"),
+        (float("nan"), "n/a"),
+    ],
+)
+def test_format_tps(value: float, expected: str):
+    assert format_tps(value) == expected
