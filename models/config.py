@@ -1,0 +1,107 @@
+"""Gemma 4 presets (data files in presets/) and the overrides a benchmark applies to them."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+import mlx.core as mx
+import yaml
+
+PRESET_DIR = Path(__file__).parent / "presets"
+
+DTYPES: dict[str, mx.Dtype] = {"float32": mx.float32, "bfloat16": mx.bfloat16, "float16": mx.float16}
+
+# mlx quantization modes as mlx-lm names them, with its default group size and bits.
+QUANTIZE_MODES: dict[str, dict[str, Any]] = {
+    "affine4": {"mode": "affine", "group_size": 64, "bits": 4},
+    "affine8": {"mode": "affine", "group_size": 64, "bits": 8},
+    "mxfp4": {"mode": "mxfp4", "group_size": 32, "bits": 4},
+    "mxfp8": {"mode": "mxfp8", "group_size": 32, "bits": 8},
+    "nvfp4": {"mode": "nvfp4", "group_size": 16, "bits": 4},
+}
+
+
+class ModelConfigError(ValueError):
+    """A preset, override or checkpoint that cannot be built; the message names the valid choices."""
+
+
+def preset_names() -> list[str]:
+    return sorted(p.stem for p in PRESET_DIR.glob("*.yaml"))
+
+
+def load_preset(name: str) -> dict[str, Any]:
+    path = PRESET_DIR / f"{name}.yaml"
+    if not path.is_file():
+        raise ModelConfigError(f"unknown preset {name!r}; choose from {', '.join(preset_names())}")
+    return yaml.safe_load(path.read_text())
+
+
+@dataclass(frozen=True)
+class Overrides:
+    layers: int | None = None
+    dtype: str | None = None
+    quantize: str | None = None
+
+    def validate(self, max_layers: int) -> None:
+        if self.layers is not None and not 1 <= self.layers <= max_layers:
+            raise ModelConfigError(f"layers={self.layers} is out of range; choose 1..{max_layers}")
+        if self.dtype is not None and self.dtype not in DTYPES:
+            raise ModelConfigError(f"unknown dtype {self.dtype!r}; choose from {', '.join(DTYPES)}")
+        if self.quantize is not None and self.quantize not in QUANTIZE_MODES:
+            choices = ", ".join(QUANTIZE_MODES)
+            raise ModelConfigError(f"unknown quantize mode {self.quantize!r}; choose from {choices}")
+
+
+def layer_types(num_layers: int, pattern: int) -> list[str]:
+    """Sliding layers in blocks of `pattern`, each block closed by a full-attention layer, and the last layer full.
+
+    At full depth this is the real models' layout; truncated, it keeps both attention shapes present.
+    """
+    return [
+        "full_attention" if (i + 1) % pattern == 0 or i == num_layers - 1 else "sliding_attention"
+        for i in range(num_layers)
+    ]
+
+
+def truncate(config: dict[str, Any], layers: int) -> dict[str, Any]:
+    """Keep `layers` layers with every per-layer shape exact.
+
+    The KV-shared share of the layers is kept (rounded), but the non-shared part holds at least two layers,
+    so that a sliding and a full layer exist for the shared ones to reuse. Each part is laid out by
+    `layer_types`, as the real models are.
+    """
+    total, shared = config["num_hidden_layers"], config.get("num_kv_shared_layers", 0)
+    pattern = config["sliding_window_pattern"]
+    n_shared = round(layers * shared / total) if shared else 0
+    n_shared = min(n_shared, max(0, layers - 2))
+    truncated = dict(config, num_hidden_layers=layers, num_kv_shared_layers=n_shared)
+    truncated["layer_types"] = layer_types(layers - n_shared, pattern) + (
+        layer_types(n_shared, pattern) if n_shared else []
+    )
+    return truncated
+
+
+def full_config(config: dict[str, Any]) -> dict[str, Any]:
+    """The config with its layer layout spelled out, as checkpoints store it."""
+    if config.get("layer_types"):
+        return config
+    return truncate(config, config["num_hidden_layers"])
+
+
+def preset_config(name: str, overrides: Overrides) -> dict[str, Any]:
+    config = load_preset(name)
+    overrides.validate(config["num_hidden_layers"])
+    if overrides.layers is not None:
+        return truncate(config, overrides.layers)
+    return full_config(config)
+
+
+def size_label(config: dict[str, Any], full_layers: int | None = None) -> str:
+    """`E2B`, or `E2B (2/35 layers)` for a truncated model."""
+    label = config.get("size", config.get("model_type", "model"))
+    layers = config["num_hidden_layers"]
+    if full_layers and layers != full_layers:
+        return f"{label} ({layers}/{full_layers} layers)"
+    return label

@@ -1,0 +1,192 @@
+"""Build a model from a preset with seeded weights, or load one from a local mlx-lm checkpoint directory."""
+
+from __future__ import annotations
+
+import contextlib
+import io
+import json
+import os
+import zlib
+from collections.abc import Mapping
+from pathlib import Path
+from typing import Any
+
+# Nothing here may reach a model hub, not even through a library default.
+os.environ.setdefault("HF_HUB_OFFLINE", "1")
+os.environ.setdefault("TRANSFORMERS_OFFLINE", "1")
+
+import mlx.core as mx
+import mlx.nn as nn
+from mlx.utils import tree_flatten, tree_unflatten
+from mlx_lm.models import gemma4 as reference_multimodal
+from mlx_lm.utils import load_model as mlx_lm_load_model
+from mlx_lm.utils import quantize_model, save_config, save_model
+
+from .config import DTYPES, QUANTIZE_MODES, ModelConfigError, Overrides, preset_config
+from .gemma4 import Model, ModelArgs
+
+CHECKPOINT_MODEL_TYPES = ("gemma4", "gemma4_text")
+
+# Seeded weights are cyclic reads of one pool of normal samples rather than fresh draws per tensor:
+# mx.random.normal makes ~25M values/s on a 2-core CPU; copying from a pool is several times faster.
+# The odd pool length keeps rows of power-of-two widths from repeating each other.
+_POOL_SIZE = (1 << 22) + 15
+
+
+def build_model(config: Mapping[str, Any], ops: Mapping[str, str] | None = None) -> Model:
+    """The model with lazy parameters: every shape is known, nothing is computed or allocated."""
+    return Model(ModelArgs.from_dict(dict(config)), ops, config)
+
+
+def _pool_slice(pool: mx.array, name: str, size: int) -> mx.array:
+    """`size` values of the pool, read cyclically from a start that depends on the parameter's name."""
+    start = zlib.crc32(name.encode()) % _POOL_SIZE
+    repeats = (start + size) // _POOL_SIZE + 1
+    return mx.tile(pool, (repeats,))[start : start + size]
+
+
+def _init_mean_std(shape: tuple[int, ...]) -> tuple[float, float]:
+    """Norms and scales near 1; matrices scaled by fan-in, so activations and logits stay O(1)."""
+    return (1.0, 0.1) if len(shape) < 2 else (0.0, shape[-1] ** -0.5)
+
+
+def seed_weights(model: Model, seed: int, dtype: mx.Dtype) -> None:
+    """Materialize deterministic weights: the same seed gives the same weights, bit for bit."""
+    unit_pool = mx.random.normal((_POOL_SIZE,), key=mx.random.key(seed))
+    scaled_pools: dict[tuple[float, float], mx.array] = {}
+    seeded = []
+    for name, param in tree_flatten(model.parameters()):
+        mean_std = _init_mean_std(param.shape)
+        if mean_std not in scaled_pools:
+            scaled_pools[mean_std] = (unit_pool * mean_std[1] + mean_std[0]).astype(dtype)
+            mx.eval(scaled_pools[mean_std])
+        values = _pool_slice(scaled_pools[mean_std], name, param.size).reshape(param.shape)
+        # One tensor at a time keeps the peak near the model's size.
+        mx.eval(values)
+        seeded.append((name, values))
+    model.update(tree_unflatten(seeded))
+
+
+def quantize_weights(model: Model, mode_name: str) -> None:
+    """Quantize in place as mlx-lm does (its predicate), recording the quantization in the model's config."""
+    params = QUANTIZE_MODES[mode_name]
+    # mlx-lm prints a bits-per-weight line; a benchmark's output is not the place for it.
+    with contextlib.redirect_stdout(io.StringIO()):
+        _, model._config = quantize_model(
+            model, model.config, params["group_size"], params["bits"], mode=params["mode"],
+            quant_predicate=model.quant_predicate,
+        )
+
+
+def cast_weights(model: Model, dtype: mx.Dtype) -> None:
+    floats = tree_flatten(model.parameters())
+    model.update(tree_unflatten([(k, v.astype(dtype)) for k, v in floats if mx.issubdtype(v.dtype, mx.floating)]))
+
+
+def load_model(
+    source: str | Path,
+    *,
+    layers: int | None = None,
+    dtype: str | None = None,
+    quantize: str | None = None,
+    seed: int = 0,
+    ops: Mapping[str, str] | None = None,
+) -> Model:
+    """A preset name (seeded weights) or a local mlx-lm checkpoint directory, with its overrides applied."""
+    overrides = Overrides(layers, dtype, quantize)
+    if is_checkpoint_path(source):
+        model = _load_checkpoint(Path(source), overrides)
+    else:
+        model = build_model(preset_config(str(source), overrides))
+        seed_weights(model, seed, DTYPES[dtype or "float32"])
+        if quantize:
+            quantize_weights(model, quantize)
+    model.set_ops(ops or {})
+    return model
+
+
+def is_checkpoint_path(source: str | Path) -> bool:
+    text = str(source)
+    return isinstance(source, Path) or "/" in text or os.sep in text or text.startswith(".")
+
+
+def read_checkpoint_config(path: Path) -> dict[str, Any]:
+    """config.json of a checkpoint directory, checked enough that loading it cannot fail obscurely."""
+    if not path.is_dir():
+        raise ModelConfigError(f"{path}: no such checkpoint directory")
+    config_file = path / "config.json"
+    if not config_file.is_file():
+        raise ModelConfigError(f"{config_file}: missing; a checkpoint directory needs config.json and *.safetensors")
+    try:
+        config = json.loads(config_file.read_text())
+    except json.JSONDecodeError as err:
+        raise ModelConfigError(f"{config_file}:{err.lineno}: malformed JSON: {err.msg}") from None
+    model_type = config.get("model_type") if isinstance(config, dict) else None
+    if model_type not in CHECKPOINT_MODEL_TYPES:
+        choices = ", ".join(CHECKPOINT_MODEL_TYPES)
+        raise ModelConfigError(f"{config_file}: model_type: {model_type!r} is not supported; choose from {choices}")
+    if not list(path.glob("model*.safetensors")):
+        raise ModelConfigError(f"{path}: no model*.safetensors weight files")
+    return config
+
+
+def text_config(config: Mapping[str, Any]) -> dict[str, Any]:
+    """The decoder's config: the checkpoint's own, or its text_config when it is a multimodal gemma4."""
+    if config.get("model_type") == "gemma4":
+        return {**config.get("text_config", {}), "model_type": "gemma4_text"}
+    return dict(config)
+
+
+class _MultimodalShell(nn.Module):
+    """Holds the decoder where a multimodal gemma4 checkpoint keeps it, so mlx-lm's loader can fill it."""
+
+    def __init__(self, args: reference_multimodal.ModelArgs):
+        super().__init__()
+        self.language_model = Model(ModelArgs.from_dict(args.text_config))
+
+    def sanitize(self, weights: dict[str, mx.array]) -> dict[str, mx.array]:
+        return reference_multimodal.Model.sanitize(self, weights)
+
+
+def _model_classes(config: Mapping[str, Any]) -> tuple[type, type]:
+    if config["model_type"] == "gemma4":
+        return _MultimodalShell, reference_multimodal.ModelArgs
+    return Model, ModelArgs
+
+
+def _load_checkpoint(path: Path, overrides: Overrides) -> Model:
+    config = read_checkpoint_config(path)
+    layers = text_config(config).get("num_hidden_layers", 0)
+    if overrides.layers not in (None, layers):
+        raise ModelConfigError(
+            f"{path}: layers={overrides.layers} applies to presets only; this checkpoint has {layers} layers"
+        )
+    overrides.validate(layers)
+    try:
+        loaded, _ = mlx_lm_load_model(path, get_model_classes=_model_classes)
+    except (ValueError, KeyError) as err:
+        raise ModelConfigError(f"{path}: weights do not match config.json: {err}") from None
+    model = loaded.language_model if isinstance(loaded, _MultimodalShell) else loaded
+    model._config = text_config(config)
+    if overrides.dtype:
+        cast_weights(model, DTYPES[overrides.dtype])
+    if overrides.quantize and "quantization" not in model.config:
+        quantize_weights(model, overrides.quantize)
+    return model
+
+
+def save_checkpoint(model: Model, path: str | Path) -> Path:
+    """Write an mlx-lm checkpoint directory (config.json + safetensors) that mlx-lm's gemma4_text loads too."""
+    path = Path(path)
+    save_model(path, model)
+    save_config(dict(model.config), path / "config.json")
+    return path
+
+
+def parameter_bytes(config: Mapping[str, Any], dtype: str = "float32", quantize: str | None = None) -> int:
+    """The model's weight bytes, from shapes alone: the lazy model is built but never materialized."""
+    model = build_model(config)
+    cast_weights(model, DTYPES[dtype])
+    if quantize:
+        quantize_weights(model, quantize)
+    return sum(v.nbytes for _, v in tree_flatten(model.parameters()))
