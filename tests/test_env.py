@@ -1,0 +1,169 @@
+import io
+import json
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+from rich.console import Console
+
+import bench.env as env_mod
+from bench.env import (
+    ENV_KEYS,
+    BlasChoiceError,
+    blas_kind,
+    blas_preload_env,
+    blas_warning,
+    collect_env,
+    find_optimized_blas,
+    loaded_blas,
+    print_env,
+)
+
+REPO_ROOT = Path(__file__).resolve().parent.parent
+OPENBLAS = "/usr/lib/x86_64-linux-gnu/openblas-pthread/libblas.so.3"
+REFERENCE = "/site-packages/mlx_cpu.libs/libblas-bd8a282c.so.3.10.0"
+linux_only = pytest.mark.skipif(not sys.platform.startswith("linux"), reason="LD_PRELOAD is Linux-only")
+needs_optimized_blas = pytest.mark.skipif(
+    find_optimized_blas() is None, reason="no optimized BLAS installed (apt-get install libopenblas0-pthread)"
+)
+
+
+def test_collect_env_has_exactly_the_keys_and_serializes():
+    env = collect_env()
+    assert tuple(env) == ENV_KEYS
+    json.dumps(env)
+    assert env["cores"] >= 1
+
+
+@pytest.mark.skipif(not sys.platform.startswith("linux"), reason="this machine class runs mlx on CPU")
+def test_backend_is_cpu_here():
+    assert collect_env()["backend"] == "cpu"
+
+
+def test_loaded_blas_returns_a_label():
+    label = loaded_blas()
+    assert blas_kind(label) in {"openblas", "mkl", "reference", "accelerate", "unknown"}
+    assert "(" in label
+
+
+@pytest.mark.parametrize(
+    ("label", "kind"),
+    [
+        (f"openblas ({OPENBLAS})", "openblas"),
+        ("mkl (/venv/lib/libmkl_rt.so.2)", "mkl"),
+        (f"reference ({REFERENCE})", "reference"),
+        ("accelerate (Accelerate.framework)", "accelerate"),
+        ("blis (/usr/lib/libblis.so.4)", "unknown"),
+        ("unknown (no BLAS library mapped)", "unknown"),
+        ("/usr/lib/x86_64-linux-gnu/blas/libblas.so.3", "reference"),
+        (OPENBLAS, "openblas"),
+        ("", "unknown"),
+    ],
+)
+def test_blas_kind(label, kind):
+    assert blas_kind(label) == kind
+
+
+def test_blas_kind_is_gpu_on_gpu_backends():
+    assert blas_kind(f"reference ({REFERENCE})", backend="metal") == "gpu"
+    assert blas_kind(f"reference ({REFERENCE})", backend="cuda") == "gpu"
+
+
+def test_reference_strips_blas_and_keeps_other_preloads():
+    base = {"LD_PRELOAD": f"/opt/libjemalloc.so.2:{OPENBLAS} /venv/lib/libmkl_rt.so.2", "FOO": "1"}
+    env, desc = blas_preload_env("reference", base)
+    assert env["LD_PRELOAD"] == "/opt/libjemalloc.so.2"
+    assert env["FOO"] == "1"
+    assert "reference" in desc
+    assert base["LD_PRELOAD"].startswith("/opt")  # input not mutated
+
+
+def test_reference_drops_ld_preload_when_only_blas():
+    env, _ = blas_preload_env("reference", {"LD_PRELOAD": OPENBLAS})
+    assert "LD_PRELOAD" not in env
+
+
+def test_missing_path_raises_with_path_and_choices():
+    with pytest.raises(BlasChoiceError) as info:
+        blas_preload_env("/nope/libblas.so.3", {})
+    message = str(info.value)
+    assert "/nope/libblas.so.3" in message
+    assert "auto, reference, or a path to a BLAS .so" in message
+    assert "\n" not in message
+    assert isinstance(info.value, ValueError)
+
+
+def test_explicit_path_is_prepended(tmp_path):
+    lib = tmp_path / "libopenblas.so.0"
+    lib.write_bytes(b"")
+    env, desc = blas_preload_env(str(lib), {"LD_PRELOAD": "/opt/libjemalloc.so.2"})
+    assert env["LD_PRELOAD"] == f"{lib}:/opt/libjemalloc.so.2"
+    assert desc.startswith("openblas")
+
+
+@linux_only
+@needs_optimized_blas
+def test_auto_preloads_the_optimized_blas():
+    env, desc = blas_preload_env("auto", {"LD_PRELOAD": "/opt/libjemalloc.so.2"})
+    assert env["LD_PRELOAD"] == f"{find_optimized_blas()}:/opt/libjemalloc.so.2"
+    assert "preloaded" in desc
+
+
+def test_auto_keeps_a_blas_the_user_preloaded():
+    env, desc = blas_preload_env("auto", {"LD_PRELOAD": "/venv/lib/libmkl_rt.so.2"})
+    assert env["LD_PRELOAD"] == "/venv/lib/libmkl_rt.so.2"
+    assert "already" in desc
+
+
+def _loaded_blas_in_worker(choice: str) -> str:
+    env, _ = blas_preload_env(choice)
+    env["PYTHONPATH"] = str(REPO_ROOT)
+    code = "import bench.env as e; print(e.loaded_blas())"
+    done = subprocess.run(
+        [sys.executable, "-c", code], cwd=REPO_ROOT, env=env, capture_output=True, text=True, timeout=60
+    )
+    assert done.returncode == 0, done.stderr
+    return done.stdout
+
+
+@linux_only
+@needs_optimized_blas
+def test_worker_with_auto_uses_the_optimized_blas():
+    out = _loaded_blas_in_worker("auto")
+    assert "openblas" in out or "mkl" in out
+
+
+@linux_only
+def test_worker_with_reference_uses_the_reference_blas():
+    assert "reference" in _loaded_blas_in_worker("reference")
+
+
+def test_warning_only_for_cpu_with_reference_blas():
+    warning = blas_warning({"backend": "cpu", "blas": f"reference ({REFERENCE})"})
+    assert warning is not None
+    assert "libopenblas0-pthread" in warning
+    assert "pip install mkl" in warning
+    assert blas_warning({"backend": "cpu", "blas": f"openblas ({OPENBLAS})"}) is None
+    assert blas_warning({"backend": "metal", "blas": f"reference ({REFERENCE})"}) is None
+    assert blas_warning({}) is None
+
+
+def test_print_env_shows_table_and_warning():
+    out = io.StringIO()
+    env = {**collect_env(), "backend": "cpu", "blas": f"reference ({REFERENCE})"}
+    probe = {"matmul_gflops": 3.5, "copy_gbps": 4.0, "matmul_shape": "512x512 @ 512x512 fp32",
+             "copy_bytes": 2**28}
+    print_env(Console(file=out, width=200), env, probe)
+    text = out.getvalue()
+    assert "git_commit" in text
+    assert "GFLOP/s" in text
+    assert "libopenblas0-pthread" in text
+
+
+def test_probe_peaks_is_quick_and_positive():
+    peaks = env_mod.probe_peaks(seconds=0.3)
+    assert set(peaks) == {"matmul_gflops", "copy_gbps", "matmul_shape", "copy_bytes"}
+    assert peaks["matmul_gflops"] > 0
+    assert peaks["copy_gbps"] > 0
+    json.dumps(peaks)
