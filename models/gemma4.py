@@ -224,10 +224,7 @@ class Gemma4TextModel(nn.Module):
         non-shared layer of its type."""
         first_shared = config.num_hidden_layers - config.num_kv_shared_layers
         last_of_type = {config.layer_types[i]: i for i in range(first_shared)}
-        return [
-            i if i < first_shared else last_of_type[config.layer_types[i]]
-            for i in range(config.num_hidden_layers)
-        ]
+        return [i if i < first_shared else last_of_type[config.layer_types[i]] for i in range(config.num_hidden_layers)]
 
     def _per_layer_inputs(self, tokens: mx.array, h: mx.array) -> list[mx.array]:
         n_layers = len(self.layers)

@@ -73,7 +73,11 @@ def quantize_weights(model: Model, mode_name: str) -> None:
     # mlx-lm prints a bits-per-weight line; a benchmark's output is not the place for it.
     with contextlib.redirect_stdout(io.StringIO()):
         _, model._config = quantize_model(
-            model, model.config, params["group_size"], params["bits"], mode=params["mode"],
+            model,
+            model.config,
+            params["group_size"],
+            params["bits"],
+            mode=params["mode"],
             quant_predicate=model.quant_predicate,
         )
 

@@ -146,9 +146,7 @@ def _causal_mask(query_len: int, key_len: int) -> mx.array:
 
 
 @register("attention", "manual")
-def attention_manual(
-    q: mx.array, k: mx.array, v: mx.array, *, scale: float, mask: mx.array | str | None
-) -> mx.array:
+def attention_manual(q: mx.array, k: mx.array, v: mx.array, *, scale: float, mask: mx.array | str | None) -> mx.array:
     # As ollama's manual CUDA path did: repeat the KV heads up to the query heads, then two plain matmuls
     # around an additive mask and a precise softmax.
     n_repeats = q.shape[1] // k.shape[1]
@@ -167,9 +165,7 @@ def attention_manual(
 
 
 @register("attention", "sdpa")
-def attention_sdpa(
-    q: mx.array, k: mx.array, v: mx.array, *, scale: float, mask: mx.array | str | None
-) -> mx.array:
+def attention_sdpa(q: mx.array, k: mx.array, v: mx.array, *, scale: float, mask: mx.array | str | None) -> mx.array:
     return mx.fast.scaled_dot_product_attention(q, k, v, scale=scale, mask=mask)
 
 
@@ -195,7 +191,12 @@ def rms_norm_fast(x: mx.array, weight: mx.array | None, eps: float) -> mx.array:
 
 @register("rope", "composed")
 def rope_composed(
-    x: mx.array, *, dims: int, base: float | None, scale: float, offset: int | mx.array,
+    x: mx.array,
+    *,
+    dims: int,
+    base: float | None,
+    scale: float,
+    offset: int | mx.array,
     periods: mx.array | None,
 ) -> mx.array:
     if periods is None:
@@ -211,7 +212,12 @@ def rope_composed(
 
 @register("rope", "fast")
 def rope_fast(
-    x: mx.array, *, dims: int, base: float | None, scale: float, offset: int | mx.array,
+    x: mx.array,
+    *,
+    dims: int,
+    base: float | None,
+    scale: float,
+    offset: int | mx.array,
     periods: mx.array | None,
 ) -> mx.array:
     return mx.fast.rope(x, dims, traditional=False, base=base, scale=scale, offset=offset, freqs=periods)
