@@ -182,7 +182,7 @@ def test_unknown_op_or_variant_names_the_choices():
 def test_bad_checkpoint_directories(tmp_path):
     with pytest.raises(ModelConfigError, match="no such checkpoint directory"):
         load_model(str(tmp_path / "missing"))
-    with pytest.raises(ModelConfigError, match="config.json: missing"):
+    with pytest.raises(ModelConfigError, match=r"config\.json: missing"):
         load_model(str(tmp_path))
     (tmp_path / "config.json").write_text("{not json")
     with pytest.raises(ModelConfigError, match=r"config.json:1: malformed JSON"):
@@ -191,7 +191,7 @@ def test_bad_checkpoint_directories(tmp_path):
     with pytest.raises(ModelConfigError, match="model_type: 'llama' is not supported; choose from gemma4, gemma4_text"):
         load_model(str(tmp_path))
     (tmp_path / "config.json").write_text('{"model_type": "gemma4_text"}')
-    with pytest.raises(ModelConfigError, match="no model\\*.safetensors"):
+    with pytest.raises(ModelConfigError, match=r"no model\*\.safetensors"):
         load_model(str(tmp_path))
 
 
@@ -200,7 +200,7 @@ def test_checkpoint_with_mismatched_weights_is_an_input_error(tmp_path):
     config = json.loads((path / "config.json").read_text())
     config["hidden_size"] = 32
     (path / "config.json").write_text(json.dumps(config))
-    with pytest.raises(ModelConfigError, match="weights do not match config.json"):
+    with pytest.raises(ModelConfigError, match=r"weights do not match config\.json"):
         load_model(str(path))
 
 
