@@ -1,30 +1,45 @@
 """Statistics shared by the report and the regression check.
 
 All throughput metrics (tokens/s) are bigger-is-better, so a ratio new/baseline above 1 means faster.
-Everything here is pure numpy/scipy so it runs (and is tested) without mlx.
+Everything here is pure numpy/scipy/pandas so it runs (and is tested) without mlx.
+
+The sample-level functions (summarize, paired_ratios, ...) work on arrays; `summary_table` and `compare` apply them
+to the trial records of a results file (`Results.frame("trial")`), so the report and the check compute every
+number the same way.
 """
 
 from __future__ import annotations
 
 import math
+from collections.abc import Sequence
 from dataclasses import dataclass
 
 import numpy as np
+import pandas as pd
 from numpy.typing import ArrayLike
 from scipy import stats as _sps
 
 __all__ = [
+    "CELL_KEYS",
+    "COMPARE_COLUMNS",
+    "METRICS",
+    "METRIC_COLUMNS",
+    "SUMMARY_COLUMNS",
     "RatioCI",
     "Summary",
     "bootstrap_ratio_ci",
+    "compare",
     "format_ci",
     "format_delta",
     "format_tps",
     "holm",
+    "mann_whitney_min_p",
     "mann_whitney_p",
     "paired_ratios",
     "regression",
     "summarize",
+    "summary_table",
+    "timed_trials",
     "verdict",
 ]
 
@@ -161,6 +176,17 @@ def mann_whitney_p(a: ArrayLike, b: ArrayLike) -> float:
     return 1.0 if math.isnan(p) else p
 
 
+def mann_whitney_min_p(n1: int, n2: int) -> float:
+    """The smallest two-sided p-value Mann-Whitney can give for samples of n1 and n2 values (no ties).
+
+    Perfect separation is 1 of C(n1+n2, n1) equally likely orderings under the null, so no data can beat
+    2 / C(n1+n2, n1): with 5 values a side that is 0.0079, which a Holm correction over 8 rows cannot pass.
+    """
+    if n1 < 2 or n2 < 2:
+        return 1.0
+    return min(1.0, 2.0 / math.comb(n1 + n2, n1))
+
+
 def holm(pvalues: ArrayLike) -> list[float]:
     """Holm-Bonferroni adjusted p-values (step-down, monotone, capped at 1), in the input order."""
     p = _as_1d(pvalues)
@@ -222,3 +248,152 @@ def format_tps(x: float) -> str:
     if abs(round(x, 1)) >= 1000:
         return f"{x:,.0f}"
     return f"{x:.1f}"
+
+
+# --- tables of trial records -----------------------------------------------------------------------
+
+METRICS = ("prefill", "gen")
+METRIC_COLUMNS = {"prefill": "prefill_tps", "gen": "gen_tps"}
+# What identifies one measured cell on one machine; machines are never pooled.
+CELL_KEYS = ("machine", "size", "model_key", "workload")
+_PAIR_KEYS = ("run_id", "cell", "pair")
+
+COMPARE_COLUMNS = (
+    *CELL_KEYS, "metric", "baseline", "new", "baseline_median", "new_median", "n_baseline", "n_new", "n_pairs",
+    "ratio", "low", "high", "delta_pct", "p_value", "p_holm", "verdict", "cv_baseline", "cv_new",
+)
+SUMMARY_COLUMNS = (*CELL_KEYS, "metric", "variant", "n", "median", "q1", "q3", "iqr", "cv", "min", "max", "mean")
+
+
+def timed_trials(trials: pd.DataFrame) -> pd.DataFrame:
+    """The trials that count: warmups are excluded from every statistic."""
+    if trials.empty:
+        return trials
+    return trials[~trials["warmup"].astype(bool)]
+
+
+def summary_table(trials: pd.DataFrame, metrics: Sequence[str] = METRICS) -> pd.DataFrame:
+    """One row per machine x size x model x workload x metric x variant: n, median, quartiles, IQR, CV.
+
+    Warmup trials are dropped; so are cells where a metric has no value (gen with gen_tokens == 1).
+    """
+    columns = [_metric_column(m) for m in metrics]
+    timed = timed_trials(trials)
+    rows = []
+    if not timed.empty:
+        _require_columns(timed, [*CELL_KEYS, "variant", *columns])
+        for keys, group in timed.groupby([*CELL_KEYS, "variant"], sort=False, dropna=False):
+            for metric, column in zip(metrics, columns, strict=True):
+                values = group[column].to_numpy(dtype=np.float64)
+                if np.isnan(values).all():
+                    continue
+                cell = dict(zip((*CELL_KEYS, "variant"), keys, strict=True))
+                rows.append({**cell, "metric": metric, **vars(summarize(values))})
+    return pd.DataFrame(rows, columns=list(SUMMARY_COLUMNS))
+
+
+def compare(
+    trials: pd.DataFrame,
+    baseline: str,
+    new: str,
+    metric: str | Sequence[str],
+    *,
+    seed: int = 0,
+    confidence: float = 0.95,
+    alpha: float = 0.05,
+    noise_pct: float = 0.0,
+) -> pd.DataFrame:
+    """Compare two variants cell by cell: one row per machine x size x model x workload x metric.
+
+    - Pairing: within each (run_id, cell, round) the ratio new/baseline; Δ% and its bootstrap CI (seeded) come
+      from those paired ratios, so drift shared by both variants of a round cancels. Warmups are excluded.
+    - baseline_median / new_median are the medians of each side's timed trials (the table's tok/s).
+    - p_value: two-sided Mann-Whitney between the two sides' per-round values (asv's supplement to the ratio).
+    - p_holm: Holm over every row of the returned table that has a p-value, so pass exactly one family, e.g. the
+      rows of one report table.
+    - verdict: faster / slower only when the CI clears 1 (and the noise band) AND p_holm < alpha; otherwise "≈";
+      "n/a" without any pair. Requiring both keeps a grid of comparisons from producing false "faster" verdicts.
+    - A/A (baseline == new): a variant cannot be paired with its own trial, so even rounds play baseline and odd
+      rounds new, pairing round 2k with 2k+1; the spread then measures round-to-round noise.
+    `metric` is "prefill", "gen", or a list of them.
+    """
+    metrics = [metric] if isinstance(metric, str) else list(metric)
+    columns = [_metric_column(m) for m in metrics]
+    timed = timed_trials(trials)
+    rows = []
+    if not timed.empty:
+        _require_columns(timed, [*CELL_KEYS, "run_id", "cell", "round", "variant", *columns])
+        for keys, group in timed.groupby(list(CELL_KEYS), sort=False, dropna=False):
+            for metric_name, column in zip(metrics, columns, strict=True):
+                base_side, new_side = _sides(group, baseline, new, column)
+                if base_side.empty and new_side.empty:
+                    continue
+                row = _compare_sides(base_side, new_side, seed=seed, confidence=confidence)
+                rows.append({**dict(zip(CELL_KEYS, keys, strict=True)), "metric": metric_name, **row})
+    table = pd.DataFrame(rows, columns=list(COMPARE_COLUMNS))
+    table["baseline"], table["new"] = baseline, new
+    tested = table["p_value"].notna()
+    table["p_holm"] = np.nan
+    if tested.any():
+        table.loc[tested, "p_holm"] = holm(table.loc[tested, "p_value"].to_numpy())
+    table["verdict"] = [_row_verdict(row, alpha=alpha, noise_pct=noise_pct) for row in table.itertuples()]
+    return table
+
+
+def _metric_column(metric: str) -> str:
+    if metric not in METRIC_COLUMNS:
+        raise ValueError(f"unknown metric {metric!r}; choose from {', '.join(METRIC_COLUMNS)}")
+    return METRIC_COLUMNS[metric]
+
+
+def _require_columns(frame: pd.DataFrame, columns: Sequence[str]) -> None:
+    missing = [c for c in columns if c not in frame.columns]
+    if missing:
+        raise ValueError(f"trial records lack column(s): {', '.join(missing)}")
+
+
+def _sides(group: pd.DataFrame, baseline: str, new: str, column: str) -> tuple[pd.DataFrame, pd.DataFrame]:
+    """Each side's values keyed by (run_id, cell, pair), one value per key (the median if a round repeats)."""
+
+    def side(rows: pd.DataFrame, pair: pd.Series) -> pd.DataFrame:
+        keyed = rows.assign(pair=pair, value=rows[column].astype(np.float64)).dropna(subset=["value"])
+        return keyed.groupby(list(_PAIR_KEYS), sort=False)["value"].median().reset_index()
+
+    if baseline == new:
+        rows = group[group["variant"] == baseline]
+        even = rows["round"] % 2 == 0
+        return side(rows[even], rows["round"][even] // 2), side(rows[~even], rows["round"][~even] // 2)
+    base_rows, new_rows = group[group["variant"] == baseline], group[group["variant"] == new]
+    return side(base_rows, base_rows["round"]), side(new_rows, new_rows["round"])
+
+
+def _compare_sides(base_side: pd.DataFrame, new_side: pd.DataFrame, *, seed: int, confidence: float) -> dict:
+    base_values, new_values = base_side["value"].to_numpy(), new_side["value"].to_numpy()
+    pairs = base_side.merge(new_side, on=list(_PAIR_KEYS), suffixes=("_baseline", "_new"))
+    ratios = paired_ratios(pairs["value_baseline"].to_numpy(), pairs["value_new"].to_numpy())
+    ci = bootstrap_ratio_ci(ratios, confidence=confidence, seed=seed) if ratios.size else None
+    return {
+        "baseline_median": _median(base_values),
+        "new_median": _median(new_values),
+        "n_baseline": int(base_values.size),
+        "n_new": int(new_values.size),
+        "n_pairs": int(ratios.size),
+        "ratio": ci.ratio if ci else math.nan,
+        "low": ci.low if ci else math.nan,
+        "high": ci.high if ci else math.nan,
+        "delta_pct": ci.delta_pct if ci else math.nan,
+        "p_value": mann_whitney_p(base_values, new_values) if ci else math.nan,
+        "cv_baseline": summarize(base_values).cv if base_values.size else math.nan,
+        "cv_new": summarize(new_values).cv if new_values.size else math.nan,
+    }
+
+
+def _median(values: np.ndarray) -> float:
+    return float(np.median(values)) if values.size else math.nan
+
+
+def _row_verdict(row: object, *, alpha: float, noise_pct: float) -> str:
+    if row.n_pairs == 0:
+        return "n/a"
+    ci = RatioCI(ratio=row.ratio, low=row.low, high=row.high, n=row.n_pairs)
+    return verdict(ci, noise_pct=noise_pct, significant=bool(row.p_holm < alpha))

@@ -6,19 +6,23 @@ import math
 import time
 
 import numpy as np
+import pandas as pd
 import pytest
 
 from bench.stats import (
     RatioCI,
     bootstrap_ratio_ci,
+    compare,
     format_ci,
     format_delta,
     format_tps,
     holm,
+    mann_whitney_min_p,
     mann_whitney_p,
     paired_ratios,
     regression,
     summarize,
+    summary_table,
     verdict,
 )
 
@@ -201,3 +205,109 @@ def test_format_delta_and_ci():
 )
 def test_format_tps(value: float, expected: str):
     assert format_tps(value) == expected
+
+
+# --- summary_table / compare (DataFrame level) ----------------------------------------------------
+
+
+def _trial(variant: str, round_: int, prefill: float, gen: float | None, **overrides) -> dict:
+    row = {
+        "machine": "host · cpu · cpu · openblas", "size": "E2B", "model_key": "e2b:layers=2:float32:none",
+        "workload": "pp128 tg32 b1", "run_id": "run1", "cell": "e2b|pp128", "variant": variant, "round": round_,
+        "warmup": False, "prefill_tps": prefill, "gen_tps": np.nan if gen is None else gen,
+    }
+    return {**row, **overrides}
+
+
+def _grid() -> pd.DataFrame:
+    """Baseline prefill 100..104, new exactly 1.25x per round; gen 10 vs 11 (ratio 1.1); plus a wild warmup."""
+    rows = []
+    for r in range(5):
+        rows.append(_trial("baseline", r, 100.0 + r, 10.0))
+        rows.append(_trial("compiled", r, (100.0 + r) * 1.25, 11.0))
+    rows.append(_trial("baseline", 0, 1.0, 1.0, warmup=True))
+    rows.append(_trial("compiled", 0, 1e6, 1e6, warmup=True))
+    return pd.DataFrame(rows)
+
+
+def test_summary_table_excludes_warmups_and_knows_every_metric():
+    table = summary_table(_grid())
+    row = table[(table.variant == "baseline") & (table.metric == "prefill")].iloc[0]
+    assert (row.n, row["median"], row.q1, row.q3, row.iqr) == (5, 102.0, 101.0, 103.0, 2.0)
+    assert len(table) == 4  # 2 variants x 2 metrics
+
+
+def test_summary_table_drops_metric_without_values():
+    rows = [_trial("baseline", r, 100.0, None) for r in range(3)]
+    assert list(summary_table(pd.DataFrame(rows)).metric) == ["prefill"]
+
+
+def test_compare_medians_and_delta_are_exact():
+    table = compare(_grid(), "baseline", "compiled", ["prefill", "gen"])
+    prefill, gen = table.iloc[0], table.iloc[1]
+    assert (prefill.metric, gen.metric) == ("prefill", "gen")
+    assert prefill.baseline_median == 102.0
+    assert prefill.new_median == pytest.approx(127.5)
+    assert prefill.n_pairs == 5
+    assert (prefill.ratio, prefill.low, prefill.high) == pytest.approx((1.25, 1.25, 1.25))
+    assert prefill.delta_pct == pytest.approx(25.0)
+    assert gen.delta_pct == pytest.approx(10.0)
+    # Perfectly separated 5 vs 5: the exact Mann-Whitney minimum, then Holm over the 2 rows.
+    assert prefill.p_value == pytest.approx(2 / 252)
+    assert prefill.p_holm == pytest.approx(min(1.0, 2 * min(table.p_value)), rel=1e-6)
+    assert list(table.verdict) == ["faster", "faster"]
+
+
+def test_compare_pairs_by_round_not_by_sorted_value():
+    # Drift: baseline and new both climb; per-round ratios are exactly 0.9, though new's median beats baseline's.
+    rows = []
+    for r, level in enumerate([100.0, 150.0, 200.0, 250.0]):
+        rows += [_trial("a", r, level, None), _trial("b", r, level * 0.9, None)]
+    row = compare(pd.DataFrame(rows), "a", "b", "prefill").iloc[0]
+    assert row.ratio == pytest.approx(0.9)
+    assert row.delta_pct == pytest.approx(-10.0)
+
+
+def test_compare_never_pools_machines():
+    other = _grid().assign(machine="other · cuda · cuda · cublas", prefill_tps=lambda f: f.prefill_tps * 10)
+    table = compare(pd.concat([_grid(), other]), "baseline", "compiled", "prefill")
+    assert list(table.machine) == ["host · cpu · cpu · openblas", "other · cuda · cuda · cublas"]
+    assert list(table.baseline_median) == [102.0, 1020.0]
+
+
+def test_compare_holm_demotes_marginal_rows():
+    # Each of 4 cells is separated 5 vs 5 (p = 0.0079), but Holm over 4 rows needs p < 0.0125 first, then
+    # 0.0167, ...: all pass. Over 8 rows (two metrics with equal p) the first step needs p < 0.00625: none pass.
+    rows = []
+    for size in ["E2B", "E4B", "26B", "31B"]:
+        for r in range(5):
+            rows += [_trial("a", r, 100.0 + r, 10.0 + r, size=size), _trial("b", r, 120.0 + r, 20.0 + r, size=size)]
+    frame = pd.DataFrame(rows)
+    one_metric = compare(frame, "a", "b", "prefill")
+    assert list(one_metric.verdict) == ["faster"] * 4
+    both = compare(frame, "a", "b", ["prefill", "gen"])
+    assert both.p_holm.min() == pytest.approx(8 * 2 / 252)
+    assert set(both.verdict) == {"≈"}
+    assert mann_whitney_min_p(5, 5) * 8 > 0.05
+
+
+def test_compare_missing_side_and_a_a():
+    rows = [_trial("a", r, 100.0 + r, None) for r in range(4)]
+    missing = compare(pd.DataFrame(rows), "a", "b", "prefill").iloc[0]
+    assert (missing.n_pairs, missing.verdict) == (0, "n/a")
+    assert math.isnan(missing.delta_pct) and math.isnan(missing.p_holm)
+    a_a = compare(pd.DataFrame(rows), "a", "a", "prefill").iloc[0]
+    # Rounds 0/1 and 2/3 pair up: 101/100 and 103/102.
+    assert a_a.n_pairs == 2
+    assert a_a.ratio == pytest.approx(np.median([101 / 100, 103 / 102]))
+
+
+def test_compare_rejects_unknown_metric():
+    with pytest.raises(ValueError, match="prefill, gen"):
+        compare(_grid(), "baseline", "compiled", "latency")
+
+
+def test_mann_whitney_min_p():
+    assert mann_whitney_min_p(5, 5) == pytest.approx(2 / 252)
+    assert mann_whitney_min_p(1, 5) == 1.0
+    assert mann_whitney_p(range(5), range(10, 15)) == pytest.approx(mann_whitney_min_p(5, 5))

@@ -1,0 +1,521 @@
+"""`fusebench report` on synthetic results with known values: no model runs, only JSONL written to tmp_path."""
+
+from __future__ import annotations
+
+import argparse
+import io
+import json
+import shutil
+import subprocess
+from pathlib import Path
+from typing import Any
+
+import matplotlib.image
+import pandas as pd
+import pytest
+from rich.console import Console
+
+from bench import report
+from bench.reference import ReferenceFileError, load_reference
+from bench.report import ReportError, add_arguments, command, print_summary
+from bench.results import ResultsError, read_results
+from bench.stats import holm
+
+PNG_SIGNATURE = b"\x89PNG\r\n\x1a\n"
+EXPERIMENT = """\
+name: fusion
+models:
+  - {preset: e2b, layers: 2}
+variants:
+  baseline: {geglu: unfused, softcap: unfused}
+  compiled: {geglu: compiled, softcap: compiled}
+comparisons:
+  - [baseline, compiled]
+workloads: {prompt_tokens: 128, gen_tokens: 32}
+trials: 5
+"""
+OPS = {
+    "baseline": {"geglu": "unfused", "softcap": "unfused", "attention": "manual"},
+    "compiled": {"geglu": "compiled", "softcap": "compiled", "attention": "manual"},
+    "sdpa": {"geglu": "unfused", "softcap": "unfused", "attention": "sdpa"},
+}
+
+
+def header(run_id: str = "run1", hostname: str = "vm", experiment: str = EXPERIMENT) -> dict[str, Any]:
+    env = {
+        "fusebench": "0.1.0", "mlx": "0.32.4", "mlx_lm": "0.32.2", "python": "3.11.7", "backend": "cpu",
+        "device": "Test CPU", "blas": "openblas (/usr/lib/libopenblas.so)", "cpu": "Test CPU", "cores": 4,
+        "ram_bytes": 2**34, "os": "Linux", "hostname": hostname, "git_commit": "0123456789abcdef", "git_dirty": True,
+    }
+    return {
+        "kind": "run", "run_id": run_id, "env": env, "started_at": "2026-01-01T00:00:00+00:00", "shard": "1/1",
+        "resumed": False, "experiment": {"name": "fusion", "file": "x.yaml", "sha256": "0" * 64, "content": experiment},
+    }
+
+
+def meta(size: str, run_id: str = "run1", prompt: int = 128, gen: int = 32, key: str | None = None) -> dict[str, Any]:
+    model_key = key or f"{size.split()[0].lower()}:layers=2:float32:none"
+    workload = f"pp{prompt} tg{gen} b1"
+    return {
+        "run_id": run_id, "cell": f"{model_key}|{workload}", "model": size.split()[0].lower(), "model_key": model_key,
+        "size": size, "layers": 2, "dtype": "float32", "quantize": None, "prompt_tokens": prompt, "gen_tokens": gen,
+        "batch": 1, "workload": workload,
+    }
+
+
+def trial(cell: dict[str, Any], variant: str, round_: int, prefill: float, gen: float | None, **extra) -> dict:
+    record = {
+        "kind": "trial", **cell, "variant": variant, "ops": OPS[variant], "round": round_, "warmup": False,
+        "prefill_s": 128 / prefill, "prefill_tps": prefill, "gen_s": None if gen is None else 31 / gen,
+        "gen_tps": gen, "peak_memory_bytes": 1_000_000, "compile_s": None,
+    }
+    return {**record, **extra}
+
+
+def rounds(cell: dict[str, Any], prefill: dict[str, list[float]], gen: dict[str, list[float]]) -> list[dict]:
+    """Timed trials, one per variant per round, plus a warmup with absurd numbers that must never count."""
+    records = [trial(cell, v, 0, 1.0, 1.0, warmup=True, compile_s=9.0) for v in prefill]
+    for variant, values in prefill.items():
+        records += [trial(cell, variant, r, p, g) for r, (p, g) in enumerate(zip(values, gen[variant], strict=True))]
+    return records
+
+
+def write(path: Path, records: list[dict[str, Any]]) -> Path:
+    path.write_text("".join(json.dumps(r) + "\n" for r in records), encoding="utf-8")
+    return path
+
+
+# E2B: prefill medians 18,777 vs 21,901 with every round's ratio exactly 1.1664..., gen 153.8 vs 176.9.
+E2B_BASE_PREFILL = [18500.0, 18777.0, 18900.0, 18600.0, 19000.0]
+E2B_RATIO = 21901.0 / 18777.0
+E2B_BASE_GEN = [150.0, 153.8, 155.0, 152.0, 157.0]
+GEN_RATIO = 176.9 / 153.8
+
+
+def full_suite(run_id: str = "run1", hostname: str = "vm") -> list[dict[str, Any]]:
+    """Sizes recorded out of order (31B, other, E4B, E2B, 26B) to prove the table orders them."""
+    e2b, e4b = meta("E2B (2/35 layers)", run_id), meta("E4B (2/42 layers)", run_id)
+    records = [header(run_id, hostname)]
+    records.append({"kind": "skip", **meta("31B", run_id), "reason": "needs 62 GB, this machine has 16 GB"})
+    records += rounds(meta("tiny", run_id), {"baseline": [10.0] * 5, "compiled": [10.0] * 5},
+                      {"baseline": [1.0] * 5, "compiled": [1.0] * 5})
+    e4b_base = [6900.0, 6950.0, 6980.0, 7000.0, 7050.0]
+    records += rounds(e4b, {"baseline": e4b_base, "compiled": [p * 8086 / 6980 for p in e4b_base]},
+                      {"baseline": [p / 70 for p in e4b_base], "compiled": [p / 70 * 1.116 for p in e4b_base]})
+    records += [{"kind": "correctness", **e4b, "variant": "compiled", "reference": "baseline", "max_abs_err": 0.31,
+                 "max_rel_err": 0.01, "tokens_checked": 8, "tokens_agree": 6, "atol": 0.05, "passed": False}]
+    records += [{"kind": "correctness", **e2b, "variant": v, "reference": "baseline", "max_abs_err": 0.001,
+                 "max_rel_err": 1e-5, "tokens_checked": 8, "tokens_agree": 8, "atol": 0.05, "passed": True}
+                for v in ("baseline", "compiled")]
+    records += rounds(
+        e2b,
+        {"baseline": E2B_BASE_PREFILL, "compiled": [p * E2B_RATIO for p in E2B_BASE_PREFILL]},
+        {"baseline": E2B_BASE_GEN, "compiled": [g * GEN_RATIO for g in E2B_BASE_GEN]},
+    )
+    records.append({"kind": "error", **meta("26B", run_id), "reason": "worker ran out of memory"})
+    return records
+
+
+def run_report(tmp_path: Path, *files: Path, extra: list[str] | None = None) -> tuple[int, Path, str]:
+    parser = argparse.ArgumentParser()
+    add_arguments(parser)
+    out = tmp_path / "report"
+    args = parser.parse_args([*map(str, files), "--out", str(out), *(extra or [])])
+    buffer = io.StringIO()
+    code = command(args, Console(file=buffer, width=200))
+    return code, out, buffer.getvalue()
+
+
+def md_table_rows(markdown: str, heading_fragment: str) -> list[list[str]]:
+    """The body rows of the first table after the heading that contains the fragment."""
+    lines = markdown.splitlines()
+    start = next(i for i, line in enumerate(lines) if line.startswith("#") and heading_fragment in line)
+    table = next(i for i in range(start, len(lines)) if lines[i].startswith("| Size |"))
+    rows = []
+    for line in lines[table + 2:]:
+        if not line.startswith("|"):
+            break
+        rows.append([cell.strip() for cell in line.strip("|").split(" | ")])
+    return rows
+
+
+@pytest.fixture
+def suite(tmp_path: Path) -> Path:
+    return write(tmp_path / "results.jsonl", full_suite())
+
+
+# --- the delta table -------------------------------------------------------------------------------
+
+
+def test_delta_table_medians_delta_and_order(tmp_path: Path, suite: Path):
+    code, out, _ = run_report(tmp_path, suite)
+    assert code == 0
+    markdown = (out / "report.md").read_text()
+    assert "| Size | Metric | Baseline | New | Δ | 95% CI | Verdict |" in markdown
+    rows = md_table_rows(markdown, "baseline → compiled")
+    assert [(r[0], r[1]) for r in rows] == [
+        ("E2B (2/35 layers)", "prefill"), ("E2B (2/35 layers)", "gen"),
+        ("E4B (2/42 layers)", "prefill"), ("E4B (2/42 layers)", "gen"),
+        ("26B", "—"), ("31B", "—"), ("tiny", "prefill"), ("tiny", "gen"),
+    ]
+    e2b_prefill, e2b_gen = rows[0], rows[1]
+    assert e2b_prefill[2:6] == ["18,777", "21,901", "+16.6%", "[+16.6%, +16.6%]"]
+    assert e2b_gen[2:5] == ["153.8", "176.9", "+15.0%"]
+    # tiny: identical numbers, Δ 0 and "≈"
+    assert rows[6][4:7] == ["+0.0%", "[+0.0%, +0.0%]", "≈"]
+
+
+def test_delta_numbers_match_the_stats_module(tmp_path: Path, suite: Path):
+    study = report.build_study(read_results([suite]))
+    table = report.compare_scope(study, study.machines[0], "pp128 tg32 b1", ("baseline", "compiled"))
+    e2b = table[table["size"] == "E2B (2/35 layers)"].set_index("metric")
+    assert e2b.at["prefill", "baseline_median"] == 18777.0
+    assert e2b.at["prefill", "new_median"] == pytest.approx(21901.0)
+    assert e2b.at["prefill", "delta_pct"] == pytest.approx((E2B_RATIO - 1) * 100)
+    assert e2b.at["gen", "n_pairs"] == 5
+
+
+def test_skipped_and_errored_rows_show_the_reason(tmp_path: Path, suite: Path):
+    _, out, terminal = run_report(tmp_path, suite)
+    rows = {r[0]: r for r in md_table_rows((out / "report.md").read_text(), "baseline → compiled")}
+    assert rows["31B"][-1] == "skipped: needs 62 GB, this machine has 16 GB"
+    assert rows["26B"][-1] == "error: worker ran out of memory"
+    assert "skipped: needs 62 GB" in terminal
+
+
+def test_incorrect_variant_is_flagged_not_a_speedup(tmp_path: Path, suite: Path):
+    _, out, _ = run_report(tmp_path, suite)
+    markdown = (out / "report.md").read_text()
+    e4b = [r for r in md_table_rows(markdown, "baseline → compiled") if r[0].startswith("E4B")]
+    for row in e4b:
+        assert row[4] == "—"
+        assert row[-1] == "✗ incorrect"
+    assert "compiled failed correctness against baseline" in markdown
+    correctness = md_table_rows(markdown, "Correctness")
+    failed = ["E4B (2/42 layers)", "pp128 tg32 b1", "compiled", "baseline", "0.31", "0.01", "6/8", "0.05", "✗ failed"]
+    assert failed in correctness
+
+
+def test_context_lines_above_the_table(tmp_path: Path, suite: Path):
+    _, out, _ = run_report(tmp_path, suite)
+    markdown = (out / "report.md").read_text()
+    assert "Ops that differ: geglu: unfused → compiled, softcap: unfused → compiled" in markdown
+    assert "Workload: pp128 tg32 b1 (prompt 128 tokens, gen 32 tokens, batch 1)" in markdown
+    environment = "Environment: device Test CPU · backend cpu · BLAS openblas · mlx 0.32.4 · commit 0123456 (dirty)"
+    assert environment in markdown
+    models = "E2B (2/35 layers): float32; E4B (2/42 layers): float32; 26B: float32; 31B: float32; tiny: float32"
+    assert f"Models: {models}" in markdown
+
+
+def test_holm_is_applied_across_the_rows_of_a_table(suite: Path):
+    study = report.build_study(read_results([suite]))
+    table = report.compare_scope(study, study.machines[0], "pp128 tg32 b1", ("baseline", "compiled"))
+    tested = table[table["p_value"].notna()]
+    assert len(tested) == 6  # E2B, E4B, tiny x prefill, gen
+    # E2B and E4B: 5 vs 5 perfectly separated, p = 2/252 each; Holm over the 6 rows multiplies the smallest by 6,
+    # which still clears 0.05, so E2B is "faster" (E4B is incorrect, and tiny is identical: p = 1).
+    by_size = tested.set_index(tested["size"].str.split().str[0] + " " + tested["metric"])
+    assert by_size.loc[["E2B prefill", "E2B gen", "E4B prefill", "E4B gen"], "p_value"].tolist() == pytest.approx(
+        [2 / 252] * 4
+    )
+    assert by_size.loc[["tiny prefill", "tiny gen"], "p_value"].tolist() == [1.0, 1.0]
+    assert tested["p_holm"].tolist() == pytest.approx(holm(tested["p_value"]))
+    assert tested["p_holm"].min() == pytest.approx(6 * 2 / 252)
+    assert by_size.loc[["E2B prefill", "E2B gen"], "verdict"].tolist() == ["faster", "faster"]
+    assert by_size.loc[["tiny prefill", "tiny gen"], "verdict"].tolist() == ["≈", "≈"]
+
+
+def test_holm_over_a_bigger_table_demotes_every_verdict(tmp_path: Path):
+    # Four sizes x two metrics, 5 rounds each, every round 20% faster: Holm over 8 rows needs p < 0.00625 first,
+    # which Mann-Whitney cannot give with 5 rounds, so all stay ≈ and the report says how many trials would do.
+    records = [header()]
+    base = [100.0 + r for r in range(5)]
+    for size in ("E2B", "E4B", "26B", "31B"):
+        records += rounds(meta(size), {"baseline": base, "compiled": [b * 1.2 for b in base]},
+                          {"baseline": base, "compiled": [b * 1.2 for b in base]})
+    _, out, _ = run_report(tmp_path, write(tmp_path / "r.jsonl", records))
+    markdown = (out / "report.md").read_text()
+    rows = md_table_rows(markdown, "baseline → compiled")
+    assert [r[4] for r in rows] == ["+20.0%"] * 8
+    assert {r[-1] for r in rows} == {"≈"}
+    assert "too few rounds for a verdict" in markdown
+    assert "run at least 6 trials" in markdown
+
+
+def test_more_rounds_earn_a_faster_verdict(tmp_path: Path):
+    cell = meta("E2B")
+    base = [100.0 + r for r in range(8)]
+    records = [header(), *rounds(cell, {"baseline": base, "compiled": [b * 1.2 for b in base]},
+                                 {"baseline": base, "compiled": [b * 1.1 for b in base]})]
+    _, out, _ = run_report(tmp_path, write(tmp_path / "r.jsonl", records))
+    rows = md_table_rows((out / "report.md").read_text(), "baseline → compiled")
+    assert [r[-1] for r in rows] == ["faster", "faster"]
+    assert [r[4] for r in rows] == ["+20.0%", "+10.0%"]
+
+
+def test_machines_are_never_pooled(tmp_path: Path):
+    a = write(tmp_path / "a.jsonl", full_suite("run-a", "host-a"))
+    b_records = full_suite("run-b", "host-b")
+    for record in b_records:
+        if record["kind"] == "trial":
+            record["prefill_tps"] *= 10
+    b = write(tmp_path / "b.jsonl", b_records)
+    _, out, _ = run_report(tmp_path, a, b)
+    markdown = (out / "report.md").read_text()
+    headings = [line for line in markdown.splitlines() if line.startswith("### baseline → compiled")]
+    assert len(headings) == 2
+    assert "host-a" in headings[0] and "host-b" in headings[1]
+    assert md_table_rows(markdown, "host-a")[0][2] == "18,777"
+    assert md_table_rows(markdown, "host-b")[0][2] == "187,770"
+
+
+def test_workloads_get_their_own_tables(tmp_path: Path):
+    records = [header()]
+    for prompt, level in ((128, 100.0), (512, 50.0)):
+        cell = meta("E2B", prompt=prompt)
+        records += rounds(cell, {"baseline": [level] * 4, "compiled": [level * 1.5] * 4},
+                          {"baseline": [10.0] * 4, "compiled": [10.0] * 4})
+    _, out, _ = run_report(tmp_path, write(tmp_path / "r.jsonl", records))
+    markdown = (out / "report.md").read_text()
+    assert md_table_rows(markdown, "pp128 tg32 b1")[0][2] == "100.0"
+    assert md_table_rows(markdown, "pp512 tg32 b1")[0][2] == "50.0"
+    assert (out / "prompt-sweep-tg32-b1.png").is_file()
+
+
+# --- files and plots -------------------------------------------------------------------------------
+
+
+def test_every_file_is_written_and_pngs_are_valid(tmp_path: Path, suite: Path):
+    _, out, terminal = run_report(tmp_path, suite)
+    for name in ("report.md", "report.html", "summary.csv"):
+        assert (out / name).stat().st_size > 0
+    pngs = sorted(out.glob("*.png"))
+    assert {p.name.split("-")[0] for p in pngs} >= {"delta", "throughput", "rounds"}
+    for png in pngs:
+        assert png.read_bytes()[:8] == PNG_SIGNATURE
+        assert png.stat().st_size > 10_000
+        assert matplotlib.image.imread(png).shape[0] > 300
+    html = (out / "report.html").read_text()
+    assert html.count('src="data:image/png;base64,') == len(pngs)
+    assert "<table>" in html and "18,777" in html
+    assert "18,777" in terminal  # the main table is printed too
+
+
+def test_summary_csv_rows(tmp_path: Path, suite: Path):
+    _, out, _ = run_report(tmp_path, suite)
+    csv = pd.read_csv(out / "summary.csv")
+    e2b = csv[(csv["size"] == "E2B (2/35 layers)") & (csv["metric"] == "prefill") & (csv["variant"] == "baseline")]
+    assert e2b[["n", "median", "iqr"]].iloc[0].tolist() == [5, 18777.0, 300.0]
+    assert {"machine", "workload", "cv", "q1", "q3", "prompt_tokens", "peak_memory_bytes_median"} <= set(csv.columns)
+    assert len(csv) == 3 * 2 * 2  # sizes with trials x metrics x variants
+    assert list(dict.fromkeys(csv["size"])) == ["E2B (2/35 layers)", "E4B (2/42 layers)", "tiny"]
+
+
+def test_depth_plot_when_depth_records_exist(tmp_path: Path):
+    cell = meta("E2B")
+    records = [header(), *rounds(cell, {"baseline": [100.0] * 3, "compiled": [110.0] * 3},
+                                 {"baseline": [10.0] * 3, "compiled": [11.0] * 3})]
+    records += [{"kind": "depth", **cell, "variant": v, "round": r, "depth": d, "gen_tokens": 31, "gen_s": 1.0,
+                 "gen_tps": 30.0 - d / 1000 + (v == "compiled")}
+                for v in ("baseline", "compiled") for r in range(3) for d in (512, 2048, 8192)]
+    _, out, _ = run_report(tmp_path, write(tmp_path / "r.jsonl", records))
+    assert (out / "depth-pp128-tg32-b1.png").read_bytes()[:8] == PNG_SIGNATURE
+    assert "Decode speed vs KV depth" in (out / "report.md").read_text()
+
+
+# --- reference numbers -----------------------------------------------------------------------------
+
+
+def test_reference_column_and_backend_note(tmp_path: Path, suite: Path):
+    _, out, _ = run_report(tmp_path, suite, extra=["--reference", "pr15587"])
+    markdown = (out / "report.md").read_text()
+    assert "| Size | Metric | Baseline | New | Δ | Ref Δ | 95% CI | Verdict |" in markdown
+    rows = {(r[0], r[1]): r for r in md_table_rows(markdown, "baseline → compiled")}
+    assert rows[("E2B (2/35 layers)", "prefill")][5] == "+16.6%"
+    assert rows[("E4B (2/42 layers)", "gen")][5] == "+11.6%"
+    assert rows[("tiny", "prefill")][5] == "—"
+    assert "Reference: Metal (Apple Silicon (chip not stated)), nvfp4, pp2048 tg128" in markdown
+    assert "measured: cpu (Test CPU), float32, pp128 tg32 b1" in markdown
+
+
+def test_reference_is_left_blank_beside_a_comparison_of_other_ops(tmp_path: Path):
+    cell = meta("E2B")
+    variants = {"baseline": [100.0] * 3, "sdpa": [120.0] * 3}
+    records = [header(), *rounds(cell, variants, variants)]
+    extra = ["--reference", "pr15587", "--compare", "baseline:sdpa"]
+    _, out, _ = run_report(tmp_path, write(tmp_path / "r.jsonl", records), extra=extra)
+    markdown = (out / "report.md").read_text()
+    assert [r[5] for r in md_table_rows(markdown, "baseline → sdpa")] == ["—", "—"]
+    assert "Ref Δ is left blank here: the reference changed geglu: unfused → compiled" in markdown
+
+
+def test_shipped_reference_holds_the_pr_table():
+    ref = load_reference("pr15587")
+    assert ref.source == "https://github.com/ollama/ollama/pull/15587"
+    assert len(ref.rows) == 8
+    assert ref.row("31B", "gen").baseline == 21.4
+    assert ref.row("E2B (2/35 layers)", "prefill").delta_pct == 16.6
+    assert ref.method["prompt_tokens"] == 2048 and ref.method["quantize"] == "nvfp4"
+
+
+def test_bad_reference(tmp_path: Path):
+    with pytest.raises(ReferenceFileError, match="pr15587"):
+        load_reference("nope")
+    bad = tmp_path / "ref.yaml"
+    bad.write_text("name: x\nsource: y\nmethod: {}\nhardware: {}\nrows: [{size: E2B, metric: tg, baseline: 1, new: 2}]")
+    with pytest.raises(ReferenceFileError, match=r"rows\[0\]\.metric"):
+        load_reference(str(bad))
+
+
+# --- bad input -------------------------------------------------------------------------------------
+
+
+def test_empty_file(tmp_path: Path):
+    empty = tmp_path / "empty.jsonl"
+    empty.write_text("")
+    with pytest.raises(ResultsError, match=r"empty\.jsonl"):
+        run_report(tmp_path, empty)
+
+
+def test_missing_file(tmp_path: Path):
+    with pytest.raises(ResultsError, match=r"missing\.jsonl"):
+        run_report(tmp_path, tmp_path / "missing.jsonl")
+
+
+def test_corrupt_line_is_skipped_warned_and_counted(tmp_path: Path):
+    path = tmp_path / "r.jsonl"
+    lines = [json.dumps(r) for r in full_suite()]
+    lines.insert(3, '{"kind": "trial", "run_id": tru')
+    path.write_text("\n".join(lines) + "\n")
+    code, out, terminal = run_report(tmp_path, path)
+    assert code == 0
+    assert f"{path}:4: corrupt JSON line skipped" in terminal
+    markdown = (out / "report.md").read_text()
+    assert "1 corrupt line(s) skipped" in markdown
+    assert f"{path}:4" in markdown
+
+
+def test_file_without_trials(tmp_path: Path):
+    path = write(tmp_path / "skips.jsonl", [header(), {"kind": "skip", **meta("31B"), "reason": "too big"}])
+    with pytest.raises(ResultsError, match=r"skips\.jsonl: no timed trial records .*1 skip"):
+        run_report(tmp_path, path)
+
+
+def test_trial_missing_fields(tmp_path: Path):
+    record = trial(meta("E2B"), "baseline", 0, 1.0, 1.0)
+    del record["prefill_tps"]
+    with pytest.raises(ResultsError, match=r"bad\.jsonl: .*lacks field\(s\) prefill_tps"):
+        run_report(tmp_path, write(tmp_path / "bad.jsonl", [header(), record]))
+
+
+def test_unknown_compare_variant_lists_the_real_ones(tmp_path: Path, suite: Path):
+    with pytest.raises(ReportError, match=r"no variant 'fused'.*variants: baseline, compiled"):
+        run_report(tmp_path, suite, extra=["--compare", "baseline:fused"])
+
+
+@pytest.mark.parametrize("text", ["baseline", "a:b:c", ":compiled", "baseline compiled"])
+def test_malformed_compare(tmp_path: Path, suite: Path, text: str):
+    with pytest.raises(ReportError, match="BASELINE:NEW"):
+        run_report(tmp_path, suite, extra=["--compare", text])
+
+
+def test_compare_flag_overrides_and_defaults(tmp_path: Path):
+    cell = meta("E2B")
+    three = {"baseline": [100.0] * 3, "compiled": [110.0] * 3, "sdpa": [120.0] * 3}
+    records = [header(experiment="name: x\nvariants: {baseline: {}, compiled: {}, sdpa: {}}\n"),
+               *rounds(cell, three, {v: [10.0] * 3 for v in three})]
+    path = write(tmp_path / "r.jsonl", records)
+    study = report.build_study(read_results([path]))
+    assert report.resolve_comparisons(None, study) == [("baseline", "compiled"), ("baseline", "sdpa")]
+    assert report.resolve_comparisons(["compiled:sdpa"], study) == [("compiled", "sdpa")]
+    _, out, _ = run_report(tmp_path, path, extra=["--compare", "sdpa:compiled"])
+    markdown = (out / "report.md").read_text()
+    assert "### sdpa → compiled" in markdown
+    assert "Ops that differ: geglu: unfused → compiled, softcap: unfused → compiled, attention: sdpa → manual" in (
+        markdown
+    )
+
+
+def test_warnings_noisy_few_rounds_cold_start(tmp_path: Path):
+    cell = meta("E2B")
+    records = [header(),
+               *rounds(cell, {"baseline": [100.0, 130.0], "compiled": [110.0, 111.0]},
+                       {"baseline": [10.0, 10.0], "compiled": [11.0, 11.0]})]
+    # No warmup; compiled's cold first call is a timed round and took 10x a steady trial.
+    records = [r for r in records if not r.get("warmup")]
+    for record in records:
+        if record.get("kind") == "trial" and record["variant"] == "compiled" and record["round"] == 0:
+            record["compile_s"] = 10 * (record["prefill_s"] + record["gen_s"])
+    _, out, terminal = run_report(tmp_path, write(tmp_path / "r.jsonl", records))
+    markdown = (out / "report.md").read_text()
+    assert "noisy: E2B pp128 tg32 b1: CV above 5% (baseline prefill 18.4%; 2 rounds)" in markdown
+    assert "too few rounds for a CI" in markdown
+    assert "n/a (n=2)" in markdown
+    assert "slow cold start: E2B pp128 tg32 b1: first call vs steady trial: compiled" in markdown
+    assert "it ran as a timed round" in markdown
+    assert "noisy" in terminal
+
+
+# --- print_summary (the end of `fusebench run`) -----------------------------------------------------
+
+
+def test_print_summary(suite: Path):
+    buffer = io.StringIO()
+    print_summary(Console(file=buffer, width=220), read_results([suite]), [("baseline", "compiled")])
+    text = buffer.getvalue()
+    assert "Δ compiled vs baseline" in text
+    assert "18,777" in text and "21,901" in text
+    assert "+16.6% [+16.6%, +16.6%] faster" in text
+    assert "✗ incorrect" in text
+    assert "skipped: needs 62 GB" in text
+
+
+def test_print_summary_when_every_cell_was_skipped(tmp_path: Path):
+    path = write(tmp_path / "r.jsonl", [header(), {"kind": "skip", **meta("31B"), "reason": "too big"}])
+    buffer = io.StringIO()
+    print_summary(Console(file=buffer, width=200), read_results([path]))
+    assert "skipped: too big" in buffer.getvalue()
+
+
+def test_a_machine_with_only_skips_beside_one_with_trials(tmp_path: Path):
+    skipped = write(tmp_path / "a.jsonl", [header("run-a", "small"), {"kind": "skip", **meta("31B", "run-a"),
+                                                                       "reason": "too big"}])
+    measured = write(tmp_path / "b.jsonl", full_suite("run-b", "big"))
+    # The skip-only file alone is refused, but merged with a measured one it shows as its own machine.
+    results = report.load_results([measured])
+    results.records += read_results([skipped]).records
+    study = report.build_study(results)
+    written = report.write_report(study, [("baseline", "compiled")], tmp_path / "out")
+    markdown = written.files[0].read_text()
+    assert "skipped: too big" in markdown
+    assert len(study.machines) == 2
+
+
+def test_roofline_fields_flow_into_summary_csv(tmp_path: Path):
+    records = [header(), *rounds(meta("E2B"), {"baseline": [100.0] * 3}, {"baseline": [10.0] * 3})]
+    for record in records:
+        if record["kind"] == "trial":
+            record["prefill_pct_of_peak"] = 12.5
+    _, out, _ = run_report(tmp_path, write(tmp_path / "r.jsonl", records))
+    assert set(pd.read_csv(out / "summary.csv")["prefill_pct_of_peak_median"]) == {12.5}
+
+
+# --- headless browser ------------------------------------------------------------------------------
+
+
+def _chromium() -> str | None:
+    return shutil.which("chromium") or shutil.which("chromium-browser")
+
+
+@pytest.mark.skipif(_chromium() is None, reason="no chromium or chromium-browser binary")
+def test_report_html_renders_in_headless_chromium(tmp_path: Path, suite: Path):
+    _, out, _ = run_report(tmp_path, suite, extra=["--reference", "pr15587"])
+    shot = tmp_path / "screenshot.png"
+    subprocess.run(
+        [_chromium(), "--headless", "--no-sandbox", "--disable-gpu", "--hide-scrollbars", f"--screenshot={shot}",
+         "--window-size=1200,2000", (out / "report.html").as_uri()],
+        check=True, capture_output=True, timeout=120,
+    )
+    assert shot.read_bytes()[:8] == PNG_SIGNATURE
+    assert shot.stat().st_size > 50_000
+    assert matplotlib.image.imread(shot).shape[:2] == (2000, 1200)
