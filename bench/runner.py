@@ -253,11 +253,11 @@ class Runner:
         deadline = float("inf")
         try:
             while True:
+                if time.monotonic() > deadline:
+                    raise WorkerFailed(current, f"timed out after {self.exp.timeout_s:g} s")
                 try:
                     event = worker.events.get(timeout=1.0)
                 except queue.Empty:
-                    if time.monotonic() > deadline:
-                        raise WorkerFailed(current, f"timed out after {self.exp.timeout_s:g} s") from None
                     continue
                 if event is None:
                     if worker.process.wait() != 0:

@@ -1,0 +1,238 @@
+"""The runner end to end on the tiny presets: records, interleaving, resume, failures, and the CLI's input errors."""
+
+from __future__ import annotations
+
+import json
+import os
+import signal
+import subprocess
+import sys
+import time
+from collections import Counter
+from pathlib import Path
+
+import pytest
+
+from bench.cli import main
+from bench.runner import done_keys, plan_jobs
+from bench.results import read_results
+from bench.spec import load_experiment
+from bench.worker import round_order
+from models import save_checkpoint
+from models.loading import load_model
+
+TINY = """\
+name: tiny
+models:
+  - {{preset: tiny}}
+  - {{preset: tiny-moe}}
+variants:
+  baseline: {{geglu: unfused, softcap: unfused, attention: manual}}
+  fused: {{geglu: compiled, softcap: compiled, attention: sdpa}}
+comparisons: [[baseline, fused]]
+workloads: {{prompt_tokens: 12, gen_tokens: 3}}
+trials: {trials}
+warmup: 1
+timeout_s: {timeout}
+"""
+
+
+def write_experiment(tmp_path: Path, trials: int = 3, timeout: float = 120, text: str | None = None) -> Path:
+    path = tmp_path / "exp.yaml"
+    path.write_text(text or TINY.format(trials=trials, timeout=timeout))
+    return path
+
+
+def trial_keys(path: Path) -> list[tuple]:
+    return [(r["cell"], r["variant"], r["warmup"], r["round"]) for r in read_results([path]).of_kind("trial")]
+
+
+def test_run_records_every_trial_with_its_environment(tmp_path):
+    out = tmp_path / "r.jsonl"
+    assert main(["run", str(write_experiment(tmp_path)), "--out", str(out), "--quiet"]) == 0
+    results = read_results([out])
+    header = results.of_kind("run")[0]
+    assert header["env"]["backend"] in ("cpu", "metal", "cuda") and header["env"]["blas"]
+    assert header["experiment"]["content"] == (tmp_path / "exp.yaml").read_text()
+    trials = results.of_kind("trial")
+    assert len(trials) == 2 * 2 * (3 + 1)
+    for t in trials:
+        assert t["prefill_tps"] == pytest.approx(t["batch"] * 12 / t["prefill_s"])
+        assert t["gen_tps"] == pytest.approx(t["batch"] * 2 / t["gen_s"])
+        assert t["peak_memory_bytes"] > 0
+    cold = [t for t in trials if t["compile_s"] is not None]
+    assert {(t["model"], t["variant"]) for t in cold} == {
+        (m, v) for m in ("tiny", "tiny-moe") for v in ("baseline", "fused")
+    }
+    assert all(t["warmup"] for t in cold)
+    correctness = results.of_kind("correctness")
+    assert len(correctness) == 4 and all(c["passed"] for c in correctness)
+    assert {t["size"] for t in trials} == {"tiny", "tiny-moe"}
+
+
+def test_rounds_alternate_the_variant_order(tmp_path):
+    out = tmp_path / "r.jsonl"
+    main(["run", str(write_experiment(tmp_path, trials=4)), "--out", str(out), "--quiet", "--only", "tiny"])
+    timed = [(t["round"], t["variant"]) for t in read_results([out]).of_kind("trial") if not t["warmup"]]
+    assert timed == [(r, v) for r in range(4) for v in round_order(["baseline", "fused"], r)]
+    assert round_order(["a", "b", "c"], 1) == ["c", "b", "a"]
+
+
+def test_sigint_then_resume_gives_the_uninterrupted_set_of_trials(tmp_path):
+    exp = write_experiment(tmp_path, trials=40)
+    out = tmp_path / "r.jsonl"
+    cmd = [sys.executable, "-m", "bench", "run", str(exp), "--out", str(out), "--quiet"]
+    process = subprocess.Popen(cmd, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
+    deadline = time.monotonic() + 120
+    while time.monotonic() < deadline and (not out.exists() or len(trial_keys(out)) < 10):
+        time.sleep(0.05)
+    process.send_signal(signal.SIGINT)
+    output, _ = process.communicate(timeout=60)
+    assert process.returncode == 130, output
+    assert "--resume" in output
+    interrupted = trial_keys(out)
+    assert 10 <= len(interrupted) < 2 * 2 * 41
+
+    assert main(["run", str(exp), "--resume", str(out), "--quiet"]) == 0
+    keys = trial_keys(out)
+    assert Counter(keys).most_common(1)[0][1] == 1, "a resumed run repeated a recorded trial"
+    expected = {
+        (cell.key, v, warmup, r)
+        for cell in load_experiment(exp).cells()
+        for v in ("baseline", "fused")
+        for warmup, rounds in ((True, 1), (False, 40))
+        for r in range(rounds)
+    }
+    assert set(keys) == expected
+
+
+def test_resume_refuses_a_changed_experiment(tmp_path, capsys):
+    out = tmp_path / "r.jsonl"
+    exp = write_experiment(tmp_path, trials=1)
+    main(["run", str(exp), "--out", str(out), "--quiet", "--only", "tiny"])
+    write_experiment(tmp_path, trials=2)
+    assert main(["run", str(exp), "--resume", str(out), "--quiet"]) == 2
+    assert "different version" in capsys.readouterr().err
+
+
+def test_model_that_does_not_fit_is_skipped_without_loading(tmp_path):
+    text = TINY.format(trials=1, timeout=60).replace("{preset: tiny-moe}", "{preset: 31b}")
+    out = tmp_path / "r.jsonl"
+    start = time.monotonic()
+    assert main(["run", str(write_experiment(tmp_path, text=text)), "--out", str(out), "--quiet"]) == 0
+    skips = read_results([out]).of_kind("skip")
+    assert [s["model"] for s in skips] == ["31b"]
+    assert "does not fit in memory: needs ~" in skips[0]["reason"]
+    assert {t["model"] for t in read_results([out]).of_kind("trial")} == {"tiny"}
+    assert time.monotonic() - start < 60
+
+
+def test_a_failing_model_is_an_error_record_and_the_suite_goes_on(tmp_path):
+    broken = save_checkpoint(load_model("tiny"), tmp_path / "broken")
+    config = json.loads((broken / "config.json").read_text())
+    (broken / "config.json").write_text(json.dumps({**config, "hidden_size": 32}))
+    text = TINY.format(trials=1, timeout=60).replace("{preset: tiny-moe}", f"{{path: {broken}}}")
+    out = tmp_path / "r.jsonl"
+    assert main(["run", str(write_experiment(tmp_path, text=text)), "--out", str(out), "--quiet"]) == 0
+    errors = read_results([out]).of_kind("error")
+    assert len(errors) == 1 and "weights do not match config.json" in errors[0]["reason"]
+    assert {t["model"] for t in read_results([out]).of_kind("trial")} == {"tiny"}
+
+
+def test_per_cell_timeout_records_an_error(tmp_path):
+    text = TINY.format(trials=100000, timeout=1).replace("  - {preset: tiny-moe}\n", "")
+    out = tmp_path / "r.jsonl"
+    assert main(["run", str(write_experiment(tmp_path, text=text)), "--out", str(out), "--quiet"]) == 0
+    errors = read_results([out]).of_kind("error")
+    assert len(errors) == 1 and errors[0]["reason"] == "timed out after 1 s"
+
+
+def test_shards_partition_the_matrix_and_merge(tmp_path):
+    exp = write_experiment(tmp_path, trials=1)
+    outs = [tmp_path / f"s{i}.jsonl" for i in (1, 2)]
+    for i, out in enumerate(outs, start=1):
+        assert main(["run", str(exp), "--out", str(out), "--quiet", "--shard", f"{i}/2"]) == 0
+    cells = [{t["cell"] for t in read_results([out]).of_kind("trial")} for out in outs]
+    assert cells[0].isdisjoint(cells[1])
+    assert cells[0] | cells[1] == {c.key for c in load_experiment(exp).cells()}
+
+
+def test_dry_run_prints_the_matrix_and_runs_nothing(tmp_path, capsys):
+    out = tmp_path / "r.jsonl"
+    assert main(["run", str(write_experiment(tmp_path)), "--dry-run", "--out", str(out)]) == 0
+    printed = capsys.readouterr().out
+    assert "16 trials" in printed and "tiny-moe" in printed and "GiB" in printed
+    assert not out.exists()
+
+
+def test_plan_skips_closed_cells():
+    exp = load_experiment(Path("experiments/ci.yaml"))
+    cell = exp.cells()[0]
+    assert plan_jobs(exp.cells(), {(cell.key, "closed")}) == []
+
+
+def test_done_keys_only_count_the_resumed_run(tmp_path):
+    path = tmp_path / "r.jsonl"
+    path.write_text(
+        json.dumps({"kind": "trial", "run_id": "a", "cell": "c", "variant": "v", "warmup": False, "round": 0})
+        + "\n"
+        + json.dumps({"kind": "trial", "run_id": "b", "cell": "c", "variant": "v", "warmup": False, "round": 1})
+        + "\n"
+    )
+    assert done_keys(read_results([path]), "a") == {("c", "v", False, 0)}
+
+
+@pytest.mark.parametrize(
+    ("argv", "message"),
+    [
+        (["run", "nope.yaml"], "nope.yaml:0: file:"),
+        (["run", "experiments/ci.yaml", "--only", "E9B"], "--only: e9b not in experiments/ci.yaml; choose from E2B"),
+        (["run", "experiments/ci.yaml", "--shard", "3/2"], "--shard 3/2:"),
+        (["run", "experiments/ci.yaml", "--blas", "/nope/libblas.so"], "choose auto, reference, or a path"),
+        (["run", "experiments/ci.yaml", "--resume", "missing.jsonl"], "missing.jsonl: no such results file"),
+        (["verify", "--model", "e3b"], "unknown preset 'e3b'; choose from"),
+        (["verify", "--model", "tiny", "--dtype", "int4"], "unknown dtype 'int4'; choose from float32"),
+        (["verify", "--model", "tiny", "--layers", "9"], "layers=9 is out of range; choose 1..6"),
+        (["verify", "--model", "./no/such/dir"], "no such checkpoint directory"),
+    ],
+)
+def test_bad_input_is_one_line_and_exit_2(argv, message, capsys):
+    assert main(argv) == 2
+    err = capsys.readouterr().err
+    assert err.count("\n") == 1 and "Traceback" not in err
+    assert message in err
+
+
+def test_usage_errors_exit_2(capsys):
+    with pytest.raises(SystemExit) as exit_info:
+        main(["run", "--trials", "0"])
+    assert exit_info.value.code == 2
+    assert "0 is not >= 1" in capsys.readouterr().err
+
+
+def test_verify_passes_on_tiny_and_tiny_moe(capsys):
+    assert main(["verify", "--model", "tiny", "--tokens", "4"]) == 0
+    assert main(["verify", "--model", "tiny-moe", "--tokens", "4"]) == 0
+    assert "all 32 combinations agree" in capsys.readouterr().out
+
+
+def test_verify_fails_a_wrong_variant(capsys):
+    from models.ops import REGISTRY, register
+
+    register("softcap", "wrong")(lambda x, cap: x)
+    try:
+        assert main(["verify", "--model", "tiny", "--tokens", "2"]) == 1
+    finally:
+        del REGISTRY["softcap"].variants["wrong"]
+    assert "outside tolerance" in capsys.readouterr().out
+
+
+def test_env_names_backend_and_blas(capsys):
+    assert main(["env"]) == 0
+    printed = capsys.readouterr().out
+    assert "cpu" in printed and "blas" in printed.lower()
+
+
+def test_python_dash_m_bench_shows_help():
+    result = subprocess.run([sys.executable, "-m", "bench", "--help"], capture_output=True, text=True, env=os.environ)
+    assert result.returncode == 0 and "fusebench run" in result.stdout
