@@ -14,8 +14,8 @@ from pathlib import Path
 import pytest
 
 from bench.cli import main
-from bench.runner import done_keys, plan_jobs
 from bench.results import read_results
+from bench.runner import done_keys, plan_jobs
 from bench.spec import load_experiment
 from bench.worker import round_order
 from models import save_checkpoint
