@@ -190,7 +190,11 @@ def _add_module_command(commands: argparse._SubParsersAction, name: str, module:
     p.set_defaults(handler=mod.command)
 
 
-MODULE_COMMANDS: list[tuple[str, str, str]] = []
+# Commands whose arguments and handler live in their own module: (name, module, one-line help).
+MODULE_COMMANDS: list[tuple[str, str, str]] = [
+    ("report", "report", "turn results files into PR-style delta tables, plots and a report folder"),
+    ("ops", "opbench", "time each op variant alone at the exact shapes each model size produces"),
+]
 
 
 def build_parser() -> argparse.ArgumentParser:
