@@ -179,8 +179,10 @@ class CellRunner:
             self._round(cell, w, warmup=True)
         for r in range(self.job["trials"]):
             self._round(cell, r, warmup=False)
-        for r in range(self.job["trials"] if self.job.get("depths") else 0):
-            self._depth_round(cell, r, workload)
+        # One depth curve per model: it depends on the KV depth, not on the workload's prompt length.
+        if self.job["depths"] and cell["key"] == self.job["cells"][0]["key"]:
+            for r in range(self.job["trials"]):
+                self._depth_round(cell, r, workload)
 
     def _check_correctness(self, cell: Mapping[str, Any]) -> None:
         gate = self.job["correctness"]
