@@ -271,11 +271,9 @@ class Runner:
         if event["event"] == "cell":
             return event["key"], time.monotonic() + self.exp.timeout_s
         if event["event"] == "loaded":
-            self.console.log(
-                f"loaded {event['parameters'] / 1e9:.2f}B parameters ({event['weight_bytes'] / 2**30:.1f} GiB) "
-                f"in {event['load_s']:.1f} s",
-                highlight=False,
-            ) if not self.options.quiet else None
+            if not self.options.quiet:
+                weights = f"{event['parameters'] / 1e9:.2f}B parameters ({event['weight_bytes'] / 2**30:.1f} GiB)"
+                self.console.log(f"loaded {weights} in {event['load_s']:.1f} s", highlight=False)
             return current, deadline
         record = event["record"]
         self._write(writer, current, record)

@@ -23,6 +23,7 @@ from dataclasses import dataclass
 from typing import Any
 
 import mlx.core as mx
+from mlx.utils import tree_flatten
 
 from models import load_model
 from models.gemma4 import Model
@@ -262,8 +263,6 @@ class CellRunner:
 
 
 def model_facts(model: Model) -> dict[str, Any]:
-    from mlx.utils import tree_flatten
-
     params = tree_flatten(model.parameters())
     return {"parameters": sum(v.size for _, v in params), "weight_bytes": sum(v.nbytes for _, v in params)}
 
