@@ -33,6 +33,9 @@ Emit = Callable[[dict[str, Any]], None]
 # Prompt streams: timed round r uses r, warmup and depth rounds their own ranges.
 WARMUP_STREAM, DEPTH_STREAM = 100_000, 200_000
 
+# The correctness gate compares logits on at most this many prompt tokens.
+CORRECTNESS_PROMPT = 256
+
 # Defaults of the correctness gate: max |logit error| against the reference variant, by dtype.
 ATOL_BY_DTYPE = {"float32": 1e-2, "float16": 0.25, "bfloat16": 0.5}
 
@@ -110,22 +113,32 @@ def teacher_forced_logits(model: Model, prompt: mx.array, tokens: list[int], ste
     return logits
 
 
+def greedy_logits(model: Model, prompt: mx.array, n_tokens: int, step: int) -> tuple[list[int], list[mx.array]]:
+    """The greedy continuation and the logits that chose each of its tokens."""
+    cache = model.make_cache()
+    logits = [prefill(model, prompt, cache, step)]
+    tokens = [greedy(logits[-1])[0].item()]
+    while len(tokens) < n_tokens:
+        logits.append(model(mx.array([[tokens[-1]]]), cache=cache)[:, -1, :])
+        tokens.append(greedy(logits[-1])[0].item())
+    mx.eval(logits)
+    return tokens, logits
+
+
 def correctness_records(
     model: Model, variants: Mapping[str, dict], reference: str, prompt: mx.array, gate: Mapping[str, Any], step: int
 ) -> list[dict[str, Any]]:
-    """Each variant's logits and greedy tokens against the reference variant's, on the same prompt (its first row)."""
-    prompt = prompt[:1]
+    """Each variant's logits and greedy tokens against the reference variant's, on the same prompt.
+
+    The gate uses the prompt's first row and at most CORRECTNESS_PROMPT tokens: agreement of the logits does
+    not need the full length, and a long prompt would cost more than the timing."""
+    prompt = prompt[:1, :CORRECTNESS_PROMPT]
     model.set_ops(variants[reference])
-    cache = model.make_cache()
-    first = greedy(prefill(model, prompt, cache, step))
-    tokens = [first[0].item()]
-    for _ in range(gate["tokens"] - 1):
-        tokens.append(greedy(model(mx.array([[tokens[-1]]]), cache=cache)[:, -1, :])[0].item())
-    ref_logits = teacher_forced_logits(model, prompt, tokens[:-1], step)
+    tokens, ref_logits = greedy_logits(model, prompt, max(1, gate["tokens"]), step)
     records = []
     for name, ops in variants.items():
         model.set_ops(ops)
-        logits = teacher_forced_logits(model, prompt, tokens[:-1], step)
+        logits = ref_logits if ops == variants[reference] else teacher_forced_logits(model, prompt, tokens[:-1], step)
         records.append(_compare_logits(name, reference, ref_logits, logits, gate["atol"]))
     return records
 
