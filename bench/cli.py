@@ -148,32 +148,12 @@ def _verify_command(args: argparse.Namespace, console: Console) -> int:
 
 def _env_command(args: argparse.Namespace, console: Console) -> int:
     from .env import print_env
-    from .runner import worker_environment
+    from .runner import in_worker_environment, worker_environment
 
-    _, env = worker_environment(args.blas)
-    probe = None
-    if args.probe:
-        probe = _probe_in_worker_environment(args.blas)
+    worker_env, env = worker_environment(args.blas)
+    probe = in_worker_environment(worker_env, "e.probe_peaks()") if args.probe else None
     print_env(console, env, probe)
     return 0
-
-
-def _probe_in_worker_environment(blas: str) -> dict:
-    import json
-    import os
-    import subprocess
-
-    from .env import blas_preload_env
-
-    env, _ = blas_preload_env(blas, os.environ)
-    out = subprocess.run(
-        [sys.executable, "-c", "import json, bench.env as e; print(json.dumps(e.probe_peaks()))"],
-        env=env,
-        capture_output=True,
-        text=True,
-        check=True,
-    )
-    return json.loads(out.stdout.strip().splitlines()[-1])
 
 
 def _add_module_command(commands: argparse._SubParsersAction, name: str, module: str, help_text: str) -> None:

@@ -389,11 +389,18 @@ def probe_peaks(seconds: float = 2.0) -> dict[str, Any]:
     a, b = mx.random.normal((n, n)), mx.random.normal((n, n))
     x = mx.ones((_COPY_BYTES // 4,), dtype=mx.float32)
     mx.eval(a, b, x)
-    matmul_s = _best_seconds(mx, lambda: a @ b, 0.4 * seconds)
-    copy_s = _best_seconds(mx, lambda: x + 0, 0.4 * seconds)  # `+ 0` reads x and writes a new array
+    # Decode streams each weight matrix once through a matrix-vector product: that read rate, not an
+    # elementwise copy, is the bandwidth roof a generation step can reach.
+    # Written as a one-row matmul so it takes the BLAS path, as a decode step's projections do.
+    rows = _COPY_BYTES // 4 // 4096
+    w, v = x.reshape(rows, 4096), mx.ones((1, 4096), dtype=mx.float32)
+    matmul_s = _best_seconds(mx, lambda: a @ b, 0.3 * seconds)
+    copy_s = _best_seconds(mx, lambda: x + 0, 0.25 * seconds)  # `+ 0` reads x and writes a new array
+    gemv_s = _best_seconds(mx, lambda: v @ w.T, 0.25 * seconds)
     return {
         "matmul_gflops": round(2 * n**3 / matmul_s / 1e9, 1),
         "copy_gbps": round(2 * _COPY_BYTES / copy_s / 1e9, 2),  # bytes read + bytes written
+        "gemv_read_gbps": round(_COPY_BYTES / gemv_s / 1e9, 2),
         "matmul_shape": f"{n}x{n} @ {n}x{n} fp32",
         "copy_bytes": _COPY_BYTES,
     }

@@ -215,9 +215,9 @@ def probe_peak(probe: dict[str, Any]) -> dict[str, Any]:
         "name": "measured on this machine",
         "fp32_tflops": probe["matmul_gflops"] / 1000,
         "bf16_tflops": None,
-        "memory_gbps": probe["copy_gbps"],
-        "source": f"fusebench env --probe: {probe['matmul_shape']} matmul, "
-        f"{probe['copy_bytes'] // 2**20} MiB copy (read + write)",
+        "memory_gbps": max(probe["copy_gbps"], probe.get("gemv_read_gbps", 0.0)),
+        "source": f"fusebench env --probe: {probe['matmul_shape']} matmul; the faster of a "
+        f"{probe['copy_bytes'] // 2**20} MiB copy (read + write) and a matrix-vector read of as many bytes",
         "confidence": "measured",
     }
 

@@ -30,10 +30,11 @@ from rich.table import Table
 
 from models.config import load_preset
 
-from .env import blas_warning
-from .memory import memory_verdict
+from .env import blas_preload_env, blas_warning
+from .memory import memory_verdict, model_config
 from .report import print_summary
 from .results import Results, ResultsError, ResultsWriter, read_results
+from .roofline import achieved, cell_work, peak_for, percent_of_peak
 from .spec import Cell, Experiment, ModelSpec, shard_cells
 from .worker import ATOL_BY_DTYPE
 
@@ -190,8 +191,13 @@ class Worker:
 
 
 class Runner:
-    def __init__(self, exp: Experiment, options: RunOptions, run_id: str, console: Console) -> None:
+    def __init__(
+        self, exp: Experiment, options: RunOptions, run_id: str, console: Console, peak: dict[str, Any] | None
+    ) -> None:
         self.exp = exp
+        self.peak = peak
+        self.cells = {cell.key: cell for cell in exp.cells()}
+        self.work: dict[str, dict[str, Any]] = {}
         self.options = options
         self.run_id = run_id
         self.console = console
@@ -224,7 +230,22 @@ class Runner:
         )
 
     def _write(self, writer: ResultsWriter, cell_key: str, record: dict[str, Any]) -> None:
+        if record["kind"] == "trial":
+            record = {**record, **self._roofline(cell_key, record)}
         writer.write({"kind": record["kind"], **self.meta[cell_key], **record})
+
+    def _work(self, cell_key: str) -> dict[str, Any]:
+        if cell_key not in self.work:
+            m, w = self.cells[cell_key].model, self.cells[cell_key].workload
+            self.work[cell_key] = cell_work(
+                model_config(m), w.prompt_tokens, w.gen_tokens, w.batch, dtype=m.dtype, quantize=m.quantize
+            )
+        return self.work[cell_key]
+
+    def _roofline(self, cell_key: str, trial: dict[str, Any]) -> dict[str, Any]:
+        """Achieved TFLOP/s and GB/s of a trial, and their share of this machine's peak."""
+        rates = achieved(trial, self._work(cell_key))
+        return {**rates, **percent_of_peak(rates, self.peak, self.cells[cell_key].model.dtype)}
 
     def _close_cells(self, writer: ResultsWriter, cells: list[Cell], kind: str, reason: str) -> None:
         for cell in cells:
@@ -294,32 +315,38 @@ def default_out_path(exp: Experiment) -> Path:
     return Path("results") / f"{exp.name}-{stamp}.jsonl"
 
 
-def run_header(exp: Experiment, run_id: str, env: dict[str, Any], options: RunOptions, resumed: bool) -> dict:
+def run_header(
+    exp: Experiment, run_id: str, env: dict[str, Any], peak: dict[str, Any] | None, options: RunOptions, resumed: bool
+) -> dict:
     return {
         "kind": "run",
         "run_id": run_id,
         "experiment": {"name": exp.name, "file": exp.file, "sha256": exp.sha256, "content": exp.content},
         "env": env,
+        "peak": peak,
         "started_at": datetime.now(timezone.utc).isoformat(timespec="seconds"),
         "shard": f"{options.shard[0]}/{options.shard[1]}",
         "resumed": resumed,
     }
 
 
-def worker_environment(blas: str) -> tuple[dict[str, str], dict[str, Any]]:
-    """The workers' environment (an optimized BLAS preloaded when there is one) and what it really loads,
-    probed in a process started exactly as the workers are."""
-    from .env import blas_preload_env
+def in_worker_environment(env: dict[str, str], expression: str) -> Any:
+    """Evaluate `expression` (JSON-serializable) in a process started exactly as the workers are."""
+    code = f"import json, bench.env as e; print(json.dumps({expression}))"
+    probe = subprocess.run([sys.executable, "-c", code], env=env, capture_output=True, text=True, check=True)
+    return json.loads(probe.stdout.strip().splitlines()[-1])
 
+
+def worker_environment(blas: str) -> tuple[dict[str, str], dict[str, Any]]:
+    """The workers' environment (an optimized BLAS preloaded when there is one) and what it really loads."""
     env, _ = blas_preload_env(blas, os.environ)
-    probe = subprocess.run(
-        [sys.executable, "-c", "import json, bench.env as e; print(json.dumps(e.collect_env()))"],
-        env=env,
-        capture_output=True,
-        text=True,
-        check=True,
-    )
-    return env, json.loads(probe.stdout.strip().splitlines()[-1])
+    return env, in_worker_environment(env, "e.collect_env()")
+
+
+def measured_peak(worker_env: dict[str, str], env: dict[str, Any]) -> dict[str, Any] | None:
+    """The roof to hold each cell against: on a CPU, measured under the workers' BLAS; on a GPU, the known chip."""
+    probe = in_worker_environment(worker_env, "e.probe_peaks()") if env["backend"] == "cpu" else None
+    return peak_for(env, probe)
 
 
 def resume_state(path: Path, exp: Experiment) -> tuple[str, set[tuple]]:
@@ -397,9 +424,10 @@ def run_experiment(exp: Experiment, options: RunOptions, console: Console, resum
     if warning := blas_warning(env):
         console.print(f"[yellow]warning[/]: {warning}")
     run_id, done = resume_state(resume, exp) if resume else (new_run_id(), set())
-    runner = Runner(exp, options, run_id, console)
+    peak = measured_peak(worker_env, env)
+    runner = Runner(exp, options, run_id, console, peak)
     with ResultsWriter(options.out) as writer:
-        writer.write(run_header(exp, run_id, env, options, resumed=resume is not None))
+        writer.write(run_header(exp, run_id, env, peak, options, resumed=resume is not None))
         console.print(f"results -> {options.out}  ({env['backend']}, {env['device']}, BLAS {env['blas']})")
         try:
             runner.run(plan_jobs(cells, done), writer, worker_env)

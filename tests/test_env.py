@@ -163,7 +163,7 @@ def test_print_env_shows_table_and_warning():
 
 def test_probe_peaks_is_quick_and_positive():
     peaks = env_mod.probe_peaks(seconds=0.3)
-    assert set(peaks) == {"matmul_gflops", "copy_gbps", "matmul_shape", "copy_bytes"}
+    assert set(peaks) == {"matmul_gflops", "copy_gbps", "gemv_read_gbps", "matmul_shape", "copy_bytes"}
     assert peaks["matmul_gflops"] > 0
     assert peaks["copy_gbps"] > 0
     json.dumps(peaks)
