@@ -236,3 +236,25 @@ def test_env_names_backend_and_blas(capsys):
 def test_python_dash_m_bench_shows_help():
     result = subprocess.run([sys.executable, "-m", "bench", "--help"], capture_output=True, text=True, env=os.environ)
     assert result.returncode == 0 and "fusebench run" in result.stdout
+
+
+def test_depth_curve_on_tiny(tmp_path):
+    text = TINY.format(trials=2, timeout=120).replace("trials: 2", "trials: 2\ndepths: [8, 24, 48]")
+    out = tmp_path / "r.jsonl"
+    assert (
+        main(["run", str(write_experiment(tmp_path, text=text)), "--out", str(out), "--quiet", "--only", "tiny"]) == 0
+    )
+    depths = read_results([out]).of_kind("depth")
+    assert {(d["variant"], d["round"], d["depth"]) for d in depths} == {
+        (v, r, d) for v in ("baseline", "fused") for r in range(2) for d in (8, 24, 48)
+    }
+    assert all(d["gen_tps"] == pytest.approx(2 / d["gen_s"]) for d in depths)
+
+
+def test_trials_carry_the_roofline(tmp_path):
+    out = tmp_path / "r.jsonl"
+    main(["run", str(write_experiment(tmp_path, trials=1)), "--out", str(out), "--quiet", "--only", "tiny"])
+    results = read_results([out])
+    assert results.of_kind("run")[0]["peak"]["fp32_tflops"] > 0
+    trial = results.of_kind("trial")[0]
+    assert trial["prefill_tflops"] > 0 and trial["gen_gbps"] > 0 and trial["prefill_pct_of_peak"] > 0
