@@ -293,8 +293,11 @@ class Runner:
             return event["key"], time.monotonic() + self.exp.timeout_s
         if event["event"] == "loaded":
             if not self.options.quiet:
-                weights = f"{event['parameters'] / 1e9:.2f}B parameters ({event['weight_bytes'] / 2**30:.1f} GiB)"
-                self.console.log(f"loaded {weights} in {event['load_s']:.1f} s", highlight=False)
+                self.console.print(
+                    f"{self.meta[event['cell']]['size']}: loaded {_count(event['parameters'])} parameters "
+                    f"({event['weight_bytes'] / 2**30:.2f} GiB) in {event['load_s']:.1f} s",
+                    highlight=False,
+                )
             return current, deadline
         record = event["record"]
         self._write(writer, current, record)
@@ -308,6 +311,10 @@ class Runner:
                 f"max |Δlogit| {record['max_abs_err']:.3g} > {record['atol']:.3g}"
             )
         return current, deadline
+
+
+def _count(n: int) -> str:
+    return f"{n / 1e9:.2f}B" if n >= 1e9 else f"{n / 1e6:.1f}M"
 
 
 def default_out_path(exp: Experiment) -> Path:

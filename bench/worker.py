@@ -290,7 +290,9 @@ def run_job(job: Mapping[str, Any], emit: Emit) -> None:
         quantize=spec["quantize"],
         seed=job["seed"],
     )
-    emit({"event": "loaded", "load_s": time.perf_counter() - start, **model_facts(model)})
+    emit(
+        {"event": "loaded", "cell": job["cells"][0]["key"], "load_s": time.perf_counter() - start, **model_facts(model)}
+    )
     runner = CellRunner(model, job, emit)
     for cell in job["cells"]:
         runner.run(cell)
