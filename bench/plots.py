@@ -13,14 +13,20 @@ from pathlib import Path
 import numpy as np
 import pandas as pd
 from matplotlib.axes import Axes
+from matplotlib.colors import to_rgba
 from matplotlib.figure import Figure
-from matplotlib.ticker import NullLocator
+from matplotlib.patches import Patch
+from matplotlib.ticker import FuncFormatter, NullLocator
 
 DPI = 120
 METRIC_TITLES = {"prefill": "prefill", "gen": "generation (decode)"}
 METRIC_COLORS = {"prefill": "#4C72B0", "gen": "#DD8452"}
 # Bars spanning more than this factor are drawn on a log axis, so a 31B's 500 tok/s still shows beside E2B's 20k.
 LOG_SCALE_SPAN = 20.0
+# Speed ratios beyond these go on a log axis, so a +5% shows beside a fused kernel's +900%.
+LOG_RATIO_LOW, LOG_RATIO_HIGH = 0.5, 2.0
+# Where a log axis of speed ratios is ticked: round Δs from -90% to +4,900%, spaced so the labels never touch.
+RATIO_TICKS = (0.1, 0.25, 0.5, 1.0, 2.0, 4.0, 10.0, 20.0, 50.0)
 
 
 def variant_colors(variants: Sequence[str]) -> dict[str, str]:
@@ -185,6 +191,63 @@ def depth_plot(
         ax.grid(alpha=0.3)
     _legend(fig, ax)
     return _save(fig, title, caption, path)
+
+
+def op_delta_plot(points: pd.DataFrame, *, title: str, caption: str, path: Path) -> Path:
+    """Δ speed of each op variant against its op's reference variant, one horizontal bar per row of `points`, top
+    to bottom, with 95% CI error bars and one color per op; a bar whose CI includes 0 (≈) is drawn faint.
+
+    points: label, op, ratio, low, high (speed ratios variant/reference, > 1 is faster), verdict.
+    Bars grow from ratio 1 (Δ 0%); the axis is labelled in Δ% and turns logarithmic when the ratios span widely.
+    """
+    ops = list(dict.fromkeys(points["op"]))
+    colors = variant_colors(ops)
+    # A gap between ops groups each op's bars under its color.
+    y = np.arange(len(points)) + 0.6 * np.array([ops.index(op) for op in points["op"]])
+    fig = _figure(10.0, 0.28 * len(points) + 0.2 * len(ops) + 1.6)
+    ax = fig.add_subplot()
+    faint = (points["verdict"] == "≈").to_numpy()
+    fills = [to_rgba(colors[op], 0.35 if dim else 1.0) for op, dim in zip(points["op"], faint, strict=True)]
+    ax.barh(y, points["ratio"] - 1, left=1, height=0.75, color=fills, edgecolor=[colors[op] for op in points["op"]],
+            xerr=[points["ratio"] - points["low"], points["high"] - points["ratio"]], capsize=2,
+            error_kw={"elinewidth": 1.0, "ecolor": "#333333"})
+    # Label beyond the end of the CI, so the number never sits on the error bar.
+    for yi, ratio, low, high in zip(y, points["ratio"], points["low"], points["high"], strict=True):
+        right = ratio >= 1
+        ax.annotate(f"{(ratio - 1) * 100:+.1f}%", (high if right else low, yi), xytext=(3 if right else -3, 0),
+                    textcoords="offset points", ha="left" if right else "right", va="center", fontsize=7)
+    ax.axvline(1, color="#333333", linewidth=0.8)
+    log = _ratio_axis(ax, pd.concat([points["low"], points["high"]]))
+    ax.set_yticks(y, points["label"], fontsize=7)
+    ax.set_ylim(y[-1] + 0.8, -0.8)  # top to bottom, without the empty rows autoscaling would add
+    ax.set_xlabel("Δ speed vs the op's reference variant (%" + (", log scale of the speed ratio)" if log else ")"))
+    ax.grid(axis="x", alpha=0.3)
+    handles = [Patch(color=colors[op], label=op) for op in ops]
+    handles.append(Patch(facecolor=to_rgba("#8C8C8C", 0.35), edgecolor="#8C8C8C", label="≈ (CI includes 0)"))
+    fig.legend(handles=handles, loc="outside right center", fontsize=8, frameon=False)
+    return _save(fig, title, caption, path)
+
+
+def _ratio_axis(ax: Axes, ratios: pd.Series) -> bool:
+    """An x axis of speed ratios labelled as Δ%, with room beyond the extremes for the bars' labels; logarithmic
+    (True) when they span widely, so 2x faster and 2x slower lie equally far from 0%."""
+    low, high = min(ratios.min(), 1.0), max(ratios.max(), 1.0)
+    log = low < LOG_RATIO_LOW or high > LOG_RATIO_HIGH
+    if log:
+        ax.set_xscale("log")
+        ax.set_xlim(low / 1.6, high * 1.6)
+        ax.set_xticks([t for t in RATIO_TICKS if low / 1.6 <= t <= high * 1.6])
+        ax.xaxis.set_minor_locator(NullLocator())
+    else:
+        margin = 0.15 * (high - low) or 0.05
+        ax.set_xlim(low - margin, high + margin)
+    ax.xaxis.set_major_formatter(FuncFormatter(lambda ratio, _: _percent_change(ratio)))
+    return log
+
+
+def _percent_change(ratio: float) -> str:
+    delta = round((ratio - 1) * 100)
+    return f"{delta:+,}%" if delta else "0%"
 
 
 def _figure(width: float, height: float) -> Figure:

@@ -5,7 +5,9 @@
 writes report.md, report.html (self-contained), summary.csv and the PNG plots to `reports/<experiment>/`, and prints
 the delta tables. Results files merge (shards of a suite, or one suite on several machines); one table is drawn per
 machine x comparison x workload, so machines and workloads are never pooled into one median. Every number comes
-from bench.stats, the module `fusebench check` uses too.
+from bench.stats, the module `fusebench check` uses too. Alongside: the roofline (achieved rates against the
+machine's peak), decode speed against KV depth, and `fusebench ops` records (whose statistics come from
+bench.opbench), alone (reports/ops/) or merged with trials.
 """
 
 from __future__ import annotations
@@ -24,8 +26,11 @@ import yaml
 from rich.console import Console
 from rich.text import Text
 
+from models.ops import REGISTRY
+
 from . import plots, stats
 from .document import Block, Bullets, Figure, Heading, Paragraph, Table, to_console, to_html, to_markdown
+from .opbench import VariantSummary, format_seconds, summarize_ops
 from .reference import Reference, load_reference, matches_size
 from .results import Results, ResultsError, blas_name, machine_label, read_results
 
@@ -42,6 +47,10 @@ TRIAL_FIELDS = (
     "run_id", "cell", "model_key", "size", "workload", "prompt_tokens", "gen_tokens", "batch", "variant", "round",
     "warmup", "prefill_tps", "gen_tps",
 )
+# What the depth and op sections read from their records; a record lacking one is bad input, not a traceback.
+DEPTH_FIELDS = ("run_id", "model_key", "size", "batch", "variant", "round", "depth", "gen_tokens", "gen_tps")
+OP_FIELDS = ("run_id", "op", "variant", "reference", "shape_label", "round", "seconds", "bytes", "flops", "max_abs_err")
+REQUIRED_FIELDS = {"trial": TRIAL_FIELDS, "depth": DEPTH_FIELDS, "op": OP_FIELDS}
 # bench.roofline's achieved() and percent_of_peak() fields: carried into summary.csv whenever trial records hold them.
 ROOFLINE_FIELDS = ("prefill_tflops", "gen_gbps", "prefill_pct_of_peak", "gen_pct_of_peak")
 CELL_FIELDS = ("model_key", "size", "workload", "prompt_tokens", "gen_tokens", "batch", "dtype", "quantize")
@@ -55,22 +64,27 @@ class ReportError(ValueError):
 
 
 def load_results(paths: Sequence[str | Path], warn: Callable[[str], None] | None = None) -> Results:
-    """Read and merge results files; a file without timed trials, or with malformed ones, is an error naming it."""
+    """Read and merge results files. Each must hold timed trials or op records (`fusebench ops`), all well formed;
+    otherwise the error names the file."""
     merged = Results()
     for path in paths:
         one = read_results([path], warn=warn)
-        trials = one.of_kind("trial")
-        for record in trials:
-            missing = [f for f in TRIAL_FIELDS if f not in record]
-            if missing:
-                where = f"variant {record.get('variant', '?')}, round {record.get('round', '?')}"
-                raise ResultsError(f"{path}: a trial record ({where}) lacks field(s) {', '.join(missing)}")
-        if not any(not r["warmup"] for r in trials):
+        for kind, fields in REQUIRED_FIELDS.items():
+            _require_fields(path, one.of_kind(kind), kind, fields)
+        if not any(not r["warmup"] for r in one.of_kind("trial")) and not one.of_kind("op"):
             found = ", ".join(f"{n} {kind}" for kind, n in Counter(r["kind"] for r in one.records).items())
-            raise ResultsError(f"{path}: no timed trial records to report (found {found})")
+            raise ResultsError(f"{path}: no timed trial or op records to report (found {found})")
         merged.records.extend(one.records)
         merged.corrupt_lines.extend(one.corrupt_lines)
     return merged
+
+
+def _require_fields(path: str | Path, records: list[dict[str, Any]], kind: str, fields: Sequence[str]) -> None:
+    for record in records:
+        missing = [f for f in fields if f not in record]
+        if missing:
+            where = ", ".join(f"{key} {record[key]}" for key in ("op", "variant", "round") if key in record)
+            raise ResultsError(f"{path}: {kind} record ({where or '?'}) lacks field(s) {', '.join(missing)}")
 
 
 @dataclass
@@ -89,11 +103,20 @@ class Study:
     planned: list[tuple[str, str]]  # the experiments' comparisons
     machines: list[str]
     envs: dict[str, list[dict[str, Any]]]  # the environment of each run, by machine
+    op_summaries: list[VariantSummary]  # bench.opbench's per run x op x shape x variant statistics
+
+    @property
+    def has_trials(self) -> bool:
+        """Whether there is anything for the trial sections (an ops-only file has none)."""
+        return not (self.timed.empty and self.closed.empty)
 
 
 def build_study(results: Results) -> Study:
     trials = results.frame("trial")
-    experiments = [_experiment(header) for header in results.runs.values()]
+    op_records = results.frame("op")
+    # An ops run's header stores the experiment it took its shapes from; its variants and comparisons were not run.
+    op_runs = set(op_records["run_id"]) if not op_records.empty else set()
+    experiments = [_experiment(h) for run_id, h in results.runs.items() if run_id not in op_runs]
     declared = {name: assignment for exp in experiments for name, assignment in _declared_variants(exp).items()}
     seen = list(trials["variant"]) if not trials.empty else []
     variants = list(dict.fromkeys([*declared, *seen]))
@@ -118,8 +141,9 @@ def build_study(results: Results) -> Study:
         variants=variants,
         ops=ops,
         planned=list(dict.fromkeys(pair for exp in experiments for pair in _planned_comparisons(exp))),
-        machines=list(dict.fromkeys(m for f in (timed, closed) if not f.empty for m in f["machine"])),
+        machines=list(dict.fromkeys(m for f in (timed, closed, op_records) if not f.empty for m in f["machine"])),
         envs=envs,
+        op_summaries=summarize_ops(results.of_kind("op")),
     )
 
 
@@ -163,11 +187,13 @@ def resolve_comparisons(requested: Sequence[str] | None, study: Study) -> list[t
             if unknown:
                 raise ReportError(
                     f"--compare {pair[0]}:{pair[1]}: no variant {unknown[0]!r} in the results; "
-                    f"variants: {', '.join(study.variants)}"
+                    f"variants: {', '.join(study.variants) or 'none (these results hold no trials)'}"
                 )
         return pairs
     if study.planned:
         return study.planned
+    if not study.variants:
+        return []
     first, *others = study.variants
     return [(first, other) for other in others]
 
@@ -243,7 +269,10 @@ def environment_line(envs: Sequence[dict[str, Any]]) -> str:
 
 
 def plot_caption(study: Study, machine: str) -> str:
-    envs = study.envs.get(machine) or [{}]
+    return envs_caption(study.envs.get(machine) or [{}])
+
+
+def envs_caption(envs: Sequence[dict[str, Any]]) -> str:
     return f"Measured on {envs[0].get('hostname', '?')}: {environment_line(envs)}"
 
 
@@ -657,23 +686,198 @@ def rounds_section(study: Study, out_dir: Path) -> list[Block]:
     return blocks
 
 
+ROOFLINE_MEANING = (
+    "% of peak: prefill TFLOP/s (2 FLOPs per active parameter and prompt token, plus attention) against the "
+    "matmul peak (fp32; bf16 for 16-bit models), gen GB/s (the bytes each decode step must move: active weights "
+    "and KV cache) against the memory-read peak, so a fusion that saves memory traffic moves gen toward its roof."
+)
+
+
+def roofline_section(study: Study) -> list[Block]:
+    """Achieved prefill TFLOP/s and gen GB/s per cell and variant, with their share of the machine's peak."""
+    if study.timed.empty or "prefill_tflops" not in study.timed or study.timed["prefill_tflops"].isna().all():
+        return []
+    blocks: list[Block] = [Heading("Roofline"), Paragraph(f"Medians of the timed trials. {ROOFLINE_MEANING}")]
+    for machine in study.machines:
+        timed = _on(study.timed, machine)
+        if timed.empty:
+            continue
+        suffix = "" if len(study.machines) == 1 else f" · {machine}"
+        blocks.append(Bullets(tuple(f"Peak{suffix}: {describe_peak(peak)}" for peak in _peaks(study, timed))))
+        for workload in ordered_workloads([timed]):
+            blocks += [Heading(f"{workload}{suffix}", 3), roofline_table(study, _on(timed, machine, workload))]
+    return blocks
+
+
+def _peaks(study: Study, timed: pd.DataFrame) -> list[dict[str, Any] | None]:
+    """The distinct peaks the runs of these trials were held against (one, unless runs measured it apart)."""
+    runs = study.results.runs
+    peaks = [runs.get(run_id, {}).get("peak") for run_id in dict.fromkeys(timed["run_id"])]
+    return list({repr(peak): peak for peak in peaks}.values())
+
+
+def describe_peak(peak: dict[str, Any] | None) -> str:
+    if not peak:
+        return ("none known (a CPU run without a probe, or a device missing from the chip table): achieved rates "
+                "only, no percentages")
+    figures = [f"{_rate(peak[key])} {unit}" for key, unit in (
+        ("fp32_tflops", "TFLOP/s fp32"), ("bf16_tflops", "TFLOP/s bf16"), ("memory_gbps", "GB/s memory")
+    ) if peak.get(key)]
+    return (f"{peak.get('name', '?')}: {', '.join(figures) or 'no figures'} (source: {peak.get('source', '?')}; "
+            f"confidence: {peak.get('confidence', '?')})")
+
+
+def roofline_table(study: Study, timed: pd.DataFrame) -> Table:
+    """Size | Variant | prefill TFLOP/s (% of peak) | gen GB/s (% of peak), for one machine and workload."""
+    labels = cell_labels(ordered_cells([timed]))
+    fields = [f for f in ROOFLINE_FIELDS if f in timed]
+    medians = _trial_medians(timed, fields).set_index(["model_key", "variant"])
+    rows = []
+    for cell, label in labels.items():
+        for variant in _variants_in(study, timed[timed["model_key"] == cell[0]]):
+            row = medians.loc[(cell[0], variant)]
+            rows.append((label, variant, _with_percent(row, "prefill_tflops", "prefill_pct_of_peak"),
+                         _with_percent(row, "gen_gbps", "gen_pct_of_peak")))
+    return Table(("Size", "Variant", "Prefill TFLOP/s (% of peak)", "Gen GB/s (% of peak)"), tuple(rows),
+                 frozenset({2, 3}))
+
+
+def _with_percent(row: pd.Series, rate: str, percent: str) -> str:
+    value, share = row.get(rate, math.nan), row.get(percent, math.nan)
+    if pd.isna(value):
+        return "—"
+    return _rate(value) if pd.isna(share) else f"{_rate(value)} ({share:.1f}%)"
+
+
+def _rate(value: float) -> str:
+    """Three significant digits, and whole numbers from 100: 0.0177, 2.30, 52.1, 3,350."""
+    short = f"{value:#.3g}"
+    # Decide on the rounded value, so 99.96 prints "100", not "100." ('#' keeps the point).
+    return f"{value:,.0f}" if abs(float(short)) >= 100 else short
+
+
+def _trial_medians(timed: pd.DataFrame, columns: Sequence[str]) -> pd.DataFrame:
+    """Per machine x cell x variant, the median of each column (None counts as missing)."""
+    keys = ["machine", "model_key", "workload", "variant"]
+    values = timed[list(columns)].apply(pd.to_numeric, errors="coerce")
+    return values.groupby([timed[k] for k in keys]).median().reset_index()
+
+
 def depth_section(study: Study, out_dir: Path) -> list[Block]:
     if study.depth.empty:
         return []
     blocks: list[Block] = [Heading("Decode speed vs KV depth"), Paragraph(
-        "Decode tokens/s after prefilling the KV cache to each depth: median over rounds, IQR shaded."
+        "Each round prefills one long prompt, stopping at every KV depth to time the decode steps that follow "
+        "there: median decode tokens/s over rounds, IQR shaded. Each model has one curve, recorded with its first "
+        "workload: the KV depth, not the workload's prompt, sets the context here."
     )]
     for machine in study.machines:
         depth = _on(study.depth, machine)
-        for workload in ordered_workloads([depth]):
-            rows = _on(depth, machine, workload)
-            labels = cell_labels(ordered_cells([rows]))
-            name = f"depth-{_slug(workload)}{_machine_suffix(study, machine)}.png"
-            title = f"Decode throughput vs KV depth · {workload}"
-            path = plots.depth_plot(_labelled(rows, labels), list(labels.values()), _variants_in(study, rows),
-                                    title=title, caption=plot_caption(study, machine), path=out_dir / name)
-            blocks.append(Figure(path, title))
+        if depth.empty:
+            continue
+        # gen_tokens of a depth record is the decode steps timed at each depth (the workload's gen_tokens - 1).
+        for (batch, steps), rows in depth.groupby(["batch", "gen_tokens"], sort=True):
+            blocks += _depth_group(study, machine, rows, int(batch), int(steps), out_dir)
     return blocks
+
+
+def _depth_group(study: Study, machine: str, rows: pd.DataFrame, batch: int, steps: int, out_dir: Path) -> list[Block]:
+    """The medians table and the curves of the depth records sharing a batch and a number of decode steps."""
+    labels = cell_labels(ordered_cells([rows]))
+    variants = _variants_in(study, rows)
+    where = f"{steps} decode steps per depth, batch {batch}"
+    where += "" if len(study.machines) == 1 else f" · {machine}"
+    medians = rows.groupby(["model_key", "depth", "variant"])["gen_tps"].median()
+    table_rows = tuple(
+        (label, f"{depth:,}", *(stats.format_tps(medians.get((cell[0], depth, v), math.nan)) for v in variants))
+        for cell, label in labels.items()
+        for depth in sorted(rows.loc[rows["model_key"] == cell[0], "depth"].unique())
+    )
+    rounds = rows.groupby(["model_key", "variant"])["round"].nunique().max()
+    name = f"depth-{steps}steps-b{batch}{_machine_suffix(study, machine)}.png"
+    title = f"Decode throughput vs KV depth · {steps} steps per depth, b{batch}"
+    path = plots.depth_plot(_labelled(rows, labels), list(labels.values()), variants, title=title,
+                            caption=plot_caption(study, machine), path=out_dir / name)
+    return [
+        Heading(where, 3),
+        Paragraph(f"Timed at each depth: {steps} decode steps (batch {batch}), in {rounds} round(s); median tokens/s."),
+        Table(("Size", "KV depth", *variants), table_rows, frozenset(range(1, 2 + len(variants)))),
+        Figure(path, f"{title} (median over rounds, IQR band)"),
+    ]
+
+
+OP_COLUMNS = ("Shape", "Variant", "Median time", "GB/s", "GFLOP/s", "max abs err", "Δ speed", "95% CI", "Verdict")
+
+
+def op_section(study: Study, out_dir: Path) -> list[Block]:
+    """`fusebench ops` records: per op a table of every shape and variant, and per run one plot of the Δs."""
+    if not study.op_summaries:
+        return []
+    blocks: list[Block] = [Heading("Op microbenchmarks"), Paragraph(
+        "Each op variant timed on its own at the exact shapes each size produces (fusebench ops), in rounds "
+        "interleaved ABBA: median time per call; GB/s counts the bytes read and written, GFLOP/s the arithmetic "
+        "(— for pure data movement); max abs err is the output's largest deviation from the reference variant's. Δ "
+        "speed is the median of the paired per-round speed ratios against the op's reference variant, with its "
+        "95% bootstrap CI; faster or slower when the CI excludes 0, otherwise ≈."
+    )]
+    runs = list(dict.fromkeys(s.run_id for s in study.op_summaries))
+    notes = {r["shape_label"]: r["note"] for r in study.results.of_kind("op") if r.get("note")}
+    for index, run_id in enumerate(runs):
+        summaries = [s for s in study.op_summaries if s.run_id == run_id]
+        blocks += _op_run(study, run_id, summaries, notes, "" if len(runs) == 1 else f"-r{index + 1}", out_dir)
+    return blocks
+
+
+def _op_run(study: Study, run_id: str | None, summaries: list[VariantSummary], notes: dict[str, str], suffix: str,
+            out_dir: Path) -> list[Block]:
+    env = study.results.runs.get(run_id, {}).get("env", {})
+    rounds = len({r["round"] for r in study.results.of_kind("op") if r.get("run_id") == run_id})
+    where = "" if not suffix else f" · run {run_id}"
+    blocks: list[Block] = [Paragraph(f"Run {run_id}, {rounds} rounds; environment: {environment_line([env])}")]
+    for op in dict.fromkeys(s.op for s in summaries):
+        rows = [s for s in summaries if s.op == op]
+        title = f"{op}: {REGISTRY[op].doc}" if op in REGISTRY else op
+        blocks += [Heading(f"{title}{where}", 3), op_table(rows)]
+        shape_notes = [f"{label}: {notes[label]}" for label in dict.fromkeys(s.shape_label for s in rows)
+                       if label in notes]
+        if shape_notes:
+            blocks.append(Bullets(tuple(shape_notes)))
+    compared = [s for s in summaries if s.speed is not None]
+    if compared:
+        blocks.append(_op_figure(compared, envs_caption([env]), where, out_dir / f"op-deltas{suffix}.png"))
+    return blocks
+
+
+def op_table(summaries: Sequence[VariantSummary]) -> Table:
+    """One op's shapes, the reference variant first in each, the shape named once per group."""
+    rows = []
+    for label in dict.fromkeys(s.shape_label for s in summaries):
+        group = sorted((s for s in summaries if s.shape_label == label), key=lambda s: s.variant != s.reference)
+        for i, s in enumerate(group):
+            delta, interval = ("—", "—") if s.speed is None else (stats.format_delta(s.speed),
+                                                                  stats.format_ci(s.speed))
+            rows.append((label if i == 0 else "", s.variant, format_seconds(s.median_s), _rate(s.gbps),
+                         "—" if s.gflops is None else _rate(s.gflops), f"{s.max_abs_err:.2g}", delta, interval,
+                         s.verdict))
+    return Table(OP_COLUMNS, tuple(rows), frozenset(range(2, 8)))
+
+
+def _op_figure(summaries: Sequence[VariantSummary], caption: str, where: str, path: Path) -> Figure:
+    # A variant is named on its bar only where its op has several besides the reference.
+    variants_per_op = Counter(op for op, _ in {(s.op, s.variant) for s in summaries})
+    several = {op for op, n in variants_per_op.items() if n > 1}
+    points = pd.DataFrame({
+        "label": [s.shape_label + (f" · {s.variant}" if s.op in several else "") for s in summaries],
+        "op": [s.op for s in summaries],
+        "ratio": [s.speed.ratio for s in summaries],
+        "low": [s.speed.low for s in summaries],
+        "high": [s.speed.high for s in summaries],
+        "verdict": [s.verdict for s in summaries],
+    })
+    title = f"Op microbenchmarks: speed vs each op's reference variant{where}"
+    plots.op_delta_plot(points, title=title, caption=caption, path=path)
+    return Figure(path, f"{title}: median of the paired per-round speed ratios, with its 95% bootstrap CI; faint "
+                        "bars: the CI includes 0")
 
 
 def _variants_in(study: Study, frame: pd.DataFrame) -> list[str]:
@@ -714,7 +918,7 @@ def summary_frame(study: Study) -> pd.DataFrame:
     summary = summary.merge(cells.drop(columns="size"), on=keys, how="left")
     extra = [c for c in ("peak_memory_bytes", *ROOFLINE_FIELDS) if c in timed.columns]
     if extra:
-        medians = timed.groupby([*keys, "variant"])[extra].median().add_suffix("_median").reset_index()
+        medians = _trial_medians(timed, extra).rename(columns={c: f"{c}_median" for c in extra})
         summary = summary.merge(medians, on=[*keys, "variant"], how="left")
     machine_rank = {m: i for i, m in enumerate(study.machines)}
     variant_rank = {v: i for i, v in enumerate(study.variants)}
@@ -730,7 +934,7 @@ def summary_frame(study: Study) -> pd.DataFrame:
 
 @dataclass
 class Report:
-    delta_blocks: list[Block]  # what the terminal shows
+    terminal_blocks: list[Block]  # what the terminal shows: the delta and op tables
     warnings: list[str]
     files: list[Path]
 
@@ -741,42 +945,66 @@ def write_report(
 ) -> Report:
     """Write report.md, report.html, summary.csv and the PNGs into out_dir."""
     out_dir.mkdir(parents=True, exist_ok=True)
-    delta_blocks: list[Block] = []
     corrupt = study.results.corrupt_lines
     warnings = [f"{len(corrupt)} corrupt line(s) skipped: {', '.join(corrupt)}"] if corrupt else []
-    for pair in comparisons:
-        delta_blocks.append(Heading(f"Δ {pair[0]} → {pair[1]}"))
-        for machine in study.machines:
-            for workload in ordered_workloads([_on(study.timed, machine), _on(study.closed, machine)]):
-                section = delta_section(study, pair, machine, workload, reference, out_dir)
-                delta_blocks += section.blocks
-                warnings += section.warnings
-    warnings += noisy_warnings(study) + cold_start_warnings(study)
+    delta_blocks, delta_warnings = delta_sections(study, comparisons, reference, out_dir)
+    warnings += delta_warnings + noisy_warnings(study) + cold_start_warnings(study)
+    op_blocks = op_section(study, out_dir)
     blocks: list[Block] = [
         Heading(f"fusebench report: {study.name}", 1),
         Paragraph(_overview(study, sources)),
         *delta_blocks,
-        Heading("Warnings"),
-        Bullets(tuple(warnings)) if warnings else Paragraph("None: every cell is quiet, paired and warmed up."),
-        *correctness_section(study),
-        *throughput_section(study, out_dir),
-        *rounds_section(study, out_dir),
+        *warnings_section(study, warnings),
+        *(correctness_section(study) if study.has_trials else []),
+        *(throughput_section(study, out_dir) if study.has_trials else []),
+        *(rounds_section(study, out_dir) if study.has_trials else []),
+        *roofline_section(study),
         *depth_section(study, out_dir),
-        *method_section(),
+        *op_blocks,
+        *(method_section() if study.has_trials else []),
     ]
     files = [out_dir / "report.md", out_dir / "report.html", out_dir / "summary.csv"]
     files[0].write_text(to_markdown(blocks, out_dir), encoding="utf-8")
     files[1].write_text(to_html(blocks, f"fusebench report: {study.name}"), encoding="utf-8")
     summary_frame(study).to_csv(files[2], index=False)
     files += [b.path for b in blocks if isinstance(b, Figure)]
-    return Report(delta_blocks, warnings, files)
+    return Report([*delta_blocks, *op_blocks], warnings, files)
+
+
+def delta_sections(
+    study: Study, comparisons: Sequence[tuple[str, str]], reference: Reference | None, out_dir: Path
+) -> tuple[list[Block], list[str]]:
+    """Every comparison's tables, one per machine x workload, and their warnings."""
+    blocks: list[Block] = []
+    warnings: list[str] = []
+    for pair in comparisons:
+        blocks.append(Heading(f"Δ {pair[0]} → {pair[1]}"))
+        for machine in study.machines:
+            for workload in ordered_workloads([_on(study.timed, machine), _on(study.closed, machine)]):
+                section = delta_section(study, pair, machine, workload, reference, out_dir)
+                blocks += section.blocks
+                warnings += section.warnings
+    return blocks, warnings
+
+
+def warnings_section(study: Study, warnings: Sequence[str]) -> list[Block]:
+    if warnings:
+        return [Heading("Warnings"), Bullets(tuple(warnings))]
+    if not study.has_trials:
+        return []  # an ops-only report has no cells to vouch for
+    return [Heading("Warnings"), Paragraph("None: every cell is quiet, paired and warmed up.")]
 
 
 def _overview(study: Study, sources: Sequence[str | Path]) -> str:
     runs = study.results.runs
+    measured = [f"{len(study.timed)} timed trials"] if study.has_trials else []
+    if study.op_summaries:
+        cases = {(s.run_id, s.op, s.shape_label) for s in study.op_summaries}
+        ops = dict.fromkeys(s.op for s in study.op_summaries)
+        measured.append(f"{len(study.results.of_kind('op'))} op samples ({len(cases)} shapes of {', '.join(ops)})")
     text = (f"From {len(sources) or '?'} results file(s) ({', '.join(str(s) for s in sources) or 'in memory'}): "
-            f"{len(runs)} run(s) on {len(study.machines)} machine(s), {len(study.timed)} timed trials, "
-            f"variants {', '.join(study.variants)}.")
+            f"{len(runs)} run(s) on {len(study.machines)} machine(s), {', '.join(measured)}")
+    text += f", variants {', '.join(study.variants)}." if study.variants else "."
     if study.results.corrupt_lines:
         text += f" {len(study.results.corrupt_lines)} corrupt line(s) were skipped (see Warnings)."
     return text
@@ -806,7 +1034,7 @@ def command(args: argparse.Namespace, console: Console) -> int:
     # Experiment names are already path-safe; the substitution only guards hand-written headers.
     out_dir = args.out or Path("reports") / re.sub(r"[^\w.+-]", "-", study.name)
     report = write_report(study, comparisons, out_dir, reference, sources=args.results)
-    to_console([b for b in report.delta_blocks if not isinstance(b, Figure)], console)
+    to_console([b for b in report.terminal_blocks if not isinstance(b, Figure)], console)
     for warning in report.warnings:
         _warn(console, warning)
     console.print(f"wrote {len(report.files)} files to {out_dir}/: report.md, report.html, summary.csv and "

@@ -311,16 +311,40 @@ def test_summary_csv_rows(tmp_path: Path, suite: Path):
     assert list(dict.fromkeys(csv["size"])) == ["E2B (2/35 layers)", "E4B (2/42 layers)", "tiny"]
 
 
-def test_depth_plot_when_depth_records_exist(tmp_path: Path):
-    cell = meta("E2B")
-    records = [header(), *rounds(cell, {"baseline": [100.0] * 3, "compiled": [110.0] * 3},
-                                 {"baseline": [10.0] * 3, "compiled": [11.0] * 3})]
-    records += [{"kind": "depth", **cell, "variant": v, "round": r, "depth": d, "gen_tokens": 31, "gen_s": 1.0,
-                 "gen_tps": 30.0 - d / 1000 + (v == "compiled")}
-                for v in ("baseline", "compiled") for r in range(3) for d in (512, 2048, 8192)]
+def depth_records(cell: dict[str, Any], steps: int, depths: tuple[int, ...], level: float) -> list[dict]:
+    """Depth records as the runner writes them: the cell's fields, then gen_tokens = the decode steps timed per depth
+    (the workload's gen_tokens - 1); compiled decodes 1 tok/s faster at every depth, round r r tok/s faster."""
+    records = []
+    for r in range(3):
+        for variant in ("baseline", "compiled"):
+            for depth in depths:
+                tps = level - depth / 1000 + (variant == "compiled") + r
+                records.append({"kind": "depth", **cell, "variant": variant, "round": r, "depth": depth,
+                                "gen_tokens": steps, "gen_s": steps / tps, "gen_tps": tps})
+    return records
+
+
+def test_depth_section_one_curve_per_model_with_its_decode_steps(tmp_path: Path):
+    # Two models, two workloads each; each model's depth curve rides on the cell of its first workload.
+    records = [header()]
+    for size in ("E2B (2/35 layers)", "26B (2/30 layers)"):
+        for prompt in (128, 512):
+            records += rounds(meta(size, prompt=prompt), {"baseline": [100.0] * 3, "compiled": [110.0] * 3},
+                              {"baseline": [10.0] * 3, "compiled": [11.0] * 3})
+        records += depth_records(meta(size, prompt=128), 31, (512, 2048, 8192), 30.0 if "E2B" in size else 20.0)
     _, out, _ = run_report(tmp_path, write(tmp_path / "r.jsonl", records))
-    assert (out / "depth-pp128-tg32-b1.png").read_bytes()[:8] == PNG_SIGNATURE
-    assert "Decode speed vs KV depth" in (out / "report.md").read_text()
+    markdown = (out / "report.md").read_text()
+    assert "## Decode speed vs KV depth" in markdown
+    assert "Timed at each depth: 31 decode steps (batch 1), in 3 round(s)" in markdown
+    rows = md_table_rows(markdown.replace("| Size | KV depth |", "| Size |"), "31 decode steps per depth")
+    # Medians over rounds 0, 1, 2 (+0, +1, +2): the middle round's value, for each model, depth and variant.
+    assert rows[:3] == [["E2B (2/35 layers)", "512", "30.5", "31.5"], ["E2B (2/35 layers)", "2,048", "29.0", "30.0"],
+                        ["E2B (2/35 layers)", "8,192", "22.8", "23.8"]]
+    assert [r[0] for r in rows[3:]] == ["26B (2/30 layers)"] * 3
+    png = out / "depth-31steps-b1.png"
+    assert png.read_bytes()[:8] == PNG_SIGNATURE
+    assert matplotlib.image.imread(png).shape[1] > 900  # a panel per model
+    assert "Decode throughput vs KV depth · 31 steps per depth, b1" in markdown
 
 
 # --- reference numbers -----------------------------------------------------------------------------
@@ -395,10 +419,18 @@ def test_corrupt_line_is_skipped_warned_and_counted(tmp_path: Path):
     assert f"{path}:4" in markdown
 
 
-def test_file_without_trials(tmp_path: Path):
+def test_file_with_neither_trials_nor_ops(tmp_path: Path):
     path = write(tmp_path / "skips.jsonl", [header(), {"kind": "skip", **meta("31B"), "reason": "too big"}])
-    with pytest.raises(ResultsError, match=r"skips\.jsonl: no timed trial records .*1 skip"):
+    with pytest.raises(ResultsError, match=r"skips\.jsonl: no timed trial or op records .*1 skip"):
         run_report(tmp_path, path)
+
+
+def test_op_record_missing_fields(tmp_path: Path):
+    record = op_records("geglu", "E2B mlp [1,128,6144]", "unfused", "compiled", [1e-3] * 3, 1.25)[0]
+    del record["seconds"]
+    with pytest.raises(ResultsError, match=r"ops\.jsonl: op record \(op geglu, variant unfused, round 0\) lacks "
+                                           r"field\(s\) seconds"):
+        run_report(tmp_path, write(tmp_path / "ops.jsonl", [ops_header(), record]))
 
 
 def test_trial_missing_fields(tmp_path: Path):
@@ -491,13 +523,161 @@ def test_a_machine_with_only_skips_beside_one_with_trials(tmp_path: Path):
     assert len(study.machines) == 2
 
 
-def test_roofline_fields_flow_into_summary_csv(tmp_path: Path):
-    records = [header(), *rounds(meta("E2B"), {"baseline": [100.0] * 3}, {"baseline": [10.0] * 3})]
-    for record in records:
-        if record["kind"] == "trial":
-            record["prefill_pct_of_peak"] = 12.5
-    _, out, _ = run_report(tmp_path, write(tmp_path / "r.jsonl", records))
-    assert set(pd.read_csv(out / "summary.csv")["prefill_pct_of_peak_median"]) == {12.5}
+PEAK = {"name": "measured on this machine", "fp32_tflops": 0.1172, "bf16_tflops": None, "memory_gbps": 3.93,
+        "source": "fusebench env --probe: 2048x2048 matmul", "confidence": "measured"}
+
+
+def roofline_suite(peak: dict[str, Any] | None) -> list[dict[str, Any]]:
+    """E2B with roofline fields: baseline prefill 0.0177 TFLOP/s (15.1%), gen 2.37 GB/s (60.3%); compiled's gen
+    3.00 GB/s, closer to the roof. With no peak the percentages are null, as the runner writes them."""
+    records = [{**header(), "peak": peak}, *rounds(meta("E2B"), {"baseline": [100.0] * 3, "compiled": [100.0] * 3},
+                                                   {"baseline": [10.0] * 3, "compiled": [12.0] * 3})]
+    for record in records[1:]:
+        gen = 2.37 if record["variant"] == "baseline" else 3.0
+        record.update(prefill_tflops=0.0177, gen_gbps=gen,
+                      prefill_pct_of_peak=None if peak is None else 100 * 0.0177 / peak["fp32_tflops"],
+                      gen_pct_of_peak=None if peak is None else 100 * gen / peak["memory_gbps"])
+    return records
+
+
+def test_roofline_section_with_the_peak(tmp_path: Path):
+    _, out, _ = run_report(tmp_path, write(tmp_path / "r.jsonl", roofline_suite(PEAK)))
+    markdown = (out / "report.md").read_text()
+    assert "## Roofline" in markdown
+    assert ("Peak: measured on this machine: 0.117 TFLOP/s fp32, 3.93 GB/s memory (source: fusebench env --probe: "
+            "2048x2048 matmul; confidence: measured)") in markdown
+    assert "against the memory-read peak" in markdown and "moves gen toward its roof" in markdown
+    lines = markdown.splitlines()
+    start = lines.index("| Size | Variant | Prefill TFLOP/s (% of peak) | Gen GB/s (% of peak) |")
+    assert lines[start + 2:start + 4] == ["| E2B | baseline | 0.0177 (15.1%) | 2.37 (60.3%) |",
+                                          "| E2B | compiled | 0.0177 (15.1%) | 3.00 (76.3%) |"]
+    csv = pd.read_csv(out / "summary.csv")
+    assert set(csv["gen_pct_of_peak_median"].round(1)) == {60.3, 76.3}
+    assert set(csv["prefill_tflops_median"]) == {0.0177}
+
+
+def test_roofline_without_a_peak_shows_the_rates_alone(tmp_path: Path):
+    _, out, _ = run_report(tmp_path, write(tmp_path / "r.jsonl", roofline_suite(None)))
+    markdown = (out / "report.md").read_text()
+    assert "Peak: none known" in markdown
+    assert "| E2B | baseline | 0.0177 | 2.37 |" in markdown
+    assert pd.read_csv(out / "summary.csv")["gen_pct_of_peak_median"].isna().all()
+
+
+def test_no_roofline_section_without_roofline_fields(tmp_path: Path, suite: Path):
+    _, out, _ = run_report(tmp_path, suite)
+    assert "## Roofline" not in (out / "report.md").read_text()
+
+
+# --- op microbenchmarks (`fusebench ops`) -------------------------------------------------------------
+
+
+def ops_header(run_id: str = "ops1") -> dict[str, Any]:
+    # As `fusebench ops` writes it: the experiment is named "ops", its content the experiment the shapes came from,
+    # whose variants and comparisons were not run.
+    return {**header(run_id), "experiment": {"name": "ops", "file": "x.yaml", "sha256": "0" * 64,
+                                             "content": EXPERIMENT}, "rounds": 5}
+
+
+def op_records(op: str, label: str, reference: str, variant: str, seconds: list[float], speedup: float | list[float],
+               *, run_id: str = "ops1", nbytes: int = 8_000_000, flops: int | None = 4_000_000,
+               note: str | None = None) -> list[dict[str, Any]]:
+    """Both variants of one op x shape over len(seconds) rounds; the variant takes the reference's time / speedup."""
+    speedups = speedup if isinstance(speedup, list) else [speedup] * len(seconds)
+    records = []
+    for round_, (ref_s, up) in enumerate(zip(seconds, speedups, strict=True)):
+        for name, s in ((reference, ref_s), (variant, ref_s / up)):
+            records.append({
+                "kind": "op", "run_id": run_id, "op": op, "variant": name, "reference": reference,
+                "shape_label": label, "size": label.split()[0], "round": round_, "iterations": 1, "seconds": s,
+                "bytes": nbytes, "flops": flops, "gbps": nbytes / s / 1e9,
+                "gflops": None if flops is None else flops / s / 1e9,
+                "max_abs_err": 0.0 if name == reference else 2.5e-5, "note": note,
+            })
+    return records
+
+
+REF_SECONDS = [1.0e-3, 1.1e-3, 0.9e-3, 1.05e-3, 0.95e-3]  # median 1 ms
+
+
+def ops_suite() -> list[dict[str, Any]]:
+    """geglu 25% faster in every round at both shapes; rope 10% faster or slower by turns (≈), no FLOPs."""
+    return [
+        ops_header(),
+        *op_records("geglu", "E2B mlp [1,128,6144]", "unfused", "compiled", REF_SECONDS, 1.25),
+        *op_records("geglu", "E4B mlp [1,128,10240]", "unfused", "compiled", REF_SECONDS, 1.25,
+                    note="the wider MLP"),
+        *op_records("rope", "E2B sliding [1,8,128,256]", "composed", "fast", REF_SECONDS, [1.1, 1 / 1.1] * 2 + [1.0],
+                    flops=None),
+    ]
+
+
+def op_rows(markdown: str, op: str) -> list[list[str]]:
+    return md_table_rows(markdown.replace("| Shape |", "| Size |"), f"### {op}:")
+
+
+def test_ops_only_file_renders_the_op_section(tmp_path: Path, monkeypatch: pytest.MonkeyPatch):
+    path = write(tmp_path / "ops.jsonl", ops_suite())
+    monkeypatch.chdir(tmp_path)
+    parser = argparse.ArgumentParser()
+    add_arguments(parser)
+    buffer = io.StringIO()
+    assert command(parser.parse_args([str(path)]), Console(file=buffer, width=200)) == 0
+    out = tmp_path / "reports" / "ops"  # the ops run's experiment name
+    markdown = (out / "report.md").read_text()
+    assert "## Op microbenchmarks" in markdown
+    assert "30 op samples (3 shapes of geglu, rope)" in markdown
+    geglu = op_rows(markdown, "geglu")
+    assert geglu[0] == ["E2B mlp [1,128,6144]", "unfused", "1.00 ms", "8.00", "4.00", "0", "—", "—", "reference"]
+    assert geglu[1] == ["", "compiled", "800.0 µs", "10.0", "5.00", "2.5e-05", "+25.0%", "[+25.0%, +25.0%]",
+                        "faster"]
+    assert [r[0] for r in geglu] == ["E2B mlp [1,128,6144]", "", "E4B mlp [1,128,10240]", ""]
+    assert "- E4B mlp [1,128,10240]: the wider MLP" in markdown
+    rope = op_rows(markdown, "rope")
+    assert rope[1][4] == "—" and rope[1][-1] == "≈"  # pure data movement; a CI straddling 0
+    # Nothing of the trial report: the header's experiment declares variants, but an ops run never ran them.
+    for absent in ("## Δ", "## Throughput", "## Correctness", "## Warnings", "## Method"):
+        assert absent not in markdown
+    png = out / "op-deltas.png"
+    assert png.read_bytes()[:8] == PNG_SIGNATURE
+    assert matplotlib.image.imread(png).shape[0] > 300
+    assert (out / "report.html").read_text().count('src="data:image/png;base64,') == 1
+    assert "+25.0%" in buffer.getvalue()  # the op tables are printed too
+
+
+def test_trials_and_ops_in_one_file(tmp_path: Path):
+    path = write(tmp_path / "r.jsonl", [*full_suite(), *ops_suite()])
+    _, out, _ = run_report(tmp_path, path)
+    markdown = (out / "report.md").read_text()
+    assert md_table_rows(markdown, "baseline → compiled")[0][2] == "18,777"
+    assert op_rows(markdown, "geglu")[1][6] == "+25.0%"
+    study = report.build_study(read_results([path]))
+    assert study.machines == ["vm · Test CPU · cpu · openblas"]  # same host: one machine, not pooled apart
+    assert study.variants == ["baseline", "compiled"] and study.name == "fusion+ops"
+    assert {"delta", "throughput", "rounds", "op"} <= {p.name.split("-")[0] for p in out.glob("*.png")}
+
+
+def test_two_ops_runs_are_kept_apart(tmp_path: Path):
+    other = [ops_header("ops2"), *op_records("geglu", "E2B mlp [1,128,6144]", "unfused", "compiled", REF_SECONDS,
+                                             0.5, run_id="ops2")]
+    _, out, _ = run_report(tmp_path, write(tmp_path / "a.jsonl", ops_suite()), write(tmp_path / "b.jsonl", other))
+    markdown = (out / "report.md").read_text()
+    assert "### geglu: gelu_approx(gate) * up in the MLP, MoE experts and PLE gate · run ops2" in markdown
+    assert (out / "op-deltas-r1.png").is_file() and (out / "op-deltas-r2.png").is_file()
+    assert "-50.0%" in markdown and "+25.0%" in markdown
+
+
+def test_real_ops_results_file(tmp_path: Path):
+    real = Path(__file__).parents[1] / "results" / "ops-cpu-20261130.jsonl"
+    _, out, _ = run_report(tmp_path, real)
+    markdown = (out / "report.md").read_text()
+    assert "## Op microbenchmarks" in markdown
+    for op in ("geglu", "softcap", "attention", "rms_norm", "rope"):
+        assert len(op_rows(markdown, op)) >= 2
+    assert "device Intel(R) Xeon(R) Processor @ 2.80GHz · backend cpu · BLAS openblas" in markdown
+    png = out / "op-deltas.png"
+    assert png.read_bytes()[:8] == PNG_SIGNATURE
+    assert matplotlib.image.imread(png).shape[0] > 1000  # one bar per op x shape: 35 of them
 
 
 # --- headless browser ------------------------------------------------------------------------------
