@@ -190,7 +190,8 @@ def build_parser() -> argparse.ArgumentParser:
 
 def main(argv: list[str] | None = None) -> int:
     args = build_parser().parse_args(argv)
-    console = Console(stderr=False)
+    # Piped into a CI log, rich would wrap tables at 80 columns; logs are read wider than that.
+    console = Console(width=None if sys.stdout.isatty() else 160)
     try:
         return args.handler(args, console)
     except INPUT_ERRORS as err:
