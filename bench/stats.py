@@ -24,11 +24,15 @@ __all__ = [
     "COMPARE_COLUMNS",
     "METRICS",
     "METRIC_COLUMNS",
+    "RUN_CELL_KEYS",
+    "RUN_COMPARE_COLUMNS",
     "SUMMARY_COLUMNS",
     "RatioCI",
     "Summary",
     "bootstrap_ratio_ci",
+    "bootstrap_ratio_of_medians_ci",
     "compare",
+    "compare_runs",
     "format_ci",
     "format_delta",
     "format_tps",
@@ -36,6 +40,7 @@ __all__ = [
     "mann_whitney_min_p",
     "mann_whitney_p",
     "paired_ratios",
+    "paired_speedups",
     "regression",
     "summarize",
     "summary_table",
@@ -397,3 +402,123 @@ def _row_verdict(row: object, *, alpha: float, noise_pct: float) -> str:
         return "n/a"
     ci = RatioCI(ratio=row.ratio, low=row.low, high=row.high, n=row.n_pairs)
     return verdict(ci, noise_pct=noise_pct, significant=bool(row.p_holm < alpha))
+
+
+def bootstrap_ratio_of_medians_ci(
+    baseline_values: ArrayLike,
+    new_values: ArrayLike,
+    seed: int = 0,
+    *,
+    confidence: float = 0.95,
+    resamples: int = 10_000,
+) -> RatioCI:
+    """median(new) / median(baseline) with a percentile-bootstrap CI, for two samples that are NOT paired.
+
+    Two separate runs (a stored baseline and today's run) share no rounds, so each side is resampled on its own;
+    the CI then carries both sides' spread. NaNs are dropped. `n` is the smaller side. With a single value on
+    either side the CI is degenerate (callers should treat it as unproven); an empty side or a zero baseline
+    median raises ValueError.
+    """
+    b, n = _drop_nan(_as_1d(baseline_values)), _drop_nan(_as_1d(new_values))
+    if b.size == 0 or n.size == 0:
+        raise ValueError("bootstrap_ratio_of_medians_ci() needs at least one value on each side")
+    if not 0.0 < confidence < 1.0:
+        raise ValueError(f"confidence must be in (0, 1), got {confidence}")
+    if resamples < 1:
+        raise ValueError(f"resamples must be >= 1, got {resamples}")
+    if np.median(b) == 0.0:
+        raise ValueError("the baseline median is 0; a ratio to it is undefined")
+    ratio = float(np.median(n) / np.median(b))
+    if b.size == 1 or n.size == 1:
+        return RatioCI(ratio=ratio, low=ratio, high=ratio, n=1)
+    rng = np.random.default_rng(seed)
+    base_medians = np.median(b[rng.integers(0, b.size, size=(resamples, b.size))], axis=1)
+    new_medians = np.median(n[rng.integers(0, n.size, size=(resamples, n.size))], axis=1)
+    alpha = (1.0 - confidence) / 2.0
+    low, high = np.quantile(new_medians / base_medians, [alpha, 1.0 - alpha])
+    return RatioCI(ratio=ratio, low=float(low), high=float(high), n=int(min(b.size, n.size)))
+
+
+# --- one run against another (unpaired) ------------------------------------------------------------
+
+# A cell of one run matched with the same cell of another. No machine column: a stored baseline comes from another
+# host name (a CI runner's changes every time); whether the machines match is the caller's fingerprint check.
+RUN_CELL_KEYS = ("model_key", "size", "workload", "variant")
+RUN_COMPARE_COLUMNS = (
+    *RUN_CELL_KEYS, "metric", "baseline_median", "new_median", "n_baseline", "n_new", "ratio", "low", "high",
+    "delta_pct",
+)
+
+
+def compare_runs(
+    baseline_trials: pd.DataFrame,
+    new_trials: pd.DataFrame,
+    metrics: Sequence[str] = METRICS,
+    *,
+    seed: int = 0,
+    confidence: float = 0.95,
+) -> pd.DataFrame:
+    """Each model x size x workload x variant x metric of `new_trials` against the same cell of `baseline_trials`.
+
+    The two sides come from different runs, so nothing pairs them: the ratio is median(new) / median(baseline) of
+    the timed trials, with bootstrap_ratio_of_medians_ci's CI (seeded). A cell found on one side only gets a row
+    with n = 0 on the other and NaN ratio, so callers can list it as missing or new. Rows: the baseline's cells in
+    order, then cells only the new side has.
+    """
+    base, new = _values_by_run_cell(baseline_trials, metrics), _values_by_run_cell(new_trials, metrics)
+    rows = []
+    for key in dict.fromkeys([*base, *new]):
+        b, n = base.get(key, np.array([])), new.get(key, np.array([]))
+        ci = bootstrap_ratio_of_medians_ci(b, n, seed, confidence=confidence) if b.size and n.size else None
+        rows.append({
+            **dict(zip((*RUN_CELL_KEYS, "metric"), key, strict=True)),
+            "baseline_median": _median(b),
+            "new_median": _median(n),
+            "n_baseline": int(b.size),
+            "n_new": int(n.size),
+            "ratio": ci.ratio if ci else math.nan,
+            "low": ci.low if ci else math.nan,
+            "high": ci.high if ci else math.nan,
+            "delta_pct": ci.delta_pct if ci else math.nan,
+        })
+    return pd.DataFrame(rows, columns=list(RUN_COMPARE_COLUMNS))
+
+
+def _values_by_run_cell(trials: pd.DataFrame, metrics: Sequence[str]) -> dict[tuple, np.ndarray]:
+    columns = [_metric_column(m) for m in metrics]
+    timed = timed_trials(trials)
+    values: dict[tuple, np.ndarray] = {}
+    if timed.empty:
+        return values
+    _require_columns(timed, [*RUN_CELL_KEYS, *columns])
+    for keys, group in timed.groupby(list(RUN_CELL_KEYS), sort=False, dropna=False):
+        for metric, column in zip(metrics, columns, strict=True):
+            sample = _drop_nan(group[column].to_numpy(dtype=np.float64))
+            if sample.size:
+                values[(*keys, metric)] = sample
+    return values
+
+
+def paired_speedups(trials: pd.DataFrame, baseline: str, new: str) -> pd.DataFrame:
+    """Per-round speedups new/baseline as trial-like rows (variant "NEW/BASELINE"), ready for compare_runs.
+
+    Both variants of a round share whatever the machine was doing at the time, so the paired ratio cancels load that
+    moves the absolute tok/s of a whole run; comparing speedups across runs then resolves a fused path that lost
+    ground even when the runs' absolute speeds differ. Pairs where either side lacks a value stay NaN.
+    """
+    timed = timed_trials(trials)
+    columns = list(METRIC_COLUMNS.values())
+    keys = ["machine", *RUN_CELL_KEYS[:-1], "run_id", "cell", "round"]
+    if timed.empty:
+        return pd.DataFrame(columns=[*keys, "variant", "warmup", *columns])
+    _require_columns(timed, [*keys, "variant", *columns])
+
+    def side(variant: str) -> pd.DataFrame:
+        rows = timed[timed["variant"] == variant]
+        return rows.groupby(keys, sort=False, dropna=False)[columns].median().reset_index()
+
+    pairs = side(baseline).merge(side(new), on=keys, suffixes=("_baseline", "_new"))
+    speedups = pairs[keys].assign(variant=f"{new}/{baseline}", warmup=False)
+    for column in columns:
+        speedups[column] = pairs[f"{column}_new"].astype(np.float64) / pairs[f"{column}_baseline"].astype(np.float64)
+    return speedups

@@ -12,7 +12,9 @@ import pytest
 from bench.stats import (
     RatioCI,
     bootstrap_ratio_ci,
+    bootstrap_ratio_of_medians_ci,
     compare,
+    compare_runs,
     format_ci,
     format_delta,
     format_tps,
@@ -20,6 +22,7 @@ from bench.stats import (
     mann_whitney_min_p,
     mann_whitney_p,
     paired_ratios,
+    paired_speedups,
     regression,
     summarize,
     summary_table,
@@ -311,3 +314,75 @@ def test_mann_whitney_min_p():
     assert mann_whitney_min_p(5, 5) == pytest.approx(2 / 252)
     assert mann_whitney_min_p(1, 5) == 1.0
     assert mann_whitney_p(range(5), range(10, 15)) == pytest.approx(mann_whitney_min_p(5, 5))
+
+
+# --- bootstrap_ratio_of_medians_ci (unpaired: a run against a stored baseline) ---------------------
+
+
+def test_ratio_of_medians_point_estimate_and_reproducibility():
+    baseline, new = [100.0, 102.0, 98.0, 101.0, 99.0], [80.0, 81.0, 79.0, 82.0, 78.0]
+    a = bootstrap_ratio_of_medians_ci(baseline, new, seed=3)
+    assert a == bootstrap_ratio_of_medians_ci(baseline, new, seed=3)
+    assert a.ratio == pytest.approx(80.0 / 100.0)
+    # Every resampled median lies within each side's range, so the CI is bounded by the extreme ratios.
+    assert 78.0 / 102.0 <= a.low <= a.ratio <= a.high <= 82.0 / 98.0
+    assert a.n == 5
+
+
+def test_ratio_of_medians_unequal_sizes_nan_and_degenerate_cases():
+    ci = bootstrap_ratio_of_medians_ci([10.0, np.nan, 10.0, 10.0], [12.0, 12.0])
+    assert (ci.ratio, ci.low, ci.high, ci.n) == (1.2, 1.2, 1.2, 2)
+    single = bootstrap_ratio_of_medians_ci([10.0], [11.0, 12.0, 13.0])
+    assert (single.low, single.high, single.n) == (single.ratio, single.ratio, 1)
+    with pytest.raises(ValueError):
+        bootstrap_ratio_of_medians_ci([], [1.0])
+    with pytest.raises(ValueError):
+        bootstrap_ratio_of_medians_ci([0.0, 0.0], [1.0, 1.0])
+
+
+def test_ratio_of_medians_ci_coverage():
+    true_ratio, n, experiments = 0.9, 12, 300
+    rng = np.random.default_rng(7)
+    covered = 0
+    for i in range(experiments):
+        baseline = rng.lognormal(np.log(100.0), 0.05, size=n)
+        new = rng.lognormal(np.log(100.0 * true_ratio), 0.05, size=n)
+        ci = bootstrap_ratio_of_medians_ci(baseline, new, seed=i, resamples=2000)
+        covered += ci.low <= true_ratio <= ci.high
+    # The percentile bootstrap of a median is a little liberal at n = 12; it must still be near 95%.
+    assert 0.85 <= covered / experiments <= 0.99
+
+
+def test_compare_runs_matches_cells_across_hosts_and_lists_one_sided_cells():
+    baseline = _grid()
+    # Today's run on another host name: compiled 20% slower on prefill, gen unchanged; plus a cell the baseline lacks.
+    today = _grid().assign(machine="ci-runner-7 · cpu · cpu · openblas", run_id="run2")
+    today.loc[today["variant"] == "compiled", "prefill_tps"] *= 0.8
+    extra = pd.DataFrame([_trial("sdpa", r, 50.0, 5.0, run_id="run2") for r in range(3)])
+    table = compare_runs(baseline, pd.concat([today, extra], ignore_index=True))
+    rows = table.set_index(["variant", "metric"])
+    compiled = rows.loc[("compiled", "prefill")]
+    assert compiled["ratio"] == pytest.approx(0.8)
+    assert compiled["high"] < 1.0 and (compiled["n_baseline"], compiled["n_new"]) == (5, 5)
+    assert rows.loc[("baseline", "gen"), "ratio"] == pytest.approx(1.0)
+    sdpa = rows.loc[("sdpa", "prefill")]
+    assert (sdpa["n_baseline"], sdpa["n_new"]) == (0, 3) and math.isnan(sdpa["ratio"])
+    # Warmups never count: the baseline's wild warmup values are not in its medians.
+    assert rows.loc[("compiled", "gen"), "baseline_median"] == 11.0
+
+
+def test_paired_speedups_cancel_load_shared_by_a_round():
+    # Round 3 ran on a busy machine: both variants at half speed; the speedup stays exactly 1.25.
+    rows = []
+    for r in range(5):
+        load = 0.5 if r == 3 else 1.0
+        rows += [_trial("baseline", r, 100.0 * load, 10.0 * load), _trial("compiled", r, 125.0 * load, None)]
+    rows.append(_trial("compiled", 0, 1e6, 1e6, warmup=True))
+    speedups = paired_speedups(pd.DataFrame(rows), "baseline", "compiled")
+    assert list(speedups["round"]) == [0, 1, 2, 3, 4]
+    assert set(speedups["variant"]) == {"compiled/baseline"}
+    assert speedups["prefill_tps"].tolist() == pytest.approx([1.25] * 5)
+    assert speedups["gen_tps"].isna().all()
+    table = compare_runs(speedups, speedups.assign(prefill_tps=speedups["prefill_tps"] * 0.9))
+    assert table.set_index("metric").loc["prefill", "ratio"] == pytest.approx(0.9)
+    assert list(table["metric"]) == ["prefill"]

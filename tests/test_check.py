@@ -1,0 +1,490 @@
+"""`fusebench check`, `baseline save` and `calibrate` on synthetic results written to tmp_path: no model runs."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from bench import calibrate, cli
+from bench.baseline import Fingerprint, save_baseline
+from bench.results import ResultsError
+
+MODEL_KEY = "e2b:layers=2:float32:none"
+SIZE = "E2B (2/35 layers)"
+WORKLOAD = "pp128 tg4 b1"
+CELL = f"{MODEL_KEY}|{WORKLOAD}"
+# Round-to-round jitter of a few percent, the same shape in every file so only the injected factor differs.
+JITTER = (1.00, 0.98, 1.02, 0.99, 1.01, 0.97, 1.03, 1.00)
+SPEED = {"baseline": (300.0, 4.0), "compiled": (330.0, 4.4), "sdpa": (310.0, 4.2)}
+ENV = {
+    "fusebench": "0.1.0", "mlx": "0.32.4", "python": "3.11.7", "backend": "cpu", "device": "Test CPU",
+    "blas": "openblas (/usr/lib/libopenblas.so)", "cpu": "Test CPU", "cores": 2, "hostname": "ci-runner-1",
+}
+EXPERIMENT = """\
+name: ci
+models:
+  - {preset: e2b, layers: 2, dtype: float32}
+variants:
+  baseline: {geglu: unfused, softcap: unfused, attention: manual}
+  compiled: {geglu: compiled, softcap: compiled, attention: manual}
+  sdpa: {geglu: unfused, softcap: unfused, attention: sdpa}
+comparisons:
+  - [baseline, compiled]
+  - [baseline, sdpa]
+workloads: {prompt_tokens: 128, gen_tokens: 4}
+trials: 8
+"""
+NO_EXPECTATIONS = EXPERIMENT
+ALL_CORRECT = EXPERIMENT + "expect:\n  - {all_correct: true}\n"
+
+
+def results_file(
+    path: Path,
+    *,
+    scale: dict[tuple[str, str], float] | None = None,
+    experiment: str = NO_EXPECTATIONS,
+    env: dict[str, Any] | None = None,
+    failing_variant: str | None = None,
+    run_id: str = "run1",
+) -> Path:
+    """A results file as `fusebench run` writes it; `scale[(variant, metric)]` multiplies that variant's tok/s."""
+    scale = scale or {}
+    meta = {"run_id": run_id, "cell": CELL, "model_key": MODEL_KEY, "size": SIZE, "workload": WORKLOAD,
+            "prompt_tokens": 128, "gen_tokens": 4, "batch": 1}
+    records: list[dict[str, Any]] = [{
+        "kind": "run", "run_id": run_id, "env": {**ENV, **(env or {})},
+        "experiment": {"name": "ci", "file": "experiments/ci.yaml", "sha256": "0" * 64, "content": experiment},
+    }]
+    for variant in SPEED:
+        passed = variant != failing_variant
+        records.append({"kind": "correctness", **meta, "variant": variant, "reference": "baseline",
+                        "max_abs_err": 0.0 if passed else 0.5, "atol": 0.01, "tokens_checked": 4,
+                        "tokens_agree": 4 if passed else 2, "passed": passed})
+    for round_, jitter in [(0, 0.01), *enumerate(JITTER)]:
+        warmup = jitter == 0.01  # absurd numbers: a warmup that counted would fail every test below
+        for variant, (prefill, gen) in SPEED.items():
+            records.append({
+                "kind": "trial", **meta, "variant": variant, "round": round_, "warmup": warmup,
+                "prefill_tps": prefill * jitter * scale.get((variant, "prefill"), 1.0),
+                "gen_tps": gen * jitter * scale.get((variant, "gen"), 1.0),
+            })
+    path.write_text("".join(json.dumps(r) + "\n" for r in records), encoding="utf-8")
+    return path
+
+
+def run(argv: list[str], capsys: pytest.CaptureFixture[str]) -> tuple[int, str, str]:
+    """The real CLI, with this issue's commands wired in as MODULE_COMMANDS entries (whether or not cli.py has them)."""
+    ours = {"check", "baseline", "calibrate"}
+    commands = [c for c in cli.MODULE_COMMANDS if c[0] not in ours]
+    commands += [(name, name, name) for name in sorted(ours)]
+    with pytest.MonkeyPatch.context() as patch:
+        patch.setattr(cli, "MODULE_COMMANDS", commands)
+        try:
+            code = cli.main(argv)
+        except SystemExit as usage:  # argparse rejects bad usage itself
+            code = usage.code
+    captured = capsys.readouterr()
+    return code, captured.out, captured.err
+
+
+@pytest.fixture
+def workdir(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Path:
+    """Baselines and noise files go to results/baselines/ under the current directory: make that tmp_path."""
+    monkeypatch.chdir(tmp_path)
+    return tmp_path
+
+
+@pytest.fixture
+def baseline(workdir: Path) -> Path:
+    return save_baseline(results_file(workdir / "base-run.jsonl"), "cpu-ci")
+
+
+def noise_file(path: Path, mde_pct: float, machine: dict[str, str] | None = None) -> Path:
+    band = {"mde_pct": mde_pct, "max_aa_slowdown_pct": 2 * mde_pct, "ci_half_width_pct": mde_pct, "comparisons": 10}
+    record = {
+        "kind": calibrate.NOISE_KIND,
+        "fingerprint": machine or {"backend": "cpu", "device": "Test CPU", "blas": "openblas", "cpu": "Test CPU"},
+        "experiment": {"name": "ci", "file": "experiments/ci.yaml", "sha256": "0" * 64}, "runs": 5,
+        "bands": {scope: {"prefill": band, "gen": band} for scope in calibrate.SCOPES},
+    }
+    path.parent.mkdir(parents=True, exist_ok=True)
+    path.write_text(json.dumps(record), encoding="utf-8")
+    return path
+
+
+# --- against a baseline ----------------------------------------------------------------------------
+
+
+def test_twenty_percent_slower_cell_fails_and_is_named(workdir: Path, baseline: Path, capsys):
+    current = results_file(workdir / "now.jsonl", scale={("compiled", "prefill"): 0.8})
+    code, out, _ = run(["check", str(current), "--baseline", str(baseline)], capsys)
+    assert code == 1
+    assert "FAILED" in out
+    failed = out.split("Failed:")[1]
+    assert "tok/s: E2B (2/35 layers) · pp128 tg4 b1 compiled prefill: -20.0%" in failed
+    assert "speedup: E2B (2/35 layers) · pp128 tg4 b1 compiled/baseline prefill: -20.0%" in failed
+    # Only the doctored cell fails: the other variants and compiled's gen are untouched.
+    assert failed.count("•") == 2 and "sdpa" not in failed and " gen:" not in failed
+
+
+def test_identical_file_passes(workdir: Path, baseline: Path, capsys):
+    code, out, _ = run(["check", str(results_file(workdir / "now.jsonl")), "--baseline", str(baseline)], capsys)
+    assert code == 0
+    assert "fusebench check: passed, 0 of 10 verdicts failed" in out
+
+
+def test_one_percent_slowdown_inside_the_noise_passes(workdir: Path, baseline: Path, capsys):
+    slower = {(v, m): 0.99 for v in SPEED for m in ("prefill", "gen")}
+    code, out, _ = run(["check", str(results_file(workdir / "now.jsonl", scale=slower)), "--baseline", str(baseline)],
+                       capsys)
+    assert code == 0
+    assert "-1.0%" in out
+
+
+def test_worst_offenders_come_first(workdir: Path, baseline: Path, capsys):
+    scale = {("sdpa", "gen"): 0.9, ("compiled", "prefill"): 0.7, ("baseline", "prefill"): 1.1}
+    code, out, _ = run(["check", str(results_file(workdir / "now.jsonl", scale=scale)), "--baseline", str(baseline),
+                        "--format", "markdown"], capsys)
+    assert code == 1
+    rows = [line for line in out.splitlines() if line.startswith("| tok/s")]
+    assert [row.split(" | ")[1:3] for row in rows[:2]] == [["compiled", "prefill"], ["sdpa", "gen"]]
+    assert "| faster |" in rows[-1]
+
+
+def test_cells_in_one_file_only_are_listed_not_failed(workdir: Path, capsys):
+    base_path = results_file(workdir / "base-run.jsonl")
+    lines = [line for line in base_path.read_text().splitlines() if '"variant": "sdpa"' not in line]
+    base_path.write_text("\n".join(lines) + "\n")
+    baseline = save_baseline(base_path, "no-sdpa")
+    code, out, _ = run(["check", str(results_file(workdir / "now.jsonl")), "--baseline", str(baseline)], capsys)
+    assert code == 0
+    assert "new (not in the baseline)" in out
+
+
+def test_other_machine_is_refused_unless_allowed(workdir: Path, baseline: Path, capsys):
+    current = results_file(workdir / "now.jsonl", env={"cpu": "Apple M3 Max", "device": "Apple M3 Max",
+                                                       "backend": "metal", "blas": "accelerate"})
+    code, out, err = run(["check", str(current), "--baseline", str(baseline)], capsys)
+    assert code == 2 and out == ""
+    assert err.count("\n") == 1
+    assert "cpu · Test CPU · openblas · Test CPU" in err and "metal · Apple M3 Max · accelerate" in err
+    assert "--allow-other-machine" in err
+    code, out, _ = run(["check", str(current), "--baseline", str(baseline), "--allow-other-machine"], capsys)
+    assert code == 0
+    assert "baseline from another machine" in out
+
+
+def test_a_new_hostname_is_the_same_machine(workdir: Path, baseline: Path, capsys):
+    current = results_file(workdir / "now.jsonl", env={"hostname": "ci-runner-2"})
+    assert run(["check", str(current), "--baseline", str(baseline)], capsys)[0] == 0
+
+
+@pytest.mark.parametrize(
+    ("content", "message"),
+    [
+        (None, "no such results file"),
+        ("", "no valid records"),
+        ("{not json\n\x00garbage\n", "no valid records"),
+        ("RUN_ONLY", "no timed trial records"),
+        ("CORRUPT_LINE", ":3: corrupt line in baseline"),
+        ("NO_HEADER", "no run header"),
+    ],
+)
+def test_malformed_baseline_exits_2_with_one_line(workdir: Path, capsys, content: str | None, message: str):
+    good = results_file(workdir / "good.jsonl").read_text().splitlines()
+    bad = workdir / "bad.jsonl"
+    if content == "RUN_ONLY":
+        bad.write_text(good[0] + "\n")
+    elif content == "CORRUPT_LINE":
+        bad.write_text("\n".join([*good[:2], '{"kind": "trial", "truncat', *good[2:]]) + "\n")
+    elif content == "NO_HEADER":
+        bad.write_text("\n".join(good[1:]) + "\n")
+    elif content is not None:
+        bad.write_text(content)
+    code, out, err = run(["check", str(workdir / "good.jsonl"), "--baseline", str(bad)], capsys)
+    assert code == 2 and out == ""
+    assert err.count("\n") == 1 and err.startswith("fusebench: error: ")
+    assert message in err and "Traceback" not in err
+
+
+def test_nothing_to_check_is_bad_input(workdir: Path, capsys):
+    code, _, err = run(["check", str(results_file(workdir / "now.jsonl"))], capsys)
+    assert code == 2
+    assert "nothing to check" in err
+
+
+@pytest.mark.parametrize("threshold", ["abc", "-1", "100", "150%"])
+def test_bad_threshold_is_usage_error(workdir: Path, baseline: Path, capsys, threshold: str):
+    code, _, err = run(["check", str(baseline), "--baseline", str(baseline), "--max-regression", threshold], capsys)
+    assert code == 2
+    assert "--max-regression" in err
+
+
+def test_threshold_accepts_a_percent_sign(workdir: Path, baseline: Path, capsys):
+    current = results_file(workdir / "now.jsonl", scale={("compiled", "prefill"): 0.8})
+    code, out, _ = run(["check", str(current), "--baseline", str(baseline), "--max-regression", "30%"], capsys)
+    assert code == 0
+    assert "limit: -30.0% (threshold) for every check" in out
+
+
+# --- expectations declared in the experiment -------------------------------------------------------
+
+
+def slowdown_experiment(pct: float) -> str:
+    return EXPERIMENT + f"expect:\n  - {{comparison: [baseline, compiled], metric: prefill, max_slowdown_pct: {pct}}}\n"
+
+
+def test_slowdown_expectation_passes_when_new_is_faster(workdir: Path, capsys):
+    code, out, _ = run(["check", str(results_file(workdir / "now.jsonl", experiment=slowdown_experiment(5)))], capsys)
+    assert code == 0
+    assert "compiled vs baseline" in out and "+10.0%" in out
+
+
+def test_slowdown_expectation_fails_beyond_its_limit(workdir: Path, capsys):
+    # compiled is 10% faster by design; at 0.75x it is 17.5% slower than baseline, beyond the declared 5%.
+    path = results_file(workdir / "now.jsonl", experiment=slowdown_experiment(5), scale={("compiled", "prefill"): 0.75})
+    code, out, _ = run(["check", str(path)], capsys)
+    assert code == 1
+    assert "expect: E2B (2/35 layers) · pp128 tg4 b1 compiled vs baseline prefill: -17.5%" in out
+    assert "-5.0% (threshold)" in out
+
+
+def test_slowdown_expectation_inside_its_limit_passes(workdir: Path, capsys):
+    scale = {("compiled", "prefill"): 0.75}
+    path = results_file(workdir / "now.jsonl", experiment=slowdown_experiment(25), scale=scale)
+    assert run(["check", str(path)], capsys)[0] == 0
+
+
+def test_slowdown_expectation_without_data_fails(workdir: Path, capsys):
+    path = results_file(workdir / "now.jsonl", experiment=slowdown_experiment(5))
+    path.write_text("".join(line + "\n" for line in path.read_text().splitlines()
+                            if '"kind": "trial"' not in line or '"variant": "compiled"' not in line))
+    code, out, _ = run(["check", str(path)], capsys)
+    assert code == 1
+    assert "no round ran both baseline and compiled" in out
+
+
+def test_all_correct_passes_and_fails_naming_cell_and_variant(workdir: Path, capsys):
+    code, out, _ = run(["check", str(results_file(workdir / "ok.jsonl", experiment=ALL_CORRECT))], capsys)
+    assert code == 0
+    assert "3 correctness checks passed" in out
+    bad = results_file(workdir / "bad.jsonl", experiment=ALL_CORRECT, failing_variant="sdpa")
+    code, out, _ = run(["check", str(bad)], capsys)
+    assert code == 1
+    assert "correct: E2B (2/35 layers) · pp128 tg4 b1 sdpa: ✗ incorrect" in out
+    assert "2/4 greedy tokens agree" in out
+
+
+def test_invalid_expectation_in_the_header_is_bad_input(workdir: Path, capsys):
+    broken = EXPERIMENT + "expect:\n  - {comparison: [baseline, nosuch], metric: prefill, max_slowdown_pct: 5}\n"
+    code, _, err = run(["check", str(results_file(workdir / "now.jsonl", experiment=broken))], capsys)
+    assert code == 2
+    assert "now.jsonl (run header: experiments/ci.yaml):" in err and "nosuch" in err
+
+
+def test_baseline_and_expectations_together(workdir: Path, baseline: Path, capsys):
+    bad = results_file(workdir / "bad.jsonl", experiment=ALL_CORRECT, failing_variant="compiled")
+    code, out, _ = run(["check", str(bad), "--baseline", str(baseline)], capsys)
+    assert code == 1
+    assert "fusebench check: FAILED, 1 of 11 verdicts failed" in out
+
+
+# --- output formats --------------------------------------------------------------------------------
+
+
+def test_json_holds_verdicts_and_github_action_benchmark_list(workdir: Path, baseline: Path, capsys):
+    current = results_file(workdir / "now.jsonl", scale={("compiled", "prefill"): 0.8}, experiment=ALL_CORRECT)
+    code, out, _ = run(["check", str(current), "--baseline", str(baseline), "--format", "json"], capsys)
+    assert code == 1
+    document = json.loads(out)
+    assert document["passed"] is False and document["exit_code"] == 1
+    failed = [v for v in document["verdicts"] if v["failed"]]
+    assert {(v["check"], v["variant"], v["metric"]) for v in failed} == {
+        ("tok/s", "compiled", "prefill"), ("speedup", "compiled/baseline", "prefill")}
+    assert document["verdicts"][:2] == failed  # worst first
+    worst = next(v for v in failed if v["check"] == "tok/s")
+    assert worst["delta_pct"] == pytest.approx(-20.0) and worst["ci_high_pct"] < -5.0
+    assert worst["limit_pct"] == 5.0 and worst["limit_bound"] == "threshold"
+    gab = document["github_action_benchmark"]
+    assert all(set(entry) == {"name", "unit", "value", "extra"} for entry in gab)
+    by_name = {entry["name"]: entry for entry in gab}
+    compiled = by_name["E2B (2/35 layers) · pp128 tg4 b1 compiled prefill"]
+    assert compiled["unit"] == "tok/s" and compiled["value"] == pytest.approx(330.0 * 0.8)
+    assert by_name["E2B (2/35 layers) · pp128 tg4 b1 sdpa/baseline gen"]["unit"] == "x"
+    assert len(gab) == 3 * 2 + 2 * 2  # tok/s of 3 variants and 2 speedups, prefill and gen each
+
+
+def test_markdown_is_a_pasteable_table(workdir: Path, baseline: Path, capsys):
+    code, out, _ = run(["check", str(results_file(workdir / "now.jsonl")), "--baseline", str(baseline),
+                        "--format", "markdown"], capsys)
+    assert code == 0
+    assert out.startswith("## fusebench check: passed")
+    assert "| Check | Variant | Metric | Baseline | Current | Δ [95% CI] | Limit | Verdict |" in out
+
+
+# --- noise calibration -----------------------------------------------------------------------------
+
+
+def test_noise_band_raises_the_limit_and_says_so(workdir: Path, baseline: Path, capsys):
+    current = results_file(workdir / "now.jsonl", scale={("compiled", "prefill"): 0.8})
+    noise = noise_file(workdir / "noise.json", mde_pct=25.0)
+    code, out, _ = run(["check", str(current), "--baseline", str(baseline), "--noise", str(noise)], capsys)
+    assert code == 0
+    assert "limit: -25.0% (noise) for every check" in out
+    assert f"noise band: {noise} (5 runs of ci)" in out
+
+
+def test_threshold_binds_when_above_the_noise(workdir: Path, baseline: Path, capsys):
+    current = results_file(workdir / "now.jsonl", scale={("compiled", "prefill"): 0.8})
+    noise = noise_file(workdir / "noise.json", mde_pct=3.0)
+    code, out, _ = run(["check", str(current), "--baseline", str(baseline), "--noise", str(noise),
+                        "--max-regression", "10"], capsys)
+    assert code == 1
+    assert "beyond the limit -10.0% (threshold)" in out
+
+
+def test_a_small_slowdown_fails_a_zero_threshold_but_not_the_noise_band(workdir: Path, baseline: Path, capsys):
+    current = results_file(workdir / "now.jsonl", scale={(v, m): 0.95 for v in SPEED for m in ("prefill", "gen")})
+    assert run(["check", str(current), "--baseline", str(baseline), "--max-regression", "0"], capsys)[0] == 1
+    noise = noise_file(workdir / "noise.json", mde_pct=8.0)
+    code, out, _ = run(["check", str(current), "--baseline", str(baseline), "--max-regression", "0",
+                        "--noise", str(noise)], capsys)
+    assert code == 0
+    assert "(noise)" in out
+
+
+def test_this_machines_noise_file_is_found_automatically(workdir: Path, baseline: Path, capsys):
+    machine = Fingerprint(backend="cpu", device="Test CPU", blas="openblas", cpu="Test CPU")
+    path = noise_file(calibrate.default_noise_path(machine), mde_pct=30.0)
+    assert path == Path("results/baselines/noise-cpu-openblas-test-cpu.json")
+    current = results_file(workdir / "now.jsonl", scale={("compiled", "prefill"): 0.8})
+    code, out, _ = run(["check", str(current), "--baseline", str(baseline)], capsys)
+    assert code == 0
+    assert f"noise band: {path}" in out
+
+
+def test_noise_from_another_machine_is_refused(workdir: Path, baseline: Path, capsys):
+    noise = noise_file(workdir / "noise.json", 5.0, {"backend": "metal", "device": "M3", "blas": "accelerate",
+                                                     "cpu": "M3"})
+    code, _, err = run(["check", str(baseline), "--baseline", str(baseline), "--noise", str(noise)], capsys)
+    assert code == 2
+    assert "noise calibrated on metal · M3" in err
+
+
+@pytest.mark.parametrize("text", ["", "{}", "[1, 2]", '{"kind": "fusebench-noise"}'])
+def test_malformed_noise_file_exits_2(workdir: Path, baseline: Path, capsys, text: str):
+    path = workdir / "noise.json"
+    path.write_text(text)
+    code, _, err = run(["check", str(baseline), "--baseline", str(baseline), "--noise", str(path)], capsys)
+    assert code == 2 and err.count("\n") == 1
+    assert str(path) in err
+
+
+# --- baseline save ---------------------------------------------------------------------------------
+
+
+def test_baseline_save_writes_header_with_fingerprint_and_timed_trials(workdir: Path, capsys):
+    source = results_file(workdir / "run.jsonl")
+    code, out, _ = run(["baseline", "save", str(source), "--name", "cpu-ci"], capsys)
+    assert code == 0
+    assert "wrote results/baselines/cpu-ci.jsonl" in out
+    records = [json.loads(line) for line in Path("results/baselines/cpu-ci.jsonl").read_text().splitlines()]
+    assert records[0]["kind"] == "run"
+    assert records[0]["baseline"]["fingerprint"] == {"backend": "cpu", "device": "Test CPU", "blas": "openblas",
+                                                     "cpu": "Test CPU"}
+    assert {r["kind"] for r in records[1:]} == {"trial"}
+    assert len(records) == 1 + len(SPEED) * len(JITTER)  # warmups and correctness records are left behind
+
+
+def test_baseline_save_refuses_to_overwrite_unless_forced(workdir: Path, capsys):
+    source = results_file(workdir / "run.jsonl")
+    assert run(["baseline", "save", str(source), "--name", "cpu-ci"], capsys)[0] == 0
+    code, _, err = run(["baseline", "save", str(source), "--name", "cpu-ci"], capsys)
+    assert code == 2
+    assert "exists; pass --force" in err
+    assert run(["baseline", "save", str(source), "--name", "cpu-ci", "--force"], capsys)[0] == 0
+
+
+@pytest.mark.parametrize("name", ["../evil", "a/b", "..", ""])
+def test_baseline_name_with_path_separators_is_bad_input(workdir: Path, capsys, name: str):
+    code, _, err = run(["baseline", "save", str(results_file(workdir / "run.jsonl")), "--name", name], capsys)
+    assert code == 2
+    assert "no path separators" in err
+    assert not Path("results/baselines").exists() or not any(Path("results/baselines").iterdir())
+
+
+def test_baseline_save_of_a_file_without_trials_is_bad_input(workdir: Path, capsys):
+    source = workdir / "run.jsonl"
+    source.write_text(results_file(source).read_text().splitlines()[0] + "\n")
+    code, _, err = run(["baseline", "save", str(source), "--name", "x"], capsys)
+    assert code == 2
+    assert "no timed trial records" in err
+
+
+# --- calibrate (the runs themselves stubbed: synthetic files instead of model runs) -----------------
+
+
+def test_calibrate_writes_noise_bands_from_aa_comparisons(workdir: Path, capsys, monkeypatch: pytest.MonkeyPatch):
+    # Three "runs": the second 4% slower across the board, the third 2% faster: run-to-run noise of up to 6%.
+    runs = [results_file(workdir / f"run-{i}.jsonl", run_id=f"r{i}",
+                         scale={(v, m): factor for v in SPEED for m in ("prefill", "gen")})
+            for i, factor in enumerate((1.0, 0.96, 1.02))]
+    experiment = workdir / "ci.yaml"
+    experiment.write_text(EXPERIMENT)
+    monkeypatch.setattr(calibrate, "run_calibration", lambda exp, count, console: runs[:count])
+    code, out, _ = run(["calibrate", str(experiment), "--runs", "3"], capsys)
+    assert code == 0
+    path = Path("results/baselines/noise-cpu-openblas-test-cpu.json")
+    assert f"wrote {path}" in out
+    noise = calibrate.load_noise(path)
+    tps = noise.band("run_to_run_tps", "prefill")
+    # Read as a slowdown, the widest pair (0.96 against 1.02) is 1 - 0.96/1.02.
+    assert tps.max_aa_slowdown_pct == pytest.approx(100 * (1 - 0.96 / 1.02), abs=0.01)
+    # The CIs (a few percent wide, from the jitter) cover part of that shift; the rest is the MDE.
+    assert 0.0 < tps.mde_pct < tps.max_aa_slowdown_pct - tps.ci_half_width_pct / 2
+    assert tps.comparisons == 3 * len(SPEED)  # 3 pairs of runs x 3 variants
+    # Every variant slowed alike, so the speedups did not move: their noise is zero.
+    speedup = noise.band("run_to_run_speedup", "gen")
+    assert (speedup.mde_pct, speedup.max_aa_slowdown_pct, speedup.comparisons) == (0.0, 0.0, 3 * 2)
+    assert noise.band("within_run", "prefill").comparisons == 3 * len(SPEED)
+    assert json.loads(path.read_text())["experiment"]["name"] == "ci"
+
+
+def test_calibrate_from_existing_runs(workdir: Path, capsys):
+    runs = [results_file(workdir / f"run-{i}.jsonl", run_id=f"r{i}", experiment=ALL_CORRECT,
+                         scale={("compiled", "prefill"): factor}) for i, factor in enumerate((1.0, 0.9))]
+    out_file = workdir / "noise.json"
+    code, out, _ = run(["calibrate", "--from", *map(str, runs), "--out", str(out_file)], capsys)
+    assert code == 0 and f"wrote {out_file}" in out.replace("\n", "")
+    noise = calibrate.load_noise(out_file)
+    assert noise.runs == 2 and noise.experiment == "ci"
+    assert noise.band("run_to_run_speedup", "prefill").max_aa_slowdown_pct == pytest.approx(10.0)
+    assert noise.band("run_to_run_tps", "gen").max_aa_slowdown_pct == pytest.approx(0.0)
+
+
+def test_calibrate_from_refuses_mixed_experiments_and_extra_arguments(workdir: Path, capsys):
+    first = results_file(workdir / "a.jsonl")
+    other = results_file(workdir / "b.jsonl", experiment=ALL_CORRECT)
+    other.write_text(other.read_text().replace('"0000', '"1111', 1))  # another sha256: another experiment version
+    code, _, err = run(["calibrate", "--from", str(first), str(other)], capsys)
+    assert code == 2 and "runs of different experiments" in err
+    code, _, err = run(["calibrate", "--from", str(first), str(first), "--runs", "3"], capsys)
+    assert code == 2 and "not both" in err
+
+
+def test_calibrate_needs_two_runs(workdir: Path, capsys):
+    code, _, err = run(["calibrate", "--runs", "1"], capsys)
+    assert code == 2
+    assert "needs two runs" in err
+
+
+def test_results_error_is_the_base_of_every_input_error():
+    # bench.cli turns ResultsError into one line and exit 2; the check's own errors must ride on it.
+    from bench.baseline import MachineMismatchError
+    from bench.check import CheckError
+
+    for error in (MachineMismatchError, CheckError, calibrate.NoiseFileError):
+        assert issubclass(error, ResultsError)
