@@ -174,6 +174,9 @@ def _add_module_command(commands: argparse._SubParsersAction, name: str, module:
 MODULE_COMMANDS: list[tuple[str, str, str]] = [
     ("report", "report", "turn results files into PR-style delta tables, plots and a report folder"),
     ("ops", "opbench", "time each op variant alone at the exact shapes each model size produces"),
+    ("check", "check", "the regression gate: exit 1 when a cell's whole CI is slower than allowed, 2 on bad input"),
+    ("baseline", "baseline", "save a results file as a named baseline (results/baselines/NAME.jsonl) for check"),
+    ("calibrate", "calibrate", "measure this machine's A/A noise so check fails only beyond it"),
 ]
 
 
