@@ -35,7 +35,7 @@ from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, T
 from rich.table import Table
 
 from models.config import DTYPES, ModelConfigError, Overrides, preset_config, preset_names
-from models.gemma4 import _rope_arguments  # the model's own conversion: the benchmark rotates exactly as it does
+from models.gemma4 import rope_arguments  # the model's own conversion: the benchmark rotates exactly as it does
 from models.ops import REGISTRY, UnknownOpError
 
 from .env import blas_kind, blas_preload_env, blas_warning, collect_env, loaded_blas
@@ -200,7 +200,7 @@ def _rope_keywords(args: ModelArgs, layer_type: str, head_dim: int) -> tuple[tup
         dims=head_dim, traditional=args.rope_traditional, base=params.get("rope_theta", 10000.0),
         scaling_config=params, max_position_embeddings=args.max_position_embeddings,
     )
-    keywords = _rope_arguments(rope)
+    keywords = rope_arguments(rope)
     periods = keywords["periods"]
     # A tuple keeps the case hashable; prepare_inputs turns it back into the array the model passes.
     keywords["periods"] = None if periods is None else tuple(periods.tolist())

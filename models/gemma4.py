@@ -94,7 +94,7 @@ class Experts(nn.Module):
         return (mx.expand_dims(weights, -1) * self.switch_glu(x, top_k)).sum(-2)
 
 
-def _rope_arguments(rope: nn.Module) -> dict[str, Any]:
+def rope_arguments(rope: nn.Module) -> dict[str, Any]:
     """mx.fast.rope's arguments for a rope module that mlx-lm's initialize_rope built."""
     if isinstance(rope, nn.RoPE):
         return {"dims": rope.dims, "base": rope.base, "scale": rope.scale, "periods": None}
@@ -134,7 +134,7 @@ class Attention(nn.Module):
             scaling_config=rope_params,
             max_position_embeddings=config.max_position_embeddings,
         )
-        self._rope_args = _rope_arguments(self.rope)
+        self._rope_args = rope_arguments(self.rope)
 
     def _rotate(self, x: mx.array, offset: Any) -> mx.array:
         return self.op_table.rope(x, offset=offset, **self._rope_args)
