@@ -56,12 +56,17 @@ def verify(options: VerifyOptions) -> list[dict[str, Any]]:
 
 
 def verify_table(records: list[dict[str, Any]], title: str) -> Table:
+    """One row per combination, one column per op, so the variant that breaks a row is plain to see."""
+    assignments = all_assignments()
     table = Table(title=title)
-    for column in ("variants (vs reference)", "max |Δ|", "max rel", "greedy agree", "verdict"):
-        table.add_column(column, justify="left" if column.startswith("variants") else "right")
+    for op in REGISTRY:
+        table.add_column(op)
+    for column in ("max |Δ|", "max rel", "greedy agree", "verdict"):
+        table.add_column(column, justify="right")
     for r in records:
+        ops = assignments[r["variant"]]
         table.add_row(
-            r["variant"],
+            *ops.values(),
             f"{r['max_abs_err']:.2e}",
             f"{r['max_rel_err']:.2e}",
             f"{r['tokens_agree']}/{r['tokens_checked']}",
