@@ -13,7 +13,6 @@ from __future__ import annotations
 
 import json
 import os
-import sys
 from collections.abc import Iterable
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -120,7 +119,3 @@ def _parse_line(line: str) -> dict[str, Any] | None:
     if not isinstance(record, dict) or record.get("kind") not in RECORD_KINDS:
         return None
     return record
-
-
-def warn_to_stderr(message: str) -> None:
-    print(f"warning: {message}", file=sys.stderr)

@@ -48,21 +48,11 @@ def register(op: str, variant: str) -> Callable[[Callable[..., Any]], Callable[.
     """Register `fn` as `variant` of `op`."""
 
     def add(fn: Callable[..., Any]) -> Callable[..., Any]:
-        if op not in REGISTRY:
-            raise UnknownOpError(f"unknown op {op!r}; choose from {', '.join(REGISTRY)}")
+        check_op(op)
         REGISTRY[op].variants[variant] = fn
         return fn
 
     return add
-
-
-def op_names() -> list[str]:
-    return list(REGISTRY)
-
-
-def variant_names(op: str) -> list[str]:
-    check_op(op)
-    return list(REGISTRY[op].variants)
 
 
 def check_op(op: str) -> None:
