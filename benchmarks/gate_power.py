@@ -5,8 +5,8 @@
                                      [--factors 0.95,0.9,0.85,0.8,0.7,0.6,0.5]
 
 Reads real, unchanged `fusebench run experiments/ci.yaml` results files and checks each against the baseline exactly
-as CI does (bench.check.run_check: the threshold, plus this machine's noise calibration when it exists), skipping
-the run the baseline was saved from:
+as CI does (bench.analysis.gate.run_check: the threshold, plus this machine's noise calibration when it exists),
+skipping the run the baseline was saved from:
 - false alarms: unchanged runs the gate failed;
 - power: the same runs with one variant's prefill_tps and gen_tps multiplied by each factor (warmups included, so
   the copy looks like a run of a slower build) count as detected when a verdict on that variant (its tok/s or its
@@ -23,9 +23,11 @@ import sys
 import tempfile
 from pathlib import Path
 
-from bench.check import DEFAULT_MAX_REGRESSION_PCT, Outcome, limits_line, run_check
-from bench.document import Table, markdown_table
-from bench.results import read_results
+from bench.analysis.gate import CheckRequest, Outcome, run_check
+from bench.commands.check import DEFAULT_MAX_REGRESSION_PCT
+from bench.core.results import read_results
+from bench.present.document import Table, markdown_table
+from bench.present.gate import limits_line
 
 DEFAULT_FACTORS = "0.95,0.90,0.85,0.80,0.70,0.60,0.50"
 
@@ -45,9 +47,8 @@ def doctor(source: Path, target: Path, variant: str, factor: float) -> Path:
 
 
 def check(results: Path, options: argparse.Namespace) -> Outcome:
-    args = argparse.Namespace(results=results, baseline=options.baseline, max_regression=options.max_regression,
-                              noise=options.noise, allow_other_machine=False)
-    return run_check(args)
+    return run_check(CheckRequest(results=results, baseline=options.baseline, max_regression=options.max_regression,
+                                  noise=options.noise))
 
 
 def hits(outcome: Outcome, variant: str) -> tuple[set[str], bool]:

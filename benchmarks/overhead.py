@@ -17,8 +17,8 @@ import time
 
 import mlx.core as mx
 
-from bench.env import loaded_blas
-from bench.worker import make_prompt, round_order, time_trial
+from bench.measure.env import loaded_blas
+from bench.measure.worker import make_prompt, round_order, time_trial
 from models import load_model
 
 

@@ -1,23 +1,34 @@
-"""The Gemma 4 model family and its switchable op variants. Nothing in here knows about timing."""
+"""The Gemma 4 model family and its switchable op variants. Nothing in here knows about timing.
 
-from .config import DTYPES, QUANTIZE_MODES, ModelConfigError, Overrides, preset_names
-from .gemma4 import Model
-from .loading import build_model, load_model, parameter_bytes, save_checkpoint
-from .ops import REGISTRY, OpTable, UnknownOpError, register
+The names below load lazily (PEP 562): `models.config` and `models.errors` are plain data and errors, and a
+command that only reads results imports them without paying for mlx, which the model and the ops need.
+"""
 
-__all__ = [
-    "DTYPES",
-    "QUANTIZE_MODES",
-    "REGISTRY",
-    "Model",
-    "ModelConfigError",
-    "OpTable",
-    "Overrides",
-    "UnknownOpError",
-    "build_model",
-    "load_model",
-    "parameter_bytes",
-    "preset_names",
-    "register",
-    "save_checkpoint",
-]
+from importlib import import_module
+from typing import Any
+
+_HOME = {
+    "DTYPES": "config",
+    "QUANTIZE_MODES": "config",
+    "Overrides": "config",
+    "preset_names": "config",
+    "ModelConfigError": "errors",
+    "ModelInputError": "errors",
+    "UnknownOpError": "errors",
+    "Model": "gemma4",
+    "build_model": "loading",
+    "load_model": "loading",
+    "parameter_bytes": "loading",
+    "save_checkpoint": "loading",
+    "REGISTRY": "ops",
+    "OpTable": "ops",
+    "register": "ops",
+}
+
+__all__ = sorted(_HOME)
+
+
+def __getattr__(name: str) -> Any:
+    if name not in _HOME:
+        raise AttributeError(f"module 'models' has no attribute {name!r}")
+    return getattr(import_module(f".{_HOME[name]}", __name__), name)

@@ -6,12 +6,17 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-import mlx.core as mx
 import yaml
+
+from .errors import ModelConfigError
 
 PRESET_DIR = Path(__file__).parent / "presets"
 
-DTYPES: dict[str, mx.Dtype] = {"float32": mx.float32, "bfloat16": mx.bfloat16, "float16": mx.float16}
+# The dtype names a model can be built in; models.loading maps them to mlx dtypes (this module stays free of mlx,
+# so that reading an experiment never loads it).
+DTYPES: tuple[str, ...] = ("float32", "bfloat16", "float16")
+# Bytes per element, for memory and roofline estimates made without building anything.
+DTYPE_BYTES: dict[str, int] = {"float32": 4, "bfloat16": 2, "float16": 2}
 
 # mlx quantization modes as mlx-lm names them, with its default group size and bits.
 QUANTIZE_MODES: dict[str, dict[str, Any]] = {
@@ -21,10 +26,6 @@ QUANTIZE_MODES: dict[str, dict[str, Any]] = {
     "mxfp8": {"mode": "mxfp8", "group_size": 32, "bits": 8},
     "nvfp4": {"mode": "nvfp4", "group_size": 16, "bits": 4},
 }
-
-
-class ModelConfigError(ValueError):
-    """A preset, override or checkpoint that cannot be built; the message names the valid choices."""
 
 
 def preset_names() -> list[str]:
@@ -105,3 +106,13 @@ def size_label(config: dict[str, Any], full_layers: int | None = None) -> str:
     if full_layers and layers != full_layers:
         return f"{label} ({layers}/{full_layers} layers)"
     return label
+
+
+def attention_heads(config: dict[str, Any], layer_type: str) -> tuple[int, int]:
+    """(head_dim, KV heads) of a layer type, as models.gemma4.Attention picks them: the one place the model's
+    attention geometry is read from a config, for the benchmarks' shapes, work counts and memory estimates."""
+    if layer_type == "sliding_attention":
+        return config["head_dim"], config["num_key_value_heads"]
+    global_heads = config.get("num_global_key_value_heads")
+    kv_heads = global_heads if config.get("attention_k_eq_v") and global_heads else config["num_key_value_heads"]
+    return config["global_head_dim"], kv_heads

@@ -22,10 +22,12 @@ from mlx_lm.models import gemma4 as reference_multimodal
 from mlx_lm.utils import load_model as mlx_lm_load_model
 from mlx_lm.utils import quantize_model, save_config, save_model
 
-from .config import DTYPES, QUANTIZE_MODES, ModelConfigError, Overrides, preset_config
+from .config import QUANTIZE_MODES, Overrides, preset_config
+from .errors import ModelConfigError
 from .gemma4 import Model, ModelArgs
 
 CHECKPOINT_MODEL_TYPES = ("gemma4", "gemma4_text")
+MX_DTYPES: dict[str, mx.Dtype] = {"float32": mx.float32, "bfloat16": mx.bfloat16, "float16": mx.float16}
 
 # Seeded weights are cyclic reads of one pool of normal samples rather than fresh draws per tensor:
 # mx.random.normal makes ~25M values/s on a 2-core CPU; copying from a pool is several times faster.
@@ -102,7 +104,7 @@ def load_model(
         model = _load_checkpoint(Path(source), overrides)
     else:
         model = build_model(preset_config(str(source), overrides))
-        seed_weights(model, seed, DTYPES[dtype or "float32"])
+        seed_weights(model, seed, MX_DTYPES[dtype or "float32"])
         if quantize:
             quantize_weights(model, quantize)
     model.set_ops(ops or {})
@@ -173,7 +175,7 @@ def _load_checkpoint(path: Path, overrides: Overrides) -> Model:
     model = loaded.language_model if isinstance(loaded, _MultimodalShell) else loaded
     model._config = text_config(config)
     if overrides.dtype:
-        cast_weights(model, DTYPES[overrides.dtype])
+        cast_weights(model, MX_DTYPES[overrides.dtype])
     if overrides.quantize and "quantization" not in model.config:
         quantize_weights(model, overrides.quantize)
     return model
@@ -190,7 +192,7 @@ def save_checkpoint(model: Model, path: str | Path) -> Path:
 def parameter_bytes(config: Mapping[str, Any], dtype: str = "float32", quantize: str | None = None) -> int:
     """The model's weight bytes, from shapes alone: the lazy model is built but never materialized."""
     model = build_model(config)
-    cast_weights(model, DTYPES[dtype])
+    cast_weights(model, MX_DTYPES[dtype])
     if quantize:
         quantize_weights(model, quantize)
     return sum(v.nbytes for _, v in tree_flatten(model.parameters()))

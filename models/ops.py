@@ -1,4 +1,4 @@
-"""The one registry of op variants: every switchable op the model calls goes through here.
+"""The op variants: every switchable op the model calls goes through the registry (models/registry.py).
 
 A new fusion candidate is one function with one decorator:
 
@@ -12,72 +12,17 @@ Every variant of an op takes the same arguments as the op's reference variant an
 
 from __future__ import annotations
 
-from collections.abc import Callable, Mapping
-from dataclasses import dataclass, field
-from typing import Any
+from collections.abc import Mapping
 
 import mlx.core as mx
 import mlx.nn as nn
 
+# register is re-exported: `from models.ops import register` is the stable import for plugins.
+from .errors import UnknownOpError
+from .registry import REGISTRY, OpSpec, check_op, check_variant, complete, op_choices, reference_assignment, register
 
-@dataclass
-class OpSpec:
-    """One switchable op: `reference` is the plain composed form, `default` what a variant gets when it omits the op."""
-
-    name: str
-    doc: str
-    reference: str
-    default: str
-    variants: dict[str, Callable[..., Any]] = field(default_factory=dict)
-
-
-class UnknownOpError(ValueError):
-    """An op or variant name that the registry does not hold; the message lists the valid choices."""
-
-
-REGISTRY: dict[str, OpSpec] = {
-    "geglu": OpSpec("geglu", "gelu_approx(gate) * up in the MLP, MoE experts and PLE gate", "unfused", "unfused"),
-    "softcap": OpSpec("softcap", "tanh(x / cap) * cap on the final logits", "unfused", "unfused"),
-    "attention": OpSpec("attention", "softmax(q k^T * scale + mask) v in every layer", "manual", "manual"),
-    "rms_norm": OpSpec("rms_norm", "x * rsqrt(mean(x^2) + eps) * weight in every norm", "composed", "fast"),
-    "rope": OpSpec("rope", "rotary position embedding of q and k", "composed", "fast"),
-}
-
-
-def register(op: str, variant: str) -> Callable[[Callable[..., Any]], Callable[..., Any]]:
-    """Register `fn` as `variant` of `op`."""
-
-    def add(fn: Callable[..., Any]) -> Callable[..., Any]:
-        check_op(op)
-        REGISTRY[op].variants[variant] = fn
-        return fn
-
-    return add
-
-
-def check_op(op: str) -> None:
-    if op not in REGISTRY:
-        raise UnknownOpError(f"unknown op {op!r}; choose from {', '.join(REGISTRY)}")
-
-
-def check_variant(op: str, variant: str) -> None:
-    check_op(op)
-    if variant not in REGISTRY[op].variants:
-        choices = ", ".join(REGISTRY[op].variants)
-        raise UnknownOpError(f"unknown {op} variant {variant!r}; choose from {choices}")
-
-
-def complete(assignment: Mapping[str, str] | None = None) -> dict[str, str]:
-    """A full assignment: every op named, the omitted ones at their default variant."""
-    assignment = dict(assignment or {})
-    for op, variant in assignment.items():
-        check_variant(op, variant)
-    return {op: assignment.get(op, spec.default) for op, spec in REGISTRY.items()}
-
-
-def reference_assignment() -> dict[str, str]:
-    """Every op at its plain composed form: the ground truth that `fusebench verify` compares against."""
-    return {op: spec.reference for op, spec in REGISTRY.items()}
+__all__ = ["REGISTRY", "OpSpec", "OpTable", "UnknownOpError", "check_op", "check_variant", "complete", "op_choices",
+           "reference_assignment", "register"]
 
 
 class OpTable:

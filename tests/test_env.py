@@ -7,8 +7,8 @@ from pathlib import Path
 import pytest
 from rich.console import Console
 
-import bench.env as env_mod
-from bench.env import (
+import bench.measure.env as env_mod
+from bench.measure.env import (
     ENV_KEYS,
     BlasChoiceError,
     blas_kind,
@@ -17,8 +17,8 @@ from bench.env import (
     collect_env,
     find_optimized_blas,
     loaded_blas,
-    print_env,
 )
+from bench.present.env import print_env
 
 REPO_ROOT = Path(__file__).resolve().parent.parent
 OPENBLAS = "/usr/lib/x86_64-linux-gnu/openblas-pthread/libblas.so.3"
@@ -119,7 +119,7 @@ def test_auto_keeps_a_blas_the_user_preloaded():
 def _loaded_blas_in_worker(choice: str) -> str:
     env, _ = blas_preload_env(choice)
     env["PYTHONPATH"] = str(REPO_ROOT)
-    code = "import bench.env as e; print(e.loaded_blas())"
+    code = "import bench.measure.env as e; print(e.loaded_blas())"
     done = subprocess.run(
         [sys.executable, "-c", code], cwd=REPO_ROOT, env=env, capture_output=True, text=True, timeout=60
     )
@@ -154,7 +154,7 @@ def test_print_env_shows_table_and_warning():
     env = {**collect_env(), "backend": "cpu", "blas": f"reference ({REFERENCE})"}
     probe = {"matmul_gflops": 3.5, "copy_gbps": 4.0, "matmul_shape": "512x512 @ 512x512 fp32",
              "copy_bytes": 2**28}
-    print_env(Console(file=out, width=200), env, probe)
+    print_env(Console(file=out, width=200), env, probe, blas_warning(env))
     text = out.getvalue()
     assert "git_commit" in text
     assert "GFLOP/s" in text

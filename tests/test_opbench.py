@@ -5,19 +5,14 @@ import math
 import pytest
 from rich.console import Console
 
-from bench import opbench
-from bench.opbench import (
-    REEXEC_MARKER,
-    default_plan,
-    experiment_plan,
-    load_plan,
-    op_cases,
-    parse_only,
-    run_ops,
-    select_sizes,
-)
-from bench.results import read_results
-from models.config import ModelConfigError, Overrides, preset_config
+from bench.analysis.opstats import summarize_ops
+from bench.commands import main
+from bench.commands import ops as ops_command
+from bench.core.results import read_results
+from bench.core.spec import load_experiment, select_models
+from bench.measure import opbench
+from bench.measure.opbench import REEXEC_MARKER, check_ops, default_plan, experiment_plan, op_cases, run_ops
+from models.config import Overrides, preset_config
 from models.ops import REGISTRY, UnknownOpError, geglu_unfused, register
 
 L = 16
@@ -102,23 +97,26 @@ def test_identical_shapes_of_several_sizes_are_timed_once():
 
 def test_unknown_op_is_a_one_line_error_with_the_choices():
     with pytest.raises(UnknownOpError) as err:
-        parse_only("geglu,swiglu")
+        check_ops(["geglu", "swiglu"])
     message = str(err.value)
     assert "\n" not in message and "'swiglu'" in message and "geglu, softcap, attention, rms_norm, rope" in message
 
 
-def test_unknown_size_is_a_one_line_error_with_the_choices(monkeypatch, tmp_path):
-    monkeypatch.setattr(opbench, "DEFAULT_EXPERIMENT", tmp_path / "absent.yaml")
-    with pytest.raises(ModelConfigError) as err:
-        load_plan(None, "e2b,e9b")
-    assert "\n" not in str(err.value) and "e9b" in str(err.value) and "tiny-moe" in str(err.value)
-    with pytest.raises(ModelConfigError, match="choose from e2b, e4b"):
-        select_sizes(default_plan(("e2b", "e4b")), "31b")
+def test_unknown_size_is_a_one_line_error_with_the_choices(monkeypatch, tmp_path, capsys):
+    monkeypatch.setattr(ops_command, "DEFAULT_EXPERIMENT", tmp_path / "absent.yaml")
+    assert main(["ops", "--sizes", "e2b,e9b", "--out", str(tmp_path / "o.jsonl")]) == 2
+    error = capsys.readouterr().err.strip()
+    assert "\n" not in error and "e9b" in error and "tiny-moe" in error
+    experiment = tmp_path / "exp.yaml"
+    experiment.write_text("name: x\nmodels:\n  - {preset: e2b}\n  - {preset: e4b}\nvariants:\n  a: {}\n"
+                          "workloads: {prompt_tokens: 8, gen_tokens: 2}\n")
+    assert main(["ops", str(experiment), "--sizes", "31b", "--out", str(tmp_path / "o.jsonl")]) == 2
+    assert "--sizes: 31b not in" in capsys.readouterr().err and not (tmp_path / "o.jsonl").exists()
 
 
 def test_rounds_must_be_positive():
     parser = argparse.ArgumentParser()
-    opbench.add_arguments(parser)
+    ops_command.add_arguments(parser)
     with pytest.raises(SystemExit):
         parser.parse_args(["--rounds", "0"])
 
@@ -132,13 +130,13 @@ def test_experiment_gives_sizes_and_workloads_and_notes_path_models(tmp_path):
         f"  - {{path: {checkpoint}}}\nvariants:\n  base: {{}}\n"
         "workloads:\n  prompt_tokens: [8, 32]\n  gen_tokens: 2\n  batch: 1\n"
     )
-    plan = experiment_plan(experiment)
+    plan = experiment_plan(load_experiment(experiment))
     assert [(t.preset, t.dtype) for t in plan.targets] == [("tiny", "float32"), ("tiny-moe", "bfloat16")]
     assert plan.workloads == ((8, 1), (32, 1))
     assert len(plan.notes) == 1 and "skipped" in plan.notes[0]
     assert plan.experiment["file"] == str(experiment) and plan.experiment["name"] == "ops"
     # Per-layer shapes are the full preset's: layers: 2 leaves the tiny preset's MLP widths as they are.
-    roles = {c.role for c in select_sizes(plan, "tiny").cases(["geglu"])}
+    roles = {c.role for c in experiment_plan(select_models(load_experiment(experiment), ["tiny"])).cases(["geglu"])}
     assert roles == {"mlp", "mlp double-wide", "ple gate"}
     assert any(c.label.endswith("bfloat16") for c in plan.cases(["geglu"]))
 
@@ -192,22 +190,22 @@ def test_a_registered_variant_is_benchmarked_without_other_changes(tmp_path, ext
     records = quick_run(tmp_path, ["geglu"]).of_kind("op")
     timed = {r["variant"] for r in records}
     assert timed == {"unfused", "compiled", extra_geglu_variant}
-    summaries = opbench.summarize_ops(records)
+    summaries = summarize_ops(records)
     extra = [s for s in summaries if s.variant == extra_geglu_variant]
     assert extra and all(s.reference == "unfused" and s.speed is not None for s in extra)
 
 
 def test_command_prints_a_table_per_op(tmp_path, monkeypatch):
     monkeypatch.setenv(REEXEC_MARKER, "1")  # never re-exec the test process
-    monkeypatch.setattr(opbench, "DEFAULT_EXPERIMENT", tmp_path / "absent.yaml")
+    monkeypatch.setattr(ops_command, "DEFAULT_EXPERIMENT", tmp_path / "absent.yaml")
     parser = argparse.ArgumentParser()
-    opbench.add_arguments(parser)
+    ops_command.add_arguments(parser)
     out = tmp_path / "ops.jsonl"
     args = parser.parse_args(["--sizes", "tiny", "--only", "rms_norm,softcap", "--rounds", "2", "--out", str(out),
                               "--quiet"])
     buffer = io.StringIO()
-    assert opbench.command(args, Console(file=buffer, width=200)) == 0
+    assert ops_command.main(args, Console(file=buffer, width=200)) == 0
     text = buffer.getvalue()
-    assert "rms_norm:" in text and "softcap:" in text and "Δ speed vs composed" in text
+    assert "rms_norm:" in text and "softcap:" in text and "Δ speed" in text
     assert "every decode step" in text  # the softcap shapes' notes
     assert len(read_results([out]).of_kind("op")) == 2 * 2 + 2 * 2 * 2

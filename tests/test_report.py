@@ -5,6 +5,7 @@ from __future__ import annotations
 import argparse
 import io
 import json
+import re
 import shutil
 import subprocess
 from pathlib import Path
@@ -15,11 +16,17 @@ import pandas as pd
 import pytest
 from rich.console import Console
 
-from bench import report
-from bench.reference import ReferenceFileError, load_reference
-from bench.report import ReportError, add_arguments, command, print_summary
-from bench.results import ResultsError, read_results
-from bench.stats import holm
+from bench.analysis import study as report
+from bench.analysis.reference import ReferenceFileError, load_reference
+from bench.analysis.stats import holm
+from bench.analysis.study import ComparisonError
+from bench.commands import main
+from bench.commands.report import add_arguments
+from bench.commands.report import main as command
+from bench.core.records import ResultsError
+from bench.core.results import read_results
+from bench.present.report import write_report
+from bench.present.summary import print_summary
 
 PNG_SIGNATURE = b"\x89PNG\r\n\x1a\n"
 EXPERIMENT = """\
@@ -126,6 +133,12 @@ def run_report(tmp_path: Path, *files: Path, extra: list[str] | None = None) -> 
     return code, out, buffer.getvalue()
 
 
+def read_md(path: Path) -> str:
+    """report.md with the padding of its table cells collapsed, so rows can be matched as plain text."""
+    return "\n".join(re.sub(r" {2,}", " ", line) if line.startswith("|") else line
+                     for line in path.read_text().splitlines()) + "\n"
+
+
 def md_table_rows(markdown: str, heading_fragment: str) -> list[list[str]]:
     """The body rows of the first table after the heading that contains the fragment."""
     lines = markdown.splitlines()
@@ -150,7 +163,7 @@ def suite(tmp_path: Path) -> Path:
 def test_delta_table_medians_delta_and_order(tmp_path: Path, suite: Path):
     code, out, _ = run_report(tmp_path, suite)
     assert code == 0
-    markdown = (out / "report.md").read_text()
+    markdown = read_md(out / "report.md")
     assert "| Size | Metric | Baseline | New | Δ | 95% CI | Verdict |" in markdown
     rows = md_table_rows(markdown, "baseline → compiled")
     assert [(r[0], r[1]) for r in rows] == [
@@ -177,7 +190,7 @@ def test_delta_numbers_match_the_stats_module(tmp_path: Path, suite: Path):
 
 def test_skipped_and_errored_rows_show_the_reason(tmp_path: Path, suite: Path):
     _, out, terminal = run_report(tmp_path, suite)
-    rows = {r[0]: r for r in md_table_rows((out / "report.md").read_text(), "baseline → compiled")}
+    rows = {r[0]: r for r in md_table_rows(read_md(out / "report.md"), "baseline → compiled")}
     assert rows["31B"][-1] == "skipped: needs 62 GB, this machine has 16 GB"
     assert rows["26B"][-1] == "error: worker ran out of memory"
     assert "skipped: needs 62 GB" in terminal
@@ -185,7 +198,7 @@ def test_skipped_and_errored_rows_show_the_reason(tmp_path: Path, suite: Path):
 
 def test_incorrect_variant_is_flagged_not_a_speedup(tmp_path: Path, suite: Path):
     _, out, _ = run_report(tmp_path, suite)
-    markdown = (out / "report.md").read_text()
+    markdown = read_md(out / "report.md")
     e4b = [r for r in md_table_rows(markdown, "baseline → compiled") if r[0].startswith("E4B")]
     for row in e4b:
         assert row[4] == "—"
@@ -198,7 +211,7 @@ def test_incorrect_variant_is_flagged_not_a_speedup(tmp_path: Path, suite: Path)
 
 def test_context_lines_above_the_table(tmp_path: Path, suite: Path):
     _, out, _ = run_report(tmp_path, suite)
-    markdown = (out / "report.md").read_text()
+    markdown = read_md(out / "report.md")
     assert "Ops that differ: geglu: unfused → compiled, softcap: unfused → compiled" in markdown
     assert "Workload: pp128 tg32 b1 (prompt 128 tokens, gen 32 tokens, batch 1)" in markdown
     environment = "Environment: device Test CPU · backend cpu · BLAS openblas · mlx 0.32.4 · commit 0123456 (dirty)"
@@ -234,7 +247,7 @@ def test_holm_over_a_bigger_table_demotes_every_verdict(tmp_path: Path):
         records += rounds(meta(size), {"baseline": base, "compiled": [b * 1.2 for b in base]},
                           {"baseline": base, "compiled": [b * 1.2 for b in base]})
     _, out, _ = run_report(tmp_path, write(tmp_path / "r.jsonl", records))
-    markdown = (out / "report.md").read_text()
+    markdown = read_md(out / "report.md")
     rows = md_table_rows(markdown, "baseline → compiled")
     assert [r[4] for r in rows] == ["+20.0%"] * 8
     assert {r[-1] for r in rows} == {"≈"}
@@ -248,7 +261,7 @@ def test_more_rounds_earn_a_faster_verdict(tmp_path: Path):
     records = [header(), *rounds(cell, {"baseline": base, "compiled": [b * 1.2 for b in base]},
                                  {"baseline": base, "compiled": [b * 1.1 for b in base]})]
     _, out, _ = run_report(tmp_path, write(tmp_path / "r.jsonl", records))
-    rows = md_table_rows((out / "report.md").read_text(), "baseline → compiled")
+    rows = md_table_rows(read_md(out / "report.md"), "baseline → compiled")
     assert [r[-1] for r in rows] == ["faster", "faster"]
     assert [r[4] for r in rows] == ["+20.0%", "+10.0%"]
 
@@ -261,7 +274,7 @@ def test_machines_are_never_pooled(tmp_path: Path):
             record["prefill_tps"] *= 10
     b = write(tmp_path / "b.jsonl", b_records)
     _, out, _ = run_report(tmp_path, a, b)
-    markdown = (out / "report.md").read_text()
+    markdown = read_md(out / "report.md")
     headings = [line for line in markdown.splitlines() if line.startswith("### baseline → compiled")]
     assert len(headings) == 2
     assert "host-a" in headings[0] and "host-b" in headings[1]
@@ -276,7 +289,7 @@ def test_workloads_get_their_own_tables(tmp_path: Path):
         records += rounds(cell, {"baseline": [level] * 4, "compiled": [level * 1.5] * 4},
                           {"baseline": [10.0] * 4, "compiled": [10.0] * 4})
     _, out, _ = run_report(tmp_path, write(tmp_path / "r.jsonl", records))
-    markdown = (out / "report.md").read_text()
+    markdown = read_md(out / "report.md")
     assert md_table_rows(markdown, "pp128 tg32 b1")[0][2] == "100.0"
     assert md_table_rows(markdown, "pp512 tg32 b1")[0][2] == "50.0"
     assert (out / "prompt-sweep-tg32-b1.png").is_file()
@@ -333,7 +346,7 @@ def test_depth_section_one_curve_per_model_with_its_decode_steps(tmp_path: Path)
                               {"baseline": [10.0] * 3, "compiled": [11.0] * 3})
         records += depth_records(meta(size, prompt=128), 31, (512, 2048, 8192), 30.0 if "E2B" in size else 20.0)
     _, out, _ = run_report(tmp_path, write(tmp_path / "r.jsonl", records))
-    markdown = (out / "report.md").read_text()
+    markdown = read_md(out / "report.md")
     assert "## Decode speed vs KV depth" in markdown
     assert "Timed at each depth: 31 decode steps (batch 1), in 3 round(s)" in markdown
     rows = md_table_rows(markdown.replace("| Size | KV depth |", "| Size |"), "31 decode steps per depth")
@@ -352,7 +365,7 @@ def test_depth_section_one_curve_per_model_with_its_decode_steps(tmp_path: Path)
 
 def test_reference_column_and_backend_note(tmp_path: Path, suite: Path):
     _, out, _ = run_report(tmp_path, suite, extra=["--reference", "pr15587"])
-    markdown = (out / "report.md").read_text()
+    markdown = read_md(out / "report.md")
     assert "| Size | Metric | Baseline | New | Δ | Ref Δ | 95% CI | Verdict |" in markdown
     rows = {(r[0], r[1]): r for r in md_table_rows(markdown, "baseline → compiled")}
     assert rows[("E2B (2/35 layers)", "prefill")][5] == "+16.6%"
@@ -368,7 +381,7 @@ def test_reference_is_left_blank_beside_a_comparison_of_other_ops(tmp_path: Path
     records = [header(), *rounds(cell, variants, variants)]
     extra = ["--reference", "pr15587", "--compare", "baseline:sdpa"]
     _, out, _ = run_report(tmp_path, write(tmp_path / "r.jsonl", records), extra=extra)
-    markdown = (out / "report.md").read_text()
+    markdown = read_md(out / "report.md")
     assert [r[5] for r in md_table_rows(markdown, "baseline → sdpa")] == ["—", "—"]
     assert "Ref Δ is left blank here: the reference changed geglu: unfused → compiled" in markdown
 
@@ -414,7 +427,7 @@ def test_corrupt_line_is_skipped_warned_and_counted(tmp_path: Path):
     code, out, terminal = run_report(tmp_path, path)
     assert code == 0
     assert f"{path}:4: corrupt JSON line skipped" in terminal
-    markdown = (out / "report.md").read_text()
+    markdown = read_md(out / "report.md")
     assert "1 corrupt line(s) skipped" in markdown
     assert f"{path}:4" in markdown
 
@@ -441,27 +454,29 @@ def test_trial_missing_fields(tmp_path: Path):
 
 
 def test_unknown_compare_variant_lists_the_real_ones(tmp_path: Path, suite: Path):
-    with pytest.raises(ReportError, match=r"no variant 'fused'.*variants: baseline, compiled"):
+    with pytest.raises(ComparisonError, match=r"no variant 'fused'.*variants: baseline, compiled"):
         run_report(tmp_path, suite, extra=["--compare", "baseline:fused"])
 
 
 @pytest.mark.parametrize("text", ["baseline", "a:b:c", ":compiled", "baseline compiled"])
-def test_malformed_compare(tmp_path: Path, suite: Path, text: str):
-    with pytest.raises(ReportError, match="BASELINE:NEW"):
-        run_report(tmp_path, suite, extra=["--compare", text])
+def test_malformed_compare(tmp_path: Path, suite: Path, text: str, capsys: pytest.CaptureFixture):
+    with pytest.raises(SystemExit) as exit_info:
+        main(["report", str(suite), "--out", str(tmp_path / "r"), "--compare", text])
+    assert exit_info.value.code == 2 and "BASELINE:NEW" in capsys.readouterr().err
 
 
 def test_compare_flag_overrides_and_defaults(tmp_path: Path):
     cell = meta("E2B")
     three = {"baseline": [100.0] * 3, "compiled": [110.0] * 3, "sdpa": [120.0] * 3}
-    records = [header(experiment="name: x\nvariants: {baseline: {}, compiled: {}, sdpa: {}}\n"),
+    records = [header(experiment=EXPERIMENT.replace("comparisons:\n  - [baseline, compiled]\n", "")
+                      .replace("  compiled:", "  sdpa: {attention: sdpa}\n  compiled:")),
                *rounds(cell, three, {v: [10.0] * 3 for v in three})]
     path = write(tmp_path / "r.jsonl", records)
     study = report.build_study(read_results([path]))
-    assert report.resolve_comparisons(None, study) == [("baseline", "compiled"), ("baseline", "sdpa")]
-    assert report.resolve_comparisons(["compiled:sdpa"], study) == [("compiled", "sdpa")]
+    assert report.resolve_comparisons((), study) == [("baseline", "sdpa"), ("baseline", "compiled")]
+    assert report.resolve_comparisons([("compiled", "sdpa")], study) == [("compiled", "sdpa")]
     _, out, _ = run_report(tmp_path, path, extra=["--compare", "sdpa:compiled"])
-    markdown = (out / "report.md").read_text()
+    markdown = read_md(out / "report.md")
     assert "### sdpa → compiled" in markdown
     assert "Ops that differ: geglu: unfused → compiled, softcap: unfused → compiled, attention: sdpa → manual" in (
         markdown
@@ -479,7 +494,7 @@ def test_warnings_noisy_few_rounds_cold_start(tmp_path: Path):
         if record.get("kind") == "trial" and record["variant"] == "compiled" and record["round"] == 0:
             record["compile_s"] = 10 * (record["prefill_s"] + record["gen_s"])
     _, out, terminal = run_report(tmp_path, write(tmp_path / "r.jsonl", records))
-    markdown = (out / "report.md").read_text()
+    markdown = read_md(out / "report.md")
     assert "noisy: E2B pp128 tg32 b1: CV above 5% (baseline prefill 18.4%; 2 rounds)" in markdown
     assert "too few rounds for a CI" in markdown
     assert "n/a (n=2)" in markdown
@@ -517,8 +532,8 @@ def test_a_machine_with_only_skips_beside_one_with_trials(tmp_path: Path):
     results = report.load_results([measured])
     results.records += read_results([skipped]).records
     study = report.build_study(results)
-    written = report.write_report(study, [("baseline", "compiled")], tmp_path / "out")
-    markdown = written.files[0].read_text()
+    written = write_report(study, [("baseline", "compiled")], tmp_path / "out")
+    markdown = read_md(written.files[0])
     assert "skipped: too big" in markdown
     assert len(study.machines) == 2
 
@@ -542,7 +557,7 @@ def roofline_suite(peak: dict[str, Any] | None) -> list[dict[str, Any]]:
 
 def test_roofline_section_with_the_peak(tmp_path: Path):
     _, out, _ = run_report(tmp_path, write(tmp_path / "r.jsonl", roofline_suite(PEAK)))
-    markdown = (out / "report.md").read_text()
+    markdown = read_md(out / "report.md")
     assert "## Roofline" in markdown
     assert ("Peak: measured on this machine: 0.117 TFLOP/s fp32, 3.93 GB/s memory (source: fusebench env --probe: "
             "2048x2048 matmul; confidence: measured)") in markdown
@@ -558,7 +573,7 @@ def test_roofline_section_with_the_peak(tmp_path: Path):
 
 def test_roofline_without_a_peak_shows_the_rates_alone(tmp_path: Path):
     _, out, _ = run_report(tmp_path, write(tmp_path / "r.jsonl", roofline_suite(None)))
-    markdown = (out / "report.md").read_text()
+    markdown = read_md(out / "report.md")
     assert "Peak: none known" in markdown
     assert "| E2B | baseline | 0.0177 | 2.37 |" in markdown
     assert pd.read_csv(out / "summary.csv")["gen_pct_of_peak_median"].isna().all()
@@ -566,7 +581,7 @@ def test_roofline_without_a_peak_shows_the_rates_alone(tmp_path: Path):
 
 def test_no_roofline_section_without_roofline_fields(tmp_path: Path, suite: Path):
     _, out, _ = run_report(tmp_path, suite)
-    assert "## Roofline" not in (out / "report.md").read_text()
+    assert "## Roofline" not in read_md(out / "report.md")
 
 
 # --- op microbenchmarks (`fusebench ops`) -------------------------------------------------------------
@@ -624,7 +639,7 @@ def test_ops_only_file_renders_the_op_section(tmp_path: Path, monkeypatch: pytes
     buffer = io.StringIO()
     assert command(parser.parse_args([str(path)]), Console(file=buffer, width=200)) == 0
     out = tmp_path / "reports" / "ops"  # the ops run's experiment name
-    markdown = (out / "report.md").read_text()
+    markdown = read_md(out / "report.md")
     assert "## Op microbenchmarks" in markdown
     assert "30 op samples (3 shapes of geglu, rope)" in markdown
     geglu = op_rows(markdown, "geglu")
@@ -648,7 +663,7 @@ def test_ops_only_file_renders_the_op_section(tmp_path: Path, monkeypatch: pytes
 def test_trials_and_ops_in_one_file(tmp_path: Path):
     path = write(tmp_path / "r.jsonl", [*full_suite(), *ops_suite()])
     _, out, _ = run_report(tmp_path, path)
-    markdown = (out / "report.md").read_text()
+    markdown = read_md(out / "report.md")
     assert md_table_rows(markdown, "baseline → compiled")[0][2] == "18,777"
     assert op_rows(markdown, "geglu")[1][6] == "+25.0%"
     study = report.build_study(read_results([path]))
@@ -661,7 +676,7 @@ def test_two_ops_runs_are_kept_apart(tmp_path: Path):
     other = [ops_header("ops2"), *op_records("geglu", "E2B mlp [1,128,6144]", "unfused", "compiled", REF_SECONDS,
                                              0.5, run_id="ops2")]
     _, out, _ = run_report(tmp_path, write(tmp_path / "a.jsonl", ops_suite()), write(tmp_path / "b.jsonl", other))
-    markdown = (out / "report.md").read_text()
+    markdown = read_md(out / "report.md")
     assert "### geglu: gelu_approx(gate) * up in the MLP, MoE experts and PLE gate · run ops2" in markdown
     assert (out / "op-deltas-r1.png").is_file() and (out / "op-deltas-r2.png").is_file()
     assert "-50.0%" in markdown and "+25.0%" in markdown
@@ -670,7 +685,7 @@ def test_two_ops_runs_are_kept_apart(tmp_path: Path):
 def test_real_ops_results_file(tmp_path: Path):
     real = Path(__file__).parents[1] / "results" / "ops-cpu-20261130.jsonl"
     _, out, _ = run_report(tmp_path, real)
-    markdown = (out / "report.md").read_text()
+    markdown = read_md(out / "report.md")
     assert "## Op microbenchmarks" in markdown
     for op in ("geglu", "softcap", "attention", "rms_norm", "rope"):
         assert len(op_rows(markdown, op)) >= 2

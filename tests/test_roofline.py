@@ -1,6 +1,6 @@
 import pytest
 
-from bench.roofline import (
+from bench.measure.roofline import (
     achieved,
     attended_pairs,
     cell_work,

@@ -13,11 +13,11 @@ from pathlib import Path
 
 import pytest
 
-from bench.cli import main
-from bench.results import read_results
-from bench.runner import done_keys, plan_jobs
-from bench.spec import load_experiment
-from bench.worker import round_order
+from bench.commands import main
+from bench.core.results import read_results
+from bench.core.spec import load_experiment
+from bench.measure.runner import done_keys, plan_jobs
+from bench.measure.worker import round_order
 from models import save_checkpoint
 from models.loading import load_model
 
@@ -187,7 +187,7 @@ def test_done_keys_only_count_the_resumed_run(tmp_path):
     [
         (["run", "nope.yaml"], "nope.yaml:0: file:"),
         (["run", "experiments/ci.yaml", "--only", "E9B"], "--only: e9b not in experiments/ci.yaml; choose from E2B"),
-        (["run", "experiments/ci.yaml", "--shard", "3/2"], "--shard 3/2:"),
+        (["run", "experiments/ci.yaml", "--shard", "3/2"], "--shard: bad shard '3/2'"),
         (["run", "experiments/ci.yaml", "--blas", "/nope/libblas.so"], "choose auto, reference, or a path"),
         (["run", "experiments/ci.yaml", "--resume", "missing.jsonl"], "missing.jsonl: no such results file"),
         (["verify", "--model", "e3b"], "unknown preset 'e3b'; choose from"),
@@ -197,7 +197,11 @@ def test_done_keys_only_count_the_resumed_run(tmp_path):
     ],
 )
 def test_bad_input_is_one_line_and_exit_2(argv, message, capsys):
-    assert main(argv) == 2
+    try:
+        code = main(argv)
+    except SystemExit as usage:  # argparse's own usage errors
+        code = usage.code
+    assert code == 2
     err = capsys.readouterr().err
     assert err.count("\n") == 1 and "Traceback" not in err
     assert message in err

@@ -7,7 +7,7 @@ import pickle
 
 import pytest
 
-from bench.spec import (
+from bench.core.spec import (
     Cell,
     Comparison,
     Correctness,
@@ -17,10 +17,10 @@ from bench.spec import (
     Workload,
     load_experiment,
     parse_experiment,
-    parse_shard,
+    resolve_ops,
     shard_cells,
 )
-from models.ops import REGISTRY
+from models.ops import REGISTRY, op_choices
 
 # The line numbers in the error tests below count lines of this document.
 MINIMAL = """\
@@ -80,8 +80,9 @@ def replaced(old: str, new: str) -> str:
 
 
 def spec_error(text: str) -> SpecError:
+    """The error of parsing `text` and then binding its op names to the registry, as `fusebench run` does."""
     with pytest.raises(SpecError) as info:
-        parse_experiment(text, "x.yaml")
+        resolve_ops(parse_experiment(text, "x.yaml"), op_choices())
     return info.value
 
 
@@ -141,6 +142,8 @@ def test_empty_optional_keys_take_defaults():
 
 def test_variants_are_completed_with_defaults():
     exp = parse_experiment(MINIMAL)
+    assert exp.variants["b"] == {"geglu": "compiled"}  # as written, until bound to the registry
+    exp = resolve_ops(exp, op_choices())
     defaults = {op: spec.default for op, spec in REGISTRY.items()}
     assert exp.variants["a"] == defaults
     assert exp.variants["b"] == {**defaults, "geglu": "compiled"}
@@ -350,14 +353,17 @@ def test_shard_out_of_range():
         shard_cells([], 3, 2)
 
 
-@pytest.mark.parametrize(("text", "expected"), [("1/1", (1, 1)), ("2/4", (2, 4)), ("4/4", (4, 4)), (" 3 / 5 ", (3, 5))])
-def test_parse_shard(text, expected):
-    assert parse_shard(text) == expected
+def test_stored_experiment_does_not_look_for_checkpoints():
+    text = replaced("preset: tiny", "path: /no/such/checkpoint")
+    assert parse_experiment(text, stored=True).models[0].path == "/no/such/checkpoint"
+    assert_error(spec_error(text), 3, "models[0].path", "does not exist")
 
 
-@pytest.mark.parametrize("text", ["", "2", "2/", "/4", "0/4", "5/4", "1/0", "-1/4", "a/b", "1/2/3", "1.5/4"])
-def test_parse_shard_rejects(text):
-    with pytest.raises(ValueError) as info:
-        parse_shard(text)
-    message = str(info.value)
-    assert "I/N with 1 <= I <= N" in message and "\n" not in message
+def test_plugins_are_relative_to_the_experiment(tmp_path):
+    (tmp_path / "fusions.py").write_text("")
+    path = tmp_path / "x.yaml"
+    path.write_text(MINIMAL + "plugins: [fusions.py]\n")
+    assert load_experiment(path).plugins == (str((tmp_path / "fusions.py").resolve()),)
+    path.write_text(MINIMAL + "plugins: [missing.py]\n")
+    with pytest.raises(SpecError, match=r"x.yaml:10: plugins\[0\]: .*missing.py' is not a file"):
+        load_experiment(path)

@@ -1,0 +1,284 @@
+"""The regression gate's verdicts (`fusebench check`): exit 0 nothing regressed, 1 something did, 2 bad input.
+
+Two modes, used together when both apply:
+- Against a stored baseline (`fusebench baseline save`), cell by cell (model x size x workload x variant x metric):
+  - tok/s: the ratio of medians current/baseline with a bootstrap CI, unpaired, since the runs share no rounds;
+  - speedup: for each comparison the experiment declares, the per-round speedup new/baseline (paired within a round,
+    so load that slows a whole run cancels) against the baseline file's; this catches a fusion that stops paying off.
+  A cell fails only when its whole CI lies beyond the allowed slowdown; a point estimate alone never fails. Cells in
+  only one of the files are listed as missing or new, never failed. The baseline must come from the same machine
+  fingerprint (backend, device, BLAS, CPU model) unless --allow-other-machine.
+- The expectations the experiment declares (`expect:` in its YAML, read back from the results' run header):
+  "new no more than X% slower than baseline on a metric" (paired rounds, stats.compare), and "all variants correct".
+
+Noise: `fusebench calibrate` stores this machine's A/A noise per metric in results/baselines/noise-<machine>.json;
+check picks it up by itself (or takes --noise). A cell then fails only for a slowdown beyond both the requested
+threshold and the calibrated minimum detectable effect, and the Limit column says which of the two bound.
+
+--format json prints one object: {"passed", "exit_code", "notes", "verdicts", "github_action_benchmark"}, where
+the last is github-action-benchmark's customBiggerIsBetter list ({"name", "unit", "value", "extra"}); feed a dashboard
+with `fusebench check ... --format json | jq .github_action_benchmark > bench.json`.
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Sequence
+from dataclasses import dataclass, replace
+from pathlib import Path
+from typing import Any
+
+import pandas as pd
+
+from ..core.baselines import load_baseline, require_timed_trials
+from ..core.fingerprint import Fingerprint, MachineMismatchError, results_fingerprint
+from ..core.records import ResultsError
+from ..core.results import Results, read_results
+from ..core.spec import Experiment, parse_experiment
+from . import stats
+from .noise import Noise, default_noise_path, load_noise
+from .stats import SEED
+from .study import cell_labels, ordered_cells
+
+MIN_VALUES_FOR_CI = 3  # fewer values a side give a bootstrap CI that proves nothing, so such a cell never fails
+
+# The kinds of check: tok/s and speedup against the baseline file, the experiment's expectations and correctness.
+TPS, SPEEDUP, EXPECT, CORRECT = "tok/s", "speedup", "expect", "correct"
+# Which calibrated noise band bounds each kind of check (see bench.analysis.noise).
+NOISE_SCOPE = {TPS: "run_to_run_tps", SPEEDUP: "run_to_run_speedup", EXPECT: "within_run"}
+
+
+class CheckError(ResultsError):
+    """Bad input to the check (nothing to check, a bad threshold); the message is one line."""
+
+
+@dataclass(frozen=True)
+class Limit:
+    """The slowdown a cell may show before it fails, and what set it: the requested threshold or the noise."""
+
+    pct: float
+    bound: str  # "threshold" or "noise"
+    noise_pct: float = 0.0  # the calibrated MDE: a CI wholly inside ±noise_pct reads "≈", whichever bound won
+
+    def __str__(self) -> str:
+        return f"-{self.pct:.1f}% ({self.bound})"
+
+
+def limit_for(threshold_pct: float, noise: Noise | None, check: str, metric: str) -> Limit:
+    """The larger of the threshold and the calibrated MDE: a smaller slowdown cannot be told from noise."""
+    band = noise.band(NOISE_SCOPE[check], metric) if noise else None
+    mde = band.mde_pct if band else 0.0
+    if mde > threshold_pct:
+        return Limit(mde, "noise", mde)
+    return Limit(threshold_pct, "threshold", mde)
+
+
+@dataclass(frozen=True)
+class Verdict:
+    check: str
+    cell: str
+    variant: str
+    metric: str
+    status: str
+    failed: bool
+    baseline: float = math.nan  # the reference value: baseline file's median, or the baseline variant's
+    current: float = math.nan
+    ci: stats.RatioCI | None = None
+    limit: Limit | None = None
+    unit: str = "tok/s"
+    note: str = ""
+
+
+@dataclass
+class Outcome:
+    verdicts: list[Verdict]
+    notes: list[str]
+    trials: pd.DataFrame  # the current results' trials, for github-action-benchmark's figures
+    comparisons: list[tuple[str, str]]  # the experiments' (baseline, new) pairs
+
+    @property
+    def failures(self) -> list[Verdict]:
+        return [v for v in self.verdicts if v.failed]
+
+    @property
+    def exit_code(self) -> int:
+        return 1 if self.failures else 0
+
+
+# --- verdicts --------------------------------------------------------------------------------------
+
+
+def judge(base: Verdict, ci: stats.RatioCI | None, n_baseline: int, n_current: int) -> Verdict:
+    """Fill in a verdict's CI and status; only a CI wholly beyond the limit fails."""
+    if n_baseline == 0:
+        return replace(base, status="new", note="not in the baseline")
+    if n_current == 0:
+        return replace(base, status="missing", note="not in the current results")
+    if ci.n < MIN_VALUES_FOR_CI:
+        return replace(base, ci=ci, status="too few rounds", note=f"{ci.n} values; {MIN_VALUES_FOR_CI} needed for a CI")
+    if stats.regression(ci, max_regression_pct=base.limit.pct):
+        return replace(base, ci=ci, status="✗ regressed", failed=True)
+    return replace(base, ci=ci, status=stats.verdict(ci, noise_pct=base.limit.noise_pct))
+
+
+def _ci(row: Any, n: int) -> stats.RatioCI | None:
+    return stats.RatioCI(ratio=row.ratio, low=row.low, high=row.high, n=n) if math.isfinite(row.ratio) else None
+
+
+def baseline_verdicts(
+    current: pd.DataFrame, baseline: pd.DataFrame, comparisons: Sequence[tuple[str, str]], threshold_pct: float,
+    noise: Noise | None,
+) -> list[Verdict]:
+    """Each cell's tok/s, and each comparison's speedup, against the stored baseline."""
+    labels = cell_names([current, baseline])
+    verdicts = []
+    tables = [(TPS, "tok/s", stats.compare_runs(baseline, current, seed=SEED))]
+    for pair in comparisons:
+        speedups = stats.compare_runs(stats.paired_speedups(baseline, *pair), stats.paired_speedups(current, *pair),
+                                      seed=SEED)
+        tables.append((SPEEDUP, "×", speedups))
+    for check, unit, table in tables:
+        for row in table.itertuples():
+            base = Verdict(check, labels[row.model_key, row.size, row.workload], row.variant, row.metric,
+                           status="", failed=False, baseline=row.baseline_median, current=row.new_median, unit=unit,
+                           limit=limit_for(threshold_pct, noise, check, row.metric))
+            n = min(row.n_baseline, row.n_new)
+            verdicts.append(judge(base, _ci(row, n), row.n_baseline, row.n_new))
+    return verdicts
+
+
+def expectation_verdicts(exp: Experiment, trials: pd.DataFrame, correctness: pd.DataFrame,
+                         noise: Noise | None) -> list[Verdict]:
+    verdicts = []
+    labels = cell_names([trials, correctness])
+    for expectation in exp.expect:
+        if expectation.kind == "all_correct":
+            verdicts += correctness_verdicts(correctness, labels)
+            continue
+        pair, metric = expectation.comparison, expectation.metric
+        limit = limit_for(expectation.max_slowdown_pct, noise, EXPECT, metric)
+        variant = f"{pair.new} vs {pair.baseline}"
+        table = stats.compare(trials, pair.baseline, pair.new, metric, seed=SEED) if not trials.empty else None
+        if table is None or not (table["n_pairs"] > 0).any():
+            verdicts.append(Verdict(EXPECT, "", variant, metric, status="✗ no data", failed=True, limit=limit,
+                                    note=f"no round ran both {pair.baseline} and {pair.new}"))
+            continue
+        for row in table[table["n_pairs"] > 0].itertuples():
+            base = Verdict(EXPECT, labels[row.model_key, row.size, row.workload], variant, metric, status="",
+                           failed=False, baseline=row.baseline_median, current=row.new_median, limit=limit)
+            verdicts.append(judge(base, _ci(row, row.n_pairs), row.n_pairs, row.n_pairs))
+    return verdicts
+
+
+def correctness_verdicts(correctness: pd.DataFrame, labels: dict[tuple[str, str, str], str]) -> list[Verdict]:
+    """A failing variant names its cell; an all-clear is one line; no records at all cannot prove anything."""
+    if correctness.empty:
+        return [Verdict(CORRECT, "", "", "", status="✗ no data", failed=True,
+                        note="no correctness records in the results")]
+    failing = correctness[~correctness["passed"].astype(bool)]
+    if failing.empty:
+        return [Verdict(CORRECT, "", "every variant", "", status="✓ correct", failed=False,
+                        note=f"{len(correctness)} correctness checks passed")]
+    return [
+        Verdict(CORRECT, labels[r.model_key, r.size, r.workload], r.variant, "", status="✗ incorrect", failed=True,
+                note=f"max |logit err| {r.max_abs_err:.3g} vs atol {r.atol:g} against {r.reference}; "
+                     f"{r.tokens_agree}/{r.tokens_checked} greedy tokens agree")
+        for r in failing.itertuples()
+    ]
+
+
+def cell_names(frames: Sequence[pd.DataFrame]) -> dict[tuple[str, str, str], str]:
+    """(model_key, size, workload) -> "E2B (2/35 layers) · pp128 tg4 b1", the model key added only when sizes clash."""
+    names = cell_labels(ordered_cells(frames))
+    labels = {}
+    for frame in frames:
+        if not frame.empty:
+            for key, size, workload in zip(frame["model_key"], frame["size"], frame["workload"], strict=True):
+                labels[key, size, workload] = f"{names[key, size]} · {workload}"
+    return labels
+
+
+def worst_first(verdicts: list[Verdict]) -> list[Verdict]:
+    """Failures first, then by Δ, most negative first; rows without a Δ (missing, new, correctness) last."""
+    return sorted(verdicts, key=lambda v: (not v.failed, v.ci is None, v.ci.delta_pct if v.ci else 0.0))
+
+
+# --- inputs ----------------------------------------------------------------------------------------
+
+
+def experiments_of(results: Results, path: Path) -> list[tuple[Experiment, set[str]]]:
+    """The experiments in the run headers (validated again, as the YAML schema demands), each with its run ids."""
+    by_content: dict[str, tuple[dict[str, Any], set[str]]] = {}
+    for run_id, header in results.runs.items():
+        experiment = header.get("experiment") or {}
+        by_content.setdefault(experiment.get("content") or "", (experiment, set()))[1].add(run_id)
+    return [
+        (parse_experiment(content, f"{path} (run header: {experiment.get('file', 'experiment')})", stored=True),
+         run_ids)
+        for content, (experiment, run_ids) in by_content.items() if content
+    ]
+
+
+def resolve_noise(path: Path | None, machine: Fingerprint, allow_other_machine: bool, notes: list[str]) -> Noise | None:
+    """--noise FILE, else this machine's calibration at the default place if there is one."""
+    if path is None:
+        path = default_noise_path(machine)
+        if not path.is_file():
+            notes.append(f"no noise calibration for this machine ({path}); limits are the threshold alone — "
+                         "run fusebench calibrate")
+            return None
+    noise = load_noise(path)
+    if noise.fingerprint != machine:
+        if not allow_other_machine:
+            raise MachineMismatchError(f"{path}: noise calibrated on {noise.fingerprint}, but the results come from "
+                                       f"{machine}; calibrate on this machine or pass --allow-other-machine")
+        notes.append(f"noise band from another machine ({noise.fingerprint}), allowed by --allow-other-machine")
+    notes.append(f"noise band: {path} ({noise.runs} runs of {noise.experiment})")
+    return noise
+
+
+@dataclass(frozen=True)
+class CheckRequest:
+    """What `fusebench check` was asked: the results to judge, and against what."""
+
+    results: Path
+    max_regression: float
+    baseline: Path | None = None
+    noise: Path | None = None
+    allow_other_machine: bool = False
+
+
+def run_check(args: CheckRequest) -> Outcome:
+    """Everything the check decides, without printing; bad input raises a UserError."""
+    notes: list[str] = []
+    results = read_results([args.results], warn=lambda message: notes.append(message))
+    machine = results_fingerprint(results, args.results)
+    notes.append(f"machine: {machine}")
+    noise = resolve_noise(args.noise, machine, args.allow_other_machine, notes)
+    experiments = experiments_of(results, args.results)
+    if noise and any(exp.name != noise.experiment for exp, _ in experiments):
+        notes.append(f"the noise band was measured on experiment {noise.experiment}; another experiment's noise "
+                     "may differ (calibrate it with fusebench calibrate EXPERIMENT --out FILE, then --noise FILE)")
+    comparisons = list(dict.fromkeys((c.baseline, c.new) for exp, _ in experiments for c in exp.comparisons))
+    trials = results.frame("trial")
+    verdicts: list[Verdict] = []
+    if args.baseline:
+        baseline = load_baseline(args.baseline)
+        baseline_machine = results_fingerprint(baseline, args.baseline)
+        if baseline_machine != machine:
+            if not args.allow_other_machine:
+                raise MachineMismatchError(f"{args.baseline}: baseline measured on {baseline_machine}, but "
+                                           f"{args.results} on {machine}; pass --allow-other-machine to compare anyway")
+            notes.append(f"baseline from another machine ({baseline_machine}), allowed by --allow-other-machine")
+        require_timed_trials(results, args.results)
+        verdicts += baseline_verdicts(trials, baseline.frame("trial"), comparisons, args.max_regression, noise)
+        notes.append(f"baseline: {args.baseline}")
+    for exp, run_ids in experiments:
+        scoped = [frame[frame["run_id"].isin(run_ids)] if not frame.empty else frame
+                  for frame in (trials, results.frame("correctness"))]
+        verdicts += expectation_verdicts(exp, *scoped, noise)
+    if not verdicts:
+        raise CheckError(f"{args.results}: nothing to check; give --baseline FILE or declare expect: in the experiment")
+    notes += [f"{r['kind']} {r.get('cell', '?')}: {r.get('reason', '')}" for r in results.of_kind("skip")]
+    notes += [f"{r['kind']} {r.get('cell', '?')}: {r.get('reason', '')}" for r in results.of_kind("error")]
+    return Outcome(worst_first(verdicts), notes, trials, comparisons)

@@ -1,0 +1,386 @@
+"""The one paired inference behind the report, the regression gate, op microbenchmarks and calibration.
+
+Pure numpy/scipy. Throughputs are bigger-is-better, so a ratio new/baseline above 1 means faster.
+
+Unit of evidence
+    An experiment runs rounds; in each round the baseline and the new variant run once, interleaved. A round gives one
+    log ratio log(new/baseline). Drift and load that hit both trials of a round cancel in it, which is the whole point
+    of interleaving, so everything here works on those per-round log ratios and never on the two sides as independent
+    samples.
+
+Estimator: the mean log ratio, Δ = exp(mean log ratio) − 1
+    Noise on throughput is multiplicative, so the log scale is where it is additive and roughly symmetric. The mean log
+    ratio is symmetric under swapping the sides (A vs B is exactly the inverse of B vs A, which a ratio of arithmetic
+    means is not), and its exponential is the ratio of the geometric means of the kept rounds. That is why the estimate
+    carries `baseline_gmean` and `new_gmean`: a reader can check New / Baseline − 1 = Δ by hand.
+    (`new_gmean` is computed as baseline_gmean · ratio, which is the geometric mean of new mathematically, so that the
+    identity also holds to the last bit.)
+
+Interval and test: Student t on the mean log ratio
+    95% CI = mean ± t(0.975, n − 1) · sd / √n, mapped to the ratio scale by exp; p is the two-sided t-test of mean = 0,
+    so the test is dual to the interval. The t-interval is exact for normal log-ratio noise (lognormal trial noise) at
+    any n, and it needs no resampling (a bootstrap undercovers at n = 5). Coverage under heavy-tailed noise is shown by
+    simulation (tests/test_inference.py; figures below), not assumed.
+
+Outlier rule (the constants OUTLIER_K, OUTLIER_SCALE_FLOOR, OUTLIER_MIN_ROUNDS)
+    This machine sometimes loses ~40% on a single trial. That hits one side of one round and moves a plain mean of 12
+    log ratios by ~4 points. So, once there are at least OUTLIER_MIN_ROUNDS = 6 rounds, a round is excluded when its
+    log ratio lies more than OUTLIER_K = 5 robust SDs from the median log ratio. The robust SD is the pairwise
+    (Shamos) scale, median |r_i − r_j| over all pairs / 0.9539 (consistent for normal noise), floored at
+    OUTLIER_SCALE_FLOOR = 0.01 in log units. The excluded rounds are counted in `excluded` so a report can warn, and
+    `outlier_rounds` says which they are. Why each piece:
+    - Excluding rounds and then taking the sd of the rest shrinks the sd, so the rule must almost never fire on clean
+      data or the interval undercovers. With the MAD as the scale that is impossible at small n: the MAD of 6 values is
+      so noisy that K must be ~10 to keep false exclusions of clean normal samples near 1%, and then a 40% drop at 5%
+      trial noise is never caught (simulated: K = 3 with the MAD covered 87-91%, K = 5 with the MAD 92-95%). The
+      pairwise scale is about 86% efficient, so the 99th percentile of max |r − median| / scale in clean normal samples
+      stays at 3.8-4.4 for n = 6..50 and one K fits every n.
+    - K = 5: about 1% of clean normal samples lose a round; in simulation (40 000 samples per cell) the 95% interval
+      then covers 94.7-95.1% for normal noise (0.2%, 1%, 5% per trial) at n = 6, 8, 12, 20, 94.7-95.5% for 2% lognormal
+      noise plus 5% per-trial 40% drops, and 95.1-95.4% for Student-t(3) trial noise. It still catches a lone 40% drop
+      in 99-100% of samples at 1-2% trial noise (33-65% at 5% noise, where the drop is only ~7 SDs and matters less).
+      K = 4.5 caught more at 5% noise but covered 94.3% at n = 6; K = 4 covered as low as 94.1%.
+    - Floor 0.01: with near-identical ratios (quantised timers, a perfectly paired run) the scale collapses towards 0
+      and every round would look like an outlier. With the floor, a round within K · floor = 5% of the median is never
+      excluded; a deviation that small cannot swing the row and is ordinary noise here anyway.
+    - n ≥ 6: below that a robust scale rests on too few pairs to trust, and the plain t-interval with the outlier kept
+      is conservative (heavy, symmetric tails widen it: 96-97% coverage at n = 5 in the contaminated model).
+    - The pairwise scale breaks down when more than ~29% of rounds are bad; the rule then excludes nothing, which
+      errs on the wide side. The cost is O(n²) pairs, trivial for the tens of rounds an experiment runs.
+
+Degenerate cases
+    No valid pair → ValueError. One round → no interval: low, high and p are NaN (`has_interval` is False) and the
+    verdict asks for more rounds. Zero spread (n ≥ 2, all kept log ratios equal to within ZERO_SPREAD = 1e-12, which
+    absorbs log/exp rounding of exactly proportional inputs): the interval collapses to the point and p is 0.0 when the
+    ratio differs from 1, else 1.0; a perfectly paired +16.6% is then "faster", as it should be.
+
+Holm across the rows of one table (`adjust`)
+    A table tests several rows at once, so the family-wise error is controlled by Holm's step-down (uniformly more
+    powerful than Bonferroni, valid under any dependence between rows). Rows with n < 2 have no p and take no part.
+    Each row also gets an adjusted interval at level 1 − α / c, where c = (Holm's unadjusted step-down value) / p is
+    the multiplier Holm actually applied to the row: c = m − rank + 1 (Holm's level for that row) unless a
+    better-ranked row's larger adjusted p carries over by monotonicity, in which case c is a little bigger (never more
+    than m, Bonferroni). That keeps the verdict exactly dual to the printed interval: p_holm < α ⇔ the adjusted
+    interval excludes a ratio of 1. With c fixed at m − rank + 1 a row could show an interval excluding 1 next to a
+    Holm p above α.
+
+Verdict words (`verdict`), in the order they are decided
+    - "needs ≥ N rounds" (word "needs more rounds"): fewer than min_rounds rounds were kept; nothing is claimed.
+    - "faster" / "slower": p_holm < α, equivalently the Holm-adjusted interval excludes 0%; the direction is the
+      estimate's sign. A real but small effect (say +0.5%, tightly measured) is still "faster".
+    - "no change": the whole adjusted interval lies within ±margin_pct (2% by default): an effect larger than the
+      margin is ruled out, not merely undetected.
+    - "inconclusive (±X.X%)": neither; X is the adjusted half-width in percent, i.e. the size of effect this run
+      could have detected. More rounds narrow it (`rounds_needed` says how many for a target).
+    There is deliberately no bare "≈": absence of evidence is reported as "inconclusive" with its precision.
+
+Gate (`slower_beyond`)
+    A regression gate fails only when the whole interval lies below −limit%: a point estimate alone never fails a build.
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Sequence
+from dataclasses import dataclass
+
+import numpy as np
+from numpy.typing import ArrayLike
+from scipy import special as _special
+
+__all__ = [
+    "OUTLIER_K",
+    "OUTLIER_MIN_ROUNDS",
+    "OUTLIER_SCALE_FLOOR",
+    "VERDICT_WORDS",
+    "ZERO_SPREAD",
+    "Adjusted",
+    "PairedEstimate",
+    "Verdict",
+    "adjust",
+    "detectable_pct",
+    "outlier_rounds",
+    "paired_estimate",
+    "rounds_needed",
+    "slower_beyond",
+    "verdict",
+]
+
+OUTLIER_K = 4.5  # robust SDs from the median log ratio beyond which a round is excluded (see module docstring)
+OUTLIER_SCALE_FLOOR = 0.01  # floor on the robust SD, log units: nothing within K * floor = 4.5% is ever excluded
+OUTLIER_MIN_ROUNDS = 6  # the rule applies only from this many valid rounds
+ZERO_SPREAD = 1e-12  # log-ratio SD (and |mean|) at or below this counts as exactly zero
+_SHAMOS_NORMAL = 0.9538725524089398  # median |X - Y| for X, Y iid N(0, 1): sqrt(2) * Phi^-1(0.75)
+
+VERDICT_WORDS = ("faster", "slower", "no change", "inconclusive", "needs more rounds")
+
+
+@dataclass(frozen=True)
+class PairedEstimate:
+    """Mean-log-ratio estimate of new/baseline over the kept rounds, with its t-interval at `confidence`.
+
+    low/high/p_value are NaN when n < 2. baseline_gmean and new_gmean are geometric means over the kept rounds, and
+    new_gmean / baseline_gmean == ratio.
+    """
+
+    n: int
+    excluded: int
+    mean_log: float
+    sd_log: float
+    se_log: float
+    df: int
+    ratio: float
+    low: float
+    high: float
+    p_value: float
+    baseline_gmean: float
+    new_gmean: float
+    confidence: float
+
+    @property
+    def has_interval(self) -> bool:
+        return self.n >= 2
+
+    @property
+    def delta_pct(self) -> float:
+        return (self.ratio - 1.0) * 100.0
+
+    @property
+    def low_pct(self) -> float:
+        return (self.low - 1.0) * 100.0
+
+    @property
+    def high_pct(self) -> float:
+        return (self.high - 1.0) * 100.0
+
+    @property
+    def half_width_pct(self) -> float:
+        return (self.high - self.low) / 2.0 * 100.0
+
+    def interval(self, confidence: float) -> tuple[float, float]:
+        """The t-interval on the ratio scale at another level (same rounds, same estimate)."""
+        _check_level(confidence, "confidence")
+        lo, hi = _log_interval(self.mean_log, self.se_log, self.df, confidence)
+        return math.exp(lo), math.exp(hi)
+
+
+@dataclass(frozen=True)
+class Adjusted:
+    """One row after Holm across its table: p_holm and the interval at the row's Holm level `level`.
+
+    p_holm, level, low and high are NaN for rows with n < 2 (they take no part in the family).
+    """
+
+    estimate: PairedEstimate
+    p_holm: float
+    level: float
+    low: float
+    high: float
+
+    @property
+    def n(self) -> int:
+        return self.estimate.n
+
+    @property
+    def ratio(self) -> float:
+        return self.estimate.ratio
+
+    @property
+    def delta_pct(self) -> float:
+        return self.estimate.delta_pct
+
+    @property
+    def low_pct(self) -> float:
+        return (self.low - 1.0) * 100.0
+
+    @property
+    def high_pct(self) -> float:
+        return (self.high - 1.0) * 100.0
+
+    @property
+    def half_width_pct(self) -> float:
+        return (self.high - self.low) / 2.0 * 100.0
+
+
+@dataclass(frozen=True)
+class Verdict:
+    """`word` is one of VERDICT_WORDS (stable, for code); `text` is what a table shows."""
+
+    word: str
+    text: str
+
+
+def outlier_rounds(log_ratios: ArrayLike) -> np.ndarray:
+    """Boolean mask of the rounds the outlier rule excludes (all False below OUTLIER_MIN_ROUNDS rounds).
+
+    A round is excluded when |r - median| > OUTLIER_K * max(pairwise scale, OUTLIER_SCALE_FLOOR); see the module
+    docstring for why these constants.
+    """
+    r = np.asarray(log_ratios, dtype=np.float64).ravel()
+    centre, reach = _fence(r)
+    return np.abs(r - centre) > reach
+
+
+def paired_estimate(baseline: ArrayLike, new: ArrayLike, *, confidence: float = 0.95) -> PairedEstimate:
+    """Estimate new/baseline from per-round throughputs (index i of both arrays is round i).
+
+    Pairs with NaN on either side are dropped, then the outlier rule excludes wild rounds from the mean (they stay in
+    the spread, pulled in to the fence). Raises ValueError for unequal lengths, no valid pair, or a non-positive /
+    infinite throughput.
+    """
+    _check_level(confidence, "confidence")
+    log_b, log_n = _valid_log_pairs(baseline, new)
+    r_all = log_n - log_b
+    centre, reach = _fence(r_all)
+    drop = np.abs(r_all - centre) > reach
+    log_b = log_b[~drop]
+    n = int(log_b.size)
+    mean = float(np.mean(r_all[~drop]))
+    sd = _sd(np.clip(r_all, centre - reach, centre + reach), mean)
+    se = sd / math.sqrt(n) if n >= 2 else math.nan
+    lo, hi = _log_interval(mean, se, n - 1, confidence)
+    ratio = math.exp(mean)
+    baseline_gmean = math.exp(float(np.mean(log_b)))
+    return PairedEstimate(
+        n=n,
+        excluded=int(drop.sum()),
+        mean_log=mean,
+        sd_log=sd,
+        se_log=se,
+        df=n - 1,
+        ratio=ratio,
+        low=math.exp(lo),
+        high=math.exp(hi),
+        p_value=_p_value(mean, se, n - 1),
+        baseline_gmean=baseline_gmean,
+        new_gmean=baseline_gmean * ratio,  # = exp(mean log new); this form keeps New / Baseline == ratio to the bit
+        confidence=confidence,
+    )
+
+
+def adjust(estimates: Sequence[PairedEstimate], *, alpha: float = 0.05) -> list[Adjusted]:
+    """Holm across the rows of one table; the output keeps the input order.
+
+    p_holm is the step-down adjusted p (monotone in the rank, capped at 1). The row's interval is the t-interval at
+    level 1 - alpha / c with c the multiplier Holm applied to it (m - rank + 1 unless monotonicity raised it), so
+    p_holm < alpha exactly when that interval excludes a ratio of 1. Rows with n < 2 get NaNs and do not count in m.
+    """
+    _check_level(alpha, "alpha")
+    family = sorted((i for i, e in enumerate(estimates) if e.has_interval), key=lambda i: estimates[i].p_value)
+    m = len(family)
+    out: list[Adjusted | None] = [None] * len(estimates)
+    running = 0.0
+    for rank, i in enumerate(family, start=1):
+        est = estimates[i]
+        running = max(running, (m - rank + 1) * est.p_value)  # step-down: never below a better-ranked row
+        c = running / est.p_value if est.p_value > 0 else float(m - rank + 1)
+        level = 1.0 - alpha / c
+        low, high = est.interval(level)
+        out[i] = Adjusted(est, p_holm=min(1.0, running), level=level, low=low, high=high)
+    for i, est in enumerate(estimates):
+        if out[i] is None:
+            out[i] = Adjusted(est, p_holm=math.nan, level=math.nan, low=math.nan, high=math.nan)
+    return out  # type: ignore[return-value]
+
+
+def verdict(adjusted: Adjusted, *, margin_pct: float = 2.0, min_rounds: int = 3, alpha: float = 0.05) -> Verdict:
+    """The row's word; see "Verdict words" in the module docstring for what each one promises."""
+    if min_rounds < 2:
+        raise ValueError(f"min_rounds must be at least 2 (an interval needs two rounds), got {min_rounds}")
+    if not margin_pct >= 0:
+        raise ValueError(f"margin_pct must be >= 0, got {margin_pct}")
+    _check_level(alpha, "alpha")
+    if adjusted.n < min_rounds:
+        return Verdict("needs more rounds", f"needs ≥ {min_rounds} rounds")
+    if adjusted.p_holm < alpha:
+        word = "faster" if adjusted.ratio > 1.0 else "slower"
+        return Verdict(word, word)
+    if adjusted.low >= 1.0 - margin_pct / 100.0 and adjusted.high <= 1.0 + margin_pct / 100.0:
+        return Verdict("no change", "no change")
+    return Verdict("inconclusive", f"inconclusive (±{adjusted.half_width_pct:.1f}%)")
+
+
+def rounds_needed(sd_log: float, target_half_width_pct: float, confidence: float = 0.95) -> int:
+    """Smallest n (≥ 2) whose t half-width at this log-ratio SD reaches the target.
+
+    The half-width is measured like `half_width_pct` at a ratio of 1: 100 * sinh(t * sd / sqrt(n)). Pass a Holm
+    level as `confidence` to size a row of a table.
+    """
+    _check_level(confidence, "confidence")
+    if not (math.isfinite(sd_log) and sd_log >= 0):
+        raise ValueError(f"sd_log must be finite and >= 0, got {sd_log}")
+    if not target_half_width_pct > 0:
+        raise ValueError(f"target_half_width_pct must be > 0, got {target_half_width_pct}")
+    target = math.asinh(target_half_width_pct / 100.0)
+    q = 0.5 + confidence / 2.0
+    # The normal quantile is below t's, so this start never overshoots; step up to the exact t answer.
+    n = max(2, math.ceil((_special.ndtri(q) * sd_log / target) ** 2))
+    while _special.stdtrit(n - 1, q) * sd_log / math.sqrt(n) > target:
+        n += 1
+    return n
+
+
+def detectable_pct(adjusted: Adjusted) -> float:
+    """Smallest effect (in %) this row could have detected: its Holm-adjusted half-width (NaN without an interval)."""
+    return adjusted.half_width_pct
+
+
+def slower_beyond(est_or_adjusted: PairedEstimate | Adjusted, limit_pct: float) -> bool:
+    """True only when the whole interval lies below -limit_pct, so a point estimate alone never fails a gate."""
+    if not limit_pct >= 0:
+        raise ValueError(f"limit_pct must be >= 0, got {limit_pct}")
+    return bool(est_or_adjusted.high < 1.0 - limit_pct / 100.0)  # NaN (no interval) compares False
+
+
+def _check_level(value: float, name: str) -> None:
+    if not 0.0 < value < 1.0:
+        raise ValueError(f"{name} must be strictly between 0 and 1, got {value}")
+
+
+def _valid_log_pairs(baseline: ArrayLike, new: ArrayLike) -> tuple[np.ndarray, np.ndarray]:
+    b = np.asarray(baseline, dtype=np.float64).ravel()
+    x = np.asarray(new, dtype=np.float64).ravel()
+    if b.shape != x.shape:
+        raise ValueError(f"baseline and new must pair up round by round, got {b.size} and {x.size} values")
+    ok = ~(np.isnan(b) | np.isnan(x))  # a round missing either side carries no paired evidence
+    b, x = b[ok], x[ok]
+    if b.size == 0:
+        raise ValueError("no round has both a baseline and a new throughput")
+    if not (np.all(np.isfinite(b)) and np.all(np.isfinite(x)) and np.all(b > 0) and np.all(x > 0)):
+        raise ValueError("throughputs must be finite and positive")
+    return np.log(b), np.log(x)
+
+
+def _fence(r: np.ndarray) -> tuple[float, float]:
+    """Centre and reach of the outlier rule: rounds beyond centre ± reach are excluded (reach inf below the minimum)."""
+    if r.size < OUTLIER_MIN_ROUNDS:
+        return 0.0, math.inf
+    i, j = np.triu_indices(r.size, 1)
+    # Pairwise differences do not involve the centre, so one wild round spoils only its own n - 1 pairs.
+    scale = max(float(np.median(np.abs(r[i] - r[j]))) / _SHAMOS_NORMAL, OUTLIER_SCALE_FLOOR)
+    return float(np.median(r)), OUTLIER_K * scale
+
+
+def _sd(winsorized: np.ndarray, mean: float) -> float:
+    """SD about the kept rounds' mean over all valid rounds, excluded ones already pulled in to the fence."""
+    if winsorized.size < 2:
+        return math.nan
+    sd = math.sqrt(float(np.sum((winsorized - mean) ** 2)) / (winsorized.size - 1))
+    return 0.0 if sd <= ZERO_SPREAD else sd  # rounding noise of exactly proportional inputs is no spread
+
+
+def _log_interval(mean: float, se: float, df: int, confidence: float) -> tuple[float, float]:
+    if df < 1:
+        return math.nan, math.nan
+    if se == 0.0:
+        return mean, mean
+    half = float(_special.stdtrit(df, 0.5 + confidence / 2.0)) * se
+    return mean - half, mean + half
+
+
+def _p_value(mean: float, se: float, df: int) -> float:
+    if df < 1:
+        return math.nan
+    if se == 0.0:
+        return 0.0 if abs(mean) > ZERO_SPREAD else 1.0
+    return float(2.0 * _special.stdtr(df, -abs(mean) / se))

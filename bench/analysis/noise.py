@@ -1,0 +1,200 @@
+"""This machine's noise from A/A comparisons (`fusebench calibrate`), so the gate knows what it can resolve.
+
+`fusebench calibrate` runs the experiment N times as `fusebench run` would (variants interleaved round by round),
+keeping each run in results/scratch/ (or, with --from, takes runs of one experiment already made on this machine),
+then compares every variant with itself in each way `fusebench check` compares, so each of the check's limits gets a
+noise band measured the way the check measures:
+- run_to_run_tps: each run against each other run, cell by cell, unpaired (ratio of medians, bootstrap CI): the check
+  of a variant's tok/s against a stored baseline;
+- run_to_run_speedup: the same for each comparison's per-round speedup (new/baseline paired within a round): the check
+  of a fusion's speedup against the stored baseline's;
+- within_run: inside one run, even rounds against odd rounds, paired (stats.compare's A/A): an expectation such as
+  "compiled no more than 5% slower than baseline".
+Nothing changed between the two sides, so every Δ seen is noise. An A/A pair has no direction, so each is read both
+ways and counted as the slowdown it shows (one run twice as fast as another is the other one 50% slower). Per scope
+and metric the file records:
+- mde_pct, the minimum detectable effect as the gate sees it: the farthest slowdown an A/A CI lay wholly beyond
+  (0 when every CI held 1). The gate fails a cell only when its whole CI lies beyond the limit, so a limit of at
+  least the MDE would have kept every calibration A/A comparison green; a slowdown has to beat it to be told apart
+  from this machine's run-to-run noise;
+- max_aa_slowdown_pct, the largest A/A point estimate read as a slowdown, and ci_half_width_pct, the median A/A CI
+  half-width: how far a point estimate wanders, and how wide the CIs are (a slowdown needs roughly MDE + half-width
+  to fail reliably).
+It goes to results/baselines/noise-<machine>.json with the machine fingerprint, where `fusebench check` finds it.
+Every figure is a maximum or median over N runs' comparisons, so more runs give a safer estimate. Runs made back to
+back share one state of the machine (say, one neighbour's job running throughout); on a shared machine whose load
+changes over the day, calibrate --from runs spread over that day, or the band comes out too narrow and the gate
+cries wolf.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import itertools
+import json
+from dataclasses import asdict, dataclass
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+import pandas as pd
+
+from ..core.baselines import BASELINE_DIR
+from ..core.fingerprint import Fingerprint, results_fingerprint
+from ..core.records import ResultsError, utc_now
+from ..core.results import read_results
+from ..core.spec import Experiment, parse_experiment
+from . import stats
+from .stats import SEED
+
+NOISE_KIND = "fusebench-noise"
+SCOPES = ("run_to_run_tps", "run_to_run_speedup", "within_run")
+
+
+class NoiseFileError(ResultsError):
+    """A noise file that cannot be used; the message names it."""
+
+
+@dataclass(frozen=True)
+class Band:
+    """The noise of one metric in one scope (see the module docstring)."""
+
+    mde_pct: float
+    max_aa_slowdown_pct: float
+    ci_half_width_pct: float
+    comparisons: int
+
+
+@dataclass(frozen=True)
+class Noise:
+    path: Path
+    fingerprint: Fingerprint
+    experiment: str
+    runs: int
+    bands: dict[str, dict[str, Band]]  # scope -> metric -> band
+
+    def band(self, scope: str, metric: str) -> Band | None:
+        return self.bands.get(scope, {}).get(metric)
+
+
+def default_noise_path(machine: Fingerprint) -> Path:
+    return BASELINE_DIR / f"noise-{machine.slug}.json"
+
+
+# --- A/A comparisons -------------------------------------------------------------------------------
+
+
+def aa_comparisons(runs: list[pd.DataFrame], comparisons: list[tuple[str, str]]) -> pd.DataFrame:
+    """Every A/A comparison of the runs' trials: one row per scope x run(s) x cell x variant x metric."""
+    rows = []
+    for (i, a), (j, b) in itertools.combinations(enumerate(runs, start=1), 2):
+        pairs = [("run_to_run_tps", a, b)]
+        for c in comparisons:
+            pairs.append(("run_to_run_speedup", stats.paired_speedups(a, *c), stats.paired_speedups(b, *c)))
+        for scope, first, second in pairs:
+            for row in stats.compare_runs(first, second, seed=SEED).itertuples():
+                if row.n_baseline and row.n_new:
+                    rows.append(_aa_row(scope, f"{i}-{j}", row, row.variant))
+    for i, trials in enumerate(runs, start=1):
+        for variant in trials["variant"].unique():
+            for row in stats.compare(trials, variant, variant, stats.METRICS, seed=SEED).itertuples():
+                if row.n_pairs:
+                    rows.append(_aa_row("within_run", str(i), row, variant))
+    return pd.DataFrame(rows)
+
+
+def _aa_row(scope: str, runs: str, row: Any, variant: str) -> dict[str, Any]:
+    return {
+        "scope": scope, "runs": runs, "model_key": row.model_key, "size": row.size, "workload": row.workload,
+        "variant": variant, "metric": row.metric, "delta_pct": (row.ratio - 1) * 100,
+        "low_pct": (row.low - 1) * 100, "high_pct": (row.high - 1) * 100,
+    }
+
+
+def noise_bands(aa: pd.DataFrame) -> dict[str, dict[str, Band]]:
+    bands: dict[str, dict[str, Band]] = {}
+    for (scope, metric), group in aa.groupby(["scope", "metric"], sort=False):
+        half_widths = (group["high_pct"] - group["low_pct"]) / 2
+        ratio, low, high = (1 + group[column] / 100 for column in ("delta_pct", "low_pct", "high_pct"))
+        # Read both ways, a CI [low, high] is [1/high, 1/low]: the slowdown it proves is the larger of 1 - high and
+        # 1 - 1/low, or none when it holds 1.
+        proven = np.maximum(0.0, np.maximum(1 - high, 1 - 1 / low)) * 100
+        bands.setdefault(scope, {})[metric] = Band(
+            mde_pct=round(float(proven.max()), 2),
+            max_aa_slowdown_pct=round(float(((1 - np.minimum(ratio, 1 / ratio)) * 100).max()), 2),
+            ci_half_width_pct=round(float(np.median(half_widths)), 2),
+            comparisons=len(group),
+        )
+    return bands
+
+
+# --- the noise file --------------------------------------------------------------------------------
+
+
+def noise_record(exp: Experiment, machine: Fingerprint, sources: list[Path], aa: pd.DataFrame) -> dict[str, Any]:
+    return {
+        "kind": NOISE_KIND,
+        "fingerprint": asdict(machine),
+        "experiment": {"name": exp.name, "file": exp.file, "sha256": exp.sha256},
+        "runs": len(sources),
+        "results": [str(p) for p in sources],
+        "created_at": utc_now(),
+        "bands": {scope: {m: asdict(b) for m, b in by_metric.items()} for scope, by_metric in noise_bands(aa).items()},
+    }
+
+
+def load_noise(path: Path) -> Noise:
+    """Read a noise file written by `fusebench calibrate`; anything else is a NoiseFileError naming the file."""
+    try:
+        data = json.loads(path.read_text(encoding="utf-8"))
+    except FileNotFoundError:
+        raise NoiseFileError(f"{path}: no such noise file; make one with fusebench calibrate") from None
+    except (OSError, UnicodeDecodeError, json.JSONDecodeError) as err:
+        raise NoiseFileError(f"{path}: not a noise file ({' '.join(str(err).split())})") from None
+    if not isinstance(data, dict) or data.get("kind") != NOISE_KIND:
+        raise NoiseFileError(f"{path}: not a noise file (expected \"kind\": \"{NOISE_KIND}\")")
+    try:
+        bands = {
+            scope: {metric: Band(**band) for metric, band in data["bands"].get(scope, {}).items()}
+            for scope in SCOPES
+        }
+        return Noise(
+            path=path,
+            fingerprint=Fingerprint(**data["fingerprint"]),
+            experiment=str(data["experiment"]["name"]),
+            runs=int(data["runs"]),
+            bands=bands,
+        )
+    except (KeyError, TypeError, AttributeError) as err:
+        raise NoiseFileError(f"{path}: malformed noise file ({type(err).__name__}: {err})") from None
+
+
+# --- runs already made ----------------------------------------------------------------------------
+
+
+def experiment_of_runs(paths: list[Path]) -> Experiment:
+    """The one experiment that every results file ran (from its run header), validated again."""
+    headers = {path: next(iter(read_results([path]).runs.values()), None) for path in paths}
+    missing = [path for path, header in headers.items() if header is None]
+    if missing:
+        raise ResultsError(f"{missing[0]}: no run header; is it a fusebench results file?")
+    experiments = {header["experiment"]["sha256"]: (path, header["experiment"]) for path, header in headers.items()}
+    if len(experiments) > 1:
+        names = ", ".join(f"{path} ({e['file']})" for path, e in experiments.values())
+        raise ResultsError(f"--from: runs of different experiments (or versions of one): {names}")
+    path, experiment = next(iter(experiments.values()))
+    exp = parse_experiment(experiment["content"], f"{path} (run header: {experiment['file']})", stored=True)
+    return dataclasses.replace(exp, file=experiment["file"])
+
+
+def calibrate_from(paths: list[Path], comparisons: list[tuple[str, str]]) -> tuple[Fingerprint, pd.DataFrame]:
+    """The machine the runs were measured on, and every A/A comparison among them."""
+    machines = []
+    runs = []
+    for path in paths:
+        results = read_results([path])
+        machines.append(results_fingerprint(results, path))
+        runs.append(results.frame("trial"))
+    if len(set(machines)) > 1:
+        raise ResultsError(f"calibration runs came from different machines: {' | '.join(map(str, set(machines)))}")
+    return machines[0], aa_comparisons(runs, comparisons)

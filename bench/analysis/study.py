@@ -1,0 +1,236 @@
+"""The study: everything a report or a check is built from, out of one or more results files.
+
+It also knows how cells are named and ordered (E2B before 26B; a model key added only when two share a size label),
+so tables, plots and the gate label a cell the same way.
+"""
+
+from __future__ import annotations
+
+from collections import Counter
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+import pandas as pd
+
+from ..core.errors import UserError
+from ..core.fingerprint import machine_label
+from ..core.records import REQUIRED_FIELDS, ResultsError, require_fields
+from ..core.results import Results, read_results
+from ..core.spec import Experiment, parse_experiment
+from . import stats
+from .opstats import VariantSummary, summarize_ops
+from .reference import matches_size
+
+SIZE_ORDER = ("E2B", "E4B", "26B", "31B")
+
+ALPHA = 0.05
+
+
+def load_results(paths: Sequence[str | Path], warn: Callable[[str], None] | None = None) -> Results:
+    """Read and merge results files. Each must hold timed trials or op records (`fusebench ops`), all well formed;
+    otherwise the error names the file."""
+    merged = Results()
+    for path in paths:
+        one = read_results([path], warn=warn)
+        for kind in REQUIRED_FIELDS:
+            require_fields(path, one.of_kind(kind), kind)
+        if not any(not r["warmup"] for r in one.of_kind("trial")) and not one.of_kind("op"):
+            found = ", ".join(f"{n} {kind}" for kind, n in Counter(r["kind"] for r in one.records).items())
+            raise ResultsError(f"{path}: no timed trial or op records to report (found {found})")
+        merged.records.extend(one.records)
+        merged.corrupt_lines.extend(one.corrupt_lines)
+    return merged
+
+
+@dataclass
+class Study:
+    """Everything the report draws from, out of the merged results."""
+
+    name: str
+    results: Results
+    trials: pd.DataFrame  # every trial, warmups included: the cold one carries compile_s
+    timed: pd.DataFrame  # the trials that count
+    closed: pd.DataFrame  # skip and error records
+    correctness: pd.DataFrame
+    depth: pd.DataFrame
+    variants: list[str]
+    ops: dict[str, dict[str, str]]
+    planned: list[tuple[str, str]]  # the experiments' comparisons
+    machines: list[str]
+    envs: dict[str, list[dict[str, Any]]]  # the environment of each run, by machine
+    op_summaries: list[VariantSummary]  # per run x op x shape x variant statistics (analysis.opstats)
+
+    @property
+    def has_trials(self) -> bool:
+        """Whether there is anything for the trial sections (an ops-only file has none)."""
+        return not (self.timed.empty and self.closed.empty)
+
+
+def build_study(results: Results) -> Study:
+    trials = results.frame("trial")
+    op_records = results.frame("op")
+    # An ops run's header stores the experiment it took its shapes from; its variants and comparisons were not run.
+    op_runs = set(op_records["run_id"]) if not op_records.empty else set()
+    experiments = [stored_experiment(h) for run_id, h in results.runs.items() if run_id not in op_runs]
+    declared = {name: assignment for exp in experiments if exp for name, assignment in exp.variants.items()}
+    seen = list(trials["variant"]) if not trials.empty else []
+    variants = list(dict.fromkeys([*declared, *seen]))
+    ops = {name: dict(assignment) for name, assignment in declared.items()}
+    if not trials.empty and "ops" in trials:
+        # The trial's ops are the full assignment (the YAML may omit ops left at their default).
+        ops.update({v: o for v, o in zip(trials["variant"], trials["ops"], strict=True) if isinstance(o, dict)})
+    closed = pd.concat([results.frame("skip"), results.frame("error")], ignore_index=True)
+    timed = stats.timed_trials(trials)
+    names = list(dict.fromkeys(str(h.get("experiment", {}).get("name", "")) for h in results.runs.values()))
+    envs: dict[str, list[dict[str, Any]]] = {}
+    for header in results.runs.values():
+        envs.setdefault(machine_label(header.get("env", {})), []).append(header.get("env", {}))
+    return Study(
+        name="+".join(n for n in names if n) or "results",
+        results=results,
+        trials=trials,
+        timed=timed,
+        closed=closed,
+        correctness=results.frame("correctness"),
+        depth=results.frame("depth"),
+        variants=variants,
+        ops=ops,
+        planned=list(dict.fromkeys((c.baseline, c.new) for exp in experiments if exp for c in exp.comparisons)),
+        machines=list(dict.fromkeys(m for f in (timed, closed, op_records) if not f.empty for m in f["machine"])),
+        envs=envs,
+        op_summaries=summarize_ops(results.of_kind("op")),
+    )
+
+
+def stored_experiment(header: dict[str, Any]) -> Experiment | None:
+    """The experiment a run header stores, read by the one spec parser (none for a header without one)."""
+    experiment = header.get("experiment") or {}
+    if not experiment.get("content"):
+        return None
+    where = f"{header.get('run_id', '?')} (run header: {experiment.get('file', 'experiment')})"
+    return parse_experiment(experiment["content"], where, stored=True)
+
+
+class ComparisonError(UserError):
+    """A comparison naming a variant that the results do not hold."""
+
+
+def resolve_comparisons(requested: Sequence[tuple[str, str]], study: Study) -> list[tuple[str, str]]:
+    """The requested (baseline, new) pairs if any, else the experiments' comparisons, else the first variant against
+    each other one."""
+    if requested:
+        pairs = list(requested)
+        for pair in pairs:
+            unknown = [name for name in pair if name not in study.variants]
+            if unknown:
+                raise ComparisonError(
+                    f"--compare {pair[0]}:{pair[1]}: no variant {unknown[0]!r} in the results; "
+                    f"variants: {', '.join(study.variants) or 'none (these results hold no trials)'}"
+                )
+        return pairs
+    if study.planned:
+        return study.planned
+    if not study.variants:
+        return []
+    first, *others = study.variants
+    return [(first, other) for other in others]
+
+
+def size_rank(label: str) -> int:
+    """E2B, E4B, 26B, 31B first (a truncated "E2B (2/35 layers)" counts as E2B), then everything else."""
+    return next((i for i, size in enumerate(SIZE_ORDER) if matches_size(label, size)), len(SIZE_ORDER))
+
+
+def ordered_cells(frames: Sequence[pd.DataFrame]) -> list[tuple[str, str]]:
+    """The (model_key, size) of every cell in the frames, in size order, then first appearance."""
+    seen: dict[tuple[str, str], int] = {}
+    for frame in frames:
+        if not frame.empty:
+            for cell in zip(frame["model_key"], frame["size"], strict=True):
+                seen.setdefault(cell, len(seen))
+    return sorted(seen, key=lambda cell: (size_rank(cell[1]), seen[cell]))
+
+
+def cell_labels(cells: Sequence[tuple[str, str]]) -> dict[tuple[str, str], str]:
+    """The size label, unless two models share it (say float32 and bfloat16 E2B): then the model key is added."""
+    counts = Counter(size for _, size in cells)
+    return {(key, size): size if counts[size] == 1 else f"{size} · {key}" for key, size in cells}
+
+
+def ordered_workloads(frames: Sequence[pd.DataFrame]) -> list[str]:
+    """The workloads in the frames, by prompt, gen and batch size."""
+    present = [f[["workload", "prompt_tokens", "gen_tokens", "batch"]] for f in frames if not f.empty]
+    if not present:
+        return []
+    rows = pd.concat(present)
+    rows = rows.drop_duplicates("workload").sort_values(["prompt_tokens", "gen_tokens", "batch"], kind="stable")
+    return list(rows["workload"])
+
+
+def on(frame: pd.DataFrame, machine: str, workload: str | None = None) -> pd.DataFrame:
+    if frame.empty:
+        return frame
+    keep = frame["machine"] == machine
+    if workload is not None:
+        keep &= frame["workload"] == workload
+    return frame[keep]
+
+
+def labelled(frame: pd.DataFrame, labels: dict[tuple[str, str], str]) -> pd.DataFrame:
+    """The frame with its size column replaced by the table's row label, for the plots."""
+    return frame.assign(size=[labels[cell] for cell in zip(frame["model_key"], frame["size"], strict=True)])
+
+
+def compare_scope(study: Study, machine: str, workload: str, pair: tuple[str, str]) -> pd.DataFrame:
+    """stats.compare over exactly the rows of one table, which is therefore the Holm family."""
+    return stats.compare(on(study.timed, machine, workload), *pair, stats.METRICS, seed=stats.SEED, alpha=ALPHA)
+
+
+def failed_correctness(study: Study, machine: str, workload: str) -> dict[tuple[str, str], dict[str, Any]]:
+    """(model_key, variant) -> the failing correctness record, for one machine and workload."""
+    records = on(study.correctness, machine, workload)
+    if records.empty:
+        return {}
+    failing = records[~records["passed"].astype(bool)]
+    return {(r["model_key"], r["variant"]): r for r in failing.to_dict("records")}
+
+
+def closed_reason(closed: pd.DataFrame, model_key: str) -> str | None:
+    """"skipped: ..." / "error: ..." for a cell, or None."""
+    if closed.empty:
+        return None
+    rows = closed[closed["model_key"] == model_key]
+    reasons = [f"{'skipped' if r['kind'] == 'skip' else 'error'}: {r['reason']}" for r in rows.to_dict("records")]
+    return "; ".join(dict.fromkeys(reasons)) or None
+
+
+def ops_changes(study: Study, baseline: str, new: str) -> dict[str, tuple[str, str]]:
+    """op -> (baseline implementation, new implementation), for the ops the two variants set differently."""
+    a, b = study.ops.get(baseline, {}), study.ops.get(new, {})
+    ops = dict.fromkeys([*a, *b])
+    return {op: (a.get(op, "default"), b.get(op, "default")) for op in ops if a.get(op) != b.get(op)}
+
+
+def describe_changes(changes: dict[str, tuple[str, str]]) -> str:
+    return ", ".join(f"{op}: {a} → {b}" for op, (a, b) in changes.items())
+
+
+def ops_difference(study: Study, baseline: str, new: str) -> str:
+    changes = ops_changes(study, baseline, new)
+    if baseline == new or not changes:
+        return "none: both sides run the same ops (an A/A test of the noise)"
+    return describe_changes(changes)
+
+
+def variants_in(study: Study, frame: pd.DataFrame) -> list[str]:
+    present = set(frame["variant"])
+    return [v for v in study.variants if v in present]
+
+
+def trial_medians(timed: pd.DataFrame, columns: Sequence[str]) -> pd.DataFrame:
+    """Per machine x cell x variant, the median of each column (None counts as missing)."""
+    keys = ["machine", "model_key", "workload", "variant"]
+    values = timed[list(columns)].apply(pd.to_numeric, errors="coerce")
+    return values.groupby([timed[k] for k in keys]).median().reset_index()

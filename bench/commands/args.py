@@ -1,0 +1,60 @@
+"""Argument types shared by the commands: each turns text into a typed value at the edge, or a one-line usage error
+(argparse's exit code 2)."""
+
+from __future__ import annotations
+
+import argparse
+import re
+
+
+def at_least(minimum: int, why: str = ""):
+    """An integer type for argparse that is >= minimum."""
+
+    def parse(text: str) -> int:
+        try:
+            value = int(text)
+        except ValueError:
+            raise argparse.ArgumentTypeError(f"{text!r} is not an integer") from None
+        if value < minimum:
+            raise argparse.ArgumentTypeError(f"{value} is not >= {minimum}" + (f": {why}" if why else ""))
+        return value
+
+    return parse
+
+
+positive_int = at_least(1)
+
+
+def percent(text: str) -> float:
+    """`10`, `10%` or `7.5` -> the percentage; must lie in [0, 100)."""
+    try:
+        value = float(text.strip().removesuffix("%"))
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"{text!r} is not a percentage such as 10 or 10%") from None
+    if not 0.0 <= value < 100.0:
+        raise argparse.ArgumentTypeError(f"{text!r} must be at least 0% and below 100%")
+    return value
+
+
+def shard(text: str) -> tuple[int, int]:
+    """`2/4` -> (2, 4): shard I of N, 1 <= I <= N."""
+    match = re.fullmatch(r"\s*(\d+)\s*/\s*(\d+)\s*", text)
+    if not match or not 1 <= int(match[1]) <= int(match[2]):
+        raise argparse.ArgumentTypeError(f"bad shard {text!r}: expected I/N with 1 <= I <= N, e.g. 2/4")
+    return int(match[1]), int(match[2])
+
+
+def variant_pair(text: str) -> tuple[str, str]:
+    """`baseline:compiled` -> ("baseline", "compiled")."""
+    match = re.fullmatch(r"\s*([^:\s]+)\s*:\s*([^:\s]+)\s*", text)
+    if not match:
+        raise argparse.ArgumentTypeError(f"expected BASELINE:NEW (two variant names joined by ':'), got {text!r}")
+    return match.group(1), match.group(2)
+
+
+def names(text: str) -> list[str]:
+    """`E2B, 26b` -> ["E2B", "26b"]."""
+    values = [name.strip() for name in text.split(",") if name.strip()]
+    if not values:
+        raise argparse.ArgumentTypeError(f"expected comma-separated names, got {text!r}")
+    return values

@@ -1,0 +1,89 @@
+"""measure this machine's A/A noise so check fails only beyond it
+
+Runs the experiment N times back to back (or takes runs already made, with --from), compares every variant with
+itself in each way `fusebench check` compares, and stores the noise per scope and metric in
+results/baselines/noise-<machine>.json, where check finds it. On a shared machine whose load changes over the day,
+calibrate --from runs spread over that day, or the band comes out too narrow.
+
+examples:
+  fusebench calibrate                                   experiments/ci.yaml, 6 runs (about 7 minutes)
+  fusebench calibrate experiments/ci.yaml --runs 10
+  fusebench calibrate --from results/ci-runs/ci-*.jsonl
+"""
+
+from __future__ import annotations
+
+import argparse
+from datetime import datetime
+from pathlib import Path
+
+from rich.console import Console
+from rich.text import Text
+
+from .args import at_least
+
+DEFAULT_EXPERIMENT = Path("experiments/ci.yaml")
+DEFAULT_RUNS = 6  # 15 run-to-run pairs; about 7 minutes for ci.yaml on a 2-core CPU
+SCRATCH_DIR = Path("results/scratch")
+
+
+def add_arguments(parser: argparse.ArgumentParser) -> None:
+    parser.add_argument("experiment", nargs="?", type=Path,
+                        help=f"experiment YAML (default: {DEFAULT_EXPERIMENT}, the regression gate's)")
+    parser.add_argument("--runs", type=at_least(2, "run-to-run noise needs two runs"), metavar="N",
+                        help=f"runs of the experiment, >= 2 (default {DEFAULT_RUNS}); each pair is one run-to-run A/A")
+    parser.add_argument("--from", dest="sources", nargs="+", type=Path, metavar="RESULTS",
+                        help="calibrate from these results files of one experiment (>= 2) instead of running it")
+    parser.add_argument("--out", type=Path, metavar="FILE",
+                        help="noise file (default: results/baselines/noise-<machine>.json, where check looks)")
+
+
+def main(args: argparse.Namespace, console: Console) -> int:
+    import json
+
+    from ..analysis.noise import calibrate_from, default_noise_path, experiment_of_runs, noise_bands, noise_record
+    from ..core.errors import UserError
+    from ..core.spec import load_experiment
+    from ..present.document import Paragraph, to_console
+    from ..present.noise import bands_table
+
+    if args.sources:
+        if args.experiment or args.runs:
+            raise UserError("--from takes the experiment and the runs from the results files; "
+                            "give EXPERIMENT and --runs, or --from, not both")
+        if len(args.sources) < 2:
+            raise UserError("--from: run-to-run noise needs at least two results files")
+        paths = list(dict.fromkeys(args.sources))
+        exp = experiment_of_runs(paths)
+    else:
+        exp = load_experiment(args.experiment or DEFAULT_EXPERIMENT)
+        paths = run_calibration(exp, args.runs or DEFAULT_RUNS, console)
+    machine, aa = calibrate_from(paths, [(c.baseline, c.new) for c in exp.comparisons])
+    if aa.empty:
+        raise UserError(f"{paths[0].parent}: the runs recorded no timed trials to compare")
+    record = noise_record(exp, machine, paths, aa)
+    out = args.out or default_noise_path(machine)
+    out.parent.mkdir(parents=True, exist_ok=True)
+    out.write_text(json.dumps(record, indent=1) + "\n", encoding="utf-8")
+    to_console([bands_table(noise_bands(aa)),
+                Paragraph(f"wrote {out} (machine: {machine}); fusebench check uses it on this machine")], console)
+    return 0
+
+
+def run_calibration(exp, runs: int, console: Console) -> list[Path]:
+    """Run the experiment `runs` times, one after another (never concurrently: that would be noise itself)."""
+    from ..core.errors import UserError
+    from ..measure.plugins import bind_experiment
+    from ..measure.runner import RunOptions, run_experiment
+
+    exp = bind_experiment(exp, [])
+    folder = SCRATCH_DIR / f"calibrate-{exp.name}-{datetime.now().strftime('%Y%m%d-%H%M%S')}"
+    paths = []
+    for i in range(1, runs + 1):
+        out = folder / f"run-{i:02d}.jsonl"
+        console.print(Text(f"calibration run {i}/{runs} -> {out}"))
+        code = run_experiment(exp, RunOptions(out=out, quiet=True), console)
+        if code != 0:
+            raise UserError(f"{out}: calibration run {i} stopped with exit code {code}")
+        paths.append(out)
+    return paths

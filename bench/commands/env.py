@@ -1,0 +1,31 @@
+"""show backend, device, BLAS and versions that a run would record
+
+What a run records about this machine, read in a process started as the workers are, so the BLAS shown is the one
+the workers really load. With the stock mlx-cpu wheel's reference BLAS it warns and gives the remedy.
+
+examples:
+  fusebench env
+  fusebench env --probe          also measure peak fp32 matmul GFLOP/s and memory GB/s (about 2 s)
+"""
+
+from __future__ import annotations
+
+import argparse
+
+from rich.console import Console
+
+
+def add_arguments(parser: argparse.ArgumentParser) -> None:
+    parser.add_argument("--probe", action="store_true", help="also measure peak fp32 matmul GFLOP/s and copy GB/s")
+    parser.add_argument("--blas", default="auto", metavar="auto|reference|PATH", help="BLAS as workers would use it")
+
+
+def main(args: argparse.Namespace, console: Console) -> int:
+    from ..measure.env import blas_warning
+    from ..measure.probe import probe_in, worker_environment
+    from ..present.env import print_env
+
+    worker_env, env = worker_environment(args.blas)
+    probe = probe_in(worker_env, "peaks") if args.probe else None
+    print_env(console, env, probe, blas_warning(env))
+    return 0

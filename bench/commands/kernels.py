@@ -1,0 +1,67 @@
+"""which kernels really run: fused SDPA or its fallback, and what mx.compile made of each variant
+
+An A/B between fused and unfused means something only if the fused kernel really runs, and MLX falls back silently
+when it has none for a shape. For each attention shape of each size (sliding head_dim 256 and full 512, prefill and
+decode, with its query and KV heads) this asks MLX for the fused SDPA kernel (force_fused=True) and reports fused,
+or fallback with MLX's reason; for every registered variant of every op it counts the kernels in the lazy graph
+after mx.compile. Every `fusebench run` records the same facts per cell.
+
+examples:
+  fusebench kernels
+  fusebench kernels --sizes e2b,31b --prompt-tokens 2048 --dtype bfloat16
+  fusebench kernels --plugin my_fusions.py --out results/kernels.jsonl
+"""
+
+from __future__ import annotations
+
+import argparse
+from pathlib import Path
+
+from rich.console import Console
+
+from .args import names, positive_int
+
+DEFAULT_SIZES = ["e2b", "e4b", "26b", "31b"]
+
+
+def add_arguments(parser: argparse.ArgumentParser) -> None:
+    parser.add_argument("--sizes", type=names, default=DEFAULT_SIZES, metavar="PRESETS",
+                        help=f"comma-separated presets (default: {','.join(DEFAULT_SIZES)})")
+    parser.add_argument("--prompt-tokens", type=positive_int, default=128, metavar="N",
+                        help="prefill length of the probed shapes (default 128); decode probes attend to N + 1 keys")
+    parser.add_argument("--dtype", default="float32", help="float32 (default), bfloat16 or float16")
+    parser.add_argument("--plugin", action="append", type=Path, default=[], metavar="FILE",
+                        help="a Python file registering more op variants (repeatable)")
+    parser.add_argument("--out", type=Path, metavar="FILE", help="also append the facts to this results file")
+
+
+def main(args: argparse.Namespace, console: Console) -> int:
+    from models.config import Overrides, preset_config
+
+    from ..core.records import new_run_id, run_header
+    from ..core.results import ResultsWriter
+    from ..measure.env import collect_env
+    from ..measure.kernels import kernel_facts
+    from ..measure.plugins import load_plugins
+    from ..present.document import Heading, Paragraph, to_console
+    from ..present.kernels import kernel_table, summarize_attention
+
+    load_plugins(args.plugin)
+    facts_by_size = {}
+    for size in args.sizes:
+        # Per-layer shapes do not depend on the layer count, so two layers (one sliding, one full) are enough.
+        config = preset_config(size, Overrides(layers=2, dtype=args.dtype))
+        facts_by_size[size] = kernel_facts(config, prompt_tokens=args.prompt_tokens, dtype=args.dtype)
+    for size, facts in facts_by_size.items():
+        to_console([Heading(f"{size} · {args.dtype} · prompt {args.prompt_tokens}", 3), kernel_table(facts),
+                    Paragraph(summarize_attention(facts))], console)
+    if args.out:
+        run_id = new_run_id()
+        experiment = {"name": "kernels", "file": None, "sha256": None, "content": None}
+        with ResultsWriter(args.out) as writer:
+            writer.write(run_header(run_id, experiment, collect_env()))
+            for size, facts in facts_by_size.items():
+                for fact in facts:
+                    writer.write({**fact, "run_id": run_id, "size": size})
+        console.print(f"wrote {sum(map(len, facts_by_size.values()))} kernel records to {args.out}")
+    return 0

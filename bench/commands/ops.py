@@ -1,0 +1,79 @@
+"""time each op variant alone at the exact shapes each model size produces
+
+An end-to-end Δ says that a fusion helped; this says where. Each op × shape is one case: its variants are warmed up
+once (which pays mx.compile's JIT), then timed in rounds interleaved ABBA as `fusebench run` does. The table gives
+per case and variant the median time, achieved GB/s and GFLOP/s, the largest deviation from the op's reference
+variant, and the paired speed Δ against that reference with its 95% CI. `fusebench report` renders the records.
+
+examples:
+  fusebench ops                                        the default experiment's sizes and workloads
+  fusebench ops --only geglu,softcap --rounds 15
+  fusebench ops experiments/pr18809.yaml --sizes e2b --out results/ops-e2b.jsonl
+"""
+
+from __future__ import annotations
+
+import argparse
+from datetime import datetime
+from pathlib import Path
+
+from rich.console import Console
+
+from .args import names, positive_int
+
+DEFAULT_EXPERIMENT = Path("experiments/default.yaml")
+DEFAULT_ROUNDS = 7
+OPS = "geglu, softcap, attention, rms_norm, rope"
+
+
+def add_arguments(parser: argparse.ArgumentParser) -> None:
+    parser.add_argument("experiment", nargs="?", type=Path,
+                        help=f"experiment YAML whose preset models and workloads give the shapes (default: "
+                        f"{DEFAULT_EXPERIMENT} if it exists, else the four sizes at prompt 512, batch 1)")
+    parser.add_argument("--only", type=names, metavar="OPS", help=f"comma-separated ops to time ({OPS})")
+    parser.add_argument("--sizes", type=names, metavar="SIZES",
+                        help="comma-separated presets or size labels to keep, e.g. e2b,26B")
+    parser.add_argument("--rounds", type=positive_int, default=DEFAULT_ROUNDS, metavar="N",
+                        help=f"timed ABBA rounds per op and shape (default {DEFAULT_ROUNDS})")
+    parser.add_argument("--plugin", action="append", type=Path, default=[], metavar="FILE",
+                        help="a Python file registering more op variants (repeatable)")
+    parser.add_argument("--out", type=Path, help="results file (default: results/ops-<timestamp>.jsonl)")
+    parser.add_argument("--quiet", action="store_true", help="no progress bar (for CI logs)")
+
+
+def main(args: argparse.Namespace, console: Console) -> int:
+    import time
+
+    from ..analysis.opstats import summarize_ops
+    from ..core.spec import load_experiment, select_models
+    from ..measure.env import blas_warning, collect_env
+    from ..measure.opbench import check_ops, default_plan, ensure_optimized_blas, experiment_plan, run_ops
+    from ..measure.plugins import load_plugins
+    from ..present.document import to_console
+    from ..present.sections.ops import op_tables
+
+    load_plugins(args.plugin)
+    ops = check_ops(args.only)
+    experiment = args.experiment or (DEFAULT_EXPERIMENT if DEFAULT_EXPERIMENT.is_file() else None)
+    if experiment is not None:
+        plan = experiment_plan(select_models(load_experiment(experiment), args.sizes, "--sizes"))
+    else:
+        plan = default_plan(*([tuple(args.sizes)] if args.sizes else []))
+    cases = plan.cases(ops)
+    ensure_optimized_blas(console)
+    env = collect_env()
+    if warning := blas_warning(env):
+        console.print(f"[yellow]warning[/]: {warning}")
+    out = args.out or Path("results") / f"ops-{datetime.now().strftime('%Y%m%d-%H%M%S')}.jsonl"
+    console.print(f"{len(cases)} op shapes × their variants, {args.rounds} rounds -> {out}  "
+                  f"({env['backend']}, {env['device']}, BLAS {env['blas']})")
+    if args.rounds < 3:
+        console.print(f"[yellow]warning[/]: {args.rounds} rounds give no meaningful confidence interval; use 3 or more")
+    for note in plan.notes:
+        console.print(f"[yellow]note[/]: {note}")
+    start = time.perf_counter()
+    records = run_ops(plan, cases, out, console, rounds=args.rounds, quiet=args.quiet, env=env)
+    notes = {c.label: c.note for c in cases if c.note}
+    to_console(op_tables(summarize_ops(records), notes), console)
+    console.print(f"{len(records)} samples in {time.perf_counter() - start:.0f} s -> {out}")
+    return 0

@@ -1,0 +1,65 @@
+"""measure an experiment: prefill and gen tok/s per model × workload × variant
+
+Each model runs in its own worker process; variants are interleaved round by round (ABBA) on the same prompt; every
+record is appended to the results file as it completes, so an interrupted run loses nothing.
+
+examples:
+  fusebench run
+  fusebench run experiments/ci.yaml --quiet
+  fusebench run experiments/pr15587.yaml --only E2B,E4B --trials 3
+  fusebench run --resume results/default-20261130-101500.jsonl
+  fusebench run experiments/default.yaml --shard 2/4      (this machine's quarter of the matrix)
+"""
+
+from __future__ import annotations
+
+import argparse
+import dataclasses
+from pathlib import Path
+
+from rich.console import Console
+
+from .args import names, positive_int, shard
+
+DEFAULT_EXPERIMENT = Path("experiments/default.yaml")
+
+
+def add_arguments(parser: argparse.ArgumentParser) -> None:
+    parser.add_argument("experiment", nargs="?", type=Path, default=DEFAULT_EXPERIMENT,
+                        help=f"experiment YAML (default: {DEFAULT_EXPERIMENT})")
+    parser.add_argument("--out", type=Path, help="results file (default: results/<experiment>-<timestamp>.jsonl)")
+    parser.add_argument("--resume", type=Path, metavar="FILE",
+                        help="finish an interrupted run: nothing already recorded in FILE is repeated")
+    parser.add_argument("--trials", type=positive_int, metavar="N",
+                        help="timed rounds per cell (overrides the experiment)")
+    parser.add_argument("--only", type=names, metavar="SIZES", help="comma-separated size labels or presets to keep, "
+                        "e.g. E2B,26b")
+    parser.add_argument("--shard", type=shard, default=(1, 1), metavar="I/N", help="run shard I of N of the matrix "
+                        "(default 1/1)")
+    parser.add_argument("--blas", default="auto", metavar="auto|reference|PATH",
+                        help="BLAS for CPU workers: auto preloads OpenBLAS/MKL when installed (default auto)")
+    parser.add_argument("--plugin", action="append", type=Path, default=[], metavar="FILE",
+                        help="a Python file registering more op variants (repeatable; adds to the experiment's "
+                        "plugins)")
+    parser.add_argument("--dry-run", action="store_true", help="print the expanded matrix and estimates; run nothing")
+    parser.add_argument("--quiet", action="store_true", help="no progress bar (for CI logs)")
+
+
+def main(args: argparse.Namespace, console: Console) -> int:
+    from ..core.results import read_results
+    from ..core.spec import load_experiment, select_models
+    from ..measure.plugins import bind_experiment
+    from ..measure.runner import RunOptions, default_out_path, run_experiment
+    from ..present.summary import print_summary
+
+    exp = select_models(load_experiment(args.experiment), args.only)
+    if args.trials is not None:
+        exp = dataclasses.replace(exp, trials=args.trials)
+    exp = bind_experiment(exp, args.plugin)
+    out = args.resume or args.out or default_out_path(exp)
+    options = RunOptions(out=out, blas=args.blas, quiet=args.quiet, shard=args.shard, dry_run=args.dry_run)
+    code = run_experiment(exp, options, console, resume=args.resume)
+    if code == 0 and not args.dry_run:
+        print_summary(console, read_results([out]), [(c.baseline, c.new) for c in exp.comparisons])
+        console.print(f"full report: fusebench report {out}")
+    return code

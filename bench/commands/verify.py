@@ -1,0 +1,43 @@
+"""check that every op-variant combination computes the same logits
+
+Runs every combination of registered op variants on the same weights and prompt, against the all-reference
+assignment (unfused geglu and softcap, manual attention, composed rms_norm and rope). Prints max abs/rel logit
+error and greedy-token agreement; exits 1 if anything is outside tolerance.
+
+examples:
+  fusebench verify                                  the tiny preset, every combination (seconds)
+  fusebench verify --model e2b --layers 2 --tokens 4
+  fusebench verify --plugin my_fusions.py           a plugin's variants against the reference
+"""
+
+from __future__ import annotations
+
+import argparse
+from pathlib import Path
+
+from rich.console import Console
+
+from .args import positive_int
+
+
+def add_arguments(parser: argparse.ArgumentParser) -> None:
+    parser.add_argument("--model", default="tiny", help="preset name or checkpoint directory (default: tiny)")
+    parser.add_argument("--layers", type=positive_int, help="truncate a preset to N layers")
+    parser.add_argument("--dtype", default="float32", help="float32 (default), bfloat16 or float16")
+    parser.add_argument("--quantize", help="affine4, affine8, mxfp4, mxfp8 or nvfp4")
+    parser.add_argument("--seed", type=int, default=0)
+    parser.add_argument("--prompt-tokens", type=positive_int, default=24)
+    parser.add_argument("--tokens", type=positive_int, default=16, help="greedy steps compared (default 16)")
+    parser.add_argument("--atol", type=float, help="max |logit error| allowed (default by dtype)")
+    parser.add_argument("--plugin", action="append", type=Path, default=[], metavar="FILE",
+                        help="a Python file registering more variants (repeatable)")
+
+
+def main(args: argparse.Namespace, console: Console) -> int:
+    from ..measure.plugins import load_plugins
+    from ..measure.verify import VerifyOptions, run_verify
+
+    load_plugins(args.plugin)
+    options = VerifyOptions(model=args.model, layers=args.layers, dtype=args.dtype, quantize=args.quantize,
+                            seed=args.seed, prompt_tokens=args.prompt_tokens, tokens=args.tokens, atol=args.atol)
+    return run_verify(options, console)

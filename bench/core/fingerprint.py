@@ -1,0 +1,67 @@
+"""Which machine measured a run. Throughput from two machines is never pooled, and only compared when asked to."""
+
+from __future__ import annotations
+
+import re
+from dataclasses import dataclass
+from pathlib import Path
+from typing import TYPE_CHECKING, Any
+
+from .records import ResultsError
+
+if TYPE_CHECKING:
+    from .results import Results
+
+
+@dataclass(frozen=True)
+class Fingerprint:
+    """What makes two throughput figures comparable. The hostname is left out: CI runners get a new one each time."""
+
+    backend: str
+    device: str
+    blas: str
+    cpu: str
+
+    def __str__(self) -> str:
+        return f"{self.backend} · {self.device} · {self.blas} · {self.cpu}"
+
+    @property
+    def slug(self) -> str:
+        """A file-name-safe label, e.g. `cpu-openblas-intel-r-xeon-r-processor-2-80ghz`."""
+        parts = dict.fromkeys([self.backend, self.blas, self.device, self.cpu])  # on CPU, device == cpu
+        return re.sub(r"[^a-z0-9]+", "-", " ".join(parts).lower()).strip("-")
+
+
+class MachineMismatchError(ResultsError):
+    """Two files measured on different machines; comparing their throughput would measure the machines."""
+
+
+def blas_name(env: dict[str, Any]) -> str:
+    """The BLAS family of a run's env ("openblas"), without the path, which varies by distro."""
+    return str(env.get("blas", "?")).split(" (")[0]
+
+
+def machine_label(env: dict[str, Any]) -> str:
+    """Which machine, for labelling tables: results from different ones are never pooled."""
+    return f"{env.get('hostname', '?')} · {env.get('device', '?')} · {env.get('backend', '?')} · {blas_name(env)}"
+
+
+def fingerprint(env: dict[str, Any]) -> Fingerprint:
+    """The fingerprint of a run header's `env`."""
+    return Fingerprint(
+        backend=str(env.get("backend", "?")),
+        device=str(env.get("device", "?")),
+        blas=blas_name(env),
+        cpu=str(env.get("cpu", "?")),
+    )
+
+
+def results_fingerprint(results: Results, path: Path) -> Fingerprint:
+    """The one machine a results file was measured on; no header, or headers from several machines, is an error."""
+    prints = list(dict.fromkeys(fingerprint(h.get("env", {})) for h in results.runs.values()))
+    if not prints:
+        raise ResultsError(f"{path}: no run header, so no machine fingerprint; is it a fusebench results file?")
+    if len(prints) > 1:
+        raise MachineMismatchError(f"{path}: runs from {len(prints)} machines ({' | '.join(map(str, prints))}); "
+                                   "keep one machine per file")
+    return prints[0]

@@ -1,0 +1,69 @@
+"""What a results file holds: record kinds, the fields each kind must carry, the metrics, the run header.
+
+Every writer (the runner, `fusebench ops`) builds its header here and every reader (report, check, baseline)
+checks fields here, so the format is defined once.
+"""
+
+from __future__ import annotations
+
+import uuid
+from collections.abc import Iterable, Mapping, Sequence
+from datetime import datetime, timezone
+from pathlib import Path
+from typing import Any
+
+from .errors import UserError
+
+RECORD_KINDS = ("run", "trial", "correctness", "depth", "op", "kernel", "skip", "error")
+
+# Throughput metrics, all tokens/s and bigger-is-better, and the trial field holding each.
+METRICS = ("prefill", "gen")
+METRIC_COLUMNS = {"prefill": "prefill_tps", "gen": "gen_tps"}
+
+TRIAL_FIELDS = (
+    "run_id", "cell", "model_key", "size", "workload", "prompt_tokens", "gen_tokens", "batch", "variant", "round",
+    "warmup", "prefill_tps", "gen_tps",
+)
+DEPTH_FIELDS = ("run_id", "model_key", "size", "batch", "variant", "round", "depth", "gen_tokens", "gen_tps")
+CORRECTNESS_FIELDS = (
+    "run_id", "model_key", "size", "workload", "prompt_tokens", "gen_tokens", "batch", "variant", "reference",
+    "max_abs_err", "max_rel_err", "tokens_checked", "tokens_agree", "atol", "passed",
+)
+OP_FIELDS = ("run_id", "op", "variant", "reference", "shape_label", "round", "seconds", "bytes", "flops", "max_abs_err")
+# A trial's roofline (measure.roofline): achieved rates and their share of the machine's peak.
+ROOFLINE_FIELDS = ("prefill_tflops", "gen_gbps", "prefill_pct_of_peak", "gen_pct_of_peak")
+# What describes a cell, beside its measurements.
+CELL_FIELDS = ("model_key", "size", "workload", "prompt_tokens", "gen_tokens", "batch", "dtype", "quantize")
+# What the readers key on, per kind: a record lacking one is bad input, reported with its file, not a traceback.
+REQUIRED_FIELDS = {"trial": TRIAL_FIELDS, "correctness": CORRECTNESS_FIELDS, "depth": DEPTH_FIELDS, "op": OP_FIELDS}
+
+
+class ResultsError(UserError):
+    """A results file that cannot be used; the message names the file (and line)."""
+
+
+def new_run_id() -> str:
+    return datetime.now().strftime("%Y%m%d-%H%M%S-") + uuid.uuid4().hex[:6]
+
+
+def utc_now() -> str:
+    return datetime.now(timezone.utc).isoformat(timespec="seconds")
+
+
+def run_header(run_id: str, experiment: Mapping[str, Any], env: Mapping[str, Any], **extra: Any) -> dict[str, Any]:
+    """The first record of a run: what ran (the experiment's name, file, sha256 and content) and where."""
+    return {"kind": "run", "run_id": run_id, "experiment": dict(experiment), "env": dict(env),
+            "started_at": utc_now(), **extra}
+
+
+def require_fields(path: str | Path, records: Iterable[Mapping[str, Any]], kind: str,
+                   fields: Sequence[str] | None = None) -> None:
+    """Every record of `kind` carries `fields` (by default the kind's REQUIRED_FIELDS), or a ResultsError says which."""
+    fields = REQUIRED_FIELDS[kind] if fields is None else fields
+    for record in records:
+        if record.get("kind", kind) != kind:
+            continue
+        missing = [f for f in fields if f not in record]
+        if missing:
+            where = ", ".join(f"{key} {record[key]}" for key in ("op", "variant", "round") if key in record)
+            raise ResultsError(f"{path}: {kind} record ({where or '?'}) lacks field(s) {', '.join(missing)}")

@@ -1,0 +1,117 @@
+"""The results store: JSON Lines, append-only, one record per line, flushed as each completes.
+
+Record kinds:
+- ``run``: the header, with the experiment (name, file, sha256, content) and the environment the workers ran in;
+- ``trial``: one timed (or warmup) prefill + generation;
+- ``correctness``: one variant's logits and greedy tokens against the experiment's reference variant;
+- ``depth``: decode speed after a prefill to a given KV depth;
+- ``op``: one op microbenchmark sample (``fusebench ops``);
+- ``skip`` / ``error``: a cell that was not measured, and why.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+from collections.abc import Iterable
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+import pandas as pd
+
+from .fingerprint import machine_label
+from .records import RECORD_KINDS, ResultsError
+
+
+class ResultsWriter:
+    """Appends records to a JSONL file, flushing and fsyncing each, so an interrupted run loses nothing."""
+
+    def __init__(self, path: str | Path) -> None:
+        self.path = Path(path)
+        self.path.parent.mkdir(parents=True, exist_ok=True)
+        self._file = self.path.open("a", encoding="utf-8")
+
+    def write(self, record: dict[str, Any]) -> None:
+        self._file.write(json.dumps(record, sort_keys=False) + "\n")
+        self._file.flush()
+        os.fsync(self._file.fileno())
+
+    def close(self) -> None:
+        self._file.close()
+
+    def __enter__(self) -> ResultsWriter:
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.close()
+
+
+@dataclass
+class Results:
+    """Every record of one or more results files, by kind; corrupt lines are counted, not fatal."""
+
+    records: list[dict[str, Any]] = field(default_factory=list)
+    corrupt_lines: list[str] = field(default_factory=list)
+
+    def of_kind(self, kind: str) -> list[dict[str, Any]]:
+        return [r for r in self.records if r.get("kind") == kind]
+
+    @property
+    def runs(self) -> dict[str, dict[str, Any]]:
+        """The first header of each run_id (a resumed run appends another with the same id)."""
+        headers: dict[str, dict[str, Any]] = {}
+        for record in self.of_kind("run"):
+            headers.setdefault(record["run_id"], record)
+        return headers
+
+    def frame(self, kind: str) -> pd.DataFrame:
+        """One kind of record as a table, with the machine of its run attached (host, device, backend, blas)."""
+        rows = self.of_kind(kind)
+        frame = pd.DataFrame(rows)
+        if frame.empty:
+            return frame
+        machines = {run_id: machine_label(h.get("env", {})) for run_id, h in self.runs.items()}
+        frame["machine"] = frame["run_id"].map(machines).fillna("unknown machine")
+        return frame
+
+
+def read_results(paths: Iterable[str | Path], *, warn: Any = None) -> Results:
+    """Read and merge results files. An empty file, or one with no valid record, is an error naming it."""
+    results = Results()
+    for path in paths:
+        path = Path(path)
+        if not path.is_file():
+            raise ResultsError(f"{path}: no such results file")
+        before = len(results.records)
+        for number, line in enumerate(_lines(path), start=1):
+            if not line.strip():
+                continue
+            record = _parse_line(line)
+            if record is None:
+                results.corrupt_lines.append(f"{path}:{number}")
+                if warn:
+                    warn(f"{path}:{number}: corrupt JSON line skipped")
+                continue
+            results.records.append(record)
+        if len(results.records) == before:
+            raise ResultsError(f"{path}: no valid records (empty or corrupt file)")
+    return results
+
+
+def _lines(path: Path) -> list[bytes]:
+    try:
+        return path.read_bytes().splitlines()
+    except OSError as err:
+        raise ResultsError(f"{path}: cannot read ({err.strerror or err})") from None
+
+
+def _parse_line(line: bytes) -> dict[str, Any] | None:
+    # Line by line, so one line of binary junk (or a file in another encoding) is a corrupt line, not a traceback.
+    try:
+        record = json.loads(line.decode("utf-8"))
+    except (UnicodeDecodeError, json.JSONDecodeError):
+        return None
+    if not isinstance(record, dict) or record.get("kind") not in RECORD_KINDS:
+        return None
+    return record

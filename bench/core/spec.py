@@ -1,0 +1,662 @@
+"""Experiment files: parse and validate the YAML, and expand it into the matrix of cells a run executes.
+
+Every error is a `SpecError` that names the file, the 1-based line, the field and what would be valid, so a
+typo in a long sweep is found before any model is built, not an hour into the run.
+
+Schema (unknown keys at any level are errors; an optional key left empty, `key:`, takes its default):
+
+    name: default                 # required; letters, digits, '-', '_', '.'
+    description: "..."            # optional
+    models:                       # required, non-empty list
+      - preset: e2b               # exactly one of `preset` (a bundled preset) or `path` (a checkpoint directory)
+        size: E2B                 # display label; default: the preset's size, or the directory name
+        layers: 2                 # presets only: 1..num_hidden_layers; default: all of them
+        dtype: float32            # one of models.DTYPES; default float32
+        quantize: nvfp4           # one of models.QUANTIZE_MODES, or none/null (the default)
+    variants:                     # required, >= 1 entry: name -> {op: variant}; omitted ops take their default
+      baseline: {geglu: unfused}
+      compiled: {geglu: compiled}
+    comparisons:                  # optional: [baseline, new] or {baseline: a, new: b}; a == b is an A/A test
+      - [baseline, compiled]
+    workloads:                    # required; each an int or a non-empty list; the Cartesian product is run
+      prompt_tokens: [128, 512]   # required, >= 1 (outermost)
+      gen_tokens: 32              # required, >= 1
+      batch: [1, 2]               # optional, >= 1, default 1 (innermost)
+    depths: [512, 2048]           # optional KV depths for the decode-speed curve, >= 1; default []
+    trials: 5                     # timed rounds, >= 1
+    warmup: 1                     # untimed rounds, >= 0
+    prefill_step_size: 2048       # >= 1
+    seed: 0
+    timeout_s: 1800               # per-cell timeout, > 0
+    correctness:
+      reference: baseline         # default: the first variant
+      atol: 0.05                  # max abs logit error, >= 0; default null: chosen by dtype
+      tokens: 8                   # greedy tokens that must agree, >= 0
+    plugins: [my_fusions.py]      # optional: Python files (relative to this file) that register more variants
+    expect:                       # checked by `fusebench check`
+      - {comparison: [baseline, compiled], metric: prefill, max_slowdown_pct: 5}   # metric: prefill or gen
+      - {all_correct: true}
+
+Validation works on the `yaml.compose` node tree rather than on loaded Python values, because only the nodes
+know their line numbers, and only they can tell a duplicate key (which `yaml.safe_load` silently drops) or
+the bool `yes` from the int `1`.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import hashlib
+import itertools
+import math
+import os
+import re
+from collections.abc import Callable, Mapping, Sequence
+from dataclasses import dataclass, replace
+from functools import cache, partial
+from pathlib import Path
+from typing import NoReturn, TypeVar
+
+import yaml
+from yaml.nodes import MappingNode, Node, ScalarNode, SequenceNode
+
+from models.config import DTYPES, QUANTIZE_MODES, load_preset, preset_names
+
+from .errors import UserError
+from .records import METRICS
+
+T = TypeVar("T")
+
+_NAME = re.compile(r"[A-Za-z0-9._-]+")
+_TAG = "tag:yaml.org,2002:"
+_NULL, _BOOL, _INT, _FLOAT, _STR = (_TAG + kind for kind in ("null", "bool", "int", "float", "str"))
+
+TOP_KEYS = (
+    "name", "description", "models", "variants", "comparisons", "workloads", "depths", "trials", "warmup",
+    "prefill_step_size", "seed", "timeout_s", "correctness", "expect", "plugins",
+)
+MODEL_KEYS = ("preset", "path", "size", "layers", "dtype", "quantize")
+WORKLOAD_KEYS = ("prompt_tokens", "gen_tokens", "batch")
+COMPARISON_KEYS = ("baseline", "new")
+CORRECTNESS_KEYS = ("reference", "atol", "tokens")
+SLOWDOWN_KEYS = ("comparison", "metric", "max_slowdown_pct")
+EXPECT_KEYS = (*SLOWDOWN_KEYS, "all_correct")
+NO_QUANTIZE = "none"
+
+DEFAULT_DTYPE = "float32"
+DEFAULT_BATCH = 1
+DEFAULT_TRIALS = 5
+DEFAULT_WARMUP = 1
+DEFAULT_PREFILL_STEP_SIZE = 2048
+DEFAULT_SEED = 0
+DEFAULT_TIMEOUT_S = 1800.0
+DEFAULT_CHECK_TOKENS = 8
+
+SHARD_FORM = "I/N with 1 <= I <= N"
+
+
+class SpecError(UserError):
+    """An experiment file that cannot be run. `str(err)` is one line: `FILE:LINE: FIELD: MESSAGE`."""
+
+    def __init__(self, file: str, line: int, field: str, message: str) -> None:
+        self.file, self.line, self.field = file, line, field
+        self.message = " ".join(message.split())  # one line, whatever the YAML library produced
+        super().__init__(f"{file}:{line}: {field}: {self.message}")
+
+    def __reduce__(self) -> tuple[type[SpecError], tuple[str, int, str, str]]:
+        # Rebuilt from its parts, so the error survives the trip back from a worker process.
+        return SpecError, (self.file, self.line, self.field, self.message)
+
+
+# --- the parsed experiment -----------------------------------------------------------------------
+
+
+@dataclass(frozen=True)
+class ModelSpec:
+    preset: str | None
+    path: str | None
+    size: str
+    layers: int | None
+    dtype: str
+    quantize: str | None
+
+    @property
+    def source(self) -> str:
+        return self.preset if self.preset is not None else str(self.path)
+
+    @property
+    def key(self) -> str:
+        """Stable identity across runs: the label is left out, since renaming a model does not change it."""
+        layers = "all" if self.layers is None else str(self.layers)
+        return f"{self.source}:layers={layers}:{self.dtype}:{self.quantize or NO_QUANTIZE}"
+
+    @property
+    def label(self) -> str:
+        """`E2B`, or `E2B (2/35 layers)` for a truncated preset: never passed off as the real model."""
+        if self.preset and self.layers:
+            full = _preset_facts(self.preset)[1]
+            if self.layers != full:
+                return f"{self.size} ({self.layers}/{full} layers)"
+        return self.size
+
+
+@dataclass(frozen=True)
+class Workload:
+    prompt_tokens: int
+    gen_tokens: int
+    batch: int
+
+    @property
+    def label(self) -> str:
+        return f"pp{self.prompt_tokens} tg{self.gen_tokens} b{self.batch}"
+
+
+@dataclass(frozen=True)
+class Comparison:
+    baseline: str
+    new: str
+
+
+@dataclass(frozen=True)
+class Expectation:
+    kind: str  # "slowdown" or "all_correct"
+    comparison: Comparison | None = None
+    metric: str | None = None
+    max_slowdown_pct: float | None = None
+
+
+@dataclass(frozen=True)
+class Correctness:
+    reference: str
+    atol: float | None  # None: the tolerance that suits each model's dtype
+    tokens: int
+
+
+@dataclass(frozen=True)
+class Cell:
+    """One worker job: a model at one workload, with every variant run interleaved inside it."""
+
+    model: ModelSpec
+    workload: Workload
+
+    @property
+    def key(self) -> str:
+        return f"{self.model.key}|{self.workload.label}"
+
+
+@dataclass(frozen=True)
+class Experiment:
+    name: str
+    description: str
+    file: str
+    content: str
+    sha256: str
+    models: tuple[ModelSpec, ...]
+    variants: dict[str, dict[str, str]]
+    comparisons: tuple[Comparison, ...]
+    workloads: tuple[Workload, ...]
+    depths: tuple[int, ...]
+    trials: int
+    warmup: int
+    prefill_step_size: int
+    seed: int
+    timeout_s: float
+    correctness: Correctness
+    expect: tuple[Expectation, ...]
+    # variant -> op -> (line of the op's name, line of its implementation), so that op names checked later, once
+    # the registry and any plugins are loaded, are still reported at their place in the file.
+    # Python files that register more op variants, as absolute paths (written relative to the experiment file).
+    plugins: tuple[str, ...] = ()
+    variant_lines: dict[str, dict[str, tuple[int, int]]] = dataclasses.field(
+        default_factory=dict, compare=False, repr=False
+    )
+
+    def cells(self) -> list[Cell]:
+        return [Cell(model, workload) for model in self.models for workload in self.workloads]
+
+    def trial_count(self) -> int:
+        return len(self.cells()) * len(self.variants) * (self.trials + self.warmup)
+
+
+# --- entry points --------------------------------------------------------------------------------
+
+
+def load_experiment(path: str | Path) -> Experiment:
+    file = str(path)
+    try:
+        raw = Path(path).read_bytes()
+    except OSError as err:
+        raise SpecError(file, 0, "file", f"cannot read: {err.strerror or err}") from None
+    try:
+        text = raw.decode("utf-8")
+    except UnicodeDecodeError as err:
+        line = raw.count(b"\n", 0, err.start) + 1
+        raise SpecError(file, line, "file", f"not UTF-8 text ({err.reason} at byte {err.start})") from None
+    return _parse(text, file, hashlib.sha256(raw).hexdigest())
+
+
+def parse_experiment(text: str, file: str = "<string>", *, stored: bool = False) -> Experiment:
+    """`stored`: the text comes from a run header, maybe from another machine, so its checkpoint paths are not
+    looked for here."""
+    return _parse(text, file, hashlib.sha256(text.encode("utf-8")).hexdigest(), check_paths=not stored)
+
+
+def resolve_ops(exp: Experiment, ops: Mapping[str, tuple[Sequence[str], str]]) -> Experiment:
+    """The experiment with every variant's op names checked and its omitted ops at their default.
+
+    `ops` maps each op to (its implementations, its default), as the registry holds them once plugins are loaded;
+    the spec itself stays free of the model code. A name the registry lacks is a SpecError at its line.
+    """
+    completed = {}
+    for name, assignment in exp.variants.items():
+        for op, impl in assignment.items():
+            op_line, impl_line = exp.variant_lines.get(name, {}).get(op, (0, 0))
+            where = _join(_join("variants", name), op)
+            if op not in ops:
+                raise SpecError(exp.file, op_line, where, f"unknown op {op!r}; choose from {_choices(list(ops))}")
+            if impl not in ops[op][0]:
+                choices = _choices(list(ops[op][0]))
+                raise SpecError(exp.file, impl_line, where, f"unknown {op} variant {impl!r}; choose from {choices}")
+        completed[name] = {op: assignment.get(op, default) for op, (_, default) in ops.items()}
+    return replace(exp, variants=completed)
+
+
+def select_models(exp: Experiment, names: Sequence[str] | None, option: str = "--only") -> Experiment:
+    """Keep the models whose size label or preset is named (case-insensitive), e.g. `--only E2B,26b`."""
+    if not names:
+        return exp
+    wanted = {name.lower() for name in names}
+    known = {m.size.lower() for m in exp.models} | {(m.preset or "").lower() for m in exp.models}
+    unknown = sorted(wanted - known)
+    if unknown:
+        choices = ", ".join(sorted({m.size for m in exp.models}))
+        raise UserError(f"{option}: {', '.join(unknown)} not in {exp.file}; choose from {choices}")
+    models = tuple(m for m in exp.models if m.size.lower() in wanted or (m.preset or "").lower() in wanted)
+    return replace(exp, models=models)
+
+
+def shard_cells(cells: list[Cell], index: int, count: int) -> list[Cell]:
+    """Shard `index` of `count` (1-based). Round-robin, so each shard gets a mix of models and sizes."""
+    _check_shard(index, count, f"{index}/{count}")
+    return cells[index - 1 :: count]
+
+
+def _check_shard(index: int, count: int, text: str) -> None:
+    if not 1 <= index <= count:
+        raise UserError(f"bad shard {text!r}: expected {SHARD_FORM}, e.g. 2/4")
+
+
+# --- errors on nodes -----------------------------------------------------------------------------
+
+
+class _Invalid(Exception):
+    """Raised deep in validation, where the file name is not known; `_parse` turns it into a SpecError."""
+
+    def __init__(self, line: int, field: str, message: str) -> None:
+        super().__init__(message)
+        self.line, self.field, self.message = line, field, message
+
+
+def _line(node: Node) -> int:
+    return node.start_mark.line + 1
+
+
+def _fail(node: Node, field: str, message: str) -> NoReturn:
+    raise _Invalid(_line(node), field, message)
+
+
+def _join(field: str, key: str) -> str:
+    return f"{field}.{key}" if field else key
+
+
+def _choices(names: Sequence[str]) -> str:
+    return ", ".join(names)
+
+
+def _describe(node: Node) -> str:
+    """What the user wrote, in words, for 'expected X, got Y' messages."""
+    if isinstance(node, MappingNode):
+        return "a mapping"
+    if isinstance(node, SequenceNode):
+        return "a list"
+    value = node.value if len(node.value) <= 40 else node.value[:37] + "..."
+    kinds = {_NULL: "nothing (null)", _BOOL: f"a boolean ({value})", _INT: f"an integer ({value})",
+             _FLOAT: f"a float ({value})", _STR: f"a string ({value!r})"}
+    return kinds.get(node.tag, f"a value tagged {node.tag}")
+
+
+# --- node readers --------------------------------------------------------------------------------
+
+_Items = dict[str, tuple[Node, Node]]  # key -> (key node, value node), in document order
+_SCALARS = yaml.constructor.SafeConstructor()
+
+
+def _is_null(node: Node) -> bool:
+    return isinstance(node, ScalarNode) and node.tag == _NULL
+
+
+def _mapping(node: Node, field: str, valid: Sequence[str] | None, what: str = "key") -> _Items:
+    if not isinstance(node, MappingNode):
+        _fail(node, field, f"expected a mapping, got {_describe(node)}")
+    items: _Items = {}
+    for key_node, value_node in node.value:
+        if not isinstance(key_node, ScalarNode) or _is_null(key_node):
+            _fail(key_node, field or "experiment", f"expected a name as {what}, got {_describe(key_node)}")
+        key = key_node.value
+        if key in items:
+            first = _line(items[key][0])
+            _fail(key_node, _join(field, key), f"duplicate {what} {key!r} (first defined on line {first})")
+        if valid is not None and key not in valid:
+            _fail(key_node, _join(field, key), f"unknown key {key!r}; valid keys: {_choices(valid)}")
+        items[key] = (key_node, value_node)
+    return items
+
+
+def _required(items: _Items, key: str, parent: Node, field: str) -> Node:
+    if key not in items:
+        _fail(parent, _join(field, key), "required key is missing")
+    return items[key][1]
+
+
+def _optional(items: _Items, key: str, field: str, read: Callable[[Node, str], T], default: T) -> T:
+    """An absent key, or one left empty, takes its default."""
+    if key not in items or _is_null(items[key][1]):
+        return default
+    return read(items[key][1], _join(field, key))
+
+
+def _sequence(node: Node, field: str) -> list[Node]:
+    if not isinstance(node, SequenceNode):
+        _fail(node, field, f"expected a list, got {_describe(node)}")
+    return node.value
+
+
+def _text(node: Node, field: str, allow_empty: bool = False) -> str:
+    # Any plain scalar is text, so `1: {}` defines variant "1" and `[1, 2]` refers to it.
+    if not isinstance(node, ScalarNode) or _is_null(node) or (node.value == "" and not allow_empty):
+        _fail(node, field, f"expected a string, got {_describe(node)}")
+    return node.value
+
+
+def _name(node: Node, field: str) -> str:
+    # Names end up in file names and on command lines.
+    name = _text(node, field)
+    if not _NAME.fullmatch(name) or set(name) == {"."}:
+        _fail(node, field, f"bad name {name!r}; use letters, digits, '-', '_' and '.'")
+    return name
+
+
+def _choice(node: Node, field: str, choices: Sequence[str], what: str) -> str:
+    value = _text(node, field)
+    if value not in choices:
+        _fail(node, field, f"unknown {what} {value!r}; choose from {_choices(choices)}")
+    return value
+
+
+def _int(node: Node, field: str, minimum: int | None = None) -> int:
+    # Only the int tag: `true` and `2.0` are not counts, even though Python would accept them as such.
+    if not isinstance(node, ScalarNode) or node.tag != _INT:
+        _fail(node, field, f"expected an integer, got {_describe(node)}")
+    value = _SCALARS.construct_yaml_int(node)
+    if minimum is not None and value < minimum:
+        _fail(node, field, f"must be >= {minimum}, got {value}")
+    return value
+
+
+def _number(node: Node, field: str, minimum: float, exclusive: bool = False) -> float:
+    if not isinstance(node, ScalarNode) or node.tag not in (_INT, _FLOAT):
+        _fail(node, field, f"expected a number, got {_describe(node)}")
+    reader = _SCALARS.construct_yaml_int if node.tag == _INT else _SCALARS.construct_yaml_float
+    value = float(reader(node))
+    if not math.isfinite(value):
+        _fail(node, field, f"must be a finite number, got {node.value}")
+    if value < minimum or (exclusive and value == minimum):
+        _fail(node, field, f"must be {'>' if exclusive else '>='} {minimum:g}, got {value:g}")
+    return value
+
+
+def _int_values(node: Node, field: str, minimum: int, allow_empty: bool) -> tuple[int, ...]:
+    """An int or a list of distinct ints: repeats would give cells with the same key."""
+    if isinstance(node, ScalarNode):
+        return (_int(node, field, minimum),)
+    items = _sequence(node, field)
+    if not items and not allow_empty:
+        _fail(node, field, "empty list; give at least one value, or the matrix is empty")
+    values: list[int] = []
+    for i, item in enumerate(items):
+        value = _int(item, f"{field}[{i}]", minimum)
+        if value in values:
+            _fail(item, f"{field}[{i}]", f"duplicate value {value}")
+        values.append(value)
+    return tuple(values)
+
+
+# --- sections ------------------------------------------------------------------------------------
+
+
+@cache
+def _preset_facts(name: str) -> tuple[str, int]:
+    config = load_preset(name)
+    return str(config.get("size", name)), int(config["num_hidden_layers"])
+
+
+def _model(node: Node, field: str, check_paths: bool) -> ModelSpec:
+    items = _mapping(node, field, MODEL_KEYS)
+    if "preset" in items and "path" in items:
+        second = max(items["preset"][0], items["path"][0], key=lambda key: key.start_mark.index)
+        _fail(second, field, "give either a preset or a path, not both")
+    if "preset" in items:
+        preset, path, size, layers = _preset_source(items, field)
+    elif "path" in items:
+        preset, path, size, layers = _path_source(items, field, check_paths)
+    else:
+        _fail(node, field, f"give a preset (one of {_choices(preset_names())}) or a path to a checkpoint directory")
+    return ModelSpec(
+        preset=preset,
+        path=path,
+        size=_optional(items, "size", field, _text, size),
+        layers=layers,
+        dtype=_optional(items, "dtype", field, partial(_choice, choices=list(DTYPES), what="dtype"), DEFAULT_DTYPE),
+        quantize=_optional(items, "quantize", field, _quantize, None),
+    )
+
+
+def _preset_source(items: _Items, field: str) -> tuple[str, None, str, int | None]:
+    preset = _choice(items["preset"][1], _join(field, "preset"), preset_names(), "preset")
+    size, max_layers = _preset_facts(preset)
+    layers = _optional(items, "layers", field, _int, None)
+    if layers is not None and not 1 <= layers <= max_layers:
+        message = f"{layers} is out of range; choose 1..{max_layers} ({preset} has {max_layers})"
+        _fail(items["layers"][1], _join(field, "layers"), message)
+    return preset, None, size, layers
+
+
+def _path_source(items: _Items, field: str, check_paths: bool) -> tuple[None, str, str, None]:
+    path_node = items["path"][1]
+    path = os.path.expanduser(_text(path_node, _join(field, "path")))
+    if check_paths and not os.path.isdir(path):
+        problem = "is not a directory" if os.path.exists(path) else "does not exist"
+        _fail(path_node, _join(field, "path"), f"{path!r} {problem}; give a checkpoint directory")
+    if "layers" in items:
+        _fail(items["layers"][0], _join(field, "layers"), "only for presets; a checkpoint at `path` runs whole")
+    # abspath, not resolve: the label should be the name the user wrote, not a symlink's target.
+    return None, path, Path(os.path.abspath(path)).name, None
+
+
+def _quantize(node: Node, field: str) -> str | None:
+    mode = _choice(node, field, [NO_QUANTIZE, *QUANTIZE_MODES], "quantize mode")
+    return None if mode == NO_QUANTIZE else mode
+
+
+def _models(node: Node, field: str, check_paths: bool) -> tuple[ModelSpec, ...]:
+    items = _sequence(node, field)
+    if not items:
+        _fail(node, field, "empty list; give at least one model, or the matrix is empty")
+    models: list[ModelSpec] = []
+    for i, item in enumerate(items):
+        model = _model(item, f"{field}[{i}]", check_paths)
+        for j, earlier in enumerate(models):
+            if earlier.key == model.key:
+                _fail(item, f"{field}[{i}]", f"same model as {field}[{j}] ({model.key})")
+        models.append(model)
+    return tuple(models)
+
+
+def _variants(node: Node, field: str) -> tuple[dict[str, dict[str, str]], dict[str, dict[str, tuple[int, int]]]]:
+    """Each variant's op assignment as written (omitted ops are filled in by `resolve_ops`), and where each op is."""
+    items = _mapping(node, field, None, what="variant name")
+    if not items:
+        _fail(node, field, "no variants; define at least one (`name: {}` runs every op at its default)")
+    variants: dict[str, dict[str, str]] = {}
+    lines: dict[str, dict[str, tuple[int, int]]] = {}
+    for name, (key_node, value_node) in items.items():
+        _name(key_node, _join(field, name))
+        variants[name], lines[name] = {}, {}
+        if _is_null(value_node):  # `baseline:` with nothing after it: all defaults, like `{}`
+            continue
+        for op, (op_node, impl_node) in _mapping(value_node, _join(field, name), None, what="op").items():
+            variants[name][op] = _text(impl_node, _join(_join(field, name), op))
+            lines[name][op] = (_line(op_node), _line(impl_node))
+    return variants, lines
+
+
+def _variant_ref(node: Node, field: str, variants: Sequence[str]) -> str:
+    return _choice(node, field, variants, "variant")
+
+
+def _comparison(node: Node, field: str, variants: Sequence[str]) -> Comparison:
+    if isinstance(node, SequenceNode) and len(node.value) == 2:
+        baseline, new = node.value
+        return Comparison(_variant_ref(baseline, f"{field}[0]", variants), _variant_ref(new, f"{field}[1]", variants))
+    if isinstance(node, MappingNode):
+        items = _mapping(node, field, COMPARISON_KEYS)
+        baseline, new = (_required(items, key, node, field) for key in COMPARISON_KEYS)
+        return Comparison(
+            _variant_ref(baseline, _join(field, "baseline"), variants), _variant_ref(new, _join(field, "new"), variants)
+        )
+    _fail(node, field, f"expected [baseline, new] or {{baseline: NAME, new: NAME}}, got {_describe(node)}")
+
+
+def _comparisons(node: Node, field: str, variants: Sequence[str]) -> tuple[Comparison, ...]:
+    return tuple(_comparison(item, f"{field}[{i}]", variants) for i, item in enumerate(_sequence(node, field)))
+
+
+def _workloads(node: Node, field: str) -> tuple[Workload, ...]:
+    items = _mapping(node, field, WORKLOAD_KEYS)
+    prompt = _int_values(_required(items, "prompt_tokens", node, field), _join(field, "prompt_tokens"), 1, False)
+    gen = _int_values(_required(items, "gen_tokens", node, field), _join(field, "gen_tokens"), 1, False)
+    batch = _optional(items, "batch", field, partial(_int_values, minimum=1, allow_empty=False), (DEFAULT_BATCH,))
+    return tuple(Workload(p, g, b) for p, g, b in itertools.product(prompt, gen, batch))
+
+
+def _correctness(node: Node, field: str, variants: Sequence[str]) -> Correctness:
+    items = _mapping(node, field, CORRECTNESS_KEYS)
+    return Correctness(
+        reference=_optional(items, "reference", field, partial(_variant_ref, variants=variants), variants[0]),
+        atol=_optional(items, "atol", field, partial(_number, minimum=0.0), None),
+        tokens=_optional(items, "tokens", field, partial(_int, minimum=0), DEFAULT_CHECK_TOKENS),
+    )
+
+
+def _plugins(node: Node, field: str, base: Path, check_paths: bool) -> tuple[str, ...]:
+    """Plugin files, relative to the experiment's folder; each must exist (unless read back from a run header)."""
+    paths = []
+    for i, item in enumerate(_sequence(node, field)):
+        path = base / os.path.expanduser(_text(item, f"{field}[{i}]"))
+        if check_paths and not path.is_file():
+            _fail(item, f"{field}[{i}]", f"{str(path)!r} is not a file; give a Python file that registers variants")
+        paths.append(str(path.resolve()))
+    return tuple(dict.fromkeys(paths))
+
+
+def _expectation(node: Node, field: str, variants: Sequence[str]) -> Expectation:
+    items = _mapping(node, field, EXPECT_KEYS)
+    if "all_correct" in items:
+        others = [key for key in items if key != "all_correct"]
+        if others:
+            _fail(items[others[0]][0], _join(field, others[0]), "all_correct stands alone; make this a separate item")
+        value = items["all_correct"][1]
+        if not (isinstance(value, ScalarNode) and value.tag == _BOOL and _SCALARS.construct_yaml_bool(value)):
+            _fail(value, _join(field, "all_correct"), f"expected true, got {_describe(value)}")
+        return Expectation(kind="all_correct")
+    if not items:
+        forms = "{comparison: [a, b], metric: prefill|gen, max_slowdown_pct: N} or {all_correct: true}"
+        _fail(node, field, f"expected {forms}")
+    comparison = _comparison(_required(items, "comparison", node, field), _join(field, "comparison"), variants)
+    metric = _choice(_required(items, "metric", node, field), _join(field, "metric"), METRICS, "metric")
+    pct = _number(_required(items, "max_slowdown_pct", node, field), _join(field, "max_slowdown_pct"), 0.0)
+    return Expectation(kind="slowdown", comparison=comparison, metric=metric, max_slowdown_pct=pct)
+
+
+def _expectations(node: Node, field: str, variants: Sequence[str]) -> tuple[Expectation, ...]:
+    return tuple(_expectation(item, f"{field}[{i}]", variants) for i, item in enumerate(_sequence(node, field)))
+
+
+# --- the whole file ------------------------------------------------------------------------------
+
+
+def _parse(text: str, file: str, sha256: str, *, check_paths: bool = True) -> Experiment:
+    try:
+        root = _compose(text)
+        return _experiment(root, text, file, sha256, check_paths)
+    except _Invalid as err:
+        raise SpecError(file, err.line, err.field, err.message) from None
+
+
+def _compose(text: str) -> Node:
+    try:
+        root = yaml.compose(text, Loader=yaml.SafeLoader)
+    except yaml.MarkedYAMLError as err:
+        mark = err.problem_mark or err.context_mark
+        message = err.problem or "syntax error"
+        if err.context and err.context_mark:  # e.g. an unclosed bracket: say where it was opened
+            message += f" ({err.context} on line {err.context_mark.line + 1})"
+        raise _Invalid(mark.line + 1 if mark else 0, "yaml", message) from None
+    except yaml.YAMLError as err:  # e.g. a control character, reported by position rather than line
+        position = getattr(err, "position", None)
+        raise _Invalid(text.count("\n", 0, position) + 1 if position is not None else 0, "yaml", str(err)) from None
+    if root is None or _is_null(root):
+        raise _Invalid(1, "experiment", f"the file is empty; it needs at least {_choices(_REQUIRED)}")
+    return root
+
+
+_REQUIRED = ("name", "models", "variants", "workloads")
+
+
+def _experiment(root: Node, text: str, file: str, sha256: str, check_paths: bool) -> Experiment:
+    if not isinstance(root, MappingNode):
+        _fail(root, "experiment", f"expected a mapping of {_choices(TOP_KEYS)}, got {_describe(root)}")
+    items = _mapping(root, "", TOP_KEYS)
+    for key in _REQUIRED:
+        _required(items, key, root, "")
+    # Sections are read in this order so that the variants exist before anything refers to them.
+    name = _name(items["name"][1], "name")
+    description = _optional(items, "description", "", partial(_text, allow_empty=True), "")
+    models = _models(items["models"][1], "models", check_paths)
+    variants, variant_lines = _variants(items["variants"][1], "variants")
+    names = list(variants)
+    default_check = Correctness(reference=names[0], atol=None, tokens=DEFAULT_CHECK_TOKENS)
+
+    def optional(key: str, read: Callable[..., T], default: T, **options: object) -> T:
+        return _optional(items, key, "", partial(read, **options), default)
+
+    return Experiment(
+        name=name,
+        description=description,
+        file=file,
+        content=text,
+        sha256=sha256,
+        models=models,
+        variants=variants,
+        comparisons=optional("comparisons", _comparisons, (), variants=names),
+        workloads=_workloads(items["workloads"][1], "workloads"),
+        depths=optional("depths", _int_values, (), minimum=1, allow_empty=True),
+        trials=optional("trials", _int, DEFAULT_TRIALS, minimum=1),
+        warmup=optional("warmup", _int, DEFAULT_WARMUP, minimum=0),
+        prefill_step_size=optional("prefill_step_size", _int, DEFAULT_PREFILL_STEP_SIZE, minimum=1),
+        seed=optional("seed", _int, DEFAULT_SEED),
+        timeout_s=optional("timeout_s", _number, DEFAULT_TIMEOUT_S, minimum=0.0, exclusive=True),
+        correctness=optional("correctness", _correctness, default_check, variants=names),
+        expect=optional("expect", _expectations, (), variants=names),
+        plugins=optional("plugins", _plugins, (), base=Path(file).parent, check_paths=check_paths),
+        variant_lines=variant_lines,
+    )

@@ -1,0 +1,403 @@
+"""Environment probe and BLAS selection.
+
+What fusebench records about the machine a benchmark ran on, which BLAS mlx is really using, and how
+worker processes get an optimized BLAS preloaded. Nothing here knows about models or timing of them.
+
+Why BLAS matters: the mlx-cpu wheel bundles the reference (netlib) BLAS in ``mlx_cpu.libs``. libmlx only
+imports ``cblas_sgemm/dgemm/cgemm``, so an optimized BLAS put in front with ``LD_PRELOAD`` takes over every
+fp32 matmul, about 30x faster.
+"""
+
+import glob
+import importlib.metadata
+import os
+import platform
+import re
+import site
+import socket
+import subprocess
+import sys
+import sysconfig
+import time
+from collections.abc import Callable, Mapping
+from pathlib import Path
+from typing import Any
+
+from ..core.errors import UserError
+
+ENV_KEYS = (
+    "fusebench", "mlx", "mlx_lm", "python", "backend", "device", "blas",
+    "cpu", "cores", "ram_bytes", "os", "hostname", "git_commit", "git_dirty",
+)
+BLAS_KINDS = ("openblas", "mkl", "reference", "accelerate", "gpu", "unknown")
+BLAS_CHOICES = "auto, reference, or a path to a BLAS .so"
+DEBIAN_OPENBLAS = "/usr/lib/x86_64-linux-gnu/openblas-pthread/libblas.so.3"
+
+# Order matters: Debian's OpenBLAS ships a ``libblas.so.3`` shim inside ``openblas-pthread/``, so the
+# specific names must be tried before the generic ``libblas`` that marks the reference implementation.
+# The lookbehind keeps "blis"/"atlas" from matching inside ordinary words ("publish").
+_BLAS_PATTERNS = (
+    ("mkl", re.compile(r"mkl")),
+    ("openblas", re.compile(r"openblas")),
+    ("blis", re.compile(r"(?<![a-z])(lib)?blis")),
+    ("atlas", re.compile(r"(?<![a-z])(lib)?atlas")),
+    ("accelerate", re.compile(r"accelerate|veclib")),
+    ("reference", re.compile(r"libblas|refblas|netlib|reference")),
+)
+# numpy/scipy wheels bundle an OpenBLAS whose symbols are renamed (scipy_cblas_sgemm64_...), so it can
+# never serve libmlx's cblas_sgemm even when mapped into the same process.
+_NOT_FOR_MLX = re.compile(r"scipy_openblas|numpy\.libs|scipy\.libs")
+_MLX_BUNDLE = re.compile(r"/mlx(_\w+)?(\.libs)?/")  # mlx_cpu.libs/ (wheel) or mlx/lib/
+_SUBPROCESS_TIMEOUT_S = 5
+_COPY_BYTES = 256 * 2**20
+_MATMUL_SIZES = (256, 2048)  # clamp for the adaptive matmul size
+
+
+class BlasChoiceError(UserError):
+    """A --blas choice that is neither auto, reference, nor an existing file."""
+
+
+# ---------------------------------------------------------------- small helpers
+
+
+def _safe(fn: Callable[[], Any], default: Any = None) -> Any:
+    """Run one probe; env collection must never fail because one fact is unobtainable."""
+    try:
+        return fn()
+    except Exception:
+        return default
+
+
+def _run(cmd: list[str], cwd: Path | None = None) -> str | None:
+    """stdout of a command, stripped; None if it is missing, fails or hangs."""
+    try:
+        done = subprocess.run(
+            cmd, cwd=cwd, capture_output=True, text=True, timeout=_SUBPROCESS_TIMEOUT_S, check=True
+        )
+    except (OSError, subprocess.SubprocessError):
+        return None
+    return done.stdout.strip()
+
+
+def _mlx() -> Any:
+    """mlx.core, or None if it cannot be imported (a broken install should still print an env table)."""
+    try:
+        import mlx.core as mx
+    except Exception:
+        return None
+    return mx
+
+
+def _dist_version(name: str) -> str | None:
+    try:
+        return importlib.metadata.version(name)
+    except importlib.metadata.PackageNotFoundError:
+        return None
+
+
+def _proc_field(path: str, key: str) -> str | None:
+    """Value of ``key: value`` in a /proc text file such as cpuinfo or meminfo."""
+    with open(path) as f:
+        for line in f:
+            name, _, value = line.partition(":")
+            if name.strip() == key:
+                return value.strip()
+    return None
+
+
+# ---------------------------------------------------------------- backend, device, machine
+
+
+def detect_backend() -> str:
+    """The backend mlx will use by default here: "metal", "cuda" or "cpu"."""
+    mx = _mlx()
+    if mx is None:
+        return "cpu"
+    if _safe(mx.metal.is_available, False):
+        return "metal"
+    cuda = getattr(mx, "cuda", None)  # only mlx builds with the CUDA backend have a useful mx.cuda
+    if cuda is not None and _safe(cuda.is_available, False):
+        return "cuda"
+    return "cpu"
+
+
+def _mlx_device_name() -> str | None:
+    mx = _mlx()
+    # mx.device_info() superseded mx.metal.device_info(); older mlx only has the latter.
+    info_fn = getattr(mx, "device_info", None) or mx.metal.device_info
+    return info_fn().get("device_name") or None
+
+
+def _nvidia_smi_name() -> str | None:
+    out = _run(["nvidia-smi", "--query-gpu=name", "--format=csv,noheader"])
+    return out.splitlines()[0].strip() if out else None
+
+
+def _cpu_model() -> str:
+    if sys.platform == "darwin":
+        name = _run(["sysctl", "-n", "machdep.cpu.brand_string"])
+    else:
+        name = _safe(lambda: _proc_field("/proc/cpuinfo", "model name"))
+    return name or platform.processor() or _safe(_mlx_device_name) or platform.machine() or "unknown"
+
+
+def _device_name(backend: str) -> str:
+    if backend == "cpu":
+        return _cpu_model()
+    name = _safe(_mlx_device_name)
+    if not name and backend == "cuda":
+        name = _nvidia_smi_name()
+    return name or backend
+
+
+def _ram_bytes() -> int | None:
+    meminfo = _safe(lambda: _proc_field("/proc/meminfo", "MemTotal"))
+    if meminfo:
+        return int(meminfo.split()[0]) * 1024  # reported in kB
+    memsize = _run(["sysctl", "-n", "hw.memsize"]) if sys.platform == "darwin" else None
+    if memsize and memsize.isdigit():
+        return int(memsize)
+    return _safe(lambda: os.sysconf("SC_PAGE_SIZE") * os.sysconf("SC_PHYS_PAGES"))
+
+
+def _git_info() -> tuple[str | None, bool | None]:
+    """(commit, dirty) of the checkout fusebench runs from; (None, None) if it is not one."""
+    pkg_dir = Path(__file__).resolve().parent
+    top = _run(["git", "rev-parse", "--show-toplevel"], cwd=pkg_dir)
+    # Only a source checkout has the package at the repo root; an installed copy that merely sits inside
+    # some other repository (a venv within a project) would otherwise report that project's commit.
+    if not top or Path(top).resolve() != pkg_dir.parent:
+        return None, None
+    commit = _run(["git", "rev-parse", "HEAD"], cwd=pkg_dir) or None
+    # Untracked files are ignored, like `git describe --dirty`: scratch files do not change the code.
+    status = _run(["git", "status", "--porcelain", "--untracked-files=no"], cwd=pkg_dir)
+    return commit, (None if status is None else bool(status))
+
+
+def collect_env() -> dict[str, Any]:
+    """Facts about this machine and software, JSON-serializable, keys as in ENV_KEYS; never raises."""
+    backend = _safe(detect_backend, "cpu")
+    commit, dirty = _safe(_git_info, (None, None))
+    return {
+        "fusebench": _safe(lambda: _dist_version("fusebench")) or "0+unknown",
+        "mlx": _safe(lambda: _mlx().__version__),
+        "mlx_lm": _safe(lambda: _dist_version("mlx-lm")),
+        "python": platform.python_version(),
+        "backend": backend,
+        "device": _safe(lambda: _device_name(backend), backend),
+        "blas": _safe(loaded_blas, "unknown"),
+        "cpu": _safe(_cpu_model, "unknown"),
+        "cores": os.cpu_count(),
+        "ram_bytes": _safe(_ram_bytes),
+        "os": _safe(platform.platform, sys.platform),
+        "hostname": _safe(socket.gethostname),
+        "git_commit": commit,
+        "git_dirty": dirty,
+    }
+
+
+# ---------------------------------------------------------------- which BLAS is loaded
+
+
+def _classify(text: str) -> str | None:
+    """BLAS family named by a path or label, or None if it names no BLAS."""
+    text = text.lower()
+    return next((name for name, pattern in _BLAS_PATTERNS if pattern.search(text)), None)
+
+
+def _is_blas_lib(path: str) -> bool:
+    p = Path(path)
+    # The directory counts too: Debian's OpenBLAS is ".../openblas-pthread/libblas.so.3".
+    return (
+        ".so" in p.name
+        and "lapack" not in p.name
+        and not _NOT_FOR_MLX.search(path)
+        and _classify(f"{p.parent.name}/{p.name}") is not None
+    )
+
+
+def _mapped_blas_libs() -> set[str]:
+    """BLAS shared objects mapped into this process, from /proc/self/maps."""
+    with open("/proc/self/maps") as f:
+        paths = {fields[5].strip() for line in f if len(fields := line.split(maxsplit=5)) == 6}
+    return {p for p in paths if p.startswith("/") and _is_blas_lib(p)}
+
+
+def _split_preload(value: str) -> list[str]:
+    return [p for p in re.split(r"[:\s]+", value) if p]  # ld.so accepts colons and spaces
+
+
+def _resolution_rank(path: str) -> tuple[bool, bool, str]:
+    # With an optimized BLAS LD_PRELOADed, both it and the reference BLAS bundled in mlx_cpu.libs are
+    # mapped, but the dynamic linker resolves libmlx's cblas_sgemm in the global scope (where preloads come
+    # first) before libmlx's own dependencies, so the preloaded one wins. Failing that, libmlx's own
+    # dependency (the bundled one) serves it, not some library another extension loaded privately.
+    preloaded = {os.path.realpath(p) for p in _split_preload(os.environ.get("LD_PRELOAD", ""))}
+    bundled_with_mlx = _MLX_BUNDLE.search(path) is not None
+    return (os.path.realpath(path) not in preloaded, not bundled_with_mlx, path)
+
+
+def loaded_blas() -> str:
+    """Label and path of the BLAS serving mlx's matmuls in this process, e.g. "openblas (/usr/...)"."""
+    if sys.platform == "darwin":
+        return "accelerate (Accelerate.framework)"  # mlx on macOS always links Apple's Accelerate
+    _mlx()  # the BLAS is a dependency of libmlx, so it is only mapped once mlx.core is imported
+    libs = _safe(_mapped_blas_libs, set())
+    if not libs:
+        return "unknown (no BLAS library mapped)"
+    path = min(libs, key=_resolution_rank)
+    return f"{_classify(Path(path).parent.name + '/' + Path(path).name)} ({path})"
+
+
+def blas_kind(label: str, backend: str | None = None) -> str:
+    """One of BLAS_KINDS for a loaded_blas() label; "gpu" when the backend does matmuls on a GPU."""
+    if backend in ("metal", "cuda"):
+        return "gpu"
+    head = label.split("(", 1)[0].strip().lower()
+    if head in BLAS_KINDS:
+        return head
+    kind = _classify(head) or _classify(label)
+    return kind if kind in BLAS_KINDS else "unknown"  # blis, atlas: optimized but not tracked by name
+
+
+def blas_warning(env: Mapping[str, Any]) -> str | None:
+    """A one-paragraph warning when matmuls run on the CPU with the reference BLAS, else None."""
+    if env.get("backend") != "cpu" or blas_kind(str(env.get("blas", ""))) != "reference":
+        return None
+    example = find_optimized_blas() or DEBIAN_OPENBLAS
+    return (
+        "mlx is using the reference BLAS bundled in the mlx-cpu wheel, with which fp32 matmul runs "
+        "~30x slower, so CPU numbers measure that BLAS rather than the model. Install an optimized "
+        "one: `apt-get install libopenblas0-pthread` (fusebench preloads it automatically in its worker "
+        "processes with --blas auto) or `pip install mkl`. "
+        f"`LD_PRELOAD={example} fusebench env` shows it in use."
+    )
+
+
+# ---------------------------------------------------------------- choosing a BLAS for workers
+
+
+def _blas_search_patterns() -> list[str]:
+    arch = sysconfig.get_config_var("MULTIARCH") or f"{platform.machine()}-linux-gnu"
+    # pip puts MKL's libraries in <prefix>/lib, i.e. two levels above site-packages. That also covers
+    # --user installs and Debian's pip, whose /usr/local prefix differs from sys.prefix.
+    site_dirs = [*_safe(site.getsitepackages, []), _safe(site.getusersitepackages, "")]
+    lib_dirs = dict.fromkeys([f"{sys.prefix}/lib", *(str(Path(d).parent.parent) for d in site_dirs if d)])
+    return [
+        # pthread flavour first: the OpenMP one can oversubscribe cores next to mlx's own threads.
+        f"/usr/lib/{arch}/openblas-pthread/libblas.so.3",
+        f"/usr/lib/{arch}/openblas-openmp/libblas.so.3",
+        f"/usr/lib/{arch}/libopenblas.so.0",
+        # Fedora/RHEL/Arch. Named explicitly: the libopenblas64* variants use 64-bit integers and would
+        # corrupt libmlx's 32-bit-int cblas calls.
+        "/usr/lib64/libopenblasp.so.0",
+        "/usr/lib64/libopenblas.so.0",
+        "/usr/lib/libopenblas.so.0",
+        *(f"{d}/libmkl_rt.so*" for d in lib_dirs),
+    ]
+
+
+def find_optimized_blas() -> str | None:
+    """Path of an installed optimized BLAS suitable for LD_PRELOAD, or None."""
+    for pattern in _blas_search_patterns():
+        found = sorted(glob.glob(pattern))
+        if found:
+            return found[0]
+    return None
+
+
+def _with_preload(env: dict[str, str], entries: list[str]) -> dict[str, str]:
+    if entries:
+        env["LD_PRELOAD"] = ":".join(entries)
+    else:
+        env.pop("LD_PRELOAD", None)
+    return env
+
+
+def _auto_preload(env: dict[str, str], others: list[str], blas: list[str]) -> tuple[dict[str, str], str]:
+    if blas:  # the user preloaded a BLAS themselves: that explicit choice beats our search
+        return env, f"{_classify(blas[0])} already in LD_PRELOAD ({blas[0]})"
+    if not sys.platform.startswith("linux"):
+        return env, "no preload needed: mlx uses the platform BLAS"
+    backend = detect_backend()
+    if backend != "cpu":
+        return env, f"no preload: the {backend} backend does not use BLAS for matmuls"
+    path = find_optimized_blas()
+    if path is None:
+        return env, "no optimized BLAS found: workers use the reference BLAS bundled with mlx"
+    return _with_preload(env, [path, *others]), f"{_classify(path)} preloaded ({path})"
+
+
+def blas_preload_env(choice: str, base_env: Mapping[str, str] | None = None) -> tuple[dict[str, str], str]:
+    """Environment for a worker subprocess using the BLAS picked by ``choice``, and what was picked.
+
+    choice: "auto" (an optimized BLAS if installed and the CPU backend is used), "reference" (the BLAS
+    bundled with mlx: no BLAS in LD_PRELOAD) or a path to a BLAS shared library.
+    """
+    env = dict(os.environ if base_env is None else base_env)
+    entries = _split_preload(env.get("LD_PRELOAD", ""))
+    blas = [p for p in entries if _is_blas_lib(p)]
+    others = [p for p in entries if p not in blas]  # e.g. jemalloc: not ours to drop
+    if choice == "auto":
+        return _auto_preload(env, others, blas)
+    if choice == "reference":
+        return _with_preload(env, others), "reference BLAS bundled with mlx (no BLAS preload)"
+    path = os.path.expanduser(choice)
+    if not os.path.isfile(path):
+        raise BlasChoiceError(f"--blas {choice!r}: no such file; choose {BLAS_CHOICES}")
+    return _with_preload(env, [path, *others]), f"{_classify(path) or 'unknown'} preloaded ({path})"
+
+
+# ---------------------------------------------------------------- peaks
+
+
+def _best_seconds(mx: Any, make: Callable[[], Any], budget_s: float, min_reps: int = 3) -> float:
+    """Fastest of repeated evaluations: noise only ever slows a run down, so the minimum is the peak."""
+    start = time.perf_counter()
+    mx.eval(make())  # warmup: first use pays for allocation and page faults
+    best, spent, reps = float("inf"), time.perf_counter() - start, 0  # warmup counts against the budget
+    while reps < min_reps or spent < budget_s:
+        start = time.perf_counter()
+        mx.eval(make())
+        elapsed = time.perf_counter() - start
+        best, spent, reps = min(best, elapsed), spent + elapsed, reps + 1
+    return best
+
+
+def _matmul_size(mx: Any, target_s: float) -> int:
+    """Largest square size (multiple of 256) whose matmul takes about target_s, from a small trial.
+
+    Reference BLAS is ~30x slower than OpenBLAS, so a fixed size is either too slow or too small.
+    """
+    n0 = _MATMUL_SIZES[0]
+    a = mx.random.normal((n0, n0))
+    mx.eval(a)
+    flops_per_s = 2 * n0**3 / _best_seconds(mx, lambda: a @ a, 0.0, min_reps=2)
+    n = int((target_s * flops_per_s / 2) ** (1 / 3)) // 256 * 256
+    return max(_MATMUL_SIZES[0], min(_MATMUL_SIZES[1], n))
+
+
+def probe_peaks(seconds: float = 2.0) -> dict[str, Any]:
+    """fp32 matmul GFLOP/s and memory copy GB/s under the current backend and BLAS, in about `seconds`."""
+    import mlx.core as mx
+
+    # ~40% of the budget each for matmul and copy; the rest goes to sizing and allocation.
+    n = _matmul_size(mx, target_s=seconds / 10)
+    a, b = mx.random.normal((n, n)), mx.random.normal((n, n))
+    x = mx.ones((_COPY_BYTES // 4,), dtype=mx.float32)
+    mx.eval(a, b, x)
+    # Decode streams each weight matrix once through a matrix-vector product: that read rate, not an
+    # elementwise copy, is the bandwidth roof a generation step can reach.
+    # Written as a one-row matmul so it takes the BLAS path, as a decode step's projections do.
+    rows = _COPY_BYTES // 4 // 4096
+    w, v = x.reshape(rows, 4096), mx.ones((1, 4096), dtype=mx.float32)
+    matmul_s = _best_seconds(mx, lambda: a @ b, 0.3 * seconds)
+    copy_s = _best_seconds(mx, lambda: x + 0, 0.25 * seconds)  # `+ 0` reads x and writes a new array
+    gemv_s = _best_seconds(mx, lambda: v @ w.T, 0.25 * seconds)
+    return {
+        "matmul_gflops": round(2 * n**3 / matmul_s / 1e9, 1),
+        "copy_gbps": round(2 * _COPY_BYTES / copy_s / 1e9, 2),  # bytes read + bytes written
+        "gemv_read_gbps": round(_COPY_BYTES / gemv_s / 1e9, 2),
+        "matmul_shape": f"{n}x{n} @ {n}x{n} fp32",
+        "copy_bytes": _COPY_BYTES,
+    }

@@ -1,0 +1,192 @@
+"""User plugins: Python files outside the package that register op variants.
+
+A plugin is a plain file that uses the stable import:
+
+    from models.ops import register
+
+    @register("softcap", "mine")
+    def softcap_mine(x, cap):
+        ...
+
+`load_plugins` imports each file by path and reports its sha256, so a result can name exactly which code ran.
+Anything that goes wrong while importing, a syntax error, an exception at import time, a variant for an op that does
+not exist, becomes one `PluginError` line: `FILE:LINE: plugin: <ExceptionType>: <message>`. A failed plugin leaves
+the registry as it found it. Loading the same file again is harmless: unchanged, it is not re-imported; changed, it
+replaces the variants it registered before. A plugin may not replace a variant that it does not own (a built-in or
+another plugin's): that would silently change what an existing name measures.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import importlib.util
+import re
+import sys
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass, replace
+from pathlib import Path
+from types import TracebackType
+from typing import Any
+
+from models.ops import REGISTRY, op_choices
+
+from ..core.errors import UserError
+from ..core.spec import Experiment, resolve_ops
+
+
+class PluginError(UserError):
+    """A plugin file that could not be loaded; the message is one line, `FILE:LINE: plugin: Type: message`."""
+
+
+@dataclass(frozen=True)
+class PluginInfo:
+    path: Path  # resolved
+    sha256: str
+    module: str  # the name it was imported under (in sys.modules)
+    variants: tuple[tuple[str, str], ...]  # (op, variant) pairs the file registered
+
+    def to_dict(self) -> dict[str, Any]:
+        return {"path": str(self.path), "sha256": self.sha256, "module": self.module, "variants": list(self.variants)}
+
+
+# What this process has loaded: by resolved path, and which plugin owns each (op, variant) it registered.
+_LOADED: dict[Path, PluginInfo] = {}
+_OWNERS: dict[tuple[str, str], Path] = {}
+
+
+def _snapshot() -> dict[str, dict[str, Callable[..., Any]]]:
+    return {op: dict(spec.variants) for op, spec in REGISTRY.items()}
+
+
+def _restore(snapshot: dict[str, dict[str, Callable[..., Any]]]) -> None:
+    for op, spec in REGISTRY.items():
+        spec.variants.clear()
+        spec.variants.update(snapshot.get(op, {}))
+
+
+def _one_line(text: str) -> str:
+    return " ".join(str(text).split())
+
+
+def _failing_line(err: BaseException, location: str) -> int | None:
+    """The line of the plugin file where `err` happened: a syntax error's own line, else the deepest traceback frame
+    that is in the plugin file."""
+    if isinstance(err, SyntaxError) and err.filename == location and err.lineno:
+        return err.lineno
+    line = None
+    tb: TracebackType | None = err.__traceback__
+    while tb is not None:
+        if tb.tb_frame.f_code.co_filename == location:
+            line = tb.tb_lineno
+        tb = tb.tb_next
+    return line
+
+
+def _message(err: BaseException) -> str:
+    if isinstance(err, SyntaxError):
+        return _one_line(err.msg)
+    return _one_line(str(err)) or "(no message)"
+
+
+def _sha256(data: bytes) -> str:
+    return hashlib.sha256(data).hexdigest()
+
+
+def _module_name(path: Path) -> str:
+    stem = re.sub(r"\W", "_", path.stem) or "plugin"
+    return f"fusebench_plugin_{stem}_{_sha256(str(path).encode())[:12]}"
+
+
+def _still_registered(info: PluginInfo) -> bool:
+    """Whether the plugin's module and every variant it registered are still in place (nobody removed them since),
+    so that an unchanged file need not be imported again."""
+    if info.module not in sys.modules:
+        return False
+    return all(
+        op in REGISTRY and variant in REGISTRY[op].variants and _OWNERS.get((op, variant)) == info.path
+        for op, variant in info.variants
+    )
+
+
+def _variant_line(source: str, variant: str, fn: Callable[..., Any]) -> int:
+    """The line that names the variant (its register call), else the function's first line, else 1."""
+    for number, text in enumerate(source.splitlines(), start=1):
+        if f'"{variant}"' in text or f"'{variant}'" in text:
+            return number
+    code = getattr(fn, "__code__", None)
+    return code.co_firstlineno if code is not None else 1
+
+
+def load_plugin(path: Path | str) -> PluginInfo:
+    """Import one plugin file by path; see the module docstring."""
+    shown = str(path)
+    resolved = Path(path).expanduser().resolve()
+    try:
+        data = resolved.read_bytes()
+    except OSError as err:
+        raise PluginError(f"{shown}: plugin: {type(err).__name__}: {_one_line(err.strerror or err)}") from err
+    digest = _sha256(data)
+    name = _module_name(resolved)
+
+    previous = _LOADED.get(resolved)
+    if previous is not None and previous.sha256 == digest and _still_registered(previous):
+        return previous
+
+    location = str(resolved)
+    before = _snapshot()
+    spec = importlib.util.spec_from_file_location(name, location)
+    if spec is None or spec.loader is None:
+        raise PluginError(f"{shown}: plugin: ImportError: not an importable Python file")
+    module = importlib.util.module_from_spec(spec)
+    sys.modules[name] = module
+    try:
+        spec.loader.exec_module(module)
+    except (Exception, SystemExit) as err:
+        sys.modules.pop(name, None)
+        _restore(before)
+        line = _failing_line(err, location)
+        where = f"{shown}:{line}" if line else shown
+        raise PluginError(f"{where}: plugin: {type(err).__name__}: {_message(err)}") from err
+
+    registered = []
+    for op, spec_ in REGISTRY.items():
+        for variant, fn in spec_.variants.items():
+            if before.get(op, {}).get(variant) is fn:
+                continue
+            owner = _OWNERS.get((op, variant))
+            if variant in before.get(op, {}) and owner != resolved:
+                sys.modules.pop(name, None)
+                _restore(before)
+                by = f"plugin {owner}" if owner else "models.ops"
+                line = _variant_line(data.decode(errors="replace"), variant, fn)
+                raise PluginError(
+                    f"{shown}:{line}: plugin: ValueError: {op} variant {variant!r} is already registered by {by};"
+                    " register it under a new name"
+                )
+            registered.append((op, variant))
+
+    # A changed file that no longer registers a variant it registered before takes that variant away.
+    if previous is not None:
+        for op, variant in previous.variants:
+            if (op, variant) not in registered and _OWNERS.get((op, variant)) == resolved:
+                REGISTRY[op].variants.pop(variant, None)
+                _OWNERS.pop((op, variant), None)
+
+    for key in registered:
+        _OWNERS[key] = resolved
+    info = PluginInfo(resolved, digest, name, tuple(registered))
+    _LOADED[resolved] = info
+    return info
+
+
+def load_plugins(paths: Sequence[Path | str]) -> list[PluginInfo]:
+    """Import every plugin file in order; the first that fails raises `PluginError` (those before it stay loaded)."""
+    return [load_plugin(path) for path in paths]
+
+
+def bind_experiment(exp: Experiment, extra: Sequence[Path | str] = ()) -> Experiment:
+    """The experiment ready to run: its plugins (and `extra` ones, e.g. from --plugin) loaded, then every variant's op
+    names checked against the registry they complete, and omitted ops filled in with their defaults."""
+    plugins = tuple(dict.fromkeys([*exp.plugins, *(str(Path(path).resolve()) for path in extra)]))
+    load_plugins(plugins)
+    return resolve_ops(replace(exp, plugins=plugins), op_choices())

@@ -1,0 +1,39 @@
+"""Facts about the workers' environment, measured in a process started exactly as a worker is (same interpreter,
+same BLAS preload): `python -m bench.measure.probe env|peaks` prints one JSON object.
+
+The parent process cannot measure these itself: LD_PRELOAD acts only at process start, so the BLAS the parent
+maps is not the one its workers use.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+from collections.abc import Callable
+from typing import Any
+
+from .env import blas_preload_env, collect_env, probe_peaks
+
+PROBES: dict[str, Callable[[], dict[str, Any]]] = {"env": collect_env, "peaks": probe_peaks}
+
+
+def probe_in(env: dict[str, str], what: str) -> dict[str, Any]:
+    """Run probe `what` (env or peaks) in a fresh process with environment `env`."""
+    done = subprocess.run([sys.executable, "-m", __name__, what], env=env, capture_output=True, text=True, check=True)
+    return json.loads(done.stdout.strip().splitlines()[-1])
+
+
+def worker_environment(blas: str) -> tuple[dict[str, str], dict[str, Any]]:
+    """The workers' environment (an optimized BLAS preloaded when there is one) and what it really loads."""
+    env, _ = blas_preload_env(blas, os.environ)
+    return env, probe_in(env, "env")
+
+
+def main() -> None:
+    print(json.dumps(PROBES[sys.argv[1]]()))
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,233 @@
+"""Roofline: the work one benchmark cell does, what a trial achieved, and how close that came to the machine's peak.
+
+Work is counted from the model's exact parameter shapes (the lazily built model: nothing is computed) and its
+attention layout:
+- prefill FLOPs: 2 per parameter and token for every matmul weight in the path, plus the attention FLOPs over
+  the (query, key) pairs the causal and sliding-window masks leave. The LM head runs on the last position of
+  each sequence only, as in mlx-lm's prefill, which bench.measure.worker times;
+- gen bytes per decode step: the active weights read once, plus the KV cache read and the new K/V written.
+Active parameters are all parameters, less the embedding tables that are only looked up (the token table when it
+is not the tied LM head, and the per-layer-input table), with the MoE experts counted at their top_k/num_experts
+share.
+
+Peaks come from a measurement (bench.measure.env.probe_peaks) or from the shipped table of known chips
+(bench/data/chips.yaml).
+"""
+
+from __future__ import annotations
+
+import json
+import re
+from functools import cache, lru_cache
+from pathlib import Path
+from typing import Any
+
+import yaml
+from mlx.utils import tree_flatten
+from mlx_lm.models.gemma4_text import ModelArgs
+
+from models.config import DTYPE_BYTES, attention_heads
+from models.loading import MX_DTYPES, build_model, cast_weights, quantize_weights
+
+CHIPS_FILE = Path(__file__).parents[1] / "data" / "chips.yaml"
+CHIP_FIELDS = ("name", "match", "fp32_tflops", "bf16_tflops", "memory_gbps", "source")
+ROLES = ("body", "head", "experts", "lookup")
+
+
+# --- parameters ----------------------------------------------------------------------------------
+
+
+def parameter_role(name: str, tied: bool) -> str:
+    """Which part of the work a parameter (by its tree_flatten name) belongs to: one of ROLES."""
+    if name.startswith("model.embed_tokens_per_layer."):
+        return "lookup"
+    if name.startswith("model.embed_tokens."):
+        return "head" if tied else "lookup"
+    if name.startswith("lm_head."):
+        return "head"
+    return "experts" if ".experts." in name else "body"
+
+
+@lru_cache(maxsize=32)
+def _role_totals(config_json: str, dtype: str, quantize: str | None) -> dict[str, dict[str, int]]:
+    """Per role: parameter count (of the float model) and bytes (in `dtype`, quantized if asked)."""
+    config = json.loads(config_json)
+    tied = ModelArgs.from_dict(config).tie_word_embeddings
+    counts = dict.fromkeys(ROLES, 0)
+    for name, value in tree_flatten(build_model(config).parameters()):
+        counts[parameter_role(name, tied)] += value.size
+    stored = build_model(config)
+    cast_weights(stored, MX_DTYPES[dtype])
+    if quantize:
+        quantize_weights(stored, quantize)
+    nbytes = dict.fromkeys(ROLES, 0)
+    for name, value in tree_flatten(stored.parameters()):
+        nbytes[parameter_role(name, tied)] += value.nbytes
+    return {"params": counts, "bytes": nbytes}
+
+
+def role_totals(config: dict[str, Any], dtype: str = "float32", quantize: str | None = None) -> dict[str, dict]:
+    """Cached per config: building even the lazy 31B takes a moment, and a report asks once per cell."""
+    return _role_totals(json.dumps(config, sort_keys=True), dtype, quantize)
+
+
+# --- attention -----------------------------------------------------------------------------------
+
+
+def attended_pairs(length: int, window: int | None = None) -> int:
+    """(query, key) pairs a causal prefill of `length` tokens attends to, each query seeing at most `window` keys
+    (itself included), as mlx-lm's create_causal_mask(window_size=...) allows."""
+    if window is None or length <= window:
+        return length * (length + 1) // 2
+    return window * (window + 1) // 2 + (length - window) * window
+
+
+def _layers(args: ModelArgs) -> list[dict[str, Any]]:
+    """Per layer: query heads, head_dim, KV heads, window (None for full attention), and whether it owns a cache."""
+    first_shared = args.num_hidden_layers - args.num_kv_shared_layers
+    layers = []
+    for i, layer_type in enumerate(args.layer_types):
+        head_dim, kv_heads = attention_heads(vars(args), layer_type)
+        window = args.sliding_window if layer_type == "sliding_attention" else None
+        layers.append({"heads": args.num_attention_heads, "head_dim": head_dim, "kv_heads": kv_heads,
+                       "window": window, "owns_kv": i < first_shared})
+    return layers
+
+
+def _kv_bytes_per_token(layer: dict[str, Any], itemsize: int) -> int:
+    # K and V are both cached, even in K=V layers, where V is K normalized differently.
+    return 2 * layer["kv_heads"] * layer["head_dim"] * itemsize
+
+
+def _keys_read(prompt_tokens: int, steps: int, window: int | None) -> int:
+    """Keys one sequence's decode steps read in a layer: step j attends to prompt + j keys, capped by the window."""
+    return sum(min(prompt_tokens + j, window or prompt_tokens + j) for j in range(1, steps + 1))
+
+
+# --- the work of a cell --------------------------------------------------------------------------
+
+
+def cell_work(
+    config: dict[str, Any], prompt_tokens: int, gen_tokens: int, batch: int, *, dtype: str = "float32",
+    quantize: str | None = None,
+) -> dict[str, Any]:
+    """FLOPs of the prefill and bytes moved by the generation of one trial of a cell.
+
+    `gen_tokens - 1` decode steps follow the prefill (its first token comes with the prefill), as bench.measure.worker
+    times them.
+    """
+    args = ModelArgs.from_dict(config)
+    totals = role_totals(config, dtype, quantize)
+    params, nbytes = totals["params"], totals["bytes"]
+    expert_share = args.top_k_experts / args.num_experts if args.enable_moe_block else 0.0
+    per_token_params = params["body"] + round(params["experts"] * expert_share)
+    layers = _layers(args)
+    attention_flops = batch * sum(
+        4 * layer["heads"] * layer["head_dim"] * attended_pairs(prompt_tokens, layer["window"]) for layer in layers
+    )
+    matmul_flops = 2 * per_token_params * batch * prompt_tokens + 2 * params["head"] * batch
+    steps = max(0, gen_tokens - 1)
+    # A decode step of `batch` sequences reads every expert any of them routes to: at most all of them.
+    step_expert_share = min(1.0, batch * expert_share)
+    weight_bytes = nbytes["body"] + nbytes["head"] + round(nbytes["experts"] * step_expert_share)
+    itemsize = DTYPE_BYTES[dtype]
+    kv_write = batch * steps * sum(_kv_bytes_per_token(layer, itemsize) for layer in layers if layer["owns_kv"])
+    kv_read = batch * sum(
+        _kv_bytes_per_token(layer, itemsize) * _keys_read(prompt_tokens, steps, layer["window"]) for layer in layers
+    )
+    gen_bytes = steps * weight_bytes + kv_read + kv_write
+    return {
+        "params_total": sum(params.values()),
+        "params_active": per_token_params + params["head"],
+        "params_head": params["head"],
+        "params_experts": params["experts"],
+        "params_lookup": params["lookup"],
+        "prefill_tokens": batch * prompt_tokens,
+        "prefill_matmul_flops": matmul_flops,
+        "prefill_attention_flops": attention_flops,
+        "prefill_flops": matmul_flops + attention_flops,
+        "gen_steps": steps,
+        "gen_weight_bytes_per_step": weight_bytes,
+        "gen_kv_read_bytes": kv_read,
+        "gen_kv_write_bytes": kv_write,
+        "gen_bytes": gen_bytes,
+        "gen_bytes_per_token": gen_bytes / (batch * steps) if steps else None,
+    }
+
+
+def achieved(trial_row: dict[str, Any], work: dict[str, Any]) -> dict[str, float | None]:
+    """TFLOP/s of a trial's prefill and GB/s of its generation (None where it did not generate)."""
+    gen_s = trial_row.get("gen_s")
+    return {
+        "prefill_tflops": work["prefill_flops"] / trial_row["prefill_s"] / 1e12,
+        "gen_gbps": work["gen_bytes"] / gen_s / 1e9 if gen_s and work["gen_steps"] else None,
+    }
+
+
+def percent_of_peak(rates: dict[str, float | None], peak: dict[str, Any] | None,
+                    dtype: str = "float32") -> dict[str, float | None]:
+    """achieved() as % of a peak_for() peak; None where either side is unknown.
+
+    16-bit dtypes are held against the chip's bf16 figure (fp16 runs at the same rate on every chip listed).
+    """
+    compute = None if peak is None else peak.get("fp32_tflops" if dtype == "float32" else "bf16_tflops")
+    memory = None if peak is None else peak.get("memory_gbps")
+    return {
+        "prefill_pct_of_peak": _percent(rates.get("prefill_tflops"), compute),
+        "gen_pct_of_peak": _percent(rates.get("gen_gbps"), memory),
+    }
+
+
+def _percent(value: float | None, peak: float | None) -> float | None:
+    return None if value is None or not peak else 100.0 * value / peak
+
+
+# --- peaks ---------------------------------------------------------------------------------------
+
+
+@cache
+def load_chips(path: Path = CHIPS_FILE) -> tuple[dict[str, Any], ...]:
+    """The known chips, each checked to have every field of CHIP_FIELDS."""
+    chips = yaml.safe_load(path.read_text())["chips"]
+    for i, chip in enumerate(chips):
+        missing = [f for f in CHIP_FIELDS if f not in chip]
+        if missing:
+            raise ValueError(f"{path}: chips[{i}] ({chip.get('name', '?')}): missing {', '.join(missing)}")
+    return tuple(chips)
+
+
+def match_chip(device: str, chips: tuple[dict[str, Any], ...] | None = None) -> dict[str, Any] | None:
+    """The chip whose pattern matches the longest part of the device name ("Apple M2 Max" is the M2 Max, not the
+    M2), or None."""
+    best, best_length = None, 0
+    for chip in chips or load_chips():
+        for pattern in chip["match"]:
+            found = re.search(pattern, device, flags=re.IGNORECASE)
+            if found and len(found.group(0)) > best_length:
+                best, best_length = chip, len(found.group(0))
+    return best
+
+
+def probe_peak(probe: dict[str, Any]) -> dict[str, Any]:
+    """A bench.measure.env.probe_peaks() result in the form of a chips.yaml entry."""
+    return {
+        "name": "measured on this machine",
+        "fp32_tflops": probe["matmul_gflops"] / 1000,
+        "bf16_tflops": None,
+        "memory_gbps": max(probe["copy_gbps"], probe.get("gemv_read_gbps", 0.0)),
+        "source": f"fusebench env --probe: {probe['matmul_shape']} matmul; the faster of a "
+        f"{probe['copy_bytes'] // 2**20} MiB copy (read + write) and a matrix-vector read of as many bytes",
+        "confidence": "measured",
+    }
+
+
+def peak_for(env: dict[str, Any], probe: dict[str, Any] | None = None) -> dict[str, Any] | None:
+    """The peak to compare with: the probe's if given, else the known chip env["device"] names, else None.
+
+    The table lists GPUs only, so a CPU-backend run (even on an Apple chip) matches nothing there.
+    """
+    if probe is not None:
+        return probe_peak(probe)
+    if env.get("backend") == "cpu":
+        return None
+    return match_chip(str(env.get("device", "")))

@@ -1,0 +1,305 @@
+"""The worker: one process per model. It builds or loads the weights once, then measures every cell of that
+model, the variants interleaved round by round and switched with `set_ops`.
+
+It reads a job (`job.WorkerJob`, JSON) on stdin and writes events (`job.Event`, JSON lines) on stdout; anything
+else that prints goes to stderr, so a chatty library cannot corrupt the stream. The parent (runner.py) stores the
+records.
+
+Timing follows mlx-lm's generate_step, so the figures compare with mlx_lm.benchmark and ollama's bench:
+- prefill: the prompt but its last token in chunks of prefill_step_size, evaluating only the KV cache (as
+  mlx-lm does, no logits for those positions), then the last token with logits, until the first generated
+  token is evaluated;
+- gen: the remaining gen_tokens - 1 greedy steps, each step queued with async_eval before the previous token
+  is waited for.
+"""
+
+from __future__ import annotations
+
+import os
+import sys
+import time
+from collections.abc import Callable, Mapping
+from dataclasses import dataclass
+from typing import Any
+
+import mlx.core as mx
+from mlx.utils import tree_flatten
+
+from models.gemma4 import Model
+from models.loading import load_model
+
+from .job import CellJob, CellStarted, Event, Loaded, Recorded, WorkerJob, encode_event
+from .kernels import kernel_facts
+from .plugins import load_plugins
+
+Emit = Callable[[Event], None]
+
+# Prompt streams: timed round r uses r, warmup and depth rounds their own ranges.
+WARMUP_STREAM, DEPTH_STREAM = 100_000, 200_000
+
+# The correctness gate compares logits on at most this many prompt tokens.
+CORRECTNESS_PROMPT = 256
+
+# Defaults of the correctness gate: max |logit error| against the reference variant, by dtype.
+ATOL_BY_DTYPE = {"float32": 1e-2, "float16": 0.25, "bfloat16": 0.5}
+
+
+@dataclass
+class TrialTiming:
+    prefill_s: float
+    gen_s: float
+    peak_memory_bytes: int
+
+
+def make_prompt(vocab_size: int, batch: int, length: int, seed: int, round_id: int) -> mx.array:
+    """The same prompt for every variant of a round; a different one each round (and for warmups)."""
+    key = mx.random.key(seed * 1_000_003 + round_id)
+    return mx.random.randint(0, vocab_size, (batch, length), key=key)
+
+
+def prefill(model: Model, prompt: mx.array, cache: list, step: int) -> mx.array:
+    """Process the prompt; returns the logits of its last position."""
+    while prompt.shape[1] > 1:
+        n = min(step, prompt.shape[1] - 1)
+        model(prompt[:, :n], cache=cache)
+        mx.eval([c.state for c in cache])
+        prompt = prompt[:, n:]
+    return model(prompt, cache=cache)[:, -1, :]
+
+
+def greedy(logits: mx.array) -> mx.array:
+    return mx.argmax(logits, axis=-1)
+
+
+def decode(model: Model, token: mx.array, cache: list, steps: int) -> mx.array:
+    """`steps` greedy steps, pipelined as mlx-lm does: the next step is queued before the current token is read."""
+    for _ in range(steps):
+        next_token = greedy(model(token[:, None], cache=cache)[:, -1, :])
+        mx.async_eval(next_token)
+        mx.eval(token)
+        token = next_token
+    mx.eval(token)
+    return token
+
+
+def time_trial(model: Model, prompt: mx.array, gen_tokens: int, prefill_step_size: int) -> TrialTiming:
+    cache = model.make_cache()
+    mx.synchronize()
+    mx.reset_peak_memory()
+    start = time.perf_counter()
+    first = greedy(prefill(model, prompt, cache, prefill_step_size))
+    mx.eval(first)
+    prefilled = time.perf_counter()
+    decode(model, first, cache, gen_tokens - 1)
+    done = time.perf_counter()
+    return TrialTiming(prefilled - start, done - prefilled, mx.get_peak_memory())
+
+
+def trial_record(timing: TrialTiming, batch: int, prompt_tokens: int, gen_tokens: int) -> dict[str, Any]:
+    gen_steps = gen_tokens - 1
+    return {
+        "prefill_s": timing.prefill_s,
+        "prefill_tps": batch * prompt_tokens / timing.prefill_s,
+        "gen_s": timing.gen_s if gen_steps else None,
+        "gen_tps": batch * gen_steps / timing.gen_s if gen_steps else None,
+        "peak_memory_bytes": timing.peak_memory_bytes,
+    }
+
+
+def teacher_forced_logits(model: Model, prompt: mx.array, tokens: list[int], step: int) -> list[mx.array]:
+    """Logits after the prompt and after each given token: every variant is judged on the same inputs,
+    so one near-tie cannot send the variants down different continuations."""
+    cache = model.make_cache()
+    logits = [prefill(model, prompt, cache, step)]
+    for token in tokens:
+        logits.append(model(mx.array([[token]]), cache=cache)[:, -1, :])
+    mx.eval(logits)
+    return logits
+
+
+def greedy_logits(model: Model, prompt: mx.array, n_tokens: int, step: int) -> tuple[list[int], list[mx.array]]:
+    """The greedy continuation and the logits that chose each of its tokens."""
+    cache = model.make_cache()
+    logits = [prefill(model, prompt, cache, step)]
+    tokens = [greedy(logits[-1])[0].item()]
+    while len(tokens) < n_tokens:
+        logits.append(model(mx.array([[tokens[-1]]]), cache=cache)[:, -1, :])
+        tokens.append(greedy(logits[-1])[0].item())
+    mx.eval(logits)
+    return tokens, logits
+
+
+def correctness_records(
+    model: Model, variants: Mapping[str, dict], reference: str, prompt: mx.array, atol: float, tokens: int, step: int
+) -> list[dict[str, Any]]:
+    """Each variant's logits and greedy tokens against the reference variant's, on the same prompt.
+
+    The gate uses the prompt's first row and at most CORRECTNESS_PROMPT tokens: agreement of the logits does
+    not need the full length, and a long prompt would cost more than the timing."""
+    prompt = prompt[:1, :CORRECTNESS_PROMPT]
+    model.set_ops(variants[reference])
+    greedy_tokens, ref_logits = greedy_logits(model, prompt, max(1, tokens), step)
+    records = []
+    for name, ops in variants.items():
+        model.set_ops(ops)
+        logits = (ref_logits if ops == variants[reference]
+                  else teacher_forced_logits(model, prompt, greedy_tokens[:-1], step))
+        records.append(_compare_logits(name, reference, ref_logits, logits, atol))
+    return records
+
+
+def _compare_logits(name: str, reference: str, ref: list[mx.array], new: list[mx.array], atol: float) -> dict:
+    max_abs = max(
+        mx.abs(a.astype(mx.float32) - b.astype(mx.float32)).max().item() for a, b in zip(ref, new, strict=True)
+    )
+    scale = max(mx.abs(a.astype(mx.float32)).max().item() for a in ref) or 1.0
+    # A token disagreement only counts where the reference's choice is not itself within tolerance of a tie.
+    disagreements = sum(_decisive_disagreement(a, b, atol) for a, b in zip(ref, new, strict=True))
+    return {
+        "variant": name,
+        "reference": reference,
+        "max_abs_err": max_abs,
+        "max_rel_err": max_abs / scale,
+        "tokens_checked": len(ref),
+        "tokens_agree": len(ref) - disagreements,
+        "atol": atol,
+        "passed": max_abs <= atol and disagreements == 0,
+    }
+
+
+def _decisive_disagreement(ref: mx.array, new: mx.array, atol: float) -> bool:
+    top2 = mx.topk(ref[0].astype(mx.float32), 2)
+    margin = (top2.max() - top2.min()).item()
+    return greedy(ref[0]).item() != greedy(new[0]).item() and margin > 2 * atol
+
+
+def round_order(names: list[str], round_index: int) -> list[str]:
+    """ABBA: the order flips every round, so drift and position effects land on every variant alike."""
+    return names if round_index % 2 == 0 else names[::-1]
+
+
+class CellRunner:
+    """Measures the cells of one model; `job.done` holds what a resumed run has recorded already."""
+
+    def __init__(self, model: Model, job: WorkerJob, emit: Emit) -> None:
+        self.model = model
+        self.job = job
+        self.emit = emit
+        self.cold_variants: set[str] = set(job.variants)
+        self.vocab = model.args.vocab_size
+
+    def run(self, cell: CellJob) -> None:
+        self.emit(CellStarted(cell.key))
+        if (cell.key, "correctness") not in self.job.done:
+            self._check_correctness(cell)
+        if (cell.key, "kernels") not in self.job.done:
+            # Which kernels this cell's variants really run (fused or fallback): the A/B means something only then.
+            facts = kernel_facts(vars(self.model.args), prompt_tokens=cell.prompt_tokens, dtype=self.job.model.dtype)
+            for fact in facts:
+                self._record(cell, **fact)
+        for w in range(self.job.warmup):
+            self._round(cell, w, warmup=True)
+        for r in range(self.job.trials):
+            self._round(cell, r, warmup=False)
+        # One depth curve per model: it depends on the KV depth, not on the workload's prompt length.
+        if self.job.depths and cell.key == self.job.cells[0].key:
+            for r in range(self.job.trials):
+                self._depth_round(cell, r)
+
+    def _record(self, cell: CellJob, kind: str, **fields: Any) -> None:
+        self.emit(Recorded({"kind": kind, "cell": cell.key, **fields}))
+
+    def _check_correctness(self, cell: CellJob) -> None:
+        gate = self.job.correctness
+        prompt = make_prompt(self.vocab, cell.batch, cell.prompt_tokens, self.job.seed, 0)
+        for record in correctness_records(
+            self.model, self.job.variants, gate.reference, prompt, gate.atol, gate.tokens, self.job.prefill_step_size
+        ):
+            self._record(cell, "correctness", **record)
+
+    def _round(self, cell: CellJob, index: int, *, warmup: bool) -> None:
+        todo = [
+            v for v in round_order(list(self.job.variants), index) if (cell.key, v, warmup, index) not in self.job.done
+        ]
+        if not todo:
+            return
+        # Warmup prompts come from their own seeds, so they never repeat a timed round's.
+        round_id = WARMUP_STREAM + index if warmup else index
+        prompt = make_prompt(self.vocab, cell.batch, cell.prompt_tokens, self.job.seed, round_id)
+        for variant in todo:
+            self.model.set_ops(self.job.variants[variant])
+            timing = time_trial(self.model, prompt, cell.gen_tokens, self.job.prefill_step_size)
+            cold = variant in self.cold_variants
+            self.cold_variants.discard(variant)
+            self._record(
+                cell, "trial", variant=variant, ops=self.job.variants[variant], round=index, warmup=warmup,
+                **trial_record(timing, cell.batch, cell.prompt_tokens, cell.gen_tokens),
+                compile_s=timing.prefill_s + timing.gen_s if cold else None,
+            )
+
+    def _depth_round(self, cell: CellJob, index: int) -> None:
+        steps = max(1, cell.gen_tokens - 1)
+        depths = sorted(self.job.depths)
+        prompt = make_prompt(self.vocab, cell.batch, depths[-1], self.job.seed, DEPTH_STREAM + index)
+        for variant in round_order(list(self.job.variants), index):
+            if (cell.key, variant, "depth", index) in self.job.done:
+                continue
+            self.model.set_ops(self.job.variants[variant])
+            for depth, gen_s in self._depth_sweep(prompt, depths, steps):
+                self._record(cell, "depth", variant=variant, round=index, depth=depth, gen_tokens=steps, gen_s=gen_s,
+                             gen_tps=cell.batch * steps / gen_s)
+
+    def _depth_sweep(self, prompt: mx.array, depths: list[int], steps: int) -> list[tuple[int, float]]:
+        """One long prefill, stopping at each depth to time `steps` decode steps there."""
+        cache = self.model.make_cache()
+        step, filled, timings = self.job.prefill_step_size, 0, []
+        for depth in depths:
+            token = greedy(prefill(self.model, prompt[:, filled:depth], cache, step))
+            mx.eval(token)
+            start = time.perf_counter()
+            decode(self.model, token, cache, steps)
+            timings.append((depth, time.perf_counter() - start))
+            filled = depth
+        return timings
+
+
+def model_facts(model: Model) -> dict[str, Any]:
+    params = tree_flatten(model.parameters())
+    return {"parameters": sum(v.size for _, v in params), "weight_bytes": sum(v.nbytes for _, v in params)}
+
+
+def run_job(job: WorkerJob, emit: Emit) -> None:
+    load_plugins(job.plugins)
+    start = time.perf_counter()
+    spec = job.model
+    model = load_model(spec.source, layers=spec.layers, dtype=spec.dtype, quantize=spec.quantize, seed=job.seed)
+    emit(Loaded(job.cells[0].key, time.perf_counter() - start, **model_facts(model)))
+    runner = CellRunner(model, job, emit)
+    for cell in job.cells:
+        runner.run(cell)
+
+
+def _event_stream() -> Emit:
+    """Events go to the real stdout; fd 1 is pointed at stderr so stray prints from libraries cannot mix in."""
+    stream = os.fdopen(os.dup(1), "w", encoding="utf-8")
+    os.dup2(2, 1)
+    sys.stdout = sys.stderr
+
+    def emit(event: Event) -> None:
+        stream.write(encode_event(event) + "\n")
+        stream.flush()
+
+    return emit
+
+
+def main() -> None:
+    job = WorkerJob.from_json(sys.stdin.read())
+    emit = _event_stream()
+    try:
+        run_job(job, emit)
+    except KeyboardInterrupt:
+        sys.exit(130)
+
+
+if __name__ == "__main__":
+    main()

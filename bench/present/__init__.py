@@ -1,0 +1,1 @@
+"""Views: number formatting, document blocks, tables, plots, report sections and the terminal summaries."""

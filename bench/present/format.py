@@ -1,0 +1,71 @@
+"""Every number a human reads, formatted in one place (as pyperf does), so tables, plots and logs agree."""
+
+from __future__ import annotations
+
+import math
+from typing import Protocol
+
+
+class HasRatioCI(Protocol):
+    """Anything with a point estimate and CI as percentages (analysis.stats.RatioCI and its kin)."""
+
+    @property
+    def delta_pct(self) -> float: ...
+
+    @property
+    def low_pct(self) -> float: ...
+
+    @property
+    def high_pct(self) -> float: ...
+
+
+def signed_pct(pct: float) -> str:
+    """"+16.6%"; never "-0.0%" for a change that rounds to zero."""
+    rounded = round(pct, 1)
+    return f"{0.0 if rounded == 0 else rounded:+.1f}%"
+
+
+def format_delta(ci: HasRatioCI) -> str:
+    """The change as a signed percentage with one decimal, e.g. "+16.6%"."""
+    return signed_pct(ci.delta_pct)
+
+
+def format_ci(ci: HasRatioCI) -> str:
+    """CI bounds as signed percentages, e.g. "[+12.1%, +20.3%]"."""
+    return f"[{signed_pct(ci.low_pct)}, {signed_pct(ci.high_pct)}]"
+
+
+def format_tps(x: float) -> str:
+    """Throughput for tables: "18,777" from 1,000 up (no decimals), "153.8" below."""
+    if not math.isfinite(x):
+        return "n/a"
+    # Decide on the rounded value so 999.96 prints "1,000" rather than "1000.0".
+    if abs(round(x, 1)) >= 1000:
+        return f"{x:,.0f}"
+    return f"{x:.1f}"
+
+
+def format_rate(value: float) -> str:
+    """Three significant digits, and whole numbers from 100: 0.0177, 2.30, 52.1, 3,350."""
+    short = f"{value:#.3g}"
+    # Decide on the rounded value, so 99.96 prints "100", not "100." ('#' keeps the point).
+    return f"{value:,.0f}" if abs(float(short)) >= 100 else short
+
+
+def format_seconds(seconds: float) -> str:
+    """"1.23 s", "4.56 ms" or "7.8 µs"."""
+    if seconds >= 1:
+        return f"{seconds:.2f} s"
+    if seconds >= 1e-3:
+        return f"{seconds * 1e3:.2f} ms"
+    return f"{seconds * 1e6:.1f} µs"
+
+
+def format_bytes(n: float) -> str:
+    """"1.50 GiB", "12.0 MiB"."""
+    return f"{n / 2**30:.2f} GiB" if n >= 2**30 else f"{n / 2**20:.1f} MiB"
+
+
+def format_count(n: int) -> str:
+    """Parameters: "2.35B" or "870.1M"."""
+    return f"{n / 1e9:.2f}B" if n >= 1e9 else f"{n / 1e6:.1f}M"

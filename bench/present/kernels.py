@@ -1,0 +1,56 @@
+"""Kernel truth: which kernel each variant really ran (`kind: "kernel"` records, from `fusebench kernels` and from
+every run), as a table and as the plain sentence that goes beside a comparison whose arms ran the same kind of kernel.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping, Sequence
+from typing import Any
+
+from .document import Table
+
+KERNEL_COLUMNS = ("Op", "Variant", "Shape", "Status", "Kernels", "Reason")
+
+
+def kernel_table(facts: Sequence[Mapping[str, Any]]) -> Table:
+    """One row per op × variant × shape: fused, fallback (with MLX's reason), or how many kernels its graph holds."""
+    rows = tuple(
+        (f["op"], f["variant"], f.get("shape_label", ""), f["status"],
+         "—" if f.get("kernels") is None else str(f["kernels"]), f.get("reason") or "")
+        for f in facts
+    )
+    return Table(KERNEL_COLUMNS, rows, frozenset({4}))
+
+
+def _join(items: Sequence[Any]) -> str:
+    items = [str(i) for i in items]
+    return items[0] if len(items) == 1 else f"{', '.join(items[:-1])} and {items[-1]}"
+
+
+def _span(facts: Sequence[Mapping[str, Any]]) -> str:
+    head_dims = sorted({f["head_dim"] for f in facts if f.get("head_dim") is not None})
+    phases = [p for p in ("prefill", "decode") if any(f.get("phase") == p for f in facts)]
+    return f"head_dim {_join(head_dims)}, {_join(phases)}"
+
+
+def summarize_attention(facts: Sequence[Mapping[str, Any]]) -> str:
+    """One plain sentence per backend on whether `sdpa` got a fused kernel, for beside a manual-vs-sdpa result."""
+    probes = [f for f in facts if f.get("op") == "attention" and f.get("probe") == "force_fused"]
+    if not probes:
+        return "no sdpa kernel probe was recorded"
+    sentences = []
+    for backend in dict.fromkeys(f.get("backend", "?") for f in probes):
+        mine = [f for f in probes if f.get("backend", "?") == backend]
+        fused = [f for f in mine if f["status"] == "fused"]
+        fallen = [f for f in mine if f["status"] != "fused"]
+        reasons = list(dict.fromkeys(f["reason"].rstrip(".") for f in fallen))
+        if not fallen:
+            sentences.append(f"on {backend} `sdpa` ran a fused kernel for every attention shape ({_span(mine)})")
+        elif not fused:
+            sentence = f"on {backend} `sdpa` fell back to composed ops for every attention shape ({_span(mine)})"
+            sentences.append(f"{sentence}: MLX says: {'; '.join(reasons)}")
+        else:
+            fused_part = f"ran a fused kernel for {_join([f['shape_label'] for f in fused])}"
+            fell = "; ".join(f"{f['shape_label']} (MLX says: {f['reason'].rstrip('.')})" for f in fallen)
+            sentences.append(f"on {backend} `sdpa` {fused_part}, and fell back to composed ops for {fell}")
+    return "; ".join(sentences)

@@ -1,0 +1,107 @@
+"""`fusebench report`: the report built once as blocks, then written as report.md, report.html and summary.csv with
+its plots, into `reports/<experiment>/`.
+
+Results files merge (shards of a suite, or one suite on several machines); one table is drawn per machine x
+comparison x workload, so machines and workloads are never pooled into one median. Every number comes from
+bench.analysis, which `fusebench check` uses too.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from dataclasses import dataclass
+from pathlib import Path
+
+import pandas as pd
+
+from ..analysis import stats
+from ..analysis.reference import Reference
+from ..analysis.study import Study, size_rank, trial_medians
+from ..core.records import CELL_FIELDS, ROOFLINE_FIELDS
+from .document import Block, Figure, Heading, Paragraph, to_html, to_markdown
+from .sections.correctness import correctness_section
+from .sections.delta import delta_sections, method_section
+from .sections.depth import depth_section
+from .sections.ops import op_section
+from .sections.roofline import roofline_section
+from .sections.throughput import rounds_section, throughput_section
+from .sections.warnings import cold_start_warnings, noisy_warnings, warnings_section
+
+
+def summary_frame(study: Study) -> pd.DataFrame:
+    """One row per machine x size x workload x metric x variant: median, quartiles, IQR, CV, n.
+
+    Peak memory is added as its median, and so are the roofline fields (ROOFLINE_FIELDS) of trials that carry them.
+    """
+    timed = study.timed
+    summary = stats.summary_table(timed)
+    if summary.empty:
+        return summary
+    keys = ["machine", "model_key", "workload"]
+    cells = timed[[*keys, *(f for f in CELL_FIELDS if f in timed and f not in keys)]].drop_duplicates(keys)
+    summary = summary.merge(cells.drop(columns="size"), on=keys, how="left")
+    extra = [c for c in ("peak_memory_bytes", *ROOFLINE_FIELDS) if c in timed.columns]
+    if extra:
+        medians = trial_medians(timed, extra).rename(columns={c: f"{c}_median" for c in extra})
+        summary = summary.merge(medians, on=[*keys, "variant"], how="left")
+    machine_rank = {m: i for i, m in enumerate(study.machines)}
+    variant_rank = {v: i for i, v in enumerate(study.variants)}
+    summary = summary.assign(
+        _m=summary["machine"].map(machine_rank), _s=summary["size"].map(size_rank),
+        _metric=summary["metric"].map(stats.METRICS.index), _v=summary["variant"].map(variant_rank),
+    ).sort_values(["_m", "_s", "size", "prompt_tokens", "gen_tokens", "batch", "_metric", "_v"], kind="stable")
+    return summary.drop(columns=["_m", "_s", "_metric", "_v"]).reset_index(drop=True)
+
+
+@dataclass
+class Report:
+    terminal_blocks: list[Block]  # what the terminal shows: the delta and op tables
+    warnings: list[str]
+    files: list[Path]
+
+
+def write_report(
+    study: Study, comparisons: Sequence[tuple[str, str]], out_dir: Path, reference: Reference | None = None,
+    sources: Sequence[str | Path] = (),
+) -> Report:
+    """Write report.md, report.html, summary.csv and the PNGs into out_dir."""
+    out_dir.mkdir(parents=True, exist_ok=True)
+    corrupt = study.results.corrupt_lines
+    warnings = [f"{len(corrupt)} corrupt line(s) skipped: {', '.join(corrupt)}"] if corrupt else []
+    delta_blocks, delta_warnings = delta_sections(study, comparisons, reference, out_dir)
+    warnings += delta_warnings + noisy_warnings(study) + cold_start_warnings(study)
+    op_blocks = op_section(study, out_dir)
+    blocks: list[Block] = [
+        Heading(f"fusebench report: {study.name}", 1),
+        Paragraph(_overview(study, sources)),
+        *delta_blocks,
+        *warnings_section(study, warnings),
+        *(correctness_section(study) if study.has_trials else []),
+        *(throughput_section(study, out_dir) if study.has_trials else []),
+        *(rounds_section(study, out_dir) if study.has_trials else []),
+        *roofline_section(study),
+        *depth_section(study, out_dir),
+        *op_blocks,
+        *(method_section() if study.has_trials else []),
+    ]
+    files = [out_dir / "report.md", out_dir / "report.html", out_dir / "summary.csv"]
+    files[0].write_text(to_markdown(blocks, out_dir), encoding="utf-8")
+    files[1].write_text(to_html(blocks, f"fusebench report: {study.name}"), encoding="utf-8")
+    summary_frame(study).to_csv(files[2], index=False)
+    files += [b.path for b in blocks if isinstance(b, Figure)]
+    return Report([*delta_blocks, *op_blocks], warnings, files)
+
+
+def _overview(study: Study, sources: Sequence[str | Path]) -> str:
+    runs = study.results.runs
+    measured = [f"{len(study.timed)} timed trials"] if study.has_trials else []
+    if study.op_summaries:
+        cases = {(s.run_id, s.op, s.shape_label) for s in study.op_summaries}
+        ops = dict.fromkeys(s.op for s in study.op_summaries)
+        measured.append(f"{len(study.results.of_kind('op'))} op samples ({len(cases)} shapes of {', '.join(ops)})")
+    text = (f"From {len(sources) or '?'} results file(s) ({', '.join(str(s) for s in sources) or 'in memory'}): "
+            f"{len(runs)} run(s) on {len(study.machines)} machine(s), {', '.join(measured)}")
+    text += f", variants {', '.join(study.variants)}." if study.variants else "."
+    if study.results.corrupt_lines:
+        text += f" {len(study.results.corrupt_lines)} corrupt line(s) were skipped (see Warnings)."
+    return text

@@ -1,0 +1,136 @@
+"""Throughput per variant: medians with their spread, tok/s against prompt length, and every trial in round order.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from pathlib import Path
+
+import pandas as pd
+
+from ...analysis import stats
+from ...analysis.study import (
+    Study,
+    cell_labels,
+    closed_reason,
+    labelled,
+    on,
+    ordered_cells,
+    ordered_workloads,
+    variants_in,
+)
+from .. import plots
+from ..document import Block, Figure, Heading, Paragraph, Table
+from ..format import format_tps
+from .context import machine_suffix, plot_caption, slug
+
+
+@dataclass(frozen=True)
+class MedianRow:
+    """One row of the medians table: a cell and metric (or, for a cell with no trials, the reason in its place)."""
+
+    cell: tuple[str, str]  # (model_key, size)
+    label: str
+    metric: str
+    values: tuple[str, ...]  # per variant
+
+
+def median_rows(
+    study: Study, machine: str, workload: str, *, with_cv: bool = True
+) -> tuple[list[str], list[MedianRow]]:
+    """The variants measured, and median tok/s per size x metric x variant (with the CV unless `with_cv` is False)."""
+    timed, closed = on(study.timed, machine, workload), on(study.closed, machine, workload)
+    summary = stats.summary_table(timed)
+    cells = ordered_cells([timed, closed])
+    labels = cell_labels(cells)
+    variants = [v for v in study.variants if v in set(timed["variant"])] if not timed.empty else []
+    rows = []
+    for cell in cells:
+        cell_summary = summary[summary["model_key"] == cell[0]]
+        if cell_summary.empty:
+            # The reason sits in the Metric column, so it shows even when no variant has a column.
+            reason = closed_reason(closed, cell[0]) or "no trials"
+            rows.append(MedianRow(cell, labels[cell], reason, ("—",) * len(variants)))
+            continue
+        for metric in stats.METRICS:
+            by_variant = cell_summary[cell_summary["metric"] == metric].set_index("variant")
+            if by_variant.empty:
+                continue
+            values = tuple(_median_cell(by_variant.loc[v], with_cv) if v in by_variant.index else "—" for v in variants)
+            rows.append(MedianRow(cell, labels[cell], metric, values))
+    return variants, rows
+
+
+def medians_table(study: Study, machine: str, workload: str) -> Table:
+    """Median tok/s per size x metric x variant, with the CV."""
+    variants, rows = median_rows(study, machine, workload)
+    return Table(("Size", "Metric", *variants), tuple((r.label, r.metric, *r.values) for r in rows),
+                 frozenset(range(2, 2 + len(variants))))
+
+
+def _median_cell(row: pd.Series, with_cv: bool) -> str:
+    median = format_tps(row["median"])
+    return f"{median} (CV {row['cv']:.1%})" if with_cv else median
+
+
+def throughput_section(study: Study, out_dir: Path) -> list[Block]:
+    blocks: list[Block] = [Heading("Throughput"), Paragraph(
+        "Median tokens/s of the timed rounds (warmups excluded) with the coefficient of variation; summary.csv "
+        "holds the quartiles and n."
+    )]
+    for machine in study.machines:
+        for workload in ordered_workloads([on(study.timed, machine), on(study.closed, machine)]):
+            timed = on(study.timed, machine, workload)
+            where = workload if len(study.machines) == 1 else f"{workload} · {machine}"
+            blocks += [Heading(where, 3), medians_table(study, machine, workload)]
+            if timed.empty:
+                continue
+            labels = cell_labels(ordered_cells([timed]))
+            summary = labelled(stats.summary_table(timed), labels)
+            name = f"throughput-{slug(workload)}{machine_suffix(study, machine)}.png"
+            title = f"Throughput per variant · {workload}"
+            path = plots.throughput_plot(summary, list(labels.values()), variants_in(study, timed), title=title,
+                                         caption=plot_caption(study, machine), path=out_dir / name)
+            blocks.append(Figure(path, f"{title} (median, IQR whiskers)"))
+        blocks += _prompt_sweep(study, machine, out_dir)
+    return blocks
+
+
+def _prompt_sweep(study: Study, machine: str, out_dir: Path) -> list[Block]:
+    """tok/s against prompt length, for each gen/batch setting whose prompt length the experiment sweeps."""
+    timed = on(study.timed, machine)
+    blocks: list[Block] = []
+    for (gen, batch), rows in timed.groupby(["gen_tokens", "batch"], sort=True):
+        # Only the models measured at several prompt lengths make a line.
+        swept = rows.groupby("model_key")["prompt_tokens"].transform("nunique") > 1
+        rows = rows[swept]
+        if rows.empty:
+            continue
+        labels = cell_labels(ordered_cells([rows]))
+        summary = stats.summary_table(rows).merge(
+            rows[["machine", "model_key", "workload", "prompt_tokens"]].drop_duplicates(),
+            on=["machine", "model_key", "workload"],
+        )
+        name = f"prompt-sweep-tg{gen}-b{batch}{machine_suffix(study, machine)}.png"
+        title = f"Throughput vs prompt length · tg{gen} b{batch}"
+        path = plots.prompt_sweep_plot(labelled(summary, labels), list(labels.values()), variants_in(study, rows),
+                                       title=title, caption=plot_caption(study, machine), path=out_dir / name)
+        blocks.append(Figure(path, f"{title} (median, IQR bars)"))
+    return blocks
+
+
+def rounds_section(study: Study, out_dir: Path) -> list[Block]:
+    blocks: list[Block] = [Heading("Round by round"), Paragraph(
+        "Every timed trial in round order: a trend is drift (thermal, background load), scatter is noise. Variants "
+        "alternate order each round (ABBA), so drift lands on each alike."
+    )]
+    for machine in study.machines:
+        for workload in ordered_workloads([on(study.timed, machine)]):
+            timed = on(study.timed, machine, workload)
+            labels = cell_labels(ordered_cells([timed]))
+            name = f"rounds-{slug(workload)}{machine_suffix(study, machine)}.png"
+            title = f"Per-trial throughput in round order · {workload}"
+            path = plots.rounds_plot(labelled(timed, labels), list(labels.values()), variants_in(study, timed),
+                                     title=title, caption=plot_caption(study, machine), path=out_dir / name)
+            blocks.append(Figure(path, title))
+    return blocks

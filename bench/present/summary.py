@@ -1,0 +1,56 @@
+"""The table `fusebench run` prints when it ends: medians per size, metric and variant, and each comparison's Δ.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+
+from rich.console import Console
+
+from ..analysis.study import (
+    Study,
+    build_study,
+    compare_scope,
+    failed_correctness,
+    on,
+    ordered_workloads,
+    resolve_comparisons,
+)
+from ..core.results import Results
+from .document import Heading, Table, to_console
+from .sections.delta import delta_cells
+from .sections.throughput import median_rows
+
+
+def print_summary(console: Console, results: Results, comparisons: list[tuple[str, str]] | None = None) -> None:
+    """A compact table for the end of `fusebench run`: medians per size x metric x variant, then each comparison's
+    Δ with its CI and verdict (the same numbers the report shows)."""
+    study = build_study(results)
+    if study.timed.empty and study.closed.empty:
+        console.print("no trials recorded")
+        return
+    pairs = list(comparisons) if comparisons else (resolve_comparisons((), study) if study.variants else [])
+    for machine in study.machines:
+        for workload in ordered_workloads([on(study.timed, machine), on(study.closed, machine)]):
+            where = workload if len(study.machines) == 1 else f"{workload} · {machine}"
+            to_console([Heading(where, 3), run_summary_table(study, machine, workload, pairs)], console)
+
+
+def run_summary_table(study: Study, machine: str, workload: str, pairs: Sequence[tuple[str, str]]) -> Table:
+    variants, rows = median_rows(study, machine, workload, with_cv=False)
+    failing = failed_correctness(study, machine, workload)
+    scoped = {pair: compare_scope(study, machine, workload, pair) for pair in pairs}
+    table_rows = []
+    for row in rows:
+        deltas = []
+        for (baseline, new), comparison in scoped.items():
+            match = comparison[(comparison["model_key"] == row.cell[0]) & (comparison["metric"] == row.metric)]
+            if match.empty:
+                deltas.append("—")
+                continue
+            failed = [v for v in dict.fromkeys((baseline, new)) if (row.cell[0], v) in failing]
+            delta, interval, verdict = delta_cells(next(match.itertuples()), failed, new)
+            deltas.append(" ".join(part for part in (delta, interval, verdict) if part != "—"))
+        table_rows.append((row.label, row.metric, *row.values, *deltas))
+    columns = ("Size", "Metric", *variants, *(f"Δ {new} vs {baseline}" for baseline, new in pairs))
+    return Table(columns, tuple(table_rows), frozenset(range(2, 2 + len(variants))))

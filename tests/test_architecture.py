@@ -1,0 +1,133 @@
+"""The layers of bench/ and the rule their imports follow, checked on the source itself; and the commands that only
+read results, checked to never load mlx."""
+
+from __future__ import annotations
+
+import ast
+import json
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+ROOT = Path(__file__).resolve().parent.parent
+
+# Which packages each layer may import from (itself always). Read top to bottom: records and spec at the bottom,
+# statistics above them, views above those, measuring beside them, commands on top.
+ALLOWED = {
+    "bench.core": {"models.config", "models.errors"},
+    "bench.analysis": {"bench.core", "models.config", "models.errors"},
+    "bench.present": {"bench.analysis", "bench.core", "models.config", "models.errors", "models.registry"},
+    # The runner prints progress with numbers formatted as everywhere else: the one view module it may use.
+    "bench.measure": {"bench.analysis", "bench.core", "bench.present.format", "models"},
+    "bench.commands": {"bench", "models"},
+    "models": set(),
+    "bench": {"bench.commands"},  # the package itself and `python -m bench`: entry points to the commands
+}
+# Third-party packages a layer must never load: mlx is slow to import, and reading results never needs it.
+FORBIDDEN = {
+    "bench.core": {"mlx", "mlx_lm", "rich", "matplotlib"},
+    "bench.analysis": {"mlx", "mlx_lm", "rich", "matplotlib"},
+    "bench.present": {"mlx", "mlx_lm"},
+}
+# models/ modules that must stay free of mlx, because the layers above read them without loading the model.
+LIGHT_MODELS = ("models.config", "models.errors", "models.registry")
+
+
+def module_name(path: Path) -> str:
+    parts = path.relative_to(ROOT).with_suffix("").parts
+    return ".".join(parts[:-1] if parts[-1] == "__init__" else parts)
+
+
+def imports(path: Path) -> set[str]:
+    """Every module a file imports, at any depth (function-level imports too), relative ones resolved."""
+    package = module_name(path) if path.name == "__init__.py" else module_name(path).rpartition(".")[0]
+    found = set()
+    for node in ast.walk(ast.parse(path.read_text())):
+        if isinstance(node, ast.Import):
+            found.update(alias.name for alias in node.names)
+        elif isinstance(node, ast.ImportFrom):
+            base = node.module or ""
+            if node.level:
+                anchor = package.split(".")[: len(package.split(".")) - node.level + 1]
+                base = ".".join([*anchor, base] if base else anchor)
+            found.add(base)
+            found.update(f"{base}.{alias.name}" for alias in node.names)
+    return found
+
+
+def layer_of(module: str) -> str | None:
+    return next((layer for layer in ALLOWED if module == layer or module.startswith(layer + ".")), None)
+
+
+def within(module: str, packages: set[str]) -> bool:
+    return any(module == p or module.startswith(p + ".") for p in packages)
+
+
+SOURCES = sorted([*(ROOT / "bench").rglob("*.py"), *(ROOT / "models").rglob("*.py")])
+
+
+@pytest.mark.parametrize("path", SOURCES, ids=lambda p: str(p.relative_to(ROOT)))
+def test_imports_follow_the_layers(path: Path):
+    me = module_name(path)
+    layer = layer_of(me)
+    assert layer, f"{me} belongs to no layer"
+    ours = [m for m in imports(path) if m.split(".")[0] in ("bench", "models")]
+    wrong = [m for m in ours if not within(m, {layer, *ALLOWED[layer]}) and m not in ("bench", "models")]
+    # `from ..x import y` also names y as a module candidate; only real modules or packages count.
+    wrong = [m for m in wrong if (ROOT / m.replace(".", "/")).with_suffix(".py").exists()
+             or (ROOT / m.replace(".", "/")).is_dir()]
+    assert not wrong, f"{me} ({layer}) imports {wrong}"
+    banned = [m for m in imports(path) if m.split(".")[0] in FORBIDDEN.get(layer, set())]
+    assert not banned, f"{me} ({layer}) imports {banned}"
+
+
+@pytest.mark.parametrize("module", LIGHT_MODELS)
+def test_light_model_modules_do_not_import_mlx(module: str):
+    path = ROOT / (module.replace(".", "/") + ".py")
+    assert not [m for m in imports(path) if m.split(".")[0] in ("mlx", "mlx_lm")]
+
+
+def loaded_after(argv: list[str], cwd: Path) -> set[str]:
+    """The top-level packages loaded by running `fusebench ARGV` in a fresh interpreter."""
+    code = (f"import sys, json\nfrom bench.commands import main\ntry:\n    main({argv!r})\nexcept SystemExit:\n"
+            "    pass\nprint(json.dumps(sorted({m.split('.')[0] for m in sys.modules})), file=sys.stderr)")
+    done = subprocess.run([sys.executable, "-c", code], cwd=cwd, capture_output=True, text=True, timeout=300)
+    return set(json.loads(done.stderr.strip().splitlines()[-1]))
+
+
+RESULTS = [
+    {"kind": "run", "run_id": "r1", "env": {"backend": "cpu", "device": "cpu", "blas": "openblas", "cpu": "x",
+                                             "hostname": "h"},
+     "experiment": {"name": "t", "file": "t.yaml", "sha256": "0",
+                    "content": "name: t\nmodels: [{preset: tiny}]\nvariants: {a: {}, b: {geglu: compiled}}\n"
+                               "comparisons: [[a, b]]\nworkloads: {prompt_tokens: 8, gen_tokens: 2}\n"
+                               "expect: [{all_correct: true}]\n"}},
+    *({"kind": "trial", "run_id": "r1", "cell": "c", "model_key": "tiny", "size": "tiny",
+       "workload": "pp8 tg2 b1", "prompt_tokens": 8, "gen_tokens": 2, "batch": 1, "dtype": "float32",
+       "quantize": None, "variant": v,
+       "round": r, "warmup": False, "prefill_tps": 100.0 + r + (5 if v == "b" else 0), "gen_tps": 10.0 + r / 10}
+      for r in range(4) for v in ("a", "b")),
+    {"kind": "correctness", "run_id": "r1", "cell": "c", "model_key": "tiny", "size": "tiny",
+     "workload": "pp8 tg2 b1", "prompt_tokens": 8, "gen_tokens": 2, "batch": 1, "variant": "b", "reference": "a",
+     "max_abs_err": 0.0, "max_rel_err": 0.0, "tokens_checked": 2, "tokens_agree": 2, "atol": 0.01, "passed": True},
+]
+
+
+@pytest.fixture(scope="module")
+def results_file(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    path = tmp_path_factory.mktemp("results") / "r.jsonl"
+    path.write_text("".join(json.dumps(r) + "\n" for r in RESULTS))
+    return path
+
+
+@pytest.mark.parametrize("argv", [
+    ["--help"], ["report", "--help"], ["check", "--help"], ["run", "--help"], ["kernels", "--help"],
+    ["report", "RESULTS", "--out", "OUT"], ["check", "RESULTS"], ["baseline", "save", "RESULTS", "--name", "x"],
+], ids=" ".join)
+def test_commands_that_read_results_never_load_mlx(argv: list[str], results_file: Path, tmp_path: Path):
+    argv = [str(results_file) if a == "RESULTS" else str(tmp_path / "out") if a == "OUT" else a for a in argv]
+    loaded = loaded_after(argv, tmp_path)
+    assert "bench" in loaded
+    assert not {"mlx", "mlx_lm"} & loaded

@@ -1,0 +1,345 @@
+"""Tests for bench.analysis.inference: hand-checked numbers, PR 15587's rows, and the simulations behind the rules.
+
+Every simulation is seeded and sized so the whole file runs in seconds; nothing here is timed.
+"""
+
+from __future__ import annotations
+
+import math
+import re
+from collections.abc import Callable
+
+import numpy as np
+import pytest
+from scipy import stats
+
+from bench.analysis.inference import (
+    OUTLIER_MIN_ROUNDS,
+    Adjusted,
+    PairedEstimate,
+    adjust,
+    detectable_pct,
+    outlier_rounds,
+    paired_estimate,
+    rounds_needed,
+    slower_beyond,
+    verdict,
+)
+
+PR15587_BASELINES = [18777, 153.8, 6980, 99.1, 3957, 101.3, 531, 21.4]
+PR15587_DELTAS_PCT = [16.6, 15.0, 15.8, 11.6, 10.5, 6.1, 11.7, 4.8]
+CLAIMS = ("faster", "slower")
+
+Noise = Callable[[np.random.Generator, tuple[int, ...]], np.ndarray]
+
+
+def _words(baseline: np.ndarray, new: np.ndarray, **kwargs: float) -> list[str]:
+    """Verdict words for the rows of one table (row i = baseline[i], new[i])."""
+    rows = adjust([paired_estimate(b, x) for b, x in zip(baseline, new, strict=True)])
+    return [verdict(a, **kwargs).word for a in rows]
+
+
+def _row(p: float, *, df: int = 9, se: float = 0.01) -> PairedEstimate:
+    """An estimate with a chosen two-sided p (for Holm checks), consistent with its own t-interval."""
+    mean = float(stats.t.isf(p / 2, df)) * se
+    low, high = np.exp(stats.t.interval(0.95, df, loc=mean, scale=se))
+    return PairedEstimate(
+        n=df + 1, excluded=0, mean_log=mean, sd_log=se * math.sqrt(df + 1), se_log=se, df=df, ratio=math.exp(mean),
+        low=float(low), high=float(high), p_value=p, baseline_gmean=100.0, new_gmean=100.0 * math.exp(mean),
+        confidence=0.95,
+    )  # fmt: skip
+
+
+# --- the estimate itself -------------------------------------------------------------------------------------------
+
+
+def test_hand_checked_example() -> None:
+    baseline = np.array([100.0, 102.0, 98.0, 101.0])
+    new = np.array([110.0, 111.0, 108.0, 112.0])
+    r = np.log(new / baseline)
+    est = paired_estimate(baseline, new)
+
+    assert est.n == 4 and est.excluded == 0 and est.df == 3
+    assert est.mean_log == pytest.approx(r.mean(), rel=1e-12)
+    assert est.sd_log == pytest.approx(r.std(ddof=1), rel=1e-12)
+    assert est.se_log == pytest.approx(r.std(ddof=1) / 2, rel=1e-12)
+    low, high = stats.t.interval(0.95, 3, loc=r.mean(), scale=r.std(ddof=1) / 2)
+    assert (est.low, est.high) == pytest.approx((math.exp(low), math.exp(high)), rel=1e-12)
+    assert est.p_value == pytest.approx(stats.ttest_1samp(r, 0.0).pvalue, rel=1e-9)
+    assert est.baseline_gmean == pytest.approx(stats.gmean(baseline), rel=1e-12)
+    assert est.new_gmean == pytest.approx(stats.gmean(new), rel=1e-12)
+    # What a reader checks by hand in the table: New / Baseline - 1 = Δ.
+    assert est.new_gmean / est.baseline_gmean == pytest.approx(est.ratio, rel=1e-15)
+    assert est.delta_pct == pytest.approx((est.new_gmean / est.baseline_gmean - 1) * 100, rel=1e-12)
+    assert est.half_width_pct == pytest.approx((est.high - est.low) / 2 * 100)
+    assert (est.low_pct, est.high_pct) == pytest.approx(((est.low - 1) * 100, (est.high - 1) * 100))
+    assert est.interval(0.99) == pytest.approx(
+        tuple(np.exp(stats.t.interval(0.99, 3, loc=r.mean(), scale=est.se_log))), rel=1e-12
+    )
+
+
+def test_nan_pairs_are_dropped() -> None:
+    est = paired_estimate([100.0, np.nan, 101.0, 99.0], [110.0, 120.0, np.nan, 108.0])
+    assert est == paired_estimate([100.0, 99.0], [110.0, 108.0])
+    assert est.n == 2
+
+
+@pytest.mark.parametrize(
+    ("baseline", "new"),
+    [
+        ([], []),
+        ([np.nan, 100.0], [110.0, np.nan]),
+        ([100.0, 101.0], [110.0]),
+        ([100.0, 0.0], [110.0, 111.0]),
+        ([100.0, -1.0], [110.0, 111.0]),
+        ([100.0, np.inf], [110.0, 111.0]),
+    ],
+)
+def test_invalid_input_raises(baseline: list[float], new: list[float]) -> None:
+    with pytest.raises(ValueError):
+        paired_estimate(baseline, new)
+
+
+@pytest.mark.parametrize("confidence", [0.0, 1.0, 1.5, -0.1])
+def test_confidence_must_be_a_level(confidence: float) -> None:
+    with pytest.raises(ValueError):
+        paired_estimate([100.0, 101.0], [110.0, 111.0], confidence=confidence)
+
+
+def test_single_round_has_no_interval() -> None:
+    est = paired_estimate([100.0], [110.0])
+    assert est.n == 1 and not est.has_interval
+    assert est.ratio == pytest.approx(1.1)
+    assert math.isnan(est.low) and math.isnan(est.high) and math.isnan(est.p_value)
+    (row,) = adjust([est])
+    assert math.isnan(row.p_holm) and math.isnan(detectable_pct(row))
+    assert verdict(row).word == "needs more rounds"
+    assert not slower_beyond(est, 0.0)
+
+
+def test_zero_spread_collapses_the_interval() -> None:
+    faster = paired_estimate([100.0] * 5, [116.6] * 5)
+    assert faster.low == faster.high == faster.ratio
+    assert faster.p_value == 0.0 and faster.sd_log == 0.0
+    assert [verdict(a).word for a in adjust([faster])] == ["faster"]
+
+    same = paired_estimate([100.0] * 5, [100.0] * 5)
+    assert same.p_value == 1.0 and same.low == same.high == 1.0
+    assert verdict(adjust([same])[0]).word == "no change"
+
+    # Exactly proportional rounds under drift: log/exp rounding must not count as spread.
+    drift = np.linspace(90.0, 110.0, 7)
+    assert paired_estimate(drift, drift * 1.166).p_value == 0.0
+
+
+# --- PR 15587 and other known truths ---------------------------------------------------------------------------------
+
+
+def _pr15587_trials(sigma: float, seed: int = 15587) -> tuple[np.ndarray, np.ndarray]:
+    """Eight rows x 5 rounds with the PR's baselines and deltas, independent lognormal noise on every trial."""
+    rng = np.random.default_rng(seed)
+    base = np.array(PR15587_BASELINES)[:, None] * np.ones((1, 5))
+    truth = 1 + np.array(PR15587_DELTAS_PCT)[:, None] / 100
+    return base * rng.lognormal(0, sigma, base.shape), base * truth * rng.lognormal(0, sigma, base.shape)
+
+
+def test_pr15587_rows_are_all_faster_after_holm() -> None:
+    baseline, new = _pr15587_trials(sigma=0.01)
+    rows = adjust([paired_estimate(b, x) for b, x in zip(baseline, new, strict=True)])
+    p_holm = ", ".join(f"{a.p_holm:.2g}" for a in rows)
+    assert [verdict(a).word for a in rows] == ["faster"] * 8, f"adjusted p: {p_holm}"
+    for a, delta in zip(rows, PR15587_DELTAS_PCT, strict=True):
+        assert a.low_pct < delta < a.high_pct  # and each adjusted interval holds the truth here
+
+
+def test_pr15587_perfectly_paired_is_faster() -> None:
+    assert _words(*_pr15587_trials(sigma=0.0)) == ["faster"] * 8
+
+
+def test_three_percent_at_ten_rounds_is_faster() -> None:
+    rng = np.random.default_rng(3)
+    baseline = 100 * rng.lognormal(0, 0.01, 10)
+    new = 103 * rng.lognormal(0, 0.01, 10)
+    assert _words(baseline[None], new[None]) == ["faster"]
+
+
+def test_no_change_inside_the_margin() -> None:
+    rng = np.random.default_rng(4)
+    baseline = 100 * rng.lognormal(0, 0.002, 12)
+    new = 100 * rng.lognormal(0, 0.002, 12)
+    assert _words(baseline[None], new[None], margin_pct=2.0) == ["no change"]
+
+
+def test_inconclusive_states_its_precision() -> None:
+    rng = np.random.default_rng(5)
+    baseline = 100 * rng.lognormal(0, 0.05, 5)
+    new = 100 * rng.lognormal(0, 0.05, 5)
+    (row,) = adjust([paired_estimate(baseline, new)])
+    v = verdict(row)
+    assert v.word == "inconclusive"
+    match = re.fullmatch(r"inconclusive \(±(\d+\.\d)%\)", v.text)
+    assert match, v.text
+    assert float(match.group(1)) == pytest.approx(row.half_width_pct, abs=0.05)
+    assert detectable_pct(row) == row.half_width_pct > 2.0
+
+
+def test_too_few_rounds() -> None:
+    (row,) = adjust([paired_estimate([100.0, 101.0], [130.0, 131.0])])
+    v = verdict(row, min_rounds=3)
+    assert (v.word, v.text) == ("needs more rounds", "needs ≥ 3 rounds")
+    with pytest.raises(ValueError):
+        verdict(row, min_rounds=1)
+
+
+# --- Holm ------------------------------------------------------------------------------------------------------------
+
+
+def test_holm_matches_the_step_down_and_keeps_order() -> None:
+    p = [0.04, 0.001, 0.5, 0.012, 0.03]
+    rows = adjust([_row(x) for x in p])
+    # By hand: sorted 0.001, 0.012, 0.03, 0.04, 0.5 times 5, 4, 3, 2, 1 -> 0.005, 0.048, 0.09, 0.08 -> 0.09, 0.5.
+    expected = [0.09, 0.005, 0.5, 0.048, 0.09]
+    assert [a.p_holm for a in rows] == pytest.approx(expected)
+    assert [a.estimate.p_value for a in rows] == p
+    assert adjust([_row(0.6), _row(0.7)])[0].p_holm == 1.0  # capped
+
+
+def test_holm_interval_level_and_duality() -> None:
+    p = [0.004, 0.03, 0.04, 0.2]
+    rows = adjust([_row(x) for x in p], alpha=0.05)
+    # No carry-over for the first two: Holm's level for rank k of m = 4 is 1 - alpha / (m - k + 1).
+    assert rows[0].level == pytest.approx(1 - 0.05 / 4)
+    assert rows[1].level == pytest.approx(1 - 0.05 / 3)
+    # Rank 3 inherits rank 2's 0.09 by monotonicity; its interval widens so it still agrees with p_holm.
+    assert rows[2].p_holm == pytest.approx(0.09)
+    assert rows[2].level == pytest.approx(1 - 0.05 * 0.04 / 0.09)
+    for a in rows:
+        assert (a.p_holm < 0.05) == (not a.low <= 1.0 <= a.high)
+        assert a.low <= a.estimate.low and a.high >= a.estimate.high
+
+
+def test_rows_without_an_interval_stay_out_of_the_family() -> None:
+    lone = paired_estimate([100.0], [150.0])
+    rows = adjust([lone, _row(0.03)])
+    assert math.isnan(rows[0].p_holm)
+    assert rows[1].p_holm == pytest.approx(0.03)  # m = 1, not 2
+
+
+def test_family_wise_false_positives_on_aa_tables() -> None:
+    """A/A tables of 8 rows, 5% per-trial noise, 5-12 rounds: how often does any row claim a difference?
+
+    With 8 independent exact tests Holm's family-wise rate is 1 - (1 - 0.05/8)^8 = 4.89%, not below 5% with room
+    to spare, so the bound allows Monte Carlo error (3 SE). The second check is sharper: on the same tables, the
+    outlier rule may add at most half a point to what the plain paired t-test with Holm does.
+    """
+    rng = np.random.default_rng(2024)
+    tables, claims, reference = 2000, 0, 0
+    for n in range(5, 13):
+        count = tables // 8
+        log_b = rng.normal(0, 0.05, (count, 8, n))
+        log_n = rng.normal(0, 0.05, (count, 8, n))
+        for b, x in zip(np.exp(log_b), np.exp(log_n), strict=True):
+            claims += any(w in CLAIMS for w in _words(100 * b, 100 * x))
+        plain_p = stats.ttest_1samp(log_n - log_b, 0.0, axis=2).pvalue
+        reference += int(np.sum(_holm_rejects_any(plain_p)))
+    rate, plain = claims / tables, reference / tables
+    se = math.sqrt(0.05 * 0.95 / tables)
+    message = f"A/A family-wise rate {rate:.2%} over {tables} tables (plain t + Holm: {plain:.2%}, SE {se:.2%})"
+    assert rate <= 0.05 + 3 * se, message
+    assert rate <= plain + 0.005, message
+
+
+def _holm_rejects_any(p: np.ndarray, alpha: float = 0.05) -> np.ndarray:
+    """Independent reference: does Holm reject anything in each row of p (tables x hypotheses)?"""
+    m = p.shape[-1]
+    adjusted = np.maximum.accumulate(np.sort(p, axis=-1) * (m - np.arange(m)), axis=-1)
+    return (adjusted < alpha).any(axis=-1)
+
+
+# --- coverage under heavy tails -------------------------------------------------------------------------------------
+
+
+def _contaminated(rng: np.random.Generator, shape: tuple[int, ...]) -> np.ndarray:
+    """2% lognormal noise; each trial independently loses 40% with probability 5% (same on both sides)."""
+    return rng.lognormal(0, 0.02, shape) * np.where(rng.random(shape) < 0.05, 0.6, 1.0)
+
+
+def _student_t3(rng: np.random.Generator, shape: tuple[int, ...]) -> np.ndarray:
+    """Student-t(3) noise on log throughput, scale 2%."""
+    return np.exp(0.02 * rng.standard_t(3, shape))
+
+
+@pytest.mark.parametrize("noise", [_contaminated, _student_t3], ids=["drop40", "t3"])
+@pytest.mark.parametrize("n", [5, 8, 12])
+def test_coverage_under_heavy_tails(noise: Noise, n: int) -> None:
+    # Noise is drawn the same way for both sides, so the true mean log ratio is exactly log(truth).
+    rng = np.random.default_rng(1000 + n)
+    reps, truth = 3000, 1.07
+    baseline = 100 * noise(rng, (reps, n))
+    new = 100 * truth * noise(rng, (reps, n))
+    ests = [paired_estimate(b, x) for b, x in zip(baseline, new, strict=True)]
+    coverage = np.mean([e.low <= truth <= e.high for e in ests])
+    assert coverage >= 0.93, f"95% interval covered {coverage:.1%} at n={n} ({reps} replications)"
+
+
+# --- the outlier rule ----------------------------------------------------------------------------------------------
+
+
+def test_one_bad_trial_cannot_swing_the_row() -> None:
+    rng = np.random.default_rng(40)
+    baseline = 100 * rng.lognormal(0, 0.01, 12)
+    new = 110 * rng.lognormal(0, 0.01, 12)
+    clean = paired_estimate(baseline, new)
+    hit = new.copy()
+    hit[7] *= 0.6  # one trial of one side loses 40%
+    est = paired_estimate(baseline, hit)
+
+    plain_shift = (np.exp(np.mean(np.log(hit / baseline))) - clean.ratio) * 100
+    assert abs(plain_shift) > 3.0  # what a plain mean would do
+    assert abs(est.delta_pct - clean.delta_pct) < 1.0
+    assert clean.excluded == 0 and est.excluded == 1 and est.n == 11
+    assert outlier_rounds(np.log(hit / baseline)).tolist() == [i == 7 for i in range(12)]
+    # The excluded round leaves the mean but not the spread: the interval widens instead of narrowing.
+    assert est.sd_log > np.std(np.delete(np.log(hit / baseline), 7), ddof=1)
+
+
+def test_outlier_rule_needs_enough_rounds_and_real_spread() -> None:
+    short = np.log([1.1] * (OUTLIER_MIN_ROUNDS - 2) + [0.6])
+    assert not outlier_rounds(short).any()
+    # Near-identical ratios: the floor keeps a 2% round in.
+    assert not outlier_rounds(np.log([1.10, 1.10, 1.10, 1.10, 1.10, 1.12])).any()
+
+
+# --- helpers for precision and the gate ----------------------------------------------------------------------------
+
+
+@pytest.mark.parametrize(("sd_log", "target", "confidence"), [(0.02, 1.0, 0.95), (0.05, 2.0, 0.99), (0.01, 5.0, 0.95)])
+def test_rounds_needed_is_the_smallest_n(sd_log: float, target: float, confidence: float) -> None:
+    def half_width_pct(n: int) -> float:
+        return 100 * math.sinh(stats.t.ppf(0.5 + confidence / 2, n - 1) * sd_log / math.sqrt(n))
+
+    n = rounds_needed(sd_log, target, confidence)
+    assert half_width_pct(n) <= target
+    assert n == 2 or half_width_pct(n - 1) > target
+
+
+def test_rounds_needed_edges() -> None:
+    assert rounds_needed(0.0, 1.0) == 2
+    for bad in [(-0.1, 1.0), (math.nan, 1.0), (0.02, 0.0)]:
+        with pytest.raises(ValueError):
+            rounds_needed(*bad)
+
+
+def test_slower_beyond_needs_the_whole_interval() -> None:
+    rng = np.random.default_rng(6)
+    baseline = 100 * rng.lognormal(0, 0.01, 10)
+    clear = paired_estimate(baseline, 0.90 * baseline * rng.lognormal(0, 0.01, 10))
+    assert slower_beyond(clear, 5.0)
+    assert not slower_beyond(clear, 15.0)
+    noisy = paired_estimate(baseline[:3], 0.90 * baseline[:3] * rng.lognormal(0, 0.08, 3))
+    assert noisy.delta_pct < -5.0 and noisy.high_pct > -5.0
+    assert not slower_beyond(noisy, 5.0)  # a point estimate alone never fails the gate
+    (adjusted,) = adjust([clear])
+    assert isinstance(adjusted, Adjusted) and slower_beyond(adjusted, 5.0)
+    with pytest.raises(ValueError):
+        slower_beyond(clear, -1.0)

@@ -1,0 +1,83 @@
+"""Every error a user can cause is one line and exit code 2, never a traceback: each case through `main([...])`."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import pytest
+
+from bench.commands import main
+
+EXPERIMENT = """\
+name: t
+models: [{preset: tiny}]
+variants:
+  a: {}
+  b: {geglu: compiled}
+comparisons: [[a, b]]
+workloads: {prompt_tokens: 8, gen_tokens: 2}
+"""
+
+
+def good_results(path: Path) -> Path:
+    records = [{"kind": "run", "run_id": "r1", "env": {"backend": "cpu", "device": "cpu", "blas": "openblas",
+                                                        "cpu": "x", "hostname": "h"},
+                "experiment": {"name": "t", "file": "t.yaml", "sha256": "0", "content": EXPERIMENT}}]
+    records += [{"kind": "trial", "run_id": "r1", "cell": "c", "model_key": "tiny", "size": "tiny",
+                 "workload": "pp8 tg2 b1", "prompt_tokens": 8, "gen_tokens": 2, "batch": 1, "variant": v,
+                 "round": r, "warmup": False, "prefill_tps": 100.0 + r, "gen_tps": 10.0}
+                for r in range(3) for v in "ab"]
+    path.write_text("".join(json.dumps(r) + "\n" for r in records))
+    return path
+
+
+@pytest.fixture
+def files(tmp_path: Path) -> dict[str, Path]:
+    binary = tmp_path / "binary.jsonl"
+    binary.write_bytes(bytes(range(256)) * 4)
+    utf16 = tmp_path / "utf16.jsonl"
+    utf16.write_text(good_results(tmp_path / "tmp.jsonl").read_text(), encoding="utf-16")
+    bad_plugin = tmp_path / "broken.py"
+    bad_plugin.write_text("from models.ops import register\n\nraise RuntimeError('not today')\n")
+    unknown_op = tmp_path / "unknown-op.yaml"
+    unknown_op.write_text(EXPERIMENT.replace("{geglu: compiled}", "{gelu: compiled}"))
+    noise = tmp_path / "noise.json"
+    noise.write_text("[1, 2]")
+    return {"GOOD": good_results(tmp_path / "good.jsonl"), "BINARY": binary, "UTF16": utf16, "DIR": tmp_path,
+            "MISSING": tmp_path / "missing.jsonl", "PLUGIN": bad_plugin, "UNKNOWN_OP": unknown_op, "NOISE": noise,
+            "OUT": tmp_path / "out"}
+
+
+CASES = {
+    "report of a binary file": (["report", "BINARY", "--out", "OUT"], "binary.jsonl: no valid records"),
+    "report of a UTF-16 file": (["report", "UTF16", "--out", "OUT"], "utf16.jsonl: no valid records"),
+    "report of a folder": (["report", "DIR", "--out", "OUT"], "no such results file"),
+    "report of a missing file": (["report", "MISSING", "--out", "OUT"], "missing.jsonl: no such results file"),
+    "report --compare of an unknown variant": (["report", "GOOD", "--out", "OUT", "--compare", "a:nosuch"],
+                                                "no variant 'nosuch' in the results; variants: a, b"),
+    "report --compare malformed": (["report", "GOOD", "--out", "OUT", "--compare", "a-b"], "BASELINE:NEW"),
+    "report --reference unknown": (["report", "GOOD", "--out", "OUT", "--reference", "nosuch"], "nosuch"),
+    "check of a binary file": (["check", "BINARY"], "binary.jsonl: no valid records"),
+    "check of a UTF-16 file": (["check", "UTF16"], "utf16.jsonl: no valid records"),
+    "check --baseline of a binary file": (["check", "GOOD", "--baseline", "BINARY"], "binary.jsonl: no valid records"),
+    "check --noise of a wrong file": (["check", "GOOD", "--noise", "NOISE"], "noise.json: not a noise file"),
+    "check --max-regression out of range": (["check", "GOOD", "--max-regression", "150"], "below 100%"),
+    "baseline save with a path as name": (["baseline", "save", "GOOD", "--name", "../x"], "--name '../x'"),
+    "kernels of an unknown size": (["kernels", "--sizes", "e9b"], "unknown preset 'e9b'; choose from"),
+    "run with an unknown op": (["run", "UNKNOWN_OP", "--dry-run"], "unknown-op.yaml:5: variants.b.gelu: unknown op"),
+    "verify with a broken plugin": (["verify", "--plugin", "PLUGIN"], "broken.py:3: plugin: RuntimeError: not today"),
+}
+
+
+@pytest.mark.parametrize("case", list(CASES))
+def test_bad_input_is_one_line_and_exit_2(case: str, files: dict[str, Path], capsys: pytest.CaptureFixture):
+    argv, message = CASES[case]
+    try:
+        code = main([str(files.get(arg, arg)) for arg in argv])
+    except SystemExit as usage:  # argparse's own usage errors
+        code = usage.code
+    err = capsys.readouterr().err
+    assert code == 2, err
+    assert err.count("\n") == 1 and "Traceback" not in err, err
+    assert message in err, err

@@ -1,0 +1,111 @@
+"""User plugins: op variants registered from files outside the package."""
+
+from __future__ import annotations
+
+import hashlib
+import re
+
+import mlx.core as mx
+import pytest
+
+from bench.measure.plugins import PluginError, load_plugins
+from models.ops import REGISTRY
+
+GOOD = """\
+import mlx.core as mx
+from models.ops import register
+
+
+@register("softcap", "plugin_ok")
+def softcap_plugin(x, cap):
+    return mx.tanh(x / cap) * cap
+"""
+
+
+@pytest.fixture(autouse=True)
+def registry():
+    """Whatever a test registers is gone afterwards, so other test files see the built-in variants only."""
+    before = {op: dict(spec.variants) for op, spec in REGISTRY.items()}
+    yield REGISTRY
+    for op, spec in REGISTRY.items():
+        spec.variants.clear()
+        spec.variants.update(before[op])
+
+
+def write(tmp_path, name, text):
+    path = tmp_path / name
+    path.write_text(text)
+    return path
+
+
+def test_a_correct_plugin_registers_its_variant(tmp_path, registry):
+    path = write(tmp_path, "good.py", GOOD)
+    [info] = load_plugins([path])
+    assert "plugin_ok" in registry["softcap"].variants
+    assert info.path == path.resolve() and info.variants == (("softcap", "plugin_ok"),)
+    assert info.sha256 == hashlib.sha256(path.read_bytes()).hexdigest()
+    x = mx.array([-100.0, -1.0, 0.0, 2.0, 100.0])
+    expected = registry["softcap"].variants["unfused"](x, 30.0)
+    assert mx.allclose(registry["softcap"].variants["plugin_ok"](x, 30.0), expected).item()
+
+
+def test_loading_the_same_file_twice_is_harmless(tmp_path, registry):
+    path = write(tmp_path, "good.py", GOOD)
+    first = load_plugins([path, path])
+    assert first[0] == first[1]
+    again = load_plugins([path])[0]
+    assert again == first[0] and list(registry["softcap"].variants).count("plugin_ok") == 1
+
+
+def test_a_changed_file_replaces_its_own_variants(tmp_path, registry):
+    path = write(tmp_path, "good.py", GOOD)
+    load_plugins([path])
+    path.write_text(GOOD.replace("plugin_ok", "plugin_two"))
+    [info] = load_plugins([path])
+    assert info.variants == (("softcap", "plugin_two"),)
+    assert "plugin_two" in registry["softcap"].variants and "plugin_ok" not in registry["softcap"].variants
+
+
+def one_line_error(paths):
+    with pytest.raises(PluginError) as caught:
+        load_plugins(paths)
+    message = str(caught.value)
+    assert "\n" not in message
+    return message
+
+
+def test_a_syntax_error_is_one_line_with_its_line(tmp_path):
+    path = write(tmp_path, "broken.py", "from models.ops import register\n\n\ndef oops(:\n    pass\n")
+    message = one_line_error([path])
+    assert re.fullmatch(rf"{re.escape(str(path))}:4: plugin: SyntaxError: .+", message), message
+
+
+def test_a_runtime_error_is_one_line_with_its_line(tmp_path, registry):
+    text = GOOD + "\n\nvalues = {}\nbroken = values['missing']\n"
+    path = write(tmp_path, "raises.py", text)
+    line = text.splitlines().index("broken = values['missing']") + 1
+    message = one_line_error([path])
+    assert message == f"{path}:{line}: plugin: KeyError: 'missing'"
+    # The variant the file registered before failing is rolled back.
+    assert "plugin_ok" not in registry["softcap"].variants
+
+
+def test_an_unknown_op_is_one_line_with_its_line(tmp_path):
+    text = 'from models.ops import register\n\n\n@register("no_such_op", "x")\ndef f(x):\n    return x\n'
+    path = write(tmp_path, "unknown.py", text)
+    message = one_line_error([path])
+    assert re.fullmatch(rf"{re.escape(str(path))}:[45]: plugin: UnknownOpError: unknown op 'no_such_op'; .+", message)
+
+
+def test_replacing_a_builtin_variant_is_refused(tmp_path, registry):
+    builtin = registry["geglu"].variants["compiled"]
+    text = 'from models.ops import register\n\n\n@register("geglu", "compiled")\ndef g(gate, up):\n    return gate\n'
+    path = write(tmp_path, "hijack.py", text)
+    message = one_line_error([path])
+    assert message.startswith(f"{path}:4: plugin: ValueError: geglu variant 'compiled' is already registered")
+    assert registry["geglu"].variants["compiled"] is builtin
+
+
+def test_a_missing_file_is_one_line(tmp_path):
+    message = one_line_error([tmp_path / "absent.py"])
+    assert message.startswith(f"{tmp_path / 'absent.py'}: plugin: FileNotFoundError")
