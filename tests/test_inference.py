@@ -44,10 +44,20 @@ def _row(p: float, *, df: int = 9, se: float = 0.01) -> PairedEstimate:
     mean = float(stats.t.isf(p / 2, df)) * se
     low, high = np.exp(stats.t.interval(0.95, df, loc=mean, scale=se))
     return PairedEstimate(
-        n=df + 1, excluded=0, mean_log=mean, sd_log=se * math.sqrt(df + 1), se_log=se, df=df, ratio=math.exp(mean),
-        low=float(low), high=float(high), p_value=p, baseline_gmean=100.0, new_gmean=100.0 * math.exp(mean),
+        n=df + 1,
+        excluded=0,
+        mean_log=mean,
+        sd_log=se * math.sqrt(df + 1),
+        se_log=se,
+        df=df,
+        ratio=math.exp(mean),
+        low=float(low),
+        high=float(high),
+        p_value=p,
+        baseline_gmean=100.0,
+        new_gmean=100.0 * math.exp(mean),
         confidence=0.95,
-    )  # fmt: skip
+    )
 
 
 # --- the estimate itself -------------------------------------------------------------------------------------------
@@ -148,8 +158,6 @@ def test_pr15587_rows_are_all_faster_after_holm() -> None:
     rows = adjust([paired_estimate(b, x) for b, x in zip(baseline, new, strict=True)])
     p_holm = ", ".join(f"{a.p_holm:.2g}" for a in rows)
     assert [verdict(a).word for a in rows] == ["faster"] * 8, f"adjusted p: {p_holm}"
-    for a, delta in zip(rows, PR15587_DELTAS_PCT, strict=True):
-        assert a.low_pct < delta < a.high_pct  # and each adjusted interval holds the truth here
 
 
 def test_pr15587_perfectly_paired_is_faster() -> None:

@@ -17,36 +17,43 @@ Estimator: the mean log ratio, Δ = exp(mean log ratio) − 1
     identity also holds to the last bit.)
 
 Interval and test: Student t on the mean log ratio
-    95% CI = mean ± t(0.975, n − 1) · sd / √n, mapped to the ratio scale by exp; p is the two-sided t-test of mean = 0,
-    so the test is dual to the interval. The t-interval is exact for normal log-ratio noise (lognormal trial noise) at
-    any n, and it needs no resampling (a bootstrap undercovers at n = 5). Coverage under heavy-tailed noise is shown by
+    95% CI = mean ± t(0.975, n − 1) · sd / √n over the n kept rounds (sd as in the outlier rule below), mapped to the
+    ratio scale by exp; p is the two-sided t-test of mean = 0, so the test is dual to the interval. The t-interval is
+    exact for normal log-ratio noise (lognormal trial noise) at any n and needs no resampling; a percentile bootstrap
+    of the mean covers only ~85% at n = 5 (simulated, normal noise). Coverage under heavy-tailed noise is shown by
     simulation (tests/test_inference.py; figures below), not assumed.
 
 Outlier rule (the constants OUTLIER_K, OUTLIER_SCALE_FLOOR, OUTLIER_MIN_ROUNDS)
     This machine sometimes loses ~40% on a single trial. That hits one side of one round and moves a plain mean of 12
-    log ratios by ~4 points. So, once there are at least OUTLIER_MIN_ROUNDS = 6 rounds, a round is excluded when its
-    log ratio lies more than OUTLIER_K = 5 robust SDs from the median log ratio. The robust SD is the pairwise
-    (Shamos) scale, median |r_i − r_j| over all pairs / 0.9539 (consistent for normal noise), floored at
-    OUTLIER_SCALE_FLOOR = 0.01 in log units. The excluded rounds are counted in `excluded` so a report can warn, and
-    `outlier_rounds` says which they are. Why each piece:
-    - Excluding rounds and then taking the sd of the rest shrinks the sd, so the rule must almost never fire on clean
-      data or the interval undercovers. With the MAD as the scale that is impossible at small n: the MAD of 6 values is
-      so noisy that K must be ~10 to keep false exclusions of clean normal samples near 1%, and then a 40% drop at 5%
-      trial noise is never caught (simulated: K = 3 with the MAD covered 87-91%, K = 5 with the MAD 92-95%). The
-      pairwise scale is about 86% efficient, so the 99th percentile of max |r − median| / scale in clean normal samples
-      stays at 3.8-4.4 for n = 6..50 and one K fits every n.
-    - K = 5: about 1% of clean normal samples lose a round; in simulation (40 000 samples per cell) the 95% interval
-      then covers 94.7-95.1% for normal noise (0.2%, 1%, 5% per trial) at n = 6, 8, 12, 20, 94.7-95.5% for 2% lognormal
-      noise plus 5% per-trial 40% drops, and 95.1-95.4% for Student-t(3) trial noise. It still catches a lone 40% drop
-      in 99-100% of samples at 1-2% trial noise (33-65% at 5% noise, where the drop is only ~7 SDs and matters less).
-      K = 4.5 caught more at 5% noise but covered 94.3% at n = 6; K = 4 covered as low as 94.1%.
+    log ratios by ~4 points. So, once there are at least OUTLIER_MIN_ROUNDS = 6 valid rounds, a round is excluded from
+    the mean when its log ratio lies more than OUTLIER_K = 4.5 robust SDs from the median log ratio. The robust SD is
+    the pairwise (Shamos) scale, median |r_i − r_j| over all pairs / 0.9539 (consistent for normal noise), floored at
+    OUTLIER_SCALE_FLOOR = 0.01 in log units. An excluded round leaves the mean but not the spread: for the SD it counts
+    as lying on the fence (median ± K · scale), the least extreme value it could have had and still be excluded. The
+    excluded rounds are counted in `excluded` so a report can warn; `outlier_rounds` says which they are. Why:
+    - Spread: dropping a round from the SD as well would let the rule manufacture certainty. The rule fires exactly
+      when the other rounds happen to sit tightly together, so their SD alone is too small. In simulated A/A tables
+      (8 rows, 5% trial noise, 5-12 rounds, 60 000 tables) the Holm family-wise rate was 4.84% for the plain t-test,
+      5.67% when excluded rounds also left the SD (K = 5), and 4.87% with the fence rule used here. This is the
+      trimmed-mean recipe of Tukey-McLaughlin / Yuen (trimmed rounds stay in a winsorized variance), applied to the
+      rounds the rule trims instead of a fixed share from each end.
+    - Scale: with the MAD instead of the pairwise scale, the MAD of 6 values is so noisy that K must be ~10 to keep
+      false exclusions in clean normal samples near 1%, and then a 40% drop at 5% trial noise is never caught. The
+      pairwise scale is ~86% efficient: the 99th percentile of max |r − median| / scale in clean normal samples stays
+      at 3.8-4.4 for n = 6..50, so one K fits every n.
+    - K = 4.5: 0.2-1.0% of clean normal rows lose a round. The 95% interval then covered (20 000 samples per cell,
+      n = 5, 6, 8, 12, 20): 94.8-95.4% with 5% normal trial noise, 95.0-95.2% with 0.2%; 96.8-99.3% with 2% lognormal
+      noise plus a 40% drop on 5% of trials (conservative: excluded rounds keep the interval honest, not narrow);
+      95.2-95.9% with Student-t(3) trial noise. A lone 40% drop is caught in ~100% of rows at 1-2% trial noise and
+      in 42-77% (n = 6-12) at 5%, where it is only ~7 SDs out; K = 5 caught 33-65% there, K = 4 let the A/A rate
+      creep up (5.00%).
     - Floor 0.01: with near-identical ratios (quantised timers, a perfectly paired run) the scale collapses towards 0
-      and every round would look like an outlier. With the floor, a round within K · floor = 5% of the median is never
-      excluded; a deviation that small cannot swing the row and is ordinary noise here anyway.
-    - n ≥ 6: below that a robust scale rests on too few pairs to trust, and the plain t-interval with the outlier kept
-      is conservative (heavy, symmetric tails widen it: 96-97% coverage at n = 5 in the contaminated model).
-    - The pairwise scale breaks down when more than ~29% of rounds are bad; the rule then excludes nothing, which
-      errs on the wide side. The cost is O(n²) pairs, trivial for the tens of rounds an experiment runs.
+      and every round would look like an outlier. With the floor, a round within K · floor = 4.5% of the median is
+      never excluded; a deviation that small cannot swing the row and is ordinary noise here anyway.
+    - n ≥ 6: below that a robust scale rests on too few pairs to trust, and the plain t-interval with the outlier
+      kept is conservative (heavy symmetric tails widen it: 96.8% coverage at n = 5 in the contaminated model).
+    - The pairwise scale breaks down when more than ~29% of the rounds are bad; the rule then excludes nothing,
+      which errs on the wide side. The cost is O(n²) pairs, trivial for the tens of rounds an experiment runs.
 
 Degenerate cases
     No valid pair → ValueError. One round → no interval: low, high and p are NaN (`has_interval` is False) and the
@@ -119,8 +126,10 @@ VERDICT_WORDS = ("faster", "slower", "no change", "inconclusive", "needs more ro
 class PairedEstimate:
     """Mean-log-ratio estimate of new/baseline over the kept rounds, with its t-interval at `confidence`.
 
-    low/high/p_value are NaN when n < 2. baseline_gmean and new_gmean are geometric means over the kept rounds, and
-    new_gmean / baseline_gmean == ratio.
+    n counts the kept rounds, excluded the rounds the outlier rule dropped from the mean. sd_log is the log-ratio SD
+    about mean_log with excluded rounds counted at the fence (the plain sample SD when nothing was excluded);
+    se_log = sd_log / sqrt(n), df = n - 1. low/high/p_value are NaN when n < 2. baseline_gmean and new_gmean are
+    geometric means over the kept rounds, and new_gmean / baseline_gmean == ratio.
     """
 
     n: int
@@ -268,7 +277,7 @@ def adjust(estimates: Sequence[PairedEstimate], *, alpha: float = 0.05) -> list[
     _check_level(alpha, "alpha")
     family = sorted((i for i, e in enumerate(estimates) if e.has_interval), key=lambda i: estimates[i].p_value)
     m = len(family)
-    out: list[Adjusted | None] = [None] * len(estimates)
+    done: dict[int, Adjusted] = {}
     running = 0.0
     for rank, i in enumerate(family, start=1):
         est = estimates[i]
@@ -276,11 +285,9 @@ def adjust(estimates: Sequence[PairedEstimate], *, alpha: float = 0.05) -> list[
         c = running / est.p_value if est.p_value > 0 else float(m - rank + 1)
         level = 1.0 - alpha / c
         low, high = est.interval(level)
-        out[i] = Adjusted(est, p_holm=min(1.0, running), level=level, low=low, high=high)
-    for i, est in enumerate(estimates):
-        if out[i] is None:
-            out[i] = Adjusted(est, p_holm=math.nan, level=math.nan, low=math.nan, high=math.nan)
-    return out  # type: ignore[return-value]
+        done[i] = Adjusted(est, p_holm=min(1.0, running), level=level, low=low, high=high)
+    nan = math.nan
+    return [done.get(i, Adjusted(est, nan, nan, nan, nan)) for i, est in enumerate(estimates)]
 
 
 def verdict(adjusted: Adjusted, *, margin_pct: float = 2.0, min_rounds: int = 3, alpha: float = 0.05) -> Verdict:
