@@ -12,13 +12,14 @@ from pathlib import Path
 from typing import Any
 
 import matplotlib.image
+import numpy as np
 import pandas as pd
 import pytest
 from rich.console import Console
 
 from bench.analysis import study as report
+from bench.analysis.inference import adjust, paired_estimate
 from bench.analysis.reference import ReferenceFileError, load_reference
-from bench.analysis.stats import holm
 from bench.analysis.study import ComparisonError
 from bench.commands import main
 from bench.commands.report import add_arguments
@@ -164,7 +165,7 @@ def test_delta_table_medians_delta_and_order(tmp_path: Path, suite: Path):
     code, out, _ = run_report(tmp_path, suite)
     assert code == 0
     markdown = read_md(out / "report.md")
-    assert "| Size | Metric | Baseline | New | Δ | 95% CI | Verdict |" in markdown
+    assert "| Size | Metric | Baseline | New | Δ | 95% CI (Holm) | ± | Rounds | Verdict |" in markdown
     rows = md_table_rows(markdown, "baseline → compiled")
     assert [(r[0], r[1]) for r in rows] == [
         ("E2B (2/35 layers)", "prefill"), ("E2B (2/35 layers)", "gen"),
@@ -172,18 +173,31 @@ def test_delta_table_medians_delta_and_order(tmp_path: Path, suite: Path):
         ("26B", "—"), ("31B", "—"), ("tiny", "prefill"), ("tiny", "gen"),
     ]
     e2b_prefill, e2b_gen = rows[0], rows[1]
-    assert e2b_prefill[2:6] == ["18,777", "21,901", "+16.6%", "[+16.6%, +16.6%]"]
-    assert e2b_gen[2:5] == ["153.8", "176.9", "+15.0%"]
-    # tiny: identical numbers, Δ 0 and "≈"
-    assert rows[6][4:7] == ["+0.0%", "[+0.0%, +0.0%]", "≈"]
+    # Geometric means over the paired rounds; every round's ratio is exactly the PR's, so the interval is the point.
+    base = float(np.exp(np.mean(np.log(E2B_BASE_PREFILL))))
+    assert e2b_prefill[2:9] == [f"{base:,.0f}", f"{base * E2B_RATIO:,.0f}", "+16.6%", "[+16.6%, +16.6%]", "±0.0%",
+                                "5", "faster"]
+    assert e2b_gen[4] == "+15.0%"
+    # tiny: identical numbers: Δ 0, and an interval of zero width inside the ±2% margin
+    assert rows[6][4:9] == ["+0.0%", "[+0.0%, +0.0%]", "±0.0%", "5", "no change"]
+
+
+def test_every_row_reads_new_over_baseline_as_its_delta(tmp_path: Path, suite: Path):
+    _, out, _ = run_report(tmp_path, suite)
+    for row in md_table_rows(read_md(out / "report.md"), "baseline → compiled"):
+        if row[4] in ("—",):
+            continue
+        baseline, new = (float(cell.replace(",", "")) for cell in row[2:4])
+        assert (new / baseline - 1) * 100 == pytest.approx(float(row[4].rstrip("%")), abs=0.1), row
 
 
 def test_delta_numbers_match_the_stats_module(tmp_path: Path, suite: Path):
     study = report.build_study(read_results([suite]))
     table = report.compare_scope(study, study.machines[0], "pp128 tg32 b1", ("baseline", "compiled"))
     e2b = table[table["size"] == "E2B (2/35 layers)"].set_index("metric")
-    assert e2b.at["prefill", "baseline_median"] == 18777.0
-    assert e2b.at["prefill", "new_median"] == pytest.approx(21901.0)
+    expected = paired_estimate(E2B_BASE_PREFILL, [p * E2B_RATIO for p in E2B_BASE_PREFILL])
+    assert e2b.at["prefill", "baseline_gmean"] == pytest.approx(expected.baseline_gmean)
+    assert e2b.at["prefill", "new_gmean"] == pytest.approx(expected.new_gmean)
     assert e2b.at["prefill", "delta_pct"] == pytest.approx((E2B_RATIO - 1) * 100)
     assert e2b.at["gen", "n_pairs"] == 5
 
@@ -225,34 +239,37 @@ def test_holm_is_applied_across_the_rows_of_a_table(suite: Path):
     table = report.compare_scope(study, study.machines[0], "pp128 tg32 b1", ("baseline", "compiled"))
     tested = table[table["p_value"].notna()]
     assert len(tested) == 6  # E2B, E4B, tiny x prefill, gen
-    # E2B and E4B: 5 vs 5 perfectly separated, p = 2/252 each; Holm over the 6 rows multiplies the smallest by 6,
-    # which still clears 0.05, so E2B is "faster" (E4B is incorrect, and tiny is identical: p = 1).
     by_size = tested.set_index(tested["size"].str.split().str[0] + " " + tested["metric"])
-    assert by_size.loc[["E2B prefill", "E2B gen", "E4B prefill", "E4B gen"], "p_value"].tolist() == pytest.approx(
-        [2 / 252] * 4
-    )
+    # Exactly proportional rounds: zero spread, so E2B and E4B are certain (p = 0) and tiny's Δ of 0 has p = 1.
+    assert by_size.loc[["E2B prefill", "E2B gen", "E4B prefill", "E4B gen"], "p_value"].tolist() == [0.0] * 4
     assert by_size.loc[["tiny prefill", "tiny gen"], "p_value"].tolist() == [1.0, 1.0]
-    assert tested["p_holm"].tolist() == pytest.approx(holm(tested["p_value"]))
-    assert tested["p_holm"].min() == pytest.approx(6 * 2 / 252)
+    estimates = [paired_estimate([1.0, 1.0], [r, r]) for r in tested["ratio"]]
+    assert tested["p_holm"].tolist() == pytest.approx([a.p_holm for a in adjust(estimates)])
     assert by_size.loc[["E2B prefill", "E2B gen"], "verdict"].tolist() == ["faster", "faster"]
-    assert by_size.loc[["tiny prefill", "tiny gen"], "verdict"].tolist() == ["≈", "≈"]
+    assert by_size.loc[["tiny prefill", "tiny gen"], "verdict"].tolist() == ["no change", "no change"]
 
 
-def test_holm_over_a_bigger_table_demotes_every_verdict(tmp_path: Path):
-    # Four sizes x two metrics, 5 rounds each, every round 20% faster: Holm over 8 rows needs p < 0.00625 first,
-    # which Mann-Whitney cannot give with 5 rounds, so all stay ≈ and the report says how many trials would do.
+def test_the_prs_own_method_can_say_faster(tmp_path: Path):
+    # Four sizes x two metrics, 5 rounds each (the PR's -epochs 5), every round about 20% faster with 1% noise:
+    # Holm over 8 rows still leaves every row "faster", which an unpaired rank test at n = 5 never could.
+    rng = np.random.default_rng(5)
     records = [header()]
     base = [100.0 + r for r in range(5)]
     for size in ("E2B", "E4B", "26B", "31B"):
-        records += rounds(meta(size), {"baseline": base, "compiled": [b * 1.2 for b in base]},
-                          {"baseline": base, "compiled": [b * 1.2 for b in base]})
+        new = [b * 1.2 * rng.lognormal(0, 0.01) for b in base]
+        records += rounds(meta(size), {"baseline": base, "compiled": new}, {"baseline": base, "compiled": new})
+    _, out, _ = run_report(tmp_path, write(tmp_path / "r.jsonl", records))
+    rows = md_table_rows(read_md(out / "report.md"), "baseline → compiled")
+    assert {r[-1] for r in rows} == {"faster"}
+
+
+def test_too_few_rounds_ask_for_more(tmp_path: Path):
+    records = [header(), *rounds(meta("E2B"), {"baseline": [100.0, 101.0], "compiled": [120.0, 121.0]},
+                                 {"baseline": [10.0, 10.1], "compiled": [12.0, 12.2]})]
     _, out, _ = run_report(tmp_path, write(tmp_path / "r.jsonl", records))
     markdown = read_md(out / "report.md")
-    rows = md_table_rows(markdown, "baseline → compiled")
-    assert [r[4] for r in rows] == ["+20.0%"] * 8
-    assert {r[-1] for r in rows} == {"≈"}
-    assert "too few rounds for a verdict" in markdown
-    assert "run at least 6 trials" in markdown
+    assert {r[-1] for r in md_table_rows(markdown, "baseline → compiled")} == {"needs ≥ 3 rounds"}
+    assert "too few rounds: baseline → compiled · pp128 tg32 b1: E2B prefill has 2 paired round(s)" in markdown
 
 
 def test_more_rounds_earn_a_faster_verdict(tmp_path: Path):
@@ -278,8 +295,8 @@ def test_machines_are_never_pooled(tmp_path: Path):
     headings = [line for line in markdown.splitlines() if line.startswith("### baseline → compiled")]
     assert len(headings) == 2
     assert "host-a" in headings[0] and "host-b" in headings[1]
-    assert md_table_rows(markdown, "host-a")[0][2] == "18,777"
-    assert md_table_rows(markdown, "host-b")[0][2] == "187,770"
+    host_a, host_b = md_table_rows(markdown, "host-a")[0][2], md_table_rows(markdown, "host-b")[0][2]
+    assert float(host_b.replace(",", "")) == pytest.approx(10 * float(host_a.replace(",", "")), abs=10)
 
 
 def test_workloads_get_their_own_tables(tmp_path: Path):
@@ -311,7 +328,7 @@ def test_every_file_is_written_and_pngs_are_valid(tmp_path: Path, suite: Path):
     html = (out / "report.html").read_text()
     assert html.count('src="data:image/png;base64,') == len(pngs)
     assert "<table>" in html and "18,777" in html
-    assert "18,777" in terminal  # the main table is printed too
+    assert "+16.6%" in terminal  # the main table is printed too
 
 
 def test_summary_csv_rows(tmp_path: Path, suite: Path):
@@ -366,7 +383,7 @@ def test_depth_section_one_curve_per_model_with_its_decode_steps(tmp_path: Path)
 def test_reference_column_and_backend_note(tmp_path: Path, suite: Path):
     _, out, _ = run_report(tmp_path, suite, extra=["--reference", "pr15587"])
     markdown = read_md(out / "report.md")
-    assert "| Size | Metric | Baseline | New | Δ | Ref Δ | 95% CI | Verdict |" in markdown
+    assert "| Size | Metric | Baseline | New | Δ | Ref Δ | 95% CI (Holm) | ± | Rounds | Verdict |" in markdown
     rows = {(r[0], r[1]): r for r in md_table_rows(markdown, "baseline → compiled")}
     assert rows[("E2B (2/35 layers)", "prefill")][5] == "+16.6%"
     assert rows[("E4B (2/42 layers)", "gen")][5] == "+11.6%"
@@ -496,8 +513,7 @@ def test_warnings_noisy_few_rounds_cold_start(tmp_path: Path):
     _, out, terminal = run_report(tmp_path, write(tmp_path / "r.jsonl", records))
     markdown = read_md(out / "report.md")
     assert "noisy: E2B pp128 tg32 b1: CV above 5% (baseline prefill 18.4%; 2 rounds)" in markdown
-    assert "too few rounds for a CI" in markdown
-    assert "n/a (n=2)" in markdown
+    assert "needs ≥ 3 rounds" in markdown
     assert "slow cold start: E2B pp128 tg32 b1: first call vs steady trial: compiled" in markdown
     assert "it ran as a timed round" in markdown
     assert "noisy" in terminal
@@ -511,7 +527,8 @@ def test_print_summary(suite: Path):
     print_summary(Console(file=buffer, width=220), read_results([suite]), [("baseline", "compiled")])
     text = buffer.getvalue()
     assert "Δ compiled vs baseline" in text
-    assert "18,777" in text and "21,901" in text
+    base = float(np.exp(np.mean(np.log(E2B_BASE_PREFILL))))
+    assert f"{base:,.0f}" in text and f"{base * E2B_RATIO:,.0f}" in text
     assert "+16.6% [+16.6%, +16.6%] faster" in text
     assert "✗ incorrect" in text
     assert "skipped: needs 62 GB" in text
@@ -649,7 +666,7 @@ def test_ops_only_file_renders_the_op_section(tmp_path: Path, monkeypatch: pytes
     assert [r[0] for r in geglu] == ["E2B mlp [1,128,6144]", "", "E4B mlp [1,128,10240]", ""]
     assert "- E4B mlp [1,128,10240]: the wider MLP" in markdown
     rope = op_rows(markdown, "rope")
-    assert rope[1][4] == "—" and rope[1][-1] == "≈"  # pure data movement; a CI straddling 0
+    assert rope[1][4] == "—" and rope[1][-1].startswith("inconclusive (±")  # pure data movement; a CI straddling 0
     # Nothing of the trial report: the header's experiment declares variants, but an ops run never ran them.
     for absent in ("## Δ", "## Throughput", "## Correctness", "## Warnings", "## Method"):
         assert absent not in markdown
@@ -664,7 +681,7 @@ def test_trials_and_ops_in_one_file(tmp_path: Path):
     path = write(tmp_path / "r.jsonl", [*full_suite(), *ops_suite()])
     _, out, _ = run_report(tmp_path, path)
     markdown = read_md(out / "report.md")
-    assert md_table_rows(markdown, "baseline → compiled")[0][2] == "18,777"
+    assert md_table_rows(markdown, "baseline → compiled")[0][4] == "+16.6%"
     assert op_rows(markdown, "geglu")[1][6] == "+25.0%"
     study = report.build_study(read_results([path]))
     assert study.machines == ["vm · Test CPU · cpu · openblas"]  # same host: one machine, not pooled apart

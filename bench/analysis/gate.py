@@ -34,8 +34,9 @@ from ..core.baselines import load_baseline, require_timed_trials
 from ..core.fingerprint import Fingerprint, MachineMismatchError, results_fingerprint
 from ..core.records import ResultsError
 from ..core.results import Results, read_results
-from ..core.spec import Experiment, parse_experiment
+from ..core.spec import DEFAULT_MARGIN_PCT, Experiment, parse_experiment
 from . import stats
+from .inference import interval_verdict
 from .noise import Noise, default_noise_path, load_noise
 from .stats import SEED
 from .study import cell_labels, ordered_cells
@@ -58,7 +59,7 @@ class Limit:
 
     pct: float
     bound: str  # "threshold" or "noise"
-    noise_pct: float = 0.0  # the calibrated MDE: a CI wholly inside ±noise_pct reads "≈", whichever bound won
+    noise_pct: float = 0.0  # the calibrated MDE: a CI wholly inside ±noise_pct reads "no change", whichever bound won
 
     def __str__(self) -> str:
         return f"-{self.pct:.1f}% ({self.bound})"
@@ -116,13 +117,17 @@ def judge(base: Verdict, ci: stats.RatioCI | None, n_baseline: int, n_current: i
         return replace(base, status="missing", note="not in the current results")
     if ci.n < MIN_VALUES_FOR_CI:
         return replace(base, ci=ci, status="too few rounds", note=f"{ci.n} values; {MIN_VALUES_FOR_CI} needed for a CI")
-    if stats.regression(ci, max_regression_pct=base.limit.pct):
+    if ci.high < 1.0 - base.limit.pct / 100.0:
         return replace(base, ci=ci, status="✗ regressed", failed=True)
-    return replace(base, ci=ci, status=stats.verdict(ci, noise_pct=base.limit.noise_pct))
+    words = interval_verdict(ci.low, ci.high, ci.n, margin_pct=max(base.limit.noise_pct, DEFAULT_MARGIN_PCT))
+    return replace(base, ci=ci, status=words.text)
 
 
-def _ci(row: Any, n: int) -> stats.RatioCI | None:
-    return stats.RatioCI(ratio=row.ratio, low=row.low, high=row.high, n=n) if math.isfinite(row.ratio) else None
+def _ci(row: Any, n: int, low: str = "low", high: str = "high") -> stats.RatioCI | None:
+    """A comparison row's interval: for a paired row, the Holm-adjusted one (low="adj_low", high="adj_high")."""
+    if not math.isfinite(row.ratio):
+        return None
+    return stats.RatioCI(ratio=row.ratio, low=getattr(row, low), high=getattr(row, high), n=n)
 
 
 def baseline_verdicts(
@@ -158,15 +163,16 @@ def expectation_verdicts(exp: Experiment, trials: pd.DataFrame, correctness: pd.
         pair, metric = expectation.comparison, expectation.metric
         limit = limit_for(expectation.max_slowdown_pct, noise, EXPECT, metric)
         variant = f"{pair.new} vs {pair.baseline}"
-        table = stats.compare(trials, pair.baseline, pair.new, metric, seed=SEED) if not trials.empty else None
+        table = None if trials.empty else stats.compare(trials, pair.baseline, pair.new, metric,
+                                                        margin_pct=exp.margin_pct)
         if table is None or not (table["n_pairs"] > 0).any():
             verdicts.append(Verdict(EXPECT, "", variant, metric, status="✗ no data", failed=True, limit=limit,
                                     note=f"no round ran both {pair.baseline} and {pair.new}"))
             continue
         for row in table[table["n_pairs"] > 0].itertuples():
             base = Verdict(EXPECT, labels[row.model_key, row.size, row.workload], variant, metric, status="",
-                           failed=False, baseline=row.baseline_median, current=row.new_median, limit=limit)
-            verdicts.append(judge(base, _ci(row, row.n_pairs), row.n_pairs, row.n_pairs))
+                           failed=False, baseline=row.baseline_gmean, current=row.new_gmean, limit=limit)
+            verdicts.append(judge(base, _ci(row, row.n_pairs, "adj_low", "adj_high"), row.n_pairs, row.n_pairs))
     return verdicts
 
 

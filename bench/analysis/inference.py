@@ -106,6 +106,7 @@ __all__ = [
     "Verdict",
     "adjust",
     "detectable_pct",
+    "interval_verdict",
     "outlier_rounds",
     "paired_estimate",
     "rounds_needed",
@@ -305,6 +306,19 @@ def verdict(adjusted: Adjusted, *, margin_pct: float = 2.0, min_rounds: int = 3,
     if adjusted.low >= 1.0 - margin_pct / 100.0 and adjusted.high <= 1.0 + margin_pct / 100.0:
         return Verdict("no change", "no change")
     return Verdict("inconclusive", f"inconclusive (±{adjusted.half_width_pct:.1f}%)")
+
+
+def interval_verdict(low: float, high: float, n: int, *, margin_pct: float = 2.0, min_rounds: int = 3) -> Verdict:
+    """The same words for an interval that did not come from `adjust` (say, an unpaired comparison of two runs):
+    faster or slower when it excludes a ratio of 1, no change when it lies within ±margin_pct, else inconclusive."""
+    if n < min_rounds or math.isnan(low):
+        return Verdict("needs more rounds", f"needs ≥ {min_rounds} rounds")
+    if low > 1.0 or high < 1.0:
+        word = "faster" if low > 1.0 else "slower"
+        return Verdict(word, word)
+    if low >= 1.0 - margin_pct / 100.0 and high <= 1.0 + margin_pct / 100.0:
+        return Verdict("no change", "no change")
+    return Verdict("inconclusive", f"inconclusive (±{(high - low) / 2.0 * 100.0:.1f}%)")
 
 
 def rounds_needed(sd_log: float, target_half_width_pct: float, confidence: float = 0.95) -> int:

@@ -97,7 +97,7 @@ def aa_comparisons(runs: list[pd.DataFrame], comparisons: list[tuple[str, str]])
                     rows.append(_aa_row(scope, f"{i}-{j}", row, row.variant))
     for i, trials in enumerate(runs, start=1):
         for variant in trials["variant"].unique():
-            for row in stats.compare(trials, variant, variant, stats.METRICS, seed=SEED).itertuples():
+            for row in stats.compare(trials, variant, variant, stats.METRICS).itertuples():
                 if row.n_pairs:
                     rows.append(_aa_row("within_run", str(i), row, variant))
     return pd.DataFrame(rows)

@@ -4,10 +4,12 @@ and the paired per-round speed ratio against the op's reference variant."""
 from __future__ import annotations
 
 from collections.abc import Iterable
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from typing import Any
 
-from .stats import RatioCI, bootstrap_ratio_ci, paired_ratios, summarize, verdict
+from .inference import Adjusted, PairedEstimate, adjust, paired_estimate
+from .inference import verdict as inference_verdict
+from .stats import ALPHA, DEFAULT_MARGIN_PCT, summarize
 
 
 @dataclass(frozen=True)
@@ -21,13 +23,9 @@ class VariantSummary:
     gbps: float
     gflops: float | None
     max_abs_err: float
-    speed: RatioCI | None  # speed ratio vs the reference, paired per round; None for the reference itself
-
-    @property
-    def verdict(self) -> str:
-        if self.variant == self.reference:
-            return "reference"
-        return "n/a" if self.speed is None else verdict(self.speed)
+    # Speed vs the reference, paired per round, Holm-adjusted across the op's table; None for the reference itself.
+    speed: Adjusted | None = None
+    verdict: str = "reference"
 
 
 def summarize_ops(records: Iterable[dict[str, Any]]) -> list[VariantSummary]:
@@ -40,25 +38,42 @@ def summarize_ops(records: Iterable[dict[str, Any]]) -> list[VariantSummary]:
         if r.get("kind") == "op":
             variants = by_case.setdefault((r.get("run_id"), r["op"], r["shape_label"]), {})
             variants.setdefault(r["variant"], {})[r["round"]] = r
-    return [_summarize_variant(samples, variants) for variants in by_case.values() for samples in variants.values()]
+    summaries = [_summarize_variant(samples) for variants in by_case.values() for samples in variants.values()]
+    return _judge(summaries, {_key(s): _speed(by_case, s) for s in summaries})
 
 
-def _summarize_variant(samples: dict[int, dict[str, Any]],
-                       variants: dict[str, dict[int, dict[str, Any]]]) -> VariantSummary:
+def _summarize_variant(samples: dict[int, dict[str, Any]]) -> VariantSummary:
     first = next(iter(samples.values()))
     seconds = summarize([r["seconds"] for r in samples.values()]).median
-    is_reference = first["variant"] == first["reference"]
     return VariantSummary(
         first.get("run_id"), first["op"], first["shape_label"], first["variant"], first["reference"], seconds,
         first["bytes"] / seconds / 1e9, None if first["flops"] is None else first["flops"] / seconds / 1e9,
-        first["max_abs_err"], None if is_reference else _speed_ci(variants.get(first["reference"], {}), samples),
+        first["max_abs_err"],
     )
 
 
-def _speed_ci(reference: dict[int, dict[str, Any]], samples: dict[int, dict[str, Any]]) -> RatioCI | None:
+def _speed(by_case: dict[tuple, dict[str, dict[int, dict[str, Any]]]], s: VariantSummary) -> PairedEstimate | None:
+    """Speed (1 / time, so bigger is better) of a variant against the op's reference, paired per round."""
+    if s.variant == s.reference:
+        return None
+    variants = by_case[(s.run_id, s.op, s.shape_label)]
+    reference, samples = variants.get(s.reference, {}), variants[s.variant]
     rounds = sorted(set(reference) & set(samples))
     if not rounds:
         return None
-    # Speeds, not times: ratios are bigger-is-better, so > 1 means the variant is faster.
-    speeds = [[1 / side[i]["seconds"] for i in rounds] for side in (reference, samples)]
-    return bootstrap_ratio_ci(paired_ratios(*speeds))
+    return paired_estimate([1 / reference[i]["seconds"] for i in rounds], [1 / samples[i]["seconds"] for i in rounds])
+
+
+def _judge(summaries: list[VariantSummary], speeds: dict[tuple, PairedEstimate | None]) -> list[VariantSummary]:
+    """Holm across each run's op table (every shape and variant of one op), then each row's verdict."""
+    judged = {}
+    for table in dict.fromkeys((s.run_id, s.op) for s in summaries):
+        rows = [s for s in summaries if (s.run_id, s.op) == table and speeds[_key(s)] is not None]
+        for s, adjusted in zip(rows, adjust([speeds[_key(s)] for s in rows], alpha=ALPHA), strict=True):
+            words = inference_verdict(adjusted, margin_pct=DEFAULT_MARGIN_PCT, alpha=ALPHA)
+            judged[_key(s)] = replace(s, speed=adjusted, verdict=words.text)
+    return [judged.get(_key(s), s if s.variant == s.reference else replace(s, verdict="n/a")) for s in summaries]
+
+
+def _key(s: VariantSummary) -> tuple:
+    return s.run_id, s.op, s.shape_label, s.variant

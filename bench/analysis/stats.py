@@ -17,12 +17,18 @@ from dataclasses import dataclass
 import numpy as np
 import pandas as pd
 from numpy.typing import ArrayLike
-from scipy import stats as _sps
 
 from ..core.records import METRIC_COLUMNS, METRICS
+from ..core.spec import DEFAULT_MARGIN_PCT
+from .inference import PairedEstimate, adjust, paired_estimate
+from .inference import verdict as inference_verdict
 
 # Every bootstrap is seeded with this, so a report or a check rebuilt from the same results gives the same numbers.
 SEED = 0
+# The family-wise error rate of one table's verdicts, and the equivalence margin of "no change" (experiments may
+# set their own: `margin_pct`).
+ALPHA = 0.05
+
 
 __all__ = [
     "CELL_KEYS",
@@ -34,20 +40,14 @@ __all__ = [
     "SUMMARY_COLUMNS",
     "RatioCI",
     "Summary",
-    "bootstrap_ratio_ci",
     "bootstrap_ratio_of_medians_ci",
     "compare",
     "compare_runs",
-    "holm",
-    "mann_whitney_min_p",
-    "mann_whitney_p",
     "paired_ratios",
     "paired_speedups",
-    "regression",
     "summarize",
     "summary_table",
     "timed_trials",
-    "verdict",
 ]
 
 
@@ -72,6 +72,7 @@ class Summary:
     min: float
     max: float
     mean: float
+    gmean: float  # geometric mean: what the delta tables' Baseline and New columns show
 
 
 def summarize(values: ArrayLike) -> Summary:
@@ -100,6 +101,7 @@ def summarize(values: ArrayLike) -> Summary:
         min=float(np.min(x)),
         max=float(np.max(x)),
         mean=mean,
+        gmean=float(np.exp(np.mean(np.log(x)))) if (x > 0).all() else math.nan,
     )
 
 
@@ -137,100 +139,6 @@ class RatioCI:
         return (self.high - 1.0) * 100.0
 
 
-def bootstrap_ratio_ci(
-    ratios: ArrayLike, *, confidence: float = 0.95, resamples: int = 10_000, seed: int = 0
-) -> RatioCI:
-    """Median of the ratios with a percentile-bootstrap CI of that median.
-
-    Seeded (numpy default_rng(seed)) so a report rebuilt from the same data shows the same CI.
-    With n == 1 there is nothing to resample: the CI is the degenerate (ratio, ratio), which says
-    nothing about uncertainty; callers should treat it as unproven. n == 0 raises ValueError.
-    """
-    r = _as_1d(ratios)
-    if np.isnan(r).any():
-        raise ValueError("ratios contain NaN; build them with paired_ratios()")
-    if r.size == 0:
-        raise ValueError("bootstrap_ratio_ci() needs at least one ratio")
-    if not 0.0 < confidence < 1.0:
-        raise ValueError(f"confidence must be in (0, 1), got {confidence}")
-    if resamples < 1:
-        raise ValueError(f"resamples must be >= 1, got {resamples}")
-    ratio = float(np.median(r))
-    if r.size == 1:
-        return RatioCI(ratio=ratio, low=ratio, high=ratio, n=1)
-    rng = np.random.default_rng(seed)
-    # One draw for all resamples keeps 10k x n=50 in the millisecond range.
-    idx = rng.integers(0, r.size, size=(resamples, r.size))
-    medians = np.median(r[idx], axis=1)
-    alpha = (1.0 - confidence) / 2.0
-    low, high = np.quantile(medians, [alpha, 1.0 - alpha])
-    return RatioCI(ratio=ratio, low=float(low), high=float(high), n=int(r.size))
-
-
-def mann_whitney_p(a: ArrayLike, b: ArrayLike) -> float:
-    """Two-sided Mann-Whitney U p-value (NaNs dropped).
-
-    Returns 1.0 when either side has fewer than 2 values or every value is identical, where the
-    test is undefined and "no evidence of a difference" is the honest answer.
-    """
-    x, y = _drop_nan(_as_1d(a)), _drop_nan(_as_1d(b))
-    if x.size < 2 or y.size < 2:
-        return 1.0
-    both = np.concatenate([x, y])
-    if np.all(both == both[0]):
-        return 1.0
-    p = float(_sps.mannwhitneyu(x, y, alternative="two-sided", method="auto").pvalue)
-    return 1.0 if math.isnan(p) else p
-
-
-def mann_whitney_min_p(n1: int, n2: int) -> float:
-    """The smallest two-sided p-value Mann-Whitney can give for samples of n1 and n2 values (no ties).
-
-    Perfect separation is 1 of C(n1+n2, n1) equally likely orderings under the null, so no data can beat
-    2 / C(n1+n2, n1): with 5 values a side that is 0.0079, which a Holm correction over 8 rows cannot pass.
-    """
-    if n1 < 2 or n2 < 2:
-        return 1.0
-    return min(1.0, 2.0 / math.comb(n1 + n2, n1))
-
-
-def holm(pvalues: ArrayLike) -> list[float]:
-    """Holm-Bonferroni adjusted p-values (step-down, monotone, capped at 1), in the input order."""
-    p = _as_1d(pvalues)
-    m = p.size
-    if m == 0:
-        return []
-    order = np.argsort(p, kind="stable")
-    scaled = (m - np.arange(m)) * p[order]
-    # Step-down: an adjusted p-value may never be smaller than one ranked before it.
-    adjusted_sorted = np.minimum(np.maximum.accumulate(scaled), 1.0)
-    adjusted = np.empty(m)
-    adjusted[order] = adjusted_sorted
-    return [float(v) for v in adjusted]
-
-
-def verdict(ci: RatioCI, *, noise_pct: float = 0.0, significant: bool = True) -> str:
-    """Classify a ratio CI as "faster", "slower" or "≈".
-
-    Throughput metrics are bigger-is-better, so a CI wholly above 1 is "faster". "≈" when the CI
-    contains 1.0, when the whole CI lies inside the noise band [1 - noise_pct/100, 1 + noise_pct/100]
-    (the effect is too small to trust), or when `significant` is False (e.g. after Holm correction).
-    """
-    band_low, band_high = 1.0 - noise_pct / 100.0, 1.0 + noise_pct / 100.0
-    if not significant or ci.low <= 1.0 <= ci.high or (band_low <= ci.low and ci.high <= band_high):
-        return "≈"
-    return "faster" if ci.low > 1.0 else "slower"
-
-
-def regression(ci: RatioCI, *, max_regression_pct: float) -> bool:
-    """True only when the whole CI lies below 1 - max_regression_pct/100.
-
-    Requiring even the optimistic end (ci.high) to be a slowdown beyond the threshold keeps noisy
-    runs from failing CI; a point estimate alone never counts.
-    """
-    return ci.high < 1.0 - max_regression_pct / 100.0
-
-
 # --- tables of trial records -----------------------------------------------------------------------
 
 # What identifies one measured cell on one machine; machines are never pooled.
@@ -238,10 +146,13 @@ CELL_KEYS = ("machine", "size", "model_key", "workload")
 _PAIR_KEYS = ("run_id", "cell", "pair")
 
 COMPARE_COLUMNS = (
-    *CELL_KEYS, "metric", "baseline", "new", "baseline_median", "new_median", "n_baseline", "n_new", "n_pairs",
-    "ratio", "low", "high", "delta_pct", "p_value", "p_holm", "verdict", "cv_baseline", "cv_new",
+    *CELL_KEYS, "metric", "baseline", "new", "baseline_gmean", "new_gmean", "n_pairs", "excluded", "ratio", "low",
+    "high", "delta_pct", "p_value", "p_holm", "adj_low", "adj_high", "half_width_pct", "verdict", "verdict_text",
+    "cv_baseline", "cv_new",
 )
-SUMMARY_COLUMNS = (*CELL_KEYS, "metric", "variant", "n", "median", "q1", "q3", "iqr", "cv", "min", "max", "mean")
+SUMMARY_COLUMNS = (
+    *CELL_KEYS, "metric", "variant", "n", "median", "q1", "q3", "iqr", "cv", "min", "max", "mean", "gmean",
+)
 
 
 def timed_trials(trials: pd.DataFrame) -> pd.DataFrame:
@@ -277,21 +188,19 @@ def compare(
     new: str,
     metric: str | Sequence[str],
     *,
-    seed: int = 0,
-    confidence: float = 0.95,
-    alpha: float = 0.05,
-    noise_pct: float = 0.0,
+    alpha: float = ALPHA,
+    margin_pct: float = DEFAULT_MARGIN_PCT,
 ) -> pd.DataFrame:
-    """Compare two variants cell by cell: one row per machine x size x model x workload x metric.
+    """Compare two variants cell by cell, with analysis.inference's paired method: one row per machine x size x
+    model x workload x metric, the rows of one table and so one Holm family.
 
-    - Pairing: within each (run_id, cell, round) the ratio new/baseline; Δ% and its bootstrap CI (seeded) come
-      from those paired ratios, so drift shared by both variants of a round cancels. Warmups are excluded.
-    - baseline_median / new_median are the medians of each side's timed trials (the table's tok/s).
-    - p_value: two-sided Mann-Whitney between the two sides' per-round values (asv's supplement to the ratio).
-    - p_holm: Holm over every row of the returned table that has a p-value, so pass exactly one family, e.g. the
-      rows of one report table.
-    - verdict: faster / slower only when the CI clears 1 (and the noise band) AND p_holm < alpha; otherwise "≈";
-      "n/a" without any pair. Requiring both keeps a grid of comparisons from producing false "faster" verdicts.
+    - Pairing: within each (run_id, cell, round), the log ratio new/baseline. Δ is exp(mean log ratio) − 1, and
+      baseline_gmean / new_gmean are the geometric means of the kept rounds, so new_gmean / baseline_gmean − 1 = Δ.
+      `excluded` counts rounds the outlier rule set aside. Warmups are excluded.
+    - low / high: the row's own 95% t-interval; adj_low / adj_high: the Holm-adjusted interval the verdict is dual
+      to; half_width_pct: that interval's half-width, the smallest effect the row could have detected.
+    - verdict: faster, slower, no change (within ±margin_pct), inconclusive, or needs more rounds ("n/a" without
+      any pair); verdict_text adds the figure ("inconclusive (±3.1%)", "needs ≥ 3 rounds").
     - A/A (baseline == new): a variant cannot be paired with its own trial, so even rounds play baseline and odd
       rounds new, pairing round 2k with 2k+1; the spread then measures round-to-round noise.
     `metric` is "prefill", "gen", or a list of them.
@@ -299,7 +208,7 @@ def compare(
     metrics = [metric] if isinstance(metric, str) else list(metric)
     columns = [_metric_column(m) for m in metrics]
     timed = timed_trials(trials)
-    rows = []
+    rows, estimates = [], []
     if not timed.empty:
         _require_columns(timed, [*CELL_KEYS, "run_id", "cell", "round", "variant", *columns])
         for keys, group in timed.groupby(list(CELL_KEYS), sort=False, dropna=False):
@@ -307,16 +216,26 @@ def compare(
                 base_side, new_side = _sides(group, baseline, new, column)
                 if base_side.empty and new_side.empty:
                     continue
-                row = _compare_sides(base_side, new_side, seed=seed, confidence=confidence)
+                row, estimate = _compare_sides(base_side, new_side)
                 rows.append({**dict(zip(CELL_KEYS, keys, strict=True)), "metric": metric_name, **row})
+                estimates.append(estimate)
+    _judge(rows, estimates, alpha=alpha, margin_pct=margin_pct)
     table = pd.DataFrame(rows, columns=list(COMPARE_COLUMNS))
     table["baseline"], table["new"] = baseline, new
-    tested = table["p_value"].notna()
-    table["p_holm"] = np.nan
-    if tested.any():
-        table.loc[tested, "p_holm"] = holm(table.loc[tested, "p_value"].to_numpy())
-    table["verdict"] = [_row_verdict(row, alpha=alpha, noise_pct=noise_pct) for row in table.itertuples()]
     return table
+
+
+def _judge(rows: list[dict], estimates: list[PairedEstimate | None], *, alpha: float, margin_pct: float) -> None:
+    """Holm across the rows that have an estimate, then each row's verdict, in place."""
+    present = [i for i, est in enumerate(estimates) if est is not None]
+    for i, adjusted in zip(present, adjust([estimates[i] for i in present], alpha=alpha), strict=True):
+        words = inference_verdict(adjusted, margin_pct=margin_pct, alpha=alpha)
+        rows[i].update(p_holm=adjusted.p_holm, adj_low=adjusted.low, adj_high=adjusted.high,
+                       half_width_pct=adjusted.half_width_pct, verdict=words.word, verdict_text=words.text)
+    for i, est in enumerate(estimates):
+        if est is None:
+            rows[i].update(p_holm=math.nan, adj_low=math.nan, adj_high=math.nan, half_width_pct=math.nan,
+                           verdict="n/a", verdict_text="no paired rounds")
 
 
 def _metric_column(metric: str) -> str:
@@ -346,36 +265,29 @@ def _sides(group: pd.DataFrame, baseline: str, new: str, column: str) -> tuple[p
     return side(base_rows, base_rows["round"]), side(new_rows, new_rows["round"])
 
 
-def _compare_sides(base_side: pd.DataFrame, new_side: pd.DataFrame, *, seed: int, confidence: float) -> dict:
-    base_values, new_values = base_side["value"].to_numpy(), new_side["value"].to_numpy()
+def _compare_sides(base_side: pd.DataFrame, new_side: pd.DataFrame) -> tuple[dict, PairedEstimate | None]:
     pairs = base_side.merge(new_side, on=list(_PAIR_KEYS), suffixes=("_baseline", "_new"))
-    ratios = paired_ratios(pairs["value_baseline"].to_numpy(), pairs["value_new"].to_numpy())
-    ci = bootstrap_ratio_ci(ratios, confidence=confidence, seed=seed) if ratios.size else None
-    return {
-        "baseline_median": _median(base_values),
-        "new_median": _median(new_values),
-        "n_baseline": int(base_values.size),
-        "n_new": int(new_values.size),
-        "n_pairs": int(ratios.size),
-        "ratio": ci.ratio if ci else math.nan,
-        "low": ci.low if ci else math.nan,
-        "high": ci.high if ci else math.nan,
-        "delta_pct": ci.delta_pct if ci else math.nan,
-        "p_value": mann_whitney_p(base_values, new_values) if ci else math.nan,
+    b, n = pairs["value_baseline"].to_numpy(np.float64), pairs["value_new"].to_numpy(np.float64)
+    est = paired_estimate(b, n) if b.size else None
+    base_values, new_values = base_side["value"].to_numpy(), new_side["value"].to_numpy()
+    row = {
+        "baseline_gmean": est.baseline_gmean if est else math.nan,
+        "new_gmean": est.new_gmean if est else math.nan,
+        "n_pairs": est.n if est else 0,
+        "excluded": est.excluded if est else 0,
+        "ratio": est.ratio if est else math.nan,
+        "low": est.low if est else math.nan,
+        "high": est.high if est else math.nan,
+        "delta_pct": est.delta_pct if est else math.nan,
+        "p_value": est.p_value if est else math.nan,
         "cv_baseline": summarize(base_values).cv if base_values.size else math.nan,
         "cv_new": summarize(new_values).cv if new_values.size else math.nan,
     }
+    return row, est
 
 
 def _median(values: np.ndarray) -> float:
     return float(np.median(values)) if values.size else math.nan
-
-
-def _row_verdict(row: object, *, alpha: float, noise_pct: float) -> str:
-    if row.n_pairs == 0:
-        return "n/a"
-    ci = RatioCI(ratio=row.ratio, low=row.low, high=row.high, n=row.n_pairs)
-    return verdict(ci, noise_pct=noise_pct, significant=bool(row.p_holm < alpha))
 
 
 def bootstrap_ratio_of_medians_ci(

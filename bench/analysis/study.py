@@ -25,7 +25,6 @@ from .reference import matches_size
 
 SIZE_ORDER = ("E2B", "E4B", "26B", "31B")
 
-ALPHA = 0.05
 
 
 def load_results(paths: Sequence[str | Path], warn: Callable[[str], None] | None = None) -> Results:
@@ -61,6 +60,7 @@ class Study:
     machines: list[str]
     envs: dict[str, list[dict[str, Any]]]  # the environment of each run, by machine
     op_summaries: list[VariantSummary]  # per run x op x shape x variant statistics (analysis.opstats)
+    margin_pct: float = stats.DEFAULT_MARGIN_PCT  # "no change" means within ± this (the experiments' margin_pct)
 
     @property
     def has_trials(self) -> bool:
@@ -101,6 +101,7 @@ def build_study(results: Results) -> Study:
         machines=list(dict.fromkeys(m for f in (timed, closed, op_records) if not f.empty for m in f["machine"])),
         envs=envs,
         op_summaries=summarize_ops(results.of_kind("op")),
+        margin_pct=max((exp.margin_pct for exp in experiments if exp), default=stats.DEFAULT_MARGIN_PCT),
     )
 
 
@@ -185,7 +186,7 @@ def labelled(frame: pd.DataFrame, labels: dict[tuple[str, str], str]) -> pd.Data
 
 def compare_scope(study: Study, machine: str, workload: str, pair: tuple[str, str]) -> pd.DataFrame:
     """stats.compare over exactly the rows of one table, which is therefore the Holm family."""
-    return stats.compare(on(study.timed, machine, workload), *pair, stats.METRICS, seed=stats.SEED, alpha=ALPHA)
+    return stats.compare(on(study.timed, machine, workload), *pair, stats.METRICS, margin_pct=study.margin_pct)
 
 
 def failed_correctness(study: Study, machine: str, workload: str) -> dict[tuple[str, str], dict[str, Any]]:

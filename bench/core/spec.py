@@ -32,6 +32,7 @@ Schema (unknown keys at any level are errors; an optional key left empty, `key:`
       reference: baseline         # default: the first variant
       atol: 0.05                  # max abs logit error, >= 0; default null: chosen by dtype
       tokens: 8                   # greedy tokens that must agree, >= 0
+    margin_pct: 2                 # "no change" means the whole CI within ± this many percent, >= 0; default 2
     plugins: [my_fusions.py]      # optional: Python files (relative to this file) that register more variants
     expect:                       # checked by `fusebench check`
       - {comparison: [baseline, compiled], metric: prefill, max_slowdown_pct: 5}   # metric: prefill or gen
@@ -72,7 +73,7 @@ _NULL, _BOOL, _INT, _FLOAT, _STR = (_TAG + kind for kind in ("null", "bool", "in
 
 TOP_KEYS = (
     "name", "description", "models", "variants", "comparisons", "workloads", "depths", "trials", "warmup",
-    "prefill_step_size", "seed", "timeout_s", "correctness", "expect", "plugins",
+    "prefill_step_size", "seed", "timeout_s", "correctness", "expect", "plugins", "margin_pct",
 )
 MODEL_KEYS = ("preset", "path", "size", "layers", "dtype", "quantize")
 WORKLOAD_KEYS = ("prompt_tokens", "gen_tokens", "batch")
@@ -90,6 +91,7 @@ DEFAULT_PREFILL_STEP_SIZE = 2048
 DEFAULT_SEED = 0
 DEFAULT_TIMEOUT_S = 1800.0
 DEFAULT_CHECK_TOKENS = 8
+DEFAULT_MARGIN_PCT = 2.0
 
 SHARD_FORM = "I/N with 1 <= I <= N"
 
@@ -206,6 +208,7 @@ class Experiment:
     # the registry and any plugins are loaded, are still reported at their place in the file.
     # Python files that register more op variants, as absolute paths (written relative to the experiment file).
     plugins: tuple[str, ...] = ()
+    margin_pct: float = DEFAULT_MARGIN_PCT  # "no change" means the whole CI lies within ± this
     variant_lines: dict[str, dict[str, tuple[int, int]]] = dataclasses.field(
         default_factory=dict, compare=False, repr=False
     )
@@ -658,5 +661,6 @@ def _experiment(root: Node, text: str, file: str, sha256: str, check_paths: bool
         correctness=optional("correctness", _correctness, default_check, variants=names),
         expect=optional("expect", _expectations, (), variants=names),
         plugins=optional("plugins", _plugins, (), base=Path(file).parent, check_paths=check_paths),
+        margin_pct=optional("margin_pct", _number, DEFAULT_MARGIN_PCT, minimum=0.0),
         variant_lines=variant_lines,
     )

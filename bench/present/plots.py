@@ -38,7 +38,8 @@ def variant_colors(variants: Sequence[str]) -> dict[str, str]:
 def delta_plot(points: pd.DataFrame, sizes: Sequence[str], *, title: str, caption: str, path: Path) -> Path:
     """Δ% per size with 95% CI error bars, prefill and gen side by side: the PR table as a picture.
 
-    points: size, metric, delta_pct, low_pct, high_pct, incorrect (bool), ref_delta_pct (NaN when none).
+    points: size, metric, delta_pct, low_pct, high_pct, verdict, incorrect (bool), ref_delta_pct (NaN when none).
+    A bar without a verdict of faster or slower is drawn faint.
     """
     fig = _figure(max(6.0, 1.5 * len(sizes) + 3), 4.6)
     ax = fig.add_subplot()
@@ -50,7 +51,9 @@ def delta_plot(points: pd.DataFrame, sizes: Sequence[str], *, title: str, captio
         shown = rows["delta_pct"].notna() & ~rows["incorrect"].fillna(False).astype(bool)
         pos, shown_rows = x[shown.to_numpy()] + offset, rows[shown]
         errors = [shown_rows["delta_pct"] - shown_rows["low_pct"], shown_rows["high_pct"] - shown_rows["delta_pct"]]
-        ax.bar(pos, shown_rows["delta_pct"], width, yerr=errors, capsize=4, color=METRIC_COLORS[metric],
+        color = METRIC_COLORS[metric]
+        fills = [to_rgba(color, 1.0 if decided else 0.35) for decided in _decided(shown_rows["verdict"])]
+        ax.bar(pos, shown_rows["delta_pct"], width, yerr=errors, capsize=4, color=fills, edgecolor=color,
                label=METRIC_TITLES[metric], error_kw={"elinewidth": 1.2, "ecolor": "#333333"})
         # Label beyond the end of the CI, so the number never sits on the error bar.
         for xi, delta, low, high in zip(pos, shown_rows["delta_pct"], shown_rows["low_pct"], shown_rows["high_pct"],
@@ -195,7 +198,7 @@ def depth_plot(
 
 def op_delta_plot(points: pd.DataFrame, *, title: str, caption: str, path: Path) -> Path:
     """Δ speed of each op variant against its op's reference variant, one horizontal bar per row of `points`, top
-    to bottom, with 95% CI error bars and one color per op; a bar whose CI includes 0 (≈) is drawn faint.
+    to bottom, with 95% CI error bars and one color per op; a bar without a verdict of faster or slower is faint.
 
     points: label, op, ratio, low, high (speed ratios variant/reference, > 1 is faster), verdict.
     Bars grow from ratio 1 (Δ 0%); the axis is labelled in Δ% and turns logarithmic when the ratios span widely.
@@ -206,7 +209,7 @@ def op_delta_plot(points: pd.DataFrame, *, title: str, caption: str, path: Path)
     y = np.arange(len(points)) + 0.6 * np.array([ops.index(op) for op in points["op"]])
     fig = _figure(10.0, 0.28 * len(points) + 0.2 * len(ops) + 1.6)
     ax = fig.add_subplot()
-    faint = (points["verdict"] == "≈").to_numpy()
+    faint = ~_decided(points["verdict"])
     fills = [to_rgba(colors[op], 0.35 if dim else 1.0) for op, dim in zip(points["op"], faint, strict=True)]
     ax.barh(y, points["ratio"] - 1, left=1, height=0.75, color=fills, edgecolor=[colors[op] for op in points["op"]],
             xerr=[points["ratio"] - points["low"], points["high"] - points["ratio"]], capsize=2,
@@ -223,9 +226,14 @@ def op_delta_plot(points: pd.DataFrame, *, title: str, caption: str, path: Path)
     ax.set_xlabel("Δ speed vs the op's reference variant (%" + (", log scale of the speed ratio)" if log else ")"))
     ax.grid(axis="x", alpha=0.3)
     handles = [Patch(color=colors[op], label=op) for op in ops]
-    handles.append(Patch(facecolor=to_rgba("#8C8C8C", 0.35), edgecolor="#8C8C8C", label="≈ (CI includes 0)"))
+    handles.append(Patch(facecolor=to_rgba("#8C8C8C", 0.35), edgecolor="#8C8C8C", label="no verdict (CI includes 0)"))
     fig.legend(handles=handles, loc="outside right center", fontsize=8, frameon=False)
     return _save(fig, title, caption, path)
+
+
+def _decided(verdicts: pd.Series) -> np.ndarray:
+    """Which rows have a verdict of faster or slower (their interval excludes 0)."""
+    return verdicts.isin(["faster", "slower"]).to_numpy()
 
 
 def _ratio_axis(ax: Axes, ratios: pd.Series) -> bool:

@@ -82,7 +82,7 @@ def write_report(
         *roofline_section(study),
         *depth_section(study, out_dir),
         *op_blocks,
-        *(method_section() if study.has_trials else []),
+        *(method_section(study.margin_pct) if study.has_trials else []),
     ]
     files = [out_dir / "report.md", out_dir / "report.html", out_dir / "summary.csv"]
     files[0].write_text(to_markdown(blocks, out_dir), encoding="utf-8")

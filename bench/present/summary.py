@@ -37,7 +37,8 @@ def print_summary(console: Console, results: Results, comparisons: list[tuple[st
 
 
 def run_summary_table(study: Study, machine: str, workload: str, pairs: Sequence[tuple[str, str]]) -> Table:
-    variants, rows = median_rows(study, machine, workload, with_cv=False)
+    # Geometric means, as the Δ columns' Baseline and New: each Δ then reads off the variant columns.
+    variants, rows = median_rows(study, machine, workload, center="gmean", with_cv=False)
     failing = failed_correctness(study, machine, workload)
     scoped = {pair: compare_scope(study, machine, workload, pair) for pair in pairs}
     table_rows = []
@@ -49,8 +50,8 @@ def run_summary_table(study: Study, machine: str, workload: str, pairs: Sequence
                 deltas.append("—")
                 continue
             failed = [v for v in dict.fromkeys((baseline, new)) if (row.cell[0], v) in failing]
-            delta, interval, verdict = delta_cells(next(match.itertuples()), failed, new)
-            deltas.append(" ".join(part for part in (delta, interval, verdict) if part != "—"))
+            shown = delta_cells(next(match.itertuples()), failed, new)
+            deltas.append(" ".join(part for part in (shown.delta, shown.interval, shown.verdict) if part != "—"))
         table_rows.append((row.label, row.metric, *row.values, *deltas))
     columns = ("Size", "Metric", *variants, *(f"Δ {new} vs {baseline}" for baseline, new in pairs))
     return Table(columns, tuple(table_rows), frozenset(range(2, 2 + len(variants))))

@@ -1,4 +1,6 @@
-"""The PR-style delta tables: `Size | Metric | Baseline | New | Δ | 95% CI | Verdict`, with context, notes and plots.
+"""The PR-style delta tables, `Size | Metric | Baseline | New | Δ | 95% CI (Holm) | ± | Rounds | Verdict`, with
+context, notes and plots. Baseline and New are geometric means over the paired rounds, so New / Baseline − 1 = Δ on
+every row; the interval is the one the verdict is dual to.
 """
 
 from __future__ import annotations
@@ -7,15 +9,14 @@ import math
 from collections.abc import Sequence
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any
+from typing import Any, NamedTuple
 
 import pandas as pd
 
-from ...analysis import stats
+from ...analysis.inference import OUTLIER_K, OUTLIER_MIN_ROUNDS
 from ...analysis.reference import Reference
-from ...analysis.stats import SEED
+from ...analysis.stats import ALPHA
 from ...analysis.study import (
-    ALPHA,
     Study,
     cell_labels,
     closed_reason,
@@ -30,16 +31,22 @@ from ...analysis.study import (
 )
 from .. import plots
 from ..document import Block, Bullets, Figure, Heading, Table
-from ..format import format_ci, format_delta, format_tps
+from ..format import format_tps, signed_pct
 from .context import environment_line, machine_suffix, plot_caption, slug
 
-DELTA_COLUMNS = ("Size", "Metric", "Baseline", "New", "Δ", "95% CI", "Verdict")
-
+DELTA_COLUMNS = ("Size", "Metric", "Baseline", "New", "Δ", "95% CI (Holm)", "±", "Rounds", "Verdict")
 REF_COLUMN = "Ref Δ"
-
-MIN_PAIRS_FOR_CI = 3
-
 INCORRECT = "✗ incorrect"
+
+
+class DeltaCells(NamedTuple):
+    """What a compare() row shows after Baseline and New."""
+
+    delta: str
+    interval: str
+    half_width: str
+    rounds: str
+    verdict: str
 
 
 @dataclass
@@ -50,15 +57,17 @@ class DeltaSection:
     warnings: list[str]
 
 
-def delta_cells(row: Any, failed: Sequence[str], new: str) -> tuple[str, str, str]:
-    """(Δ, CI, verdict) of one compare() row; a variant that failed correctness is never shown as a speed-up."""
+def delta_cells(row: Any, failed: Sequence[str], new: str) -> DeltaCells:
+    """The cells of one compare() row; a variant that failed correctness is never shown as a speed-up."""
     if failed:
-        return "—", "—", INCORRECT if new in failed else f"{INCORRECT} (baseline)"
+        return DeltaCells("—", "—", "—", "—", INCORRECT if new in failed else f"{INCORRECT} (baseline)")
     if row.n_pairs == 0:
-        return "—", "—", "no paired rounds"
-    ci = stats.RatioCI(ratio=row.ratio, low=row.low, high=row.high, n=row.n_pairs)
-    interval = format_ci(ci) if row.n_pairs >= MIN_PAIRS_FOR_CI else f"n/a (n={row.n_pairs})"
-    return format_delta(ci), interval, row.verdict
+        return DeltaCells("—", "—", "—", "0", row.verdict_text)
+    rounds = f"{row.n_pairs}" + (f" ({row.excluded} outlier{'s' if row.excluded > 1 else ''})" if row.excluded else "")
+    if math.isnan(row.adj_low):
+        return DeltaCells(signed_pct(row.delta_pct), "—", "—", rounds, row.verdict_text)
+    interval = f"[{signed_pct((row.adj_low - 1) * 100)}, {signed_pct((row.adj_high - 1) * 100)}]"
+    return DeltaCells(signed_pct(row.delta_pct), interval, f"±{row.half_width_pct:.1f}%", rounds, row.verdict_text)
 
 
 def delta_table(
@@ -84,17 +93,17 @@ def delta_table(
         failed = [v for v in dict.fromkeys(pair) if (cell[0], v) in failing]
         notes.extend(_incorrect_note(label, failing[(cell[0], v)], cell_rows) for v in failed)
         for row in cell_rows.itertuples():
-            delta, interval, verdict = delta_cells(row, failed, new)
-            medians = format_tps(row.baseline_median), format_tps(row.new_median)
+            shown = delta_cells(row, failed, new)
+            means = format_tps(row.baseline_gmean), format_tps(row.new_gmean)
             ref = [_ref_delta(fitting, cell[1], row.metric)] if reference else []
-            rows.append((label, row.metric, *medians, delta, *ref, interval, verdict))
+            rows.append((label, row.metric, *means, shown.delta, *ref, *shown[1:]))
     columns = (*DELTA_COLUMNS[:5], *([REF_COLUMN] if reference else []), *DELTA_COLUMNS[5:])
     numeric = frozenset(range(2, len(columns) - 1))
     return Table(columns, tuple(rows), numeric), comparison, notes
 
 
 def _reason_row(label: str, reason: str, reference: Reference | None) -> tuple[str, ...]:
-    return (label, "—", "—", "—", "—", *(["—"] if reference else []), "—", reason)
+    return (label, "—", "—", "—", "—", *(["—"] if reference else []), "—", "—", "—", reason)
 
 
 def _ref_delta(reference: Reference | None, size: str, metric: str) -> str:
@@ -193,8 +202,9 @@ def _delta_figure(
         "size": [labels[c] for c in zip(comparison["model_key"], comparison["size"], strict=True)],
         "metric": comparison["metric"],
         "delta_pct": comparison["delta_pct"],
-        "low_pct": (comparison["low"] - 1) * 100,
-        "high_pct": (comparison["high"] - 1) * 100,
+        "low_pct": (comparison["adj_low"] - 1) * 100,
+        "high_pct": (comparison["adj_high"] - 1) * 100,
+        "verdict": comparison["verdict"],
     })
     points["incorrect"] = [key in incorrect for key in comparison["model_key"]]
     fitting = reference if reference and reference_fits(reference, study, pair) else None
@@ -206,26 +216,21 @@ def _delta_figure(
     name = f"delta-{slug(pair[0])}-vs-{slug(pair[1])}-{slug(workload)}{machine_suffix(study, machine)}.png"
     title = f"Δ throughput, {pair[1]} vs {pair[0]} · {workload}"
     path = plots.delta_plot(points, sizes, title=title, caption=plot_caption(study, machine), path=out_dir / name)
-    return Figure(path, f"{title}: median of the paired per-round ratios, with its 95% bootstrap CI")
+    return Figure(path, f"{title}: mean of the paired per-round log ratios, with its Holm-adjusted 95% CI; faint "
+                        "bars: no verdict of faster or slower")
 
 
 def _table_warnings(comparison: pd.DataFrame, where: str) -> list[str]:
+    """Rows with too few rounds for a verdict, and rounds the outlier rule set aside."""
     warnings = [
-        f"too few rounds for a CI: {where}: {r.size} {r.metric} has {r.n_pairs} paired round(s); "
-        f"a CI needs at least {MIN_PAIRS_FOR_CI}"
-        for r in comparison.itertuples() if 0 < r.n_pairs < MIN_PAIRS_FOR_CI
+        f"too few rounds: {where}: {r.size} {r.metric} has {r.n_pairs} paired round(s): {r.verdict_text}"
+        for r in comparison.itertuples() if r.verdict == "needs more rounds"
     ]
-    tested = comparison[comparison["p_value"].notna()]
-    if not tested.empty:
-        m = len(tested)
-        best = min(stats.mann_whitney_min_p(a, b) for a, b in zip(tested["n_baseline"], tested["n_new"], strict=True))
-        if best * m >= ALPHA:
-            needed = next(n for n in range(2, 100) if stats.mann_whitney_min_p(n, n) * m < ALPHA)
-            warnings.append(
-                f"too few rounds for a verdict: {where}: Mann-Whitney's smallest possible p with these rounds is "
-                f"{best:.4f}, and Holm over {m} rows needs p < {ALPHA / m:.4f}, so every verdict stays ≈ whatever "
-                f"the CI says; run at least {needed} trials"
-            )
+    warnings += [
+        f"outlier rounds: {where}: {r.size} {r.metric}: {r.excluded} of {r.n_pairs} round(s) lay more than "
+        f"{OUTLIER_K:g} robust SDs from the median ratio and were left out of Δ (their spread still counts)"
+        for r in comparison.itertuples() if r.excluded
+    ]
     return warnings
 
 
@@ -245,17 +250,20 @@ def delta_sections(
     return blocks, warnings
 
 
-def method_section() -> list[Block]:
+def method_section(margin_pct: float) -> list[Block]:
     return [Heading("Method"), Bullets((
-        "Warmup trials are excluded from every statistic.",
-        "Baseline and New are the medians of each variant's timed rounds; tok/s with a thousands separator from "
-        "1,000 and one decimal below.",
-        "Δ is the median of the per-round paired ratios new/baseline minus 1 (variants share each round's prompt and "
-        "run in alternating order), so drift common to a round cancels.",
-        f"95% CI: percentile bootstrap of that median (10,000 resamples, seed {SEED}); n/a below "
-        f"{MIN_PAIRS_FOR_CI} paired rounds.",
-        f"Verdict: faster or slower only when the CI excludes 0 and the two-sided Mann-Whitney p-value, Holm-corrected "
-        f"across the rows of its table, is below {ALPHA}; otherwise ≈. A variant that failed its correctness check "
-        f"shows {INCORRECT} instead of a Δ.",
+        "Warmup trials are excluded from every statistic. Variants share each round's prompt and run in alternating "
+        "order, so drift common to a round cancels in its ratio new/baseline.",
+        "Δ = exp(mean of the per-round log ratios) − 1; Baseline and New are the geometric means of the same rounds, "
+        "so New / Baseline − 1 = Δ on every row. tok/s with a thousands separator from 1,000, one decimal below.",
+        f"One bad trial cannot swing a row: from {OUTLIER_MIN_ROUNDS} rounds on, a round whose log ratio lies more "
+        f"than {OUTLIER_K:g} robust SDs (pairwise scale) from the median is left out of Δ; its spread still counts, "
+        "and the Rounds column names it.",
+        "95% CI (Holm): the Student t interval on the mean log ratio, widened to Holm's level for its rank among the "
+        f"rows of its table, so the whole table holds a {1 - ALPHA:.0%} family-wise guarantee; ± is its half-width, "
+        "the smallest effect this row could have detected.",
+        f"Verdict: faster or slower when that interval excludes 0; no change when it lies within ±{margin_pct:g}%; "
+        "inconclusive (±X%) otherwise; needs ≥ N rounds when too few rounds were paired. A variant that failed its "
+        f"correctness check shows {INCORRECT} instead of a Δ.",
         "Machines and workloads are never pooled: each has its own table.",
     ))]

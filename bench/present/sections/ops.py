@@ -29,8 +29,8 @@ def op_section(study: Study, out_dir: Path) -> list[Block]:
         "Each op variant timed on its own at the exact shapes each size produces (fusebench ops), in rounds "
         "interleaved ABBA: median time per call; GB/s counts the bytes read and written, GFLOP/s the arithmetic "
         "(— for pure data movement); max abs err is the output's largest deviation from the reference variant's. Δ "
-        "speed is the median of the paired per-round speed ratios against the op's reference variant, with its "
-        "95% bootstrap CI; faster or slower when the CI excludes 0, otherwise ≈."
+        "speed is the geometric mean of the paired per-round speed ratios against the op's reference variant, with its "
+        "Holm-adjusted 95% CI (the same paired method as the delta tables, each op's table one Holm family)."
     )]
     runs = list(dict.fromkeys(s.run_id for s in study.op_summaries))
     notes = {r["shape_label"]: r["note"] for r in study.results.of_kind("op") if r.get("note")}
@@ -95,5 +95,5 @@ def _op_figure(summaries: Sequence[VariantSummary], caption: str, where: str, pa
     })
     title = f"Op microbenchmarks: speed vs each op's reference variant{where}"
     plots.op_delta_plot(points, title=title, caption=caption, path=path)
-    return Figure(path, f"{title}: median of the paired per-round speed ratios, with its 95% bootstrap CI; faint "
-                        "bars: the CI includes 0")
+    return Figure(path, f"{title}: geometric mean of the paired per-round speed ratios, with its Holm-adjusted 95% "
+                        "CI; faint bars: no verdict of faster or slower")

@@ -36,9 +36,10 @@ class MedianRow:
 
 
 def median_rows(
-    study: Study, machine: str, workload: str, *, with_cv: bool = True
+    study: Study, machine: str, workload: str, *, center: str = "median", with_cv: bool = True
 ) -> tuple[list[str], list[MedianRow]]:
-    """The variants measured, and median tok/s per size x metric x variant (with the CV unless `with_cv` is False)."""
+    """The variants measured, and tok/s per size x metric x variant: the `center` of the timed rounds ("median" or
+    "gmean", the geometric mean the delta tables use), with the CV unless `with_cv` is False."""
     timed, closed = on(study.timed, machine, workload), on(study.closed, machine, workload)
     summary = stats.summary_table(timed)
     cells = ordered_cells([timed, closed])
@@ -56,7 +57,8 @@ def median_rows(
             by_variant = cell_summary[cell_summary["metric"] == metric].set_index("variant")
             if by_variant.empty:
                 continue
-            values = tuple(_median_cell(by_variant.loc[v], with_cv) if v in by_variant.index else "—" for v in variants)
+            values = tuple(_median_cell(by_variant.loc[v], center, with_cv) if v in by_variant.index else "—"
+                           for v in variants)
             rows.append(MedianRow(cell, labels[cell], metric, values))
     return variants, rows
 
@@ -68,9 +70,9 @@ def medians_table(study: Study, machine: str, workload: str) -> Table:
                  frozenset(range(2, 2 + len(variants))))
 
 
-def _median_cell(row: pd.Series, with_cv: bool) -> str:
-    median = format_tps(row["median"])
-    return f"{median} (CV {row['cv']:.1%})" if with_cv else median
+def _median_cell(row: pd.Series, center: str, with_cv: bool) -> str:
+    value = format_tps(row[center])
+    return f"{value} (CV {row['cv']:.1%})" if with_cv else value
 
 
 def throughput_section(study: Study, out_dir: Path) -> list[Block]:
