@@ -18,6 +18,10 @@ if [[ $(uname -s) == Linux ]] && ! have_openblas; then
   fi
 fi
 
-extra=""
-[[ ${1:-} == --dev ]] && extra="[dev]"
-python3 -m pip install --quiet --disable-pip-version-check -e ".${extra}"
+# One MLX backend: Metal comes with mlx on macOS; on Linux the CPU one (runbooks/cuda.sh installs the CUDA one).
+extras=()
+[[ $(uname -s) == Linux ]] && extras+=(cpu)
+[[ ${1:-} == --dev ]] && extras+=(dev)
+spec="."
+(( ${#extras[@]} )) && spec=".[$(IFS=,; echo "${extras[*]}")]"
+python3 -m pip install --quiet --disable-pip-version-check -e "$spec"

@@ -18,7 +18,8 @@ import time
 import mlx.core as mx
 
 from bench.measure.env import loaded_blas
-from bench.measure.worker import make_prompt, round_order, time_trial
+from bench.measure.schedule import round_order
+from bench.measure.worker import make_prompt, time_trial
 from models import load_model
 
 

@@ -117,9 +117,15 @@ def test_achieved_and_percent_of_peak():
     assert rates == {"prefill_tflops": pytest.approx(0.5), "gen_gbps": pytest.approx(10.0)}
     peak = {"fp32_tflops": 1.0, "bf16_tflops": 2.0, "memory_gbps": 40.0}
     assert percent_of_peak(rates, peak) == {"prefill_pct_of_peak": pytest.approx(50.0),
-                                            "gen_pct_of_peak": pytest.approx(25.0)}
+                                            "gen_pct_of_peak": pytest.approx(25.0), "above_peak": []}
     assert percent_of_peak(rates, peak, "bfloat16")["prefill_pct_of_peak"] == pytest.approx(25.0)
-    assert percent_of_peak(rates, None) == {"prefill_pct_of_peak": None, "gen_pct_of_peak": None}
+    assert percent_of_peak(rates, None) == {"prefill_pct_of_peak": None, "gen_pct_of_peak": None, "above_peak": []}
+
+
+def test_a_rate_above_the_peak_is_flagged_never_a_percentage_over_100():
+    low_peak = {"fp32_tflops": 0.5, "memory_gbps": 10.0}
+    shares = percent_of_peak({"prefill_tflops": 1.0, "gen_gbps": 5.0}, low_peak)
+    assert shares == {"prefill_pct_of_peak": None, "gen_pct_of_peak": pytest.approx(50.0), "above_peak": ["prefill"]}
 
 
 PROBE = {"matmul_gflops": 250.0, "copy_gbps": 12.5, "matmul_shape": "2048x2048 @ 2048x2048 fp32",

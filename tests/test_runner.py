@@ -17,7 +17,7 @@ from bench.commands import main
 from bench.core.results import read_results
 from bench.core.spec import load_experiment
 from bench.measure.runner import done_keys, plan_jobs
-from bench.measure.worker import round_order
+from bench.measure.schedule import centre_order, round_order, round_plan
 from models import save_checkpoint
 from models.loading import load_model
 
@@ -68,6 +68,41 @@ def test_run_records_every_trial_with_its_environment(tmp_path):
     correctness = results.of_kind("correctness")
     assert len(correctness) == 4 and all(c["passed"] for c in correctness)
     assert {t["size"] for t in trials} == {"tiny", "tiny-moe"}
+    # Inter-token latencies: one per decode step, adding up to the generation time.
+    for t in trials:
+        assert len(t["step_s"]) == 2 and sum(t["step_s"]) == pytest.approx(t["gen_s"], rel=1e-6)
+    # The machine as it was: threads leave a core free, the load before and during the run is on record.
+    cores = os.cpu_count() or 1
+    assert header["env"]["threads"] == max(1, cores - 1)
+    assert {"loadavg_1m", "other_cores", "steal_cores"} <= set(header["preflight"])
+    assert results.of_kind("load")[0]["samples"] >= 1
+    stops = results.of_kind("stop")
+    assert [s["reason"] for s in stops] == ["trials", "trials"] and all(s["rounds"] == 3 for s in stops)
+    # Kernel facts for every cell: on this CPU, sdpa has no fused kernel.
+    kernels = [k for k in results.of_kind("kernel") if k["probe"] == "force_fused"]
+    assert kernels and all(k["cell"] in {t["cell"] for t in trials} for k in kernels)
+
+
+def test_trials_auto_stops_at_the_precision_target(tmp_path):
+    text = TINY.format(trials="auto\nprecision: 50%\nmax_rounds: 8", timeout=120)
+    out = tmp_path / "r.jsonl"
+    assert main(["run", str(write_experiment(tmp_path, text=text)), "--out", str(out), "--quiet",
+                 "--only", "tiny"]) == 0
+    results = read_results([out])
+    stop = results.of_kind("stop")[0]
+    # Never before 6 rounds; at a 50% target the first check already passes on this quiet toy model.
+    assert stop["reason"] in ("precision reached", "max_rounds") and 6 <= stop["rounds"] <= 8
+    assert max(stop["half_width_pct"].values()) <= 50 or stop["reason"] == "max_rounds"
+    timed = {t["round"] for t in results.of_kind("trial") if not t["warmup"]}
+    assert timed == set(range(stop["rounds"]))
+
+
+def test_the_shared_baseline_sits_next_to_every_variant_compared_with_it():
+    assert centre_order(["baseline", "compiled", "sdpa"], [("baseline", "compiled"), ("baseline", "sdpa")]) == [
+        "compiled", "baseline", "sdpa"]
+    assert centre_order(["a", "b"], [("a", "b")]) == ["a", "b"]
+    assert round_plan(["x", "y"], ["current", "reference"], 1) == [
+        ("reference", "y"), ("current", "y"), ("reference", "x"), ("current", "x")]
 
 
 def test_rounds_alternate_the_variant_order(tmp_path):
@@ -179,7 +214,7 @@ def test_done_keys_only_count_the_resumed_run(tmp_path):
         + json.dumps({"kind": "trial", "run_id": "b", "cell": "c", "variant": "v", "warmup": False, "round": 1})
         + "\n"
     )
-    assert done_keys(read_results([path]), "a") == {("c", "v", False, 0)}
+    assert done_keys(read_results([path]), "a") == {("c", "current", "v", False, 0)}
 
 
 @pytest.mark.parametrize(

@@ -408,3 +408,23 @@ def paired_speedups(trials: pd.DataFrame, baseline: str, new: str) -> pd.DataFra
     for column in columns:
         speedups[column] = pairs[f"{column}_new"].astype(np.float64) / pairs[f"{column}_baseline"].astype(np.float64)
     return speedups
+
+
+LATENCY_COLUMNS = (*CELL_KEYS, "variant", "ttft_p50", "itl_p50", "itl_p90", "itl_p99", "steps")
+
+
+def latency_table(trials: pd.DataFrame) -> pd.DataFrame:
+    """Latency as a user feels it, per cell and variant: the median time to first token (the prefill) and the 50th,
+    90th and 99th percentiles of inter-token latency over every decode step of the timed rounds, in seconds."""
+    timed = timed_trials(trials)
+    if timed.empty or "step_s" not in timed:
+        return pd.DataFrame(columns=list(LATENCY_COLUMNS))
+    rows = []
+    for keys, group in timed.groupby([*CELL_KEYS, "variant"], sort=False, dropna=False):
+        steps = np.concatenate([np.asarray(s, dtype=np.float64) for s in group["step_s"] if isinstance(s, list)]
+                               or [np.array([])])
+        p50, p90, p99 = np.percentile(steps, [50, 90, 99]) if steps.size else (math.nan,) * 3
+        rows.append({**dict(zip((*CELL_KEYS, "variant"), keys, strict=True)),
+                     "ttft_p50": float(group["prefill_s"].median()), "itl_p50": float(p50), "itl_p90": float(p90),
+                     "itl_p99": float(p99), "steps": int(steps.size)})
+    return pd.DataFrame(rows, columns=list(LATENCY_COLUMNS))

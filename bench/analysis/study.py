@@ -6,6 +6,7 @@ so tables, plots and the gate label a cell the same way.
 
 from __future__ import annotations
 
+import dataclasses
 from collections import Counter
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
@@ -61,6 +62,10 @@ class Study:
     envs: dict[str, list[dict[str, Any]]]  # the environment of each run, by machine
     op_summaries: list[VariantSummary]  # per run x op x shape x variant statistics (analysis.opstats)
     margin_pct: float = stats.DEFAULT_MARGIN_PCT  # "no change" means within ± this (the experiments' margin_pct)
+    kernels: pd.DataFrame = dataclasses.field(default_factory=pd.DataFrame)  # which kernels ran (kind "kernel")
+    stops: pd.DataFrame = dataclasses.field(default_factory=pd.DataFrame)  # why each cell stopped adding rounds
+    # every build's trials, warmups included, when a run measured two builds (run --against); else empty
+    build_trials: pd.DataFrame = dataclasses.field(default_factory=pd.DataFrame)
 
     @property
     def has_trials(self) -> bool:
@@ -68,8 +73,19 @@ class Study:
         return not (self.timed.empty and self.closed.empty)
 
 
+CURRENT_BUILD = "current"
+
+
+def current_build(frame: pd.DataFrame) -> pd.DataFrame:
+    """The records of the build under test; a run of two builds (run --against) holds the reference's too."""
+    if frame.empty or "build" not in frame:
+        return frame
+    return frame[frame["build"].fillna(CURRENT_BUILD) == CURRENT_BUILD]
+
+
 def build_study(results: Results) -> Study:
-    trials = results.frame("trial")
+    all_trials = results.frame("trial")
+    trials = current_build(all_trials)
     op_records = results.frame("op")
     # An ops run's header stores the experiment it took its shapes from; its variants and comparisons were not run.
     op_runs = set(op_records["run_id"]) if not op_records.empty else set()
@@ -93,8 +109,8 @@ def build_study(results: Results) -> Study:
         trials=trials,
         timed=timed,
         closed=closed,
-        correctness=results.frame("correctness"),
-        depth=results.frame("depth"),
+        correctness=current_build(results.frame("correctness")),
+        depth=current_build(results.frame("depth")),
         variants=variants,
         ops=ops,
         planned=list(dict.fromkeys((c.baseline, c.new) for exp in experiments if exp for c in exp.comparisons)),
@@ -102,6 +118,9 @@ def build_study(results: Results) -> Study:
         envs=envs,
         op_summaries=summarize_ops(results.of_kind("op")),
         margin_pct=max((exp.margin_pct for exp in experiments if exp), default=stats.DEFAULT_MARGIN_PCT),
+        kernels=current_build(results.frame("kernel")),
+        stops=results.frame("stop"),
+        build_trials=all_trials if len(all_trials) != len(trials) else pd.DataFrame(),
     )
 
 

@@ -14,10 +14,14 @@ import argparse
 
 from rich.console import Console
 
+from .args import positive_int
+
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--probe", action="store_true", help="also measure peak fp32 matmul GFLOP/s and copy GB/s")
     parser.add_argument("--blas", default="auto", metavar="auto|reference|PATH", help="BLAS as workers would use it")
+    parser.add_argument("--threads", type=positive_int, metavar="N",
+                        help="BLAS threads as workers would use them (default: all cores but one)")
 
 
 def main(args: argparse.Namespace, console: Console) -> int:
@@ -25,7 +29,7 @@ def main(args: argparse.Namespace, console: Console) -> int:
     from ..measure.probe import probe_in, worker_environment
     from ..present.env import print_env
 
-    worker_env, env = worker_environment(args.blas)
+    worker_env, env = worker_environment(args.blas, args.threads)
     probe = probe_in(worker_env, "peaks") if args.probe else None
     print_env(console, env, probe, blas_warning(env))
     return 0

@@ -41,6 +41,8 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--plugin", action="append", type=Path, default=[], metavar="FILE",
                         help="a Python file registering more op variants (repeatable; adds to the experiment's "
                         "plugins)")
+    parser.add_argument("--pin", action="store_true",
+                        help="pin workers to as many cores as they have BLAS threads (Linux), leaving the rest free")
     parser.add_argument("--dry-run", action="store_true", help="print the expanded matrix and estimates; run nothing")
     parser.add_argument("--quiet", action="store_true", help="no progress bar (for CI logs)")
 
@@ -57,7 +59,8 @@ def main(args: argparse.Namespace, console: Console) -> int:
         exp = dataclasses.replace(exp, trials=args.trials)
     exp = bind_experiment(exp, args.plugin)
     out = args.resume or args.out or default_out_path(exp)
-    options = RunOptions(out=out, blas=args.blas, quiet=args.quiet, shard=args.shard, dry_run=args.dry_run)
+    options = RunOptions(out=out, blas=args.blas, quiet=args.quiet, shard=args.shard, dry_run=args.dry_run,
+                         pin=args.pin)
     code = run_experiment(exp, options, console, resume=args.resume)
     if code == 0 and not args.dry_run:
         print_summary(console, read_results([out]), [(c.baseline, c.new) for c in exp.comparisons])

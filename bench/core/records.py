@@ -14,7 +14,7 @@ from typing import Any
 
 from .errors import UserError
 
-RECORD_KINDS = ("run", "trial", "correctness", "depth", "op", "kernel", "skip", "error")
+RECORD_KINDS = ("run", "trial", "correctness", "depth", "op", "kernel", "stop", "load", "skip", "error")
 
 # Throughput metrics, all tokens/s and bigger-is-better, and the trial field holding each.
 METRICS = ("prefill", "gen")

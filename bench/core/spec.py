@@ -23,7 +23,11 @@ Schema (unknown keys at any level are errors; an optional key left empty, `key:`
       gen_tokens: 32              # required, >= 1
       batch: [1, 2]               # optional, >= 1, default 1 (innermost)
     depths: [512, 2048]           # optional KV depths for the decode-speed curve, >= 1; default []
-    trials: 5                     # timed rounds, >= 1
+    trials: 5                     # timed rounds, >= 1; or auto: add rounds until `precision` is reached
+    precision: 2%                 # with trials: auto, the target 95% CI half-width of every comparison, (0, 50]%
+    max_rounds: 30                # with trials: auto, the most rounds a cell gets, >= 6
+    budget_s: 600                 # with trials: auto, the most seconds a cell's timed rounds may take, > 0
+    threads: auto                 # CPU backends: BLAS threads; auto leaves one core free (cores - 1, at least 1)
     warmup: 1                     # untimed rounds, >= 0
     prefill_step_size: 2048       # >= 1
     seed: 0
@@ -73,7 +77,8 @@ _NULL, _BOOL, _INT, _FLOAT, _STR = (_TAG + kind for kind in ("null", "bool", "in
 
 TOP_KEYS = (
     "name", "description", "models", "variants", "comparisons", "workloads", "depths", "trials", "warmup",
-    "prefill_step_size", "seed", "timeout_s", "correctness", "expect", "plugins", "margin_pct",
+    "prefill_step_size", "seed", "timeout_s", "correctness", "expect", "plugins", "margin_pct", "precision",
+    "max_rounds", "budget_s", "threads",
 )
 MODEL_KEYS = ("preset", "path", "size", "layers", "dtype", "quantize")
 WORKLOAD_KEYS = ("prompt_tokens", "gen_tokens", "batch")
@@ -86,6 +91,12 @@ NO_QUANTIZE = "none"
 DEFAULT_DTYPE = "float32"
 DEFAULT_BATCH = 1
 DEFAULT_TRIALS = 5
+AUTO = "auto"
+DEFAULT_PRECISION_PCT = 2.0
+DEFAULT_MAX_ROUNDS = 30
+# trials: auto never stops before this many rounds: a width-only stopping rule that may stop at the first narrow
+# interval undercovers when that width rests on two or three rounds' spread.
+MIN_AUTO_ROUNDS = 6
 DEFAULT_WARMUP = 1
 DEFAULT_PREFILL_STEP_SIZE = 2048
 DEFAULT_SEED = 0
@@ -174,6 +185,16 @@ class Correctness:
 
 
 @dataclass(frozen=True)
+class Precision:
+    """`trials: auto`: rounds are added to a cell until every comparison's 95% CI half-width is at most target_pct,
+    or max_rounds, or budget_s. Stopping looks at the width only, never at the verdict, so it cannot bias it."""
+
+    target_pct: float
+    max_rounds: int
+    budget_s: float | None
+
+
+@dataclass(frozen=True)
 class Cell:
     """One worker job: a model at one workload, with every variant run interleaved inside it."""
 
@@ -197,7 +218,7 @@ class Experiment:
     comparisons: tuple[Comparison, ...]
     workloads: tuple[Workload, ...]
     depths: tuple[int, ...]
-    trials: int
+    trials: int  # timed rounds; with a precision target, the most a cell gets (max_rounds)
     warmup: int
     prefill_step_size: int
     seed: int
@@ -209,6 +230,8 @@ class Experiment:
     # Python files that register more op variants, as absolute paths (written relative to the experiment file).
     plugins: tuple[str, ...] = ()
     margin_pct: float = DEFAULT_MARGIN_PCT  # "no change" means the whole CI lies within ± this
+    precision: Precision | None = None  # trials: auto
+    threads: int | None = None  # BLAS threads on CPU backends; None: auto (cores - 1, at least 1)
     variant_lines: dict[str, dict[str, tuple[int, int]]] = dataclasses.field(
         default_factory=dict, compare=False, repr=False
     )
@@ -560,6 +583,52 @@ def _correctness(node: Node, field: str, variants: Sequence[str]) -> Correctness
     )
 
 
+def _trials(node: Node, field: str) -> int | None:
+    """A number of rounds, or `auto` (None)."""
+    if isinstance(node, ScalarNode) and node.tag == _STR and node.value == AUTO:
+        return None
+    if isinstance(node, ScalarNode) and node.tag == _STR:
+        _fail(node, field, f"expected a number of rounds (>= 1) or {AUTO}, got {_describe(node)}")
+    return _int(node, field, minimum=1)
+
+
+def _percent(node: Node, field: str, low: float, high: float) -> float:
+    """`2`, `2.5` or `2%`: a percentage in (low, high]."""
+    text = node.value.strip() if isinstance(node, ScalarNode) else ""
+    try:
+        value = float(text.removesuffix("%")) if node.tag in (_INT, _FLOAT, _STR) else math.nan
+    except ValueError:
+        value = math.nan
+    if not low < value <= high:
+        _fail(node, field, f"expected a percentage in ({low:g}%, {high:g}%], got {_describe(node)}")
+    return value
+
+
+def _precision(items: _Items, trials: int | None) -> Precision | None:
+    """trials: auto and its stopping rule; the keys that belong to it are an error beside a fixed number of trials."""
+    keys = [key for key in ("precision", "max_rounds", "budget_s") if key in items]
+    if trials is not None:
+        if keys:
+            _fail(items[keys[0]][0], keys[0], f"only with trials: {AUTO} (trials is {trials} here)")
+        return None
+    return Precision(
+        target_pct=_optional(items, "precision", "", partial(_percent, low=0.0, high=50.0), DEFAULT_PRECISION_PCT),
+        max_rounds=_optional(items, "max_rounds", "", partial(_int, minimum=MIN_AUTO_ROUNDS), DEFAULT_MAX_ROUNDS),
+        budget_s=_optional(items, "budget_s", "", partial(_number, minimum=0.0, exclusive=True), None),
+    )
+
+
+def _threads(node: Node, field: str, check_cores: bool) -> int | None:
+    """BLAS threads: `auto` (None) or 1..the cores this machine has (not checked for a stored experiment)."""
+    if isinstance(node, ScalarNode) and node.tag == _STR and node.value == AUTO:
+        return None
+    cores = os.cpu_count() or 1
+    value = _int(node, field, minimum=1)
+    if check_cores and value > cores:
+        _fail(node, field, f"{value} is more than this machine's {cores} cores; choose 1..{cores} or {AUTO}")
+    return value
+
+
 def _plugins(node: Node, field: str, base: Path, check_paths: bool) -> tuple[str, ...]:
     """Plugin files, relative to the experiment's folder; each must exist (unless read back from a run header)."""
     paths = []
@@ -642,6 +711,9 @@ def _experiment(root: Node, text: str, file: str, sha256: str, check_paths: bool
     def optional(key: str, read: Callable[..., T], default: T, **options: object) -> T:
         return _optional(items, key, "", partial(read, **options), default)
 
+    trials = optional("trials", _trials, DEFAULT_TRIALS)
+    precision = _precision(items, trials)
+
     return Experiment(
         name=name,
         description=description,
@@ -653,7 +725,7 @@ def _experiment(root: Node, text: str, file: str, sha256: str, check_paths: bool
         comparisons=optional("comparisons", _comparisons, (), variants=names),
         workloads=_workloads(items["workloads"][1], "workloads"),
         depths=optional("depths", _int_values, (), minimum=1, allow_empty=True),
-        trials=optional("trials", _int, DEFAULT_TRIALS, minimum=1),
+        trials=precision.max_rounds if precision else trials,
         warmup=optional("warmup", _int, DEFAULT_WARMUP, minimum=0),
         prefill_step_size=optional("prefill_step_size", _int, DEFAULT_PREFILL_STEP_SIZE, minimum=1),
         seed=optional("seed", _int, DEFAULT_SEED),
@@ -662,5 +734,7 @@ def _experiment(root: Node, text: str, file: str, sha256: str, check_paths: bool
         expect=optional("expect", _expectations, (), variants=names),
         plugins=optional("plugins", _plugins, (), base=Path(file).parent, check_paths=check_paths),
         margin_pct=optional("margin_pct", _number, DEFAULT_MARGIN_PCT, minimum=0.0),
+        precision=precision,
+        threads=optional("threads", _threads, None, check_cores=check_paths),
         variant_lines=variant_lines,
     )

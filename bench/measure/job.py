@@ -1,11 +1,21 @@
-"""What the runner sends a worker process (one typed job, as JSON on its stdin) and what comes back (typed events,
-one JSON line each on its stdout)."""
+"""The conversation between the runner and a worker process.
+
+The runner starts a worker with a `WorkerJob` (one JSON line on its stdin): the model and everything that stays
+fixed. Then it drives the worker one command at a time (`Command`, one JSON line each) and reads back events (one
+JSON line each on the worker's stdout): `Recorded` for every record a command produces, then `Done`. The runner, not
+the worker, decides the order of trials, so it can interleave two builds' workers trial by trial (`run --against`)
+and stop a cell as soon as its confidence intervals are narrow enough (`trials: auto`).
+
+PROTOCOL is bumped whenever this conversation changes; a reference build that speaks another one is refused.
+"""
 
 from __future__ import annotations
 
 import json
-from dataclasses import asdict, dataclass, field
+from dataclasses import asdict, dataclass
 from typing import Any
+
+PROTOCOL = 2
 
 
 @dataclass(frozen=True)
@@ -24,14 +34,6 @@ class ModelRef:
 
 
 @dataclass(frozen=True)
-class CellJob:
-    key: str
-    prompt_tokens: int
-    gen_tokens: int
-    batch: int
-
-
-@dataclass(frozen=True)
 class Gate:
     """The correctness gate: every variant's logits against the reference variant's."""
 
@@ -43,51 +45,64 @@ class Gate:
 @dataclass(frozen=True)
 class WorkerJob:
     model: ModelRef
-    cells: tuple[CellJob, ...]
     variants: dict[str, dict[str, str]]  # name -> complete op assignment
-    trials: int
-    warmup: int
     prefill_step_size: int
     seed: int
-    depths: tuple[int, ...]
     correctness: Gate
     plugins: tuple[str, ...] = ()  # files that register variants; imported before the model is built
-    # What a resumed run has recorded already: (cell, variant, warmup, round), (cell, "correctness"), ...
-    done: frozenset[tuple] = field(default_factory=frozenset)
+    protocol: int = PROTOCOL
 
     def to_json(self) -> str:
-        data = asdict(self)
-        data["done"] = [list(key) for key in self.done]
-        return json.dumps(data)
+        return json.dumps(asdict(self))
 
     @classmethod
     def from_json(cls, text: str) -> WorkerJob:
         data = json.loads(text)
+        if data.get("protocol") != PROTOCOL:
+            raise ValueError(f"worker protocol {PROTOCOL}, job protocol {data.get('protocol')}")
         return cls(
             model=ModelRef(**data["model"]),
-            cells=tuple(CellJob(**cell) for cell in data["cells"]),
             variants=data["variants"],
-            trials=data["trials"],
-            warmup=data["warmup"],
             prefill_step_size=data["prefill_step_size"],
             seed=data["seed"],
-            depths=tuple(data["depths"]),
             correctness=Gate(**data["correctness"]),
             plugins=tuple(data["plugins"]),
-            done=frozenset(tuple(key) for key in data["done"]),
         )
 
 
 @dataclass(frozen=True)
-class CellStarted:
-    """The worker starts a cell: the runner's per-cell timeout starts now."""
+class CellShape:
+    """The workload of a cell, as a command carries it."""
 
     key: str
+    prompt_tokens: int
+    gen_tokens: int
+    batch: int
+
+
+@dataclass(frozen=True)
+class Command:
+    """One thing for the worker to do. `do`: "correctness" or "kernels" (for a cell), "trial" (one variant at one
+    round), "depth" (one variant's decode speed at each KV depth, from one long prefill)."""
+
+    do: str
+    cell: CellShape
+    variant: str | None = None
+    round: int = 0
+    warmup: bool = False
+    depths: tuple[int, ...] = ()
+
+    def to_json(self) -> str:
+        return json.dumps(asdict(self))
+
+    @classmethod
+    def from_json(cls, text: str) -> Command:
+        data = json.loads(text)
+        return cls(**{**data, "cell": CellShape(**data["cell"]), "depths": tuple(data["depths"])})
 
 
 @dataclass(frozen=True)
 class Loaded:
-    cell: str
     load_s: float
     parameters: int
     weight_bytes: int
@@ -100,8 +115,13 @@ class Recorded:
     record: dict[str, Any]
 
 
-Event = CellStarted | Loaded | Recorded
-_EVENT_TYPES: dict[str, type] = {"cell": CellStarted, "loaded": Loaded, "record": Recorded}
+@dataclass(frozen=True)
+class Done:
+    """The command is finished."""
+
+
+Event = Loaded | Recorded | Done
+_EVENT_TYPES: dict[str, type] = {"loaded": Loaded, "record": Recorded, "done": Done}
 _EVENT_NAMES = {cls: name for name, cls in _EVENT_TYPES.items()}
 
 

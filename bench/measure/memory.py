@@ -74,10 +74,12 @@ def estimate_bytes(spec: ModelSpec, exp: Experiment) -> int:
     return weight_bytes(spec) + working_bytes(model_config(spec), spec, exp)
 
 
-def memory_verdict(spec: ModelSpec, exp: Experiment) -> tuple[bool, str]:
-    """(fits, reason): whether the model's estimate fits in available memory, and the figures either way."""
-    need, have = estimate_bytes(spec, exp), available_bytes()
-    figures = f"needs ~{need / 2**30:.1f} GiB, {have / 2**30:.1f} GiB available"
+def memory_verdict(spec: ModelSpec, exp: Experiment, copies: int = 1) -> tuple[bool, str]:
+    """(fits, reason): whether `copies` of the model (one per build, side by side) fit in available memory, and the
+    figures either way."""
+    need, have = copies * estimate_bytes(spec, exp), available_bytes()
+    figures = f"needs ~{need / 2**30:.1f} GiB" + (f" for {copies} builds" if copies > 1 else "")
+    figures += f", {have / 2**30:.1f} GiB available"
     if need > HEADROOM * have:
         return False, f"does not fit in memory: {figures}"
     return True, figures

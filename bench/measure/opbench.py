@@ -40,7 +40,7 @@ from ..core.records import new_run_id, run_header
 from ..core.results import ResultsWriter
 from ..core.spec import Experiment
 from .env import blas_kind, blas_preload_env, collect_env, loaded_blas
-from .worker import round_order
+from .schedule import round_order
 
 DEFAULT_SIZES = ("e2b", "e4b", "26b", "31b")
 DEFAULT_PROMPT_TOKENS = 512

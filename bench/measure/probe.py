@@ -14,7 +14,7 @@ import sys
 from collections.abc import Callable
 from typing import Any
 
-from .env import blas_preload_env, collect_env, probe_peaks
+from .env import blas_preload_env, collect_env, default_threads, probe_peaks, thread_env
 
 PROBES: dict[str, Callable[[], dict[str, Any]]] = {"env": collect_env, "peaks": probe_peaks}
 
@@ -25,9 +25,11 @@ def probe_in(env: dict[str, str], what: str) -> dict[str, Any]:
     return json.loads(done.stdout.strip().splitlines()[-1])
 
 
-def worker_environment(blas: str) -> tuple[dict[str, str], dict[str, Any]]:
-    """The workers' environment (an optimized BLAS preloaded when there is one) and what it really loads."""
+def worker_environment(blas: str, threads: int | None = None) -> tuple[dict[str, str], dict[str, Any]]:
+    """The workers' environment (an optimized BLAS preloaded when there is one, its threads limited to `threads`,
+    by default all cores but one) and what a process started with it really loads."""
     env, _ = blas_preload_env(blas, os.environ)
+    env = thread_env(env, threads or default_threads())
     return env, probe_in(env, "env")
 
 

@@ -165,21 +165,25 @@ def achieved(trial_row: dict[str, Any], work: dict[str, Any]) -> dict[str, float
 
 
 def percent_of_peak(rates: dict[str, float | None], peak: dict[str, Any] | None,
-                    dtype: str = "float32") -> dict[str, float | None]:
+                    dtype: str = "float32") -> dict[str, Any]:
     """achieved() as % of a peak_for() peak; None where either side is unknown.
 
-    16-bit dtypes are held against the chip's bf16 figure (fp16 runs at the same rate on every chip listed).
+    A rate above the peak means the peak is wrong, not that the machine beat physics: its percentage is None and
+    `above_peak` names the metric, so a report says "peak underestimated" instead of printing 150%. 16-bit dtypes are
+    held against the chip's bf16 figure (fp16 runs at the same rate on every chip listed).
     """
-    compute = None if peak is None else peak.get("fp32_tflops" if dtype == "float32" else "bf16_tflops")
-    memory = None if peak is None else peak.get("memory_gbps")
-    return {
-        "prefill_pct_of_peak": _percent(rates.get("prefill_tflops"), compute),
-        "gen_pct_of_peak": _percent(rates.get("gen_gbps"), memory),
+    roofs = {
+        "prefill": (rates.get("prefill_tflops"), None if peak is None else peak.get(
+            "fp32_tflops" if dtype == "float32" else "bf16_tflops")),
+        "gen": (rates.get("gen_gbps"), None if peak is None else peak.get("memory_gbps")),
     }
-
-
-def _percent(value: float | None, peak: float | None) -> float | None:
-    return None if value is None or not peak else 100.0 * value / peak
+    percent = {metric: None if value is None or not roof else 100.0 * value / roof
+               for metric, (value, roof) in roofs.items()}
+    above = [metric for metric, pct in percent.items() if pct is not None and pct > 100.0]
+    return {
+        **{f"{metric}_pct_of_peak": None if metric in above else pct for metric, pct in percent.items()},
+        "above_peak": above,
+    }
 
 
 # --- peaks ---------------------------------------------------------------------------------------

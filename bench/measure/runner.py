@@ -1,20 +1,18 @@
-"""The runner: expands an experiment into per-model jobs, runs each in its own worker process, and appends
-every record to the results file as it arrives.
+"""The runner: expands an experiment into per-model work, drives one worker process per model (and per build, with
+`run --against`) one trial at a time, and appends every record to the results file as it arrives.
 
-A model that will not fit is skipped before anything is loaded; a worker that crashes, runs out of memory or
-passes the per-cell timeout costs an `error` record for that cell, and the suite goes on with a fresh worker.
+The runner decides the order of trials (measure.schedule) and, with `trials: auto`, when a cell has enough rounds
+(`PrecisionTarget`). A model that will not fit is skipped before anything is loaded; a worker that crashes, runs out
+of memory or passes the per-cell timeout costs an `error` record for that cell, and the suite goes on with a fresh
+worker.
 """
 
 from __future__ import annotations
 
-import queue
-import re
-import subprocess
-import sys
-import threading
+import json
+import os
 import time
-from collections import deque
-from collections.abc import Callable, Iterable
+from collections.abc import Callable, Iterable, Sequence
 from dataclasses import dataclass, field
 from datetime import datetime
 from pathlib import Path
@@ -24,17 +22,25 @@ from rich.console import Console
 from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn, TimeRemainingColumn
 from rich.table import Table
 
+from ..analysis.inference import paired_estimate
+from ..core.fingerprint import fingerprint
 from ..core.records import ResultsError, new_run_id, run_header
 from ..core.results import Results, ResultsWriter, read_results
-from ..core.spec import Cell, Experiment, ModelSpec, shard_cells
+from ..core.spec import MIN_AUTO_ROUNDS, Cell, Experiment, ModelSpec, shard_cells
 from ..present.format import format_count
-from .env import blas_warning
-from .job import CellJob, CellStarted, Gate, Loaded, ModelRef, Recorded, WorkerJob, decode_event
+from .env import blas_warning, default_threads
+from .job import CellShape, Command, Gate, ModelRef, WorkerJob
+from .load import LoadSampler, preflight
 from .memory import memory_verdict, model_config
 from .plugins import load_plugins
 from .probe import probe_in, worker_environment
 from .roofline import achieved, cell_work, peak_for, percent_of_peak
+from .schedule import centre_order, round_plan
+from .session import Build, WorkerFailed, WorkerSession
 from .worker import ATOL_BY_DTYPE
+
+CURRENT = Build("current")
+PEAK_CACHE = Path(os.environ.get("XDG_CACHE_HOME") or Path.home() / ".cache") / "fusebench"
 
 
 @dataclass
@@ -51,6 +57,8 @@ class RunOptions:
     quiet: bool = False
     shard: tuple[int, int] = (1, 1)
     dry_run: bool = False
+    pin: bool = False  # pin workers to the cores their BLAS threads use, leaving the others to the runner and OS
+    reference: Build | None = None  # run --against: this build's workers run beside the current one's
 
 
 def cell_meta(cell: Cell, run_id: str) -> dict[str, Any]:
@@ -78,147 +86,134 @@ def done_keys(results: Results, run_id: str) -> set[tuple]:
     for r in results.records:
         if r.get("run_id") != run_id:
             continue
+        build = r.get("build", CURRENT.name)
         if r["kind"] == "trial":
-            keys.add((r["cell"], r["variant"], r["warmup"], r["round"]))
+            keys.add((r["cell"], build, r["variant"], r["warmup"], r["round"]))
         elif r["kind"] in ("correctness", "kernel"):
-            keys.add((r["cell"], "correctness" if r["kind"] == "correctness" else "kernels"))
+            keys.add((r["cell"], build, r["kind"]))
         elif r["kind"] == "depth":
-            keys.add((r["cell"], r["variant"], "depth", r["round"]))
-        elif r["kind"] in ("skip", "error"):
-            keys.add((r["cell"], "closed"))
+            keys.add((r["cell"], build, r["variant"], "depth", r["round"]))
+        elif r["kind"] in ("skip", "error", "stop"):
+            keys.add((r["cell"], r["kind"] if r["kind"] == "stop" else "closed"))
     return keys
 
 
 def plan_jobs(cells: Iterable[Cell], done: set[tuple]) -> list[ModelJob]:
     jobs: dict[str, ModelJob] = {}
     for cell in cells:
-        if (cell.key, "closed") in done:
+        if (cell.key, "closed") in done or (cell.key, "stop") in done:
             continue
         jobs.setdefault(cell.model.key, ModelJob(cell.model, [], done)).cells.append(cell)
     return list(jobs.values())
 
 
-def remaining_trials(job: ModelJob, exp: Experiment) -> int:
-    total = 0
-    for cell in job.cells:
-        for variant in exp.variants:
-            total += sum((cell.key, variant, True, w) not in job.done for w in range(exp.warmup))
-            total += sum((cell.key, variant, False, r) not in job.done for r in range(exp.trials))
-    return total
-
-
-def worker_job(job: ModelJob, exp: Experiment) -> WorkerJob:
-    m = job.model
-    keys = {c.key for c in job.cells}
+def worker_job(model: ModelSpec, exp: Experiment) -> WorkerJob:
     return WorkerJob(
-        model=ModelRef(m.preset, m.path, m.layers, m.dtype, m.quantize),
-        cells=tuple(CellJob(c.key, c.workload.prompt_tokens, c.workload.gen_tokens, c.workload.batch)
-                    for c in job.cells),
+        model=ModelRef(model.preset, model.path, model.layers, model.dtype, model.quantize),
         variants=exp.variants,
-        trials=exp.trials,
-        warmup=exp.warmup,
         prefill_step_size=exp.prefill_step_size,
         seed=exp.seed,
-        depths=tuple(exp.depths),
         correctness=Gate(
             reference=exp.correctness.reference,
-            atol=exp.correctness.atol if exp.correctness.atol is not None else ATOL_BY_DTYPE[m.dtype],
+            atol=exp.correctness.atol if exp.correctness.atol is not None else ATOL_BY_DTYPE[model.dtype],
             tokens=exp.correctness.tokens,
         ),
         plugins=exp.plugins,
-        done=frozenset(k for k in job.done if k[0] in keys),
     )
 
 
-class WorkerFailed(Exception):
-    def __init__(self, cell_key: str | None, reason: str) -> None:
-        super().__init__(reason)
-        self.cell_key = cell_key
-        self.reason = reason
+def comparison_pairs(exp: Experiment, builds: Sequence[str]) -> list[tuple[tuple[str, str], tuple[str, str]]]:
+    """The ((build, variant), (build, variant)) pairs whose intervals a precision target watches: the experiment's
+    comparisons in every build (or the first variant against each other one), and each variant across builds."""
+    pairs = [(c.baseline, c.new) for c in exp.comparisons if c.baseline != c.new]
+    if not pairs and not exp.comparisons:
+        first, *others = exp.variants
+        pairs = [(first, other) for other in others]
+    within = [((build, a), (build, b)) for build in builds for a, b in pairs]
+    across = [((builds[1], v), (builds[0], v)) for v in exp.variants] if len(builds) > 1 else []
+    return within + across
 
 
-class Worker:
-    """One worker process and the threads that read its events and keep the tail of its stderr."""
+class PrecisionTarget:
+    """When a cell has enough rounds: with `trials: auto`, once every watched pair's 95% CI half-width is at most
+    the target (never before MIN_AUTO_ROUNDS), or at max_rounds, or when the cell's timed rounds used budget_s.
 
-    def __init__(self, job: WorkerJob, env: dict[str, str]) -> None:
-        self.process = subprocess.Popen(
-            [sys.executable, "-m", "bench.measure.worker"],
-            stdin=subprocess.PIPE,
-            stdout=subprocess.PIPE,
-            stderr=subprocess.PIPE,
-            env={**env, "PYTHONUNBUFFERED": "1"},
-            text=True,
-        )
-        self.events: queue.Queue = queue.Queue()
-        self.stderr_tail: deque[str] = deque(maxlen=20)
-        threading.Thread(target=self._pump_events, daemon=True).start()
-        threading.Thread(target=self._pump_stderr, daemon=True).start()
-        self.process.stdin.write(job.to_json())
-        self.process.stdin.close()
+    The rule looks at interval widths only, never at an estimate's sign or size, so it cannot steer a verdict.
+    """
 
-    def _pump_events(self) -> None:
-        for line in self.process.stdout:
-            try:
-                self.events.put(decode_event(line))
-            except ValueError:
-                self.stderr_tail.append(line.rstrip())
-        self.events.put(None)
+    def __init__(self, exp: Experiment, builds: Sequence[str]) -> None:
+        self.exp = exp
+        self.pairs = comparison_pairs(exp, builds)
+        self.values: dict[tuple[str, str], dict[int, tuple[float, float | None]]] = {}
+        self.started = time.monotonic()
 
-    def _pump_stderr(self) -> None:
-        for line in self.process.stderr:
-            self.stderr_tail.append(line.rstrip())
+    def add(self, build: str, trial: dict[str, Any]) -> None:
+        if not trial["warmup"]:
+            self.values.setdefault((build, trial["variant"]), {})[trial["round"]] = (
+                trial["prefill_tps"], trial["gen_tps"])
 
-    def failure_reason(self) -> str:
-        code = self.process.wait()
-        what = "killed by the OS (out of memory?)" if code in (-9, 137) else f"exited with code {code}"
-        lines = [line.strip() for line in self.stderr_tail if line.strip()]
-        exceptions = [line for line in lines if re.match(r"^[\w.]+(Error|Exception|Interrupt)\b", line)]
-        last = (exceptions or lines or [""])[-1]
-        return f"worker {what}" + (f": {last.strip()}" if last else "")
+    def half_widths(self) -> dict[str, float]:
+        """Each watched pair and metric's current 95% CI half-width, in percent."""
+        widths = {}
+        for a, b in self.pairs:
+            rounds = sorted(set(self.values.get(a, {})) & set(self.values.get(b, {})))
+            for i, metric in enumerate(("prefill", "gen")):
+                base = [self.values[a][r][i] for r in rounds]
+                new = [self.values[b][r][i] for r in rounds]
+                if len(rounds) >= 2 and None not in base and None not in new:
+                    label = f"{'/'.join(b)} vs {'/'.join(a)} {metric}".replace("current/", "")
+                    widths[label] = round(paired_estimate(base, new).half_width_pct, 3)
+        return widths
 
-    def stop(self) -> None:
-        if self.process.poll() is None:
-            self.process.kill()
-            self.process.wait()
+    def stop_reason(self, rounds: int) -> str | None:
+        """Why the cell stops after `rounds` timed rounds, or None to go on."""
+        precision = self.exp.precision
+        if rounds >= self.exp.trials:
+            return "max_rounds" if precision else "trials"
+        if precision is None or rounds < MIN_AUTO_ROUNDS:
+            return None
+        if precision.budget_s is not None and time.monotonic() - self.started > precision.budget_s:
+            return "budget"
+        widths = self.half_widths()
+        if widths and max(widths.values()) <= precision.target_pct:
+            return "precision reached"
+        return None
 
 
 class Runner:
-    def __init__(
-        self, exp: Experiment, options: RunOptions, run_id: str, console: Console, peak: dict[str, Any] | None
-    ) -> None:
+    def __init__(self, exp: Experiment, options: RunOptions, run_id: str, console: Console,
+                 peak: dict[str, Any] | None, env: dict[str, str]) -> None:
         self.exp = exp
         self.peak = peak
+        self.env = env
+        self.builds = [CURRENT, *([options.reference] if options.reference else [])]
+        self.order = centre_order(list(exp.variants), [(c.baseline, c.new) for c in exp.comparisons])
         self.cells = {cell.key: cell for cell in exp.cells()}
         self.work: dict[str, dict[str, Any]] = {}
         self.options = options
         self.run_id = run_id
         self.console = console
         self.meta = {cell.key: cell_meta(cell, run_id) for cell in exp.cells()}
+        self.above_peak: set[str] = set()
+        self.best: dict[str, float] = {}  # the highest prefill TFLOP/s and gen GB/s any trial achieved
 
-    def run(self, jobs: list[ModelJob], writer: ResultsWriter, worker_env: dict[str, str]) -> None:
-        total = sum(remaining_trials(job, self.exp) for job in jobs)
+    def run(self, jobs: list[ModelJob], writer: ResultsWriter) -> None:
+        per_round = len(self.exp.variants) * len(self.builds)
+        total = sum(len(job.cells) * per_round * (self.exp.warmup + self.exp.trials) for job in jobs)
         with self._progress() as progress:
             task = progress.add_task("starting", total=total)
+
+            def update(text: str, advance: int = 0, drop: int = 0) -> None:
+                progress.update(task, description=text, advance=advance, total=progress.tasks[0].total - drop)
+
             for job in jobs:
-                self._run_model(
-                    job,
-                    writer,
-                    worker_env,
-                    lambda text, advance=0: progress.update(task, description=text, advance=advance),
-                )
+                self._run_model(job, writer, update)
 
     def _progress(self) -> Progress:
         return Progress(
-            TextColumn("{task.description}"),
-            BarColumn(),
-            MofNCompleteColumn(),
-            TextColumn("trials"),
-            TimeElapsedColumn(),
-            TextColumn("ETA"),
-            TimeRemainingColumn(),
-            console=self.console,
-            disable=self.options.quiet,
-            transient=False,
+            TextColumn("{task.description}"), BarColumn(), MofNCompleteColumn(), TextColumn("trials"),
+            TimeElapsedColumn(), TextColumn("ETA"), TimeRemainingColumn(),
+            console=self.console, disable=self.options.quiet, transient=False,
         )
 
     def _write(self, writer: ResultsWriter, cell_key: str, record: dict[str, Any]) -> None:
@@ -237,15 +232,20 @@ class Runner:
     def _roofline(self, cell_key: str, trial: dict[str, Any]) -> dict[str, Any]:
         """Achieved TFLOP/s and GB/s of a trial, and their share of this machine's peak."""
         rates = achieved(trial, self._work(cell_key))
-        return {**rates, **percent_of_peak(rates, self.peak, self.cells[cell_key].model.dtype)}
+        shares = percent_of_peak(rates, self.peak, self.cells[cell_key].model.dtype)
+        self.above_peak.update(shares["above_peak"])
+        for metric, value in rates.items():
+            if value is not None:
+                self.best[metric] = max(self.best.get(metric, 0.0), value)
+        return {**rates, **shares}
 
     def _close_cells(self, writer: ResultsWriter, cells: list[Cell], kind: str, reason: str) -> None:
         for cell in cells:
             self._write(writer, cell.key, {"kind": kind, "reason": reason})
         self.console.print(f"[yellow]{kind}[/]: {cells[0].model.size}: {reason}")
 
-    def _run_model(self, job: ModelJob, writer: ResultsWriter, env: dict[str, str], update: Callable) -> None:
-        fits, reason = memory_verdict(job.model, self.exp)
+    def _run_model(self, job: ModelJob, writer: ResultsWriter, update: Callable) -> None:
+        fits, reason = memory_verdict(job.model, self.exp, copies=len(self.builds))
         if not fits:
             self._close_cells(writer, job.cells, "skip", reason)
             return
@@ -253,72 +253,101 @@ class Runner:
         while pending:
             update(f"{job.model.size}: loading weights")
             try:
-                self._run_worker(ModelJob(job.model, pending, job.done), writer, env, update)
+                self._run_sessions(ModelJob(job.model, pending, job.done), writer, update)
                 return
             except WorkerFailed as failure:
                 failed = [c for c in pending if failure.cell_key in (None, c.key)]
                 self._close_cells(writer, failed, "error", failure.reason)
                 pending = [c for c in pending if c not in failed]
 
-    def _run_worker(self, job: ModelJob, writer: ResultsWriter, env: dict[str, str], update: Callable) -> None:
-        worker = Worker(worker_job(job, self.exp), env)
-        clock = CellClock(self.exp.timeout_s)
+    def _run_sessions(self, job: ModelJob, writer: ResultsWriter, update: Callable) -> None:
+        cpus = pinned_cpus(self.env) if self.options.pin else None
+        sessions = {b.name: WorkerSession(worker_job(job.model, self.exp), b, self.env, cpus) for b in self.builds}
         try:
-            while True:
-                if clock.expired():
-                    raise WorkerFailed(clock.cell, f"timed out after {self.exp.timeout_s:g} s")
-                try:
-                    event = worker.events.get(timeout=1.0)
-                except queue.Empty:
-                    continue
-                if event is None:
-                    if worker.process.wait() != 0:
-                        raise WorkerFailed(clock.cell, worker.failure_reason())
-                    return
-                self._handle(event, writer, update, clock)
-        finally:
-            worker.stop()
-
-    def _handle(self, event: CellStarted | Loaded | Recorded, writer: ResultsWriter, update: Callable,
-                clock: CellClock) -> None:
-        if isinstance(event, CellStarted):
-            clock.start(event.key)
-        elif isinstance(event, Loaded):
-            if not self.options.quiet:
-                self.console.print(
-                    f"{self.meta[event.cell]['size']}: loaded {format_count(event.parameters)} parameters "
-                    f"({event.weight_bytes / 2**30:.2f} GiB) in {event.load_s:.1f} s",
-                    highlight=False,
-                )
-        else:
-            self._record(event.record, writer, update, clock.cell)
-
-    def _record(self, record: dict[str, Any], writer: ResultsWriter, update: Callable, cell: str) -> None:
-        self._write(writer, cell, record)
-        if record["kind"] == "trial":
-            meta = self.meta[cell]
-            label = "warmup" if record["warmup"] else f"round {record['round'] + 1}/{self.exp.trials}"
-            update(f"{meta['size']} {meta['workload']} {record['variant']} {label}", advance=1)
-        elif record["kind"] == "correctness" and not record["passed"]:
-            self.console.print(
-                f"[red]correctness[/]: {record['variant']} differs from {record['reference']} on {cell}: "
-                f"max |Δlogit| {record['max_abs_err']:.3g} > {record['atol']:.3g}"
-            )
+            deadline = time.monotonic() + self.exp.timeout_s
+            for name, session in sessions.items():
+                loaded = session.loaded(deadline, self.exp.timeout_s)
+                if not self.options.quiet:
+                    where = "" if len(sessions) == 1 else f" ({name} build)"
+                    self.console.print(f"{job.model.label}{where}: loaded {format_count(loaded.parameters)} "
+                                       f"parameters ({loaded.weight_bytes / 2**30:.2f} GiB) in {loaded.load_s:.1f} s",
+                                       highlight=False)
+            for cell in job.cells:
+                CellRun(self, cell, sessions, job.done, writer, update).run(first=cell is job.cells[0])
+        except BaseException:
+            for session in sessions.values():
+                session.stop(kill=True)
+            raise
+        for session in sessions.values():
+            session.stop()
 
 
-class CellClock:
-    """The cell a worker is measuring and when its time runs out; each cell gets the experiment's timeout anew."""
+class CellRun:
+    """One cell: correctness and kernel facts per build, warmups, timed rounds until the cell stops, depth rounds."""
 
-    def __init__(self, timeout_s: float) -> None:
-        self.timeout_s = timeout_s
-        self.cell: str | None = None
-        self.deadline = float("inf")
+    def __init__(self, runner: Runner, cell: Cell, sessions: dict[str, WorkerSession], done: set[tuple],
+                 writer: ResultsWriter, update: Callable) -> None:
+        self.runner, self.exp, self.cell, self.sessions = runner, runner.exp, cell, sessions
+        self.done, self.writer, self.update = done, writer, update
+        w = cell.workload
+        self.shape = CellShape(cell.key, w.prompt_tokens, w.gen_tokens, w.batch)
+        self.deadline = time.monotonic() + self.exp.timeout_s
+        self.target = PrecisionTarget(self.exp, list(sessions))
 
-    def start(self, cell: str) -> None:
-        self.cell, self.deadline = cell, time.monotonic() + self.timeout_s
+    def run(self, first: bool) -> None:
+        for build in self.sessions:
+            for kind in ("correctness", "kernel"):
+                if (self.cell.key, build, kind) not in self.done:
+                    self._request(build, Command("kernels" if kind == "kernel" else kind, self.shape))
+        for w in range(self.exp.warmup):
+            self._round(w, warmup=True)
+        rounds, reason = 0, None
+        while reason is None:
+            self._round(rounds, warmup=False)
+            rounds += 1
+            reason = self.target.stop_reason(rounds)
+        per_round = len(self.exp.variants) * len(self.sessions)
+        self.update(f"{self.cell.model.label} {self.cell.workload.label}: {reason}",
+                    drop=(self.exp.trials - rounds) * per_round)
+        self.runner._write(self.writer, self.cell.key, {"kind": "stop", "rounds": rounds, "reason": reason,
+                                                        "half_width_pct": self.target.half_widths()})
+        # One depth curve per model: it depends on the KV depth, not on the workload's prompt length.
+        if self.exp.depths and first:
+            for r in range(rounds):
+                for build, variant in round_plan(self.runner.order, list(self.sessions), r):
+                    if (self.cell.key, build, variant, "depth", r) not in self.done:
+                        self._request(build, Command("depth", self.shape, variant, r, depths=self.exp.depths))
 
-    def expired(self) -> bool:
-        return time.monotonic() > self.deadline
+    def _round(self, index: int, *, warmup: bool) -> None:
+        for build, variant in round_plan(self.runner.order, list(self.sessions), index):
+            if (self.cell.key, build, variant, warmup, index) in self.done:
+                continue
+            for record in self._request(build, Command("trial", self.shape, variant, index, warmup)):
+                self.target.add(build, record)
+                label = "warmup" if warmup else f"round {index + 1}"
+                where = "" if len(self.sessions) == 1 else f" [{build}]"
+                self.update(f"{self.cell.model.label} {self.cell.workload.label} {variant}{where} {label}",
+                            advance=1)
+
+    def _request(self, build: str, command: Command) -> list[dict[str, Any]]:
+        records = self.sessions[build].request(command, self.deadline, self.exp.timeout_s)
+        for record in records:
+            self.runner._write(self.writer, self.cell.key, {**record, "build": build})
+            if record["kind"] == "correctness" and not record["passed"]:
+                self.runner.console.print(
+                    f"[red]correctness[/]: {record['variant']} differs from {record['reference']} on "
+                    f"{self.cell.key} ({build} build): max |Δlogit| {record['max_abs_err']:.3g} > "
+                    f"{record['atol']:.3g}")
+        return records
+
+
+def pinned_cpus(env: dict[str, str]) -> list[int] | None:
+    """The last `threads` cores this process may use, for the workers; the others stay with the runner and OS."""
+    if not hasattr(os, "sched_getaffinity"):
+        return None
+    cores = sorted(os.sched_getaffinity(0))
+    threads = int(env.get("OPENBLAS_NUM_THREADS", len(cores)))
+    return cores[-threads:] if threads < len(cores) else None
 
 
 def default_out_path(exp: Experiment) -> Path:
@@ -326,10 +355,40 @@ def default_out_path(exp: Experiment) -> Path:
     return Path("results") / f"{exp.name}-{stamp}.jsonl"
 
 
+def peak_cache_path(env: dict[str, Any]) -> Path:
+    return PEAK_CACHE / f"peak-{fingerprint(env).slug}-t{env.get('threads')}.json"
+
+
 def measured_peak(worker_env: dict[str, str], env: dict[str, Any]) -> dict[str, Any] | None:
-    """The roof to hold each cell against: on a CPU, measured under the workers' BLAS; on a GPU, the known chip."""
-    probe = probe_in(worker_env, "peaks") if env["backend"] == "cpu" else None
+    """The roof to hold each cell against. On a GPU, the known chip. On a CPU, measured under the workers' BLAS and
+    thread count, best of several repeats, and cached per machine fingerprint and thread count (the cache is raised
+    when a run achieves more: see raise_cached_peak)."""
+    if env["backend"] != "cpu":
+        return peak_for(env)
+    path = peak_cache_path(env)
+    try:
+        probe = json.loads(path.read_text())
+    except (OSError, ValueError):
+        probe = probe_in(worker_env, "peaks")
+        path.parent.mkdir(parents=True, exist_ok=True)
+        path.write_text(json.dumps(probe))
     return peak_for(env, probe)
+
+
+def raise_cached_peak(env: dict[str, Any], best: dict[str, float], metrics: set[str]) -> str:
+    """After a run that achieved more than the cached peak: the machine can do at least what it did, so the cached
+    peak is raised to it, and later runs hold their trials against that."""
+    path = peak_cache_path(env)
+    try:
+        probe = json.loads(path.read_text())
+    except (OSError, ValueError):
+        return f"peak underestimated: {', '.join(sorted(metrics))} exceeded the measured peak"
+    probe["matmul_gflops"] = max(probe["matmul_gflops"], 1000 * best.get("prefill_tflops", 0.0))
+    probe["gemv_read_gbps"] = max(probe.get("gemv_read_gbps", 0.0), best.get("gen_gbps", 0.0))
+    probe["raised_by_a_run"] = True
+    path.write_text(json.dumps(probe))
+    return (f"peak underestimated: {', '.join(sorted(metrics))} exceeded this machine's measured peak; those trials "
+            f"show no percentage, and the cached peak ({path}) is raised to what this run achieved")
 
 
 def resume_state(path: Path, exp: Experiment) -> tuple[str, set[tuple]]:
@@ -353,28 +412,30 @@ def print_dry_run(exp: Experiment, cells: list[Cell], console: Console) -> None:
     for cell in cells:
         m = cell.model
         fits, reason = memory_verdict(m, exp)
-        table.add_row(
-            m.size,
-            m.source,
-            str(m.layers or "all"),
-            m.dtype,
-            m.quantize or "-",
-            cell.workload.label,
-            reason if fits else f"[yellow]skip: {reason}[/]",
-        )
+        table.add_row(m.size, m.source, str(m.layers or "all"), m.dtype, m.quantize or "-", cell.workload.label,
+                      reason if fits else f"[yellow]skip: {reason}[/]")
     console.print(table)
     for name, ops in exp.variants.items():
         console.print(f"variant [bold]{name}[/]: " + ", ".join(f"{op}={v}" for op, v in ops.items()))
+    rounds = (f"until every 95% CI is within ±{exp.precision.target_pct:g}% (at least {MIN_AUTO_ROUNDS}, at most "
+              f"{exp.trials} rounds)" if exp.precision else f"{exp.trials} timed rounds")
     trials = len(cells) * len(exp.variants) * (exp.trials + exp.warmup)
-    console.print(f"{trials} trials ({exp.warmup} warmup + {exp.trials} timed rounds per variant and cell)")
+    console.print(f"{trials} trials{' at most' if exp.precision else ''}: per variant and cell, {exp.warmup} warmup "
+                  f"round(s), then {rounds}; order "
+                  f"{' '.join(centre_order(list(exp.variants), [(c.baseline, c.new) for c in exp.comparisons]))}, "
+                  "reversed every other round; BLAS threads: "
+                  f"{exp.threads or f'auto ({default_threads()})'}")
 
 
 def honest_warnings(exp: Experiment) -> list[str]:
     warnings = []
     if exp.warmup == 0:
         warnings.append("warmup is 0: the first timed round of each variant includes JIT and compile time")
-    if exp.trials < 3:
-        warnings.append(f"trials is {exp.trials}: fewer than 3 paired rounds give no meaningful confidence interval")
+    if exp.precision is None and exp.trials < 3:
+        warnings.append(f"trials is {exp.trials}: fewer than 3 paired rounds give no verdict")
+    if (os.cpu_count() or 1) > 1 and exp.threads == os.cpu_count():
+        warnings.append(f"threads is {exp.threads}, every core: anything else on the machine stalls a BLAS thread "
+                        "and the whole matmul waits (the default leaves one core free)")
     return warnings
 
 
@@ -385,24 +446,34 @@ def run_experiment(exp: Experiment, options: RunOptions, console: Console, resum
         return 0
     for warning in honest_warnings(exp):
         console.print(f"[yellow]warning[/]: {warning}")
-    worker_env, env = worker_environment(options.blas)
+    worker_env, env = worker_environment(options.blas, exp.threads)
     if warning := blas_warning(env):
         console.print(f"[yellow]warning[/]: {warning}")
     run_id, done = resume_state(resume, exp) if resume else (new_run_id(), set())
     peak = measured_peak(worker_env, env)
-    runner = Runner(exp, options, run_id, console, peak)
+    runner = Runner(exp, options, run_id, console, peak, worker_env)
+    before = preflight()
     with ResultsWriter(options.out) as writer:
         experiment = {"name": exp.name, "file": exp.file, "sha256": exp.sha256, "content": exp.content}
         plugins = [{"path": str(p.path), "sha256": p.sha256} for p in load_plugins(exp.plugins)]
+        builds = {b.name: {"root": str(b.root) if b.root else None, "commit": b.commit, "dirty": b.dirty}
+                  for b in runner.builds}
         writer.write(run_header(run_id, experiment, env, peak=peak, shard=f"{options.shard[0]}/{options.shard[1]}",
-                                resumed=resume is not None, plugins=plugins))
-        console.print(f"results -> {options.out}  ({env['backend']}, {env['device']}, BLAS {env['blas']})")
-        try:
-            runner.run(plan_jobs(cells, done), writer, worker_env)
-        except KeyboardInterrupt:
-            console.print(
-                f"[yellow]interrupted[/]: every finished trial is in {options.out}; "
-                f"finish with: fusebench run {exp.file} --resume {options.out}"
-            )
-            return 130
+                                resumed=resume is not None, plugins=plugins, builds=builds,
+                                preflight=before, pinned=options.pin))
+        console.print(f"results -> {options.out}  ({env['backend']}, {env['device']}, BLAS {env['blas']}, "
+                      f"{env['threads']} thread(s))")
+        with LoadSampler() as sampler:
+            try:
+                runner.run(plan_jobs(cells, done), writer)
+            except KeyboardInterrupt:
+                console.print(
+                    f"[yellow]interrupted[/]: every finished trial is in {options.out}; "
+                    f"finish with: fusebench run {exp.file} --resume {options.out}"
+                )
+                return 130
+            finally:
+                writer.write({"kind": "load", "run_id": run_id, **(sampler.summary() or {"samples": 0})})
+    if runner.above_peak and env["backend"] == "cpu":
+        console.print(f"[yellow]warning[/]: {raise_cached_peak(env, runner.best, runner.above_peak)}")
     return 0

@@ -1,9 +1,10 @@
-"""The worker: one process per model. It builds or loads the weights once, then measures every cell of that
-model, the variants interleaved round by round and switched with `set_ops`.
+"""The worker: one process per model (and build). It builds or loads the weights once, then carries out the
+runner's commands one by one: a correctness check, the kernel facts, one trial of one variant, a depth sweep. The
+variants are switched with `set_ops`; the runner decides their order.
 
-It reads a job (`job.WorkerJob`, JSON) on stdin and writes events (`job.Event`, JSON lines) on stdout; anything
-else that prints goes to stderr, so a chatty library cannot corrupt the stream. The parent (runner.py) stores the
-records.
+It reads a job (`job.WorkerJob`) and then commands (`job.Command`), one JSON line each, on stdin, and writes events
+(`job.Event`, JSON lines) on stdout; anything else that prints goes to stderr, so a chatty library cannot corrupt
+the stream. The parent (runner.py) stores the records.
 
 Timing follows mlx-lm's generate_step, so the figures compare with mlx_lm.benchmark and ollama's bench:
 - prefill: the prompt but its last token in chunks of prefill_step_size, evaluating only the KV cache (as
@@ -18,7 +19,7 @@ from __future__ import annotations
 import os
 import sys
 import time
-from collections.abc import Callable, Mapping
+from collections.abc import Callable, Iterable, Mapping
 from dataclasses import dataclass
 from typing import Any
 
@@ -28,7 +29,7 @@ from mlx.utils import tree_flatten
 from models.gemma4 import Model
 from models.loading import load_model
 
-from .job import CellJob, CellStarted, Event, Loaded, Recorded, WorkerJob, encode_event
+from .job import Command, Done, Event, Loaded, Recorded, WorkerJob, encode_event
 from .kernels import kernel_facts
 from .plugins import load_plugins
 
@@ -49,6 +50,7 @@ class TrialTiming:
     prefill_s: float
     gen_s: float
     peak_memory_bytes: int
+    step_s: list[float]  # each decode step's inter-token latency, in order
 
 
 def make_prompt(vocab_size: int, batch: int, length: int, seed: int, round_id: int) -> mx.array:
@@ -71,15 +73,23 @@ def greedy(logits: mx.array) -> mx.array:
     return mx.argmax(logits, axis=-1)
 
 
-def decode(model: Model, token: mx.array, cache: list, steps: int) -> mx.array:
-    """`steps` greedy steps, pipelined as mlx-lm does: the next step is queued before the current token is read."""
-    for _ in range(steps):
+def decode(model: Model, token: mx.array, cache: list, steps: int) -> list[float]:
+    """`steps` greedy steps, pipelined as mlx-lm does: the next step is queued before the current token is read.
+
+    Returns when each generated token became available (perf_counter): the gaps are the inter-token latencies a
+    streaming user sees. The clock is read only where mlx-lm's loop waits anyway, so the timing is unchanged.
+    """
+    ready = []
+    for i in range(steps):
         next_token = greedy(model(token[:, None], cache=cache)[:, -1, :])
         mx.async_eval(next_token)
         mx.eval(token)
+        if i:  # the first token waited for here is the prefill's, already counted
+            ready.append(time.perf_counter())
         token = next_token
     mx.eval(token)
-    return token
+    ready.append(time.perf_counter())
+    return ready if steps else []
 
 
 def time_trial(model: Model, prompt: mx.array, gen_tokens: int, prefill_step_size: int) -> TrialTiming:
@@ -90,9 +100,10 @@ def time_trial(model: Model, prompt: mx.array, gen_tokens: int, prefill_step_siz
     first = greedy(prefill(model, prompt, cache, prefill_step_size))
     mx.eval(first)
     prefilled = time.perf_counter()
-    decode(model, first, cache, gen_tokens - 1)
-    done = time.perf_counter()
-    return TrialTiming(prefilled - start, done - prefilled, mx.get_peak_memory())
+    ready = decode(model, first, cache, gen_tokens - 1)
+    done = ready[-1] if ready else time.perf_counter()
+    steps = [b - a for a, b in zip([prefilled, *ready], ready, strict=False)]
+    return TrialTiming(prefilled - start, done - prefilled, mx.get_peak_memory(), steps)
 
 
 def trial_record(timing: TrialTiming, batch: int, prompt_tokens: int, gen_tokens: int) -> dict[str, Any]:
@@ -102,6 +113,7 @@ def trial_record(timing: TrialTiming, batch: int, prompt_tokens: int, gen_tokens
         "prefill_tps": batch * prompt_tokens / timing.prefill_s,
         "gen_s": timing.gen_s if gen_steps else None,
         "gen_tps": batch * gen_steps / timing.gen_s if gen_steps else None,
+        "step_s": timing.step_s,  # inter-token latencies: TTFT is prefill_s
         "peak_memory_bytes": timing.peak_memory_bytes,
     }
 
@@ -173,13 +185,8 @@ def _decisive_disagreement(ref: mx.array, new: mx.array, atol: float) -> bool:
     return greedy(ref[0]).item() != greedy(new[0]).item() and margin > 2 * atol
 
 
-def round_order(names: list[str], round_index: int) -> list[str]:
-    """ABBA: the order flips every round, so drift and position effects land on every variant alike."""
-    return names if round_index % 2 == 0 else names[::-1]
-
-
-class CellRunner:
-    """Measures the cells of one model; `job.done` holds what a resumed run has recorded already."""
+class CommandRunner:
+    """Carries out the runner's commands on one loaded model."""
 
     def __init__(self, model: Model, job: WorkerJob, emit: Emit) -> None:
         self.model = model
@@ -188,66 +195,51 @@ class CellRunner:
         self.cold_variants: set[str] = set(job.variants)
         self.vocab = model.args.vocab_size
 
-    def run(self, cell: CellJob) -> None:
-        self.emit(CellStarted(cell.key))
-        if (cell.key, "correctness") not in self.job.done:
-            self._check_correctness(cell)
-        if (cell.key, "kernels") not in self.job.done:
-            # Which kernels this cell's variants really run (fused or fallback): the A/B means something only then.
-            facts = kernel_facts(vars(self.model.args), prompt_tokens=cell.prompt_tokens, dtype=self.job.model.dtype)
-            for fact in facts:
-                self._record(cell, **fact)
-        for w in range(self.job.warmup):
-            self._round(cell, w, warmup=True)
-        for r in range(self.job.trials):
-            self._round(cell, r, warmup=False)
-        # One depth curve per model: it depends on the KV depth, not on the workload's prompt length.
-        if self.job.depths and cell.key == self.job.cells[0].key:
-            for r in range(self.job.trials):
-                self._depth_round(cell, r)
+    def run(self, command: Command) -> None:
+        getattr(self, f"_{command.do}")(command)
+        self.emit(Done())
 
-    def _record(self, cell: CellJob, kind: str, **fields: Any) -> None:
-        self.emit(Recorded({"kind": kind, "cell": cell.key, **fields}))
+    def _record(self, kind: str, **fields: Any) -> None:
+        self.emit(Recorded({"kind": kind, **fields}))
 
-    def _check_correctness(self, cell: CellJob) -> None:
-        gate = self.job.correctness
+    def _correctness(self, command: Command) -> None:
+        gate, cell = self.job.correctness, command.cell
         prompt = make_prompt(self.vocab, cell.batch, cell.prompt_tokens, self.job.seed, 0)
         for record in correctness_records(
             self.model, self.job.variants, gate.reference, prompt, gate.atol, gate.tokens, self.job.prefill_step_size
         ):
-            self._record(cell, "correctness", **record)
+            self._record("correctness", **record)
 
-    def _round(self, cell: CellJob, index: int, *, warmup: bool) -> None:
-        todo = [
-            v for v in round_order(list(self.job.variants), index) if (cell.key, v, warmup, index) not in self.job.done
-        ]
-        if not todo:
-            return
-        # Warmup prompts come from their own seeds, so they never repeat a timed round's.
-        round_id = WARMUP_STREAM + index if warmup else index
+    def _kernels(self, command: Command) -> None:
+        # Which kernels this cell's variants really run (fused or fallback): the A/B means something only then.
+        facts = kernel_facts(vars(self.model.args), prompt_tokens=command.cell.prompt_tokens,
+                             dtype=self.job.model.dtype)
+        for fact in facts:
+            self._record(**fact)
+
+    def _trial(self, command: Command) -> None:
+        cell, variant = command.cell, command.variant
+        # The same prompt for every variant (and build) of a round; warmup prompts never repeat a timed round's.
+        round_id = WARMUP_STREAM + command.round if command.warmup else command.round
         prompt = make_prompt(self.vocab, cell.batch, cell.prompt_tokens, self.job.seed, round_id)
-        for variant in todo:
-            self.model.set_ops(self.job.variants[variant])
-            timing = time_trial(self.model, prompt, cell.gen_tokens, self.job.prefill_step_size)
-            cold = variant in self.cold_variants
-            self.cold_variants.discard(variant)
-            self._record(
-                cell, "trial", variant=variant, ops=self.job.variants[variant], round=index, warmup=warmup,
-                **trial_record(timing, cell.batch, cell.prompt_tokens, cell.gen_tokens),
-                compile_s=timing.prefill_s + timing.gen_s if cold else None,
-            )
+        self.model.set_ops(self.job.variants[variant])
+        timing = time_trial(self.model, prompt, cell.gen_tokens, self.job.prefill_step_size)
+        cold = variant in self.cold_variants
+        self.cold_variants.discard(variant)
+        self._record(
+            "trial", variant=variant, ops=self.job.variants[variant], round=command.round, warmup=command.warmup,
+            **trial_record(timing, cell.batch, cell.prompt_tokens, cell.gen_tokens),
+            compile_s=timing.prefill_s + timing.gen_s if cold else None,
+        )
 
-    def _depth_round(self, cell: CellJob, index: int) -> None:
-        steps = max(1, cell.gen_tokens - 1)
-        depths = sorted(self.job.depths)
-        prompt = make_prompt(self.vocab, cell.batch, depths[-1], self.job.seed, DEPTH_STREAM + index)
-        for variant in round_order(list(self.job.variants), index):
-            if (cell.key, variant, "depth", index) in self.job.done:
-                continue
-            self.model.set_ops(self.job.variants[variant])
-            for depth, gen_s in self._depth_sweep(prompt, depths, steps):
-                self._record(cell, "depth", variant=variant, round=index, depth=depth, gen_tokens=steps, gen_s=gen_s,
-                             gen_tps=cell.batch * steps / gen_s)
+    def _depth(self, command: Command) -> None:
+        cell, steps = command.cell, max(1, command.cell.gen_tokens - 1)
+        depths = sorted(command.depths)
+        prompt = make_prompt(self.vocab, cell.batch, depths[-1], self.job.seed, DEPTH_STREAM + command.round)
+        self.model.set_ops(self.job.variants[command.variant])
+        for depth, gen_s in self._depth_sweep(prompt, depths, steps):
+            self._record("depth", variant=command.variant, round=command.round, depth=depth, gen_tokens=steps,
+                         gen_s=gen_s, gen_tps=cell.batch * steps / gen_s)
 
     def _depth_sweep(self, prompt: mx.array, depths: list[int], steps: int) -> list[tuple[int, float]]:
         """One long prefill, stopping at each depth to time `steps` decode steps there."""
@@ -268,15 +260,17 @@ def model_facts(model: Model) -> dict[str, Any]:
     return {"parameters": sum(v.size for _, v in params), "weight_bytes": sum(v.nbytes for _, v in params)}
 
 
-def run_job(job: WorkerJob, emit: Emit) -> None:
+def serve(job: WorkerJob, commands: Iterable[str], emit: Emit) -> None:
+    """Load the model, say so, then carry out each command line until the input ends."""
     load_plugins(job.plugins)
     start = time.perf_counter()
     spec = job.model
     model = load_model(spec.source, layers=spec.layers, dtype=spec.dtype, quantize=spec.quantize, seed=job.seed)
-    emit(Loaded(job.cells[0].key, time.perf_counter() - start, **model_facts(model)))
-    runner = CellRunner(model, job, emit)
-    for cell in job.cells:
-        runner.run(cell)
+    emit(Loaded(time.perf_counter() - start, **model_facts(model)))
+    runner = CommandRunner(model, job, emit)
+    for line in commands:
+        if line.strip():
+            runner.run(Command.from_json(line))
 
 
 def _event_stream() -> Emit:
@@ -293,10 +287,10 @@ def _event_stream() -> Emit:
 
 
 def main() -> None:
-    job = WorkerJob.from_json(sys.stdin.read())
+    job = WorkerJob.from_json(sys.stdin.readline())
     emit = _event_stream()
     try:
-        run_job(job, emit)
+        serve(job, sys.stdin, emit)
     except KeyboardInterrupt:
         sys.exit(130)
 

@@ -16,7 +16,7 @@ def kernel_table(facts: Sequence[Mapping[str, Any]]) -> Table:
     """One row per op × variant × shape: fused, fallback (with MLX's reason), or how many kernels its graph holds."""
     rows = tuple(
         (f["op"], f["variant"], f.get("shape_label", ""), f["status"],
-         "—" if f.get("kernels") is None else str(f["kernels"]), f.get("reason") or "")
+         _count(f.get("kernels")), f.get("reason") or "")
         for f in facts
     )
     return Table(KERNEL_COLUMNS, rows, frozenset({4}))
@@ -28,9 +28,14 @@ def _join(items: Sequence[Any]) -> str:
 
 
 def _span(facts: Sequence[Mapping[str, Any]]) -> str:
-    head_dims = sorted({f["head_dim"] for f in facts if f.get("head_dim") is not None})
+    head_dims = sorted({int(f["head_dim"]) for f in facts if _count(f.get("head_dim")) != "—"})
     phases = [p for p in ("prefill", "decode") if any(f.get("phase") == p for f in facts)]
     return f"head_dim {_join(head_dims)}, {_join(phases)}"
+
+
+def _count(value: Any) -> str:
+    # Read back through pandas, counts come as floats (NaN where absent).
+    return "—" if value is None or value != value else str(int(value))
 
 
 def summarize_attention(facts: Sequence[Mapping[str, Any]]) -> str:

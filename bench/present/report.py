@@ -22,10 +22,12 @@ from .document import Block, Figure, Heading, Paragraph, to_html, to_markdown
 from .sections.correctness import correctness_section
 from .sections.delta import delta_sections, method_section
 from .sections.depth import depth_section
+from .sections.kernels import kernel_section
+from .sections.latency import latency_section
 from .sections.ops import op_section
 from .sections.roofline import roofline_section
 from .sections.throughput import rounds_section, throughput_section
-from .sections.warnings import cold_start_warnings, noisy_warnings, warnings_section
+from .sections.warnings import cold_start_warnings, load_warnings, noisy_warnings, warnings_section
 
 
 def summary_frame(study: Study) -> pd.DataFrame:
@@ -69,7 +71,7 @@ def write_report(
     corrupt = study.results.corrupt_lines
     warnings = [f"{len(corrupt)} corrupt line(s) skipped: {', '.join(corrupt)}"] if corrupt else []
     delta_blocks, delta_warnings = delta_sections(study, comparisons, reference, out_dir)
-    warnings += delta_warnings + noisy_warnings(study) + cold_start_warnings(study)
+    warnings += delta_warnings + noisy_warnings(study) + cold_start_warnings(study) + load_warnings(study)
     op_blocks = op_section(study, out_dir)
     blocks: list[Block] = [
         Heading(f"fusebench report: {study.name}", 1),
@@ -79,6 +81,8 @@ def write_report(
         *(correctness_section(study) if study.has_trials else []),
         *(throughput_section(study, out_dir) if study.has_trials else []),
         *(rounds_section(study, out_dir) if study.has_trials else []),
+        *latency_section(study),
+        *kernel_section(study, list(comparisons)),
         *roofline_section(study),
         *depth_section(study, out_dir),
         *op_blocks,

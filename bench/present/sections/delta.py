@@ -33,6 +33,7 @@ from .. import plots
 from ..document import Block, Bullets, Figure, Heading, Table
 from ..format import format_tps, signed_pct
 from .context import environment_line, machine_suffix, plot_caption, slug
+from .kernels import attention_note
 
 DELTA_COLUMNS = ("Size", "Metric", "Baseline", "New", "Δ", "95% CI (Holm)", "±", "Rounds", "Verdict")
 REF_COLUMN = "Ref Δ"
@@ -182,14 +183,29 @@ def delta_section(
     ]
     if reference:
         context.append(reference_note(reference, study, machine, [timed, closed], pair))
+    if note := attention_note(study, machine, workload, pair):
+        context.append(note)
     where = workload if len(study.machines) == 1 else f"{workload} · {machine}"
     blocks: list[Block] = [Heading(f"{pair[0]} → {pair[1]} · {where}", 3), Bullets(tuple(context)), table]
     if notes:
         blocks.append(Bullets(tuple(notes)))
+    notes += _stop_notes(study, machine, workload, labels)
     plotted = comparison[comparison["n_pairs"] > 0]
     if not plotted.empty:
         blocks.append(_delta_figure(study, pair, machine, workload, plotted, labels, reference, out_dir))
     return DeltaSection(blocks, _table_warnings(comparison, f"{pair[0]} → {pair[1]} · {where}"))
+
+
+def _stop_notes(study: Study, machine: str, workload: str, labels: dict[tuple[str, str], str]) -> list[str]:
+    """Cells whose precision target was not reached: they stopped at their round or time cap."""
+    stops = on(study.stops, machine, workload)
+    if stops.empty:
+        return []
+    return [
+        f"{labels.get((r['model_key'], r['size']), r['size'])}: stopped at {r['reason']} after {r['rounds']} rounds, "
+        f"widest 95% CI ±{max(r['half_width_pct'].values()):.1f}%"
+        for r in stops.to_dict("records") if r["reason"] in ("max_rounds", "budget") and r.get("half_width_pct")
+    ]
 
 
 def _delta_figure(

@@ -59,18 +59,31 @@ def roofline_table(study: Study, timed: pd.DataFrame) -> Table:
     labels = cell_labels(ordered_cells([timed]))
     fields = [f for f in ROOFLINE_FIELDS if f in timed]
     medians = trial_medians(timed, fields).set_index(["model_key", "variant"])
+    above = _above_peak(timed)
     rows = []
     for cell, label in labels.items():
         for variant in variants_in(study, timed[timed["model_key"] == cell[0]]):
-            row = medians.loc[(cell[0], variant)]
-            rows.append((label, variant, _with_percent(row, "prefill_tflops", "prefill_pct_of_peak"),
-                         _with_percent(row, "gen_gbps", "gen_pct_of_peak")))
+            row, over = medians.loc[(cell[0], variant)], above.get((cell[0], variant), set())
+            rows.append((label, variant, _with_percent(row, "prefill_tflops", "prefill_pct_of_peak", "prefill" in over),
+                         _with_percent(row, "gen_gbps", "gen_pct_of_peak", "gen" in over)))
     return Table(("Size", "Variant", "Prefill TFLOP/s (% of peak)", "Gen GB/s (% of peak)"), tuple(rows),
                  frozenset({2, 3}))
 
 
-def _with_percent(row: pd.Series, rate: str, percent: str) -> str:
+def _above_peak(timed: pd.DataFrame) -> dict[tuple[str, str], set[str]]:
+    """(model_key, variant) -> the metrics some trial achieved above the peak (the peak was underestimated)."""
+    above: dict[tuple[str, str], set[str]] = {}
+    if "above_peak" in timed:
+        for key, variant, metrics in zip(timed["model_key"], timed["variant"], timed["above_peak"], strict=True):
+            if isinstance(metrics, list):
+                above.setdefault((key, variant), set()).update(metrics)
+    return above
+
+
+def _with_percent(row: pd.Series, rate: str, percent: str, above_peak: bool) -> str:
     value, share = row.get(rate, math.nan), row.get(percent, math.nan)
     if pd.isna(value):
         return "—"
+    if above_peak:
+        return f"{format_rate(value)} (peak underestimated)"
     return format_rate(value) if pd.isna(share) else f"{format_rate(value)} ({share:.1f}%)"

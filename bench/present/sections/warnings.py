@@ -62,3 +62,28 @@ def warnings_section(study: Study, warnings: Sequence[str]) -> list[Block]:
     if not study.has_trials:
         return []  # an ops-only report has no cells to vouch for
     return [Heading("Warnings"), Paragraph("None: every cell is quiet, paired and warmed up.")]
+
+
+BUSY_CORES = 0.25  # other processes' CPU, in cores, above which a timing shares its machine noticeably
+STEAL_CORES = 0.05  # hypervisor steal, in cores, above which the VM's neighbours took real time
+
+
+def load_warnings(study: Study) -> list[str]:
+    """What else ran on the machine, before (preflight) and during (the load sampler) each run."""
+    warnings = []
+    for run_id, header in study.results.runs.items():
+        before = header.get("preflight") or {}
+        if before.get("other_cores", 0.0) > BUSY_CORES:
+            warnings.append(f"busy machine: run {run_id}: before it started, other processes used "
+                            f"{before['other_cores']:.2f} cores (load average {before.get('loadavg_1m', 0):.2f})")
+    for during in study.results.of_kind("load"):
+        if not during.get("samples"):
+            continue
+        busy, steal = during.get("other_cores_mean", 0.0), during.get("steal_cores_mean", 0.0)
+        if busy > BUSY_CORES or steal > STEAL_CORES:
+            warnings.append(
+                f"shared machine: run {during.get('run_id')}: while it measured, other processes used {busy:.2f} "
+                f"cores on average (at most {during.get('other_cores_max', 0.0):.2f}) and the hypervisor stole "
+                f"{steal:.2f}; its rounds scatter more than a quiet machine's"
+            )
+    return warnings

@@ -1,0 +1,114 @@
+"""What else the machine was doing while fusebench measured: load average, other processes' CPU, steal time.
+
+A benchmark on a shared machine can only be judged next to this. `preflight()` looks before the run starts; a
+`LoadSampler` thread samples /proc every second while it runs. Both read Linux's /proc and return None elsewhere.
+"""
+
+from __future__ import annotations
+
+import os
+import threading
+import time
+from dataclasses import dataclass
+from typing import Any
+
+_TICKS = os.sysconf("SC_CLK_TCK") if hasattr(os, "sysconf") else 100
+
+
+@dataclass(frozen=True)
+class CpuTimes:
+    busy: float  # seconds of all cores' non-idle time, steal excluded
+    steal: float  # seconds the hypervisor gave our cores to someone else
+    ours: float  # seconds used by this process and its children (the workers)
+    at: float  # monotonic time of the reading
+
+
+def _cpu_times(pids: set[int]) -> CpuTimes | None:
+    try:
+        with open("/proc/stat") as f:
+            fields = [float(v) for v in f.readline().split()[1:]]
+    except OSError:
+        return None
+    user, nice, system, _idle, _iowait, irq, softirq, steal = (fields + [0.0] * 8)[:8]
+    ours = 0.0
+    for pid in pids:
+        try:
+            with open(f"/proc/{pid}/stat") as f:
+                stat = f.read().rsplit(")", 1)[1].split()
+            ours += (float(stat[11]) + float(stat[12])) / _TICKS  # utime + stime
+        except (OSError, IndexError, ValueError):
+            continue
+    busy = (user + nice + system + irq + softirq) / _TICKS
+    return CpuTimes(busy, steal / _TICKS, ours, time.monotonic())
+
+
+def _our_pids() -> set[int]:
+    """This process and its children (the worker processes)."""
+    me, pids = os.getpid(), {os.getpid()}
+    try:
+        for entry in os.listdir("/proc"):
+            if entry.isdigit():
+                try:
+                    with open(f"/proc/{entry}/stat") as f:
+                        if int(f.read().rsplit(")", 1)[1].split()[1]) == me:
+                            pids.add(int(entry))
+                except (OSError, IndexError, ValueError):
+                    continue
+    except OSError:
+        pass
+    return pids
+
+
+def _share(before: CpuTimes, after: CpuTimes) -> dict[str, float]:
+    """Over an interval, in cores: other processes' busy time, and the steal time, per second of wall time."""
+    wall = max(after.at - before.at, 1e-6)
+    others = max(0.0, (after.busy - before.busy) - (after.ours - before.ours))
+    return {"other_cores": others / wall, "steal_cores": max(0.0, after.steal - before.steal) / wall}
+
+
+def preflight(seconds: float = 1.0) -> dict[str, Any] | None:
+    """The machine before the run: load average, and what other processes and the hypervisor took for `seconds`."""
+    before = _cpu_times(_our_pids())
+    if before is None:
+        return None
+    time.sleep(seconds)
+    after = _cpu_times(_our_pids())
+    return {"loadavg_1m": os.getloadavg()[0], "cores": os.cpu_count(), **_share(before, after)}
+
+
+class LoadSampler:
+    """Samples every `interval_s` in a thread while the run measures; `summary()` gives means and maxima."""
+
+    def __init__(self, interval_s: float = 1.0) -> None:
+        self.interval_s = interval_s
+        self.samples: list[dict[str, float]] = []
+        self._stop = threading.Event()
+        self._thread = threading.Thread(target=self._loop, daemon=True)
+
+    def __enter__(self) -> LoadSampler:
+        self._thread.start()
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self._stop.set()
+        self._thread.join(timeout=5)
+
+    def _loop(self) -> None:
+        before = _cpu_times(_our_pids())
+        while before is not None and not self._stop.wait(self.interval_s):
+            after = _cpu_times(_our_pids())
+            if after is None:
+                return
+            self.samples.append({**_share(before, after), "loadavg_1m": os.getloadavg()[0]})
+            before = after
+
+    def summary(self) -> dict[str, Any] | None:
+        if not self.samples:
+            return None
+        keys = self.samples[0].keys()
+        return {
+            "samples": len(self.samples),
+            "interval_s": self.interval_s,
+            **{f"{key}_mean": round(sum(s[key] for s in self.samples) / len(self.samples), 3) for key in keys},
+            **{f"{key}_max": round(max(s[key] for s in self.samples), 3) for key in keys},
+        }

@@ -1,0 +1,134 @@
+"""One worker process, driven one command at a time (see job.py), with its stderr kept for a failure message."""
+
+from __future__ import annotations
+
+import os
+import queue
+import re
+import subprocess
+import sys
+import threading
+import time
+from collections import deque
+from collections.abc import Sequence
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+from .job import Command, Done, Loaded, Recorded, WorkerJob, decode_event
+
+
+@dataclass(frozen=True)
+class Build:
+    """The fusebench tree a worker imports: this one ("current"), or another checkout (`run --against`)."""
+
+    name: str
+    root: Path | None = None  # None: the installed fusebench; else a checkout whose code goes first on sys.path
+    commit: str | None = None
+    dirty: bool | None = None
+    env: dict[str, str] = field(default_factory=dict, compare=False, repr=False)
+
+    def worker_env(self, base: dict[str, str]) -> dict[str, str]:
+        env = {**base, **self.env, "PYTHONUNBUFFERED": "1"}
+        if self.root is not None:
+            env["PYTHONPATH"] = os.pathsep.join([str(self.root), *filter(None, [base.get("PYTHONPATH")])])
+        return env
+
+
+class WorkerFailed(Exception):
+    def __init__(self, cell_key: str | None, reason: str) -> None:
+        super().__init__(reason)
+        self.cell_key = cell_key
+        self.reason = reason
+
+
+class WorkerSession:
+    """A worker process for one model and build: `loaded()` once, then `request(command)` for each command."""
+
+    def __init__(self, job: WorkerJob, build: Build, env: dict[str, str], cpus: Sequence[int] | None = None) -> None:
+        self.build = build
+        self.process = subprocess.Popen(
+            [sys.executable, "-m", "bench.measure.worker"],
+            stdin=subprocess.PIPE,
+            stdout=subprocess.PIPE,
+            stderr=subprocess.PIPE,
+            env=build.worker_env(env),
+            cwd=build.root,
+            text=True,
+            # Pinning keeps the worker off the cores left for the runner and the OS (Linux only).
+            preexec_fn=(lambda: os.sched_setaffinity(0, cpus)) if cpus else None,
+        )
+        self.events: queue.Queue = queue.Queue()
+        self.stderr_tail: deque[str] = deque(maxlen=20)
+        threading.Thread(target=self._pump_events, daemon=True).start()
+        threading.Thread(target=self._pump_stderr, daemon=True).start()
+        self._send(job.to_json())
+
+    def _send(self, line: str) -> None:
+        try:
+            self.process.stdin.write(line + "\n")
+            self.process.stdin.flush()
+        except OSError:
+            pass  # the worker is gone; the next wait reports why
+
+    def _pump_events(self) -> None:
+        for line in self.process.stdout:
+            try:
+                self.events.put(decode_event(line))
+            except ValueError:
+                self.stderr_tail.append(line.rstrip())
+        self.events.put(None)
+
+    def _pump_stderr(self) -> None:
+        for line in self.process.stderr:
+            self.stderr_tail.append(line.rstrip())
+
+    def _next(self, cell: str | None, deadline: float, timeout_s: float) -> Loaded | Recorded | Done:
+        while True:
+            if time.monotonic() > deadline:
+                raise WorkerFailed(cell, f"timed out after {timeout_s:g} s")
+            try:
+                event = self.events.get(timeout=0.5)
+            except queue.Empty:
+                continue
+            if event is None:
+                raise WorkerFailed(cell, self.failure_reason())
+            return event
+
+    def loaded(self, deadline: float, timeout_s: float) -> Loaded:
+        event = self._next(None, deadline, timeout_s)
+        if not isinstance(event, Loaded):
+            raise WorkerFailed(None, f"worker said {event!r} before loading its model")
+        return event
+
+    def request(self, command: Command, deadline: float, timeout_s: float) -> list[dict[str, Any]]:
+        """The records one command produces; WorkerFailed if the worker dies or the cell's time runs out."""
+        self._send(command.to_json())
+        records = []
+        while not isinstance(event := self._next(command.cell.key, deadline, timeout_s), Done):
+            if isinstance(event, Recorded):
+                records.append(event.record)
+        return records
+
+    def failure_reason(self) -> str:
+        code = self.process.wait()
+        what = "killed by the OS (out of memory?)" if code in (-9, 137) else f"exited with code {code}"
+        lines = [line.strip() for line in self.stderr_tail if line.strip()]
+        exceptions = [line for line in lines if re.match(r"^[\w.]+(Error|Exception|Interrupt)\b", line)]
+        last = (exceptions or lines or [""])[-1]
+        prefix = "worker" if self.build.name == "current" else f"{self.build.name} build's worker"
+        return f"{prefix} {what}" + (f": {last.strip()}" if last else "")
+
+    def stop(self, *, kill: bool = False) -> None:
+        """End the worker: by closing its input (it finishes and exits), or at once with `kill` (after a failure)."""
+        if self.process.poll() is not None:
+            return
+        if not kill:
+            try:
+                self.process.stdin.close()
+                self.process.wait(timeout=10)
+                return
+            except (OSError, subprocess.TimeoutExpired):
+                pass
+        self.process.kill()
+        self.process.wait()
