@@ -39,12 +39,12 @@ from . import stats
 from .inference import interval_verdict
 from .noise import Noise, default_noise_path, load_noise
 from .stats import SEED
-from .study import cell_labels, ordered_cells
+from .study import cell_labels, current_build, ordered_cells
 
 MIN_VALUES_FOR_CI = 3  # fewer values a side give a bootstrap CI that proves nothing, so such a cell never fails
 
 # The kinds of check: tok/s and speedup against the baseline file, the experiment's expectations and correctness.
-TPS, SPEEDUP, EXPECT, CORRECT = "tok/s", "speedup", "expect", "correct"
+TPS, SPEEDUP, EXPECT, CORRECT, BUILD = "tok/s", "speedup", "expect", "correct", "vs reference"
 # Which calibrated noise band bounds each kind of check (see bench.analysis.noise).
 NOISE_SCOPE = {TPS: "run_to_run_tps", SPEEDUP: "run_to_run_speedup", EXPECT: "within_run"}
 
@@ -225,6 +225,28 @@ def experiments_of(results: Results, path: Path) -> list[tuple[Experiment, set[s
     ]
 
 
+def build_verdicts(results: Results, trials: pd.DataFrame, args: CheckRequest, notes: list[str]) -> list[Verdict]:
+    """`run --against`: every variant and metric of the current build against the reference build, paired round by
+    round (both ran each round back to back), Holm across the table. A cell that failed in either build leaves
+    nothing to compare: that is bad input (exit 2), never a pass."""
+    errors = results.of_kind("error")
+    if errors:
+        raise CheckError(f"{args.results}: cannot compare the builds: {errors[0].get('cell', '?')}: "
+                         f"{errors[0].get('reason', '?')}")
+    builds = next(iter(results.runs.values())).get("builds") or {}
+    notes.append("builds: " + "; ".join(f"{name} {str(b.get('commit') or '?')[:12]}"
+                                        + (" (dirty)" if b.get("dirty") else "") for name, b in builds.items()))
+    table = stats.compare_builds(trials)
+    labels = cell_names([trials])
+    limit = Limit(args.max_regression, "threshold")
+    verdicts = []
+    for row in table.itertuples():
+        base = Verdict(BUILD, labels[row.model_key, row.size, row.workload], row.variant, row.metric, status="",
+                       failed=False, baseline=row.baseline_gmean, current=row.new_gmean, limit=limit)
+        verdicts.append(judge(base, _ci(row, row.n_pairs, "adj_low", "adj_high"), row.n_pairs, row.n_pairs))
+    return verdicts
+
+
 def resolve_noise(path: Path | None, machine: Fingerprint, allow_other_machine: bool, notes: list[str]) -> Noise | None:
     """--noise FILE, else this machine's calibration at the default place if there is one."""
     if path is None:
@@ -266,8 +288,11 @@ def run_check(args: CheckRequest) -> Outcome:
         notes.append(f"the noise band was measured on experiment {noise.experiment}; another experiment's noise "
                      "may differ (calibrate it with fusebench calibrate EXPERIMENT --out FILE, then --noise FILE)")
     comparisons = list(dict.fromkeys((c.baseline, c.new) for exp, _ in experiments for c in exp.comparisons))
-    trials = results.frame("trial")
+    all_trials = results.frame("trial")
+    trials = current_build(all_trials)
     verdicts: list[Verdict] = []
+    if len(trials) != len(all_trials):
+        verdicts += build_verdicts(results, all_trials, args, notes)
     if args.baseline:
         baseline = load_baseline(args.baseline)
         baseline_machine = results_fingerprint(baseline, args.baseline)
@@ -281,7 +306,7 @@ def run_check(args: CheckRequest) -> Outcome:
         notes.append(f"baseline: {args.baseline}")
     for exp, run_ids in experiments:
         scoped = [frame[frame["run_id"].isin(run_ids)] if not frame.empty else frame
-                  for frame in (trials, results.frame("correctness"))]
+                  for frame in (trials, current_build(results.frame("correctness")))]
         verdicts += expectation_verdicts(exp, *scoped, noise)
     if not verdicts:
         raise CheckError(f"{args.results}: nothing to check; give --baseline FILE or declare expect: in the experiment")

@@ -42,6 +42,7 @@ __all__ = [
     "Summary",
     "bootstrap_ratio_of_medians_ci",
     "compare",
+    "compare_builds",
     "compare_runs",
     "paired_ratios",
     "paired_speedups",
@@ -206,6 +207,35 @@ def compare(
     `metric` is "prefill", "gen", or a list of them.
     """
     metrics = [metric] if isinstance(metric, str) else list(metric)
+    rows, estimates = _paired_rows(trials, baseline, new, metrics)
+    _judge(rows, estimates, alpha=alpha, margin_pct=margin_pct)
+    table = pd.DataFrame(rows, columns=list(COMPARE_COLUMNS))
+    table["baseline"], table["new"] = baseline, new
+    return table
+
+
+def compare_builds(trials: pd.DataFrame, *, alpha: float = ALPHA, margin_pct: float = DEFAULT_MARGIN_PCT
+                   ) -> pd.DataFrame:
+    """`run --against`: every variant's current build against the reference build, paired round by round (both
+    builds ran each round back to back on the same prompt). One table, one Holm family: compare()'s columns, with
+    baseline "reference", new "current" and `variant` naming the variant compared across the builds."""
+    timed = timed_trials(trials)
+    rows, estimates = [], []
+    if not timed.empty and "build" in timed:
+        for variant in dict.fromkeys(timed["variant"]):
+            mine = timed[timed["variant"] == variant]
+            more, more_estimates = _paired_rows(mine.assign(variant=mine["build"]), "reference", "current", METRICS)
+            rows += [{**row, "variant": variant} for row in more]
+            estimates += more_estimates
+    _judge(rows, estimates, alpha=alpha, margin_pct=margin_pct)
+    table = pd.DataFrame(rows, columns=[*COMPARE_COLUMNS, "variant"])
+    table["baseline"], table["new"] = "reference", "current"
+    return table
+
+
+def _paired_rows(trials: pd.DataFrame, baseline: str, new: str, metrics: Sequence[str]
+                 ) -> tuple[list[dict], list[PairedEstimate | None]]:
+    """compare()'s rows before Holm: per cell and metric, the paired estimate of new against baseline."""
     columns = [_metric_column(m) for m in metrics]
     timed = timed_trials(trials)
     rows, estimates = [], []
@@ -219,10 +249,7 @@ def compare(
                 row, estimate = _compare_sides(base_side, new_side)
                 rows.append({**dict(zip(CELL_KEYS, keys, strict=True)), "metric": metric_name, **row})
                 estimates.append(estimate)
-    _judge(rows, estimates, alpha=alpha, margin_pct=margin_pct)
-    table = pd.DataFrame(rows, columns=list(COMPARE_COLUMNS))
-    table["baseline"], table["new"] = baseline, new
-    return table
+    return rows, estimates
 
 
 def _judge(rows: list[dict], estimates: list[PairedEstimate | None], *, alpha: float, margin_pct: float) -> None:

@@ -9,11 +9,13 @@ examples:
   fusebench run experiments/pr15587.yaml --only E2B,E4B --trials 3
   fusebench run --resume results/default-20261130-101500.jsonl
   fusebench run experiments/default.yaml --shard 2/4      (this machine's quarter of the matrix)
+  fusebench run experiments/ci.yaml --against HEAD~1       (this tree against its parent, interleaved)
 """
 
 from __future__ import annotations
 
 import argparse
+import contextlib
 import dataclasses
 from pathlib import Path
 
@@ -41,6 +43,10 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--plugin", action="append", type=Path, default=[], metavar="FILE",
                         help="a Python file registering more op variants (repeatable; adds to the experiment's "
                         "plugins)")
+    parser.add_argument("--against", metavar="REF",
+                        help="also run a reference build, interleaved trial by trial: a git ref of this repository "
+                        "(checked out into a temporary worktree) or another fusebench checkout's path; "
+                        "fusebench check then compares the builds")
     parser.add_argument("--pin", action="store_true",
                         help="pin workers to as many cores as they have BLAS threads (Linux), leaving the rest free")
     parser.add_argument("--dry-run", action="store_true", help="print the expanded matrix and estimates; run nothing")
@@ -50,6 +56,7 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
 def main(args: argparse.Namespace, console: Console) -> int:
     from ..core.results import read_results
     from ..core.spec import load_experiment, select_models
+    from ..measure.builds import reference_build
     from ..measure.plugins import bind_experiment
     from ..measure.runner import RunOptions, default_out_path, run_experiment
     from ..present.summary import print_summary
@@ -59,9 +66,11 @@ def main(args: argparse.Namespace, console: Console) -> int:
         exp = dataclasses.replace(exp, trials=args.trials)
     exp = bind_experiment(exp, args.plugin)
     out = args.resume or args.out or default_out_path(exp)
-    options = RunOptions(out=out, blas=args.blas, quiet=args.quiet, shard=args.shard, dry_run=args.dry_run,
-                         pin=args.pin)
-    code = run_experiment(exp, options, console, resume=args.resume)
+    with contextlib.ExitStack() as stack:
+        reference = stack.enter_context(reference_build(args.against, args.experiment)) if args.against else None
+        options = RunOptions(out=out, blas=args.blas, quiet=args.quiet, shard=args.shard, dry_run=args.dry_run,
+                             pin=args.pin, reference=reference)
+        code = run_experiment(exp, options, console, resume=args.resume)
     if code == 0 and not args.dry_run:
         print_summary(console, read_results([out]), [(c.baseline, c.new) for c in exp.comparisons])
         console.print(f"full report: fusebench report {out}")

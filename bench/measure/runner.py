@@ -456,8 +456,8 @@ def run_experiment(exp: Experiment, options: RunOptions, console: Console, resum
     with ResultsWriter(options.out) as writer:
         experiment = {"name": exp.name, "file": exp.file, "sha256": exp.sha256, "content": exp.content}
         plugins = [{"path": str(p.path), "sha256": p.sha256} for p in load_plugins(exp.plugins)]
-        builds = {b.name: {"root": str(b.root) if b.root else None, "commit": b.commit, "dirty": b.dirty}
-                  for b in runner.builds}
+        builds = {b.name: {"commit": b.commit or env.get("git_commit"), "dirty": b.dirty if b.root else
+                           env.get("git_dirty")} for b in runner.builds}
         writer.write(run_header(run_id, experiment, env, peak=peak, shard=f"{options.shard[0]}/{options.shard[1]}",
                                 resumed=resume is not None, plugins=plugins, builds=builds,
                                 preflight=before, pinned=options.pin))

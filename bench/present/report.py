@@ -19,6 +19,7 @@ from ..analysis.reference import Reference
 from ..analysis.study import Study, size_rank, trial_medians
 from ..core.records import CELL_FIELDS, ROOFLINE_FIELDS
 from .document import Block, Figure, Heading, Paragraph, to_html, to_markdown
+from .sections.builds import builds_section
 from .sections.correctness import correctness_section
 from .sections.delta import delta_sections, method_section
 from .sections.depth import depth_section
@@ -77,6 +78,7 @@ def write_report(
         Heading(f"fusebench report: {study.name}", 1),
         Paragraph(_overview(study, sources)),
         *delta_blocks,
+        *builds_section(study, out_dir),
         *warnings_section(study, warnings),
         *(correctness_section(study) if study.has_trials else []),
         *(throughput_section(study, out_dir) if study.has_trials else []),

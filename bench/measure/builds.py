@@ -1,0 +1,84 @@
+"""`run --against REF`: the reference build, a second fusebench tree whose workers run beside the current ones.
+
+REF is a git ref of this repository (checked out into a temporary worktree, removed afterwards) or the path of
+another fusebench checkout. Its workers import the reference tree's own `bench` and `models` (its path goes first
+on their module search path), so what is compared is really the two trees; the Python packages (mlx, mlx-lm, ...)
+are this environment's. Before anything is measured the reference must speak this worker protocol, import, and
+read the experiment with its own spec parser; otherwise the run stops with one line and exit 2.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import os
+import re
+import shutil
+import subprocess
+import sys
+import tempfile
+from collections.abc import Iterator
+from pathlib import Path
+
+from ..core.errors import UserError
+from .job import PROTOCOL
+from .session import Build
+
+PACKAGE_ROOT = Path(__file__).resolve().parents[2]
+
+
+class ReferenceBuildError(UserError):
+    """A reference build that cannot be compared with this one; the message says why, in one line."""
+
+
+def _git(*args: str, cwd: Path = PACKAGE_ROOT) -> str | None:
+    done = subprocess.run(["git", *args], cwd=cwd, capture_output=True, text=True, check=False)
+    return done.stdout.strip() if done.returncode == 0 else None
+
+
+@contextlib.contextmanager
+def reference_build(ref: str, experiment: Path) -> Iterator[Build]:
+    """The build REF names, checked; a temporary worktree for a git ref lives as long as the context."""
+    path = Path(ref).expanduser()
+    if path.is_dir():
+        if not (path / "bench").is_dir():
+            raise ReferenceBuildError(f"--against {ref}: {path} holds no fusebench tree (no bench/ folder)")
+        build = _checked(Build("reference", path.resolve(), _git("rev-parse", "HEAD", cwd=path), _dirty(path)),
+                         ref, experiment)
+        yield build
+        return
+    commit = _git("rev-parse", "--verify", "--quiet", f"{ref}^{{commit}}")
+    if commit is None:
+        raise ReferenceBuildError(f"--against {ref}: neither a git ref of this repository nor a directory holding "
+                                  "fusebench; give a ref such as HEAD~1 or main, or a checkout's path")
+    folder = Path(tempfile.mkdtemp(prefix="fusebench-ref-"))
+    try:
+        if _git("worktree", "add", "--detach", "--force", str(folder / "tree"), commit) is None:
+            raise ReferenceBuildError(f"--against {ref}: git could not check out {commit[:12]} into {folder}")
+        yield _checked(Build("reference", folder / "tree", commit, False), ref, experiment)
+    finally:
+        _git("worktree", "remove", "--force", str(folder / "tree"))
+        shutil.rmtree(folder, ignore_errors=True)
+
+
+def _dirty(path: Path) -> bool | None:
+    status = _git("status", "--porcelain", "--untracked-files=no", cwd=path)
+    return None if status is None else bool(status)
+
+
+def _checked(build: Build, ref: str, experiment: Path) -> Build:
+    """The build, if its workers speak this protocol, import, and can read the experiment."""
+    job = build.root / "bench" / "measure" / "job.py"
+    found = re.search(r"^PROTOCOL = (\d+)", job.read_text(), re.MULTILINE) if job.is_file() else None
+    if not found or int(found.group(1)) != PROTOCOL:
+        theirs = f"protocol {found.group(1)}" if found else "no worker protocol (it predates run --against)"
+        raise ReferenceBuildError(f"--against {ref}: the reference build speaks {theirs}, this one protocol "
+                                  f"{PROTOCOL}; choose a reference from after the protocol changed")
+    check = ("import sys\nfrom bench.measure import worker\nfrom bench.core.spec import load_experiment\n"
+             "load_experiment(sys.argv[1])\n")
+    done = subprocess.run([sys.executable, "-c", check, str(experiment.resolve())], cwd=build.root,
+                          env=build.worker_env(dict(os.environ)), capture_output=True, text=True, check=False)
+    if done.returncode != 0:
+        last = (done.stderr.strip().splitlines() or ["no output"])[-1]
+        raise ReferenceBuildError(f"--against {ref}: the reference build cannot import or cannot read "
+                                  f"{experiment}: {last}")
+    return build

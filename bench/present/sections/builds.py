@@ -1,0 +1,59 @@
+"""`run --against`: the current build against the reference build, variant by variant, paired round by round."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import pandas as pd
+
+from ...analysis import stats
+from ...analysis.study import Study, cell_labels, on, ordered_cells, ordered_workloads
+from .. import plots
+from ..document import Block, Bullets, Figure, Heading, Table
+from ..format import format_tps
+from .context import machine_suffix, plot_caption, slug
+from .delta import delta_cells
+
+BUILD_COLUMNS = ("Size", "Metric", "Variant", "Reference", "Current", "Δ", "95% CI (Holm)", "±", "Rounds", "Verdict")
+
+
+def builds_section(study: Study, out_dir: Path) -> list[Block]:
+    if study.build_trials.empty:
+        return []
+    builds = next(iter(study.results.runs.values())).get("builds") or {}
+    commits = [f"{name}: commit {str(b.get('commit') or '?')[:12]}" + (" (uncommitted changes)" if b.get("dirty")
+                                                                      else "") for name, b in builds.items()]
+    blocks: list[Block] = [Heading("Current build vs reference build"), Bullets((
+        *commits,
+        "Both builds ran every round back to back on the same prompt and weights (trials interleaved, order "
+        "reversed each round), so Δ is paired; Holm across all rows of a table.",
+    ))]
+    for machine in study.machines:
+        trials = on(study.build_trials, machine)
+        for workload in ordered_workloads([trials]):
+            table = stats.compare_builds(on(trials, machine, workload), margin_pct=study.margin_pct)
+            labels = cell_labels(ordered_cells([table]))
+            rows = tuple(
+                (labels[(r.model_key, r.size)], r.metric, r.variant, format_tps(r.baseline_gmean),
+                 format_tps(r.new_gmean), *delta_cells(r, [], "current"))
+                for r in table.itertuples()
+            )
+            where = workload if len(study.machines) == 1 else f"{workload} · {machine}"
+            blocks += [Heading(where, 3), Table(BUILD_COLUMNS, rows, frozenset(range(3, 9)))]
+            blocks.append(_figure(study, machine, workload, table, labels, out_dir))
+    return blocks
+
+
+def _figure(study: Study, machine: str, workload: str, table: pd.DataFrame, labels: dict, out_dir: Path) -> Figure:
+    points = pd.DataFrame({
+        "size": [f"{labels[(k, s)]} · {v}" for k, s, v in zip(table["model_key"], table["size"], table["variant"],
+                                                            strict=True)],
+        "metric": table["metric"], "delta_pct": table["delta_pct"], "verdict": table["verdict"],
+        "low_pct": (table["adj_low"] - 1) * 100, "high_pct": (table["adj_high"] - 1) * 100,
+        "incorrect": False, "ref_delta_pct": float("nan"),
+    })
+    title = f"Δ throughput, current vs reference build · {workload}"
+    name = f"builds-{slug(workload)}{machine_suffix(study, machine)}.png"
+    sizes = list(dict.fromkeys(points["size"]))
+    path = plots.delta_plot(points, sizes, title=title, caption=plot_caption(study, machine), path=out_dir / name)
+    return Figure(path, f"{title}: paired per-round log ratios, with Holm-adjusted 95% CIs")

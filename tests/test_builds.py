@@ -1,0 +1,115 @@
+"""`run --against`: two builds interleaved in one job, and the gate that compares them. Faults and slowdowns are
+injected into throwaway copies of the tree, never through hooks in the product."""
+
+from __future__ import annotations
+
+import json
+import shutil
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+ROOT = Path(__file__).resolve().parent.parent
+EXPERIMENT = """\
+name: ab
+models: [{preset: tiny}]
+variants:
+  base: {}
+  compiled: {geglu: compiled, softcap: compiled}
+comparisons: [[base, compiled]]
+workloads: {prompt_tokens: 12, gen_tokens: 3}
+trials: 4
+warmup: 1
+"""
+
+
+def fusebench(*args: str, cwd: Path) -> subprocess.CompletedProcess:
+    return subprocess.run([sys.executable, "-m", "bench", *args], cwd=cwd, capture_output=True, text=True,
+                          timeout=600)
+
+
+def tree_copy(dest: Path, patch: tuple[str, str] | None = None) -> Path:
+    """A copy of this fusebench tree (bench/ and models/), with one replacement in bench/measure/worker.py."""
+    for part in ("bench", "models"):
+        shutil.copytree(ROOT / part, dest / part, ignore=shutil.ignore_patterns("__pycache__"))
+    if patch:
+        worker = dest / "bench" / "measure" / "worker.py"
+        text = worker.read_text()
+        assert patch[0] in text
+        worker.write_text(text.replace(patch[0], patch[1], 1))
+    return dest
+
+
+@pytest.fixture
+def experiment(tmp_path: Path) -> Path:
+    path = tmp_path / "ab.yaml"
+    path.write_text(EXPERIMENT)
+    return path
+
+
+def records(path: Path) -> list[dict]:
+    return [json.loads(line) for line in path.read_text().splitlines()]
+
+
+def test_two_identical_builds_interleave_and_pass_the_gate(tmp_path: Path, experiment: Path):
+    reference = tree_copy(tmp_path / "reference")
+    done = fusebench("run", str(experiment), "--against", str(reference), "--out", "ab.jsonl", "--quiet",
+                     cwd=tmp_path)
+    assert done.returncode == 0, done.stderr
+    results = records(tmp_path / "ab.jsonl")
+    assert set(results[0]["builds"]) == {"current", "reference"}
+    trials = [r for r in results if r["kind"] == "trial" and not r["warmup"]]
+    # Each variant's two builds run back to back in every round, the order reversed every other round.
+    first_round = [(t["build"], t["variant"]) for t in trials if t["round"] == 0]
+    assert first_round == [("current", "base"), ("reference", "base"), ("current", "compiled"),
+                           ("reference", "compiled")]
+    assert {(t["build"], t["variant"]) for t in trials} == {(b, v) for b in ("current", "reference")
+                                                            for v in ("base", "compiled")}
+    check = fusebench("check", "ab.jsonl", cwd=tmp_path)
+    assert check.returncode == 0, check.stdout + check.stderr
+    assert "vs reference" in check.stdout
+    report = fusebench("report", "ab.jsonl", "--out", "report", cwd=tmp_path)
+    assert report.returncode == 0, report.stderr
+    assert "## Current build vs reference build" in (tmp_path / "report" / "report.md").read_text()
+
+
+def test_a_slower_current_build_fails_the_gate(tmp_path: Path, experiment: Path):
+    # The current build is a copy whose prefill sleeps 50 ms: many times the tiny model's prefill.
+    slow = tree_copy(tmp_path / "slow", ("    start = time.perf_counter()\n    first = greedy(",
+                                         "    start = time.perf_counter()\n    time.sleep(0.05)\n    first = greedy("))
+    done = fusebench("run", str(experiment), "--against", str(ROOT), "--out", str(tmp_path / "ab.jsonl"), "--quiet",
+                     cwd=slow)
+    assert done.returncode == 0, done.stderr
+    check = fusebench("check", str(tmp_path / "ab.jsonl"), cwd=tmp_path)
+    assert check.returncode == 1, check.stdout
+    assert "✗ regressed" in check.stdout and "prefill" in check.stdout
+
+
+def test_a_reference_that_crashes_cannot_be_compared(tmp_path: Path, experiment: Path):
+    crashing = tree_copy(tmp_path / "crashing", ("        cell, variant = command.cell, command.variant\n",
+                                                 "        cell, variant = command.cell, command.variant\n"
+                                                 "        if command.round == 2:\n"
+                                                 "            raise RuntimeError('reference build broke')\n"))
+    done = fusebench("run", str(experiment), "--against", str(crashing), "--out", "ab.jsonl", "--quiet",
+                     cwd=tmp_path)
+    assert done.returncode == 0, done.stderr  # the run records the error and goes on
+    errors = [r for r in records(tmp_path / "ab.jsonl") if r["kind"] == "error"]
+    assert errors and "reference build's worker" in errors[0]["reason"]
+    check = fusebench("check", "ab.jsonl", cwd=tmp_path)
+    assert check.returncode == 2 and "cannot compare the builds" in check.stderr
+
+
+@pytest.mark.parametrize(("against", "message"), [
+    ("no-such-ref", "neither a git ref of this repository nor a directory holding fusebench"),
+    ("FOLDER", "holds no fusebench tree"),
+    ("f7085d5", "predates run --against"),
+])
+def test_a_reference_that_cannot_serve_is_one_line_and_exit_2(against: str, message: str, tmp_path: Path,
+                                                              experiment: Path):
+    done = fusebench("run", str(experiment), "--against", str(tmp_path) if against == "FOLDER" else against,
+                     "--out", "ab.jsonl", cwd=ROOT)
+    assert done.returncode == 2, done.stderr
+    assert done.stderr.count("\n") == 1 and message in done.stderr
+    assert not (ROOT / "ab.jsonl").exists()
