@@ -85,6 +85,10 @@ def test_a_slower_current_build_fails_the_gate(tmp_path: Path, experiment: Path)
     check = fusebench("check", str(tmp_path / "ab.jsonl"), cwd=tmp_path)
     assert check.returncode == 1, check.stdout
     assert "✗ regressed" in check.stdout and "prefill" in check.stdout
+    # --confirm measures the failing model again, the same two builds, and fails only if it fails again.
+    confirm = fusebench("check", str(tmp_path / "ab.jsonl"), "--confirm", cwd=slow)
+    assert confirm.returncode == 1, confirm.stdout + confirm.stderr
+    assert "confirmation run" in confirm.stdout and (tmp_path / "ab-confirm.jsonl").is_file()
 
 
 def test_a_reference_that_crashes_cannot_be_compared(tmp_path: Path, experiment: Path):

@@ -167,3 +167,10 @@ def test_probe_peaks_is_quick_and_positive():
     assert peaks["matmul_gflops"] > 0
     assert peaks["copy_gbps"] > 0
     json.dumps(peaks)
+
+
+def test_a_source_checkout_records_its_commit():
+    head = subprocess.run(["git", "rev-parse", "HEAD"], cwd=REPO_ROOT, capture_output=True, text=True)
+    if head.returncode != 0:
+        pytest.skip("not a git checkout")
+    assert collect_env()["git_commit"] == head.stdout.strip()

@@ -700,13 +700,13 @@ def test_two_ops_runs_are_kept_apart(tmp_path: Path):
 
 
 def test_real_ops_results_file(tmp_path: Path):
-    real = Path(__file__).parents[1] / "results" / "ops-cpu-20261130.jsonl"
+    real = sorted((Path(__file__).parents[1] / "results").glob("ops-*.jsonl"))[-1]  # the committed run
     _, out, _ = run_report(tmp_path, real)
     markdown = read_md(out / "report.md")
     assert "## Op microbenchmarks" in markdown
     for op in ("geglu", "softcap", "attention", "rms_norm", "rope"):
         assert len(op_rows(markdown, op)) >= 2
-    assert "device Intel(R) Xeon(R) Processor @ 2.80GHz · backend cpu · BLAS openblas" in markdown
+    assert "· backend cpu · BLAS openblas ·" in markdown
     png = out / "op-deltas.png"
     assert png.read_bytes()[:8] == PNG_SIGNATURE
     assert matplotlib.image.imread(png).shape[0] > 1000  # one bar per op x shape: 35 of them

@@ -88,6 +88,7 @@ class Verdict:
     limit: Limit | None = None
     unit: str = "tok/s"
     note: str = ""
+    model_key: str = ""  # which model, for re-measuring the cell (check --confirm)
 
 
 @dataclass
@@ -242,7 +243,8 @@ def build_verdicts(results: Results, trials: pd.DataFrame, args: CheckRequest, n
     verdicts = []
     for row in table.itertuples():
         base = Verdict(BUILD, labels[row.model_key, row.size, row.workload], row.variant, row.metric, status="",
-                       failed=False, baseline=row.baseline_gmean, current=row.new_gmean, limit=limit)
+                       failed=False, baseline=row.baseline_gmean, current=row.new_gmean, limit=limit,
+                       model_key=row.model_key)
         verdicts.append(judge(base, _ci(row, row.n_pairs, "adj_low", "adj_high"), row.n_pairs, row.n_pairs))
     return verdicts
 

@@ -103,6 +103,7 @@ __all__ = [
     "ZERO_SPREAD",
     "Adjusted",
     "PairedEstimate",
+    "RatioInterval",
     "Verdict",
     "adjust",
     "detectable_pct",
@@ -123,8 +124,32 @@ _SHAMOS_NORMAL = 0.9538725524089398  # median |X - Y| for X, Y iid N(0, 1): sqrt
 VERDICT_WORDS = ("faster", "slower", "no change", "inconclusive", "needs more rounds")
 
 
+class RatioInterval:
+    """A ratio new/baseline with an interval [low, high], read as percentages (Δ, bounds, half-width)."""
+
+    ratio: float
+    low: float
+    high: float
+
+    @property
+    def delta_pct(self) -> float:
+        return (self.ratio - 1.0) * 100.0
+
+    @property
+    def low_pct(self) -> float:
+        return (self.low - 1.0) * 100.0
+
+    @property
+    def high_pct(self) -> float:
+        return (self.high - 1.0) * 100.0
+
+    @property
+    def half_width_pct(self) -> float:
+        return (self.high - self.low) / 2.0 * 100.0
+
+
 @dataclass(frozen=True)
-class PairedEstimate:
+class PairedEstimate(RatioInterval):
     """Mean-log-ratio estimate of new/baseline over the kept rounds, with its t-interval at `confidence`.
 
     n counts the kept rounds, excluded the rounds the outlier rule dropped from the mean. sd_log is the log-ratio SD
@@ -151,22 +176,6 @@ class PairedEstimate:
     def has_interval(self) -> bool:
         return self.n >= 2
 
-    @property
-    def delta_pct(self) -> float:
-        return (self.ratio - 1.0) * 100.0
-
-    @property
-    def low_pct(self) -> float:
-        return (self.low - 1.0) * 100.0
-
-    @property
-    def high_pct(self) -> float:
-        return (self.high - 1.0) * 100.0
-
-    @property
-    def half_width_pct(self) -> float:
-        return (self.high - self.low) / 2.0 * 100.0
-
     def interval(self, confidence: float) -> tuple[float, float]:
         """The t-interval on the ratio scale at another level (same rounds, same estimate)."""
         _check_level(confidence, "confidence")
@@ -175,7 +184,7 @@ class PairedEstimate:
 
 
 @dataclass(frozen=True)
-class Adjusted:
+class Adjusted(RatioInterval):
     """One row after Holm across its table: p_holm and the interval at the row's Holm level `level`.
 
     p_holm, level, low and high are NaN for rows with n < 2 (they take no part in the family).
@@ -195,21 +204,6 @@ class Adjusted:
     def ratio(self) -> float:
         return self.estimate.ratio
 
-    @property
-    def delta_pct(self) -> float:
-        return self.estimate.delta_pct
-
-    @property
-    def low_pct(self) -> float:
-        return (self.low - 1.0) * 100.0
-
-    @property
-    def high_pct(self) -> float:
-        return (self.high - 1.0) * 100.0
-
-    @property
-    def half_width_pct(self) -> float:
-        return (self.high - self.low) / 2.0 * 100.0
 
 
 @dataclass(frozen=True)

@@ -20,7 +20,7 @@ from numpy.typing import ArrayLike
 
 from ..core.records import METRIC_COLUMNS, METRICS
 from ..core.spec import DEFAULT_MARGIN_PCT
-from .inference import PairedEstimate, adjust, paired_estimate
+from .inference import PairedEstimate, RatioInterval, adjust, paired_estimate
 from .inference import verdict as inference_verdict
 
 # Every bootstrap is seeded with this, so a report or a check rebuilt from the same results gives the same numbers.
@@ -119,7 +119,7 @@ def paired_ratios(baseline: ArrayLike, new: ArrayLike) -> np.ndarray:
 
 
 @dataclass(frozen=True)
-class RatioCI:
+class RatioCI(RatioInterval):
     """Median ratio new/baseline with a bootstrap confidence interval [low, high] over n ratios."""
 
     ratio: float
@@ -127,17 +127,6 @@ class RatioCI:
     high: float
     n: int
 
-    @property
-    def delta_pct(self) -> float:
-        return (self.ratio - 1.0) * 100.0
-
-    @property
-    def low_pct(self) -> float:
-        return (self.low - 1.0) * 100.0
-
-    @property
-    def high_pct(self) -> float:
-        return (self.high - 1.0) * 100.0
 
 
 # --- tables of trial records -----------------------------------------------------------------------

@@ -16,11 +16,15 @@ from __future__ import annotations
 import argparse
 from datetime import datetime
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 from rich.console import Console
 from rich.text import Text
 
 from .args import at_least
+
+if TYPE_CHECKING:
+    from ..core.spec import Experiment
 
 DEFAULT_EXPERIMENT = Path("experiments/ci.yaml")
 DEFAULT_RUNS = 6  # 15 run-to-run pairs; about 7 minutes for ci.yaml on a 2-core CPU
@@ -70,7 +74,7 @@ def main(args: argparse.Namespace, console: Console) -> int:
     return 0
 
 
-def run_calibration(exp, runs: int, console: Console) -> list[Path]:
+def run_calibration(exp: Experiment, runs: int, console: Console) -> list[Path]:
     """Run the experiment `runs` times, one after another (never concurrently: that would be noise itself)."""
     from ..core.errors import UserError
     from ..measure.plugins import bind_experiment

@@ -13,17 +13,22 @@ examples:
   fusebench check results/ci.jsonl --baseline results/baselines/cpu-ci.jsonl --max-regression 10
   fusebench check results/ci.jsonl --format markdown > comment.md        a PR comment
   fusebench check results/ci.jsonl --format json | jq .github_action_benchmark
+  fusebench check results/ci-ab.jsonl --confirm       (a run --against file: re-measure failing cells once)
 """
 
 from __future__ import annotations
 
 import argparse
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 from rich.console import Console
 from rich.text import Text
 
 from .args import percent
+
+if TYPE_CHECKING:
+    from ..analysis.gate import CheckRequest, Outcome
 
 DEFAULT_MAX_REGRESSION_PCT = 5.0
 FORMATS = ("text", "markdown", "json")
@@ -41,6 +46,9 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
                              "when it exists)")
     parser.add_argument("--format", choices=FORMATS, default="text",
                         help="text (default), markdown for a PR comment, or json with github-action-benchmark data")
+    parser.add_argument("--confirm", action="store_true",
+                        help="on a run --against file: re-measure the models whose cells failed, in a new A/B run "
+                        "against the same reference commit, and fail only if they fail again")
     parser.add_argument("--allow-other-machine", action="store_true",
                         help="compare against a baseline or noise file from another machine fingerprint")
 
@@ -50,8 +58,11 @@ def main(args: argparse.Namespace, console: Console) -> int:
     from ..present.document import to_console, to_markdown
     from ..present.gate import blocks, to_json
 
-    outcome = run_check(CheckRequest(results=args.results, baseline=args.baseline, max_regression=args.max_regression,
-                                     noise=args.noise, allow_other_machine=args.allow_other_machine))
+    request = CheckRequest(results=args.results, baseline=args.baseline, max_regression=args.max_regression,
+                           noise=args.noise, allow_other_machine=args.allow_other_machine)
+    outcome = run_check(request)
+    if args.confirm and any(v.model_key for v in outcome.failures):
+        outcome = confirmed(outcome, request, console)
     if args.format == "json":
         console.file.write(to_json(outcome) + "\n")
     elif args.format == "markdown":
@@ -61,3 +72,38 @@ def main(args: argparse.Namespace, console: Console) -> int:
         console.print(Text("FAILED" if outcome.failures else "passed",
                            style="bold red" if outcome.failures else "bold green"))
     return outcome.exit_code
+
+
+def confirmed(first: Outcome, request: CheckRequest, console: Console) -> Outcome:
+    """A new A/B run of the models whose build comparison failed, against the same reference commit: a noisy
+    moment does not fail CI on its own. The outcome is the confirmation run's, with the first failures as notes."""
+    import dataclasses
+    import tempfile
+
+    from ..analysis.gate import run_check
+    from ..core.results import read_results
+    from ..core.spec import load_experiment
+    from ..measure.builds import reference_build
+    from ..measure.plugins import bind_experiment
+    from ..measure.runner import RunOptions, run_experiment
+
+    header = next(iter(read_results([request.results]).runs.values()))
+    # The same reference: the checkout it named if it is still there, else the commit it was at.
+    named = (header.get("builds") or {}).get("reference", {})
+    ref = named.get("ref") if named.get("ref") and Path(named["ref"]).is_dir() else named.get("commit")
+    failing = {v.model_key for v in first.failures if v.model_key}
+    out = request.results.with_name(f"{request.results.stem}-confirm.jsonl")
+    with tempfile.TemporaryDirectory() as folder:
+        # The stored experiment, as a file the reference build's own parser can read.
+        experiment = Path(folder) / Path(header["experiment"].get("file") or "experiment.yaml").name
+        experiment.write_text(header["experiment"]["content"])
+        exp = load_experiment(experiment)
+        exp = bind_experiment(dataclasses.replace(exp, models=tuple(m for m in exp.models if m.key in failing)))
+        console.print(f"confirming {len(first.failures)} failing verdict(s): {', '.join(sorted(failing))} against "
+                      f"{ref} -> {out}")
+        with reference_build(str(ref), experiment) as reference:
+            run_experiment(exp, RunOptions(out=out, quiet=True, reference=reference), console)
+    second = run_check(dataclasses.replace(request, results=out))
+    second.notes[:0] = [f"first run ({request.results}) failed: " + "; ".join(
+        f"{v.cell} {v.variant} {v.metric}" for v in first.failures), f"confirmation run: {out}"]
+    return second

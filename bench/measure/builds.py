@@ -42,8 +42,8 @@ def reference_build(ref: str, experiment: Path) -> Iterator[Build]:
     if path.is_dir():
         if not (path / "bench").is_dir():
             raise ReferenceBuildError(f"--against {ref}: {path} holds no fusebench tree (no bench/ folder)")
-        build = _checked(Build("reference", path.resolve(), _git("rev-parse", "HEAD", cwd=path), _dirty(path)),
-                         ref, experiment)
+        build = _checked(Build("reference", path.resolve(), _git("rev-parse", "HEAD", cwd=path), _dirty(path),
+                               str(path.resolve())), ref, experiment)
         yield build
         return
     commit = _git("rev-parse", "--verify", "--quiet", f"{ref}^{{commit}}")
@@ -54,7 +54,7 @@ def reference_build(ref: str, experiment: Path) -> Iterator[Build]:
     try:
         if _git("worktree", "add", "--detach", "--force", str(folder / "tree"), commit) is None:
             raise ReferenceBuildError(f"--against {ref}: git could not check out {commit[:12]} into {folder}")
-        yield _checked(Build("reference", folder / "tree", commit, False), ref, experiment)
+        yield _checked(Build("reference", folder / "tree", commit, False, commit), ref, experiment)
     finally:
         _git("worktree", "remove", "--force", str(folder / "tree"))
         shutil.rmtree(folder, ignore_errors=True)

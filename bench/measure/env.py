@@ -164,15 +164,15 @@ def _ram_bytes() -> int | None:
 
 def _git_info() -> tuple[str | None, bool | None]:
     """(commit, dirty) of the checkout fusebench runs from; (None, None) if it is not one."""
-    pkg_dir = Path(__file__).resolve().parent
-    top = _run(["git", "rev-parse", "--show-toplevel"], cwd=pkg_dir)
+    root = Path(__file__).resolve().parents[2]  # bench/measure/env.py -> the folder holding bench/
+    top = _run(["git", "rev-parse", "--show-toplevel"], cwd=root)
     # Only a source checkout has the package at the repo root; an installed copy that merely sits inside
     # some other repository (a venv within a project) would otherwise report that project's commit.
-    if not top or Path(top).resolve() != pkg_dir.parent:
+    if not top or Path(top).resolve() != root:
         return None, None
-    commit = _run(["git", "rev-parse", "HEAD"], cwd=pkg_dir) or None
+    commit = _run(["git", "rev-parse", "HEAD"], cwd=root) or None
     # Untracked files are ignored, like `git describe --dirty`: scratch files do not change the code.
-    status = _run(["git", "status", "--porcelain", "--untracked-files=no"], cwd=pkg_dir)
+    status = _run(["git", "status", "--porcelain", "--untracked-files=no"], cwd=root)
     return commit, (None if status is None else bool(status))
 
 

@@ -23,40 +23,37 @@ class CpuTimes:
     at: float  # monotonic time of the reading
 
 
-def _cpu_times(pids: set[int]) -> CpuTimes | None:
+def _cpu_times() -> CpuTimes | None:
     try:
         with open("/proc/stat") as f:
             fields = [float(v) for v in f.readline().split()[1:]]
     except OSError:
         return None
     user, nice, system, _idle, _iowait, irq, softirq, steal = (fields + [0.0] * 8)[:8]
-    ours = 0.0
-    for pid in pids:
-        try:
-            with open(f"/proc/{pid}/stat") as f:
-                stat = f.read().rsplit(")", 1)[1].split()
-            ours += (float(stat[11]) + float(stat[12])) / _TICKS  # utime + stime
-        except (OSError, IndexError, ValueError):
-            continue
     busy = (user + nice + system + irq + softirq) / _TICKS
-    return CpuTimes(busy, steal / _TICKS, ours, time.monotonic())
+    return CpuTimes(busy, steal / _TICKS, _our_seconds(), time.monotonic())
 
 
-def _our_pids() -> set[int]:
-    """This process and its children (the worker processes)."""
-    me, pids = os.getpid(), {os.getpid()}
-    try:
-        for entry in os.listdir("/proc"):
-            if entry.isdigit():
-                try:
-                    with open(f"/proc/{entry}/stat") as f:
-                        if int(f.read().rsplit(")", 1)[1].split()[1]) == me:
-                            pids.add(int(entry))
-                except (OSError, IndexError, ValueError):
-                    continue
-    except OSError:
-        pass
-    return pids
+def _stat(pid: int | str) -> list[str]:
+    with open(f"/proc/{pid}/stat") as f:
+        return f.read().rsplit(")", 1)[1].split()  # fields from the 3rd on: state, ppid, ...
+
+
+def _our_seconds() -> float:
+    """CPU seconds of this process, of its reaped children (cutime, cstime), and of its live children (the
+    workers). A worker that exits moves its time from the last term to the second, so the sum never jumps."""
+    me = _stat("self")
+    total = sum(float(v) for v in me[11:15])  # utime, stime, cutime, cstime
+    parent = str(os.getpid())
+    for entry in os.listdir("/proc"):
+        if entry.isdigit():
+            try:
+                stat = _stat(entry)
+            except (OSError, IndexError):
+                continue
+            if stat[1] == parent:
+                total += float(stat[11]) + float(stat[12])
+    return total / _TICKS
 
 
 def _share(before: CpuTimes, after: CpuTimes) -> dict[str, float]:
@@ -68,11 +65,11 @@ def _share(before: CpuTimes, after: CpuTimes) -> dict[str, float]:
 
 def preflight(seconds: float = 1.0) -> dict[str, Any] | None:
     """The machine before the run: load average, and what other processes and the hypervisor took for `seconds`."""
-    before = _cpu_times(_our_pids())
+    before = _cpu_times()
     if before is None:
         return None
     time.sleep(seconds)
-    after = _cpu_times(_our_pids())
+    after = _cpu_times()
     return {"loadavg_1m": os.getloadavg()[0], "cores": os.cpu_count(), **_share(before, after)}
 
 
@@ -94,9 +91,9 @@ class LoadSampler:
         self._thread.join(timeout=5)
 
     def _loop(self) -> None:
-        before = _cpu_times(_our_pids())
+        before = _cpu_times()
         while before is not None and not self._stop.wait(self.interval_s):
-            after = _cpu_times(_our_pids())
+            after = _cpu_times()
             if after is None:
                 return
             self.samples.append({**_share(before, after), "loadavg_1m": os.getloadavg()[0]})

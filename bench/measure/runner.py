@@ -216,7 +216,7 @@ class Runner:
             console=self.console, disable=self.options.quiet, transient=False,
         )
 
-    def _write(self, writer: ResultsWriter, cell_key: str, record: dict[str, Any]) -> None:
+    def write_record(self, writer: ResultsWriter, cell_key: str, record: dict[str, Any]) -> None:
         if record["kind"] == "trial":
             record = {**record, **self._roofline(cell_key, record)}
         writer.write({"kind": record["kind"], **self.meta[cell_key], **record})
@@ -241,7 +241,7 @@ class Runner:
 
     def _close_cells(self, writer: ResultsWriter, cells: list[Cell], kind: str, reason: str) -> None:
         for cell in cells:
-            self._write(writer, cell.key, {"kind": kind, "reason": reason})
+            self.write_record(writer, cell.key, {"kind": kind, "reason": reason})
         self.console.print(f"[yellow]{kind}[/]: {cells[0].model.size}: {reason}")
 
     def _run_model(self, job: ModelJob, writer: ResultsWriter, update: Callable) -> None:
@@ -309,7 +309,7 @@ class CellRun:
         per_round = len(self.exp.variants) * len(self.sessions)
         self.update(f"{self.cell.model.label} {self.cell.workload.label}: {reason}",
                     drop=(self.exp.trials - rounds) * per_round)
-        self.runner._write(self.writer, self.cell.key, {"kind": "stop", "rounds": rounds, "reason": reason,
+        self.runner.write_record(self.writer, self.cell.key, {"kind": "stop", "rounds": rounds, "reason": reason,
                                                         "half_width_pct": self.target.half_widths()})
         # One depth curve per model: it depends on the KV depth, not on the workload's prompt length.
         if self.exp.depths and first:
@@ -332,7 +332,7 @@ class CellRun:
     def _request(self, build: str, command: Command) -> list[dict[str, Any]]:
         records = self.sessions[build].request(command, self.deadline, self.exp.timeout_s)
         for record in records:
-            self.runner._write(self.writer, self.cell.key, {**record, "build": build})
+            self.runner.write_record(self.writer, self.cell.key, {**record, "build": build})
             if record["kind"] == "correctness" and not record["passed"]:
                 self.runner.console.print(
                     f"[red]correctness[/]: {record['variant']} differs from {record['reference']} on "
@@ -456,8 +456,8 @@ def run_experiment(exp: Experiment, options: RunOptions, console: Console, resum
     with ResultsWriter(options.out) as writer:
         experiment = {"name": exp.name, "file": exp.file, "sha256": exp.sha256, "content": exp.content}
         plugins = [{"path": str(p.path), "sha256": p.sha256} for p in load_plugins(exp.plugins)]
-        builds = {b.name: {"commit": b.commit or env.get("git_commit"), "dirty": b.dirty if b.root else
-                           env.get("git_dirty")} for b in runner.builds}
+        builds = {b.name: {"commit": b.commit or env.get("git_commit"), "ref": b.ref,
+                           "dirty": b.dirty if b.root else env.get("git_dirty")} for b in runner.builds}
         writer.write(run_header(run_id, experiment, env, peak=peak, shard=f"{options.shard[0]}/{options.shard[1]}",
                                 resumed=resume is not None, plugins=plugins, builds=builds,
                                 preflight=before, pinned=options.pin))

@@ -26,6 +26,7 @@ class Build:
     root: Path | None = None  # None: the installed fusebench; else a checkout whose code goes first on sys.path
     commit: str | None = None
     dirty: bool | None = None
+    ref: str | None = None  # what the user named: a git ref or a path (run --against REF)
     env: dict[str, str] = field(default_factory=dict, compare=False, repr=False)
 
     def worker_env(self, base: dict[str, str]) -> dict[str, str]:

@@ -3,20 +3,8 @@
 from __future__ import annotations
 
 import math
-from typing import Protocol
 
-
-class HasRatioCI(Protocol):
-    """Anything with a point estimate and CI as percentages (analysis.stats.RatioCI and its kin)."""
-
-    @property
-    def delta_pct(self) -> float: ...
-
-    @property
-    def low_pct(self) -> float: ...
-
-    @property
-    def high_pct(self) -> float: ...
+from ..analysis.inference import RatioInterval
 
 
 def signed_pct(pct: float) -> str:
@@ -25,12 +13,12 @@ def signed_pct(pct: float) -> str:
     return f"{0.0 if rounded == 0 else rounded:+.1f}%"
 
 
-def format_delta(ci: HasRatioCI) -> str:
+def format_delta(ci: RatioInterval) -> str:
     """The change as a signed percentage with one decimal, e.g. "+16.6%"."""
     return signed_pct(ci.delta_pct)
 
 
-def format_ci(ci: HasRatioCI) -> str:
+def format_ci(ci: RatioInterval) -> str:
     """CI bounds as signed percentages, e.g. "[+12.1%, +20.3%]"."""
     return f"[{signed_pct(ci.low_pct)}, {signed_pct(ci.high_pct)}]"
 
