@@ -2,7 +2,7 @@
 # The GPU run book: on a Linux machine with an NVIDIA GPU, install fusebench on MLX's CUDA backend (and only that
 # backend), then measure what the two ollama PRs claim, at full size, and write the results and reports.
 #
-#   runbooks/cuda.sh              install, check, measure (about an hour on one H100/H200-class GPU)
+#   runbooks/cuda.sh              install, check, measure (pr18809-gpu and pr15587 at full size, bf16)
 #   runbooks/cuda.sh --dry-run    everything up to the GPU: install plan, experiment matrices, memory estimates
 #   CUDA=12 runbooks/cuda.sh      the CUDA 12 wheel instead of CUDA 13
 #
@@ -33,7 +33,7 @@ for prompt in 128 2048; do
   run fusebench kernels --dtype bfloat16 --prompt-tokens "$prompt" --out "results/kernels-cuda-pp${prompt}-${stamp}.jsonl"
 done
 
-for experiment in pr18809 pr15587; do
+for experiment in pr18809-gpu pr15587; do
   say "experiments/${experiment}.yaml"
   if (( dry_run )); then
     fusebench run "experiments/${experiment}.yaml" --dry-run
@@ -43,4 +43,4 @@ for experiment in pr18809 pr15587; do
       $([[ $experiment == pr15587 ]] && echo --reference pr15587)
   fi
 done
-say "done: results/*-cuda-${stamp}.jsonl, reports/pr18809-cuda/, reports/pr15587-cuda/"
+say "done: results/*-cuda-${stamp}.jsonl and their reports in reports/"

@@ -16,7 +16,7 @@ from bench.measure.kernels import (
     probe_compiled,
     probe_sdpa,
 )
-from bench.present.kernels import summarize_attention
+from bench.present.kernels import compile_note, summarize_attention
 from models.config import Overrides, preset_config
 
 on_cpu = pytest.mark.skipif(current_backend().name != "cpu", reason="these facts are the CPU backend's")
@@ -130,3 +130,10 @@ def test_probe_compiled_reads_a_registered_variant():
     fact = probe_compiled("softcap", "unfused", (x, 30.0), shape_label="tiny")
     assert fact.status == "composed" and fact.kernels == 3 and fact.shape_label == "tiny"
     assert fact.to_dict()["kind"] == "kernel"
+
+
+@on_cpu
+def test_the_table_says_why_compiled_geglu_is_two_kernels():
+    facts = kernel_facts(preset_config("e2b", Overrides(layers=2)), prompt_tokens=PROMPT)
+    note = compile_note([f for f in facts if f["probe"] == "graph"])
+    assert note and note.startswith("geglu compiled: several fused kernels") and "max_compile_depth" in note

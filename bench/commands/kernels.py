@@ -44,7 +44,7 @@ def main(args: argparse.Namespace, console: Console) -> int:
     from ..measure.kernels import kernel_facts
     from ..measure.plugins import load_plugins
     from ..present.document import Heading, Paragraph, to_console
-    from ..present.kernels import kernel_table, summarize_attention
+    from ..present.kernels import compile_note, kernel_table, summarize_attention
 
     load_plugins(args.plugin)
     facts_by_size = {}
@@ -53,8 +53,9 @@ def main(args: argparse.Namespace, console: Console) -> int:
         config = preset_config(size, Overrides(layers=2, dtype=args.dtype))
         facts_by_size[size] = kernel_facts(config, prompt_tokens=args.prompt_tokens, dtype=args.dtype)
     for size, facts in facts_by_size.items():
+        note = compile_note(facts)
         to_console([Heading(f"{size} · {args.dtype} · prompt {args.prompt_tokens}", 3), kernel_table(facts),
-                    Paragraph(summarize_attention(facts))], console)
+                    Paragraph(summarize_attention(facts)), *([Paragraph(note)] if note else [])], console)
     if args.out:
         run_id = new_run_id()
         experiment = {"name": "kernels", "file": None, "sha256": None, "content": None}

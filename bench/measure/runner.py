@@ -136,7 +136,8 @@ def comparison_pairs(exp: Experiment, builds: Sequence[str]) -> list[tuple[tuple
 
 class PrecisionTarget:
     """When a cell has enough rounds: with `trials: auto`, once every watched pair's 95% CI half-width is at most
-    the target (never before MIN_AUTO_ROUNDS), or at max_rounds, or when the cell's timed rounds used budget_s.
+    the target (never before MIN_AUTO_ROUNDS), or at max_rounds, or once budget_s have passed since the cell
+    started (its correctness check and warmups included: the budget bounds the cell's wall time).
 
     The rule looks at interval widths only, never at an estimate's sign or size, so it cannot steer a verdict.
     """
@@ -309,8 +310,8 @@ class CellRun:
         per_round = len(self.exp.variants) * len(self.sessions)
         self.update(f"{self.cell.model.label} {self.cell.workload.label}: {reason}",
                     drop=(self.exp.trials - rounds) * per_round)
-        self.runner.write_record(self.writer, self.cell.key, {"kind": "stop", "rounds": rounds, "reason": reason,
-                                                        "half_width_pct": self.target.half_widths()})
+        stop = {"kind": "stop", "rounds": rounds, "reason": reason, "half_width_pct": self.target.half_widths()}
+        self.runner.write_record(self.writer, self.cell.key, stop)
         # One depth curve per model: it depends on the KV depth, not on the workload's prompt length.
         if self.exp.depths and first:
             for r in range(rounds):

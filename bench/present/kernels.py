@@ -33,6 +33,17 @@ def _span(facts: Sequence[Mapping[str, Any]]) -> str:
     return f"head_dim {_join(head_dims)}, {_join(phases)}"
 
 
+def compile_note(facts: Sequence[Mapping[str, Any]]) -> str | None:
+    """Why a compiled variant can be several fused kernels, said where the table shows one that is."""
+    split = sorted({f"{f['op']} {f['variant']}" for f in facts if f.get("probe") == "graph" and f.get("fused")
+                    and len(f["fused"]) > 1 and len(f["fused"]) == f.get("kernels")})
+    if not split:
+        return None
+    return (f"{', '.join(split)}: several fused kernels, not one. mx.compile fuses a chain of elementwise ops only up "
+            "to a depth of 11 (MLX's max_compile_depth), and under shapeless=True every scalar constant adds two "
+            "broadcasts to the chain; the rest goes into another fused kernel.")
+
+
 def _count(value: Any) -> str:
     # Read back through pandas, counts come as floats (NaN where absent).
     return "—" if value is None or value != value else str(int(value))

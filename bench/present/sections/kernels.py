@@ -6,7 +6,7 @@ import pandas as pd
 
 from ...analysis.study import Study, cell_labels, on, ops_changes, ordered_cells
 from ..document import Block, Heading, Paragraph
-from ..kernels import kernel_table, summarize_attention
+from ..kernels import compile_note, kernel_table, summarize_attention
 
 
 def kernel_section(study: Study, comparisons: list[tuple[str, str]]) -> list[Block]:
@@ -32,6 +32,8 @@ def kernel_section(study: Study, comparisons: list[tuple[str, str]]) -> list[Blo
                        Paragraph(summarize_attention(mine))]
             if graphs:
                 blocks.append(kernel_table(graphs))
+                if note := compile_note(graphs):
+                    blocks.append(Paragraph(note))
     return blocks
 
 
