@@ -26,7 +26,7 @@ Schema (unknown keys at any level are errors; an optional key left empty, `key:`
     trials: 5                     # timed rounds, >= 1; or auto: add rounds until `precision` is reached
     precision: 2%                 # with trials: auto, the target 95% CI half-width of every comparison, (0, 50]%
     max_rounds: 30                # with trials: auto, the most rounds a cell gets, >= 6
-    budget_s: 600                 # with trials: auto, the most seconds a cell may take before it stops adding rounds, > 0
+    budget_s: 600                 # with trials: auto, seconds a cell may run before it stops adding rounds, > 0
     threads: auto                 # CPU backends: BLAS threads; auto leaves one core free (cores - 1, at least 1)
     warmup: 1                     # untimed rounds, >= 0
     prefill_step_size: 2048       # >= 1
