@@ -16,7 +16,7 @@ from pathlib import Path
 
 from scipy import stats as sps
 
-from bench.analysis.inference import paired_estimate
+from bench.analysis.inference import paired_estimate, rounds_needed
 from bench.analysis.stats import compare
 from bench.analysis.study import build_study, load_results
 from bench.present.document import Table, markdown_table
@@ -42,8 +42,10 @@ def main() -> None:
             wide = pairs.pivot_table(index="round", columns="variant", values=f"{row.metric}_tps")
             sd = paired_estimate(wide[baseline], wide[new]).sd_log
             rows.append((f"{new} vs {baseline}", row.metric, str(row.n_pairs), f"±{row.half_width_pct:.1f}%",
-                         f"{row.delta_pct:+.1f}%", *(f"±{half_width_pct(sd, n):.1f}%" for n in ROUNDS)))
-    columns = ("A/A comparison", "Metric", "Rounds run", "Reached (Holm)", "A/A Δ", *(f"n = {n}" for n in ROUNDS))
+                         f"{row.delta_pct:+.1f}%", *(f"±{half_width_pct(sd, n):.1f}%" for n in ROUNDS),
+                         str(rounds_needed(sd, 2.0))))
+    columns = ("A/A comparison", "Metric", "Rounds run", "Reached (Holm)", "A/A Δ", *(f"n = {n}" for n in ROUNDS),
+               "Rounds for ±2%")
     print(markdown_table(Table(columns, tuple(rows), frozenset(range(2, len(columns))))))
 
 

@@ -18,7 +18,6 @@ from bench.analysis.inference import (
     Adjusted,
     PairedEstimate,
     adjust,
-    detectable_pct,
     outlier_rounds,
     paired_estimate,
     rounds_needed,
@@ -122,7 +121,7 @@ def test_single_round_has_no_interval() -> None:
     assert est.ratio == pytest.approx(1.1)
     assert math.isnan(est.low) and math.isnan(est.high) and math.isnan(est.p_value)
     (row,) = adjust([est])
-    assert math.isnan(row.p_holm) and math.isnan(detectable_pct(row))
+    assert math.isnan(row.p_holm) and math.isnan(row.half_width_pct)
     assert verdict(row).word == "needs more rounds"
     assert not slower_beyond(est, 0.0)
 
@@ -188,7 +187,7 @@ def test_inconclusive_states_its_precision() -> None:
     match = re.fullmatch(r"inconclusive \(±(\d+\.\d)%\)", v.text)
     assert match, v.text
     assert float(match.group(1)) == pytest.approx(row.half_width_pct, abs=0.05)
-    assert detectable_pct(row) == row.half_width_pct > 2.0
+    assert row.half_width_pct > 2.0
 
 
 def test_too_few_rounds() -> None:

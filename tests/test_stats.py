@@ -13,7 +13,6 @@ from bench.analysis.stats import (
     bootstrap_ratio_of_medians_ci,
     compare,
     compare_runs,
-    paired_ratios,
     paired_speedups,
     summarize,
     summary_table,
@@ -52,24 +51,6 @@ def test_summarize_drops_nan_and_rejects_empty():
         summarize([])
     with pytest.raises(ValueError):
         summarize([np.nan])
-
-
-# --- paired_ratios ---------------------------------------------------------------------------------
-
-
-def test_paired_ratios():
-    r = paired_ratios([100.0, 200.0, 50.0], [110.0, 180.0, 75.0])
-    np.testing.assert_allclose(r, [1.1, 0.9, 1.5])
-
-
-def test_paired_ratios_drops_nan_pairs():
-    r = paired_ratios([100.0, np.nan, 50.0, 10.0], [110.0, 180.0, 75.0, np.nan])
-    np.testing.assert_allclose(r, [1.1, 1.5])
-
-
-def test_paired_ratios_length_mismatch():
-    with pytest.raises(ValueError):
-        paired_ratios([1.0, 2.0], [1.0])
 
 
 def test_ratio_ci_percent_properties():

@@ -36,7 +36,7 @@ from ..core.records import ResultsError
 from ..core.results import Results, read_results
 from ..core.spec import DEFAULT_MARGIN_PCT, Experiment, parse_experiment
 from . import stats
-from .inference import interval_verdict
+from .inference import interval_verdict, slower_beyond
 from .noise import Noise, default_noise_path, load_noise
 from .stats import SEED
 from .study import cell_labels, current_build, ordered_cells
@@ -118,7 +118,7 @@ def judge(base: Verdict, ci: stats.RatioCI | None, n_baseline: int, n_current: i
         return replace(base, status="missing", note="not in the current results")
     if ci.n < MIN_VALUES_FOR_CI:
         return replace(base, ci=ci, status="too few rounds", note=f"{ci.n} values; {MIN_VALUES_FOR_CI} needed for a CI")
-    if ci.high < 1.0 - base.limit.pct / 100.0:
+    if slower_beyond(ci, base.limit.pct):
         return replace(base, ci=ci, status="✗ regressed", failed=True)
     words = interval_verdict(ci.low, ci.high, ci.n, margin_pct=max(base.limit.noise_pct, DEFAULT_MARGIN_PCT))
     return replace(base, ci=ci, status=words.text)

@@ -106,7 +106,6 @@ __all__ = [
     "RatioInterval",
     "Verdict",
     "adjust",
-    "detectable_pct",
     "interval_verdict",
     "outlier_rounds",
     "paired_estimate",
@@ -335,12 +334,7 @@ def rounds_needed(sd_log: float, target_half_width_pct: float, confidence: float
     return n
 
 
-def detectable_pct(adjusted: Adjusted) -> float:
-    """Smallest effect (in %) this row could have detected: its Holm-adjusted half-width (NaN without an interval)."""
-    return adjusted.half_width_pct
-
-
-def slower_beyond(est_or_adjusted: PairedEstimate | Adjusted, limit_pct: float) -> bool:
+def slower_beyond(est_or_adjusted: RatioInterval, limit_pct: float) -> bool:
     """True only when the whole interval lies below -limit_pct, so a point estimate alone never fails a gate."""
     if not limit_pct >= 0:
         raise ValueError(f"limit_pct must be >= 0, got {limit_pct}")

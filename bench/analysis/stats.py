@@ -3,7 +3,7 @@
 All throughput metrics (tokens/s) are bigger-is-better, so a ratio new/baseline above 1 means faster.
 Everything here is pure numpy/scipy/pandas so it runs (and is tested) without mlx.
 
-The sample-level functions (summarize, paired_ratios, ...) work on arrays; `summary_table` and `compare` apply them
+The sample-level functions (summarize, ...) work on arrays; `summary_table` and `compare` apply them
 to the trial records of a results file (`Results.frame("trial")`), so the report and the check compute every
 number the same way.
 """
@@ -44,7 +44,6 @@ __all__ = [
     "compare",
     "compare_builds",
     "compare_runs",
-    "paired_ratios",
     "paired_speedups",
     "summarize",
     "summary_table",
@@ -104,18 +103,6 @@ def summarize(values: ArrayLike) -> Summary:
         mean=mean,
         gmean=float(np.exp(np.mean(np.log(x)))) if (x > 0).all() else math.nan,
     )
-
-
-def paired_ratios(baseline: ArrayLike, new: ArrayLike) -> np.ndarray:
-    """Per-round new/baseline ratios; pairs where either side is NaN are dropped.
-
-    Pairing by round cancels drift (thermal, background load) that hits both variants alike.
-    """
-    b, n = _as_1d(baseline), _as_1d(new)
-    if b.shape != n.shape:
-        raise ValueError(f"paired_ratios() needs equal lengths, got {b.size} and {n.size}")
-    keep = ~(np.isnan(b) | np.isnan(n))
-    return n[keep] / b[keep]
 
 
 @dataclass(frozen=True)

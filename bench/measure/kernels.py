@@ -368,11 +368,6 @@ def graph_nodes(*outputs: Any) -> list[GraphNode]:
     ]
 
 
-def graph_primitives(*outputs: Any) -> list[str]:
-    """The names of `graph_nodes(*outputs)`."""
-    return [n.primitive for n in graph_nodes(*outputs)]
-
-
 def _is_fused(primitive: str) -> bool:
     return primitive.startswith("Compiled") or primitive in FUSED_PRIMITIVES
 

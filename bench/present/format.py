@@ -49,11 +49,6 @@ def format_seconds(seconds: float) -> str:
     return f"{seconds * 1e6:.1f} µs"
 
 
-def format_bytes(n: float) -> str:
-    """"1.50 GiB", "12.0 MiB"."""
-    return f"{n / 2**30:.2f} GiB" if n >= 2**30 else f"{n / 2**20:.1f} MiB"
-
-
 def format_count(n: int) -> str:
     """Parameters: "2.35B" or "870.1M"."""
     return f"{n / 1e9:.2f}B" if n >= 1e9 else f"{n / 1e6:.1f}M"
