@@ -2,19 +2,22 @@
 
 Each run measures a *current* build against the reference build (this tree) with `experiments/ci.yaml`, exactly as
 .ci/run does, then asks `fusebench check`. The current build is a throwaway copy of this tree; for a slowdown of
-s%, the copy's worker sleeps s% of each prefill and of each decode step after it happened (a patch to the copy's
-bench/measure/worker.py, never a hook in the product). s = 0 is an A/A run of two identical builds: any failure is a
-false alarm. Slowdowns are interleaved across repetitions so machine drift lands on each alike, and every results
-file is kept.
+s%, the copy's worker sleeps s/(100 - s) of each prefill and of each decode step after it happened, so its tok/s drop
+by s% (a patch to the copy's bench/measure/worker.py, never a hook in the product). s = 0 is an A/A run of two
+identical builds: any failure is a false alarm. A run is caught when `check` fails and `check --confirm` fails
+again, as in .ci/run. Slowdowns are interleaved across repetitions so machine drift lands on each alike,
+and every results file is kept.
 
-    python3 benchmarks/ab_gate_power.py --repeat 5 --slowdowns 0,5,10,20 --out results/gate-ab
+    python3 benchmarks/ab_gate_power.py --plan 0:20,10:10,5:4,20:4 --out results/gate-ab
 """
 
 from __future__ import annotations
 
 import argparse
 import json
+import math
 import shutil
+import statistics
 import subprocess
 import sys
 import tempfile
@@ -25,65 +28,109 @@ ROOT = Path(__file__).resolve().parents[1]
 PREFILL = ("    mx.eval(first)\n    prefilled = time.perf_counter()\n",
            "    mx.eval(first)\n    time.sleep(SLOWDOWN * (time.perf_counter() - start))\n"
            "    prefilled = time.perf_counter()\n")
-DECODE = ("        if i:  # the first token waited for here is the prefill's, already counted\n"
-          "            ready.append(time.perf_counter())\n",
-          "        if i:  # the first token waited for here is the prefill's, already counted\n"
-          "            time.sleep(SLOWDOWN * (time.perf_counter() - (ready[-1] if ready else last)))\n"
-          "            ready.append(time.perf_counter())\n")
+# Decode is pipelined: the next step is queued before the current token is read, so a sleep after the read would
+# overlap the queued step and cost nothing. The copy queues the next step only after its sleep, while nothing runs;
+# the next graph is still built while the current step computes, as in the product.
+DECODE = '''def decode(model: Model, token: mx.array, cache: list, steps: int) -> list[float]:
+    ready, last = [], time.perf_counter()
+    for i in range(steps):
+        next_token = greedy(model(token[:, None], cache=cache)[:, -1, :])
+        mx.eval(token)
+        if i:
+            time.sleep(SLOWDOWN * (time.perf_counter() - last))
+            last = time.perf_counter()
+            ready.append(last)
+        mx.async_eval(next_token)
+        token = next_token
+    mx.eval(token)
+    time.sleep(SLOWDOWN * (time.perf_counter() - last))
+    ready.append(time.perf_counter())
+    return ready if steps else []
+
+
+'''
 
 
 def slowed_copy(dest: Path, slowdown_pct: float) -> Path:
-    """This tree's bench/ and models/, with the worker slowed by slowdown_pct."""
+    """This tree's bench/ and models/, with the worker's prefill and decode slowed so tok/s drops slowdown_pct%."""
     for part in ("bench", "models"):
         shutil.copytree(ROOT / part, dest / part, ignore=shutil.ignore_patterns("__pycache__"))
     worker = dest / "bench" / "measure" / "worker.py"
     text = worker.read_text()
-    for old, new in (PREFILL, DECODE):
-        assert old in text, f"the worker changed; update the patch: {old!r}"
-        text = text.replace(old, new, 1)
-    text = text.replace("    ready = []\n", "    ready = []\n    last = time.perf_counter()\n", 1)
-    worker.write_text(text.replace("ATOL_BY_DTYPE = ", f"SLOWDOWN = {slowdown_pct / 100!r}\nATOL_BY_DTYPE = ", 1))
+    assert PREFILL[0] in text and "def decode(" in text, "the worker changed; update the patch"
+    text = text.replace(*PREFILL, 1)
+    text = text[:text.index("def decode(")] + DECODE + text[text.index("def time_trial("):]
+    sleep_fraction = slowdown_pct / (100 - slowdown_pct)  # time x 1/(1 - s): throughput x (1 - s)
+    worker.write_text(text.replace("ATOL_BY_DTYPE = ", f"SLOWDOWN = {sleep_fraction!r}\nATOL_BY_DTYPE = ", 1))
     return dest
 
 
+def gate_verdicts(results: Path, cwd: Path, *extra: str) -> tuple[int, list[dict]]:
+    check = subprocess.run([sys.executable, "-m", "bench", "check", str(results), "--format", "json", *extra],
+                           cwd=cwd, capture_output=True, text=True)
+    verdicts = json.loads(check.stdout)["verdicts"] if check.returncode in (0, 1) else []
+    return check.returncode, [v for v in verdicts if v["check"] == "vs reference"]
+
+
 def one_run(slowdown: float, out: Path, experiment: Path) -> dict:
+    """One A/B run of a slowed copy against this tree, then the gate as .ci/run asks it: check, and when that
+    fails, check --confirm (a second A/B run of the failing cell, which must fail again)."""
     with tempfile.TemporaryDirectory(prefix="fusebench-gate-") as folder:
         current = slowed_copy(Path(folder), slowdown)
         start = time.monotonic()
         run = subprocess.run([sys.executable, "-m", "bench", "run", str(experiment), "--against", str(ROOT),
                               "--out", str(out), "--quiet"], cwd=current, capture_output=True, text=True)
         seconds = time.monotonic() - start
-    check = subprocess.run([sys.executable, "-m", "bench", "check", str(out), "--format", "json"], cwd=ROOT,
-                           capture_output=True, text=True)
-    verdicts = json.loads(check.stdout)["verdicts"] if check.returncode in (0, 1) else []
-    failed = [f"{v['variant']} {v['metric']} {v['delta_pct']:+.1f}%" for v in verdicts if v["failed"]]
-    return {"slowdown_pct": slowdown, "file": str(out), "run_exit": run.returncode, "check_exit": check.returncode,
-            "seconds": round(seconds, 1), "failed": failed}
+        first_exit, verdicts = gate_verdicts(out, current)
+        gate_exit = first_exit
+        if first_exit == 1:
+            gate_exit, _ = gate_verdicts(out, current, "--confirm")
+    deltas = {f"{v['variant']} {v['metric']}": round(v["delta_pct"], 2) for v in verdicts}
+    return {"slowdown_pct": slowdown, "file": out.name, "run_exit": run.returncode, "seconds": round(seconds, 1),
+            "first_exit": first_exit, "gate_exit": gate_exit, "deltas": deltas,
+            "failed": [f"{v['variant']} {v['metric']}" for v in verdicts if v["failed"]]}
+
+
+def schedule(plan: str) -> list[tuple[float, int]]:
+    """"0:20,10:10" -> (slowdown, repetition) in round-robin order, so machine drift lands on every level alike."""
+    counts = {float(level): int(n) for level, n in (item.split(":") for item in plan.split(","))}
+    return [(level, i + 1) for i in range(max(counts.values())) for level, n in counts.items() if i < n]
+
+
+def summary(rows: list[dict]) -> list[str]:
+    lines = []
+    for level in sorted({r["slowdown_pct"] for r in rows}):
+        mine = [r for r in rows if r["slowdown_pct"] == level and r["run_exit"] == 0]
+        first, gate = sum(r["first_exit"] == 1 for r in mine), sum(r["gate_exit"] == 1 for r in mine)
+        measured = {m: statistics.median(r["deltas"].get(f"all variants {m}", math.nan) for r in mine)
+                    for m in ("prefill", "gen")}
+        what = "false alarms" if level == 0 else "caught"
+        lines.append(f"slowdown {level:g}%: gate {gate}/{len(mine)} {what} (first run alone {first}/{len(mine)}); "
+                     f"measured Δ (median, all variants) prefill {measured['prefill']:+.1f}% gen "
+                     f"{measured['gen']:+.1f}%; median run {statistics.median(r['seconds'] for r in mine):.0f} s"
+                     + (f"; {len(rows) - len(mine)} runs failed" if len(mine) < len(rows) else ""))
+    return lines
 
 
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
-    parser.add_argument("--repeat", type=int, default=5)
-    parser.add_argument("--slowdowns", default="0,5,10,20", help="percentages, comma-separated")
+    parser.add_argument("--plan", default="0:20,10:10,5:4,20:4",
+                        help="slowdown%%:runs, comma-separated (default: %(default)s)")
     parser.add_argument("--experiment", type=Path, default=ROOT / "experiments" / "ci.yaml")
     parser.add_argument("--out", type=Path, default=ROOT / "results" / "gate-ab")
+    parser.add_argument("--summary", action="store_true", help="only summarize the runs already in OUT/runs.jsonl")
     args = parser.parse_args()
     args.out.mkdir(parents=True, exist_ok=True)
-    slowdowns = [float(s) for s in args.slowdowns.split(",")]
     log = args.out / "runs.jsonl"
-    for i in range(args.repeat):
-        for slowdown in slowdowns:
-            row = one_run(slowdown, args.out / f"s{slowdown:g}-{i + 1:02d}.jsonl", args.experiment)
+    if not args.summary:
+        for slowdown, i in schedule(args.plan):
+            row = one_run(slowdown, args.out / f"s{slowdown:g}-{i:02d}.jsonl", args.experiment)
             print(json.dumps(row), flush=True)
             with log.open("a") as f:
                 f.write(json.dumps(row) + "\n")
     rows = [json.loads(line) for line in log.read_text().splitlines()]
-    for slowdown in slowdowns:
-        mine = [r for r in rows if r["slowdown_pct"] == slowdown and r["run_exit"] == 0]
-        caught = sum(r["check_exit"] == 1 for r in mine)
-        what = "false alarms" if slowdown == 0 else "caught"
-        print(f"slowdown {slowdown:g}%: {caught}/{len(mine)} {what}; "
-              f"median {sorted(r['seconds'] for r in mine)[len(mine) // 2] if mine else 0:.0f} s a run")
+    for line in summary(rows):
+        print(line)
 
 
 if __name__ == "__main__":

@@ -67,9 +67,11 @@ def test_two_identical_builds_interleave_and_pass_the_gate(tmp_path: Path, exper
                            ("reference", "compiled")]
     assert {(t["build"], t["variant"]) for t in trials} == {(b, v) for b in ("current", "reference")
                                                             for v in ("base", "compiled")}
-    check = fusebench("check", "ab.jsonl", cwd=tmp_path)
+    # The tiny model's millisecond trials swing by tens of percent (one run here read gen -25% [-37%, -11%] over 4
+    # rounds), so the limit is wide: this test is about the gate's plumbing, benchmarks/ab_gate_power.py its power.
+    check = fusebench("check", "ab.jsonl", "--max-regression", "60", cwd=tmp_path)
     assert check.returncode == 0, check.stdout + check.stderr
-    assert "vs reference" in check.stdout
+    assert "vs reference" in check.stdout and "all variants" in check.stdout
     report = fusebench("report", "ab.jsonl", "--out", "report", cwd=tmp_path)
     assert report.returncode == 0, report.stderr
     assert "## Current build vs reference build" in (tmp_path / "report" / "report.md").read_text()

@@ -9,9 +9,11 @@ import pandas as pd
 import pytest
 
 from bench.analysis.stats import (
+    ALL_VARIANTS,
     RatioCI,
     bootstrap_ratio_of_medians_ci,
     compare,
+    compare_builds,
     compare_runs,
     paired_speedups,
     summarize,
@@ -145,6 +147,25 @@ def test_compare_pairs_by_round_not_by_sorted_value():
     assert row.ratio == pytest.approx(0.9)
     assert row.delta_pct == pytest.approx(-10.0)
     assert row.verdict == "slower"
+
+
+def test_compare_builds_pools_the_variants_round_by_round():
+    # Round r: variant a's current build is 0.9x the reference, variant b's 0.8x (prefill) and 1.0x (gen); round 3
+    # lacks b's current trial, so the pooled row leaves it out while a's own row keeps it.
+    rows = []
+    for r in range(4):
+        level = 100.0 + 10 * r
+        rows += [_trial("a", r, level, level, build="reference"),
+                 _trial("a", r, level * 0.9, level * 0.9, build="current"),
+                 _trial("b", r, level, level, build="reference")]
+        if r < 3:
+            rows.append(_trial("b", r, level * 0.8, level, build="current"))
+    table = compare_builds(pd.DataFrame(rows)).set_index(["variant", "metric"])
+    pooled = table.loc[ALL_VARIANTS, "prefill"]
+    assert pooled.ratio == pytest.approx(math.sqrt(0.9 * 0.8))  # the geometric mean of the variants' ratios
+    assert pooled.n_pairs == 3 and table.loc["a", "prefill"].n_pairs == 4
+    assert table.loc[ALL_VARIANTS, "gen"].ratio == pytest.approx(math.sqrt(0.9))
+    assert list(dict.fromkeys(table.index.get_level_values("variant"))) == ["a", "b", ALL_VARIANTS]
 
 
 def test_compare_never_pools_machines():

@@ -31,6 +31,7 @@ ALPHA = 0.05
 
 
 __all__ = [
+    "ALL_VARIANTS",
     "CELL_KEYS",
     "COMPARE_COLUMNS",
     "METRICS",
@@ -44,6 +45,7 @@ __all__ = [
     "compare",
     "compare_builds",
     "compare_runs",
+    "every_variant",
     "paired_speedups",
     "summarize",
     "summary_table",
@@ -121,6 +123,7 @@ class RatioCI(RatioInterval):
 # What identifies one measured cell on one machine; machines are never pooled.
 CELL_KEYS = ("machine", "size", "model_key", "workload")
 _PAIR_KEYS = ("run_id", "cell", "pair")
+ALL_VARIANTS = "all variants"  # compare_builds' pooled row
 
 COMPARE_COLUMNS = (
     *CELL_KEYS, "metric", "baseline", "new", "baseline_gmean", "new_gmean", "n_pairs", "excluded", "ratio", "low",
@@ -193,13 +196,17 @@ def compare(
 def compare_builds(trials: pd.DataFrame, *, alpha: float = ALPHA, margin_pct: float = DEFAULT_MARGIN_PCT
                    ) -> pd.DataFrame:
     """`run --against`: every variant's current build against the reference build, paired round by round (both
-    builds ran each round back to back on the same prompt). One table, one Holm family: compare()'s columns, with
-    baseline "reference", new "current" and `variant` naming the variant compared across the builds."""
+    builds ran each round back to back on the same prompt), and all variants pooled (`every_variant`). One table,
+    one Holm family: compare()'s columns, with baseline "reference", new "current" and `variant` naming the variant
+    compared across the builds, or ALL_VARIANTS."""
     timed = timed_trials(trials)
     rows, estimates = [], []
     if not timed.empty and "build" in timed:
-        for variant in dict.fromkeys(timed["variant"]):
-            mine = timed[timed["variant"] == variant]
+        variants = list(dict.fromkeys(timed["variant"]))
+        sides = [(variant, timed[timed["variant"] == variant]) for variant in variants]
+        if len(variants) > 1:
+            sides.append((ALL_VARIANTS, every_variant(timed, len(variants))))
+        for variant, mine in sides:
             more, more_estimates = _paired_rows(mine.assign(variant=mine["build"]), "reference", "current", METRICS)
             rows += [{**row, "variant": variant} for row in more]
             estimates += more_estimates
@@ -207,6 +214,22 @@ def compare_builds(trials: pd.DataFrame, *, alpha: float = ALPHA, margin_pct: fl
     table = pd.DataFrame(rows, columns=[*COMPARE_COLUMNS, "variant"])
     table["baseline"], table["new"] = "reference", "current"
     return table
+
+
+def every_variant(timed: pd.DataFrame, n_variants: int) -> pd.DataFrame:
+    """Each build's geometric mean over the variants, per cell and round, only in rounds where every variant ran.
+
+    A change to shared code (the model, the worker, mlx) moves every variant alike; pooling the variants' paired
+    ratios averages their independent trial noise, so such a change is seen with about √(variants) fewer rounds.
+    The geometric mean of the builds' values is the geometric mean of the variants' current/reference ratios.
+    """
+    keys = [*CELL_KEYS, "run_id", "cell", "round", "build"]
+    columns = list(METRIC_COLUMNS.values())
+    logs = timed[[*keys, "variant"]].assign(**{c: np.log(timed[c].astype(np.float64)) for c in columns})
+    grouped = logs.groupby(keys, sort=False, dropna=False)
+    pooled = grouped[columns].mean().apply(np.exp)
+    complete = grouped["variant"].nunique() == n_variants
+    return pooled[complete].reset_index().assign(warmup=False)
 
 
 def _paired_rows(trials: pd.DataFrame, baseline: str, new: str, metrics: Sequence[str]

@@ -62,7 +62,8 @@ def main(args: argparse.Namespace, console: Console) -> int:
                            noise=args.noise, allow_other_machine=args.allow_other_machine)
     outcome = run_check(request)
     if args.confirm and any(v.model_key for v in outcome.failures):
-        outcome = confirmed(outcome, request, console)
+        # Progress to stderr: stdout carries only the report (json or markdown may be piped into a PR comment).
+        outcome = confirmed(outcome, request, Console(stderr=True))
     if args.format == "json":
         console.file.write(to_json(outcome) + "\n")
     elif args.format == "markdown":
