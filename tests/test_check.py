@@ -3,10 +3,12 @@
 from __future__ import annotations
 
 import json
+import math
 import re
 from pathlib import Path
 from typing import Any
 
+import numpy as np
 import pytest
 
 from bench.analysis import noise as calibrate
@@ -124,7 +126,8 @@ def noise_file(path: Path, mde_pct: float, machine: dict[str, str] | None = None
 
 def test_twenty_percent_slower_cell_fails_and_is_named(workdir: Path, baseline: Path, capsys):
     current = results_file(workdir / "now.jsonl", scale={("compiled", "prefill"): 0.8})
-    code, out, _ = run(["check", str(current), "--baseline", str(baseline)], capsys)
+    noise = noise_file(workdir / "noise.json", mde_pct=3.0)  # this machine calibrated: tok/s may fail
+    code, out, _ = run(["check", str(current), "--baseline", str(baseline), "--noise", str(noise)], capsys)
     assert code == 1
     assert "FAILED" in out
     failed = out.split("Failed:")[1]
@@ -132,6 +135,17 @@ def test_twenty_percent_slower_cell_fails_and_is_named(workdir: Path, baseline: 
     assert "speedup: E2B (2/35 layers) · pp128 tg4 b1 compiled/baseline prefill: -20.0%" in failed
     # Only the doctored cell fails: the other variants and compiled's gen are untouched.
     assert failed.count("•") == 2 and "sdpa" not in failed and " gen:" not in failed
+
+
+def test_tok_s_without_a_calibration_is_information_only(workdir: Path, baseline: Path, capsys):
+    current = results_file(workdir / "now.jsonl", scale={("compiled", "prefill"): 0.8})
+    code, out, _ = run(["check", str(current), "--baseline", str(baseline), "--format", "json"], capsys)
+    verdicts = {(v["check"], v["variant"], v["metric"]): v for v in json.loads(out)["verdicts"]}
+    tps = verdicts["tok/s", "compiled", "prefill"]
+    assert not tps["failed"] and tps["ci_high_pct"] < -5.0
+    assert tps["verdict"] == "slower beyond the limit (information)" and "no noise calibration" in tps["note"]
+    # The fusion's speedup is paired within each run, so it still fails.
+    assert code == 1 and verdicts["speedup", "compiled/baseline", "prefill"]["failed"]
 
 
 def test_identical_file_passes(workdir: Path, baseline: Path, capsys):
@@ -301,7 +315,9 @@ def test_baseline_and_expectations_together(workdir: Path, baseline: Path, capsy
 
 def test_json_holds_verdicts_and_github_action_benchmark_list(workdir: Path, baseline: Path, capsys):
     current = results_file(workdir / "now.jsonl", scale={("compiled", "prefill"): 0.8}, experiment=ALL_CORRECT)
-    code, out, _ = run(["check", str(current), "--baseline", str(baseline), "--format", "json"], capsys)
+    noise = noise_file(workdir / "noise.json", mde_pct=3.0)
+    code, out, _ = run(["check", str(current), "--baseline", str(baseline), "--format", "json", "--noise", str(noise)],
+                       capsys)
     assert code == 1
     document = json.loads(out)
     assert document["passed"] is False and document["exit_code"] == 1
@@ -352,7 +368,9 @@ def test_threshold_binds_when_above_the_noise(workdir: Path, baseline: Path, cap
 
 def test_a_small_slowdown_fails_a_zero_threshold_but_not_the_noise_band(workdir: Path, baseline: Path, capsys):
     current = results_file(workdir / "now.jsonl", scale={(v, m): 0.95 for v in SPEED for m in ("prefill", "gen")})
-    assert run(["check", str(current), "--baseline", str(baseline), "--max-regression", "0"], capsys)[0] == 1
+    quiet = noise_file(workdir / "quiet.json", mde_pct=0.0)
+    assert run(["check", str(current), "--baseline", str(baseline), "--max-regression", "0", "--noise", str(quiet)],
+               capsys)[0] == 1
     noise = noise_file(workdir / "noise.json", mde_pct=8.0)
     code, out, _ = run(["check", str(current), "--baseline", str(baseline), "--max-regression", "0",
                         "--noise", str(noise)], capsys)
@@ -492,3 +510,55 @@ def test_every_input_error_is_a_user_error():
 
     for error in (MachineMismatchError, CheckError, calibrate.NoiseFileError):
         assert issubclass(error, UserError)
+
+
+# --- a fusion's speedup against its calibration history --------------------------------------------
+
+
+def calibration_runs(workdir: Path, factors: list[float]) -> list[Path]:
+    """Runs whose compiled prefill speedup is 1.1 x factor (the variants' jitter is shared, so exactly that)."""
+    return [results_file(workdir / f"cal-{i}.jsonl", run_id=f"cal{i}", scale={("compiled", "prefill"): f})
+            for i, f in enumerate(factors)]
+
+
+# Ten runs whose compiled prefill speedup wanders by about 1% (SD 1.15%): the 97.5% prediction bound is
+# 1 - exp(-t(9) * SD * sqrt(1 + 1/10)) = 2.7%, below the 5% threshold, which then binds.
+WANDER = [1.00, 0.99, 1.01, 1.00, 0.98, 1.02, 1.00, 0.99, 1.01, 1.00]
+
+
+@pytest.mark.parametrize(("factor", "failed"), [(1.0, False), (0.97, False), (0.9, True)])
+def test_a_speedup_is_gated_against_its_history(workdir: Path, capsys, factor: float, failed: bool):
+    runs = calibration_runs(workdir, WANDER)
+    assert run(["calibrate", "--from", *map(str, runs)], capsys)[0] == 0
+    current = results_file(workdir / "now.jsonl", scale={("compiled", "prefill"): factor})
+    code, out, _ = run(["check", str(current), "--format", "json"], capsys)
+    assert code == (1 if failed else 0)
+    rows = {(v["variant"], v["metric"]): v for v in json.loads(out)["verdicts"] if v["check"] == "speedup vs history"}
+    assert set(rows) == {(c, m) for c in ("compiled/baseline", "sdpa/baseline") for m in ("prefill", "gen")}
+    row = rows["compiled/baseline", "prefill"]
+    assert row["baseline"] == pytest.approx(1.1, rel=1e-3) and row["current"] == pytest.approx(1.1 * factor)
+    assert (row["limit_pct"], row["limit_bound"]) == (5.0, "threshold")
+    assert row["failed"] is failed and row["verdict"] == ("✗ regressed" if failed else "within history")
+    assert "from the mean of 10 runs" in row["note"]
+
+
+def test_a_wide_history_sets_the_limit(workdir: Path, capsys):
+    wide = [1.00, 0.94, 1.06, 1.00, 0.92, 1.08, 1.00, 0.95, 1.05, 1.00]
+    assert run(["calibrate", "--from", *map(str, calibration_runs(workdir, wide))], capsys)[0] == 0
+    current = results_file(workdir / "now.jsonl", scale={("compiled", "prefill"): 0.9})
+    code, out, _ = run(["check", str(current), "--format", "json"], capsys)
+    row = next(v for v in json.loads(out)["verdicts"]
+               if (v["check"], v["variant"], v["metric"]) == ("speedup vs history", "compiled/baseline", "prefill"))
+    sd = float(np.std(np.log(wide), ddof=1))
+    bound = 100 * (1 - math.exp(-2.2622 * sd * math.sqrt(1.1)))  # t(9, 0.975) = 2.2622
+    assert row["limit_bound"] == "history" and row["limit_pct"] == pytest.approx(bound, abs=0.01)
+    assert code == 0 and not row["failed"]  # -10% is inside this history's 11.8% bound
+
+
+def test_a_short_history_is_reported_never_failed(workdir: Path, capsys):
+    assert run(["calibrate", "--from", *map(str, calibration_runs(workdir, [1.0, 0.99, 1.01]))], capsys)[0] == 0
+    current = results_file(workdir / "now.jsonl", scale={("compiled", "prefill"): 0.5})
+    code, out, _ = run(["check", str(current), "--format", "json"], capsys)
+    rows = [v for v in json.loads(out)["verdicts"] if v["check"] == "speedup vs history"]
+    assert code == 0 and rows and not any(v["failed"] for v in rows)
+    assert {v["verdict"] for v in rows} == {"needs ≥ 10 stored runs"}

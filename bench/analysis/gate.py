@@ -1,13 +1,20 @@
 """The regression gate's verdicts (`fusebench check`): exit 0 nothing regressed, 1 something did, 2 bad input.
 
-Two modes, used together when both apply:
+The checks, each used when its input is there:
+- Against the reference build of a `run --against` file (the CI gate): every variant and metric, and all variants
+  pooled, paired round by round across the builds (stats.compare_builds), Holm across the table. Nothing stored is
+  needed and the machine does not matter, since both builds ran on it in the same job.
 - Against a stored baseline (`fusebench baseline save`), cell by cell (model x size x workload x variant x metric):
-  - tok/s: the ratio of medians current/baseline with a bootstrap CI, unpaired, since the runs share no rounds;
+  - tok/s: the ratio of medians current/baseline with a bootstrap CI, unpaired, since the runs share no rounds. This
+    is information, never a failure, unless the baseline comes from this machine fingerprint and a calibration of it
+    says what it can resolve: run-to-run tok/s on a shared VM moves by tens of percent;
   - speedup: for each comparison the experiment declares, the per-round speedup new/baseline (paired within a round,
     so load that slows a whole run cancels) against the baseline file's; this catches a fusion that stops paying off.
   A cell fails only when its whole CI lies beyond the allowed slowdown; a point estimate alone never fails. Cells in
   only one of the files are listed as missing or new, never failed. The baseline must come from the same machine
   fingerprint (backend, device, BLAS, CPU model) unless --allow-other-machine.
+- A fusion's speedup against its history: the speedups of the calibration runs stored in this machine's noise file,
+  from 10 runs on (bench.analysis.history).
 - The expectations the experiment declares (`expect:` in its YAML, read back from the results' run header):
   "new no more than X% slower than baseline on a metric" (paired rounds, stats.compare), and "all variants correct".
 
@@ -36,6 +43,7 @@ from ..core.records import ResultsError
 from ..core.results import Results, read_results
 from ..core.spec import DEFAULT_MARGIN_PCT, Experiment, parse_experiment
 from . import stats
+from .history import MIN_RUNS, SpeedupHistory, run_speedups
 from .inference import interval_verdict, slower_beyond
 from .noise import Noise, default_noise_path, load_noise
 from .stats import SEED
@@ -45,6 +53,7 @@ MIN_VALUES_FOR_CI = 3  # fewer values a side give a bootstrap CI that proves not
 
 # The kinds of check: tok/s and speedup against the baseline file, the experiment's expectations and correctness.
 TPS, SPEEDUP, EXPECT, CORRECT, BUILD = "tok/s", "speedup", "expect", "correct", "vs reference"
+HISTORY = "speedup vs history"
 # Which calibrated noise band bounds each kind of check (see bench.analysis.noise).
 NOISE_SCOPE = {TPS: "run_to_run_tps", SPEEDUP: "run_to_run_speedup", EXPECT: "within_run"}
 
@@ -133,9 +142,10 @@ def _ci(row: Any, n: int, low: str = "low", high: str = "high") -> stats.RatioCI
 
 def baseline_verdicts(
     current: pd.DataFrame, baseline: pd.DataFrame, comparisons: Sequence[tuple[str, str]], threshold_pct: float,
-    noise: Noise | None,
+    noise: Noise | None, tps_information: str = "",
 ) -> list[Verdict]:
-    """Each cell's tok/s, and each comparison's speedup, against the stored baseline."""
+    """Each cell's tok/s, and each comparison's speedup, against the stored baseline. When `tps_information` says
+    why (no calibration on this machine, another machine), tok/s is information: its verdict is shown, never failed."""
     labels = cell_names([current, baseline])
     verdicts = []
     tables = [(TPS, "tok/s", stats.compare_runs(baseline, current, seed=SEED))]
@@ -149,7 +159,48 @@ def baseline_verdicts(
                            status="", failed=False, baseline=row.baseline_median, current=row.new_median, unit=unit,
                            limit=limit_for(threshold_pct, noise, check, row.metric))
             n = min(row.n_baseline, row.n_new)
-            verdicts.append(judge(base, _ci(row, n), row.n_baseline, row.n_new))
+            verdict = judge(base, _ci(row, n), row.n_baseline, row.n_new)
+            if check == TPS and tps_information and verdict.failed:
+                verdict = replace(verdict, failed=False, status="slower beyond the limit (information)",
+                                  note=tps_information)
+            verdicts.append(verdict)
+    return verdicts
+
+
+def tps_information(noise: Noise | None, other_machine: bool) -> str:
+    """Why absolute tok/s against a stored baseline cannot fail here, or "" when it can: the same machine
+    fingerprint, and a calibration of it, whose noise band then sets the limit (see limit_for)."""
+    if other_machine:
+        return "the baseline comes from another machine"
+    if noise is None or noise.band(NOISE_SCOPE[TPS], "prefill") is None:
+        return "no noise calibration of this machine says what tok/s it can resolve (fusebench calibrate)"
+    return ""
+
+
+def history_verdicts(trials: pd.DataFrame, comparisons: Sequence[tuple[str, str]],
+                     history: Sequence[SpeedupHistory], tolerance_pct: float) -> list[Verdict]:
+    """Each comparison's speedup in this run against the calibration runs' (bench.analysis.history): it fails when it
+    falls below their geometric mean by more than max(tolerance, the prediction bound), and only from MIN_RUNS on."""
+    stored = {h.key: h for h in history}
+    labels = cell_names([trials])
+    verdicts = []
+    for row in run_speedups(trials, comparisons).itertuples():
+        past = stored.get((row.model_key, row.workload, row.comparison, row.metric))
+        if past is None:
+            continue
+        base = Verdict(HISTORY, labels[row.model_key, row.size, row.workload], row.comparison, row.metric, status="",
+                       failed=False, baseline=past.expected, current=row.speedup, unit="×")
+        delta_pct = (row.speedup / past.expected - 1.0) * 100.0
+        facts = f"Δ {delta_pct:+.1f}% from the mean of {past.runs} runs (SD {past.sd_pct:.1f}%)"
+        if past.runs < MIN_RUNS:
+            verdicts.append(replace(base, status=f"needs ≥ {MIN_RUNS} stored runs",
+                                    note=f"{facts}; fusebench calibrate --runs {MIN_RUNS}"))
+            continue
+        bound = past.prediction_pct()
+        limit = Limit(bound, "history") if bound > tolerance_pct else Limit(tolerance_pct, "threshold")
+        failed = delta_pct < -limit.pct
+        verdicts.append(replace(base, limit=limit, failed=failed, note=facts,
+                                status="✗ regressed" if failed else "within history"))
     return verdicts
 
 
@@ -304,12 +355,19 @@ def run_check(args: CheckRequest) -> Outcome:
                                            f"{args.results} on {machine}; pass --allow-other-machine to compare anyway")
             notes.append(f"baseline from another machine ({baseline_machine}), allowed by --allow-other-machine")
         require_timed_trials(results, args.results)
-        verdicts += baseline_verdicts(trials, baseline.frame("trial"), comparisons, args.max_regression, noise)
+        information = tps_information(noise, other_machine=baseline_machine != machine)
+        verdicts += baseline_verdicts(trials, baseline.frame("trial"), comparisons, args.max_regression, noise,
+                                      information)
         notes.append(f"baseline: {args.baseline}")
     for exp, run_ids in experiments:
         scoped = [frame[frame["run_id"].isin(run_ids)] if not frame.empty else frame
                   for frame in (trials, current_build(results.frame("correctness")))]
         verdicts += expectation_verdicts(exp, *scoped, noise)
+    if noise and noise.history:
+        if all(exp.name == noise.experiment for exp, _ in experiments):
+            verdicts += history_verdicts(trials, comparisons, noise.history, args.max_regression)
+        else:
+            notes.append(f"speedup history not used: it was stored for experiment {noise.experiment}")
     if not verdicts:
         raise CheckError(f"{args.results}: nothing to check; give --baseline FILE or declare expect: in the experiment")
     notes += [f"{r['kind']} {r.get('cell', '?')}: {r.get('reason', '')}" for r in results.of_kind("skip")]

@@ -45,7 +45,9 @@ from ..core.records import ResultsError, utc_now
 from ..core.results import read_results
 from ..core.spec import Experiment, parse_experiment
 from . import stats
+from .history import SpeedupHistory, histories
 from .stats import SEED
+from .study import current_build
 
 NOISE_KIND = "fusebench-noise"
 SCOPES = ("run_to_run_tps", "run_to_run_speedup", "within_run")
@@ -72,6 +74,7 @@ class Noise:
     experiment: str
     runs: int
     bands: dict[str, dict[str, Band]]  # scope -> metric -> band
+    history: tuple[SpeedupHistory, ...] = ()  # each calibration run's speedups (bench.analysis.history)
 
     def band(self, scope: str, metric: str) -> Band | None:
         return self.bands.get(scope, {}).get(metric)
@@ -131,15 +134,26 @@ def noise_bands(aa: pd.DataFrame) -> dict[str, dict[str, Band]]:
 # --- the noise file --------------------------------------------------------------------------------
 
 
-def noise_record(exp: Experiment, machine: Fingerprint, sources: list[Path], aa: pd.DataFrame) -> dict[str, Any]:
+@dataclass(frozen=True)
+class Calibration:
+    """What calibrate measured: the runs' machine, their A/A comparisons, and each run's speedups."""
+
+    machine: Fingerprint
+    aa: pd.DataFrame
+    history: list[SpeedupHistory]
+
+
+def noise_record(exp: Experiment, sources: list[Path], calibration: Calibration) -> dict[str, Any]:
     return {
         "kind": NOISE_KIND,
-        "fingerprint": asdict(machine),
+        "fingerprint": asdict(calibration.machine),
         "experiment": {"name": exp.name, "file": exp.file, "sha256": exp.sha256},
         "runs": len(sources),
         "results": [str(p) for p in sources],
         "created_at": utc_now(),
-        "bands": {scope: {m: asdict(b) for m, b in by_metric.items()} for scope, by_metric in noise_bands(aa).items()},
+        "bands": {scope: {m: asdict(b) for m, b in by_metric.items()}
+                  for scope, by_metric in noise_bands(calibration.aa).items()},
+        "speedup_history": [asdict(h) for h in calibration.history],
     }
 
 
@@ -164,6 +178,8 @@ def load_noise(path: Path) -> Noise:
             experiment=str(data["experiment"]["name"]),
             runs=int(data["runs"]),
             bands=bands,
+            history=tuple(SpeedupHistory(**{**h, "speedups": tuple(map(float, h["speedups"]))})
+                          for h in data.get("speedup_history", [])),
         )
     except (KeyError, TypeError, AttributeError) as err:
         raise NoiseFileError(f"{path}: malformed noise file ({type(err).__name__}: {err})") from None
@@ -187,14 +203,15 @@ def experiment_of_runs(paths: list[Path]) -> Experiment:
     return dataclasses.replace(exp, file=experiment["file"])
 
 
-def calibrate_from(paths: list[Path], comparisons: list[tuple[str, str]]) -> tuple[Fingerprint, pd.DataFrame]:
-    """The machine the runs were measured on, and every A/A comparison among them."""
+def calibrate_from(paths: list[Path], comparisons: list[tuple[str, str]]) -> Calibration:
+    """The machine the runs were measured on, every A/A comparison among them, and each run's speedups. From a
+    run --against file only the current build counts: the reference build is another tree."""
     machines = []
     runs = []
     for path in paths:
         results = read_results([path])
         machines.append(results_fingerprint(results, path))
-        runs.append(results.frame("trial"))
+        runs.append(current_build(results.frame("trial")))
     if len(set(machines)) > 1:
         raise ResultsError(f"calibration runs came from different machines: {' | '.join(map(str, set(machines)))}")
-    return machines[0], aa_comparisons(runs, comparisons)
+    return Calibration(machines[0], aa_comparisons(runs, comparisons), histories(runs, comparisons))

@@ -2,11 +2,12 @@
 
 Runs the experiment N times back to back (or takes runs already made, with --from), compares every variant with
 itself in each way `fusebench check` compares, and stores the noise per scope and metric in
-results/baselines/noise-<machine>.json, where check finds it. On a shared machine whose load changes over the day,
-calibrate --from runs spread over that day, or the band comes out too narrow.
+results/baselines/noise-<machine>.json, where check finds it, with each run's speedup per comparison: from 10 runs
+on, check fails a fusion whose speedup falls below that history's prediction bound. On a shared machine whose load
+changes over the day, calibrate --from runs spread over that day, or the band comes out too narrow.
 
 examples:
-  fusebench calibrate                                   experiments/ci.yaml, 6 runs (about 7 minutes)
+  fusebench calibrate                                   experiments/ci.yaml, 10 runs (about 13 minutes)
   fusebench calibrate experiments/ci.yaml --runs 10
   fusebench calibrate --from results/ci-runs/ci-*.jsonl
 """
@@ -27,7 +28,8 @@ if TYPE_CHECKING:
     from ..core.spec import Experiment
 
 DEFAULT_EXPERIMENT = Path("experiments/ci.yaml")
-DEFAULT_RUNS = 6  # 15 run-to-run pairs; about 7 minutes for ci.yaml on a 2-core CPU
+# 45 run-to-run pairs, and the 10 stored speedups a fusion's history needs before check gates on it (MIN_RUNS).
+DEFAULT_RUNS = 10
 SCRATCH_DIR = Path("results/scratch")
 
 
@@ -62,14 +64,15 @@ def main(args: argparse.Namespace, console: Console) -> int:
     else:
         exp = load_experiment(args.experiment or DEFAULT_EXPERIMENT)
         paths = run_calibration(exp, args.runs or DEFAULT_RUNS, console)
-    machine, aa = calibrate_from(paths, [(c.baseline, c.new) for c in exp.comparisons])
-    if aa.empty:
+    calibration = calibrate_from(paths, [(c.baseline, c.new) for c in exp.comparisons])
+    machine = calibration.machine
+    if calibration.aa.empty:
         raise UserError(f"{paths[0].parent}: the runs recorded no timed trials to compare")
-    record = noise_record(exp, machine, paths, aa)
+    record = noise_record(exp, paths, calibration)
     out = args.out or default_noise_path(machine)
     out.parent.mkdir(parents=True, exist_ok=True)
     out.write_text(json.dumps(record, indent=1) + "\n", encoding="utf-8")
-    to_console([bands_table(noise_bands(aa)),
+    to_console([bands_table(noise_bands(calibration.aa)),
                 Paragraph(f"wrote {out} (machine: {machine}); fusebench check uses it on this machine")], console)
     return 0
 

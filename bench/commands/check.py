@@ -1,12 +1,19 @@
 """the regression gate: exit 1 when a cell's whole CI is slower than allowed, 2 on bad input
 
-Two modes, used together when both apply:
-- against a stored baseline (fusebench baseline save): every cell's tok/s, and every declared comparison's paired
-  per-round speedup, against the baseline's; a baseline from another machine fingerprint is refused;
+What it checks, each when its input is there:
+- a run --against file (the CI gate): the current build against the reference build, every variant and metric and
+  all variants pooled, paired round by round; --confirm re-measures failing cells once and fails only if they fail
+  again;
+- against a stored baseline (fusebench baseline save): every declared comparison's paired per-round speedup, and
+  every cell's tok/s; tok/s only informs unless the baseline is from this machine and a calibration of it exists;
+  a baseline from another machine fingerprint is refused;
+- with this machine's calibration (fusebench calibrate, 10 runs or more): every declared comparison's speedup
+  against the calibration runs' (limit: max(--max-regression, the runs' 97.5% prediction bound));
 - the experiment's own `expect:` list (read back from the results' run header): paired slowdown limits between
   variants, and every variant correct.
-A cell fails only when its whole CI lies beyond the allowed slowdown: a point estimate never fails the gate. The
-limit is the larger of --max-regression and this machine's calibrated noise (fusebench calibrate).
+A cell fails only when its whole CI lies beyond the allowed slowdown: a point estimate never fails the gate (the
+history check compares a run's point estimate with a prediction bound that already holds a run's own noise). The
+limit is the larger of --max-regression and this machine's calibrated noise.
 
 examples:
   fusebench check results/ci.jsonl

@@ -1,0 +1,97 @@
+"""A fusion's speedup against its own history: how `fusebench check` gates a speedup without a second build.
+
+A speedup (new / baseline, paired round by round inside one run) cancels load that moves a whole run, but it still
+wanders from run to run: the machine's state, the workers' heaps, which rounds the outlier rule dropped. So
+`fusebench calibrate` keeps every calibration run's speedup per cell, comparison and metric (`speedup_history` in
+the noise file), and a later run on the same machine fails only when its speedup falls below the history's
+geometric mean by more than
+
+    limit = max(tolerance, 1 - exp(-t · SD · √(1 + 1/K)))
+
+where SD is the standard deviation of the K stored log speedups and t the 97.5% quantile of Student's t with K - 1
+degrees of freedom. t · SD · √(1 + 1/K) is the one-sided 97.5% prediction bound for one more run drawn like the K
+stored ones: √(1 + 1/K) adds the uncertainty of the history's own mean to the spread of a single run, and t (2.26 at
+K = 10, 2.05 at K = 30) replaces the 2 of the rule of thumb so the bound holds at the K used. A new run's speedup is
+a point estimate, and so is each stored one, so the within-run noise is already inside SD: no CI is needed on top.
+tests/test_history.py simulates it: an unchanged run falls below the bound in 2.5% of cases at K = 10 and 30.
+
+With fewer than MIN_RUNS stored runs the SD itself is too uncertain (its 95% CI at K = 5 spans 0.6-2.9 x SD), so
+the row is reported and never fails. This check sees what an A/B of two builds cannot when there is only one build,
+but not a slowdown that hits every variant alike (the speedup does not move): that is what `run --against` is for.
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Sequence
+from dataclasses import dataclass
+
+import numpy as np
+import pandas as pd
+from scipy import special
+
+from . import stats
+
+MIN_RUNS = 10
+LEVEL = 0.975  # one-sided: only a speedup that fell counts
+
+
+@dataclass(frozen=True)
+class SpeedupHistory:
+    """One cell's stored speedups for one comparison and metric, one per calibration run."""
+
+    model_key: str
+    size: str
+    workload: str
+    comparison: str  # "new/baseline"
+    metric: str
+    speedups: tuple[float, ...]
+
+    @property
+    def key(self) -> tuple[str, str, str, str]:
+        return self.model_key, self.workload, self.comparison, self.metric
+
+    @property
+    def runs(self) -> int:
+        return len(self.speedups)
+
+    @property
+    def expected(self) -> float:
+        """The geometric mean of the stored speedups."""
+        return math.exp(float(np.mean(np.log(self.speedups))))
+
+    @property
+    def sd_pct(self) -> float:
+        """The run-to-run SD of the log speedup, in percent."""
+        return 100.0 * float(np.std(np.log(self.speedups), ddof=1)) if self.runs > 1 else math.nan
+
+    def prediction_pct(self) -> float:
+        """How far below `expected` an unchanged run's speedup can land (one-sided 97.5%), in percent."""
+        if self.runs < 2:
+            return math.nan
+        half = float(special.stdtrit(self.runs - 1, LEVEL)) * self.sd_pct / 100.0 * math.sqrt(1.0 + 1.0 / self.runs)
+        return 100.0 * (1.0 - math.exp(-half))
+
+
+def run_speedups(trials: pd.DataFrame, comparisons: Sequence[tuple[str, str]]) -> pd.DataFrame:
+    """One run's speedups, as `check` measures them (the paired estimate of stats.compare): one row per cell,
+    comparison and metric, with columns model_key, size, workload, comparison, metric, speedup."""
+    rows = []
+    for baseline, new in comparisons:
+        if baseline == new:
+            continue
+        for row in stats.compare(trials, baseline, new, stats.METRICS).itertuples():
+            if row.n_pairs and math.isfinite(row.ratio):
+                rows.append({"model_key": row.model_key, "size": row.size, "workload": row.workload,
+                             "comparison": f"{new}/{baseline}", "metric": row.metric, "speedup": row.ratio})
+    return pd.DataFrame(rows, columns=["model_key", "size", "workload", "comparison", "metric", "speedup"])
+
+
+def histories(runs: Sequence[pd.DataFrame], comparisons: Sequence[tuple[str, str]]) -> list[SpeedupHistory]:
+    """Each cell, comparison and metric's speedups over the runs (one trial frame per run)."""
+    collected: dict[tuple[str, str, str, str, str], list[float]] = {}
+    for trials in runs:
+        for row in run_speedups(trials, comparisons).itertuples():
+            key = (row.model_key, row.size, row.workload, row.comparison, row.metric)
+            collected.setdefault(key, []).append(round(float(row.speedup), 6))
+    return [SpeedupHistory(*key, speedups=tuple(values)) for key, values in collected.items()]
