@@ -27,6 +27,9 @@ def builds_section(study: Study, out_dir: Path) -> list[Block]:
         *commits,
         "Both builds ran every round back to back on the same prompt and weights (trials interleaved, order "
         "reversed each round), so Δ is paired; Holm across all rows of a table.",
+        f"{stats.ALL_VARIANTS}: per round, the geometric mean of the variants' current/reference ratios (tok/s "
+        "columns: the geometric mean over variants). A change to shared code moves every variant alike, and pooling "
+        "averages their independent trial noise, so it is seen with fewer rounds than any one variant's row.",
     ))]
     for machine in study.machines:
         trials = on(study.build_trials, machine)
