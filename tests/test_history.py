@@ -23,6 +23,9 @@ def test_expected_and_bound_by_hand():
     # t(9) at 97.5% is 2.2622; sqrt(1 + 1/10) widens it for the uncertainty of the mean itself.
     assert past.prediction_pct() == pytest.approx(100 * (1 - math.exp(-2.2622 * logs.std(ddof=1) * math.sqrt(1.1))),
                                                   rel=1e-4)
+    # Four rows checked together: each at 1 - 2.5% / 4, t(9) = 3.1109.
+    assert past.prediction_pct(rows=4) == pytest.approx(
+        100 * (1 - math.exp(-3.1109 * logs.std(ddof=1) * math.sqrt(1.1))), rel=1e-4)
     assert math.isnan(history([1.1]).prediction_pct())
 
 
@@ -38,6 +41,19 @@ def test_an_unchanged_run_falls_below_the_bound_in_2_5_percent_of_cases(k: int):
         below += (math.exp(row[k]) / past.expected - 1) * 100 < -past.prediction_pct()
     rate = below / cases
     assert abs(rate - 0.025) < 0.004, rate  # 20 000 cases: binomial SD 0.11%
+
+
+def test_four_rows_together_fail_an_unchanged_run_at_most_2_5_percent_of_the_time():
+    rng = np.random.default_rng(4)
+    cases, k, rows = 10_000, 10, 4
+    logs = 0.03 * rng.standard_normal((cases, rows, k + 1))
+    failed = 0
+    for case in logs:
+        pasts = [history(list(np.exp(row[:k]))) for row in case]
+        failed += any((math.exp(row[k]) / past.expected - 1) * 100 < -past.prediction_pct(rows=rows)
+                      for row, past in zip(case, pasts, strict=True))
+    rate = failed / cases
+    assert 0.015 < rate < 0.028, rate  # Bonferroni: at most 2.5%, a little under it for independent rows
 
 
 def test_run_speedups_pair_within_rounds_and_histories_collect_one_per_run():

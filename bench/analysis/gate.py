@@ -167,12 +167,12 @@ def baseline_verdicts(
     return verdicts
 
 
-def tps_information(noise: Noise | None, other_machine: bool) -> str:
+def tps_information(noise: Noise | None, baseline_machine: Fingerprint, machine: Fingerprint) -> str:
     """Why absolute tok/s against a stored baseline cannot fail here, or "" when it can: the same machine
     fingerprint, and a calibration of it, whose noise band then sets the limit (see limit_for)."""
-    if other_machine:
+    if baseline_machine != machine:
         return "the baseline comes from another machine"
-    if noise is None or noise.band(NOISE_SCOPE[TPS], "prefill") is None:
+    if noise is None or noise.fingerprint != machine or noise.band(NOISE_SCOPE[TPS], "prefill") is None:
         return "no noise calibration of this machine says what tok/s it can resolve (fusebench calibrate)"
     return ""
 
@@ -180,12 +180,15 @@ def tps_information(noise: Noise | None, other_machine: bool) -> str:
 def history_verdicts(trials: pd.DataFrame, comparisons: Sequence[tuple[str, str]],
                      history: Sequence[SpeedupHistory], tolerance_pct: float) -> list[Verdict]:
     """Each comparison's speedup in this run against the calibration runs' (bench.analysis.history): it fails when it
-    falls below their geometric mean by more than max(tolerance, the prediction bound), and only from MIN_RUNS on."""
+    falls below their geometric mean by more than max(tolerance, the prediction bound, Bonferroni over the rows
+    gated), and only from MIN_RUNS stored runs on."""
     stored = {h.key: h for h in history}
     labels = cell_names([trials])
+    measured = [(row, stored.get((row.model_key, row.workload, row.comparison, row.metric)))
+                for row in run_speedups(trials, comparisons).itertuples()]
+    gated = sum(1 for _, past in measured if past and past.runs >= MIN_RUNS)  # Bonferroni over these rows
     verdicts = []
-    for row in run_speedups(trials, comparisons).itertuples():
-        past = stored.get((row.model_key, row.workload, row.comparison, row.metric))
+    for row, past in measured:
         if past is None:
             continue
         base = Verdict(HISTORY, labels[row.model_key, row.size, row.workload], row.comparison, row.metric, status="",
@@ -196,7 +199,7 @@ def history_verdicts(trials: pd.DataFrame, comparisons: Sequence[tuple[str, str]
             verdicts.append(replace(base, status=f"needs ≥ {MIN_RUNS} stored runs",
                                     note=f"{facts}; fusebench calibrate --runs {MIN_RUNS}"))
             continue
-        bound = past.prediction_pct()
+        bound = past.prediction_pct(rows=gated)
         limit = Limit(bound, "history") if bound > tolerance_pct else Limit(tolerance_pct, "threshold")
         failed = delta_pct < -limit.pct
         verdicts.append(replace(base, limit=limit, failed=failed, note=facts,
@@ -355,7 +358,7 @@ def run_check(args: CheckRequest) -> Outcome:
                                            f"{args.results} on {machine}; pass --allow-other-machine to compare anyway")
             notes.append(f"baseline from another machine ({baseline_machine}), allowed by --allow-other-machine")
         require_timed_trials(results, args.results)
-        information = tps_information(noise, other_machine=baseline_machine != machine)
+        information = tps_information(noise, baseline_machine, machine)
         verdicts += baseline_verdicts(trials, baseline.frame("trial"), comparisons, args.max_regression, noise,
                                       information)
         notes.append(f"baseline: {args.baseline}")

@@ -13,7 +13,10 @@ degrees of freedom. t · SD · √(1 + 1/K) is the one-sided 97.5% prediction bo
 stored ones: √(1 + 1/K) adds the uncertainty of the history's own mean to the spread of a single run, and t (2.26 at
 K = 10, 2.05 at K = 30) replaces the 2 of the rule of thumb so the bound holds at the K used. A new run's speedup is
 a point estimate, and so is each stored one, so the within-run noise is already inside SD: no CI is needed on top.
-tests/test_history.py simulates it: an unchanged run falls below the bound in 2.5% of cases at K = 10 and 30.
+A run checks several rows at once (comparisons x metrics x cells), so each row's level is Bonferroni-adjusted to
+1 - 2.5% / rows, and an unchanged run fails any row at most 2.5% of the time. tests/test_history.py simulates it:
+an unchanged run falls below the bound in 2.5% of cases at K = 10 and 30, and below any of 4 independent rows'
+bounds in at most 2.5%.
 
 With fewer than MIN_RUNS stored runs the SD itself is too uncertain (its 95% CI at K = 5 spans 0.6-2.9 x SD), so
 the row is reported and never fails. This check sees what an A/B of two builds cannot when there is only one build,
@@ -65,11 +68,13 @@ class SpeedupHistory:
         """The run-to-run SD of the log speedup, in percent."""
         return 100.0 * float(np.std(np.log(self.speedups), ddof=1)) if self.runs > 1 else math.nan
 
-    def prediction_pct(self) -> float:
-        """How far below `expected` an unchanged run's speedup can land (one-sided 97.5%), in percent."""
+    def prediction_pct(self, rows: int = 1) -> float:
+        """How far below `expected` an unchanged run's speedup can land, in percent: one-sided 97.5% for one row,
+        Bonferroni over `rows` rows checked together (each at 1 - 2.5% / rows)."""
         if self.runs < 2:
             return math.nan
-        half = float(special.stdtrit(self.runs - 1, LEVEL)) * self.sd_pct / 100.0 * math.sqrt(1.0 + 1.0 / self.runs)
+        level = 1.0 - (1.0 - LEVEL) / rows
+        half = float(special.stdtrit(self.runs - 1, level)) * self.sd_pct / 100.0 * math.sqrt(1.0 + 1.0 / self.runs)
         return 100.0 * (1.0 - math.exp(-half))
 
 
