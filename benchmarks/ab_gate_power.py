@@ -100,7 +100,8 @@ def schedule(plan: str) -> list[tuple[float, int]]:
 def summary(rows: list[dict]) -> list[str]:
     lines = []
     for level in sorted({r["slowdown_pct"] for r in rows}):
-        mine = [r for r in rows if r["slowdown_pct"] == level and r["run_exit"] == 0]
+        ran = [r for r in rows if r["slowdown_pct"] == level]
+        mine = [r for r in ran if r["run_exit"] == 0]
         first, gate = sum(r["first_exit"] == 1 for r in mine), sum(r["gate_exit"] == 1 for r in mine)
         measured = {m: statistics.median(r["deltas"].get(f"all variants {m}", math.nan) for r in mine)
                     for m in ("prefill", "gen")}
@@ -108,7 +109,7 @@ def summary(rows: list[dict]) -> list[str]:
         lines.append(f"slowdown {level:g}%: gate {gate}/{len(mine)} {what} (first run alone {first}/{len(mine)}); "
                      f"measured Δ (median, all variants) prefill {measured['prefill']:+.1f}% gen "
                      f"{measured['gen']:+.1f}%; median run {statistics.median(r['seconds'] for r in mine):.0f} s"
-                     + (f"; {len(rows) - len(mine)} runs failed" if len(mine) < len(rows) else ""))
+                     + (f"; {len(ran) - len(mine)} runs failed" if len(mine) < len(ran) else ""))
     return lines
 
 

@@ -7,7 +7,7 @@ on, check fails a fusion whose speedup falls below that history's prediction bou
 changes over the day, calibrate --from runs spread over that day, or the band comes out too narrow.
 
 examples:
-  fusebench calibrate                                   experiments/ci.yaml, 10 runs (about 13 minutes)
+  fusebench calibrate                                   experiments/ci.yaml, 10 runs, one after another
   fusebench calibrate experiments/ci.yaml --runs 10
   fusebench calibrate --from results/ci-runs/ci-*.jsonl
 """
@@ -73,7 +73,9 @@ def main(args: argparse.Namespace, console: Console) -> int:
     out.parent.mkdir(parents=True, exist_ok=True)
     out.write_text(json.dumps(record, indent=1) + "\n", encoding="utf-8")
     to_console([bands_table(noise_bands(calibration.aa)),
-                Paragraph(f"wrote {out} (machine: {machine}); fusebench check uses it on this machine")], console)
+                Paragraph(f"wrote {out} (machine: {machine}); "
+                          + ("fusebench check uses it on this machine" if out == default_noise_path(machine)
+                             else f"fusebench check uses it with --noise {out}"))], console)
     return 0
 
 
