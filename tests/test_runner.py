@@ -114,7 +114,9 @@ def test_rounds_alternate_the_variant_order(tmp_path):
 
 
 def test_sigint_then_resume_gives_the_uninterrupted_set_of_trials(tmp_path):
-    exp = write_experiment(tmp_path, trials=40)
+    # Enough rounds that the run cannot finish between the 10th trial and the signal: with 40 it once did, in CI.
+    rounds = 200
+    exp = write_experiment(tmp_path, trials=rounds)
     out = tmp_path / "r.jsonl"
     cmd = [sys.executable, "-m", "bench", "run", str(exp), "--out", str(out), "--quiet"]
     process = subprocess.Popen(cmd, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
@@ -126,7 +128,7 @@ def test_sigint_then_resume_gives_the_uninterrupted_set_of_trials(tmp_path):
     assert process.returncode == 130, output
     assert "--resume" in output
     interrupted = trial_keys(out)
-    assert 10 <= len(interrupted) < 2 * 2 * 41
+    assert 10 <= len(interrupted) < 2 * 2 * (rounds + 1)
 
     assert main(["run", str(exp), "--resume", str(out), "--quiet"]) == 0
     keys = trial_keys(out)
@@ -135,8 +137,8 @@ def test_sigint_then_resume_gives_the_uninterrupted_set_of_trials(tmp_path):
         (cell.key, v, warmup, r)
         for cell in load_experiment(exp).cells()
         for v in ("baseline", "fused")
-        for warmup, rounds in ((True, 1), (False, 40))
-        for r in range(rounds)
+        for warmup, count in ((True, 1), (False, rounds))
+        for r in range(count)
     }
     assert set(keys) == expected
 
