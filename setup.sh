@@ -1,27 +1,57 @@
 #!/usr/bin/env bash
-# Sets fusebench up from a fresh clone: an optimized BLAS where mlx's CPU backend needs one, then the package.
-#   ./setup.sh         the package and its `fusebench` command
+# Sets fusebench up from a fresh clone in a virtual environment of its own, .venv/, so it works on a stock system
+# Python too (Debian 12 and Ubuntu 24.04 refuse `pip install` outside one, PEP 668), as a plain user or as root.
+#   ./setup.sh         the package and its `fusebench` command: .venv/bin/fusebench
 #   ./setup.sh --dev   the same, plus pytest and ruff
+# PYTHON=/path/to/python3 picks the interpreter (default: python3 on the path; 3.10 or newer).
 set -euo pipefail
 cd "$(dirname "$0")"
+venv=.venv
+missing() { echo "setup: $*" >&2; exit 1; }
 
-# The mlx-cpu wheel bundles the reference BLAS; fusebench's workers preload OpenBLAS when it is installed,
-# which makes fp32 matmul about 30x faster. Installing it needs root and apt; elsewhere we only say so.
-have_openblas() { compgen -G "/usr/lib/*/openblas-pthread/libblas.so.3" >/dev/null; }
-if [[ $(uname -s) == Linux ]] && ! have_openblas; then
-  if [[ $(id -u) == 0 ]] && command -v apt-get >/dev/null; then
-    apt-get install -y -qq libopenblas0-pthread >/dev/null 2>&1 ||
-      { apt-get update -qq >/dev/null && apt-get install -y -qq libopenblas0-pthread >/dev/null; }
-  else
-    echo "setup: no OpenBLAS found; CPU runs will use the slow reference BLAS." >&2
-    echo "setup: install it with: sudo apt-get install libopenblas0-pthread   (or: pip install mkl)" >&2
+python=${PYTHON:-python3}
+command -v "$python" >/dev/null || missing "no $python on the path; install Python 3.10+ (Debian/Ubuntu: apt-get install python3 python3-venv)"
+"$python" -c 'import sys; sys.exit(sys.version_info < (3, 10))' ||
+  missing "$("$python" -V 2>&1) is too old; fusebench needs Python 3.10+ (set PYTHON=/path/to/python3.10+)"
+
+linux=0; [[ $(uname -s) == Linux ]] && linux=1
+# On Linux the CPU backend JIT-compiles mx.compile's kernels with the system C++ compiler at run time.
+(( linux )) && ! command -v c++ >/dev/null &&
+  missing "no C++ compiler: mx.compile on the CPU needs one; install it (Debian/Ubuntu: apt-get install g++)"
+
+if [[ ! -x $venv/bin/python ]]; then
+  if ! "$python" -m venv "$venv" >/dev/null 2>&1; then
+    rm -rf "$venv"
+    missing "$python cannot create a virtual environment; install venv (Debian/Ubuntu: apt-get install python3-venv)"
   fi
 fi
+pip=("$venv/bin/python" -m pip install --quiet --disable-pip-version-check)
 
-# One MLX backend: Metal comes with mlx on macOS; on Linux the CPU one (runbooks/cuda.sh installs the CUDA one).
+# Debian's OpenBLAS where root can install it; fusebench's workers preload it (see bench/measure/env.py).
+have_system_openblas() { compgen -G "/usr/lib/*/openblas-pthread/libblas.so.3" >/dev/null; }
+if (( linux )) && ! have_system_openblas && [[ $(id -u) == 0 ]] && command -v apt-get >/dev/null; then
+  apt-get install -y -qq libopenblas0-pthread >/dev/null 2>&1 ||
+    { apt-get update -qq >/dev/null && apt-get install -y -qq libopenblas0-pthread >/dev/null; } ||
+    echo "setup: apt-get could not install libopenblas0-pthread" >&2
+fi
+
+# Exactly one MLX backend: Metal comes with mlx on macOS; on Linux the CPU one (runbooks/cuda.sh installs CUDA's).
 extras=()
-[[ $(uname -s) == Linux ]] && extras+=(cpu)
+(( linux )) && extras+=(cpu)
 [[ ${1:-} == --dev ]] && extras+=(dev)
 spec="."
 (( ${#extras[@]} )) && spec=".[$(IFS=,; echo "${extras[*]}")]"
-python3 -m pip install --quiet --disable-pip-version-check -e "$spec"
+"${pip[@]}" -e "$spec"
+
+# Without root there is no Debian OpenBLAS: use PyPI's OpenBLAS build (scipy-openblas32, a few MB) behind a
+# forwarding shim, because its symbols carry a scipy_ prefix that libmlx does not look for.
+if (( linux )) && ! have_system_openblas; then
+  if "${pip[@]}" scipy-openblas32 && "$venv/bin/python" -m bench.measure.blas_shim build; then
+    echo "setup: no system OpenBLAS; workers preload PyPI's OpenBLAS through $venv/lib/fusebench-openblas" >&2
+  else
+    echo "setup: no optimized BLAS: CPU runs use mlx's reference BLAS, about 30x slower fp32 matmul; fix it with" \
+      "apt-get install libopenblas0-pthread (as root), then ./setup.sh again" >&2
+  fi
+fi
+
+echo "setup: done. fusebench is $venv/bin/fusebench; put it on your path with: source $venv/bin/activate" >&2

@@ -323,7 +323,7 @@ def test_missing_file(tmp_path):
     path = tmp_path / "nope.yaml"
     with pytest.raises(SpecError) as info:
         load_experiment(path)
-    assert str(info.value).startswith(f"{path}:0: file: cannot read")
+    assert str(info.value).startswith(f"{path}:0: file: no such file, nor a shipped experiment")
 
 
 def test_load_reports_file_name_and_line(tmp_path):

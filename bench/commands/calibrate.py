@@ -7,8 +7,8 @@ on, check fails a fusion whose speedup falls below that history's prediction bou
 changes over the day, calibrate --from runs spread over that day, or the band comes out too narrow.
 
 examples:
-  fusebench calibrate                                   experiments/ci.yaml, 10 runs, one after another
-  fusebench calibrate experiments/ci.yaml --runs 10
+  fusebench calibrate                                   the shipped ci experiment, 10 runs, one after another
+  fusebench calibrate my-gate.yaml --runs 10
   fusebench calibrate --from results/ci-runs/ci-*.jsonl
 """
 
@@ -27,15 +27,15 @@ from .args import at_least
 if TYPE_CHECKING:
     from ..core.spec import Experiment
 
-DEFAULT_EXPERIMENT = Path("experiments/ci.yaml")
+DEFAULT_EXPERIMENT = "ci"
 # 45 run-to-run pairs, and the 10 stored speedups a fusion's history needs before check gates on it (MIN_RUNS).
 DEFAULT_RUNS = 10
 SCRATCH_DIR = Path("results/scratch")
 
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:
-    parser.add_argument("experiment", nargs="?", type=Path,
-                        help=f"experiment YAML (default: {DEFAULT_EXPERIMENT}, the regression gate's)")
+    parser.add_argument("experiment", nargs="?",
+                        help=f"experiment YAML or shipped name (default: {DEFAULT_EXPERIMENT}, the regression gate's)")
     parser.add_argument("--runs", type=at_least(2, "run-to-run noise needs two runs"), metavar="N",
                         help=f"runs of the experiment, >= 2 (default {DEFAULT_RUNS}); each pair is one run-to-run A/A")
     parser.add_argument("--from", dest="sources", nargs="+", type=Path, metavar="RESULTS",
@@ -82,9 +82,11 @@ def main(args: argparse.Namespace, console: Console) -> int:
 def run_calibration(exp: Experiment, runs: int, console: Console) -> list[Path]:
     """Run the experiment `runs` times, one after another (never concurrently: that would be noise itself)."""
     from ..core.errors import UserError
+    from ..measure.env import require_backend
     from ..measure.plugins import bind_experiment
     from ..measure.runner import RunOptions, run_experiment
 
+    require_backend()
     exp = bind_experiment(exp, [])
     folder = SCRATCH_DIR / f"calibrate-{exp.name}-{datetime.now().strftime('%Y%m%d-%H%M%S')}"
     paths = []

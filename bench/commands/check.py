@@ -92,9 +92,11 @@ def confirmed(first: Outcome, request: CheckRequest, console: Console) -> Outcom
     from ..core.results import read_results
     from ..core.spec import load_experiment
     from ..measure.builds import reference_build
+    from ..measure.env import require_backend
     from ..measure.plugins import bind_experiment
     from ..measure.runner import RunOptions, run_experiment
 
+    require_backend()
     header = next(iter(read_results([request.results]).runs.values()))
     # The same reference: the checkout it named if it is still there, else the commit it was at.
     named = (header.get("builds") or {}).get("reference", {})

@@ -40,12 +40,13 @@ def main(args: argparse.Namespace, console: Console) -> int:
 
     from ..core.records import new_run_id, run_header
     from ..core.results import ResultsWriter
-    from ..measure.env import collect_env
+    from ..measure.env import collect_env, require_backend
     from ..measure.kernels import kernel_facts
     from ..measure.plugins import load_plugins
     from ..present.document import Heading, Paragraph, to_console
     from ..present.kernels import compile_note, kernel_table, summarize_attention
 
+    require_backend()
     load_plugins(args.plugin)
     facts_by_size = {}
     for size in args.sizes:

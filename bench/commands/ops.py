@@ -21,15 +21,15 @@ from rich.console import Console
 
 from .args import names, positive_int
 
-DEFAULT_EXPERIMENT = Path("experiments/default.yaml")
+DEFAULT_EXPERIMENT = "default"
 DEFAULT_ROUNDS = 7
 OPS = "geglu, softcap, attention, rms_norm, rope"
 
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:
-    parser.add_argument("experiment", nargs="?", type=Path,
-                        help=f"experiment YAML whose preset models and workloads give the shapes (default: "
-                        f"{DEFAULT_EXPERIMENT} if it exists, else the four sizes at prompt 512, batch 1)")
+    parser.add_argument("experiment", nargs="?", default=DEFAULT_EXPERIMENT,
+                        help="experiment YAML or shipped name whose preset models and workloads give the shapes "
+                        f"(default: {DEFAULT_EXPERIMENT})")
     parser.add_argument("--only", type=names, metavar="OPS", help=f"comma-separated ops to time ({OPS})")
     parser.add_argument("--sizes", type=names, metavar="SIZES",
                         help="comma-separated presets or size labels to keep, e.g. e2b,26B")
@@ -46,19 +46,16 @@ def main(args: argparse.Namespace, console: Console) -> int:
 
     from ..analysis.opstats import summarize_ops
     from ..core.spec import load_experiment, select_models
-    from ..measure.env import blas_warning, collect_env
-    from ..measure.opbench import check_ops, default_plan, ensure_optimized_blas, experiment_plan, run_ops
+    from ..measure.env import blas_warning, collect_env, require_backend
+    from ..measure.opbench import check_ops, ensure_optimized_blas, experiment_plan, run_ops
     from ..measure.plugins import load_plugins
     from ..present.document import to_console
     from ..present.sections.ops import op_tables
 
+    require_backend()
     load_plugins(args.plugin)
     ops = check_ops(args.only)
-    experiment = args.experiment or (DEFAULT_EXPERIMENT if DEFAULT_EXPERIMENT.is_file() else None)
-    if experiment is not None:
-        plan = experiment_plan(select_models(load_experiment(experiment), args.sizes, "--sizes"))
-    else:
-        plan = default_plan(*([tuple(args.sizes)] if args.sizes else []))
+    plan = experiment_plan(select_models(load_experiment(args.experiment), args.sizes, "--sizes"))
     cases = plan.cases(ops)
     ensure_optimized_blas(console)
     env = collect_env()

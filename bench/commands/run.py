@@ -3,13 +3,17 @@
 Each model runs in its own worker process; variants are interleaved round by round (ABBA) on the same prompt; every
 record is appended to the results file as it completes, so an interrupted run loses nothing.
 
+EXPERIMENT is a YAML file or the name of a shipped one (`--list` shows them), from any folder.
+
 examples:
-  fusebench run
-  fusebench run experiments/ci.yaml --quiet
-  fusebench run experiments/pr15587.yaml --only E2B,E4B --trials 3
+  fusebench run                                   (the shipped `default` experiment)
+  fusebench run --list                            (the shipped experiments and what each asks)
+  fusebench run ci --quiet
+  fusebench run pr15587 --only E2B,E4B --trials 3
+  fusebench run my-experiment.yaml
   fusebench run --resume results/default-20261130-101500.jsonl
-  fusebench run experiments/default.yaml --shard 2/4      (this machine's quarter of the matrix)
-  fusebench run experiments/ci.yaml --against HEAD~1       (this tree against its parent, interleaved)
+  fusebench run default --shard 2/4               (this machine's quarter of the matrix)
+  fusebench run ci --against HEAD~1               (this tree against its parent, interleaved)
 """
 
 from __future__ import annotations
@@ -23,12 +27,13 @@ from rich.console import Console
 
 from .args import names, positive_int, shard
 
-DEFAULT_EXPERIMENT = Path("experiments/default.yaml")
+DEFAULT_EXPERIMENT = "default"
 
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:
-    parser.add_argument("experiment", nargs="?", type=Path, default=DEFAULT_EXPERIMENT,
-                        help=f"experiment YAML (default: {DEFAULT_EXPERIMENT})")
+    parser.add_argument("experiment", nargs="?", default=DEFAULT_EXPERIMENT,
+                        help=f"experiment YAML or shipped name (default: {DEFAULT_EXPERIMENT})")
+    parser.add_argument("--list", action="store_true", help="list the shipped experiments and exit")
     parser.add_argument("--out", type=Path, help="results file (default: results/<experiment>-<timestamp>.jsonl)")
     parser.add_argument("--resume", type=Path, metavar="FILE",
                         help="finish an interrupted run: nothing already recorded in FILE is repeated")
@@ -57,17 +62,23 @@ def main(args: argparse.Namespace, console: Console) -> int:
     from ..core.results import read_results
     from ..core.spec import load_experiment, select_models
     from ..measure.builds import reference_build
+    from ..measure.env import require_backend
     from ..measure.plugins import bind_experiment
     from ..measure.runner import RunOptions, default_out_path, run_experiment
     from ..present.summary import print_summary
 
+    if args.list:
+        return list_experiments(console)
+    require_backend()
     exp = select_models(load_experiment(args.experiment), args.only)
     if args.trials is not None:
         exp = dataclasses.replace(exp, trials=args.trials)
     exp = bind_experiment(exp, args.plugin)
     out = args.resume or args.out or default_out_path(exp)
     with contextlib.ExitStack() as stack:
-        reference = stack.enter_context(reference_build(args.against, args.experiment)) if args.against else None
+        # A dry run builds nothing: no reference tree either.
+        against = args.against if not args.dry_run else None
+        reference = stack.enter_context(reference_build(against, Path(exp.file))) if against else None
         options = RunOptions(out=out, blas=args.blas, quiet=args.quiet, shard=args.shard, dry_run=args.dry_run,
                              pin=args.pin, reference=reference)
         code = run_experiment(exp, options, console, resume=args.resume)
@@ -75,3 +86,14 @@ def main(args: argparse.Namespace, console: Console) -> int:
         print_summary(console, read_results([out]), [(c.baseline, c.new) for c in exp.comparisons])
         console.print(f"full report: fusebench report {out}")
     return code
+
+
+def list_experiments(console: Console) -> int:
+    from ..core.spec import load_experiment, shipped_experiments
+    from ..present.document import Table, to_console
+
+    rows = tuple((name, " ".join((load_experiment(path).description or "").split()))
+                 for name, path in shipped_experiments().items())
+    to_console([Table(("name", "what it asks"), rows)], console)
+    console.print("run one with: fusebench run NAME (or a path to your own YAML file)")
+    return 0

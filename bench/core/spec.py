@@ -246,7 +246,31 @@ class Experiment:
 # --- entry points --------------------------------------------------------------------------------
 
 
+# The experiments that ship with fusebench: the checkout's experiments/, installed as bench/experiments.
+SHIPPED_EXPERIMENTS = Path(__file__).resolve().parents[1] / "experiments"
+
+
+def shipped_experiments() -> dict[str, Path]:
+    """The shipped experiments by name (the file's stem): `fusebench run ci` works from any folder."""
+    return {path.stem: path for path in sorted(SHIPPED_EXPERIMENTS.glob("*.yaml"))}
+
+
+def experiment_path(given: str | Path) -> Path:
+    """The experiment file `given` names: a path to a file, or the name of a shipped experiment."""
+    path = Path(given)
+    if path.is_file():
+        return path
+    shipped = shipped_experiments()
+    if os.sep not in str(given) and path.stem in shipped:
+        found = shipped[path.stem].resolve()
+        return found.relative_to(Path.cwd()) if found.is_relative_to(Path.cwd()) else found
+    names = ", ".join(shipped)
+    raise SpecError(str(given), 0, "file", f"no such file, nor a shipped experiment of that name; give a path to "
+                    f"a YAML file or one of: {names} (fusebench run --list)")
+
+
 def load_experiment(path: str | Path) -> Experiment:
+    path = experiment_path(path)
     file = str(path)
     try:
         raw = Path(path).read_bytes()

@@ -16,6 +16,7 @@ import shutil
 import subprocess
 import sys
 import tempfile
+import time
 from collections.abc import Iterator
 from pathlib import Path
 
@@ -24,6 +25,8 @@ from .job import PROTOCOL
 from .session import Build
 
 PACKAGE_ROOT = Path(__file__).resolve().parents[2]
+_TREE_PREFIX = "fusebench-ref-"
+_OWNER_FILE = "owner.pid"
 
 
 class ReferenceBuildError(UserError):
@@ -50,7 +53,10 @@ def reference_build(ref: str, experiment: Path) -> Iterator[Build]:
     if commit is None:
         raise ReferenceBuildError(f"--against {ref}: neither a git ref of this repository nor a directory holding "
                                   "fusebench; give a ref such as HEAD~1 or main, or a checkout's path")
-    folder = Path(tempfile.mkdtemp(prefix="fusebench-ref-"))
+    for left in remove_abandoned_trees():
+        print(f"fusebench: removed a reference tree that an interrupted run left behind: {left}", file=sys.stderr)
+    folder = Path(tempfile.mkdtemp(prefix=_TREE_PREFIX))
+    (folder / _OWNER_FILE).write_text(str(os.getpid()))
     try:
         if _git("worktree", "add", "--detach", "--force", str(folder / "tree"), commit) is None:
             raise ReferenceBuildError(f"--against {ref}: git could not check out {commit[:12]} into {folder}")
@@ -58,6 +64,43 @@ def reference_build(ref: str, experiment: Path) -> Iterator[Build]:
     finally:
         _git("worktree", "remove", "--force", str(folder / "tree"))
         shutil.rmtree(folder, ignore_errors=True)
+
+
+def remove_abandoned_trees() -> list[Path]:
+    """Remove the reference trees of runs that are gone (killed, or stopped before their cleanup), and git's
+    records of them; the folders removed. A SIGKILL leaves both the folder and the worktree registration."""
+    removed = []
+    for folder in Path(tempfile.gettempdir()).glob(f"{_TREE_PREFIX}*"):
+        if _owner_alive(folder):
+            continue
+        _git("worktree", "remove", "--force", str(folder / "tree"))
+        shutil.rmtree(folder, ignore_errors=True)
+        if not folder.exists():  # another user's folder stays
+            removed.append(folder)
+    _git("worktree", "prune")
+    return removed
+
+
+def _owner_alive(folder: Path) -> bool:
+    try:
+        pid = int((folder / _OWNER_FILE).read_text())
+    except (OSError, ValueError):
+        # No pid yet: a run that is just starting (seconds old) or one killed before it wrote the pid.
+        return _age_s(folder) < 60
+    try:
+        os.kill(pid, 0)
+    except ProcessLookupError:
+        return False
+    except PermissionError:
+        return True  # alive, another user's
+    return True
+
+
+def _age_s(folder: Path) -> float:
+    try:
+        return time.time() - folder.stat().st_mtime
+    except OSError:
+        return 0.0
 
 
 def _dirty(path: Path) -> bool | None:

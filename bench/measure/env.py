@@ -24,6 +24,7 @@ from pathlib import Path
 from typing import Any
 
 from ..core.errors import UserError
+from . import blas_shim
 
 ENV_KEYS = (
     "fusebench", "mlx", "mlx_lm", "python", "backend", "device", "blas", "threads",
@@ -57,6 +58,29 @@ _MATMUL_SIZES = (256, 2048)  # clamp for the adaptive matmul size
 
 class BlasChoiceError(UserError):
     """A --blas choice that is neither auto, reference, nor an existing file."""
+
+
+class MissingBackendError(UserError):
+    """mlx cannot load a backend (on Linux, `pip install mlx` alone brings none): nothing can be measured."""
+
+
+def backend_problem() -> str | None:
+    """None when mlx loads; else one line naming what to install."""
+    try:
+        import mlx.core  # noqa: F401
+    except ImportError as err:
+        cause = str(err).splitlines()[0] if str(err) else type(err).__name__
+        if sys.platform == "darwin":
+            return f"mlx cannot load ({cause}); reinstall it: pip install --force-reinstall mlx"
+        return (f"mlx has no backend here ({cause}); install one: pip install 'fusebench[cpu]' (CPU), "
+                "'fusebench[cuda13]' or 'fusebench[cuda12]' (NVIDIA GPU); in a checkout ./setup.sh does it")
+    return None
+
+
+def require_backend() -> None:
+    """Raise MissingBackendError, one line naming the extra to install, unless mlx loads."""
+    if (problem := backend_problem()) is not None:
+        raise MissingBackendError(problem)
 
 
 # ---------------------------------------------------------------- small helpers
@@ -271,8 +295,8 @@ def blas_warning(env: Mapping[str, Any]) -> str | None:
     return (
         "mlx is using the reference BLAS bundled in the mlx-cpu wheel, with which fp32 matmul runs "
         "~30x slower, so CPU numbers measure that BLAS rather than the model. Install an optimized "
-        "one: `apt-get install libopenblas0-pthread` (fusebench preloads it automatically in its worker "
-        "processes with --blas auto) or `pip install mkl`. "
+        "one: `apt-get install libopenblas0-pthread` as root, or without root `./setup.sh` (it builds PyPI's "
+        "OpenBLAS into .venv); fusebench preloads either in its worker processes with --blas auto. "
         f"`LD_PRELOAD={example} fusebench env` shows it in use."
     )
 
@@ -296,6 +320,7 @@ def _blas_search_patterns() -> list[str]:
         "/usr/lib64/libopenblasp.so.0",
         "/usr/lib64/libopenblas.so.0",
         "/usr/lib/libopenblas.so.0",
+        str(blas_shim.SHIM_PATH),  # PyPI's OpenBLAS, built by setup.sh where no root could install the above
         *(f"{d}/libmkl_rt.so*" for d in lib_dirs),
     ]
 

@@ -36,8 +36,8 @@ def render_env(env: Mapping[str, Any], probe: Mapping[str, Any] | None = None) -
 
 
 def print_env(console: Console, env: Mapping[str, Any], probe: Mapping[str, Any] | None = None,
-              warning: str | None = None) -> None:
-    """Print the environment table, then the slow-BLAS warning when there is one."""
+              warning: str | None = None, title: str = "warning: slow BLAS") -> None:
+    """Print the environment table, then the warning (by default the slow-BLAS one) when there is one."""
     console.print(render_env(env, probe))
     if warning:
-        console.print(Panel(Text(warning), title="warning: slow BLAS", border_style="yellow"))
+        console.print(Panel(Text(warning), title=title, border_style="yellow"))
