@@ -30,15 +30,15 @@ def fusebench(*args: str, cwd: Path) -> subprocess.CompletedProcess:
                           timeout=600)
 
 
-def tree_copy(dest: Path, patch: tuple[str, str] | None = None) -> Path:
-    """A copy of this fusebench tree (bench/ and models/), with one replacement in bench/measure/worker.py."""
+def tree_copy(dest: Path, patch: tuple[str, str] | None = None, file: str = "worker.py") -> Path:
+    """A copy of this fusebench tree (bench/ and models/), with one replacement in bench/measure/`file`."""
     for part in ("bench", "models"):
         shutil.copytree(ROOT / part, dest / part, ignore=shutil.ignore_patterns("__pycache__"))
     if patch:
-        worker = dest / "bench" / "measure" / "worker.py"
-        text = worker.read_text()
+        changed = dest / "bench" / "measure" / file
+        text = changed.read_text()
         assert patch[0] in text
-        worker.write_text(text.replace(patch[0], patch[1], 1))
+        changed.write_text(text.replace(patch[0], patch[1], 1))
     return dest
 
 
@@ -110,12 +110,15 @@ def test_a_reference_that_crashes_cannot_be_compared(tmp_path: Path, experiment:
 @pytest.mark.parametrize(("against", "message"), [
     ("no-such-ref", "neither a git ref of this repository nor a directory holding fusebench"),
     ("FOLDER", "holds no fusebench tree"),
-    ("f7085d5", "predates run --against"),
+    ("PREDATES", "predates run --against"),
 ])
 def test_a_reference_that_cannot_serve_is_one_line_and_exit_2(against: str, message: str, tmp_path: Path,
                                                               experiment: Path):
-    done = fusebench("run", str(experiment), "--against", str(tmp_path) if against == "FOLDER" else against,
-                     "--out", "ab.jsonl", cwd=ROOT)
+    # A tree from before the worker protocol, made here: the test needs no git history (a depth-1 clone passes).
+    named = {"FOLDER": str(tmp_path),
+             "PREDATES": str(tree_copy(tmp_path / "old", ("PROTOCOL = ", "OLD_PROTOCOL = "), file="job.py"))}
+    done = fusebench("run", str(experiment), "--against", named.get(against, against), "--out", "ab.jsonl",
+                     cwd=ROOT)
     assert done.returncode == 2, done.stderr
     assert done.stderr.count("\n") == 1 and message in done.stderr
     assert not (ROOT / "ab.jsonl").exists()

@@ -36,6 +36,9 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
 
 
 def main(args: argparse.Namespace, console: Console) -> int:
+    from ..measure.env import require_backend
+
+    require_backend()  # before anything imports mlx: one line naming the extra, not a traceback
     from models.config import Overrides, preset_config
 
     from ..core.records import new_run_id, run_header
@@ -46,7 +49,6 @@ def main(args: argparse.Namespace, console: Console) -> int:
     from ..present.document import Heading, Paragraph, to_console
     from ..present.kernels import compile_note, kernel_table, summarize_attention
 
-    require_backend()
     load_plugins(args.plugin)
     facts_by_size = {}
     for size in args.sizes:

@@ -42,6 +42,9 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
 
 
 def main(args: argparse.Namespace, console: Console) -> int:
+    from ..measure.env import require_backend
+
+    require_backend()  # before anything imports mlx: one line naming the extra, not a traceback
     import time
 
     from ..analysis.opstats import summarize_ops
@@ -52,7 +55,6 @@ def main(args: argparse.Namespace, console: Console) -> int:
     from ..present.document import to_console
     from ..present.sections.ops import op_tables
 
-    require_backend()
     load_plugins(args.plugin)
     ops = check_ops(args.only)
     plan = experiment_plan(select_models(load_experiment(args.experiment), args.sizes, "--sizes"))

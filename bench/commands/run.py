@@ -59,17 +59,18 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
 
 
 def main(args: argparse.Namespace, console: Console) -> int:
+    from ..measure.env import require_backend
+
+    if args.list:
+        return list_experiments(console)
+    require_backend()  # before anything imports mlx: one line naming the extra, not a traceback
     from ..core.results import read_results
     from ..core.spec import load_experiment, select_models
     from ..measure.builds import reference_build
-    from ..measure.env import require_backend
     from ..measure.plugins import bind_experiment
     from ..measure.runner import RunOptions, default_out_path, run_experiment
     from ..present.summary import print_summary
 
-    if args.list:
-        return list_experiments(console)
-    require_backend()
     exp = select_models(load_experiment(args.experiment), args.only)
     if args.trials is not None:
         exp = dataclasses.replace(exp, trials=args.trials)

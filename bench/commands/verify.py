@@ -35,10 +35,11 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
 
 def main(args: argparse.Namespace, console: Console) -> int:
     from ..measure.env import require_backend
+
+    require_backend()  # before anything imports mlx: one line naming the extra, not a traceback
     from ..measure.plugins import load_plugins
     from ..measure.verify import VerifyOptions, run_verify
 
-    require_backend()
     load_plugins(args.plugin)
     options = VerifyOptions(model=args.model, layers=args.layers, dtype=args.dtype, quantize=args.quantize,
                             seed=args.seed, prompt_tokens=args.prompt_tokens, tokens=args.tokens, atol=args.atol)
