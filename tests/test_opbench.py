@@ -103,10 +103,9 @@ def test_unknown_op_is_a_one_line_error_with_the_choices():
 
 
 def test_unknown_size_is_a_one_line_error_with_the_choices(monkeypatch, tmp_path, capsys):
-    monkeypatch.setattr(ops_command, "DEFAULT_EXPERIMENT", tmp_path / "absent.yaml")
-    assert main(["ops", "--sizes", "e2b,e9b", "--out", str(tmp_path / "o.jsonl")]) == 2
+    assert main(["ops", "--sizes", "e2b,e9b", "--out", str(tmp_path / "o.jsonl")]) == 2  # the shipped default
     error = capsys.readouterr().err.strip()
-    assert "\n" not in error and "e9b" in error and "tiny-moe" in error
+    assert "\n" not in error and "e9b" in error and "E4B" in error
     experiment = tmp_path / "exp.yaml"
     experiment.write_text("name: x\nmodels:\n  - {preset: e2b}\n  - {preset: e4b}\nvariants:\n  a: {}\n"
                           "workloads: {prompt_tokens: 8, gen_tokens: 2}\n")
@@ -197,11 +196,13 @@ def test_a_registered_variant_is_benchmarked_without_other_changes(tmp_path, ext
 
 def test_command_prints_a_table_per_op(tmp_path, monkeypatch):
     monkeypatch.setenv(REEXEC_MARKER, "1")  # never re-exec the test process
-    monkeypatch.setattr(ops_command, "DEFAULT_EXPERIMENT", tmp_path / "absent.yaml")
+    experiment = tmp_path / "tiny.yaml"
+    experiment.write_text("name: tiny\nmodels: [{preset: tiny}]\nvariants: {a: {}}\n"
+                          "workloads: {prompt_tokens: 512, gen_tokens: 2}\n")
     parser = argparse.ArgumentParser()
     ops_command.add_arguments(parser)
     out = tmp_path / "ops.jsonl"
-    args = parser.parse_args(["--sizes", "tiny", "--only", "rms_norm,softcap", "--rounds", "2", "--out", str(out),
+    args = parser.parse_args([str(experiment), "--only", "rms_norm,softcap", "--rounds", "2", "--out", str(out),
                               "--quiet"])
     buffer = io.StringIO()
     assert ops_command.main(args, Console(file=buffer, width=200)) == 0
