@@ -23,8 +23,9 @@ from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, T
 from rich.table import Table
 
 from ..analysis.inference import paired_estimate
+from ..analysis.stopping import RoundBudget, StagePlan, print_level
 from ..core.fingerprint import fingerprint
-from ..core.records import ResultsError, new_run_id, run_header
+from ..core.records import METRICS, ResultsError, new_run_id, run_header
 from ..core.results import Results, ResultsWriter, read_results
 from ..core.spec import MIN_AUTO_ROUNDS, Cell, Experiment, ModelSpec, shard_cells
 from ..present.format import format_count
@@ -135,27 +136,34 @@ def comparison_pairs(exp: Experiment, builds: Sequence[str]) -> list[tuple[tuple
 
 
 class PrecisionTarget:
-    """When a cell has enough rounds: with `trials: auto`, once every watched pair's 95% CI half-width is at most
-    the target (never before MIN_AUTO_ROUNDS), or at max_rounds, or once budget_s have passed since the cell
-    started (its correctness check and warmups included: the budget bounds the cell's wall time).
+    """When a cell has enough rounds. With `trials: auto`, the staged rule of `analysis.stopping`: a pilot of
+    MIN_AUTO_ROUNDS rounds, then the rounds every watched pair and metric needs for its half-width at the level the
+    table prints it (Bonferroni over the table's rows, which Holm never exceeds), re-planned once; never past
+    max_rounds, and never a round that would not fit the cell's share of the run's time budget.
 
-    The rule looks at interval widths only, never at an estimate's sign or size, so it cannot steer a verdict.
+    The rule reads the rounds' spread only, never an estimate's sign or size, so it cannot steer a verdict.
     """
 
-    def __init__(self, exp: Experiment, builds: Sequence[str]) -> None:
+    def __init__(self, exp: Experiment, builds: Sequence[str], share_s: float | None) -> None:
         self.exp = exp
         self.pairs = comparison_pairs(exp, builds)
         self.values: dict[tuple[str, str], dict[int, tuple[float, float | None]]] = {}
+        self.share_s = share_s
         self.started = time.monotonic()
+        self.first_round_at: float | None = None
+        self.plan = StagePlan(exp.precision.target_pct, print_level(table_rows(exp, builds)), MIN_AUTO_ROUNDS,
+                              exp.trials) if exp.precision else None
+        self.stop_at, self.looks = MIN_AUTO_ROUNDS, 0
 
     def add(self, build: str, trial: dict[str, Any]) -> None:
         if not trial["warmup"]:
+            if self.first_round_at is None:
+                self.first_round_at = time.monotonic() - trial["prefill_s"] - (trial["gen_s"] or 0.0)
             self.values.setdefault((build, trial["variant"]), {})[trial["round"]] = (
                 trial["prefill_tps"], trial["gen_tps"])
 
-    def half_widths(self) -> dict[str, float]:
-        """Each watched pair and metric's current 95% CI half-width, in percent."""
-        widths = {}
+    def _estimates(self) -> dict[str, Any]:
+        estimates = {}
         for a, b in self.pairs:
             rounds = sorted(set(self.values.get(a, {})) & set(self.values.get(b, {})))
             for i, metric in enumerate(("prefill", "gen")):
@@ -163,22 +171,49 @@ class PrecisionTarget:
                 new = [self.values[b][r][i] for r in rounds]
                 if len(rounds) >= 2 and None not in base and None not in new:
                     label = f"{'/'.join(b)} vs {'/'.join(a)} {metric}".replace("current/", "")
-                    widths[label] = round(paired_estimate(base, new).half_width_pct, 3)
+                    estimates[label] = paired_estimate(base, new)
+        return estimates
+
+    def half_widths(self) -> dict[str, float]:
+        """Each watched pair and metric's half-width in percent at the level the table prints it (95% without a
+        precision target)."""
+        level = self.plan.level if self.plan else 0.95
+        widths = {}
+        for label, est in self._estimates().items():
+            low, high = est.interval(level)
+            widths[label] = round((high - low) / 2.0 * 100.0, 3)
         return widths
 
     def stop_reason(self, rounds: int) -> str | None:
         """Why the cell stops after `rounds` timed rounds, or None to go on."""
-        precision = self.exp.precision
         if rounds >= self.exp.trials:
-            return "max_rounds" if precision else "trials"
-        if precision is None or rounds < MIN_AUTO_ROUNDS:
+            return "max_rounds" if self.plan else "trials"
+        if self.plan is None or rounds < MIN_AUTO_ROUNDS:
             return None
-        if precision.budget_s is not None and time.monotonic() - self.started > precision.budget_s:
+        if not self._next_round_fits(rounds):
             return "budget"
+        if rounds < self.stop_at:
+            return None
+        self.stop_at = self.plan.next_stop(rounds, [e.sd_log for e in self._estimates().values()], self.looks)
+        self.looks += 1
+        if self.stop_at > rounds:
+            return None
         widths = self.half_widths()
-        if widths and max(widths.values()) <= precision.target_pct:
-            return "precision reached"
-        return None
+        return "precision reached" if widths and max(widths.values()) <= self.plan.target_pct else "planned rounds"
+
+    def _next_round_fits(self, rounds: int) -> bool:
+        if self.share_s is None or self.first_round_at is None:
+            return True
+        now = time.monotonic()
+        per_round = (now - self.first_round_at) / rounds
+        return now - self.started + per_round <= self.share_s
+
+
+def table_rows(exp: Experiment, builds: Sequence[str]) -> int:
+    """Rows of the largest table a cell's comparisons appear in: every model at this workload, both metrics, and
+    with a reference build every variant plus the pooled row."""
+    per_metric = len(exp.models) * ((len(exp.variants) + 1) if len(builds) > 1 else 1)
+    return per_metric * len(METRICS)
 
 
 class Runner:
@@ -197,8 +232,12 @@ class Runner:
         self.meta = {cell.key: cell_meta(cell, run_id) for cell in exp.cells()}
         self.above_peak: set[str] = set()
         self.best: dict[str, float] = {}  # the highest prefill TFLOP/s and gen GB/s any trial achieved
+        self.budget: RoundBudget | None = None  # the run's time for timed rounds, shared by its cells in turn
+        self.spent_s, self.cells_done = 0.0, 0
 
     def run(self, jobs: list[ModelJob], writer: ResultsWriter) -> None:
+        if self.exp.precision and self.exp.precision.budget_s:
+            self.budget = RoundBudget(self.exp.precision.budget_s, sum(len(job.cells) for job in jobs))
         per_round = len(self.exp.variants) * len(self.builds)
         total = sum(len(job.cells) * per_round * (self.exp.warmup + self.exp.trials) for job in jobs)
         with self._progress() as progress:
@@ -240,8 +279,16 @@ class Runner:
                 self.best[metric] = max(self.best.get(metric, 0.0), value)
         return {**rates, **shares}
 
+    def cell_share_s(self) -> float | None:
+        return self.budget.share_s(self.spent_s, self.cells_done) if self.budget else None
+
+    def cell_finished(self, seconds: float) -> None:
+        self.spent_s += seconds
+        self.cells_done += 1
+
     def _close_cells(self, writer: ResultsWriter, cells: list[Cell], kind: str, reason: str) -> None:
         for cell in cells:
+            self.cell_finished(0.0)
             self.write_record(writer, cell.key, {"kind": kind, "reason": reason})
         self.console.print(f"[yellow]{kind}[/]: {cells[0].model.size}: {reason}")
 
@@ -293,7 +340,7 @@ class CellRun:
         w = cell.workload
         self.shape = CellShape(cell.key, w.prompt_tokens, w.gen_tokens, w.batch)
         self.deadline = time.monotonic() + self.exp.timeout_s
-        self.target = PrecisionTarget(self.exp, list(sessions))
+        self.target = PrecisionTarget(self.exp, list(sessions), runner.cell_share_s())
 
     def run(self, first: bool) -> None:
         for build in self.sessions:
@@ -312,6 +359,7 @@ class CellRun:
                     drop=(self.exp.trials - rounds) * per_round)
         stop = {"kind": "stop", "rounds": rounds, "reason": reason, "half_width_pct": self.target.half_widths()}
         self.runner.write_record(self.writer, self.cell.key, stop)
+        self.runner.cell_finished(time.monotonic() - self.target.started)
         # One depth curve per model: it depends on the KV depth, not on the workload's prompt length.
         if self.exp.depths and first:
             for r in range(rounds):
@@ -418,8 +466,10 @@ def print_dry_run(exp: Experiment, cells: list[Cell], console: Console) -> None:
     console.print(table)
     for name, ops in exp.variants.items():
         console.print(f"variant [bold]{name}[/]: " + ", ".join(f"{op}={v}" for op, v in ops.items()))
-    rounds = (f"until every 95% CI is within ±{exp.precision.target_pct:g}% (at least {MIN_AUTO_ROUNDS}, at most "
-              f"{exp.trials} rounds)" if exp.precision else f"{exp.trials} timed rounds")
+    rounds = (f"until every interval as the table prints it is within ±{exp.precision.target_pct:g}% (a pilot of "
+              f"{MIN_AUTO_ROUNDS} rounds, then the rounds its spread asks for, at most {exp.trials}"
+              + (f", within the run's {exp.precision.budget_s:g} s" if exp.precision.budget_s else "") + ")"
+              if exp.precision else f"{exp.trials} timed rounds")
     trials = len(cells) * len(exp.variants) * (exp.trials + exp.warmup)
     console.print(f"{trials} trials{' at most' if exp.precision else ''}: per variant and cell, {exp.warmup} warmup "
                   f"round(s), then {rounds}; order "
