@@ -21,9 +21,10 @@ Stages, not a look after every round
     stalls on 5% of trials): see `SIMULATED` below.
 
 Time
-    A cell also stops when the run's time budget says so (see `RoundBudget`): it gets an even share of the
-    budget the cells before it left over, so quick cells pass their time on to slow ones; a plan that does not fit
-    its share is cut to what fits, and the table says "inconclusive (±X%)" for rows that then miss the target.
+    A cell also stops when the run's time budget says so (see `RoundBudget`): it gets a share of what the cells
+    before it left, in proportion to the expected cost of its rounds (a 31B round costs about four E2B rounds),
+    so quick cells pass their time on to slow ones; a round that would not fit the share is not started, and the
+    table says "inconclusive (±X%)" for rows that then miss the target.
 """
 
 from __future__ import annotations
@@ -78,12 +79,17 @@ class StagePlan:
 
 @dataclass(frozen=True)
 class RoundBudget:
-    """The run's time for timed rounds, shared among its cells in the order they run."""
+    """The run's time for timed rounds, shared among its cells in the order they run, in proportion to what a
+    round of each is expected to cost (`weights`: only their ratios matter)."""
 
     total_s: float
-    cells: int
+    weights: tuple[float, ...]
 
     def share_s(self, spent_s: float, cells_done: int) -> float:
-        """Seconds the next cell may spend: an even share of what the cells before it left."""
+        """Seconds the next cell may spend: its weighted share of what the cells before it left, so a cell that
+        finishes early passes its time on."""
         left = max(0.0, self.total_s - spent_s)
-        return left / max(1, self.cells - cells_done)
+        remaining = self.weights[cells_done:]
+        if not remaining or sum(remaining) <= 0:
+            return left
+        return left * remaining[0] / sum(remaining)
