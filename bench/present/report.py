@@ -16,8 +16,10 @@ import pandas as pd
 
 from ..analysis import stats
 from ..analysis.reference import Reference
-from ..analysis.study import Study, size_rank, trial_medians
-from ..core.records import CELL_FIELDS, ROOFLINE_FIELDS
+from ..analysis.study import Study, on, ordered_workloads, size_rank, trial_medians
+from ..core.fingerprint import machine_label
+from ..core.records import CELL_FIELDS, ROOFLINE_FIELDS, TTFT_FIELDS
+from .bottom_line import bottom_lines
 from .document import Block, Figure, Heading, Paragraph, to_html, to_markdown
 from .sections.builds import builds_section
 from .sections.correctness import correctness_section
@@ -34,7 +36,8 @@ from .sections.warnings import cold_start_warnings, load_warnings, noisy_warning
 def summary_frame(study: Study) -> pd.DataFrame:
     """One row per machine x size x workload x metric x variant: median, quartiles, IQR, CV, n.
 
-    Peak memory is added as its median, and so are the roofline fields (ROOFLINE_FIELDS) of trials that carry them.
+    Peak memory is added as its median, and so are the TTFT and roofline fields (TTFT_FIELDS, ROOFLINE_FIELDS) of
+    trials that carry them.
     """
     timed = study.timed
     summary = stats.summary_table(timed)
@@ -43,7 +46,7 @@ def summary_frame(study: Study) -> pd.DataFrame:
     keys = ["machine", "model_key", "workload"]
     cells = timed[[*keys, *(f for f in CELL_FIELDS if f in timed and f not in keys)]].drop_duplicates(keys)
     summary = summary.merge(cells.drop(columns="size"), on=keys, how="left")
-    extra = [c for c in ("peak_memory_bytes", *ROOFLINE_FIELDS) if c in timed.columns]
+    extra = [c for c in ("peak_memory_bytes", *TTFT_FIELDS, *ROOFLINE_FIELDS) if c in timed.columns]
     if extra:
         medians = trial_medians(timed, extra).rename(columns={c: f"{c}_median" for c in extra})
         summary = summary.merge(medians, on=[*keys, "variant"], how="left")
@@ -54,6 +57,26 @@ def summary_frame(study: Study) -> pd.DataFrame:
         _metric=summary["metric"].map(stats.METRICS.index), _v=summary["variant"].map(variant_rank),
     ).sort_values(["_m", "_s", "size", "prompt_tokens", "gen_tokens", "batch", "_metric", "_v"], kind="stable")
     return summary.drop(columns=["_m", "_s", "_metric", "_v"]).reset_index(drop=True)
+
+
+def op_summary_frame(study: Study) -> pd.DataFrame:
+    """One row per `fusebench ops` run x op x shape x variant: the op table's figures (median time, GB/s, GFLOP/s,
+    max abs err, and the Holm-adjusted Δ speed against the op's reference variant), so that an ops file's
+    summary.csv holds its measurements rather than a header alone."""
+    machines = {run_id: machine_label(h.get("env", {})) for run_id, h in study.results.runs.items()}
+    return pd.DataFrame([{
+        "machine": machines.get(s.run_id, "unknown machine"), "run_id": s.run_id, "op": s.op, "shape": s.shape_label,
+        "variant": s.variant, "reference": s.reference, "median_s": s.median_s, "gbps": s.gbps, "gflops": s.gflops,
+        "max_abs_err": s.max_abs_err, "n": s.speed.n if s.speed else None,
+        "delta_pct": s.speed.delta_pct if s.speed else None, "ci_low_pct": s.speed.low_pct if s.speed else None,
+        "ci_high_pct": s.speed.high_pct if s.speed else None, "verdict": s.verdict,
+    } for s in study.op_summaries])
+
+
+def summary_csv(study: Study) -> pd.DataFrame:
+    """summary.csv: the trial rows, then the op rows (an ops file has only those; the columns are their union)."""
+    frames = [f for f in (summary_frame(study), op_summary_frame(study)) if not f.empty]
+    return pd.concat(frames, ignore_index=True) if len(frames) > 1 else (frames[0] if frames else summary_frame(study))
 
 
 @dataclass
@@ -74,8 +97,10 @@ def write_report(
     delta_blocks, delta_warnings = delta_sections(study, comparisons, reference, out_dir)
     warnings += delta_warnings + noisy_warnings(study) + cold_start_warnings(study) + load_warnings(study)
     op_blocks = op_section(study, out_dir)
+    answer = _bottom_line(study, comparisons)
     blocks: list[Block] = [
         Heading(f"fusebench report: {study.name}", 1),
+        *answer,
         Paragraph(_overview(study, sources)),
         *delta_blocks,
         *builds_section(study, out_dir),
@@ -93,9 +118,20 @@ def write_report(
     files = [out_dir / "report.md", out_dir / "report.html", out_dir / "summary.csv"]
     files[0].write_text(to_markdown(blocks, out_dir), encoding="utf-8")
     files[1].write_text(to_html(blocks, f"fusebench report: {study.name}"), encoding="utf-8")
-    summary_frame(study).to_csv(files[2], index=False)
+    summary_csv(study).to_csv(files[2], index=False)
     files += [b.path for b in blocks if isinstance(b, Figure)]
-    return Report([*delta_blocks, *op_blocks], warnings, files)
+    return Report([*answer, *delta_blocks, *op_blocks], warnings, files)
+
+
+def _bottom_line(study: Study, comparisons: Sequence[tuple[str, str]]) -> list[Block]:
+    """The answer, before anything else: a sentence per comparison, machine and workload."""
+    blocks: list[Block] = []
+    for machine in study.machines:
+        for workload in ordered_workloads([on(study.timed, machine)]):
+            lines = bottom_lines(study, machine, workload, comparisons)
+            if lines:
+                blocks += [Heading(f"Bottom line: {workload} on {machine}", 2), *map(Paragraph, lines)]
+    return blocks
 
 
 def _overview(study: Study, sources: Sequence[str | Path]) -> str:

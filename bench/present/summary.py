@@ -17,7 +17,8 @@ from ..analysis.study import (
     resolve_comparisons,
 )
 from ..core.results import Results
-from .document import Heading, Table, to_console
+from .bottom_line import bottom_lines
+from .document import Heading, Paragraph, Table, to_console
 from .sections.delta import delta_cells
 from .sections.throughput import median_rows
 
@@ -33,7 +34,8 @@ def print_summary(console: Console, results: Results, comparisons: list[tuple[st
     for machine in study.machines:
         for workload in ordered_workloads([on(study.timed, machine), on(study.closed, machine)]):
             where = workload if len(study.machines) == 1 else f"{workload} · {machine}"
-            to_console([Heading(where, 3), run_summary_table(study, machine, workload, pairs)], console)
+            answers = [Paragraph(line) for line in bottom_lines(study, machine, workload, pairs)]
+            to_console([Heading(where, 3), *answers, run_summary_table(study, machine, workload, pairs)], console)
 
 
 def run_summary_table(study: Study, machine: str, workload: str, pairs: Sequence[tuple[str, str]]) -> Table:
