@@ -30,6 +30,10 @@ CORRECTNESS_FIELDS = (
     "max_abs_err", "max_rel_err", "tokens_checked", "tokens_agree", "atol", "passed",
 )
 OP_FIELDS = ("run_id", "op", "variant", "reference", "shape_label", "round", "seconds", "bytes", "flops", "max_abs_err")
+# A trial's time to first token as mlx-lm's stream_generate reads it (after queuing the first decode step), and that
+# as mlx-lm's "prompt_tps". Optional: trials recorded before them (and a `run --against` reference build of an
+# older commit) lack them, so readers show them only where they are present.
+TTFT_FIELDS = ("ttft_s", "ttft_tps")
 # A trial's roofline (measure.roofline): achieved rates and their share of the machine's peak.
 ROOFLINE_FIELDS = ("prefill_tflops", "gen_gbps", "prefill_pct_of_peak", "gen_pct_of_peak")
 # What describes a cell, beside its measurements.
