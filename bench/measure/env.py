@@ -54,6 +54,7 @@ _MLX_BUNDLE = re.compile(r"/mlx(_\w+)?(\.libs)?/")  # mlx_cpu.libs/ (wheel) or m
 _SUBPROCESS_TIMEOUT_S = 5
 _COPY_BYTES = 256 * 2**20
 _MATMUL_SIZES = (256, 2048)  # clamp for the adaptive matmul size
+_LM_HEAD_ROWS, _LM_HEAD_COLS = 262144, 1536  # Gemma 4's vocabulary by E2B's hidden size: the LM head's read
 
 
 class BlasChoiceError(UserError):
@@ -430,17 +431,18 @@ def probe_peaks(seconds: float = 3.0) -> dict[str, Any]:
     x = mx.ones((_COPY_BYTES // 4,), dtype=mx.float32)
     mx.eval(a, b, x)
     # Decode streams each weight matrix once through a matrix-vector product: that read rate, not an
-    # elementwise copy, is the bandwidth roof a generation step can reach.
-    # Written as a one-row matmul so it takes the BLAS path, as a decode step's projections do.
-    rows = _COPY_BYTES // 4 // 4096
-    w, v = x.reshape(rows, 4096), mx.ones((1, 4096), dtype=mx.float32)
+    # elementwise copy, is the bandwidth roof a generation step can reach. Its biggest read is the tied LM head,
+    # 262144 x hidden (1.5 GiB at E2B's 1536 in fp32), which streams faster than a small matrix (a 256 MiB probe
+    # read less than E2B's decode steps achieved), so the probe reads one of that size, as `v @ w.T` like the head.
+    w, v = mx.ones((_LM_HEAD_ROWS, _LM_HEAD_COLS), dtype=mx.float32), mx.ones((1, _LM_HEAD_COLS), dtype=mx.float32)
+    mx.eval(w, v)
     matmul_s = _best_seconds(mx, lambda: a @ b, 0.3 * seconds, min_reps=5)
     copy_s = _best_seconds(mx, lambda: x + 0, 0.25 * seconds, min_reps=5)  # `+ 0` reads x and writes a new array
     gemv_s = _best_seconds(mx, lambda: v @ w.T, 0.25 * seconds, min_reps=5)
     return {
         "matmul_gflops": round(2 * n**3 / matmul_s / 1e9, 1),
         "copy_gbps": round(2 * _COPY_BYTES / copy_s / 1e9, 2),  # bytes read + bytes written
-        "gemv_read_gbps": round(_COPY_BYTES / gemv_s / 1e9, 2),
+        "gemv_read_gbps": round(w.nbytes / gemv_s / 1e9, 2),
         "matmul_shape": f"{n}x{n} @ {n}x{n} fp32",
         "copy_bytes": _COPY_BYTES,
     }

@@ -414,7 +414,8 @@ def default_out_path(exp: Experiment) -> Path:
 
 
 def peak_cache_path(env: dict[str, Any]) -> Path:
-    return PEAK_CACHE / f"peak-{fingerprint(env).slug}-t{env.get('threads')}.json"
+    # v2: the GEMV probe reads an LM-head-sized matrix; peaks cached by the older, smaller probe are not reused.
+    return PEAK_CACHE / f"peak-v2-{fingerprint(env).slug}-t{env.get('threads')}.json"
 
 
 def measured_peak(worker_env: dict[str, str], env: dict[str, Any]) -> dict[str, Any] | None:
