@@ -5,6 +5,7 @@ tree), never through hooks in the product."""
 from __future__ import annotations
 
 import os
+import shutil
 import subprocess
 import sys
 from pathlib import Path
@@ -111,3 +112,27 @@ def test_a_killed_runs_reference_tree_is_removed_with_its_worktree_record(tmp_pa
     assert builds.remove_abandoned_trees() == [killed]
     assert not killed.exists() and running.exists()
     assert str(killed / "tree") not in _git("worktree", "list", "--porcelain")
+
+
+def _setup_in(folder: Path, python: str) -> subprocess.CompletedProcess:
+    """setup.sh alone in a scratch folder: its checks run before it installs anything."""
+    shutil.copy(ROOT / "setup.sh", folder / "setup.sh")
+    env = {**os.environ, "PYTHON": python}
+    return subprocess.run(["bash", str(folder / "setup.sh")], cwd=folder, env=env, capture_output=True, text=True,
+                          timeout=120)
+
+
+def test_setup_names_a_missing_python_in_one_line(tmp_path):
+    done = _setup_in(tmp_path, "/nonexistent/python3")
+    assert done.returncode == 1 and done.stderr.count("\n") == 1
+    assert "no /nonexistent/python3 on the path" in done.stderr and "python3-venv" in done.stderr
+
+
+def test_setup_names_a_missing_venv_module_in_one_line(tmp_path):
+    # A Python whose venv cannot be made, as on Debian/Ubuntu without the python3-venv package.
+    fake = tmp_path / "python3"
+    fake.write_text(f'#!/bin/sh\n[ "$1" = "-m" ] && [ "$2" = venv ] && exit 1\nexec {sys.executable} "$@"\n')
+    fake.chmod(0o755)
+    done = _setup_in(tmp_path, str(fake))
+    assert done.returncode == 1 and done.stderr.count("\n") == 1
+    assert "apt-get install python3-venv" in done.stderr and not (tmp_path / ".venv").exists()
