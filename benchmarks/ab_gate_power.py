@@ -39,13 +39,14 @@ DECODE = '''def decode(model: Model, token: mx.array, cache: list, steps: int) -
         if i:
             time.sleep(SLOWDOWN * (time.perf_counter() - last))
             last = time.perf_counter()
-            ready.append(last)
+        ready.append(last if i else time.perf_counter())  # ready[0]: the prefill's token (the TTFT reading)
         mx.async_eval(next_token)
         token = next_token
-    mx.eval(token)
-    time.sleep(SLOWDOWN * (time.perf_counter() - last))
-    ready.append(time.perf_counter())
-    return ready if steps else []
+    if steps:
+        mx.eval(token)
+        time.sleep(SLOWDOWN * (time.perf_counter() - last))
+        ready.append(time.perf_counter())
+    return ready
 
 
 '''

@@ -228,10 +228,29 @@ def test_malformed_baseline_exits_2_with_one_line(workdir: Path, capsys, content
     assert message in err and "Traceback" not in err
 
 
-def test_nothing_to_check_is_bad_input(workdir: Path, capsys):
-    code, _, err = run(["check", str(results_file(workdir / "now.jsonl"))], capsys)
-    assert code == 2
-    assert "nothing to check" in err
+def test_a_plain_run_passes_on_correctness_and_says_speed_was_not_gated(workdir: Path, capsys):
+    # What `fusebench run` suggests after every run: no --against, no --baseline, no calibration, no expect.
+    code, out, err = run(["check", str(results_file(workdir / "now.jsonl"))], capsys)
+    assert code == 0 and err == ""
+    assert "3 correctness checks passed" in out
+    code, out, _ = run(["check", str(results_file(workdir / "now.jsonl")), "--format", "json"], capsys)
+    (note,) = [note for note in json.loads(out)["notes"] if "speed not gated" in note]
+    assert "run --against REF" in note and "--baseline FILE" in note
+    bad = results_file(workdir / "bad.jsonl", failing_variant="sdpa")
+    assert run(["check", str(bad)], capsys)[0] == 1
+
+
+def test_all_correct_is_not_judged_twice_on_a_plain_run(workdir: Path, capsys):
+    code, out, _ = run(["check", str(results_file(workdir / "ok.jsonl", experiment=ALL_CORRECT))], capsys)
+    assert code == 0 and out.count("correctness checks passed") == 1 and "speed not gated" in out
+
+
+def test_a_file_without_trials_is_still_nothing_to_check(workdir: Path, capsys):
+    path = results_file(workdir / "now.jsonl")
+    path.write_text("".join(line + "\n" for line in path.read_text().splitlines() if '"kind": "trial"' not in line))
+    code, _, err = run(["check", str(path)], capsys)
+    assert code == 2 and err.count("\n") == 1
+    assert "no timed trial records" in err
 
 
 @pytest.mark.parametrize("threshold", ["abc", "-1", "100", "150%"])
@@ -563,3 +582,56 @@ def test_a_short_history_is_reported_never_failed(workdir: Path, capsys):
     rows = [v for v in json.loads(out)["verdicts"] if v["check"] == "speedup vs history"]
     assert code == 0 and rows and not any(v["failed"] for v in rows)
     assert {v["verdict"] for v in rows} == {"needs ≥ 10 stored runs"}
+
+
+# --- the A/B gate: a current build that stalls -----------------------------------------------------------------------
+
+
+def ab_file(path: Path, stalls: dict[str, tuple[int, ...]]) -> Path:
+    """A `run --against` file: 40 rounds, both builds alike (1% noise), except that the build named in `stalls` loses
+    40% of compiled's prefill in the listed rounds."""
+    rng = np.random.default_rng(40)
+    meta = {"run_id": "ab", "cell": CELL, "model_key": MODEL_KEY, "size": SIZE, "workload": WORKLOAD,
+            "prompt_tokens": 128, "gen_tokens": 4, "batch": 1}
+    records: list[dict[str, Any]] = [{
+        "kind": "run", "run_id": "ab", "env": ENV,
+        "experiment": {"name": "ci", "file": "experiments/ci.yaml", "sha256": "0" * 64, "content": EXPERIMENT},
+        "builds": {"current": {"commit": "c" * 40, "dirty": False}, "reference": {"commit": "r" * 40, "dirty": False}},
+    }]
+    for round_ in range(40):
+        for variant in ("baseline", "compiled"):
+            for build in ("current", "reference"):
+                stalled = variant == "compiled" and round_ in stalls.get(build, ())
+                prefill, gen = SPEED[variant]
+                records.append({"kind": "trial", **meta, "variant": variant, "build": build, "round": round_,
+                                "warmup": False, "prefill_tps": prefill * rng.lognormal(0, 0.01) * (0.6 if stalled
+                                                                                                    else 1.0),
+                                "gen_tps": gen * rng.lognormal(0, 0.01)})
+    path.write_text("".join(json.dumps(r) + "\n" for r in records), encoding="utf-8")
+    return path
+
+
+def test_a_current_build_that_stalls_fails_the_ab_gate(workdir: Path, capsys):
+    stalling = ab_file(workdir / "ab.jsonl", {"current": (3, 9, 15, 22, 30, 37)})
+    code, out, _ = run(["check", str(stalling), "--format", "json"], capsys)
+    assert code == 1
+    rows = {(v["variant"], v["metric"]): v for v in json.loads(out)["verdicts"] if v["check"] == "vs reference"}
+    prefill = rows["compiled", "prefill"]
+    assert prefill["failed"] and prefill["stalls"] == "new" and prefill["over_all_rounds"] is True
+    assert (prefill["excluded_against_new"], prefill["excluded_against_baseline"], prefill["rounds"]) == (6, 0, 40)
+    # The verdict's Δ is the one over all rounds; the trimmed one (about 0) is carried beside it.
+    assert prefill["delta_pct"] == prefill["all_rounds"]["delta_pct"] < prefill["trimmed"]["ci_low_pct"]
+    assert abs(prefill["trimmed"]["delta_pct"]) < 2.0 and prefill["trimmed"]["rounds"] == 34
+    assert all(v["stalls"] is None for key, v in rows.items() if key != ("compiled", "prefill")
+               and key[0] != "all variants")
+    _, text, _ = run(["check", str(stalling), "--max-regression", "90"], capsys)
+    failed = text.split("Failed:")[1]
+    assert "compiled prefill: the current build stalls and the reference build does not: 6 of 40 rounds" in failed
+
+
+def test_a_reference_build_that_stalls_does_not_fail_the_gate(workdir: Path, capsys):
+    code, out, _ = run(["check", str(ab_file(workdir / "ab.jsonl", {"reference": (3, 9, 15, 22, 30, 37)})),
+                        "--format", "json"], capsys)
+    rows = {(v["variant"], v["metric"]): v for v in json.loads(out)["verdicts"] if v["check"] == "vs reference"}
+    assert rows["compiled", "prefill"]["stalls"] == "baseline" and not rows["compiled", "prefill"]["failed"]
+    assert code == 0

@@ -15,12 +15,16 @@ from scipy import stats
 
 from bench.analysis.inference import (
     OUTLIER_MIN_ROUNDS,
+    STALL_ALPHA,
+    STALLS_BASELINE,
+    STALLS_NEW,
     Adjusted,
     PairedEstimate,
     adjust,
     outlier_rounds,
     paired_estimate,
     rounds_needed,
+    sign_test_p,
     slower_beyond,
     verdict,
 )
@@ -305,6 +309,8 @@ def test_one_bad_trial_cannot_swing_the_row() -> None:
     assert abs(plain_shift) > 3.0  # what a plain mean would do
     assert abs(est.delta_pct - clean.delta_pct) < 1.0
     assert clean.excluded == 0 and est.excluded == 1 and est.n == 11
+    # A lone wild round says nothing about which arm stalls: it stays trimmed, counted against the arm it hit.
+    assert (est.excluded_new, est.excluded_baseline, est.stalls, est.over_all_rounds) == (1, 0, None, False)
     assert outlier_rounds(np.log(hit / baseline)).tolist() == [i == 7 for i in range(12)]
     # The excluded round leaves the mean but not the spread: the interval widens instead of narrowing.
     assert est.sd_log > np.std(np.delete(np.log(hit / baseline), 7), ddof=1)
@@ -350,3 +356,104 @@ def test_slower_beyond_needs_the_whole_interval() -> None:
     assert isinstance(adjusted, Adjusted) and slower_beyond(adjusted, 5.0)
     with pytest.raises(ValueError):
         slower_beyond(clear, -1.0)
+
+
+# --- stalls: one arm loses more rounds to the outlier rule than the other -------------------------------------------
+
+
+def test_sign_test_is_the_exact_binomial() -> None:
+    for against_new, against_baseline in [(0, 0), (1, 0), (5, 0), (6, 0), (5, 1), (3, 3), (0, 7), (9, 2)]:
+        k = against_new + against_baseline
+        expected = 1.0 if k == 0 else stats.binomtest(against_new, k, 0.5).pvalue
+        assert sign_test_p(against_new, against_baseline) == pytest.approx(expected, rel=1e-12)
+    assert sign_test_p(6, 0) == pytest.approx(2 / 64)  # the fewest one-sided exclusions that are significant
+
+
+def _stalling(seed: int, n: int = 40, stalls: tuple[int, ...] = (3, 9, 15, 22, 30, 37)) -> tuple[np.ndarray, ...]:
+    """n rounds, new 20% faster with 1% noise, except the listed rounds where new loses 40%."""
+    rng = np.random.default_rng(seed)
+    baseline = 100 * rng.lognormal(0, 0.01, n)
+    new = 120 * rng.lognormal(0, 0.01, n)
+    new[list(stalls)] *= 0.6
+    return baseline, new
+
+
+def test_a_stalling_new_arm_is_named_and_delta_uses_every_round() -> None:
+    baseline, new = _stalling(7)
+    r = np.log(new / baseline)
+    est = paired_estimate(baseline, new)
+    assert (est.excluded_new, est.excluded_baseline, est.outliers) == (6, 0, 6)
+    assert est.sign_p == pytest.approx(2 / 64)
+    assert est.stalls == STALLS_NEW and est.over_all_rounds
+    # The chosen estimate is the plain paired t over all 40 rounds; the trimmed one is kept beside it.
+    assert est.n == 40 and est.excluded == 0 and est.all_rounds is not None and est.trimmed is not None
+    assert est.mean_log == pytest.approx(r.mean(), rel=1e-12)
+    low, high = np.exp(stats.t.interval(0.95, 39, loc=r.mean(), scale=r.std(ddof=1) / math.sqrt(40)))
+    assert (est.low, est.high) == pytest.approx((low, high), rel=1e-12)
+    assert est.p_value == pytest.approx(stats.ttest_1samp(r, 0.0).pvalue, rel=1e-9)
+    assert (est.ratio, est.low, est.high) == (est.all_rounds.ratio, est.all_rounds.low, est.all_rounds.high)
+    assert est.trimmed.n == 34 and est.trimmed.delta_pct == pytest.approx(20.0, abs=1.0)
+    assert est.delta_pct < est.trimmed.low_pct  # the stalls cost real throughput, and the row now says so
+    assert est.new_gmean / est.baseline_gmean == pytest.approx(est.ratio, rel=1e-15)
+    # Holm and the verdict follow the chosen estimate.
+    (adjusted,) = adjust([est])
+    assert adjusted.low <= est.low and adjusted.high >= est.high
+
+
+def test_a_stalling_baseline_is_named_too() -> None:
+    baseline, new = _stalling(8)
+    est = paired_estimate(new, baseline)  # swap the arms: now the baseline stalls
+    assert (est.excluded_new, est.excluded_baseline) == (0, 6)
+    assert est.stalls == STALLS_BASELINE and est.over_all_rounds
+
+
+def test_clean_rows_keep_the_trimmed_estimate() -> None:
+    rng = np.random.default_rng(9)
+    baseline = 100 * rng.lognormal(0, 0.01, 20)
+    est = paired_estimate(baseline, 110 * rng.lognormal(0, 0.01, 20))
+    assert est.outliers == 0 and est.stalls is None and not est.over_all_rounds
+    assert est.trimmed == est.all_rounds
+    assert (est.n, est.ratio, est.low, est.high) == (est.trimmed.n, est.trimmed.ratio, est.trimmed.low,
+                                                     est.trimmed.high)
+
+
+def _stalls_of(rng: np.random.Generator, shape: tuple[int, ...]) -> np.ndarray:
+    """Each trial independently loses 40% with probability 5%: a re-trace or a kernel fallback."""
+    return np.where(rng.random(shape) < 0.05, 0.6, 1.0)
+
+
+@pytest.mark.parametrize("n", [6, 8, 12, 20, 40])
+def test_aa_with_symmetric_stalls_rarely_names_an_arm(n: int) -> None:
+    """Both arms stall alike (5% of trials 40% slower, 2% lognormal noise): the flag is a false alarm, and the chosen
+    interval must still cover the true all-rounds mean log ratio, 0."""
+    rng = np.random.default_rng(6000 + n)
+    reps = 1500
+    baseline = 100 * rng.lognormal(0, 0.02, (reps, n)) * _stalls_of(rng, (reps, n))
+    new = 100 * rng.lognormal(0, 0.02, (reps, n)) * _stalls_of(rng, (reps, n))
+    ests = [paired_estimate(b, x) for b, x in zip(baseline, new, strict=True)]
+    flagged = np.mean([e.stalls is not None for e in ests])
+    coverage = np.mean([e.low <= 1.0 <= e.high for e in ests])
+    message = f"n={n}: an arm named in {flagged:.1%} of {reps} A/A rows, chosen interval covered 0 in {coverage:.1%}"
+    assert flagged <= STALL_ALPHA, message
+    assert coverage >= 0.94, message
+
+
+def test_one_stalling_arm_is_caught_and_its_delta_covered() -> None:
+    """new is 3% faster but 5% of its trials lose 40%: the true all-rounds Δ is exp(log 1.03 + 0.05 log 0.6) − 1 =
+    +0.4%, which the trimmed mean (≈ +3%) misses. n = 40, 2% lognormal noise on both arms."""
+    rng = np.random.default_rng(4040)
+    reps, n = 1500, 40
+    truth = math.exp(math.log(1.03) + 0.05 * math.log(0.6))
+    baseline = 100 * rng.lognormal(0, 0.02, (reps, n))
+    new = 103 * rng.lognormal(0, 0.02, (reps, n)) * _stalls_of(rng, (reps, n))
+    ests = [paired_estimate(b, x) for b, x in zip(baseline, new, strict=True)]
+    named = np.mean([e.stalls == STALLS_NEW for e in ests])
+    wrong = np.mean([e.stalls == STALLS_BASELINE for e in ests])
+    over_all = np.mean([e.over_all_rounds for e in ests])
+    chosen = np.mean([e.low <= truth <= e.high for e in ests])
+    trimmed = np.mean([e.trimmed.low <= truth <= e.trimmed.high for e in ests])
+    message = (f"new named in {named:.1%}, baseline in {wrong:.1%}, Δ over all rounds in {over_all:.1%}; coverage of "
+               f"the all-rounds Δ: chosen {chosen:.1%}, trimmed {trimmed:.1%}")
+    print(message)
+    assert wrong == 0.0, message
+    assert chosen >= trimmed + 0.4, message

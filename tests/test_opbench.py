@@ -11,6 +11,7 @@ from bench.commands import ops as ops_command
 from bench.core.results import read_results
 from bench.core.spec import load_experiment, select_models
 from bench.measure import opbench
+from bench.measure.env import THREAD_VARIABLES, default_threads
 from bench.measure.opbench import REEXEC_MARKER, check_ops, default_plan, experiment_plan, op_cases, run_ops
 from models.config import Overrides, preset_config
 from models.ops import REGISTRY, UnknownOpError, geglu_unfused, register
@@ -210,3 +211,39 @@ def test_command_prints_a_table_per_op(tmp_path, monkeypatch):
     assert "rms_norm:" in text and "softcap:" in text and "Δ speed" in text
     assert "every decode step" in text  # the softcap shapes' notes
     assert len(read_results([out]).of_kind("op")) == 2 * 2 + 2 * 2 * 2
+
+
+def test_ops_restarts_with_the_threads_a_run_would_give_its_workers(monkeypatch):
+    monkeypatch.delenv(REEXEC_MARKER, raising=False)
+    for name in THREAD_VARIABLES:
+        monkeypatch.setenv(name, "99")
+    started = {}
+
+    def execve(path, argv, env):  # what os.execve would start, instead of starting it
+        started.update(env)
+        raise SystemExit(0)
+
+    monkeypatch.setattr(opbench.os, "execve", execve)
+    with pytest.raises(SystemExit):
+        opbench.ensure_worker_env(Console(file=io.StringIO()), default_threads())
+    assert {started[name] for name in THREAD_VARIABLES} == {str(default_threads())}
+    assert started[REEXEC_MARKER] == "1"
+
+
+@pytest.mark.parametrize(("flag", "threads"), [([], None), (["--threads", "1"], 1)])
+def test_ops_command_asks_for_the_run_thread_setting_and_records_it(tmp_path, monkeypatch, flag, threads):
+    asked = []
+    monkeypatch.setattr(opbench, "ensure_worker_env", lambda console, n: asked.append(n))
+    for name in THREAD_VARIABLES:  # as ensure_worker_env would have set them before the re-exec
+        monkeypatch.setenv(name, str(threads or default_threads()))
+    experiment = tmp_path / "tiny.yaml"
+    experiment.write_text("name: tiny\nmodels: [{preset: tiny}]\nvariants: {a: {}}\n"
+                          "workloads: {prompt_tokens: 16, gen_tokens: 2}\n")
+    parser = argparse.ArgumentParser()
+    ops_command.add_arguments(parser)
+    out = tmp_path / "ops.jsonl"
+    args = parser.parse_args([str(experiment), "--only", "rms_norm", "--rounds", "1", "--out", str(out), "--quiet",
+                              *flag])
+    assert ops_command.main(args, Console(file=io.StringIO(), width=200)) == 0
+    assert asked == [threads or default_threads()]
+    assert read_results([out]).of_kind("run")[0]["env"]["threads"] == (threads or default_threads())

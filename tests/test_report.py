@@ -15,6 +15,7 @@ import matplotlib.image
 import numpy as np
 import pandas as pd
 import pytest
+from matplotlib.figure import Figure
 from rich.console import Console
 
 from bench.analysis import study as report
@@ -26,6 +27,7 @@ from bench.commands.report import add_arguments
 from bench.commands.report import main as command
 from bench.core.records import ResultsError
 from bench.core.results import read_results
+from bench.present import plots
 from bench.present.report import write_report
 from bench.present.summary import print_summary
 
@@ -141,9 +143,11 @@ def read_md(path: Path) -> str:
 
 
 def md_table_rows(markdown: str, heading_fragment: str) -> list[list[str]]:
-    """The body rows of the first table after the heading that contains the fragment."""
+    """The body rows of the first table after the heading that contains the fragment (the bottom line's headings,
+    which name machines and workloads too but hold sentences, not tables, are passed over)."""
     lines = markdown.splitlines()
-    start = next(i for i, line in enumerate(lines) if line.startswith("#") and heading_fragment in line)
+    start = next(i for i, line in enumerate(lines)
+                 if line.startswith("#") and heading_fragment in line and "Bottom line" not in line)
     table = next(i for i in range(start, len(lines)) if lines[i].startswith("| Size |"))
     rows = []
     for line in lines[table + 2:]:
@@ -228,7 +232,8 @@ def test_context_lines_above_the_table(tmp_path: Path, suite: Path):
     markdown = read_md(out / "report.md")
     assert "Ops that differ: geglu: unfused → compiled, softcap: unfused → compiled" in markdown
     assert "Workload: pp128 tg32 b1 (prompt 128 tokens, gen 32 tokens, batch 1)" in markdown
-    environment = "Environment: device Test CPU · backend cpu · BLAS openblas · mlx 0.32.4 · commit 0123456 (dirty)"
+    environment = ("Environment: device Test CPU · backend cpu · BLAS openblas on ? of 4 cores · mlx 0.32.4 · commit "
+                   "0123456 (dirty)")
     assert environment in markdown
     models = "E2B (2/35 layers): float32; E4B (2/42 layers): float32; 26B: float32; 31B: float32; tiny: float32"
     assert f"Models: {models}" in markdown
@@ -706,7 +711,7 @@ def test_real_ops_results_file(tmp_path: Path):
     assert "## Op microbenchmarks" in markdown
     for op in ("geglu", "softcap", "attention", "rms_norm", "rope"):
         assert len(op_rows(markdown, op)) >= 2
-    assert "· backend cpu · BLAS openblas ·" in markdown
+    assert "· backend cpu · BLAS openblas on " in markdown
     png = out / "op-deltas.png"
     assert png.read_bytes()[:8] == PNG_SIGNATURE
     assert matplotlib.image.imread(png).shape[0] > 1000  # one bar per op x shape: 35 of them
@@ -731,3 +736,78 @@ def test_report_html_renders_in_headless_chromium(tmp_path: Path, suite: Path):
     assert shot.read_bytes()[:8] == PNG_SIGNATURE
     assert shot.stat().st_size > 50_000
     assert matplotlib.image.imread(shot).shape[:2] == (2000, 1200)
+
+
+# --- the defects a new user met ----------------------------------------------------------------------
+
+
+def test_an_ops_files_summary_csv_holds_the_op_rows(tmp_path: Path):
+    _, out, _ = run_report(tmp_path, write(tmp_path / "ops.jsonl", ops_suite()))
+    csv = pd.read_csv(out / "summary.csv")
+    assert len(csv) == 6  # 3 shapes x (reference + variant)
+    compiled = csv[(csv["shape"] == "E2B mlp [1,128,6144]") & (csv["variant"] == "compiled")].iloc[0]
+    assert compiled["op"] == "geglu" and compiled["verdict"] == "faster"
+    assert compiled["delta_pct"] == pytest.approx(25.0) and compiled["median_s"] == pytest.approx(0.8e-3)
+
+
+@pytest.mark.parametrize("again", ["same path", "other spelling", "copy"])
+def test_a_file_given_twice_counts_once(tmp_path: Path, suite: Path, again: str):
+    second = {"same path": suite, "other spelling": tmp_path / "." / suite.name,
+              "copy": Path(shutil.copy(suite, tmp_path / "copy.jsonl"))}[again]
+    assert len(read_results([suite, second]).records) == len(read_results([suite]).records)
+    _, out, _ = run_report(tmp_path, suite, second)
+    csv = pd.read_csv(out / "summary.csv")
+    assert set(csv["n"]) == {5}  # every cell's rounds once, not 10
+
+
+def test_tok_s_axes_start_at_zero_unless_they_span_decades():
+    close = Figure().add_subplot()
+    close.plot([1, 2], [2.9, 3.02])  # pr18809's decode: a 4% gap that autoscaling drew as a cliff
+    plots._tps_axis(close, pd.Series([2.9, 3.02]))
+    assert close.get_ylim()[0] == 0 and close.get_ylim()[1] >= 3.02
+    wide = Figure().add_subplot()
+    wide.bar([0, 1], [500.0, 20000.0])
+    plots._tps_axis(wide, pd.Series([500.0, 20000.0]))
+    assert wide.get_yscale() == "log"
+
+
+# --- stalls --------------------------------------------------------------------------------------------------------
+
+
+def test_a_variant_that_stalls_is_named_and_its_delta_uses_every_round(tmp_path: Path):
+    # 40 rounds, compiled 20% faster with 1% noise, except 6 rounds where it loses 40%: a re-trace, say.
+    rng = np.random.default_rng(16)
+    base = list(100.0 * rng.lognormal(0, 0.01, 40))
+    compiled = [b * 1.2 * rng.lognormal(0, 0.01) * (0.6 if r in (3, 9, 15, 22, 30, 37) else 1.0)
+                for r, b in enumerate(base)]
+    records = [header(), *rounds(meta("E2B"), {"baseline": base, "compiled": compiled},
+                                 {"baseline": base, "compiled": [b * 1.1 for b in base]})]
+    _, out, _ = run_report(tmp_path, write(tmp_path / "r.jsonl", records))
+    markdown = read_md(out / "report.md")
+    prefill = md_table_rows(markdown, "baseline → compiled")[0]
+    every = paired_estimate(base, compiled)  # the same inference, for the figures the table must show
+    assert every.stalls == "new" and every.trimmed is not None
+    assert prefill[4] == f"{every.delta_pct:+.1f}% (trimmed {every.trimmed.delta_pct:+.1f}%)"
+    assert every.delta_pct < every.trimmed.low_pct
+    assert prefill[7] == "40 (compiled stalls in 6)"
+    warning = next(line for line in markdown.splitlines() if "compiled stalls:" in line)
+    assert "E2B prefill: 6 of 40 rounds excluded against it" in warning
+    assert f"Δ over all rounds {every.delta_pct:+.1f}% [" in warning
+    assert f"without them {every.trimmed.delta_pct:+.1f}% [" in warning
+
+
+def test_the_report_opens_with_a_bottom_line_per_comparison(suite: Path, tmp_path: Path):
+    _, out, _ = run_report(tmp_path, suite)
+    lines = [line for line in read_md(out / "report.md").splitlines() if line.strip()]
+    assert lines[1].startswith("## Bottom line: ")
+    assert lines[2].startswith("compiled vs baseline (geglu compiled, softcap compiled): ")
+
+
+def test_a_bottom_line_names_the_rows_that_differ_and_what_would_settle_them():
+    from bench.present.bottom_line import _Row, _sentence
+
+    rows = [_Row(f"{size} {metric}", "no change", 0.5, 1.5, 10) for size in ("E2B", "E4B") for metric in ("a", "b")]
+    rows += [_Row("31B gen", "inconclusive", -3.2, 4.8, 6), _Row("26B prefill", "faster", 6.1, 2.0, 12)]
+    assert _sentence(rows, 5.0) == ("no change within ±5% on 4 of 6 rows; 31B gen inconclusive (±4.8% after 6 rounds;"
+                                    " about 24 would settle it at this noise); 26B prefill faster +6.1%")
+    assert _sentence(rows[:4], 5.0) == "no change within ±5% on all 4 rows"

@@ -202,6 +202,25 @@ def test_dry_run_prints_the_matrix_and_runs_nothing(tmp_path, capsys):
     assert not out.exists()
 
 
+def test_dry_run_with_explicit_trials_promises_exactly_that_many(tmp_path, capsys):
+    text = TINY.format(trials="auto\nprecision: 5%", timeout=120)
+    assert main(["run", str(write_experiment(tmp_path, text=text)), "--dry-run", "--trials", "3"]) == 0
+    printed = " ".join(capsys.readouterr().out.split())
+    assert "then 3 timed rounds" in printed and "at least" not in printed and "at most" not in printed
+    assert "--trials 3: exactly 3 timed rounds per cell" in printed  # and the target it turned off
+
+
+def test_dry_run_refuses_a_resume_file_of_another_experiment(tmp_path, capsys):
+    other = tmp_path / "other.jsonl"
+    header = {"kind": "run", "run_id": "x", "env": {},
+              "experiment": {"name": "other", "sha256": "0" * 64, "content": "name: other\n"}}
+    other.write_text(json.dumps(header) + "\n")
+    code = main(["run", str(write_experiment(tmp_path)), "--dry-run", "--resume", str(other)])
+    err = capsys.readouterr().err
+    assert code == 2 and err.count("\n") == 1 and "Traceback" not in err
+    assert "different version of" in err and str(other) in err
+
+
 def test_plan_skips_closed_cells():
     exp = load_experiment(Path("experiments/ci.yaml"))
     cell = exp.cells()[0]
@@ -227,6 +246,9 @@ def test_done_keys_only_count_the_resumed_run(tmp_path):
         (["run", "experiments/ci.yaml", "--shard", "3/2"], "--shard: bad shard '3/2'"),
         (["run", "experiments/ci.yaml", "--blas", "/nope/libblas.so"], "choose auto, reference, or a path"),
         (["run", "experiments/ci.yaml", "--resume", "missing.jsonl"], "missing.jsonl: no such results file"),
+        # A dry run refuses what the real run would.
+        (["run", "experiments/ci.yaml", "--dry-run", "--blas", "/nope/libblas.so"], "choose auto, reference, or a"),
+        (["run", "experiments/ci.yaml", "--dry-run", "--resume", "missing.jsonl"], "missing.jsonl: no such results"),
         (["verify", "--model", "e3b"], "unknown preset 'e3b'; choose from"),
         (["verify", "--model", "tiny", "--dtype", "int4"], "unknown dtype 'int4'; choose from float32"),
         (["verify", "--model", "tiny", "--layers", "9"], "layers=9 is out of range; choose 1..6"),

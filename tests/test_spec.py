@@ -19,6 +19,7 @@ from bench.core.spec import (
     parse_experiment,
     resolve_ops,
     shard_cells,
+    with_trials,
 )
 from models.ops import REGISTRY, op_choices
 
@@ -378,3 +379,12 @@ def test_plugins_are_relative_to_the_experiment(tmp_path):
     path.write_text(MINIMAL + "plugins: [missing.py]\n")
     with pytest.raises(SpecError, match=r"x.yaml:10: plugins\[0\]: .*missing.py' is not a file"):
         load_experiment(path)
+
+
+def test_explicit_trials_mean_exactly_that_many_rounds():
+    # run --trials 3 on a trials: auto experiment: 3 rounds, not "at least 6, at most 3".
+    auto = parse_experiment(MINIMAL + "trials: auto\nprecision: 3%\n")
+    assert auto.precision is not None
+    fixed = with_trials(auto, 3)
+    assert (fixed.trials, fixed.precision) == (3, None)
+    assert fixed.sha256 == auto.sha256  # still the same file, so --resume keeps working

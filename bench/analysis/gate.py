@@ -3,7 +3,9 @@
 The checks, each used when its input is there:
 - Against the reference build of a `run --against` file (the CI gate): every variant and metric, and all variants
   pooled, paired round by round across the builds (stats.compare_builds), Holm across the table. Nothing stored is
-  needed and the machine does not matter, since both builds ran on it in the same job.
+  needed and the machine does not matter, since both builds ran on it in the same job. A row also fails when the
+  current build stalls (analysis.inference, "Stalls": significantly more outlier rounds against it than against the
+  reference), whatever its Δ: a path that sometimes re-traces or falls back is a regression the mean can hide.
 - Against a stored baseline (`fusebench baseline save`), cell by cell (model x size x workload x variant x metric):
   - tok/s: the ratio of medians current/baseline with a bootstrap CI, unpaired, since the runs share no rounds. This
     is information, never a failure, unless the baseline comes from this machine fingerprint and a calibration of it
@@ -17,6 +19,8 @@ The checks, each used when its input is there:
   from 10 runs on (bench.analysis.history).
 - The expectations the experiment declares (`expect:` in its YAML, read back from the results' run header):
   "new no more than X% slower than baseline on a metric" (paired rounds, stats.compare), and "all variants correct".
+- Without any check of speed (a plain run: ungated_speed): its correctness records, and a note that speed was not
+  gated and how to gate it.
 
 Noise: `fusebench calibrate` stores this machine's A/A noise per metric in results/baselines/noise-<machine>.json;
 check picks it up by itself (or takes --noise). A cell then fails only for a slowdown beyond both the requested
@@ -44,7 +48,7 @@ from ..core.results import Results, read_results
 from ..core.spec import DEFAULT_MARGIN_PCT, Experiment, parse_experiment
 from . import stats
 from .history import MIN_RUNS, SpeedupHistory, run_speedups
-from .inference import interval_verdict, slower_beyond
+from .inference import STALLS_BASELINE, STALLS_NEW, interval_verdict, slower_beyond
 from .noise import Noise, default_noise_path, load_noise
 from .stats import SEED
 from .study import cell_labels, current_build, ordered_cells
@@ -54,6 +58,8 @@ MIN_VALUES_FOR_CI = 3  # fewer values a side give a bootstrap CI that proves not
 # The kinds of check: tok/s and speedup against the baseline file, the experiment's expectations and correctness.
 TPS, SPEEDUP, EXPECT, CORRECT, BUILD = "tok/s", "speedup", "expect", "correct", "vs reference"
 HISTORY = "speedup vs history"
+# The checks that gate speed; without one, a check passes on correctness alone, and says so.
+SPEED_CHECKS = (TPS, SPEEDUP, EXPECT, BUILD, HISTORY)
 # Which calibrated noise band bounds each kind of check (see bench.analysis.noise).
 NOISE_SCOPE = {TPS: "run_to_run_tps", SPEEDUP: "run_to_run_speedup", EXPECT: "within_run"}
 
@@ -98,6 +104,47 @@ class Verdict:
     unit: str = "tok/s"
     note: str = ""
     model_key: str = ""  # which model, for re-measuring the cell (check --confirm)
+    stalls: Stalls | None = None  # paired rows only: the stall rule's figures (analysis.inference, "Stalls")
+
+
+@dataclass(frozen=True)
+class Stalls:
+    """A paired row's stall figures: the arm the rule flags (STALLS_NEW, STALLS_BASELINE or None), whether Δ is over
+    all rounds, the outlier rounds against each arm, and both candidate Δs with their own 95% intervals."""
+
+    arm: str | None
+    over_all_rounds: bool
+    rounds: int
+    against_new: int
+    against_baseline: int
+    sign_p: float
+    all_rounds: stats.RatioCI
+    trimmed: stats.RatioCI
+
+    @property
+    def against_arm(self) -> int:
+        return self.against_baseline if self.arm == STALLS_BASELINE else self.against_new
+
+
+def stalls_of(row: Any) -> Stalls | None:
+    """A compare() row's stall figures; None when it has no paired estimate."""
+    if not row.all_rounds:
+        return None
+    arm = row.stalls if isinstance(row.stalls, str) else None  # pandas reads a column of None as NaN
+    return Stalls(arm=arm, over_all_rounds=bool(row.over_all_rounds), rounds=int(row.all_rounds),
+                  against_new=int(row.excluded_new), against_baseline=int(row.excluded_baseline),
+                  sign_p=float(row.sign_p),
+                  all_rounds=stats.RatioCI(1 + row.all_delta_pct / 100, row.all_low, row.all_high, int(row.all_rounds)),
+                  trimmed=stats.RatioCI(1 + row.trimmed_delta_pct / 100, row.trimmed_low, row.trimmed_high,
+                                        int(row.trimmed_n)))
+
+
+def stall_failure(verdict: Verdict) -> Verdict:
+    """The A/B gate: the current build's variant stalls where the reference's does not. That fails even when Δ over
+    all rounds stays within the limit: a path that sometimes falls back or re-traces is a regression in itself."""
+    if verdict.stalls is None or verdict.stalls.arm != STALLS_NEW or verdict.failed:
+        return verdict
+    return replace(verdict, failed=True, status="✗ stalls")
 
 
 @dataclass
@@ -226,7 +273,8 @@ def expectation_verdicts(exp: Experiment, trials: pd.DataFrame, correctness: pd.
             continue
         for row in table[table["n_pairs"] > 0].itertuples():
             base = Verdict(EXPECT, labels[row.model_key, row.size, row.workload], variant, metric, status="",
-                           failed=False, baseline=row.baseline_gmean, current=row.new_gmean, limit=limit)
+                           failed=False, baseline=row.baseline_gmean, current=row.new_gmean, limit=limit,
+                           stalls=stalls_of(row))
             verdicts.append(judge(base, _ci(row, row.n_pairs, "adj_low", "adj_high"), row.n_pairs, row.n_pairs))
     return verdicts
 
@@ -289,7 +337,7 @@ def build_verdicts(results: Results, trials: pd.DataFrame, args: CheckRequest, n
         raise CheckError(f"{args.results}: cannot compare the builds: {errors[0].get('cell', '?')}: "
                          f"{errors[0].get('reason', '?')}")
     builds = next(iter(results.runs.values())).get("builds") or {}
-    notes.append("builds: " + "; ".join(f"{name} {str(b.get('commit') or '?')[:12]}"
+    notes.append("builds: " + "; ".join(f"{name} {b.get('label') or str(b.get('commit') or '?')[:12]}"
                                         + (" (dirty)" if b.get("dirty") else "") for name, b in builds.items()))
     table = stats.compare_builds(trials)
     labels = cell_names([trials])
@@ -298,8 +346,9 @@ def build_verdicts(results: Results, trials: pd.DataFrame, args: CheckRequest, n
     for row in table.itertuples():
         base = Verdict(BUILD, labels[row.model_key, row.size, row.workload], row.variant, row.metric, status="",
                        failed=False, baseline=row.baseline_gmean, current=row.new_gmean, limit=limit,
-                       model_key=row.model_key)
-        verdicts.append(judge(base, _ci(row, row.n_pairs, "adj_low", "adj_high"), row.n_pairs, row.n_pairs))
+                       model_key=row.model_key, stalls=stalls_of(row))
+        verdict = judge(base, _ci(row, row.n_pairs, "adj_low", "adj_high"), row.n_pairs, row.n_pairs)
+        verdicts.append(stall_failure(verdict))
     return verdicts
 
 
@@ -319,6 +368,22 @@ def resolve_noise(path: Path | None, machine: Fingerprint, allow_other_machine: 
         notes.append(f"noise band from another machine ({noise.fingerprint}), allowed by --allow-other-machine")
     notes.append(f"noise band: {path} ({noise.runs} runs of {noise.experiment})")
     return noise
+
+
+def ungated_speed(results: Results, path: Path, verdicts: list[Verdict], notes: list[str]) -> list[Verdict]:
+    """A plain run (no reference build, no baseline, no history, no slowdown expectation): `fusebench run` suggests
+    check after every run, so it checks what such a file can show (correctness, besides any expect: entries) and says
+    in one line how speed would be gated. A file without timed trials holds nothing to check: exit 2."""
+    require_timed_trials(results, path)
+    notes.append("speed not gated (no reference build, baseline or history to compare with): gate it with "
+                 "run --against REF, or check --baseline FILE")
+    if any(v.check == CORRECT for v in verdicts):
+        return []  # expect: all_correct already judged them
+    correctness = current_build(results.frame("correctness"))
+    if correctness.empty:
+        raise CheckError(f"{path}: nothing to check: no correctness records, and speed needs --baseline FILE or a "
+                         "run --against file")
+    return correctness_verdicts(correctness, cell_names([correctness]))
 
 
 @dataclass(frozen=True)
@@ -371,8 +436,8 @@ def run_check(args: CheckRequest) -> Outcome:
             verdicts += history_verdicts(trials, comparisons, noise.history, args.max_regression)
         else:
             notes.append(f"speedup history not used: it was stored for experiment {noise.experiment}")
-    if not verdicts:
-        raise CheckError(f"{args.results}: nothing to check; give --baseline FILE or declare expect: in the experiment")
+    if not any(v.check in SPEED_CHECKS for v in verdicts):
+        verdicts += ungated_speed(results, args.results, verdicts, notes)
     notes += [f"{r['kind']} {r.get('cell', '?')}: {r.get('reason', '')}" for r in results.of_kind("skip")]
     notes += [f"{r['kind']} {r.get('cell', '?')}: {r.get('reason', '')}" for r in results.of_kind("error")]
     return Outcome(worst_first(verdicts), notes, trials, comparisons)

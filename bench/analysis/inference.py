@@ -30,7 +30,8 @@ Outlier rule (the constants OUTLIER_K, OUTLIER_SCALE_FLOOR, OUTLIER_MIN_ROUNDS)
     the pairwise (Shamos) scale, median |r_i − r_j| over all pairs / 0.9539 (consistent for normal noise), floored at
     OUTLIER_SCALE_FLOOR = 0.01 in log units. An excluded round leaves the mean but not the spread: for the SD it counts
     as lying on the fence (median ± K · scale), the least extreme value it could have had and still be excluded. The
-    excluded rounds are counted in `excluded` so a report can warn; `outlier_rounds` says which they are. Why:
+    excluded rounds are counted, by the arm they went against, so a report can warn (`outlier_rounds` says which they
+    are), and when they go against one arm the stall rule below may put them back. Why:
     - Spread: dropping a round from the SD as well would let the rule manufacture certainty. The rule fires exactly
       when the other rounds happen to sit tightly together, so their SD alone is too small. In simulated A/A tables
       (8 rows, 5% trial noise, 5-12 rounds, 60 000 tables) the Holm family-wise rate was 4.84% for the plain t-test,
@@ -54,6 +55,41 @@ Outlier rule (the constants OUTLIER_K, OUTLIER_SCALE_FLOOR, OUTLIER_MIN_ROUNDS)
       kept is conservative (heavy symmetric tails widen it: 96.8% coverage at n = 5 in the contaminated model).
     - The pairwise scale breaks down when more than ~29% of the rounds are bad; the rule then excludes nothing,
       which errs on the wide side. The cost is O(n²) pairs, trivial for the tens of rounds an experiment runs.
+
+Stalls: when one arm loses more rounds than the other (`PairedEstimate.stalls`, STALL_ALPHA)
+    The outlier rule assumes a wild round is the machine's doing and hits either arm alike. A compiled function that
+    now and then re-traces, or a kernel that sometimes falls back, breaks that: its slow rounds are the variant's own
+    cost, and trimming them reports a speed the variant does not deliver. (Seen: a plugin softcap that stalled on ~1
+    call in 16 read "faster +26.2% [+23.6%, +28.9%]" with 6 of 40 rounds left out; over all 40 rounds, which is Δ
+    as the README defines it, it was +11.4%.) So each excluded round is counted against an arm: below the fence (new
+    much slower than baseline in that round) against new (`excluded_new`), above it against baseline
+    (`excluded_baseline`), and the mean log ratio over ALL valid rounds is kept beside the trimmed one
+    (`all_rounds`, with the plain t-interval at the same confidence; `trimmed` is the estimate described above).
+    - Naming an arm (`stalls`): the exact two-sided sign test of the k = excluded_new + excluded_baseline directions
+      (binomial, H0 p = 1/2: under symmetric noise an excluded round is as likely to go either way) gives
+      p < STALL_ALPHA = 0.05; the arm named is the one with more exclusions against it. It takes at least 6
+      one-sided exclusions (p = 2/64) to name an arm, so a lone hiccup never does.
+    - Δ over all rounds (`over_all_rounds`): when an arm is named, OR when the rounds trimmed away move Δ beyond the
+      trimmed interval (the all-rounds point lies outside it) and at least STALL_MIN_LEAN = 2 more exclusions went
+      against one arm than the other. Then Δ, its interval, Holm and the verdict use every round (a variant that is
+      usually fast but sometimes stalls is a finding, not noise), `excluded` is 0, and tables show the trimmed Δ
+      beside it. A lone wild round stays trimmed: one round is the outlier rule's own case and cannot tell which
+      arm stalls.
+    Why the sign test alone names the arm (and fails the A/B gate), not also "the all-rounds point lies outside the
+    trimmed interval": symmetric stalls make that happen all the time. In simulated A/A rows (both arms: 5% of
+    trials 40% slower, 2% lognormal noise; 1500 rows per n) it held in 5%, 16%, 37%, 48% and 46% of rows at n = 6,
+    8, 12, 20, 40, so naming an arm on it would fail identical builds in CI. The sign test named one in 0.0-0.3%
+    (tests/test_inference.py, as are the figures below unless said). Switching Δ to all rounds costs no coverage:
+    the chosen 95% interval covered the true all-rounds mean log ratio (0) in 96.9-98.7% of those rows (Δ over all
+    rounds in 0-35% of them, most at n = 40).
+    With one arm stalling (new 3% faster but 5% of its trials 40% slower, so the all-rounds Δ is +0.4%; n = 40,
+    1500 rows) new was named in 1.4% of rows and baseline never: 40 rounds hold only 2 stalls on average, and the
+    sign test needs 6 one-sided ones. Δ was taken over all rounds in 59%, and the chosen interval covered +0.4% in
+    59% of rows against 4.8% for the trimmed one. No rule can do much better here: 13% of such rows hold no stall
+    at all, and the plain all-rounds interval covers in 87% (exploratory run, 1500 rows).
+    Why STALL_MIN_LEAN = 2 and not 1: with 1, a lone 40% hiccup at n = 12 puts the row back to all rounds, and a
+    clear +10.4% [+9.6%, +11.3%] reads +5.8% [-4.0%, +16.7%], inconclusive; the outlier rule exists to prevent
+    exactly that. The price: in the one-arm case above, coverage 59% instead of 81% (exploratory run).
 
 Degenerate cases
     No valid pair → ValueError. One round → no interval: low, high and p are NaN (`has_interval` is False) and the
@@ -99,17 +135,23 @@ __all__ = [
     "OUTLIER_K",
     "OUTLIER_MIN_ROUNDS",
     "OUTLIER_SCALE_FLOOR",
+    "STALLS_BASELINE",
+    "STALLS_NEW",
+    "STALL_ALPHA",
+    "STALL_MIN_LEAN",
     "VERDICT_WORDS",
     "ZERO_SPREAD",
     "Adjusted",
     "PairedEstimate",
     "RatioInterval",
+    "RoundsMean",
     "Verdict",
     "adjust",
     "interval_verdict",
     "outlier_rounds",
     "paired_estimate",
     "rounds_needed",
+    "sign_test_p",
     "slower_beyond",
     "verdict",
 ]
@@ -118,6 +160,9 @@ OUTLIER_K = 4.5  # robust SDs from the median log ratio beyond which a round is 
 OUTLIER_SCALE_FLOOR = 0.01  # floor on the robust SD, log units: nothing within K * floor = 4.5% is ever excluded
 OUTLIER_MIN_ROUNDS = 6  # the rule applies only from this many valid rounds
 ZERO_SPREAD = 1e-12  # log-ratio SD (and |mean|) at or below this counts as exactly zero
+STALL_ALPHA = 0.05  # two-sided level of the sign test on the excluded rounds' directions (see "Stalls")
+STALL_MIN_LEAN = 2  # net exclusions against one arm before trimmed-away rounds may move Δ to all rounds
+STALLS_NEW, STALLS_BASELINE = "new", "baseline"  # the arm `PairedEstimate.stalls` names (codes, not display words)
 _SHAMOS_NORMAL = 0.9538725524089398  # median |X - Y| for X, Y iid N(0, 1): sqrt(2) * Phi^-1(0.75)
 
 VERDICT_WORDS = ("faster", "slower", "no change", "inconclusive", "needs more rounds")
@@ -148,13 +193,40 @@ class RatioInterval:
 
 
 @dataclass(frozen=True)
-class PairedEstimate(RatioInterval):
-    """Mean-log-ratio estimate of new/baseline over the kept rounds, with its t-interval at `confidence`.
+class RoundsMean(RatioInterval):
+    """The mean log ratio over one set of rounds, with its t-interval at the estimate's confidence.
 
-    n counts the kept rounds, excluded the rounds the outlier rule dropped from the mean. sd_log is the log-ratio SD
-    about mean_log with excluded rounds counted at the fence (the plain sample SD when nothing was excluded);
-    se_log = sd_log / sqrt(n), df = n - 1. low/high/p_value are NaN when n < 2. baseline_gmean and new_gmean are
-    geometric means over the kept rounds, and new_gmean / baseline_gmean == ratio.
+    sd_log is the log-ratio SD about mean_log (for the trimmed mean: excluded rounds counted at the fence),
+    se_log = sd_log / sqrt(n), df = n - 1; low/high/p_value are NaN when n < 2.
+    """
+
+    n: int
+    mean_log: float
+    sd_log: float
+    se_log: float
+    df: int
+    ratio: float
+    low: float
+    high: float
+    p_value: float
+
+    @property
+    def has_interval(self) -> bool:
+        return self.n >= 2
+
+
+@dataclass(frozen=True)
+class PairedEstimate(RatioInterval):
+    """Mean-log-ratio estimate of new/baseline with its t-interval at `confidence`: the one Δ, Holm and the verdict
+    use. That is `trimmed` (the kept rounds) unless the stall rule chose `all_rounds` (`over_all_rounds`; see "Stalls"
+    in the module docstring); the flat fields n ... p_value copy the chosen one.
+
+    excluded counts the rounds left out of the chosen mean (0 when it is over all rounds). excluded_new and
+    excluded_baseline split the outlier rule's exclusions by direction: below the fence (new much slower than
+    baseline in that round) against new, above it against baseline; `outliers` is their sum. sign_p is the exact
+    two-sided sign test of those directions (1.0 with none). stalls is STALLS_NEW or STALLS_BASELINE when that test
+    says one arm took significantly more of the exclusions, else None. baseline_gmean and new_gmean are geometric
+    means over the chosen rounds, and new_gmean / baseline_gmean == ratio.
     """
 
     n: int
@@ -170,10 +242,21 @@ class PairedEstimate(RatioInterval):
     baseline_gmean: float
     new_gmean: float
     confidence: float
+    excluded_new: int = 0
+    excluded_baseline: int = 0
+    sign_p: float = 1.0
+    stalls: str | None = None
+    over_all_rounds: bool = False
+    trimmed: RoundsMean | None = None  # None only for estimates built by hand (tests); paired_estimate sets both
+    all_rounds: RoundsMean | None = None
 
     @property
     def has_interval(self) -> bool:
         return self.n >= 2
+
+    @property
+    def outliers(self) -> int:
+        return self.excluded_new + self.excluded_baseline
 
     def interval(self, confidence: float) -> tuple[float, float]:
         """The t-interval on the ratio scale at another level (same rounds, same estimate)."""
@@ -227,38 +310,81 @@ def outlier_rounds(log_ratios: ArrayLike) -> np.ndarray:
 def paired_estimate(baseline: ArrayLike, new: ArrayLike, *, confidence: float = 0.95) -> PairedEstimate:
     """Estimate new/baseline from per-round throughputs (index i of both arrays is round i).
 
-    Pairs with NaN on either side are dropped, then the outlier rule excludes wild rounds from the mean (they stay in
-    the spread, pulled in to the fence). Raises ValueError for unequal lengths, no valid pair, or a non-positive /
-    infinite throughput.
+    Pairs with NaN on either side are dropped, then the outlier rule excludes wild rounds from the trimmed mean (they
+    stay in its spread, pulled in to the fence), and the stall rule picks the trimmed mean or the mean over all
+    rounds. Raises ValueError for unequal lengths, no valid pair, or a non-positive / infinite throughput.
     """
     _check_level(confidence, "confidence")
     log_b, log_n = _valid_log_pairs(baseline, new)
-    r_all = log_n - log_b
-    centre, reach = _fence(r_all)
-    drop = np.abs(r_all - centre) > reach
-    log_b = log_b[~drop]
-    n = int(log_b.size)
-    mean = float(np.mean(r_all[~drop]))
-    sd = _sd(np.clip(r_all, centre - reach, centre + reach), mean)
+    r = log_n - log_b
+    centre, reach = _fence(r)
+    below, above = r < centre - reach, r > centre + reach
+    drop = below | above
+    kept_mean = float(np.mean(r[~drop]))
+    trimmed = _rounds_mean(kept_mean, _sd(np.clip(r, centre - reach, centre + reach), kept_mean),
+                           int((~drop).sum()), confidence)
+    all_rounds = _rounds_mean(float(np.mean(r)), _sd(r, float(np.mean(r))), int(r.size), confidence)
+    low, high = int(below.sum()), int(above.sum())
+    call = _stall_call(low, high, trimmed, all_rounds)
+    chosen, used = (all_rounds, np.ones_like(drop)) if call.over_all_rounds else (trimmed, ~drop)
+    baseline_gmean = math.exp(float(np.mean(log_b[used])))
+    return PairedEstimate(
+        **{f: getattr(chosen, f) for f in _MEAN_FIELDS},
+        excluded=int(r.size) - chosen.n,
+        baseline_gmean=baseline_gmean,
+        new_gmean=baseline_gmean * chosen.ratio,  # = exp(mean log new); keeps New / Baseline == ratio to the bit
+        confidence=confidence,
+        excluded_new=low,
+        excluded_baseline=high,
+        sign_p=call.sign_p,
+        stalls=call.stalls,
+        over_all_rounds=call.over_all_rounds,
+        trimmed=trimmed,
+        all_rounds=all_rounds,
+    )
+
+
+_MEAN_FIELDS = ("n", "mean_log", "sd_log", "se_log", "df", "ratio", "low", "high", "p_value")
+
+
+@dataclass(frozen=True)
+class _StallCall:
+    sign_p: float
+    stalls: str | None
+    over_all_rounds: bool
+
+
+def _stall_call(low: int, high: int, trimmed: RoundsMean, all_rounds: RoundsMean) -> _StallCall:
+    """The stall rule (module docstring, "Stalls"): which arm the exclusions lean to, whether that is significant,
+    and whether Δ must then be taken over all rounds."""
+    p = sign_test_p(low, high)
+    lean = STALLS_NEW if low > high else STALLS_BASELINE if high > low else None
+    significant = lean is not None and p < STALL_ALPHA
+    # The trimmed-away rounds move Δ beyond the trimmed interval: trimming would hide a material share of Δ. A lone
+    # wild round (or a one-round lean) is the outlier rule's own case and cannot say which arm stalls.
+    leaning = abs(low - high) >= STALL_MIN_LEAN
+    shifted = leaning and trimmed.has_interval and not trimmed.low <= all_rounds.ratio <= trimmed.high
+    return _StallCall(p, lean if significant else None, significant or shifted)
+
+
+def sign_test_p(against_new: int, against_baseline: int) -> float:
+    """Exact two-sided binomial (sign) test of k = against_new + against_baseline excluded rounds, H0 p = 1/2.
+
+    Two-sided as twice the smaller tail, capped at 1 (the binomial is symmetric at p = 1/2, so this equals the
+    "as likely or less likely" definition); 1.0 when nothing was excluded.
+    """
+    k = against_new + against_baseline
+    if k == 0:
+        return 1.0
+    tail = sum(math.comb(k, i) for i in range(min(against_new, against_baseline) + 1))
+    return min(1.0, 2.0 * tail / 2.0**k)
+
+
+def _rounds_mean(mean: float, sd: float, n: int, confidence: float) -> RoundsMean:
     se = sd / math.sqrt(n) if n >= 2 else math.nan
     lo, hi = _log_interval(mean, se, n - 1, confidence)
-    ratio = math.exp(mean)
-    baseline_gmean = math.exp(float(np.mean(log_b)))
-    return PairedEstimate(
-        n=n,
-        excluded=int(drop.sum()),
-        mean_log=mean,
-        sd_log=sd,
-        se_log=se,
-        df=n - 1,
-        ratio=ratio,
-        low=math.exp(lo),
-        high=math.exp(hi),
-        p_value=_p_value(mean, se, n - 1),
-        baseline_gmean=baseline_gmean,
-        new_gmean=baseline_gmean * ratio,  # = exp(mean log new); this form keeps New / Baseline == ratio to the bit
-        confidence=confidence,
-    )
+    return RoundsMean(n=n, mean_log=mean, sd_log=sd, se_log=se, df=n - 1, ratio=math.exp(mean), low=math.exp(lo),
+                      high=math.exp(hi), p_value=_p_value(mean, se, n - 1))
 
 
 def adjust(estimates: Sequence[PairedEstimate], *, alpha: float = 0.05) -> list[Adjusted]:

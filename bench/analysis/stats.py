@@ -38,6 +38,7 @@ __all__ = [
     "METRIC_COLUMNS",
     "RUN_CELL_KEYS",
     "RUN_COMPARE_COLUMNS",
+    "STALL_COLUMNS",
     "SUMMARY_COLUMNS",
     "RatioCI",
     "Summary",
@@ -125,10 +126,17 @@ CELL_KEYS = ("machine", "size", "model_key", "workload")
 _PAIR_KEYS = ("run_id", "cell", "pair")
 ALL_VARIANTS = "all variants"  # compare_builds' pooled row
 
+# The stall rule's figures (analysis.inference, "Stalls"): exclusions by arm, the sign test, the arm it flags
+# (STALLS_NEW / STALLS_BASELINE / None), whether Δ is over all rounds, and both candidate means with their own
+# (unadjusted) 95% intervals, so a table can show the one it did not choose beside the one it did.
+STALL_COLUMNS = (
+    "excluded_new", "excluded_baseline", "sign_p", "stalls", "over_all_rounds", "all_rounds", "trimmed_n",
+    "trimmed_delta_pct", "trimmed_low", "trimmed_high", "all_delta_pct", "all_low", "all_high",
+)
 COMPARE_COLUMNS = (
     *CELL_KEYS, "metric", "baseline", "new", "baseline_gmean", "new_gmean", "n_pairs", "excluded", "ratio", "low",
     "high", "delta_pct", "p_value", "p_holm", "adj_low", "adj_high", "half_width_pct", "verdict", "verdict_text",
-    "cv_baseline", "cv_new",
+    "cv_baseline", "cv_new", *STALL_COLUMNS,
 )
 SUMMARY_COLUMNS = (
     *CELL_KEYS, "metric", "variant", "n", "median", "q1", "q3", "iqr", "cv", "min", "max", "mean", "gmean",
@@ -177,6 +185,9 @@ def compare(
     - Pairing: within each (run_id, cell, round), the log ratio new/baseline. Δ is exp(mean log ratio) − 1, and
       baseline_gmean / new_gmean are the geometric means of the kept rounds, so new_gmean / baseline_gmean − 1 = Δ.
       `excluded` counts rounds the outlier rule set aside. Warmups are excluded.
+    - Stalls (STALL_COLUMNS): when the stall rule takes Δ over all rounds (`over_all_rounds`), Δ, the intervals, Holm
+      and the verdict use every round and `excluded` is 0; `stalls` names the arm ("new" / "baseline") a significant
+      share of the exclusions went against, and trimmed_* keep the trimmed Δ to show beside it.
     - low / high: the row's own 95% t-interval; adj_low / adj_high: the Holm-adjusted interval the verdict is dual
       to; half_width_pct: that interval's half-width, the smallest effect the row could have detected.
     - verdict: faster, slower, no change (within ±margin_pct), inconclusive, or needs more rounds ("n/a" without
@@ -308,8 +319,25 @@ def _compare_sides(base_side: pd.DataFrame, new_side: pd.DataFrame) -> tuple[dic
         "p_value": est.p_value if est else math.nan,
         "cv_baseline": summarize(base_values).cv if base_values.size else math.nan,
         "cv_new": summarize(new_values).cv if new_values.size else math.nan,
+        **_stall_fields(est),
     }
     return row, est
+
+
+_NO_STALL_FIELDS = {**dict.fromkeys(STALL_COLUMNS, math.nan), "excluded_new": 0, "excluded_baseline": 0,
+                    "stalls": None, "over_all_rounds": False, "all_rounds": 0, "trimmed_n": 0}
+
+
+def _stall_fields(est: PairedEstimate | None) -> dict:
+    """A row's STALL_COLUMNS; a row without a paired estimate (or one built by hand) has none to show."""
+    if est is None or est.trimmed is None or est.all_rounds is None:
+        return dict(_NO_STALL_FIELDS)
+    trimmed, every = est.trimmed, est.all_rounds
+    return {"excluded_new": est.excluded_new, "excluded_baseline": est.excluded_baseline, "sign_p": est.sign_p,
+            "stalls": est.stalls, "over_all_rounds": est.over_all_rounds, "all_rounds": every.n,
+            "trimmed_n": trimmed.n, "trimmed_delta_pct": trimmed.delta_pct, "trimmed_low": trimmed.low,
+            "trimmed_high": trimmed.high, "all_delta_pct": every.delta_pct, "all_low": every.low,
+            "all_high": every.high}
 
 
 def _median(values: np.ndarray) -> float:

@@ -17,8 +17,9 @@ Stages, not a look after every round
     `pilot` rounds gives each row's log-ratio SD, and from it the rounds that row needs at its print level
     (`inference.rounds_needed`); the cell runs to the largest such count. Only there is the width looked at again,
     and at most `extensions` times does a still-too-wide row extend the plan (from all rounds so far).
-    Simulated in tests/test_stopping.py (A/A, 8-row Holm tables, 2%-lognormal and Student-t(3) trial noise, 40%
-    stalls on 5% of trials): see `SIMULATED` below.
+    Simulated by `python tests/test_stopping.py` (seeded; 4 000 A/A tables of 8 rows per noise model, 6–30 rounds
+    a cell): the false-claim rate per table was 4.95% with 2% normal noise, 0.60% with 2% noise plus 40% stalls on
+    5% of trials, 4.38% with Student-t(3) noise; each row's unadjusted 95% interval covered 94.6%, 97.0%, 95.3%.
 
 Time
     A cell also stops when the run's time budget says so (see `RoundBudget`): it gets a share of what the cells
@@ -35,10 +36,7 @@ from dataclasses import dataclass
 
 from .inference import rounds_needed
 
-__all__ = ["SIMULATED", "RoundBudget", "StagePlan", "print_level", "target_for_margin"]
-
-# Filled from tests/test_stopping.py's simulation (seeded; 4 000 tables per noise model, 8 rows each).
-SIMULATED = "A/A false-claim rate per table 3.1–4.6%, coverage per row 95.2–96.6%"
+__all__ = ["RoundBudget", "StagePlan", "print_level", "target_for_margin"]
 
 
 def print_level(rows_in_table: int, alpha: float = 0.05) -> float:

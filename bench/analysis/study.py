@@ -32,16 +32,24 @@ def load_results(paths: Sequence[str | Path], warn: Callable[[str], None] | None
     """Read and merge results files. Each must hold timed trials or op records (`fusebench ops`), all well formed;
     otherwise the error names the file."""
     merged = Results()
-    for path in paths:
+    for path in _once(paths):
         one = read_results([path], warn=warn)
         for kind in REQUIRED_FIELDS:
             require_fields(path, one.of_kind(kind), kind)
         if not any(not r["warmup"] for r in one.of_kind("trial")) and not one.of_kind("op"):
             found = ", ".join(f"{n} {kind}" for kind, n in Counter(r["kind"] for r in one.records).items())
             raise ResultsError(f"{path}: no timed trial or op records to report (found {found})")
-        merged.records.extend(one.records)
-        merged.corrupt_lines.extend(one.corrupt_lines)
+        # A copy of a file, or a baseline saved from it, holds the same records again: merge counts each once.
+        merged.merge(one, path, warn=warn)
     return merged
+
+
+def _once(paths: Sequence[str | Path]) -> list[Path]:
+    """The paths in order, a file given twice (by any spelling) only the first time, as its user wrote it."""
+    first: dict[Path, Path] = {}
+    for path in map(Path, paths):
+        first.setdefault(path.resolve(), path)
+    return list(first.values())
 
 
 @dataclass
@@ -254,3 +262,12 @@ def trial_medians(timed: pd.DataFrame, columns: Sequence[str]) -> pd.DataFrame:
     keys = ["machine", "model_key", "workload", "variant"]
     values = timed[list(columns)].apply(pd.to_numeric, errors="coerce")
     return values.groupby([timed[k] for k in keys]).median().reset_index()
+
+
+def optional_medians(timed: pd.DataFrame, column: str) -> dict[tuple[str, str], float]:
+    """(model_key, variant) -> the median of an optional trial column, for one machine and workload's trials; only
+    the pairs whose trials carry it (records from before the column existed lack it)."""
+    if timed.empty or column not in timed:
+        return {}
+    medians = trial_medians(timed, [column]).dropna(subset=[column])
+    return {(r.model_key, r.variant): float(getattr(r, column)) for r in medians.itertuples()}

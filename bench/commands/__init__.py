@@ -16,7 +16,7 @@ from types import ModuleType
 from rich.console import Console
 
 from ..core.errors import INPUT_ERRORS
-from . import baseline, calibrate, check, env, kernels, ops, report, run, verify
+from . import baseline, bisect, calibrate, check, env, kernels, ops, report, run, verify
 
 DESCRIPTION = """\
 Is the fused path faster than the unfused one, and does it compute the same thing?
@@ -45,6 +45,7 @@ COMMANDS: dict[str, ModuleType] = {
     "baseline": baseline,
     "calibrate": calibrate,
     "ops": ops,
+    "bisect": bisect,
 }
 
 

@@ -10,7 +10,9 @@ What it checks, each when its input is there:
 - with this machine's calibration (fusebench calibrate, 10 runs or more): every declared comparison's speedup
   against the calibration runs' (limit: max(--max-regression, the runs' 97.5% prediction bound));
 - the experiment's own `expect:` list (read back from the results' run header): paired slowdown limits between
-  variants, and every variant correct.
+  variants, and every variant correct;
+- a plain run with none of these: its correctness records, and a note that speed was not gated (gate it with
+  `fusebench run EXPERIMENT --against REF`, or `--baseline FILE`). A file without timed trials exits 2.
 A cell fails only when its whole CI lies beyond the allowed slowdown: a point estimate never fails the gate (the
 history check compares a run's point estimate with a prediction bound that already holds a run's own noise). The
 limit is the larger of --max-regression and this machine's calibrated noise.

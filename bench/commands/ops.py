@@ -9,6 +9,7 @@ examples:
   fusebench ops                                        the default experiment's sizes and workloads
   fusebench ops --only geglu,softcap --rounds 15
   fusebench ops experiments/pr18809.yaml --sizes e2b --out results/ops-e2b.jsonl
+  fusebench ops --threads 1                            BLAS on one thread (default: as a run's workers)
 """
 
 from __future__ import annotations
@@ -37,6 +38,9 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
                         help=f"timed ABBA rounds per op and shape (default {DEFAULT_ROUNDS})")
     parser.add_argument("--plugin", action="append", type=Path, default=[], metavar="FILE",
                         help="a Python file registering more op variants (repeatable)")
+    parser.add_argument("--threads", type=positive_int, metavar="N",
+                        help="BLAS threads (default: the experiment's threads, else all cores but one, as a run's "
+                        "workers get)")
     parser.add_argument("--out", type=Path, help="results file (default: results/ops-<timestamp>.jsonl)")
     parser.add_argument("--quiet", action="store_true", help="no progress bar (for CI logs)")
 
@@ -49,23 +53,25 @@ def main(args: argparse.Namespace, console: Console) -> int:
 
     from ..analysis.opstats import summarize_ops
     from ..core.spec import load_experiment, select_models
-    from ..measure.env import blas_warning, collect_env, require_backend
-    from ..measure.opbench import check_ops, ensure_optimized_blas, experiment_plan, run_ops
+    from ..measure.env import blas_warning, collect_env, default_threads, require_backend
+    from ..measure.opbench import check_ops, ensure_worker_env, experiment_plan, run_ops
     from ..measure.plugins import load_plugins
     from ..present.document import to_console
     from ..present.sections.ops import op_tables
 
     load_plugins(args.plugin)
     ops = check_ops(args.only)
-    plan = experiment_plan(select_models(load_experiment(args.experiment), args.sizes, "--sizes"))
+    exp = select_models(load_experiment(args.experiment), args.sizes, "--sizes")
+    plan = experiment_plan(exp)
     cases = plan.cases(ops)
-    ensure_optimized_blas(console)
-    env = collect_env()
+    # The thread count a run of this experiment would give its workers, so op and end-to-end figures agree.
+    ensure_worker_env(console, args.threads or exp.threads or default_threads())
+    env = collect_env()  # its `threads`, read from the environment just set, is what the header records
     if warning := blas_warning(env):
         console.print(f"[yellow]warning[/]: {warning}")
     out = args.out or Path("results") / f"ops-{datetime.now().strftime('%Y%m%d-%H%M%S')}.jsonl"
     console.print(f"{len(cases)} op shapes × their variants, {args.rounds} rounds -> {out}  "
-                  f"({env['backend']}, {env['device']}, BLAS {env['blas']})")
+                  f"({env['backend']}, {env['device']}, BLAS {env['blas']}, {env['threads']} thread(s))")
     if args.rounds < 3:
         console.print(f"[yellow]warning[/]: {args.rounds} rounds give no meaningful confidence interval; use 3 or more")
     for note in plan.notes:

@@ -14,18 +14,22 @@ examples:
   fusebench run --resume results/default-20261130-101500.jsonl
   fusebench run default --shard 2/4               (this machine's quarter of the matrix)
   fusebench run ci --against HEAD~1               (this tree against its parent, interleaved)
+  fusebench run ci --against-env "mlx==0.31.2"     (this tree on an earlier mlx, an environment built once)
 """
 
 from __future__ import annotations
 
 import argparse
 import contextlib
-import dataclasses
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 from rich.console import Console
 
 from .args import names, positive_int, shard
+
+if TYPE_CHECKING:
+    from ..core.spec import Experiment
 
 DEFAULT_EXPERIMENT = "default"
 
@@ -38,7 +42,8 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--resume", type=Path, metavar="FILE",
                         help="finish an interrupted run: nothing already recorded in FILE is repeated")
     parser.add_argument("--trials", type=positive_int, metavar="N",
-                        help="timed rounds per cell (overrides the experiment)")
+                        help="exactly N timed rounds per cell (overrides the experiment's trials, and turns a "
+                        "trials: auto precision target off)")
     parser.add_argument("--only", type=names, metavar="SIZES", help="comma-separated size labels or presets to keep, "
                         "e.g. E2B,26b")
     parser.add_argument("--shard", type=shard, default=(1, 1), metavar="I/N", help="run shard I of N of the matrix "
@@ -52,6 +57,10 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
                         help="also run a reference build, interleaved trial by trial: a git ref of this repository "
                         "(checked out into a temporary worktree) or another fusebench checkout's path; "
                         "fusebench check then compares the builds")
+    parser.add_argument("--against-env", metavar="SPEC",
+                        help="also run this tree in another Python environment, interleaved: a Python interpreter, a "
+                        "virtual environment's folder, or requirement specifiers such as 'mlx==0.31.2' (an "
+                        "environment built once and cached); fusebench check then compares the environments")
     parser.add_argument("--pin", action="store_true",
                         help="pin workers to as many cores as they have BLAS threads (Linux), leaving the rest free")
     parser.add_argument("--dry-run", action="store_true", help="print the expanded matrix and estimates; run nothing")
@@ -66,27 +75,57 @@ def main(args: argparse.Namespace, console: Console) -> int:
     require_backend()  # before anything imports mlx: one line naming the extra, not a traceback
     from ..core.results import read_results
     from ..core.spec import load_experiment, select_models
-    from ..measure.builds import reference_build
+    from ..measure.builds import ReferenceBuildError, environment_builds, reference_build
     from ..measure.plugins import bind_experiment
     from ..measure.runner import RunOptions, default_out_path, run_experiment
+    from ..measure.session import CURRENT
     from ..present.summary import print_summary
 
     exp = select_models(load_experiment(args.experiment), args.only)
     if args.trials is not None:
-        exp = dataclasses.replace(exp, trials=args.trials)
+        exp = override_trials(exp, args.trials, console)
     exp = bind_experiment(exp, args.plugin)
     out = args.resume or args.out or default_out_path(exp)
+    if args.dry_run:
+        check_like_a_run(exp, args)
     with contextlib.ExitStack() as stack:
         # A dry run builds nothing: no reference tree either.
         against = args.against if not args.dry_run else None
         reference = stack.enter_context(reference_build(against, Path(exp.file))) if against else None
+        current = CURRENT
+        if args.against_env and args.against:
+            raise ReferenceBuildError("--against and --against-env both name a reference build; give one")
+        if args.against_env and not args.dry_run:
+            current, reference = environment_builds(args.against_env, Path(exp.file),
+                                                    lambda text: console.print(text, highlight=False))
         options = RunOptions(out=out, blas=args.blas, quiet=args.quiet, shard=args.shard, dry_run=args.dry_run,
-                             pin=args.pin, reference=reference)
+                             pin=args.pin, reference=reference, current=current)
         code = run_experiment(exp, options, console, resume=args.resume)
     if code == 0 and not args.dry_run:
         print_summary(console, read_results([out]), [(c.baseline, c.new) for c in exp.comparisons])
         console.print(f"full report: fusebench report {out}")
     return code
+
+
+def override_trials(exp: Experiment, trials: int, console: Console) -> Experiment:
+    """--trials N: exactly N timed rounds, said before anything runs when it turns the experiment's target off."""
+    from ..core.spec import with_trials
+
+    if exp.precision is not None:
+        console.print(f"--trials {trials}: exactly {trials} timed rounds per cell; the experiment's trials: auto "
+                      f"(±{exp.precision.target_pct:g}% precision target) is off", highlight=False)
+    return with_trials(exp, trials)
+
+
+def check_like_a_run(exp: Experiment, args: argparse.Namespace) -> None:
+    """A dry run refuses what the real run would (one line, exit 2), so that it can vouch for the command line:
+    the --blas choice, and a --resume file that must belong to this experiment. Neither starts a process."""
+    from ..measure.env import blas_preload_env
+    from ..measure.runner import resume_state
+
+    blas_preload_env(args.blas)
+    if args.resume is not None:
+        resume_state(args.resume, exp)
 
 
 def list_experiments(console: Console) -> int:

@@ -65,6 +65,23 @@ class Results:
             headers.setdefault(record["run_id"], record)
         return headers
 
+    def merge(self, other: Results, path: str | Path = "", *, warn: Any = None) -> None:
+        """Add another file's records, leaving out those this one already holds.
+
+        Duplicates are dropped, not refused: the same file given twice (`report a.jsonl a.jsonl`), a copy of it, or
+        a baseline saved from it (`baseline save` keeps the run_id and the records) holds the same records again,
+        and counting them twice would double every step count and narrow every interval. A record is the same when
+        its JSON is, so the rounds of one run that only one of the files holds (a later resume) are all kept;
+        identical lines inside one file are left alone.
+        """
+        held = {_identity(r) for r in self.records}
+        kept = [r for r in other.records if _identity(r) not in held]
+        if warn and len(kept) < len(other.records):
+            warn(f"{path}: {len(other.records) - len(kept)} record(s) already read from an earlier file (the same "
+                 "file or run given twice) counted once")
+        self.records.extend(kept)
+        self.corrupt_lines.extend(line for line in other.corrupt_lines if line not in self.corrupt_lines)
+
     def frame(self, kind: str) -> pd.DataFrame:
         """One kind of record as a table, with the machine of its run attached (host, device, backend, blas)."""
         rows = self.of_kind(kind)
@@ -77,26 +94,41 @@ class Results:
 
 
 def read_results(paths: Iterable[str | Path], *, warn: Any = None) -> Results:
-    """Read and merge results files. An empty file, or one with no valid record, is an error naming it."""
+    """Read and merge results files, each record once however often its file or run is given (Results.merge). An
+    empty file, or one with no valid record, is an error naming it."""
     results = Results()
-    for path in paths:
-        path = Path(path)
-        if not path.is_file():
-            raise ResultsError(f"{path}: no such results file")
-        before = len(results.records)
-        for number, line in enumerate(_lines(path), start=1):
-            if not line.strip():
-                continue
-            record = _parse_line(line)
-            if record is None:
-                results.corrupt_lines.append(f"{path}:{number}")
-                if warn:
-                    warn(f"{path}:{number}: corrupt JSON line skipped")
-                continue
-            results.records.append(record)
-        if len(results.records) == before:
-            raise ResultsError(f"{path}: no valid records (empty or corrupt file)")
+    read: set[Path] = set()
+    for path in map(Path, paths):
+        if path.resolve() in read:
+            if warn:
+                warn(f"{path}: given twice; read once")
+            continue
+        results.merge(_read_file(path, warn), path, warn=warn)
+        read.add(path.resolve())
     return results
+
+
+def _read_file(path: Path, warn: Any) -> Results:
+    if not path.is_file():
+        raise ResultsError(f"{path}: no such results file")
+    results = Results()
+    for number, line in enumerate(_lines(path), start=1):
+        if not line.strip():
+            continue
+        record = _parse_line(line)
+        if record is None:
+            results.corrupt_lines.append(f"{path}:{number}")
+            if warn:
+                warn(f"{path}:{number}: corrupt JSON line skipped")
+            continue
+        results.records.append(record)
+    if not results.records:
+        raise ResultsError(f"{path}: no valid records (empty or corrupt file)")
+    return results
+
+
+def _identity(record: dict[str, Any]) -> str:
+    return json.dumps(record, sort_keys=True)
 
 
 def _lines(path: Path) -> list[bytes]:

@@ -310,6 +310,12 @@ def resolve_ops(exp: Experiment, ops: Mapping[str, tuple[Sequence[str], str]]) -
     return replace(exp, variants=completed)
 
 
+def with_trials(exp: Experiment, trials: int) -> Experiment:
+    """`run --trials N`: exactly N timed rounds per cell. A `trials: auto` precision target is turned off: kept, it
+    would take N for its max_rounds, promise "at least 6, at most N" rounds, and might stop before N."""
+    return replace(exp, trials=trials, precision=None)
+
+
 def select_models(exp: Experiment, names: Sequence[str] | None, option: str = "--only") -> Experiment:
     """Keep the models whose size label or preset is named (case-insensitive), e.g. `--only E2B,26b`."""
     if not names:

@@ -18,11 +18,13 @@ import sys
 import tempfile
 import time
 from collections.abc import Iterator
+from dataclasses import replace
 from pathlib import Path
 
 from ..core.errors import UserError
+from . import envs
 from .job import PROTOCOL
-from .session import Build
+from .session import CURRENT, Build
 
 PACKAGE_ROOT = Path(__file__).resolve().parents[2]
 _TREE_PREFIX = "fusebench-ref-"
@@ -33,7 +35,7 @@ class ReferenceBuildError(UserError):
     """A reference build that cannot be compared with this one; the message says why, in one line."""
 
 
-def _git(*args: str, cwd: Path = PACKAGE_ROOT) -> str | None:
+def git_output(*args: str, cwd: Path = PACKAGE_ROOT) -> str | None:
     done = subprocess.run(["git", *args], cwd=cwd, capture_output=True, text=True, check=False)
     return done.stdout.strip() if done.returncode == 0 else None
 
@@ -45,25 +47,57 @@ def reference_build(ref: str, experiment: Path) -> Iterator[Build]:
     if path.is_dir():
         if not (path / "bench").is_dir():
             raise ReferenceBuildError(f"--against {ref}: {path} holds no fusebench tree (no bench/ folder)")
-        build = _checked(Build("reference", path.resolve(), _git("rev-parse", "HEAD", cwd=path), _dirty(path),
-                               str(path.resolve())), ref, experiment)
+        build = _checked(Build("reference", path.resolve(), git_output("rev-parse", "HEAD", cwd=path), _dirty(path),
+                               str(path.resolve())), f"--against {ref}", experiment)
         yield build
         return
-    commit = _git("rev-parse", "--verify", "--quiet", f"{ref}^{{commit}}")
+    with commit_build("reference", ref, experiment, f"--against {ref}") as build:
+        yield build
+
+
+def resolve_commit(ref: str, what: str) -> str:
+    """The full hash of the commit REF names in this repository."""
+    commit = git_output("rev-parse", "--verify", "--quiet", f"{ref}^{{commit}}")
     if commit is None:
-        raise ReferenceBuildError(f"--against {ref}: neither a git ref of this repository nor a directory holding "
+        raise ReferenceBuildError(f"{what}: {ref!r} is neither a git ref of this repository nor a directory holding "
                                   "fusebench; give a ref such as HEAD~1 or main, or a checkout's path")
+    return commit
+
+
+@contextlib.contextmanager
+def commit_build(name: str, ref: str, experiment: Path, what: str) -> Iterator[Build]:
+    """Build NAME at the commit REF names, checked out into a temporary worktree that lives as long as the context."""
+    commit = resolve_commit(ref, what)
     for left in remove_abandoned_trees():
         print(f"fusebench: removed a reference tree that an interrupted run left behind: {left}", file=sys.stderr)
     folder = Path(tempfile.mkdtemp(prefix=_TREE_PREFIX))
     (folder / _OWNER_FILE).write_text(str(os.getpid()))
     try:
-        if _git("worktree", "add", "--detach", "--force", str(folder / "tree"), commit) is None:
-            raise ReferenceBuildError(f"--against {ref}: git could not check out {commit[:12]} into {folder}")
-        yield _checked(Build("reference", folder / "tree", commit, False, commit), ref, experiment)
+        if git_output("worktree", "add", "--detach", "--force", str(folder / "tree"), commit) is None:
+            raise ReferenceBuildError(f"{what}: git could not check out {commit[:12]} into {folder}")
+        yield _checked(Build(name, folder / "tree", commit, False, commit), what, experiment)
     finally:
-        _git("worktree", "remove", "--force", str(folder / "tree"))
+        git_output("worktree", "remove", "--force", str(folder / "tree"))
         shutil.rmtree(folder, ignore_errors=True)
+
+
+def environment_build(name: str, environment: envs.Environment, experiment: Path, what: str) -> Build:
+    """Build NAME: this tree's code run by the environment's Python."""
+    build = Build(name, PACKAGE_ROOT, git_output("rev-parse", "HEAD"), _dirty(PACKAGE_ROOT), environment.spec,
+                  python=environment.python, label=environment.label)
+    checked = _checked(build, what, experiment)
+    # Read in the worker's own environment (this tree first on its path): the mlx its workers will import.
+    return replace(checked, packages=envs.versions(build.interpreter, build.worker_env(dict(os.environ))))
+
+
+def environment_builds(spec: str, experiment: Path, say=print) -> tuple[Build, Build]:
+    """`run --against-env SPEC`: this environment (current) and SPEC's (reference), each labelled by the versions
+    of the packages SPEC names, e.g. "mlx 0.32.4" against "mlx 0.31.2"."""
+    what = f"--against-env {spec}"
+    environment = envs.resolve(spec, what, say)
+    mine = envs.versions(sys.executable, dict(os.environ))
+    current = replace(CURRENT, packages=mine, label=envs.label(mine, environment.shown) or None)
+    return current, environment_build("reference", environment, experiment, what)
 
 
 def remove_abandoned_trees() -> list[Path]:
@@ -73,11 +107,11 @@ def remove_abandoned_trees() -> list[Path]:
     for folder in Path(tempfile.gettempdir()).glob(f"{_TREE_PREFIX}*"):
         if _owner_alive(folder):
             continue
-        _git("worktree", "remove", "--force", str(folder / "tree"))
+        git_output("worktree", "remove", "--force", str(folder / "tree"))
         shutil.rmtree(folder, ignore_errors=True)
         if not folder.exists():  # another user's folder stays
             removed.append(folder)
-    _git("worktree", "prune")
+    git_output("worktree", "prune")
     return removed
 
 
@@ -104,24 +138,24 @@ def _age_s(folder: Path) -> float:
 
 
 def _dirty(path: Path) -> bool | None:
-    status = _git("status", "--porcelain", "--untracked-files=no", cwd=path)
+    status = git_output("status", "--porcelain", "--untracked-files=no", cwd=path)
     return None if status is None else bool(status)
 
 
-def _checked(build: Build, ref: str, experiment: Path) -> Build:
+def _checked(build: Build, what: str, experiment: Path) -> Build:
     """The build, if its workers speak this protocol, import, and can read the experiment."""
     job = build.root / "bench" / "measure" / "job.py"
     found = re.search(r"^PROTOCOL = (\d+)", job.read_text(), re.MULTILINE) if job.is_file() else None
     if not found or int(found.group(1)) != PROTOCOL:
         theirs = f"protocol {found.group(1)}" if found else "no worker protocol (it predates run --against)"
-        raise ReferenceBuildError(f"--against {ref}: the reference build speaks {theirs}, this one protocol "
+        raise ReferenceBuildError(f"{what}: the {build.name} build speaks {theirs}, this one protocol "
                                   f"{PROTOCOL}; choose a reference from after the protocol changed")
     check = ("import sys\nfrom bench.measure import worker\nfrom bench.core.spec import load_experiment\n"
              "load_experiment(sys.argv[1])\n")
-    done = subprocess.run([sys.executable, "-c", check, str(experiment.resolve())], cwd=build.root,
+    done = subprocess.run([build.interpreter, "-c", check, str(experiment.resolve())], cwd=build.root,
                           env=build.worker_env(dict(os.environ)), capture_output=True, text=True, check=False)
     if done.returncode != 0:
         last = (done.stderr.strip().splitlines() or ["no output"])[-1]
-        raise ReferenceBuildError(f"--against {ref}: the reference build cannot import or cannot read "
+        raise ReferenceBuildError(f"{what}: the {build.name} build cannot import or cannot read "
                                   f"{experiment}: {last}")
     return build

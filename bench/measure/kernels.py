@@ -111,8 +111,9 @@ def current_backend() -> Backend:
 class KernelFact:
     """One observed fact about the kernels behind an (op, variant) at one shape.
 
-    status: for probe "force_fused", "fused" or "fallback"; for probe "graph", "single kernel", "N kernels", or
-    "composed" when the graph has several kernels and none of them fused (no Compiled or mx.fast primitive).
+    status: for probe "force_fused", "fused", "fallback" or "unknown" (an mlx without force_fused); for probe
+    "graph", "single kernel", "N kernels", or "composed" when the graph has several kernels and none of them fused
+    (no Compiled or mx.fast primitive).
     """
 
     op: str
@@ -280,6 +281,10 @@ def probe_sdpa(shape: AttentionShape, dtype: str | mx.Dtype | None = None) -> Ke
     fact = KernelFact("attention", "sdpa", "force_fused", shape.label, "", "", shape.phase, shape.head_dim)
     try:
         mx.fast.scaled_dot_product_attention(q, k, v, scale=1.0, mask=mask, force_fused=True)
+    except TypeError:
+        # An mlx before force_fused (run --against-env, bisect --package) cannot answer; the run goes on.
+        fact.status, fact.reason = "unknown", f"mlx {mx.__version__} has no force_fused to ask"
+        return _stamp(fact)
     except ValueError as err:
         if not _SDPA_FALLBACK.search(str(err)):
             raise

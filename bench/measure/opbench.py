@@ -39,7 +39,7 @@ from models.ops import REGISTRY
 from ..core.records import new_run_id, run_header
 from ..core.results import ResultsWriter
 from ..core.spec import Experiment
-from .env import blas_kind, blas_preload_env, collect_env, loaded_blas
+from .env import blas_kind, blas_preload_env, collect_env, loaded_blas, thread_env
 from .schedule import round_order
 
 DEFAULT_SIZES = ("e2b", "e4b", "26b", "31b")
@@ -421,17 +421,29 @@ def op_record(case: OpCase, variant: str, round_index: int, seconds: float, warm
     }
 
 
-def ensure_optimized_blas(console: Console) -> None:
-    """Re-exec this process once with an optimized BLAS preloaded when mlx would use the reference one.
+def worker_like_env(threads: int, environ: dict[str, str] | None = None) -> tuple[dict[str, str], str | None]:
+    """The environment a run's workers would get: an optimized BLAS preloaded when mlx would use the reference one,
+    and every BLAS limited to `threads` threads. Returns it and the BLAS it preloads (None: the preload is kept)."""
+    env, picked = dict(os.environ if environ is None else environ), None
+    if blas_kind(loaded_blas()) == "reference":
+        preloaded, label = blas_preload_env("auto", env)
+        if preloaded.get("LD_PRELOAD", "") != env.get("LD_PRELOAD", ""):
+            env, picked = preloaded, label
+    return thread_env(env, threads), picked
 
-    Ops run in this process (no worker), and LD_PRELOAD only acts at process start.
+
+def ensure_worker_env(console: Console, threads: int) -> None:
+    """Re-exec this process once in the environment a run's workers get (worker_like_env), unless it has it.
+
+    Ops run in this process (no worker), and both LD_PRELOAD and a BLAS's thread count act only at process start
+    (OpenBLAS reads OPENBLAS_NUM_THREADS when it loads), so setting them now would change nothing.
     """
-    if os.environ.get(REEXEC_MARKER) or blas_kind(loaded_blas()) != "reference":
+    if os.environ.get(REEXEC_MARKER):
         return
-    env, picked = blas_preload_env("auto")
-    if env.get("LD_PRELOAD", "") == os.environ.get("LD_PRELOAD", ""):
-        return  # nothing better installed: the run goes on, and its warning says so
-    console.print(f"restarting with {picked}")
+    env, picked = worker_like_env(threads)
+    if env == dict(os.environ):
+        return
+    console.print(f"restarting with {picked + ', ' if picked else ''}{threads} BLAS thread(s)")
     sys.stdout.flush()
     sys.stderr.flush()
     os.execve(sys.executable, sys.orig_argv, {**env, REEXEC_MARKER: "1"})
@@ -440,7 +452,8 @@ def ensure_optimized_blas(console: Console) -> None:
 def run_ops(plan: Plan, cases: Sequence[OpCase], out: Path, console: Console, *, rounds: int,
             quiet: bool = False, min_sample_s: float = MIN_SAMPLE_S,
             env: dict[str, Any] | None = None) -> list[dict[str, Any]]:
-    """Time every case into `out` (a run header, then one record per sample); returns the op records."""
+    """Time every case into `out` (a run header, then one record per sample); returns the op records. The header's
+    env records the BLAS threads as a run's does (its `threads`, read from the environment ensure_worker_env set)."""
     run_id = new_run_id()
     records: list[dict[str, Any]] = []
     total = sum(len(REGISTRY[c.op].variants) for c in cases) * rounds

@@ -37,10 +37,9 @@ from .plugins import load_plugins
 from .probe import probe_in, worker_environment
 from .roofline import achieved, cell_work, peak_for, percent_of_peak
 from .schedule import centre_order, round_plan
-from .session import Build, WorkerFailed, WorkerSession
+from .session import CURRENT, Build, WorkerFailed, WorkerSession
 from .worker import ATOL_BY_DTYPE
 
-CURRENT = Build("current")
 PEAK_CACHE = Path(os.environ.get("XDG_CACHE_HOME") or Path.home() / ".cache") / "fusebench"
 
 
@@ -60,6 +59,7 @@ class RunOptions:
     dry_run: bool = False
     pin: bool = False  # pin workers to the cores their BLAS threads use, leaving the others to the runner and OS
     reference: Build | None = None  # run --against: this build's workers run beside the current one's
+    current: Build = CURRENT  # another tree or environment under test (bisect, run --against-env)
 
 
 def cell_meta(cell: Cell, run_id: str) -> dict[str, Any]:
@@ -230,7 +230,7 @@ class Runner:
         self.exp = exp
         self.peak = peak
         self.env = env
-        self.builds = [CURRENT, *([options.reference] if options.reference else [])]
+        self.builds = [options.current, *([options.reference] if options.reference else [])]
         self.order = centre_order(list(exp.variants), [(c.baseline, c.new) for c in exp.comparisons])
         self.cells = {cell.key: cell for cell in exp.cells()}
         self.work: dict[str, dict[str, Any]] = {}
@@ -500,6 +500,13 @@ def honest_warnings(exp: Experiment) -> list[str]:
     return warnings
 
 
+def build_environment(build: Build) -> dict[str, Any]:
+    """What the run header says of a build's environment, when it is one of two (run --against-env, bisect)."""
+    if not build.packages:
+        return {}
+    return {"python": build.interpreter, "packages": build.packages, **({"label": build.label} if build.label else {})}
+
+
 def run_experiment(exp: Experiment, options: RunOptions, console: Console, resume: Path | None = None) -> int:
     cells = shard_cells(exp.cells(), *options.shard)
     if options.dry_run:
@@ -518,7 +525,8 @@ def run_experiment(exp: Experiment, options: RunOptions, console: Console, resum
         experiment = {"name": exp.name, "file": exp.file, "sha256": exp.sha256, "content": exp.content}
         plugins = [{"path": str(p.path), "sha256": p.sha256} for p in load_plugins(exp.plugins)]
         builds = {b.name: {"commit": b.commit or env.get("git_commit"), "ref": b.ref,
-                           "dirty": b.dirty if b.root else env.get("git_dirty")} for b in runner.builds}
+                           "dirty": b.dirty if b.root else env.get("git_dirty"), **build_environment(b)}
+                  for b in runner.builds}
         writer.write(run_header(run_id, experiment, env, peak=peak, shard=f"{options.shard[0]}/{options.shard[1]}",
                                 resumed=resume is not None, plugins=plugins, builds=builds,
                                 preflight=before, pinned=options.pin))

@@ -20,7 +20,8 @@ from .job import Command, Done, Loaded, Recorded, WorkerJob, decode_event
 
 @dataclass(frozen=True)
 class Build:
-    """The fusebench tree a worker imports: this one ("current"), or another checkout (`run --against`)."""
+    """The fusebench tree a worker imports: this one ("current"), or another checkout (`run --against`), and the
+    Python that runs it: this one, or another environment's (`run --against-env`)."""
 
     name: str
     root: Path | None = None  # None: the installed fusebench; else a checkout whose code goes first on sys.path
@@ -28,12 +29,22 @@ class Build:
     dirty: bool | None = None
     ref: str | None = None  # what the user named: a git ref or a path (run --against REF)
     env: dict[str, str] = field(default_factory=dict, compare=False, repr=False)
+    python: str | None = None  # None: this interpreter; else another environment's (run --against-env)
+    label: str | None = None  # how tables name the build when a commit does not, e.g. "mlx 0.31.2"
+    packages: dict[str, str] = field(default_factory=dict, compare=False)  # the versions that tell environments apart
+
+    @property
+    def interpreter(self) -> str:
+        return self.python or sys.executable
 
     def worker_env(self, base: dict[str, str]) -> dict[str, str]:
         env = {**base, **self.env, "PYTHONUNBUFFERED": "1"}
         if self.root is not None:
             env["PYTHONPATH"] = os.pathsep.join([str(self.root), *filter(None, [base.get("PYTHONPATH")])])
         return env
+
+
+CURRENT = Build("current")
 
 
 class WorkerFailed(Exception):
@@ -49,7 +60,7 @@ class WorkerSession:
     def __init__(self, job: WorkerJob, build: Build, env: dict[str, str], cpus: Sequence[int] | None = None) -> None:
         self.build = build
         self.process = subprocess.Popen(
-            [sys.executable, "-m", "bench.measure.worker"],
+            [build.interpreter, "-m", "bench.measure.worker"],
             stdin=subprocess.PIPE,
             stdout=subprocess.PIPE,
             stderr=subprocess.PIPE,

@@ -11,7 +11,28 @@ Timing follows mlx-lm's generate_step, so the figures compare with mlx_lm.benchm
   mlx-lm does, no logits for those positions), then the last token with logits, until the first generated
   token is evaluated;
 - gen: the remaining gen_tokens - 1 greedy steps, each step queued with async_eval before the previous token
-  is waited for.
+  is waited for;
+- ttft: mlx-lm's own "prompt_tps" clock (stream_generate's time to its first token), read in the same trial: the
+  prefill's token as mlx-lm's loop reads it, after the first decode step has been queued (see `decode`).
+
+Why prefill and ttft differ, and why one trial gives both. generate_step queues step 1 with async_eval before it
+waits for the prefill's token, and stream_generate stops its prompt clock only then, so its TTFT holds whatever
+that async_eval call blocks for. On Metal/CUDA it returns once the step is encoded and committed (unless more than
+MAX_ACTIVE_TASKS command buffers are in flight): ttft is prefill plus building and encoding one step. On the CPU
+backend the calling thread walks the graph and hands each kernel to the stream's worker thread, and blocks
+(mlx transforms.cpp: scheduler::wait_for_one while more than MAX_ACTIVE_TASKS = 10 tasks of DISPATCHES_PER_TASK =
+10 kernels are in flight) until that thread is within ~100 kernels of it. So async_eval returns when all of step 1
+but its last ~100 kernels has run; the tail, here the tied lm_head over the whole vocabulary, is not in TTFT.
+Measured on E2B 2 layers, 2-core CPU: async_eval(step 1) 41-49 ms of a 300 ms step, the rest in the next eval;
+ttft_tps 5-10% below prefill_tps, and within noise of mlx-lm's own generate_step on the same model in the same
+process. Reading the clock where that wait ends costs one perf_counter call and leaves prefill_s and gen_s as they
+were: prefill stops at the first token, gen starts there and still counts step 1.
+
+mlx_lm.benchmark's prompt_tps reads lower still, for another reason: generate_step queues one step past max_tokens
+that nobody waits for, and the benchmark starts its next trial at once, so each trial's prompt clock also runs while
+the previous trial's orphaned step finishes (on a GPU all of it, on CPU its tail). Measured (E2B 2 layers, 1
+thread): stream_generate back to back 246-248 prompt tok/s, the same call after mx.synchronize 351-366. A trial
+here starts with mx.synchronize and leaves no step queued, so ttft excludes that leftover on purpose.
 """
 
 from __future__ import annotations
@@ -51,6 +72,7 @@ class TrialTiming:
     gen_s: float
     peak_memory_bytes: int
     step_s: list[float]  # each decode step's inter-token latency, in order
+    ttft_s: float | None = None  # mlx-lm stream_generate's time to first token; None with no decode step queued
 
 
 def make_prompt(vocab_size: int, batch: int, length: int, seed: int, round_id: int) -> mx.array:
@@ -76,20 +98,22 @@ def greedy(logits: mx.array) -> mx.array:
 def decode(model: Model, token: mx.array, cache: list, steps: int) -> list[float]:
     """`steps` greedy steps, pipelined as mlx-lm does: the next step is queued before the current token is read.
 
-    Returns when each generated token became available (perf_counter): the gaps are the inter-token latencies a
-    streaming user sees. The clock is read only where mlx-lm's loop waits anyway, so the timing is unchanged.
+    Returns when each token became available (perf_counter): first `token` itself as mlx-lm's generate_step
+    yields it, after step 1 was queued (stream_generate's time to first token; see the module docstring), then each
+    generated token, whose gaps are the inter-token latencies a streaming user sees. Empty when steps is 0. The
+    clock is read only where mlx-lm's loop waits anyway, so the timing is unchanged.
     """
     ready = []
-    for i in range(steps):
+    for _ in range(steps):
         next_token = greedy(model(token[:, None], cache=cache)[:, -1, :])
         mx.async_eval(next_token)
         mx.eval(token)
-        if i:  # the first token waited for here is the prefill's, already counted
-            ready.append(time.perf_counter())
+        ready.append(time.perf_counter())
         token = next_token
-    mx.eval(token)
-    ready.append(time.perf_counter())
-    return ready if steps else []
+    if steps:
+        mx.eval(token)
+        ready.append(time.perf_counter())
+    return ready
 
 
 def time_trial(model: Model, prompt: mx.array, gen_tokens: int, prefill_step_size: int) -> TrialTiming:
@@ -101,9 +125,11 @@ def time_trial(model: Model, prompt: mx.array, gen_tokens: int, prefill_step_siz
     mx.eval(first)
     prefilled = time.perf_counter()
     ready = decode(model, first, cache, gen_tokens - 1)
-    done = ready[-1] if ready else time.perf_counter()
-    steps = [b - a for a, b in zip([prefilled, *ready], ready, strict=False)]
-    return TrialTiming(prefilled - start, done - prefilled, mx.get_peak_memory(), steps)
+    generated = ready[1:]
+    done = generated[-1] if generated else time.perf_counter()
+    steps = [b - a for a, b in zip([prefilled, *generated], generated, strict=False)]
+    ttft_s = ready[0] - start if ready else None
+    return TrialTiming(prefilled - start, done - prefilled, mx.get_peak_memory(), steps, ttft_s)
 
 
 def trial_record(timing: TrialTiming, batch: int, prompt_tokens: int, gen_tokens: int) -> dict[str, Any]:
@@ -113,8 +139,11 @@ def trial_record(timing: TrialTiming, batch: int, prompt_tokens: int, gen_tokens
         "prefill_tps": batch * prompt_tokens / timing.prefill_s,
         "gen_s": timing.gen_s if gen_steps else None,
         "gen_tps": batch * gen_steps / timing.gen_s if gen_steps else None,
-        "step_s": timing.step_s,  # inter-token latencies: TTFT is prefill_s
+        "step_s": timing.step_s,  # inter-token latencies
         "peak_memory_bytes": timing.peak_memory_bytes,
+        # Optional (trials recorded before it lack it): mlx-lm's prompt_tps, to set beside mlx_lm.benchmark.
+        "ttft_s": timing.ttft_s,
+        "ttft_tps": batch * prompt_tokens / timing.ttft_s if timing.ttft_s else None,
     }
 
 

@@ -16,7 +16,8 @@ from typing import Any
 import pandas as pd
 
 from ..analysis import stats
-from ..analysis.gate import Outcome, Verdict, cell_names
+from ..analysis.gate import BUILD, Outcome, Stalls, Verdict, cell_names
+from ..analysis.inference import STALLS_NEW, slower_beyond
 from .document import Block, Bullets, Heading, Paragraph, Table
 from .format import format_ci, format_delta, format_tps
 
@@ -29,7 +30,23 @@ def summary_line(v: Verdict) -> str:
     what = " ".join(part for part in (v.cell, v.variant, v.metric) if part)
     if v.ci is None:
         return f"{v.check}: {what}: {v.status}" + (f" ({v.note})" if v.note else "")
+    if v.stalls and v.stalls.arm == STALLS_NEW and not slower_beyond(v.ci, v.limit.pct):
+        return f"{v.check}: {what}: the {_arm(v, v.stalls)} stalls and the {_arm(v, v.stalls, other=True)} does not: " \
+               + stall_facts(v.stalls)
     return f"{v.check}: {what}: {format_delta(v.ci)} {format_ci(v.ci)}, beyond the limit {v.limit}"
+
+
+def stall_facts(s: Stalls) -> str:
+    """"6 of 40 rounds excluded against it; Δ over all rounds +11.4% [+5.0%, +18.1%]; without them +26.2% [...]"."""
+    return (f"{s.against_arm} of {s.rounds} rounds excluded against it (sign test p = {s.sign_p:.2g}); Δ over all "
+            f"rounds {format_delta(s.all_rounds)} {format_ci(s.all_rounds)}; without them {format_delta(s.trimmed)} "
+            f"{format_ci(s.trimmed)}")
+
+
+def _arm(v: Verdict, s: Stalls, other: bool = False) -> str:
+    """The arm's name as a check row reads it: the build for the A/B gate, else the variant side."""
+    names = ("current build", "reference build") if v.check == BUILD else ("new variant", "baseline variant")
+    return names[(s.arm == STALLS_NEW) == other]
 
 
 def _value(value: float, unit: str) -> str:
@@ -40,7 +57,10 @@ def _value(value: float, unit: str) -> str:
 
 def verdict_row(v: Verdict, with_cell: bool) -> tuple[str, ...]:
     delta = f"{format_delta(v.ci)} {format_ci(v.ci)}" if v.ci else ""
-    status = f"{v.status} ({v.note})" if v.note else v.status
+    note = v.note
+    if v.stalls and v.stalls.arm:
+        note = "; ".join(part for part in (note, f"the {_arm(v, v.stalls)} stalls: {stall_facts(v.stalls)}") if part)
+    status = f"{v.status} ({note})" if note else v.status
     cells = (v.check, v.cell, v.variant, v.metric, _value(v.baseline, v.unit), _value(v.current, v.unit), delta,
              str(v.limit) if v.limit else "", status)
     return cells if with_cell else cells[:1] + cells[2:]
@@ -98,12 +118,29 @@ def to_json(outcome: Outcome) -> str:
         "ci_low_pct": _finite(v.ci.low_pct) if v.ci else None,
         "ci_high_pct": _finite(v.ci.high_pct) if v.ci else None,
         "limit_pct": v.limit.pct if v.limit else None, "limit_bound": v.limit.bound if v.limit else None,
-        "verdict": v.status, "failed": v.failed, "note": v.note,
+        "verdict": v.status, "failed": v.failed, "note": v.note, **stall_json(v.stalls),
     } for v in outcome.verdicts]
     gab = github_action_benchmark(stats.timed_trials(outcome.trials), outcome.comparisons)
     document = {"passed": not outcome.failures, "exit_code": outcome.exit_code, "notes": outcome.notes,
                 "verdicts": verdicts, "github_action_benchmark": gab}
     return json.dumps(document, indent=1, ensure_ascii=False)
+
+
+def stall_json(s: Stalls | None) -> dict[str, Any]:
+    """The stall rule's typed figures for one row: "stalls" is "new", "baseline" or null (also null for rows that are
+    not paired), and both candidate Δs with their own 95% intervals; "delta_pct" above is the one the verdict used."""
+    if s is None:
+        return {"stalls": None, "over_all_rounds": None, "rounds": None, "excluded_against_new": None,
+                "excluded_against_baseline": None, "stall_sign_p": None, "all_rounds": None, "trimmed": None}
+    return {"stalls": s.arm, "over_all_rounds": s.over_all_rounds, "rounds": s.rounds,
+            "excluded_against_new": s.against_new, "excluded_against_baseline": s.against_baseline,
+            "stall_sign_p": _finite(s.sign_p), "all_rounds": _interval_json(s.all_rounds),
+            "trimmed": _interval_json(s.trimmed)}
+
+
+def _interval_json(ci: stats.RatioCI) -> dict[str, Any]:
+    return {"rounds": ci.n, "delta_pct": _finite(ci.delta_pct), "ci_low_pct": _finite(ci.low_pct),
+            "ci_high_pct": _finite(ci.high_pct)}
 
 
 def _finite(value: float) -> float | None:

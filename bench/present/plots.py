@@ -96,7 +96,7 @@ def throughput_plot(
             pos = np.arange(len(sizes)) + (j - (len(variants) - 1) / 2) * width
             errors = [(rows["median"] - rows["q1"]).fillna(0), (rows["q3"] - rows["median"]).fillna(0)]
             ax.bar(pos, rows["median"], width, yerr=errors, capsize=3, color=colors[variant], label=variant)
-        _log_if_wide(ax, panel["median"])
+        _tps_axis(ax, panel["median"])
         ax.set_xticks(np.arange(len(sizes)), sizes)
         ax.set_title(METRIC_TITLES[metric], fontsize=10)
         ax.set_xlabel("model size")
@@ -130,7 +130,7 @@ def prompt_sweep_plot(
                             color=colors[variant], marker=markers.get(size, "o"), capsize=3,
                             label=f"{size} · {variant}")
         _token_axis(ax, panel["prompt_tokens"])
-        _log_if_wide(ax, panel["median"])
+        _tps_axis(ax, panel["median"])
         ax.set_title(METRIC_TITLES[metric], fontsize=10)
         ax.set_xlabel("prompt length (tokens)")
         ax.set_ylabel("median throughput (tokens/s)")
@@ -162,6 +162,7 @@ def rounds_plot(
             ax.set_title(f"{size} · {METRIC_TITLES[metric]}", fontsize=9)
             ax.set_xlabel("round")
             ax.set_ylabel("tokens/s")
+            _tps_axis(ax, cell[f"{metric}_tps"].dropna())
             ax.xaxis.get_major_locator().set_params(integer=True)
             ax.grid(alpha=0.3)
     _legend(fig, axes[0][0])
@@ -188,6 +189,7 @@ def depth_plot(
             ax.plot(stats.index, stats[0.5], marker="o", color=colors[variant], label=variant)
             ax.fill_between(stats.index, stats[0.25], stats[0.75], color=colors[variant], alpha=0.2)
         _token_axis(ax, panel["depth"])
+        _tps_axis(ax, panel["gen_tps"])
         ax.set_title(size, fontsize=10)
         ax.set_xlabel("KV cache depth (tokens)")
         ax.set_ylabel("decode throughput (tokens/s)")
@@ -277,10 +279,16 @@ def _token_axis(ax: Axes, values: pd.Series) -> None:
     ax.xaxis.set_minor_locator(NullLocator())
 
 
-def _log_if_wide(ax: Axes, values: pd.Series) -> None:
+def _tps_axis(ax: Axes, values: pd.Series) -> None:
+    """A tok/s axis that never exaggerates a gap: linear from 0, so a 4% difference looks like 4% (autoscaling
+    started pr18809's decode panels at 2.80 tok/s, and a gap inside the IQR filled the panel); logarithmic only when
+    the values span more than LOG_SCALE_SPAN, where a linear axis would flatten the small sizes' bars."""
     positive = values[values > 0]
     if not positive.empty and positive.max() / positive.min() > LOG_SCALE_SPAN:
         ax.set_yscale("log")
+    else:
+        # Autoscaling left a margin of the narrow data range only; above a zero-based axis, caps and bands need more.
+        ax.set_ylim(0, ax.get_ylim()[1] * 1.05)
 
 
 def _save(fig: Figure, title: str, caption: str, path: Path) -> Path:

@@ -12,7 +12,7 @@ from .. import plots
 from ..document import Block, Bullets, Figure, Heading, Table
 from ..format import format_tps
 from .context import machine_suffix, plot_caption, slug
-from .delta import delta_cells
+from .delta import delta_cells, stall_warnings
 
 BUILD_COLUMNS = ("Size", "Metric", "Variant", "Reference", "Current", "Δ", "95% CI (Holm)", "±", "Rounds", "Verdict")
 
@@ -21,8 +21,7 @@ def builds_section(study: Study, out_dir: Path) -> list[Block]:
     if study.build_trials.empty:
         return []
     builds = next(iter(study.results.runs.values())).get("builds") or {}
-    commits = [f"{name}: commit {str(b.get('commit') or '?')[:12]}" + (" (uncommitted changes)" if b.get("dirty")
-                                                                      else "") for name, b in builds.items()]
+    commits = [build_line(name, b) for name, b in builds.items()]
     blocks: list[Block] = [Heading("Current build vs reference build"), Bullets((
         *commits,
         "Both builds ran every round back to back on the same prompt and weights (trials interleaved, order "
@@ -43,8 +42,19 @@ def builds_section(study: Study, out_dir: Path) -> list[Block]:
             )
             where = workload if len(study.machines) == 1 else f"{workload} · {machine}"
             blocks += [Heading(where, 3), Table(BUILD_COLUMNS, rows, frozenset(range(3, 9)))]
+            if stalls := stall_warnings(table, where):  # the arm is "current" or "reference": the build that stalls
+                blocks.append(Bullets(tuple(stalls)))
             blocks.append(_figure(study, machine, workload, table, labels, out_dir))
     return blocks
+
+
+def build_line(name: str, build: dict) -> str:
+    """"reference: mlx 0.31.2 (/path/python), commit abc": a build of another environment is named by it."""
+    commit = f"commit {str(build.get('commit') or '?')[:12]}" + (" (uncommitted changes)" if build.get("dirty") else "")
+    if not build.get("packages"):
+        return f"{name}: {commit}"
+    versions = ", ".join(f"{n} {v}" for n, v in build["packages"].items())
+    return f"{name}: {build.get('label') or versions} ({versions}; {build.get('python')}), {commit}"
 
 
 def _figure(study: Study, machine: str, workload: str, table: pd.DataFrame, labels: dict, out_dir: Path) -> Figure:

@@ -13,7 +13,7 @@ from typing import Any, NamedTuple
 
 import pandas as pd
 
-from ...analysis.inference import OUTLIER_K, OUTLIER_MIN_ROUNDS
+from ...analysis.inference import OUTLIER_K, OUTLIER_MIN_ROUNDS, STALL_ALPHA, STALLS_NEW
 from ...analysis.reference import Reference
 from ...analysis.stats import ALPHA
 from ...analysis.study import (
@@ -32,7 +32,7 @@ from ...analysis.study import (
 from .. import plots
 from ..document import Block, Bullets, Figure, Heading, Table
 from ..format import format_tps, signed_pct
-from .context import environment_line, machine_suffix, plot_caption, slug
+from .context import environment_line, machine_suffix, plot_caption, slug, threads_note
 from .kernels import attention_note
 
 DELTA_COLUMNS = ("Size", "Metric", "Baseline", "New", "Δ", "95% CI (Holm)", "±", "Rounds", "Verdict")
@@ -64,11 +64,63 @@ def delta_cells(row: Any, failed: Sequence[str], new: str) -> DeltaCells:
         return DeltaCells("—", "—", "—", "—", INCORRECT if new in failed else f"{INCORRECT} (baseline)")
     if row.n_pairs == 0:
         return DeltaCells("—", "—", "—", "0", row.verdict_text)
-    rounds = f"{row.n_pairs}" + (f" ({row.excluded} outlier{'s' if row.excluded > 1 else ''})" if row.excluded else "")
+    rounds, delta = _rounds_cell(row), signed_pct(row.delta_pct)
+    if row.over_all_rounds:  # Δ is over all rounds: the trimmed Δ goes beside it
+        delta += f" (trimmed {signed_pct(row.trimmed_delta_pct)})"
     if math.isnan(row.adj_low):
-        return DeltaCells(signed_pct(row.delta_pct), "—", "—", rounds, row.verdict_text)
+        return DeltaCells(delta, "—", "—", rounds, row.verdict_text)
     interval = f"[{signed_pct((row.adj_low - 1) * 100)}, {signed_pct((row.adj_high - 1) * 100)}]"
-    return DeltaCells(signed_pct(row.delta_pct), interval, f"±{row.half_width_pct:.1f}%", rounds, row.verdict_text)
+    return DeltaCells(delta, interval, f"±{row.half_width_pct:.1f}%", rounds, row.verdict_text)
+
+
+def _rounds_cell(row: Any) -> str:
+    """"40", "38 (2 outliers)", "40 (compiled stalls in 6)" or "40 (all; 2 outliers kept)"."""
+    outliers = row.excluded_new + row.excluded_baseline
+    if _flags_an_arm(row):
+        return f"{row.n_pairs} ({stalling_arm(row)} stalls in {_against_arm(row)})"
+    if row.over_all_rounds:
+        return f"{row.n_pairs} (all; {outliers} outlier{'s' if outliers > 1 else ''} kept)"
+    return f"{row.n_pairs}" + (f" ({row.excluded} outlier{'s' if row.excluded > 1 else ''})" if row.excluded else "")
+
+
+def stalling_arm(row: Any) -> str:
+    """The name of the arm the stall rule flags, as the table names it (a variant, or "current" for a build)."""
+    return row.new if row.stalls == STALLS_NEW else row.baseline
+
+
+def _flags_an_arm(row: Any) -> bool:
+    return isinstance(row.stalls, str)  # None, or NaN where pandas read a column of None
+
+
+def _against_arm(row: Any) -> int:
+    return row.excluded_new if row.stalls == STALLS_NEW else row.excluded_baseline
+
+
+def stall_warnings(comparison: pd.DataFrame, where: str) -> list[str]:
+    """Rows whose Δ the stall rule took over all rounds, naming the arm that stalls when the sign test says which."""
+    warnings = []
+    for r in comparison[comparison["over_all_rounds"].astype(bool)].itertuples():
+        what = " ".join(str(part) for part in (r.size, getattr(r, "variant", ""), r.metric) if part)
+        every = f"{signed_pct(r.all_delta_pct)} [{_pct(r.all_low)}, {_pct(r.all_high)}]"
+        without = f"{signed_pct(r.trimmed_delta_pct)} [{_pct(r.trimmed_low)}, {_pct(r.trimmed_high)}]"
+        if _flags_an_arm(r):
+            warnings.append(
+                f"{stalling_arm(r)} stalls: {where}: {what}: {_against_arm(r)} of {r.all_rounds} rounds "
+                f"excluded against it (sign test p = {r.sign_p:.2g} < {STALL_ALPHA:g}); Δ over all rounds {every}; "
+                f"without them {without}"
+            )
+            continue
+        warnings.append(
+            f"outlier rounds moved Δ: {where}: {what}: {r.excluded_new} round(s) against {r.new}, "
+            f"{r.excluded_baseline} against {r.baseline} lay beyond the fence; without them Δ would be {without}, "
+            f"outside its own interval, so Δ is over all {r.all_rounds} rounds: {every} (too few to say which arm "
+            f"stalls: sign test p = {r.sign_p:.2g})"
+        )
+    return warnings
+
+
+def _pct(ratio: float) -> str:
+    return signed_pct((ratio - 1) * 100)
 
 
 def delta_table(
@@ -185,6 +237,8 @@ def delta_section(
         context.append(reference_note(reference, study, machine, [timed, closed], pair))
     if note := attention_note(study, machine, workload, pair):
         context.append(note)
+    if note := threads_note(study.envs.get(machine) or []):
+        context.append(note)
     where = workload if len(study.machines) == 1 else f"{workload} · {machine}"
     blocks: list[Block] = [Heading(f"{pair[0]} → {pair[1]} · {where}", 3), Bullets(tuple(context)), table]
     if notes:
@@ -243,11 +297,12 @@ def _table_warnings(comparison: pd.DataFrame, where: str) -> list[str]:
         for r in comparison.itertuples() if r.verdict == "needs more rounds"
     ]
     warnings += [
-        f"outlier rounds: {where}: {r.size} {r.metric}: {r.excluded} of {r.n_pairs} round(s) lay more than "
-        f"{OUTLIER_K:g} robust SDs from the median ratio and were left out of Δ (their spread still counts)"
+        f"outlier rounds: {where}: {r.size} {r.metric}: {r.excluded} of {r.n_pairs + r.excluded} round(s) lay more "
+        f"than {OUTLIER_K:g} robust SDs from the median ratio ({r.excluded_new} against {r.new}, "
+        f"{r.excluded_baseline} against {r.baseline}) and were left out of Δ (their spread still counts)"
         for r in comparison.itertuples() if r.excluded
     ]
-    return warnings
+    return warnings + stall_warnings(comparison, where)
 
 
 def delta_sections(
@@ -275,6 +330,9 @@ def method_section(margin_pct: float) -> list[Block]:
         f"One bad trial cannot swing a row: from {OUTLIER_MIN_ROUNDS} rounds on, a round whose log ratio lies more "
         f"than {OUTLIER_K:g} robust SDs (pairwise scale) from the median is left out of Δ; its spread still counts, "
         "and the Rounds column names it.",
+        "Unless one arm stalls: when the left-out rounds go against one arm more often than chance allows (exact sign "
+        f"test, p < {STALL_ALPHA:g}) or would move Δ outside its own interval, Δ, its interval and the verdict use "
+        "every round, the trimmed Δ is shown beside it, and the Rounds column names the arm that stalls.",
         "95% CI (Holm): the Student t interval on the mean log ratio, widened to Holm's level for its rank among the "
         f"rows of its table, so the whole table holds a {1 - ALPHA:.0%} family-wise guarantee; ± is its half-width, "
         "the smallest effect this row could have detected.",

@@ -2,12 +2,15 @@
 
 from __future__ import annotations
 
+import pandas as pd
+
 from ...analysis import stats
-from ...analysis.study import Study, cell_labels, on, ordered_cells, ordered_workloads
+from ...analysis.study import Study, cell_labels, on, optional_medians, ordered_cells, ordered_workloads
 from ..document import Block, Heading, Paragraph, Table
 from ..format import format_seconds
 
 LATENCY_COLUMNS = ("Size", "Variant", "TTFT p50", "ITL p50", "ITL p90", "ITL p99", "Steps")
+MLX_LM_TTFT_COLUMN = "TTFT mlx-lm p50"
 
 
 def latency_section(study: Study) -> list[Block]:
@@ -17,17 +20,29 @@ def latency_section(study: Study) -> list[Block]:
     blocks: list[Block] = [Heading("Latency"), Paragraph(
         "TTFT is the prefill's time to the first generated token (median over timed rounds); ITL is the time between "
         "consecutive generated tokens, every decode step of every timed round pooled, read where mlx-lm's pipelined "
-        "loop waits for each token. Tail percentiles need many steps: p99 of fewer than 100 is the maximum."
+        "loop waits for each token. Tail percentiles need many steps: p99 of fewer than 100 is the maximum. "
+        f"{MLX_LM_TTFT_COLUMN}, where the trials recorded it, is the first token as mlx-lm's stream_generate reads "
+        "it, after queuing the first decode step (its prompt_tps clock): on a GPU close to TTFT, on the CPU backend "
+        "later by the part of that step the queuing waits for."
     )]
     for machine in study.machines:
         for workload in ordered_workloads([on(study.timed, machine)]):
-            rows = on(table, machine, workload)
-            labels = cell_labels(ordered_cells([rows]))
-            body = tuple(
-                (labels[(r.model_key, r.size)], r.variant, format_seconds(r.ttft_p50),
-                 *(format_seconds(v) for v in (r.itl_p50, r.itl_p90, r.itl_p99)), str(r.steps))
-                for r in rows.itertuples() if r.steps
-            )
-            where = workload if len(study.machines) == 1 else f"{workload} · {machine}"
-            blocks += [Heading(where, 3), Table(LATENCY_COLUMNS, body, frozenset(range(2, 7)))]
+            blocks += [Heading(workload if len(study.machines) == 1 else f"{workload} · {machine}", 3),
+                       _latency_table(on(table, machine, workload), on(study.timed, machine, workload))]
     return blocks
+
+
+def _latency_table(rows: pd.DataFrame, timed: pd.DataFrame) -> Table:
+    """One machine and workload; the mlx-lm TTFT column only where its trials carry it."""
+    labels = cell_labels(ordered_cells([rows]))
+    mlx_lm_ttft = optional_medians(timed, "ttft_s")
+    columns = (*LATENCY_COLUMNS[:3], MLX_LM_TTFT_COLUMN, *LATENCY_COLUMNS[3:]) if mlx_lm_ttft else LATENCY_COLUMNS
+    body = []
+    for r in rows.itertuples():
+        if not r.steps:
+            continue
+        extra = ((format_seconds(mlx_lm_ttft[(r.model_key, r.variant)]) if (r.model_key, r.variant) in mlx_lm_ttft
+                  else "—"),) if mlx_lm_ttft else ()
+        body.append((labels[(r.model_key, r.size)], r.variant, format_seconds(r.ttft_p50), *extra,
+                     *(format_seconds(v) for v in (r.itl_p50, r.itl_p90, r.itl_p99)), str(r.steps)))
+    return Table(columns, tuple(body), frozenset(range(2, len(columns))))

@@ -15,6 +15,7 @@ from ...analysis.study import (
     closed_reason,
     labelled,
     on,
+    optional_medians,
     ordered_cells,
     ordered_workloads,
     variants_in,
@@ -23,6 +24,10 @@ from .. import plots
 from ..document import Block, Figure, Heading, Paragraph, Table
 from ..format import format_tps
 from .context import machine_suffix, plot_caption, slug
+
+# mlx_lm.benchmark's prompt_tps: prompt tokens over stream_generate's time to first token, which takes in queuing
+# the first decode step (on the CPU backend, running its head; see bench/measure/worker.py).
+TTFT_METRIC = "prefill as mlx-lm reports it (TTFT)"
 
 
 @dataclass(frozen=True)
@@ -64,10 +69,16 @@ def median_rows(
 
 
 def medians_table(study: Study, machine: str, workload: str) -> Table:
-    """Median tok/s per size x metric x variant, with the CV."""
+    """Median tok/s per size x metric x variant, with the CV; under prefill, the TTFT rate where trials carry it."""
     variants, rows = median_rows(study, machine, workload)
-    return Table(("Size", "Metric", *variants), tuple((r.label, r.metric, *r.values) for r in rows),
-                 frozenset(range(2, 2 + len(variants))))
+    ttft = optional_medians(on(study.timed, machine, workload), "ttft_tps")
+    body = []
+    for r in rows:
+        body.append((r.label, r.metric, *r.values))
+        if r.metric == "prefill" and any((r.cell[0], v) in ttft for v in variants):
+            values = (format_tps(ttft[(r.cell[0], v)]) if (r.cell[0], v) in ttft else "—" for v in variants)
+            body.append((r.label, TTFT_METRIC, *values))
+    return Table(("Size", "Metric", *variants), tuple(body), frozenset(range(2, 2 + len(variants))))
 
 
 def _median_cell(row: pd.Series, center: str, with_cv: bool) -> str:
@@ -78,7 +89,10 @@ def _median_cell(row: pd.Series, center: str, with_cv: bool) -> str:
 def throughput_section(study: Study, out_dir: Path) -> list[Block]:
     blocks: list[Block] = [Heading("Throughput"), Paragraph(
         "Median tokens/s of the timed rounds (warmups excluded) with the coefficient of variation; summary.csv "
-        "holds the quartiles and n."
+        "holds the quartiles and n. Where the trials recorded it, a row under prefill gives the prompt rate as "
+        "mlx-lm's stream_generate reports it (mlx_lm.benchmark's prompt_tps): prompt tokens over its time to the "
+        "first token, which also takes in queuing the first decode step (on the CPU backend, running all of it but "
+        "its last ~100 kernels), so this rate is a little lower than prefill's, which stops at the first token."
     )]
     for machine in study.machines:
         for workload in ordered_workloads([on(study.timed, machine), on(study.closed, machine)]):

@@ -1,0 +1,157 @@
+"""`fusebench bisect`: which candidate (a commit, a package release) made the build slower, decided by intervals.
+
+Candidates are ordered oldest first; GOOD lies before the first and BAD is the last. Every step is an A/B of one
+candidate (the current build) against a reference, both interleaved round by round in one run (run --against), and
+its verdict comes from the Holm-adjusted intervals of `stats.compare_builds`, the same table `fusebench check` gates:
+
+1. BAD against GOOD. The rows whose whole interval lies below -limit (check's rule) are the regression, and the
+   search tracks them. When no row did, but an interval reaches below -limit, the A/B is repeated (the runs
+   pooled, paired within each) until a row regresses or every interval lies above -limit (the pooled rows',
+   when the experiment has several variants): then there is no regression to find.
+2. Binary search, each step the midpoint candidate against GOOD. "bad": some tracked row's interval lies wholly
+   below -limit (the midpoint is already slower than GOOD beyond the limit: the culprit is at or before it);
+   "good": every tracked row's interval lies wholly above -limit (not slower beyond the limit: the culprit is after
+   it). Neither: the step is inconclusive and is measured again, pooling its runs, up to `max_runs`; one that stays
+   inconclusive ends the search with the two candidates it could not decide between, never with a guess.
+3. The first bad candidate against its predecessor, once more, by the same rule: "confirmed" when it alone is slower
+   beyond the limit (a regression spread over several candidates may be bad against GOOD but not against its
+   predecessor, and the output says so).
+
+Each decision errs with at most the Holm family's 5% per look; repeating an inconclusive step adds looks, which is
+why their number is capped.
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass
+
+import pandas as pd
+
+from . import stats
+
+BAD, GOOD, INCONCLUSIVE = "bad", "good", "inconclusive"
+REGRESSION, SEARCH, CULPRIT = "regression", "search", "culprit"  # what a step asks
+MIN_PAIRS = 3  # fewer paired rounds give no interval worth deciding on
+
+
+@dataclass(frozen=True)
+class Reading:
+    """One row of a step's build table: a variant's (or all variants') metric, current against reference."""
+
+    model_key: str
+    workload: str
+    variant: str
+    metric: str
+    delta_pct: float
+    low_pct: float  # the Holm-adjusted 95% interval
+    high_pct: float
+    rounds: int
+
+    @property
+    def row(self) -> tuple[str, str, str, str]:
+        return self.model_key, self.workload, self.variant, self.metric
+
+
+def readings(trials: pd.DataFrame) -> list[Reading]:
+    """A run --against file's (or several pooled ones') build table, as check computes it."""
+    table = stats.compare_builds(trials)
+    return [Reading(r.model_key, r.workload, r.variant, r.metric, r.delta_pct, (r.adj_low - 1) * 100,
+                    (r.adj_high - 1) * 100, int(r.n_pairs))
+            for r in table.itertuples() if r.n_pairs >= MIN_PAIRS and math.isfinite(r.adj_high)]
+
+
+def regressed(found: Sequence[Reading], limit_pct: float) -> list[Reading]:
+    """The rows a check would fail: the whole interval below -limit. The pooled rows, when any regressed, stand for
+    the rest: a change to shared code moves every variant, and pooling gives the narrowest interval."""
+    rows = [r for r in found if r.high_pct < -limit_pct]
+    pooled = [r for r in rows if r.variant == stats.ALL_VARIANTS]
+    return sorted(pooled or rows, key=lambda r: r.high_pct)
+
+
+def classify(found: Sequence[Reading], tracked: Sequence[tuple[str, str, str, str]], limit_pct: float
+             ) -> tuple[str, Reading | None]:
+    """A step's verdict on the tracked rows, and the reading that decided it (the first tracked one when none did)."""
+    mine = [r for r in found if r.row in tracked]
+    if not mine:
+        return INCONCLUSIVE, None
+    if bad := [r for r in mine if r.high_pct < -limit_pct]:
+        return BAD, min(bad, key=lambda r: r.high_pct)
+    if all(r.low_pct > -limit_pct for r in mine):
+        return GOOD, mine[0]
+    return INCONCLUSIVE, min((r for r in mine if r.low_pct <= -limit_pct), key=lambda r: r.low_pct)
+
+
+@dataclass(frozen=True)
+class Step:
+    role: str  # REGRESSION, SEARCH or CULPRIT
+    index: int  # the candidate measured (current build)
+    against: int  # its reference: -1 is GOOD
+    status: str
+    reading: Reading | None
+    runs: int  # A/B runs pooled for the verdict
+
+
+@dataclass(frozen=True)
+class Outcome:
+    steps: tuple[Step, ...]
+    tracked: tuple[Reading, ...]  # the regression BAD showed against GOOD; empty: none
+    first_bad: int | None = None
+    undecided: tuple[int, int] | None = None  # (last good, first bad) when a step stayed inconclusive
+
+    @property
+    def confirmed(self) -> bool:
+        return bool(self.steps) and self.steps[-1].role == CULPRIT and self.steps[-1].status == BAD
+
+
+# measure(index, against, runs): the readings of candidate `index` against `against` (-1: GOOD), pooled over its
+# first `runs` A/B runs (each run made once, then read again).
+Measure = Callable[[int, int, int], Sequence[Reading]]
+
+
+def bisect(candidates: int, measure: Measure, limit_pct: float, max_runs: int) -> Outcome:
+    """The search over candidates 0..candidates-1 (the last is BAD), as the module's docstring describes."""
+    bad = candidates - 1
+    first, tracked = regression(bad, measure, limit_pct, max_runs)
+    steps = [first]
+    if not tracked:
+        return Outcome(tuple(steps), ())
+    rows = [r.row for r in tracked]
+    low, high = -1, bad
+    while high - low > 1:
+        mid = (low + high) // 2
+        step = decide(SEARCH, mid, -1, measure, rows, limit_pct, max_runs)
+        steps.append(step)
+        if step.status == INCONCLUSIVE:
+            return Outcome(tuple(steps), tuple(tracked), undecided=(low, high))
+        low, high = (low, mid) if step.status == BAD else (mid, high)
+    steps.append(decide(CULPRIT, high, high - 1, measure, rows, limit_pct, max_runs))
+    return Outcome(tuple(steps), tuple(tracked), first_bad=high)
+
+
+def regression(bad: int, measure: Measure, limit_pct: float, max_runs: int) -> tuple[Step, list[Reading]]:
+    """BAD against GOOD, runs pooled while some row could still be a regression: the step, and the rows that
+    regressed (empty: none did, every interval lying above -limit or the runs spent)."""
+    tracked: list[Reading] = []
+    runs, cleared = 0, False
+    while runs < max_runs and not tracked and not cleared:
+        runs += 1
+        found = measure(bad, -1, runs)
+        tracked = regressed(found, limit_pct)
+        # The pooled rows, when there are any, clear BAD: single variants' wider intervals may never settle.
+        deciding = [r for r in found if r.variant == stats.ALL_VARIANTS] or found
+        cleared = all(r.low_pct > -limit_pct for r in deciding)
+    shown = tracked[0] if tracked else min(deciding, key=lambda r: r.low_pct, default=None)
+    status = BAD if tracked else GOOD if cleared else INCONCLUSIVE
+    return Step(REGRESSION, bad, -1, status, shown, runs), tracked
+
+
+def decide(role: str, index: int, against: int, measure: Measure, rows: Sequence[tuple[str, str, str, str]],
+           limit_pct: float, max_runs: int) -> Step:
+    """One step: A/B runs pooled until the tracked rows decide, at most max_runs."""
+    status, reading, runs = INCONCLUSIVE, None, 0
+    while status == INCONCLUSIVE and runs < max_runs:
+        runs += 1
+        status, reading = classify(measure(index, against, runs), rows, limit_pct)
+    return Step(role, index, against, status, reading, runs)

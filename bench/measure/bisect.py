@@ -1,0 +1,143 @@
+"""`fusebench bisect`: the A/B runs a search asks for (analysis.bisect decides what they mean).
+
+A candidate is a commit between two git refs (each build a temporary worktree of it, as `run --against` makes) or a
+package release between two versions (each build this tree run by an environment with that release, as
+`run --against-env` makes). Every A/B run is one results file under OUT, named by its two candidates and its
+repetition; a file whose every cell has finished is read again instead of re-run, so an interrupted search picks up
+where it stopped, and an unfinished one is measured anew.
+"""
+
+from __future__ import annotations
+
+import contextlib
+from collections.abc import Iterator, Sequence
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Protocol
+
+from rich.console import Console
+
+from ..analysis.bisect import Reading, readings
+from ..core.errors import UserError
+from ..core.results import read_results
+from ..core.spec import Experiment
+from . import envs
+from .builds import commit_build, environment_build, git_output, resolve_commit
+from .runner import RunOptions, run_experiment
+from .session import Build
+
+
+class BisectError(UserError):
+    """Input a search cannot start from (refs, versions, a dirty tree), or a step that cannot be compared."""
+
+
+@dataclass(frozen=True)
+class Candidate:
+    key: str  # a full commit hash, or a version
+    title: str  # the commit's subject, or "mlx 0.31.2"
+
+    @property
+    def short(self) -> str:
+        return self.key[:12]
+
+
+class Sides(Protocol):
+    def build(self, name: str, candidate: Candidate) -> contextlib.AbstractContextManager[Build]: ...
+
+
+@dataclass(frozen=True)
+class CommitSides:
+    experiment: Path
+
+    def build(self, name: str, candidate: Candidate) -> contextlib.AbstractContextManager[Build]:
+        return commit_build(name, candidate.key, self.experiment, f"bisect: commit {candidate.short}")
+
+
+@dataclass(frozen=True)
+class PackageSides:
+    package: str
+    experiment: Path
+    console: Console
+
+    @contextlib.contextmanager
+    def build(self, name: str, candidate: Candidate) -> Iterator[Build]:
+        what = f"bisect --package {self.package}: {candidate.key}"
+        environment = envs.resolve(f"{self.package}=={candidate.key}", what,
+                                   lambda text: self.console.print(text, highlight=False))
+        yield environment_build(name, environment, self.experiment, what)
+
+
+def commit_candidates(good: str, bad: str) -> tuple[Candidate, list[Candidate]]:
+    """GOOD and the commits after it up to BAD along BAD's first-parent line, oldest first."""
+    good_hash, bad_hash = resolve_commit(good, f"bisect: GOOD {good}"), resolve_commit(bad, f"bisect: BAD {bad}")
+    if good_hash == bad_hash:
+        raise BisectError(f"bisect: GOOD {good} and BAD {bad} are the same commit {good_hash[:12]}")
+    if git_output("merge-base", "--is-ancestor", good_hash, bad_hash) is None:
+        raise BisectError(f"bisect: GOOD {good} ({good_hash[:12]}) is not an ancestor of BAD {bad} "
+                          f"({bad_hash[:12]}); give the older, good commit first")
+    head = git_output("rev-parse", "HEAD")
+    if head in (good_hash, bad_hash) and git_output("status", "--porcelain", "--untracked-files=no"):
+        named = good if head == good_hash else bad
+        raise BisectError(f"bisect: {named} is HEAD, but the working tree has uncommitted changes that bisect would "
+                          "not measure (it measures commits); commit or stash them, or name another commit")
+    lines = git_output("log", "--reverse", "--first-parent", "--ancestry-path", "--format=%H %s",
+                       f"{good_hash}..{bad_hash}") or ""
+    commits = [Candidate(*line.partition(" ")[::2]) for line in lines.splitlines()]
+    subject = git_output("log", "-1", "--format=%s", good_hash) or ""
+    return Candidate(good_hash, subject), commits
+
+
+def package_candidates(package: str, good: str, bad: str) -> tuple[Candidate, list[Candidate]]:
+    """The released versions of PACKAGE from GOOD to BAD on the package index, oldest first."""
+    what = f"bisect --package {package}"
+    found = envs.between(envs.package_versions(package, what), good, bad, what)
+    first, *rest = [Candidate(v, f"{package} {v}") for v in found]
+    return first, rest
+
+
+class StepRuns:
+    """The measure function of analysis.bisect: each A/B run made once, into its own file under OUT."""
+
+    def __init__(self, exp: Experiment, good: Candidate, candidates: Sequence[Candidate], sides: Sides, out: Path,
+                 console: Console) -> None:
+        self.exp, self.good, self.candidates, self.sides = exp, good, list(candidates), sides
+        self.out, self.console = out, console
+        self.files: dict[tuple[int, int], list[Path]] = {}  # (index, against) -> its runs' files
+
+    def side(self, index: int) -> Candidate:
+        return self.good if index < 0 else self.candidates[index]
+
+    def __call__(self, index: int, against: int, runs: int) -> list[Reading]:
+        current, reference = self.side(index), self.side(against)
+        paths = [self.out / f"{current.short}-vs-{reference.short}-{k}.jsonl" for k in range(1, runs + 1)]
+        for path in paths:
+            if not self._complete(path):
+                self._run(path, current, reference)
+        self.files[index, against] = paths
+        results = read_results(paths)
+        if errors := results.of_kind("error"):
+            raise BisectError(f"bisect: cannot compare {current.title} with {reference.title}: "
+                              f"{errors[0].get('cell', '?')}: {errors[0].get('reason', '?')} ({paths[-1]})")
+        return readings(results.frame("trial"))
+
+    def _complete(self, path: Path) -> bool:
+        if not path.is_file():
+            return False
+        results = read_results([path])
+        header = next(iter(results.runs.values()), None)
+        if header is None:
+            return False
+        if header["experiment"]["sha256"] != self.exp.sha256:
+            raise BisectError(f"bisect: {path} was measured with another version of {self.exp.file}; "
+                              "resume with the same experiment, or give a new --out")
+        closed = {r.get("cell") for r in results.records if r["kind"] in ("stop", "skip", "error")}
+        return all(cell.key in closed for cell in self.exp.cells())
+
+    def _run(self, path: Path, current: Candidate, reference: Candidate) -> None:
+        path.unlink(missing_ok=True)  # an unfinished run is measured anew
+        self.console.print(f"A/B {current.title} ({current.short}) against {reference.title} ({reference.short}) "
+                           f"-> {path}", highlight=False)
+        with self.sides.build("current", current) as mine, self.sides.build("reference", reference) as theirs:
+            options = RunOptions(out=path, quiet=True, current=mine, reference=theirs)
+            if run_experiment(self.exp, options, self.console) == 130:
+                raise KeyboardInterrupt
