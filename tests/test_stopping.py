@@ -81,10 +81,9 @@ def test_a_width_at_the_target_makes_every_row_conclusive():
 
 
 def test_a_quick_cell_passes_its_time_on():
-    budget = RoundBudget(270.0, (1.0, 2.0, 4.0, 4.0))
-    first = budget.share_s(0.0, 0)
-    assert first == pytest.approx(270.0 / 11)
-    assert budget.share_s(10.0, 1) == pytest.approx(260.0 * 2 / 10)  # 10 s spent: the rest is shared again
+    budget = RoundBudget(270.0, 4)
+    assert budget.share_s(0.0, 0) == pytest.approx(67.5)
+    assert budget.share_s(30.0, 1) == pytest.approx(80.0)  # the first cell used 30 s of its 67.5
     assert budget.share_s(300.0, 3) == 0.0
 
 

@@ -22,10 +22,12 @@ Stages, not a look after every round
     5% of trials, 4.38% with Student-t(3) noise; each row's unadjusted 95% interval covered 94.6%, 97.0%, 95.3%.
 
 Time
-    A cell also stops when the run's time budget says so (see `RoundBudget`): it gets a share of what the cells
-    before it left, in proportion to the expected cost of its rounds (a 31B round costs about four E2B rounds),
-    so quick cells pass their time on to slow ones; a round that would not fit the share is not started, and the
-    table says "inconclusive (±X%)" for rows that then miss the target.
+    A cell also stops when the run's time budget says so (see `RoundBudget`): it gets an even share of what the
+    cells before it left, so a cell that reaches its target early passes its time on; a round that would not fit
+    the share is not started, and the table says "inconclusive (±X%)" for rows that then miss the target. Even
+    shares, not shares weighted by a round's cost: small models' short trials are the noisiest per round (E2B's
+    paired SD 2–4% against 31B's 1–3% here), so they need more rounds for the same width; weighting by cost gave
+    E2B 9 rounds and left 4 of its rows inconclusive, where even shares gave it 21 and every row conclusive.
 """
 
 from __future__ import annotations
@@ -77,17 +79,13 @@ class StagePlan:
 
 @dataclass(frozen=True)
 class RoundBudget:
-    """The run's time for timed rounds, shared among its cells in the order they run, in proportion to what a
-    round of each is expected to cost (`weights`: only their ratios matter)."""
+    """The run's time for timed rounds, shared among its cells in the order they run."""
 
     total_s: float
-    weights: tuple[float, ...]
+    cells: int
 
     def share_s(self, spent_s: float, cells_done: int) -> float:
-        """Seconds the next cell may spend: its weighted share of what the cells before it left, so a cell that
+        """Seconds the next cell may spend: an even share of what the cells before it left, so a cell that
         finishes early passes its time on."""
         left = max(0.0, self.total_s - spent_s)
-        remaining = self.weights[cells_done:]
-        if not remaining or sum(remaining) <= 0:
-            return left
-        return left * remaining[0] / sum(remaining)
+        return left / max(1, self.cells - cells_done)

@@ -32,7 +32,7 @@ from ..present.format import format_count
 from .env import blas_warning, default_threads
 from .job import CellShape, Command, Gate, ModelRef, WorkerJob
 from .load import LoadSampler, preflight
-from .memory import memory_verdict, model_config, weight_bytes
+from .memory import memory_verdict, model_config
 from .plugins import load_plugins
 from .probe import probe_in, worker_environment
 from .roofline import achieved, cell_work, peak_for, percent_of_peak
@@ -209,14 +209,6 @@ class PrecisionTarget:
         return now - self.started + per_round <= self.share_s
 
 
-def round_cost(model: ModelSpec, cell: Cell) -> float:
-    """What a round of the cell is expected to cost, up to a constant: every token reads all weights once, and on
-    a CPU a decode token costs about as much as 50 prompt tokens (measured here: 31B at 2 layers, 18 ms per prompt
-    token in a 128-token prefill, 0.96 s per decode step). Only ratios between cells matter."""
-    w = cell.workload
-    return weight_bytes(model) * w.batch * (w.gen_tokens + w.prompt_tokens / 50)
-
-
 def table_rows(exp: Experiment, builds: Sequence[str]) -> int:
     """Rows of the largest table a cell's comparisons appear in: every model at this workload, both metrics, and
     with a reference build every variant plus the pooled row."""
@@ -245,8 +237,7 @@ class Runner:
 
     def run(self, jobs: list[ModelJob], writer: ResultsWriter) -> None:
         if self.exp.precision and self.exp.precision.budget_s:
-            weights = tuple(round_cost(job.model, cell) for job in jobs for cell in job.cells)
-            self.budget = RoundBudget(self.exp.precision.budget_s, weights)
+            self.budget = RoundBudget(self.exp.precision.budget_s, sum(len(job.cells) for job in jobs))
         per_round = len(self.exp.variants) * len(self.builds)
         total = sum(len(job.cells) * per_round * (self.exp.warmup + self.exp.trials) for job in jobs)
         with self._progress() as progress:
