@@ -5,6 +5,7 @@ a stub tokenizer (mlx_lm.benchmark loads one; it only detokenizes the random tok
 fresh processes started with the same environment (the optimized BLAS preloaded as fusebench's workers have it):
 
 - `python -m mlx_lm.benchmark --model CKPT -p P -g G -n N`: mlx-lm's own gemma4_text code and stream_generate;
+- the same stream_generate loop in a child of ours, with mx.synchronize() between trials ("drained");
 - fusebench's worker timing (`time_trial`) on the same checkpoint: one warmup, then N trials, with the ops
   mlx-lm's gemma4_text runs (compiled GeGLU and softcap, fused SDPA, mx.fast RMSNorm and RoPE).
 
@@ -111,7 +112,40 @@ def fusebench_side(args: argparse.Namespace) -> None:
     print(json.dumps({**means, "peak_gb": means.pop("peak_memory_bytes") / 1e9}))
 
 
-def print_table(mlx: dict[str, float], ours: dict[str, float], args: argparse.Namespace, where: str) -> None:
+def run_drained(checkpoint: Path, args: argparse.Namespace, env: dict[str, str]) -> dict[str, float]:
+    command = [sys.executable, __file__, "--side", "drained", "--checkpoint", str(checkpoint),
+               "--prompt", str(args.prompt), "--gen", str(args.gen), "--trials", str(args.trials)]
+    done = subprocess.run(command, env=env, cwd=ROOT, capture_output=True, text=True, check=False)
+    if done.returncode:
+        sys.exit(f"drained mlx-lm side failed (exit {done.returncode}):\n{done.stderr[-3000:]}")
+    return json.loads(done.stdout.strip().splitlines()[-1])
+
+
+def drained_side(args: argparse.Namespace) -> None:
+    """In the child: mlx_lm.benchmark's own loop (stream_generate on mlx-lm's gemma4_text, EOS disabled), but with
+    mx.synchronize() after each trial, so no trial's prompt clock pays for the step the previous one left queued."""
+    import mlx.core as mx
+    from mlx_lm import load, stream_generate
+
+    model, tokenizer = load(str(args.checkpoint))
+    tokenizer._eos_token_ids = {}  # as mlx_lm.benchmark does: exactly G tokens every trial
+    mx.random.seed(0)
+    prompt = mx.random.randint(0, model.args.vocab_size, (args.prompt,)).tolist()
+    responses = []
+    for r in range(-1, args.trials):  # one warmup, as mlx_lm.benchmark runs
+        last = None
+        for last in stream_generate(model, tokenizer, prompt, max_tokens=args.gen,  # noqa: B007 (the last one)
+                                    prefill_step_size=PREFILL_STEP):
+            pass
+        mx.synchronize()
+        if r >= 0:
+            responses.append(last)
+    print(json.dumps({"prompt_tps": statistics.mean(x.prompt_tps for x in responses),
+                      "generation_tps": statistics.mean(x.generation_tps for x in responses)}))
+
+
+def print_table(mlx: dict[str, float], ours: dict[str, float], args: argparse.Namespace, where: str,
+                drained: dict[str, float]) -> None:
     print(f"E2B ({args.layers} layers, fp32) · prompt {args.prompt} · gen {args.gen} · {args.trials} trials, means")
     print(f"{where}")
     rows = [
@@ -124,6 +158,10 @@ def print_table(mlx: dict[str, float], ours: dict[str, float], args: argparse.Na
     for name, mlx_key, mlx_value, our_key, our_value in rows:
         print(f"{name:12s} {mlx_key:>16s} {mlx_value:11.2f} {our_key:>12s} {our_value:11.2f} "
               f"{our_value / mlx_value:20.3f}")
+    print(f"mlx-lm's stream_generate drained between trials: prompt_tps {drained['prompt_tps']:.2f} "
+          f"(fusebench ttft_tps / it = {ours['ttft_tps'] / drained['prompt_tps']:.3f}), generation_tps "
+          f"{drained['generation_tps']:.2f} "
+          f"(fusebench gen_tps / it = {ours['gen_tps'] / drained['generation_tps']:.3f})")
     print("expected: prompt > 1 by the previous trial's orphaned decode step in mlx-lm's prompt clock; "
           f"generation ~(G-1)/G = {(args.gen - 1) / args.gen:.3f} (mlx-lm counts G tokens over "
           "G-1 decode steps); prefill a little above prompt on CPU (fusebench's prefill stops at the first token, "
@@ -139,21 +177,22 @@ def parse_args() -> argparse.Namespace:
     parser.add_argument("--threads", type=int, default=None, help="BLAS threads (default: the BLAS's own, all cores)")
     parser.add_argument("--checkpoint", type=Path, default=None,
                         help="where to save the checkpoint (reused when it holds one; default: a temporary folder)")
-    parser.add_argument("--side", choices=("fusebench",), help=argparse.SUPPRESS)  # the child process
+    parser.add_argument("--side", choices=("fusebench", "drained"), help=argparse.SUPPRESS)  # a child process
     return parser.parse_args()
 
 
 def main() -> None:
     args = parse_args()
     if args.side:
-        fusebench_side(args)
+        {"fusebench": fusebench_side, "drained": drained_side}[args.side](args)
         return
     with tempfile.TemporaryDirectory(prefix="fusebench-side-by-side-") as scratch:
         checkpoint = ensure_checkpoint(args.checkpoint or Path(scratch) / "e2b", "e2b", args.layers)
         env, where = side_env(args.threads)
         mlx = run_mlx_lm(checkpoint, args, env)
+        drained = run_drained(checkpoint, args, env)
         ours = run_fusebench(checkpoint, args, env)
-    print_table(mlx, ours, args, where)
+    print_table(mlx, ours, args, where, drained)
 
 
 if __name__ == "__main__":

@@ -93,6 +93,7 @@ def test_the_plan_never_passes_max_rounds_and_stops_after_its_extensions():
     assert plan.next_stop(6, [0.5], 0) == 12
     assert plan.next_stop(6, [0.001], 0) == 6  # already narrow: done after the pilot
     assert plan.next_stop(9, [0.5], 2) == 9  # the one extension was used
+    assert StagePlan(2.4, print_level(8), pilot=6, max_rounds=12).next_stop(9, [0.5], 1) == 9  # none by default
 
 
 if __name__ == "__main__":
