@@ -5,7 +5,8 @@ a stub tokenizer (mlx_lm.benchmark loads one; it only detokenizes the random tok
 fresh processes started with the same environment (the optimized BLAS preloaded as fusebench's workers have it):
 
 - `python -m mlx_lm.benchmark --model CKPT -p P -g G -n N`: mlx-lm's own gemma4_text code and stream_generate;
-- the same stream_generate loop in a child of ours, with mx.synchronize() between trials ("drained");
+- the same stream_generate loop in a child of ours, synchronizing mlx-lm's generation stream between trials
+  ("drained");
 - fusebench's worker timing (`time_trial`) on the same checkpoint: one warmup, then N trials, with the ops
   mlx-lm's gemma4_text runs (compiled GeGLU and softcap, fused SDPA, mx.fast RMSNorm and RoPE).
 
@@ -123,9 +124,11 @@ def run_drained(checkpoint: Path, args: argparse.Namespace, env: dict[str, str])
 
 def drained_side(args: argparse.Namespace) -> None:
     """In the child: mlx_lm.benchmark's own loop (stream_generate on mlx-lm's gemma4_text, EOS disabled), but with
-    mx.synchronize() after each trial, so no trial's prompt clock pays for the step the previous one left queued."""
+    mx.synchronize(generation_stream) after each trial, so no trial's prompt clock pays for the step the previous
+    one left queued."""
     import mlx.core as mx
     from mlx_lm import load, stream_generate
+    from mlx_lm.generate import generation_stream  # mlx-lm generates on its own stream, not the default one
 
     model, tokenizer = load(str(args.checkpoint))
     tokenizer._eos_token_ids = {}  # as mlx_lm.benchmark does: exactly G tokens every trial
@@ -137,7 +140,7 @@ def drained_side(args: argparse.Namespace) -> None:
         for last in stream_generate(model, tokenizer, prompt, max_tokens=args.gen,  # noqa: B007 (the last one)
                                     prefill_step_size=PREFILL_STEP):
             pass
-        mx.synchronize()
+        mx.synchronize(generation_stream)
         if r >= 0:
             responses.append(last)
     print(json.dumps({"prompt_tps": statistics.mean(x.prompt_tps for x in responses),
