@@ -218,7 +218,7 @@ def test_dry_run_refuses_a_resume_file_of_another_experiment(tmp_path, capsys):
     code = main(["run", str(write_experiment(tmp_path)), "--dry-run", "--resume", str(other)])
     err = capsys.readouterr().err
     assert code == 2 and err.count("\n") == 1 and "Traceback" not in err
-    assert "different version of" in err and str(other) in err
+    assert "holds a run of experiment 'other'" in err and str(other) in err
 
 
 def test_plan_skips_closed_cells():

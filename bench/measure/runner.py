@@ -447,6 +447,10 @@ def resume_state(path: Path, exp: Experiment) -> tuple[str, set[tuple]]:
     if not runs:
         raise ResultsError(f"{path}: no run header; it is not a fusebench results file")
     run_id, header = next(iter(runs.items()))
+    recorded = header["experiment"].get("name")
+    if recorded != exp.name:
+        raise ResultsError(f"{path}: holds a run of experiment {recorded!r}, not {exp.name!r}; resume it with "
+                           f"fusebench run {recorded} --resume {path}, or start a new run")
     if header["experiment"]["sha256"] != exp.sha256:
         raise ResultsError(
             f"{path}: was recorded from a different version of {exp.file} (sha256 differs); "
