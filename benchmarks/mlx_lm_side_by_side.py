@@ -90,12 +90,13 @@ def run_mlx_lm(checkpoint: Path, args: argparse.Namespace, env: dict[str, str]) 
     return {"prompt_tps": prompt_tps, "generation_tps": generation_tps, "peak_gb": peak_gb}
 
 
-def run_fusebench(checkpoint: Path, args: argparse.Namespace, env: dict[str, str]) -> dict[str, float]:
-    command = [sys.executable, __file__, "--side", "fusebench", "--checkpoint", str(checkpoint),
+def run_side(side: str, checkpoint: Path, args: argparse.Namespace, env: dict[str, str]) -> dict[str, float]:
+    """One of this script's own sides ("fusebench" or "drained") in a fresh child process; its JSON means."""
+    command = [sys.executable, __file__, "--side", side, "--checkpoint", str(checkpoint),
                "--prompt", str(args.prompt), "--gen", str(args.gen), "--trials", str(args.trials)]
     done = subprocess.run(command, env=env, cwd=ROOT, capture_output=True, text=True, check=False)
     if done.returncode:
-        sys.exit(f"fusebench side failed (exit {done.returncode}):\n{done.stderr[-3000:]}")
+        sys.exit(f"{side} side failed (exit {done.returncode}):\n{done.stderr[-3000:]}")
     return json.loads(done.stdout.strip().splitlines()[-1])
 
 
@@ -111,15 +112,6 @@ def fusebench_side(args: argparse.Namespace) -> None:
     means = {k: statistics.mean(rec[k] for rec in records)
              for k in ("prefill_tps", "ttft_tps", "gen_tps", "peak_memory_bytes")}
     print(json.dumps({**means, "peak_gb": means.pop("peak_memory_bytes") / 1e9}))
-
-
-def run_drained(checkpoint: Path, args: argparse.Namespace, env: dict[str, str]) -> dict[str, float]:
-    command = [sys.executable, __file__, "--side", "drained", "--checkpoint", str(checkpoint),
-               "--prompt", str(args.prompt), "--gen", str(args.gen), "--trials", str(args.trials)]
-    done = subprocess.run(command, env=env, cwd=ROOT, capture_output=True, text=True, check=False)
-    if done.returncode:
-        sys.exit(f"drained mlx-lm side failed (exit {done.returncode}):\n{done.stderr[-3000:]}")
-    return json.loads(done.stdout.strip().splitlines()[-1])
 
 
 def drained_side(args: argparse.Namespace) -> None:
@@ -193,8 +185,8 @@ def main() -> None:
         checkpoint = ensure_checkpoint(args.checkpoint or Path(scratch) / "e2b", "e2b", args.layers)
         env, where = side_env(args.threads)
         mlx = run_mlx_lm(checkpoint, args, env)
-        drained = run_drained(checkpoint, args, env)
-        ours = run_fusebench(checkpoint, args, env)
+        drained = run_side("drained", checkpoint, args, env)
+        ours = run_side("fusebench", checkpoint, args, env)
     print_table(mlx, ours, args, where, drained)
 
 
