@@ -19,7 +19,7 @@ Stages, not a look after every round
     `extensions` re-plans from all rounds so far; the runner allows none: each re-plan is one more look, and
     measured here it only spent a small model's share on rows that were narrow enough in print already).
     Simulated by `python tests/test_stopping.py` (seeded; 4 000 A/A tables of 8 rows per noise model, 6–30 rounds
-    a cell): the false-claim rate per table was 4.95% with 2% normal noise, 0.60% with 2% noise plus 40% stalls on
+    a cell): the false-claim rate per table was 4.98% with 2% normal noise, 0.97% with 2% noise plus 40% stalls on
     5% of trials, 4.38% with Student-t(3) noise; each row's unadjusted 95% interval covered 94.6%, 97.0%, 95.3%.
 
 Time
