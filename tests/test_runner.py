@@ -90,9 +90,11 @@ def test_trials_auto_stops_at_the_precision_target(tmp_path):
                  "--only", "tiny"]) == 0
     results = read_results([out])
     stop = results.of_kind("stop")[0]
-    # Never before 6 rounds; at a 50% target the first check already passes on this quiet toy model.
-    assert stop["reason"] in ("precision reached", "max_rounds") and 6 <= stop["rounds"] <= 8
-    assert max(stop["half_width_pct"].values()) <= 50 or stop["reason"] == "max_rounds"
+    # Never before the 6-round pilot, never past max_rounds; "precision reached" only when the widths say so (on a
+    # busy machine the toy model's plan may end short of the target: "planned rounds").
+    assert stop["reason"] in ("precision reached", "planned rounds", "max_rounds") and 6 <= stop["rounds"] <= 8
+    reached = max(stop["half_width_pct"].values()) <= 50
+    assert reached if stop["reason"] == "precision reached" else stop["reason"] == "max_rounds" or not reached
     timed = {t["round"] for t in results.of_kind("trial") if not t["warmup"]}
     assert timed == set(range(stop["rounds"]))
 
