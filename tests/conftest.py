@@ -1,0 +1,63 @@
+"""Tools the tests share: one results-file factory, writing a run header and trial records as `fusebench run` does
+(core.records.run_header through core.results.ResultsWriter), and one way to run the `fusebench` CLI in a process
+of its own, as its user runs it."""
+
+from __future__ import annotations
+
+import hashlib
+import subprocess
+import sys
+from collections.abc import Iterable, Mapping, Sequence
+from pathlib import Path
+from typing import Any
+
+import yaml
+
+from bench.core.records import run_header
+from bench.core.results import ResultsWriter
+
+ROOT = Path(__file__).resolve().parent.parent
+TEST_ENV = {
+    "fusebench": "0.1.0", "mlx": "0.32.4", "mlx_lm": "0.32.2", "python": "3.11.7", "backend": "cpu",
+    "device": "Test CPU", "blas": "openblas (/usr/lib/libopenblas.so)", "cpu": "Test CPU", "cores": 4,
+    "ram_bytes": 2**34, "os": "Linux", "hostname": "vm", "git_commit": "0123456789abcdef", "git_dirty": True,
+}
+
+
+def fusebench(*args: str, cwd: Path, env: Mapping[str, str] | None = None,
+              timeout: float = 600) -> subprocess.CompletedProcess:
+    """`python -m bench ARGS` in `cwd`: registries, plugins and imports stay in that process."""
+    return subprocess.run([sys.executable, "-m", "bench", *args], cwd=cwd, env=env, capture_output=True, text=True,
+                          timeout=timeout)
+
+
+def cell(size: str = "E2B (2/35 layers)", *, run_id: str = "run1", prompt: int = 128, gen: int = 4, batch: int = 1,
+         key: str | None = None) -> dict[str, Any]:
+    """The fields a trial record carries for its cell."""
+    model = size.split()[0].lower()
+    model_key = key or f"{model}:layers=2:float32:none"
+    workload = f"pp{prompt} tg{gen} b{batch}"
+    return {"run_id": run_id, "cell": f"{model_key}|{workload}", "model": model, "model_key": model_key,
+            "size": size, "layers": 2, "dtype": "float32", "quantize": None, "prompt_tokens": prompt,
+            "gen_tokens": gen, "batch": batch, "workload": workload}
+
+
+def trials(of: Mapping[str, Any], throughputs: Mapping[str, Sequence[tuple[float, float | None]]],
+           **extra: Any) -> list[dict[str, Any]]:
+    """One timed trial per variant per round: `throughputs[variant][round]` is (prefill tok/s, gen tok/s)."""
+    return [{"kind": "trial", **of, "variant": variant, "round": round_, "warmup": False, "prefill_tps": prefill,
+             "gen_tps": gen, **extra}
+            for variant, values in throughputs.items() for round_, (prefill, gen) in enumerate(values)]
+
+
+def results_file(path: Path, records: Iterable[Mapping[str, Any]], *, experiment: str, run_id: str = "run1",
+                 env: Mapping[str, Any] | None = None, **header: Any) -> Path:
+    """A results file: the run header today's writer writes (`experiment` is the YAML it stores), then `records`."""
+    stored = {"name": yaml.safe_load(experiment)["name"], "file": "experiment.yaml",
+              "sha256": hashlib.sha256(experiment.encode()).hexdigest(), "content": experiment}
+    path.unlink(missing_ok=True)  # the writer appends, as a resumed run does; a factory's file starts anew
+    with ResultsWriter(path) as writer:
+        writer.write(run_header(run_id, stored, env or TEST_ENV, **header))
+        for record in records:
+            writer.write(dict(record))
+    return path
