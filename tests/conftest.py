@@ -51,9 +51,10 @@ def trials(of: Mapping[str, Any], throughputs: Mapping[str, Sequence[tuple[float
 
 
 def results_file(path: Path, records: Iterable[Mapping[str, Any]], *, experiment: str, run_id: str = "run1",
-                 env: Mapping[str, Any] | None = None, **header: Any) -> Path:
-    """A results file: the run header today's writer writes (`experiment` is the YAML it stores), then `records`."""
-    stored = {"name": yaml.safe_load(experiment)["name"], "file": "experiment.yaml",
+                 env: Mapping[str, Any] | None = None, file: str = "experiment.yaml", **header: Any) -> Path:
+    """A results file: the run header today's writer writes (`experiment` is the YAML it stores, as read from
+    `file`), then `records`."""
+    stored = {"name": yaml.safe_load(experiment)["name"], "file": file,
               "sha256": hashlib.sha256(experiment.encode()).hexdigest(), "content": experiment}
     path.unlink(missing_ok=True)  # the writer appends, as a resumed run does; a factory's file starts anew
     with ResultsWriter(path) as writer:

@@ -10,6 +10,8 @@ from typing import Any
 
 import numpy as np
 import pytest
+from conftest import cell, trials
+from conftest import results_file as write_results
 
 from bench.analysis import noise as calibrate
 from bench.commands import calibrate as calibrate_command
@@ -58,27 +60,21 @@ def results_file(
 ) -> Path:
     """A results file as `fusebench run` writes it; `scale[(variant, metric)]` multiplies that variant's tok/s."""
     scale = scale or {}
-    meta = {"run_id": run_id, "cell": CELL, "model_key": MODEL_KEY, "size": SIZE, "workload": WORKLOAD,
-            "prompt_tokens": 128, "gen_tokens": 4, "batch": 1}
-    records: list[dict[str, Any]] = [{
-        "kind": "run", "run_id": run_id, "env": {**ENV, **(env or {})},
-        "experiment": {"name": "ci", "file": "experiments/ci.yaml", "sha256": "0" * 64, "content": experiment},
-    }]
+    meta = cell(SIZE, run_id=run_id)
+    records: list[dict[str, Any]] = []
     for variant in SPEED:
         passed = variant != failing_variant
         records.append({"kind": "correctness", **meta, "variant": variant, "reference": "baseline",
                         "max_abs_err": 0.0 if passed else 0.5, "atol": 0.01, "tokens_checked": 4,
                         "tokens_agree": 4 if passed else 2, "passed": passed})
-    for round_, jitter in [(0, 0.01), *enumerate(JITTER)]:
-        warmup = jitter == 0.01  # absurd numbers: a warmup that counted would fail every test below
-        for variant, (prefill, gen) in SPEED.items():
-            records.append({
-                "kind": "trial", **meta, "variant": variant, "round": round_, "warmup": warmup,
-                "prefill_tps": prefill * jitter * scale.get((variant, "prefill"), 1.0),
-                "gen_tps": gen * jitter * scale.get((variant, "gen"), 1.0),
-            })
-    path.write_text("".join(json.dumps(r) + "\n" for r in records), encoding="utf-8")
-    return path
+    # absurd numbers: a warmup that counted would fail every test below
+    records += [{**trial, "warmup": True} for trial in trials(meta, {v: [(s[0] * 0.01, s[1] * 0.01)] for v, s in
+                                                                     SPEED.items()})]
+    records += trials(meta, {variant: [(prefill * j * scale.get((variant, "prefill"), 1.0),
+                                        gen * j * scale.get((variant, "gen"), 1.0)) for j in JITTER]
+                             for variant, (prefill, gen) in SPEED.items()})
+    return write_results(path, records, experiment=experiment, run_id=run_id, env={**ENV, **(env or {})},
+                         file="experiments/ci.yaml")
 
 
 def compact(markdown: str) -> str:
@@ -591,13 +587,8 @@ def ab_file(path: Path, stalls: dict[str, tuple[int, ...]]) -> Path:
     """A `run --against` file: 40 rounds, both builds alike (1% noise), except that the build named in `stalls` loses
     40% of compiled's prefill in the listed rounds."""
     rng = np.random.default_rng(40)
-    meta = {"run_id": "ab", "cell": CELL, "model_key": MODEL_KEY, "size": SIZE, "workload": WORKLOAD,
-            "prompt_tokens": 128, "gen_tokens": 4, "batch": 1}
-    records: list[dict[str, Any]] = [{
-        "kind": "run", "run_id": "ab", "env": ENV,
-        "experiment": {"name": "ci", "file": "experiments/ci.yaml", "sha256": "0" * 64, "content": EXPERIMENT},
-        "builds": {"current": {"commit": "c" * 40, "dirty": False}, "reference": {"commit": "r" * 40, "dirty": False}},
-    }]
+    meta = cell(SIZE, run_id="ab")
+    records: list[dict[str, Any]] = []
     for round_ in range(40):
         for variant in ("baseline", "compiled"):
             for build in ("current", "reference"):
@@ -607,8 +598,9 @@ def ab_file(path: Path, stalls: dict[str, tuple[int, ...]]) -> Path:
                                 "warmup": False, "prefill_tps": prefill * rng.lognormal(0, 0.01) * (0.6 if stalled
                                                                                                     else 1.0),
                                 "gen_tps": gen * rng.lognormal(0, 0.01)})
-    path.write_text("".join(json.dumps(r) + "\n" for r in records), encoding="utf-8")
-    return path
+    builds = {"current": {"commit": "c" * 40, "dirty": False}, "reference": {"commit": "r" * 40, "dirty": False}}
+    return write_results(path, records, experiment=EXPERIMENT, run_id="ab", env=ENV, builds=builds,
+                         file="experiments/ci.yaml")
 
 
 def test_a_current_build_that_stalls_fails_the_ab_gate(workdir: Path, capsys):

@@ -11,17 +11,12 @@ import sys
 from pathlib import Path
 
 import pytest
+from conftest import ROOT, fusebench
 
 from bench.measure import builds
 from bench.measure.env import blas_preload_env
 
-ROOT = Path(__file__).resolve().parent.parent
 linux_only = pytest.mark.skipif(not sys.platform.startswith("linux"), reason="LD_PRELOAD and the shim are Linux's")
-
-
-def fusebench(*args: str, cwd: Path, env: dict[str, str] | None = None) -> subprocess.CompletedProcess:
-    return subprocess.run([sys.executable, "-m", "bench", *args], cwd=cwd, env=env, capture_output=True, text=True,
-                          timeout=300)
 
 
 @pytest.fixture

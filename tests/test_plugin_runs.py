@@ -7,13 +7,11 @@ registry of the tests that follow."""
 from __future__ import annotations
 
 import json
-import subprocess
-import sys
 from pathlib import Path
 
 import pytest
+from conftest import ROOT, fusebench
 
-ROOT = Path(__file__).resolve().parent.parent
 GOOD, BAD = ROOT / "examples/plugins/fast_softcap.py", ROOT / "examples/plugins/broken_softcap.py"
 
 EXPERIMENT = f"""\
@@ -31,11 +29,6 @@ warmup: 1
 expect:
   - {{all_correct: true}}
 """
-
-
-def fusebench(*args: str, cwd: Path) -> subprocess.CompletedProcess:
-    return subprocess.run([sys.executable, "-m", "bench", *args], cwd=cwd, capture_output=True, text=True,
-                          timeout=600)
 
 
 @pytest.fixture(scope="module")

@@ -3,13 +3,13 @@ where trials carry it, and never required of records from before it existed."""
 
 from __future__ import annotations
 
-import json
 import re
 from pathlib import Path
 from typing import Any
 
 import pandas as pd
 import pytest
+from conftest import results_file
 
 from bench.analysis.study import build_study
 from bench.core.results import read_results
@@ -54,15 +54,6 @@ def test_no_decode_step_means_no_ttft(tiny):
     assert record["prefill_s"] > 0 and record["ttft_s"] is None and record["ttft_tps"] is None
 
 
-def header() -> dict[str, Any]:
-    env = {"fusebench": "0.1.0", "mlx": "0.32.4", "mlx_lm": "0.32.2", "python": "3.11.7", "backend": "cpu",
-           "device": "Test CPU", "blas": "openblas", "cpu": "Test CPU", "cores": 2, "ram_bytes": 2**34, "os": "Linux",
-           "hostname": "vm", "git_commit": "0" * 16, "git_dirty": False}
-    experiment = {"name": "t", "file": "t.yaml", "sha256": "0" * 64, "content": EXPERIMENT}
-    return {"kind": "run", "run_id": "run1", "env": env, "started_at": "2026-01-01T00:00:00+00:00", "shard": "1/1",
-            "resumed": False, "experiment": experiment}
-
-
 def trial(variant: str, round_: int, ttft_s: float | None) -> dict[str, Any]:
     """A timed trial of the tiny cell: prefill 0.1 s, two decode steps of 0.05 s; `ttft_s` None: an old record."""
     record = {
@@ -79,7 +70,7 @@ def trial(variant: str, round_: int, ttft_s: float | None) -> dict[str, Any]:
 
 def report(tmp_path: Path, trials: list[dict[str, Any]]) -> tuple[str, pd.DataFrame]:
     path = tmp_path / "results.jsonl"
-    path.write_text("".join(json.dumps(r) + "\n" for r in [header(), *trials]))
+    path = results_file(path, trials, experiment=EXPERIMENT)
     out = tmp_path / "report"
     write_report(build_study(read_results([path])), [], out)
     markdown = "\n".join(re.sub(r" {2,}", " ", line) for line in (out / "report.md").read_text().splitlines())

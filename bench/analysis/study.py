@@ -19,7 +19,7 @@ from ..core.errors import UserError
 from ..core.fingerprint import machine_label
 from ..core.records import REQUIRED_FIELDS, ResultsError, require_fields
 from ..core.results import Results, read_results
-from ..core.spec import Experiment, parse_experiment
+from ..core.spec import Experiment, SpecError, parse_experiment
 from . import stats
 from .opstats import VariantSummary, summarize_ops
 from .reference import matches_size
@@ -74,6 +74,8 @@ class Study:
     stops: pd.DataFrame = dataclasses.field(default_factory=pd.DataFrame)  # why each cell stopped adding rounds
     # every build's trials, warmups included, when a run measured two builds (run --against); else empty
     build_trials: pd.DataFrame = dataclasses.field(default_factory=pd.DataFrame)
+    # why a run's stored experiment was left unread (today's parser rejects it): its trials still report
+    unread_experiments: list[str] = dataclasses.field(default_factory=list)
 
     @property
     def has_trials(self) -> bool:
@@ -97,7 +99,8 @@ def build_study(results: Results) -> Study:
     op_records = results.frame("op")
     # An ops run's header stores the experiment it took its shapes from; its variants and comparisons were not run.
     op_runs = set(op_records["run_id"]) if not op_records.empty else set()
-    experiments = [stored_experiment(h) for run_id, h in results.runs.items() if run_id not in op_runs]
+    unread: list[str] = []
+    experiments = [stored_experiment(h, unread) for run_id, h in results.runs.items() if run_id not in op_runs]
     declared = {name: assignment for exp in experiments if exp for name, assignment in exp.variants.items()}
     seen = list(trials["variant"]) if not trials.empty else []
     variants = list(dict.fromkeys([*declared, *seen]))
@@ -129,16 +132,26 @@ def build_study(results: Results) -> Study:
         kernels=current_build(results.frame("kernel")),
         stops=results.frame("stop"),
         build_trials=all_trials if len(all_trials) != len(trials) else pd.DataFrame(),
+        unread_experiments=unread,
     )
 
 
-def stored_experiment(header: dict[str, Any]) -> Experiment | None:
-    """The experiment a run header stores, read by the one spec parser (none for a header without one)."""
+def stored_experiment(header: dict[str, Any], unread: list[str]) -> Experiment | None:
+    """The experiment a run header stores, read by the one spec parser (none for a header without one).
+
+    An experiment that today's parser rejects (written for an older schema) is left out, its error added to
+    `unread`: the trials carry their variants' ops, so the run still reports, with the first variant against each
+    other one in place of its declared comparisons."""
     experiment = header.get("experiment") or {}
     if not experiment.get("content"):
         return None
     where = f"{header.get('run_id', '?')} (run header: {experiment.get('file', 'experiment')})"
-    return parse_experiment(experiment["content"], where, stored=True)
+    try:
+        return parse_experiment(experiment["content"], where, stored=True)
+    except SpecError as err:
+        unread.append(f"stored experiment not read by this fusebench ({err}): its comparisons, margin and "
+                      "declared variants are not used")
+        return None
 
 
 class ComparisonError(UserError):

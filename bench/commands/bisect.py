@@ -14,7 +14,7 @@ With --package NAME, the candidates are NAME's releases from GOOD to BAD on the 
 built once and cached (run --against-env); for mlx on Linux, mlx-cpu is pinned to the same version.
 
 examples:
-  fusebench bisect v1.2 HEAD~0                     (the shipped ci experiment)
+  fusebench bisect v1.2 main                       (the shipped ci experiment)
   fusebench bisect a1b2c3 main my-experiment.yaml --max-regression 3
   fusebench bisect --package mlx 0.29.0 0.32.4 ci
   fusebench bisect GOOD BAD --format json | jq .first_bad

@@ -42,6 +42,15 @@ CELL_FIELDS = ("model_key", "size", "workload", "prompt_tokens", "gen_tokens", "
 REQUIRED_FIELDS = {"trial": TRIAL_FIELDS, "correctness": CORRECTNESS_FIELDS, "depth": DEPTH_FIELDS, "op": OP_FIELDS}
 
 
+# The results format the run header's "format" field names. Each version is what readers must know to upgrade it:
+# 1: the first build (no "format" field, no roofline: no "peak" in the header);
+# 2: a trial's roofline fields, and the machine's "peak" in the header (no "format" field either);
+# 3: runs drive workers trial by trial: headers carry "builds", "plugins", "preflight" and the env's BLAS "threads";
+#    trials their "build" (and step_s, above_peak); stop, load and kernel records. Today's writers add "format".
+# Optional fields added since (the TTFT fields) need no version: readers show them only where present.
+FORMAT = 3
+
+
 class ResultsError(UserError):
     """A results file that cannot be used; the message names the file (and line)."""
 
@@ -56,8 +65,50 @@ def utc_now() -> str:
 
 def run_header(run_id: str, experiment: Mapping[str, Any], env: Mapping[str, Any], **extra: Any) -> dict[str, Any]:
     """The first record of a run: what ran (the experiment's name, file, sha256 and content) and where."""
-    return {"kind": "run", "run_id": run_id, "experiment": dict(experiment), "env": dict(env),
+    return {"kind": "run", "run_id": run_id, "format": FORMAT, "experiment": dict(experiment), "env": dict(env),
             "started_at": utc_now(), **extra}
+
+
+def header_format(header: Mapping[str, Any]) -> int:
+    """The format a run header was written in: its "format" field, else inferred from what versions 1 and 2 hold."""
+    if "format" in header:
+        if not isinstance(header["format"], int) or isinstance(header["format"], bool):
+            raise ResultsError(f"run {header.get('run_id', '?')}: results format {header['format']!r} is not a version")
+        return header["format"]
+    if "builds" in header or "threads" in (header.get("env") or {}):
+        return 3  # the field came after these (an ops header has no builds, but its env names the threads)
+    return 2 if "peak" in header else 1
+
+
+def upgrade(record: dict[str, Any], version: int) -> dict[str, Any]:
+    """A record of a run written in format `version`, in today's shape: the one place readers know old formats.
+
+    Fields that old formats lacked get the value today's writer gives when it has nothing to say (a header without a
+    peak, a build with no reference, BLAS threads not set); what an old run never measured (step times, roofline
+    rates of format 1) stays absent, as it is for today's records that lack it."""
+    if version > FORMAT:
+        raise ResultsError(f"run {record.get('run_id', '?')}: results format {version} is newer than this fusebench "
+                           f"reads ({FORMAT}); update fusebench")
+    if version < 2 and record.get("kind") == "run" and "rounds" not in record:
+        record = {**record, "peak": None}  # `fusebench ops` headers (with "rounds") have no peak in any format
+    if version < 3:
+        record = _to_3(record)
+    # A header names the format its records are now in, whatever it was written in.
+    return {**record, "format": FORMAT} if record.get("kind") == "run" else record
+
+
+def _to_3(record: dict[str, Any]) -> dict[str, Any]:
+    """Format 2 -> 3: one build per run (the checkout that ran it), and BLAS threads left to the library."""
+    if record.get("kind") == "run":
+        env = {"threads": None, **(record.get("env") or {})}
+        upgraded = {**record, "env": env}
+        if "rounds" not in record:  # a run of the runner, not of `fusebench ops`
+            current = {"commit": env.get("git_commit"), "ref": None, "dirty": env.get("git_dirty")}
+            upgraded = {"plugins": [], "builds": {"current": current}, **upgraded}
+        return upgraded
+    if record.get("kind") in ("trial", "correctness", "depth"):
+        return {**record, "build": record.get("build", "current")}
+    return record
 
 
 def require_fields(path: str | Path, records: Iterable[Mapping[str, Any]], kind: str,

@@ -21,7 +21,7 @@ from typing import Any
 import pandas as pd
 
 from .fingerprint import machine_label
-from .records import RECORD_KINDS, ResultsError
+from .records import FORMAT, RECORD_KINDS, ResultsError, header_format, upgrade
 
 
 class ResultsWriter:
@@ -109,9 +109,11 @@ def read_results(paths: Iterable[str | Path], *, warn: Any = None) -> Results:
 
 
 def _read_file(path: Path, warn: Any) -> Results:
+    """Every valid record of one file, in today's format: each upgraded from the format its run's header names."""
     if not path.is_file():
         raise ResultsError(f"{path}: no such results file")
     results = Results()
+    formats: dict[str, int] = {}
     for number, line in enumerate(_lines(path), start=1):
         if not line.strip():
             continue
@@ -121,7 +123,13 @@ def _read_file(path: Path, warn: Any) -> Results:
             if warn:
                 warn(f"{path}:{number}: corrupt JSON line skipped")
             continue
-        results.records.append(record)
+        if record["kind"] == "run":
+            formats.setdefault(record.get("run_id", ""), header_format(record))
+        # A record whose run has no header in this file has nothing to say which format it is: taken as today's.
+        try:
+            results.records.append(upgrade(record, formats.get(record.get("run_id", ""), FORMAT)))
+        except ResultsError as err:
+            raise ResultsError(f"{path}:{number}: {err}") from None
     if not results.records:
         raise ResultsError(f"{path}: no valid records (empty or corrupt file)")
     return results

@@ -69,7 +69,7 @@ class PackageSides:
 
 def commit_candidates(good: str, bad: str) -> tuple[Candidate, list[Candidate]]:
     """GOOD and the commits after it up to BAD along BAD's first-parent line, oldest first."""
-    good_hash, bad_hash = resolve_commit(good, f"bisect: GOOD {good}"), resolve_commit(bad, f"bisect: BAD {bad}")
+    good_hash, bad_hash = resolve_commit(good, "bisect: GOOD"), resolve_commit(bad, "bisect: BAD")
     if good_hash == bad_hash:
         raise BisectError(f"bisect: GOOD {good} and BAD {bad} are the same commit {good_hash[:12]}")
     if git_output("merge-base", "--is-ancestor", good_hash, bad_hash) is None:
@@ -83,6 +83,9 @@ def commit_candidates(good: str, bad: str) -> tuple[Candidate, list[Candidate]]:
     lines = git_output("log", "--reverse", "--first-parent", "--ancestry-path", "--format=%H %s",
                        f"{good_hash}..{bad_hash}") or ""
     commits = [Candidate(*line.partition(" ")[::2]) for line in lines.splitlines()]
+    if not commits or commits[-1].key != bad_hash:
+        raise BisectError(f"bisect: {bad} does not reach {good} along its first parents (GOOD is on a merged side "
+                          "branch); give a GOOD on BAD's first-parent line")
     subject = git_output("log", "-1", "--format=%s", good_hash) or ""
     return Candidate(good_hash, subject), commits
 

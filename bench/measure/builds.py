@@ -51,6 +51,9 @@ def reference_build(ref: str, experiment: Path) -> Iterator[Build]:
                                str(path.resolve())), f"--against {ref}", experiment)
         yield build
         return
+    if git_output("rev-parse", "--verify", "--quiet", f"{ref}^{{commit}}") is None:
+        raise ReferenceBuildError(f"--against {ref}: neither a git ref of this repository nor a directory holding "
+                                  "fusebench; give a ref such as HEAD~1 or main, or a checkout's path")
     with commit_build("reference", ref, experiment, f"--against {ref}") as build:
         yield build
 
@@ -59,8 +62,8 @@ def resolve_commit(ref: str, what: str) -> str:
     """The full hash of the commit REF names in this repository."""
     commit = git_output("rev-parse", "--verify", "--quiet", f"{ref}^{{commit}}")
     if commit is None:
-        raise ReferenceBuildError(f"{what}: {ref!r} is neither a git ref of this repository nor a directory holding "
-                                  "fusebench; give a ref such as HEAD~1 or main, or a checkout's path")
+        raise ReferenceBuildError(f"{what}: {ref!r} is not a git ref of this repository (a commit, branch or tag, "
+                                  "such as HEAD~3 or main)")
     return commit
 
 

@@ -95,7 +95,8 @@ def write_report(
     corrupt = study.results.corrupt_lines
     warnings = [f"{len(corrupt)} corrupt line(s) skipped: {', '.join(corrupt)}"] if corrupt else []
     delta_blocks, delta_warnings = delta_sections(study, comparisons, reference, out_dir)
-    warnings += delta_warnings + noisy_warnings(study) + cold_start_warnings(study) + load_warnings(study)
+    warnings += study.unread_experiments + delta_warnings + noisy_warnings(study) + cold_start_warnings(study)
+    warnings += load_warnings(study)
     op_blocks = op_section(study, out_dir)
     answer = _bottom_line(study, comparisons)
     blocks: list[Block] = [

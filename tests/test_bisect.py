@@ -1,0 +1,246 @@
+"""`fusebench bisect` and `run --against-env`: the search logic with a fake step function (no timing), bad input
+(one line, exit 2), and the whole command on a scratch history built here, so a depth-1 clone passes. Slowdowns are
+injected into commits of that scratch history, never through hooks in the product."""
+
+from __future__ import annotations
+
+import json
+import math
+import shutil
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+from bench.analysis.bisect import BAD, CULPRIT, GOOD, INCONCLUSIVE, REGRESSION, SEARCH, Reading, bisect, regressed
+
+ROOT = Path(__file__).resolve().parent.parent
+LIMIT = 5.0
+EXPERIMENT = """\
+name: bisect-test
+models: [{preset: tiny}]
+variants:
+  base: {}
+comparisons: []
+workloads: {prompt_tokens: 12, gen_tokens: 3}
+trials: 8
+warmup: 1
+"""
+PREFILL = ("    start = time.perf_counter()\n    first = greedy(",
+           "    start = time.perf_counter()\n    time.sleep(0.3)\n    first = greedy(")
+
+
+def reading(delta: float, half: float, variant: str = "all variants", metric: str = "prefill") -> Reading:
+    return Reading("tiny", "pp12", variant, metric, delta, delta - half, delta + half, 8)
+
+
+def fake(culprit: int | None, half: float = 2.0, calls: list | None = None):
+    """A step function: candidates from `culprit` on are 10% slower than everything before them."""
+
+    def measure(index: int, against: int, runs: int) -> list[Reading]:
+        if calls is not None:
+            calls.append((index, against, runs))
+        slow = [culprit is not None and i >= culprit for i in (index, against)]
+        delta = -10.0 if slow[0] and not (against >= 0 and slow[1]) else 0.0
+        return [reading(delta, half), reading(delta, half, metric="gen"), reading(0.0, 20.0, "base")]
+
+    return measure
+
+
+@pytest.mark.parametrize("culprit", range(8))
+def test_the_search_names_the_culprit_wherever_it_is(culprit: int):
+    calls: list = []
+    outcome = bisect(8, fake(culprit, calls=calls), LIMIT, max_runs=3)
+    assert outcome.first_bad == culprit and outcome.confirmed
+    roles = [s.role for s in outcome.steps]
+    assert roles[0] == REGRESSION and roles[-1] == CULPRIT and set(roles[1:-1]) == {SEARCH}
+    assert len(roles) - 2 == math.ceil(math.log2(8))  # a binary search: log2(N) steps
+    assert all(s.runs == 1 for s in outcome.steps)  # every step decided on its first run
+    assert (culprit, culprit - 1, 1) in calls  # confirmed against its predecessor (-1: GOOD)
+    # Both regressed metrics are tracked, the per-variant row (never wholly below the limit) is not.
+    assert {(r.variant, r.metric) for r in outcome.tracked} == {("all variants", "prefill"), ("all variants", "gen")}
+
+
+def test_no_regression_ends_after_the_first_ab():
+    calls: list = []
+    outcome = bisect(8, fake(None, calls=calls), LIMIT, max_runs=3)
+    assert outcome.first_bad is None and not outcome.tracked and calls == [(7, -1, 1)]
+    assert outcome.steps[0].status == GOOD
+
+
+def test_a_first_ab_that_cannot_tell_is_repeated_then_reports_no_confirmed_regression():
+    calls: list = []
+
+    def straddles(index: int, against: int, runs: int) -> list[Reading]:
+        calls.append(runs)
+        return [reading(-4.0, 3.0)]  # [-7%, -1%]: reaches below -5% but not wholly
+
+    outcome = bisect(4, straddles, LIMIT, max_runs=3)
+    assert calls == [1, 2, 3] and outcome.first_bad is None and outcome.steps[0].status == INCONCLUSIVE
+
+
+def test_an_inconclusive_step_pools_more_runs_and_then_decides():
+    def narrowing(index: int, against: int, runs: int) -> list[Reading]:
+        if index == 3:  # the midpoint: wide at first, then pooled runs settle it as bad
+            return [reading(-9.0, 6.0 / runs)]
+        return [reading(-10.0 if index >= 2 else 0.0, 2.0)] if against < 0 else [reading(-10.0, 2.0)]
+
+    outcome = bisect(8, narrowing, LIMIT, max_runs=3)
+    mid = next(s for s in outcome.steps if s.index == 3)
+    assert mid.runs == 2 and mid.status == BAD and outcome.first_bad == 2
+
+
+def test_a_step_that_stays_inconclusive_names_both_sides_never_a_guess():
+    def stuck(index: int, against: int, runs: int) -> list[Reading]:
+        return [reading(-5.0 if index == 3 else -10.0 if index > 3 else 0.0, 2.0)]  # index 3 sits on the limit
+
+    outcome = bisect(8, stuck, LIMIT, max_runs=2)
+    assert outcome.first_bad is None and outcome.undecided == (-1, 7)
+    assert outcome.steps[-1].index == 3 and outcome.steps[-1].runs == 2
+
+
+def test_a_regression_spread_over_two_commits_is_named_but_not_confirmed_alone():
+    def spread(index: int, against: int, runs: int) -> list[Reading]:
+        def level(i: int) -> float:  # commits 4 and 5 each cost 4%: together beyond the limit, alone within it
+            return (-4.0 if i >= 4 else 0.0) + (-4.0 if i >= 5 else 0.0)
+
+        return [reading(level(index) - (level(against) if against >= 0 else 0.0), 0.5)]
+
+    outcome = bisect(8, spread, LIMIT, max_runs=1)
+    # Commit 4 alone stays within the limit against GOOD, so 5 is the first beyond it; against 4 it is not.
+    assert outcome.first_bad == 5 and not outcome.confirmed and outcome.steps[-1].status == GOOD
+
+
+def test_pooled_rows_stand_for_the_variants_when_they_regressed():
+    rows = [reading(-10, 2, "base"), reading(-10, 2), reading(-3, 1, "sdpa")]
+    assert [r.variant for r in regressed(rows, LIMIT)] == ["all variants"]
+    assert [r.variant for r in regressed(rows[:1], LIMIT)] == ["base"]
+
+
+# --- the command ---------------------------------------------------------------------------------------------------
+
+
+def fusebench(*args: str, cwd: Path) -> subprocess.CompletedProcess:
+    return subprocess.run([sys.executable, "-m", "bench", *args], cwd=cwd, capture_output=True, text=True,
+                          timeout=900)
+
+
+def git(repo: Path, *args: str) -> str:
+    return subprocess.run(["git", *args], cwd=repo, capture_output=True, text=True, check=True).stdout.strip()
+
+
+def commit(repo: Path, message: str) -> str:
+    git(repo, "add", "-A")
+    git(repo, "-c", "user.name=t", "-c", "user.email=t@t", "commit", "-q", "-m", message)
+    return git(repo, "rev-parse", "HEAD")
+
+
+@pytest.fixture
+def repo(tmp_path: Path) -> Path:
+    """A scratch repository: a copy of this tree (bench/, models/) and a tiny experiment, one commit."""
+    repo = tmp_path / "repo"
+    for part in ("bench", "models"):
+        shutil.copytree(ROOT / part, repo / part, ignore=shutil.ignore_patterns("__pycache__"))
+    (repo / "exp.yaml").write_text(EXPERIMENT)
+    git(repo, "init", "-q")
+    commit(repo, "base")
+    return repo
+
+
+def history(repo: Path, count: int, slow_at: int | None) -> list[str]:
+    """`count` more commits; the one at `slow_at` makes the worker's prefill sleep 300 ms (the tiny model's takes a
+    few ms, tens of ms with both cores busy; at 50 ms a loaded machine left steps undecided): a patch committed to
+    the scratch history, never a hook in the product."""
+    commits = []
+    for i in range(count):
+        (repo / "NOTES.md").write_text(f"note {i}\n")
+        if i == slow_at:
+            worker = repo / "bench" / "measure" / "worker.py"
+            text = worker.read_text()
+            assert PREFILL[0] in text
+            worker.write_text(text.replace(*PREFILL, 1))
+        commits.append(commit(repo, f"change {i}" + (" (slow)" if i == slow_at else "")))
+    return commits
+
+
+def one_line_exit_2(done: subprocess.CompletedProcess, message: str) -> None:
+    assert done.returncode == 2, done.stdout + done.stderr
+    assert done.stderr.count("\n") == 1 and message in done.stderr, done.stderr
+
+
+def test_bisect_names_the_commit_that_slowed_the_model(repo: Path, tmp_path: Path):
+    good = git(repo, "rev-parse", "HEAD")
+    commits = history(repo, 4, slow_at=2)
+    done = fusebench("bisect", good, commits[-1], "exp.yaml", "--max-regression", "50", "--out",
+                     str(tmp_path / "search"), "--format", "json", cwd=repo)
+    assert done.returncode == 0, done.stderr
+    found = json.loads(done.stdout)
+    assert found["first_bad"] == commits[2] and found["confirmed"]
+    files = [f for step in found["steps"] for f in step["files"]]
+    assert files and all(Path(f).is_file() for f in files)
+    # Resumable: a second run reads the finished A/B runs instead of measuring again.
+    again = fusebench("bisect", good, commits[-1], "exp.yaml", "--max-regression", "50", "--out",
+                      str(tmp_path / "search"), cwd=repo)
+    assert again.returncode == 0 and "results -> " not in again.stdout and commits[2] in again.stdout
+    assert "first bad" in again.stdout and "bisect steps" in again.stdout
+
+
+def test_bisect_without_a_regression_says_so_and_exits_1(repo: Path, tmp_path: Path):
+    good = git(repo, "rev-parse", "HEAD")
+    commits = history(repo, 1, slow_at=None)
+    # The tiny model's millisecond trials swing by tens of percent, hence the wide limit (as in test_builds).
+    done = fusebench("bisect", good, commits[-1], "exp.yaml", "--max-regression", "60", "--max-runs", "1",
+                     "--out", str(tmp_path / "search"), cwd=repo)
+    assert done.returncode == 1, done.stdout + done.stderr
+    assert "no regression beyond -60% to find" in done.stdout
+
+
+def test_bad_refs_and_a_dirty_tree_are_one_line_and_exit_2(repo: Path):
+    good = git(repo, "rev-parse", "HEAD")
+    commits = history(repo, 2, slow_at=None)
+    one_line_exit_2(fusebench("bisect", "no-such-ref", commits[-1], "exp.yaml", cwd=repo),
+                    "GOOD: 'no-such-ref' is not a git ref")
+    one_line_exit_2(fusebench("bisect", commits[-1], good, "exp.yaml", cwd=repo), "is not an ancestor of BAD")
+    one_line_exit_2(fusebench("bisect", good, good, "exp.yaml", cwd=repo), "are the same commit")
+    (repo / "NOTES.md").write_text("uncommitted\n")
+    one_line_exit_2(fusebench("bisect", good, "HEAD", "exp.yaml", cwd=repo), "uncommitted changes")
+
+
+def test_unknown_packages_and_versions_are_one_line_and_exit_2(repo: Path):
+    one_line_exit_2(fusebench("bisect", "--package", "no-such-package-fusebench", "1.0", "2.0", "exp.yaml",
+                              cwd=repo), "has no package 'no-such-package-fusebench'")
+    one_line_exit_2(fusebench("bisect", "--package", "mlx", "0.0.7", "0.32.4", "exp.yaml", cwd=repo),
+                    "no release 0.0.7")
+    one_line_exit_2(fusebench("bisect", "--package", "mlx", "0.32.4", "0.31.2", "exp.yaml", cwd=repo),
+                    "must be an older release")
+
+
+@pytest.mark.parametrize(("spec", "message"), [
+    ("/etc/hostname", "is not a Python 3 interpreter"),
+    ("not a requirement!", "neither a Python interpreter"),
+])
+def test_an_environment_that_cannot_serve_is_one_line_and_exit_2(spec: str, message: str, repo: Path):
+    done = fusebench("run", "exp.yaml", "--against-env", spec, "--out", "ab.jsonl", cwd=repo)
+    one_line_exit_2(done, message)
+    assert not (repo / "ab.jsonl").exists()
+
+
+def test_a_version_pip_cannot_install_is_one_line_and_exit_2(repo: Path, tmp_path: Path, monkeypatch):
+    monkeypatch.setenv("XDG_CACHE_HOME", str(tmp_path / "cache"))
+    done = fusebench("run", "exp.yaml", "--against-env", "mlx==0.0.999", "--out", "ab.jsonl", cwd=repo)
+    one_line_exit_2(done, "pip cannot install mlx==0.0.999")
+    assert not (repo / "ab.jsonl").exists()
+
+
+def test_an_interpreter_runs_the_reference_workers_and_the_header_names_both_environments(repo: Path,
+                                                                                         tmp_path: Path):
+    done = fusebench("run", "exp.yaml", "--against-env", sys.executable, "--out", "ab.jsonl", "--quiet", cwd=repo)
+    assert done.returncode == 0, done.stderr
+    header = json.loads((repo / "ab.jsonl").read_text().splitlines()[0])
+    builds = header["builds"]
+    assert builds["reference"]["python"] == sys.executable and "mlx" in builds["reference"]["packages"]
+    assert builds["current"]["packages"]["mlx"] == builds["reference"]["packages"]["mlx"]
+    assert "mlx " in builds["reference"]["label"]
+    check = fusebench("check", "ab.jsonl", "--max-regression", "60", cwd=repo)
+    assert check.returncode in (0, 1) and "reference mlx " in check.stdout

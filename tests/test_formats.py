@@ -1,0 +1,74 @@
+"""Results files of every earlier format still report and check: the reader upgrades each record to today's shape
+in one place (core.records.upgrade). The fixtures are committed results files (or their first lines):
+format 1, the first build's (ci-runs/ci-01.jsonl, and 41 lines of the first ops run); format 2, roofline fields
+and the machine's peak (ci-runs/calibrate-01.jsonl); format 3 before the header named it, a `run --against` file
+(gate-ab/budget-85s/s10-02-confirm.jsonl)."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import pytest
+from conftest import cell, fusebench, results_file, trials
+
+from bench.core.records import FORMAT, ResultsError, header_format
+from bench.core.results import read_results
+
+FIXTURES = Path(__file__).resolve().parent / "fixtures" / "results"
+# fixture -> its format, and the exit `fusebench check` gives it (the A/B file: every row inconclusive, a pass)
+RUNS = {"format1-run.jsonl": (1, 0), "format2-run.jsonl": (2, 0), "format3-ab.jsonl": (3, 0)}
+
+
+def header_of(path: Path) -> dict:
+    return json.loads(path.read_text().splitlines()[0])
+
+
+@pytest.mark.parametrize("name", [*RUNS, "format1-ops.jsonl"])
+def test_every_earlier_format_is_read_in_todays_shape(name: str):
+    path = FIXTURES / name
+    assert "format" not in header_of(path)  # inferred from what the header holds
+    assert header_format(header_of(path)) == RUNS.get(name, (1, 0))[0]
+    results = read_results([path])
+    header = next(iter(results.runs.values()))
+    assert header["format"] == FORMAT and "threads" in header["env"]
+    if name != "format1-ops.jsonl":
+        assert header["builds"]["current"]["commit"] == header["env"]["git_commit"]
+        assert all(r["build"] in ("current", "reference") for r in results.of_kind("trial"))
+
+
+@pytest.mark.parametrize("name", [*RUNS, "format1-ops.jsonl"])
+def test_every_earlier_format_reports(name: str, tmp_path: Path):
+    done = fusebench("report", str(FIXTURES / name), "--out", "report", cwd=tmp_path, timeout=300)
+    assert done.returncode == 0, done.stderr
+    assert "Traceback" not in done.stderr and (tmp_path / "report" / "report.md").is_file()
+
+
+@pytest.mark.parametrize("name", RUNS)
+def test_every_earlier_format_checks(name: str, tmp_path: Path):
+    done = fusebench("check", str(FIXTURES / name), cwd=tmp_path, timeout=300)
+    assert done.returncode == RUNS[name][1], done.stdout + done.stderr
+    assert "Traceback" not in done.stderr
+
+
+def test_an_old_experiment_that_todays_parser_rejects_still_reports(tmp_path: Path):
+    """A key the schema no longer knows: the run's trials report, its comparisons taken from the variants."""
+    lines = (FIXTURES / "format1-run.jsonl").read_text().splitlines()
+    header = json.loads(lines[0])
+    header["experiment"]["content"] += "retired_key: 1\n"
+    (tmp_path / "old.jsonl").write_text("\n".join([json.dumps(header), *lines[1:]]) + "\n")
+    done = fusebench("report", "old.jsonl", "--out", "report", cwd=tmp_path, timeout=300)
+    assert done.returncode == 0, done.stderr
+    markdown = (tmp_path / "report" / "report.md").read_text()
+    assert "stored experiment not read by this fusebench" in markdown and "retired_key" in markdown
+    assert "### baseline → compiled" in markdown and "### baseline → sdpa" in markdown
+
+
+def test_the_writer_names_todays_format_and_a_newer_one_is_refused(tmp_path: Path):
+    experiment = "name: t\nmodels: [{preset: tiny}]\nvariants: {a: {}}\nworkloads: {prompt_tokens: 4, gen_tokens: 2}\n"
+    path = results_file(tmp_path / "r.jsonl", trials(cell(), {"a": [(10.0, 1.0)]}), experiment=experiment)
+    assert header_of(path)["format"] == FORMAT
+    newer = tmp_path / "newer.jsonl"
+    newer.write_text(json.dumps({**header_of(path), "format": FORMAT + 1}) + "\n")
+    with pytest.raises(ResultsError, match=f"newer.jsonl:1: .*format {FORMAT + 1} is newer"):
+        read_results([newer])
