@@ -1,6 +1,7 @@
 import argparse
 import io
 import math
+from pathlib import Path
 
 import pytest
 from rich.console import Console
@@ -195,16 +196,20 @@ def test_a_registered_variant_is_benchmarked_without_other_changes(tmp_path, ext
     assert extra and all(s.reference == "unfused" and s.speed is not None for s in extra)
 
 
-def test_command_prints_a_table_per_op(tmp_path, monkeypatch):
-    monkeypatch.setenv(REEXEC_MARKER, "1")  # never re-exec the test process
-    experiment = tmp_path / "tiny.yaml"
+def tiny_ops_args(folder: Path, prompt_tokens: int, *options: str) -> argparse.Namespace:
+    """`fusebench ops` arguments for an experiment of the tiny preset at this prompt length, written to `folder`."""
+    experiment = folder / "tiny.yaml"
     experiment.write_text("name: tiny\nmodels: [{preset: tiny}]\nvariants: {a: {}}\n"
-                          "workloads: {prompt_tokens: 512, gen_tokens: 2}\n")
+                          f"workloads: {{prompt_tokens: {prompt_tokens}, gen_tokens: 2}}\n")
     parser = argparse.ArgumentParser()
     ops_command.add_arguments(parser)
+    return parser.parse_args([str(experiment), *options])
+
+
+def test_command_prints_a_table_per_op(tmp_path, monkeypatch):
+    monkeypatch.setenv(REEXEC_MARKER, "1")  # never re-exec the test process
     out = tmp_path / "ops.jsonl"
-    args = parser.parse_args([str(experiment), "--only", "rms_norm,softcap", "--rounds", "2", "--out", str(out),
-                              "--quiet"])
+    args = tiny_ops_args(tmp_path, 512, "--only", "rms_norm,softcap", "--rounds", "2", "--out", str(out), "--quiet")
     buffer = io.StringIO()
     assert ops_command.main(args, Console(file=buffer, width=200)) == 0
     text = buffer.getvalue()
@@ -236,14 +241,8 @@ def test_ops_command_asks_for_the_run_thread_setting_and_records_it(tmp_path, mo
     monkeypatch.setattr(opbench, "ensure_worker_env", lambda console, n: asked.append(n))
     for name in THREAD_VARIABLES:  # as ensure_worker_env would have set them before the re-exec
         monkeypatch.setenv(name, str(threads or default_threads()))
-    experiment = tmp_path / "tiny.yaml"
-    experiment.write_text("name: tiny\nmodels: [{preset: tiny}]\nvariants: {a: {}}\n"
-                          "workloads: {prompt_tokens: 16, gen_tokens: 2}\n")
-    parser = argparse.ArgumentParser()
-    ops_command.add_arguments(parser)
     out = tmp_path / "ops.jsonl"
-    args = parser.parse_args([str(experiment), "--only", "rms_norm", "--rounds", "1", "--out", str(out), "--quiet",
-                              *flag])
+    args = tiny_ops_args(tmp_path, 16, "--only", "rms_norm", "--rounds", "1", "--out", str(out), "--quiet", *flag)
     assert ops_command.main(args, Console(file=io.StringIO(), width=200)) == 0
     assert asked == [threads or default_threads()]
     assert read_results([out]).of_kind("run")[0]["env"]["threads"] == (threads or default_threads())
