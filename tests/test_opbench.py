@@ -10,10 +10,10 @@ from bench.analysis.opstats import summarize_ops
 from bench.commands import main
 from bench.commands import ops as ops_command
 from bench.core.results import read_results
-from bench.core.spec import load_experiment, select_models
+from bench.core.spec import load_experiment, parse_experiment, select_models
 from bench.measure import opbench
 from bench.measure.env import THREAD_VARIABLES, default_threads
-from bench.measure.opbench import REEXEC_MARKER, check_ops, default_plan, experiment_plan, op_cases, run_ops
+from bench.measure.opbench import REEXEC_MARKER, check_ops, experiment_plan, op_cases, run_ops
 from models.config import Overrides, preset_config
 from models.ops import REGISTRY, UnknownOpError, geglu_unfused, register
 
@@ -27,6 +27,13 @@ def cases_of(preset: str, op: str, prompt_tokens: int = L, batch: int = 1):
 
 # --- shapes --------------------------------------------------------------------------------------
 
+
+
+def preset_plan(sizes: tuple[str, ...], prompt_tokens: int):
+    """The op plan of an experiment of these presets at one prompt length."""
+    models = "".join(f"  - {{preset: {size}}}\n" for size in sizes)
+    return experiment_plan(parse_experiment(f"name: ops\nmodels:\n{models}variants: {{a: {{}}}}\n"
+                                            f"workloads: {{prompt_tokens: {prompt_tokens}, gen_tokens: 2}}\n"))
 
 def test_tiny_geglu_widths():
     cases = cases_of("tiny", "geglu")
@@ -87,7 +94,7 @@ def test_softcap_rms_norm_and_rope_shapes():
 
 
 def test_identical_shapes_of_several_sizes_are_timed_once():
-    cases = default_plan(("e2b", "e4b"), prompt_tokens=L).cases(["geglu", "softcap"])
+    cases = preset_plan(("e2b", "e4b"), prompt_tokens=L).cases(["geglu", "softcap"])
     labels = [c.label for c in cases]
     assert f"E2B/E4B ple gate [1,{L},256]" in labels
     assert "E2B/E4B logits decode [1,1,262144]" in labels
@@ -146,7 +153,7 @@ def test_experiment_gives_sizes_and_workloads_and_notes_path_models(tmp_path):
 
 
 def quick_run(tmp_path, only, rounds=2):
-    plan = default_plan(("tiny",), prompt_tokens=L)
+    plan = preset_plan(("tiny",), prompt_tokens=L)
     out = tmp_path / "ops.jsonl"
     run_ops(plan, plan.cases(only), out, Console(file=io.StringIO()), rounds=rounds, quiet=True, min_sample_s=1e-3)
     return read_results([out])
@@ -157,7 +164,7 @@ def test_tiny_run_writes_valid_op_records(tmp_path):
     (header,) = results.of_kind("run")
     assert header["experiment"]["name"] == "ops" and header["env"]["backend"]
     records = results.of_kind("op")
-    plan_cases = default_plan(("tiny",), prompt_tokens=L).cases()
+    plan_cases = preset_plan(("tiny",), prompt_tokens=L).cases()
     expected = sum(len(REGISTRY[c.op].variants) for c in plan_cases) * 2
     assert len(records) == expected
     assert {r["op"] for r in records} == {"geglu", "softcap", "attention", "rms_norm", "rope"}

@@ -23,7 +23,6 @@ from pathlib import Path
 from typing import Any
 
 import mlx.core as mx
-import yaml
 from mlx_lm.models.base import create_causal_mask
 from mlx_lm.models.gemma4_text import ModelArgs
 from mlx_lm.models.rope_utils import initialize_rope
@@ -42,9 +41,6 @@ from ..core.spec import Experiment
 from .env import blas_kind, blas_preload_env, collect_env, loaded_blas, thread_env
 from .schedule import round_order
 
-DEFAULT_SIZES = ("e2b", "e4b", "26b", "31b")
-DEFAULT_PROMPT_TOKENS = 512
-DEFAULT_BATCH = 1
 # Each sample runs enough calls to take this long, so timer resolution and dispatch jitter stay small.
 MIN_SAMPLE_S = 0.02
 # [B, L, 262144] fp32 logits are 1 GiB per 1024 positions, and one softcap over 512 of them takes ~2-3 s on a
@@ -264,14 +260,6 @@ class Plan:
         )
 
 
-def default_plan(sizes: Sequence[str] = DEFAULT_SIZES, prompt_tokens: int = DEFAULT_PROMPT_TOKENS,
-                 batch: int = DEFAULT_BATCH) -> Plan:
-    """The presets named, at one workload; used when there is no experiment file."""
-    targets = tuple(_preset_target(name) for name in sizes)
-    content = yaml.safe_dump({"sizes": list(sizes), "prompt_tokens": prompt_tokens, "batch": batch}, sort_keys=False)
-    return Plan(targets, ((prompt_tokens, batch),), _experiment_header(None, content))
-
-
 def _preset_target(name: str, dtype: str = "float32") -> Target:
     config = preset_config(name, Overrides())  # ModelConfigError names the valid presets
     return Target(str(config.get("size", name)), name, config, dtype)
@@ -288,7 +276,7 @@ def experiment_plan(exp: Experiment) -> Plan:
     return Plan(targets, workloads, _experiment_header(exp.file, exp.content), notes)
 
 
-def _experiment_header(file: str | None, content: str) -> dict[str, Any]:
+def _experiment_header(file: str, content: str) -> dict[str, Any]:
     return {"name": "ops", "file": file, "sha256": hashlib.sha256(content.encode()).hexdigest(), "content": content}
 
 
