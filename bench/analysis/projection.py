@@ -1,0 +1,622 @@
+"""Depth projection: from a model measured at several truncated depths, its tok/s and each Δ at N layers.
+
+Why
+    To fit a small machine every Gemma 4 size runs truncated (2 of 35 layers, say). There the 262k-vocab LM head
+    dominates a step; at full depth the per-layer ops do, so a Δ measured at 2 layers is not the full model's Δ.
+    Measuring each size at several depths (`layers: [2, 4, 6, 8]` in an experiment) separates the two.
+
+The model
+    Which layers a depth keeps is `models.config.truncate`'s choice, as the runner builds it. For a depth, count
+    S = sliding-attention layers, F = full-attention layers (both own-KV and KV-shared ones), and X = KV-shared
+    layers (the last `num_kv_shared_layers` of `layer_types`). A step's time (the prefill, or one decode step) is
+
+        t = fixed + c_S·S + c_F·F + c_X·X
+
+    where `fixed` is what does not grow with depth (embeddings, LM head, sampling), c_S and c_F the cost of one
+    layer of each attention type, and c_X the extra cost of a KV-shared layer over an own-KV one (in E2B those have
+    a double-wide MLP and no K/V projections; without the term a fit on 2-8 layers predicted 12-layer prefill 19%
+    short). The X term is there only for presets whose full model has KV-shared layers (E2B, E4B). Assumed: a layer
+    of a type costs the same at every depth, and the fixed part does not change with depth.
+
+The fit
+    One per machine × preset × dtype × quantization × workload × variant × metric, on the build under test's timed
+    trials (warmups excluded, as the report does). A trial's time is tokens / tok/s, as the worker defines tok/s:
+    prefill batch·prompt_tokens / prefill_s, decode batch / (time of one step). Per depth, the mean time over the
+    rounds and its standard error SE = sd/√n; the coefficients by weighted least squares, weights 1/SE². Each
+    coefficient is then a linear combination of the depths' means (the fit's `gain`), which is what its variance and
+    dof are made of (below). Before
+    fitting, the design matrix's rank is checked: depths at which two terms vary together (26B at 2, 4 and 6 layers
+    has one full-attention layer at each, so c_F cannot be told from `fixed`) are refused, naming the terms and a
+    depth that would separate them. With more depths than terms, the covariance is multiplied by the reduced
+    chi-square χ²/dof when it exceeds 1 (the depths scatter about the line more than their SEs say, so the SEs
+    understate the uncertainty), and the note on each row says so.
+
+The projection
+    At N layers (default: the preset's full depth), the counts come from truncate(config, N); t̂ = x·β, which
+    is Σ a_i·m_i over the fitted depths' means m_i (a = x·gain), so var(t̂) = Σ a_i²·SE_i² (= xᵀ·Cov·x). The
+    95% interval of the time is Student t, t̂ ± t(0.975, ν)·sd, because each SE_i is itself estimated from its
+    depth's n_i rounds; ν is the Welch–Satterthwaite dof of that sum,
+        ν = (Σ a_i²·SE_i²)² / Σ (a_i²·SE_i²)² / (n_i − 1),
+    which lies between the smallest n_i − 1 and their sum. Where the covariance was inflated by χ²/dof, its scale
+    rests on the few residuals as well, and ν is the smaller of the two: min(Welch–Satterthwaite, residual dof).
+    That is the conservative choice (the widening itself only fires on scatter above 1, so it errs wide): with 5
+    depths and 4 terms the residual dof is 1 and the interval is t(1) wide, as the fit's note says. A term's cost
+    (the fit table's ± half-width) is x·β with x a unit vector: the same rule. tok/s = tokens / t, its interval
+    the time interval's endpoints transformed (monotone, so the bounds swap); a time interval reaching 0 leaves the
+    upper tok/s bound infinite.
+
+    Coverage, simulated (tests/test_projection_coverage.py: E2B's step times exactly linear in its layer counts,
+    0.3% normal trial noise, projected to 35 layers; 16 000 tok/s intervals and 8 000 Δs per cell):
+
+        fitted on depths     rounds per depth:    6        8        12       30
+        2, 4, 6, 8           tok/s             95.2%    95.0%    94.6%    94.7%      (normal: 91.7-94.0%)
+                             Δ                 95.3%    95.1%    94.7%    94.9%      (normal: 93.0-94.5%)
+        2, 4, 6, 8, 12       tok/s             96.3%    96.2%    96.5%    96.8%      (normal: 94.6-96.6%)
+                             Δ                 97.4%    97.6%    97.6%    97.9%      (normal: 97.0-97.8%)
+
+    With as many depths as terms (the fit is exact, a does not depend on the SEs) the t interval covers 95% at any
+    number of rounds. With one residual dof it over-covers, and not because of ν: without model error χ²/dof
+    exceeds 1 in a third of fits, which are then widened ×√(χ²/dof) with t(1) and cover ~100%; a Δ is widened
+    when either of its two fits is, half the time. Pooling the residuals' scale with the SEs' instead (no floor,
+    ν + residual dof) covered 93.1-94.9%, short at few rounds, since weights estimated from the same rounds make
+    Σ a_i²·SE_i² read low; so the guard, and its conservative dof, stay.
+
+Δ at N layers
+    For each comparison (baseline → new, from the experiment as the report picks them), Δ = t_base / t_new − 1 (the
+    ratio of tok/s). Its interval by the delta method on the log ratio, var = (sd_base/t_base)² + (sd_new/t_new)²,
+    with the two fits treated as independent. They are not (the variants ran in the same interleaved rounds, which
+    correlates them positively), so the interval is conservative: wider than a paired one would be. The quantile
+    is Student t with the Welch–Satterthwaite dof of the two log variances, each with its fit's ν: where neither
+    fit was widened, the same as Welch–Satterthwaite over both fits' depths at once; where one was, its residual
+    dof caps its part.
+"""
+
+from __future__ import annotations
+
+import functools
+import math
+import re
+from collections.abc import Collection, Sequence
+from dataclasses import dataclass
+from typing import Any
+
+import numpy as np
+import pandas as pd
+from scipy import stats as scipy_stats
+
+from models.config import Overrides, preset_config, preset_names, truncate
+
+from ..core.errors import UserError
+from ..core.records import METRIC_COLUMNS, METRICS
+from .inference import RatioInterval
+from .study import Study, ordered_workloads, size_rank
+
+CONFIDENCE = 0.95
+# The terms of the model, in the order of the design matrix's columns.
+TERMS = ("fixed", "sliding", "full", "shared")
+TERM_NAMES = {
+    "fixed": "the fixed part (embeddings, LM head, sampling)",
+    "sliding": "the sliding-attention layers",
+    "full": "the full-attention layers",
+    "shared": "the KV-shared layers",
+}
+# A depth whose rounds all read the same time (a coarse timer, a synthetic file) would get an infinite weight; its
+# SE is floored at this share of its mean.
+MIN_RELATIVE_SE = 1e-9
+_DEPTH_SUFFIX = re.compile(r"\s*\(\d+/\d+ layers\)$")
+
+
+class ProjectionError(UserError):
+    """Results that cannot be projected: one line naming the size, the depths and what is missing."""
+
+
+# --- layer layout -----------------------------------------------------------------------------------------------
+
+
+@functools.cache
+def _full_config(preset: str) -> dict[str, Any]:
+    return preset_config(preset, Overrides())
+
+
+def full_depth(preset: str) -> int:
+    return int(_full_config(preset)["num_hidden_layers"])
+
+
+@dataclass(frozen=True)
+class LayerCounts:
+    """The layers of each kind a depth keeps: S, F (own-KV and KV-shared alike) and X (the KV-shared ones)."""
+
+    sliding: int
+    full: int
+    shared: int
+
+    def row(self, terms: Sequence[str]) -> np.ndarray:
+        """This depth's row of the design matrix."""
+        values = {"fixed": 1, "sliding": self.sliding, "full": self.full, "shared": self.shared}
+        return np.array([values[term] for term in terms], dtype=np.float64)
+
+
+def layer_counts(preset: str, layers: int) -> LayerCounts:
+    """What `layers` layers of the preset hold, as models.config.truncate lays them out for the runner."""
+    config = truncate(_full_config(preset), layers)
+    types = config["layer_types"]
+    return LayerCounts(types.count("sliding_attention"), types.count("full_attention"), config["num_kv_shared_layers"])
+
+
+def model_terms(preset: str) -> tuple[str, ...]:
+    """The fitted terms: the KV-shared one only where the full model has KV-shared layers."""
+    return TERMS if _full_config(preset).get("num_kv_shared_layers") else TERMS[:3]
+
+
+def design(preset: str, depths: Sequence[int]) -> np.ndarray:
+    terms = model_terms(preset)
+    return np.array([layer_counts(preset, d).row(terms) for d in depths])
+
+
+# --- what a fit is made of --------------------------------------------------------------------------------------
+
+
+@dataclass(frozen=True)
+class FitScope:
+    """What the fits of one model's depths share: machine, preset, dtype, quantization and workload."""
+
+    machine: str
+    preset: str
+    dtype: str
+    quantize: str | None
+    workload: str
+    size: str  # the size label without its depth, e.g. "E2B" (with its dtype where two dtypes of it are present)
+
+    @property
+    def full_layers(self) -> int:
+        return full_depth(self.preset)
+
+    def label(self, layers: int, projected: bool) -> str:
+        """"E2B (35/35 layers, projected)" or, measured, "E2B (8/35 layers)"."""
+        return f"{self.size} ({layers}/{self.full_layers} layers{', projected' if projected else ''})"
+
+
+@dataclass(frozen=True)
+class DepthMean:
+    """One depth's timed rounds: their mean time and its standard error (sd/√n)."""
+
+    depth: int
+    rounds: int
+    mean_s: float
+    se_s: float
+
+
+@dataclass(frozen=True)
+class Series:
+    """One variant's metric at each measured depth of a scope."""
+
+    scope: FitScope
+    variant: str
+    metric: str
+    tokens: int  # tokens per timed unit: batch·prompt_tokens for prefill, batch for a decode step
+    points: tuple[DepthMean, ...]
+
+    @property
+    def depths(self) -> tuple[int, ...]:
+        return tuple(p.depth for p in self.points)
+
+
+@dataclass(frozen=True)
+class TimeEstimate:
+    """A projected time with its sd and the (effective, so fractional) degrees of freedom of its t quantile."""
+
+    seconds: float
+    sd: float
+    dof: float
+
+    def interval(self) -> tuple[float, float]:
+        half = quantile(self.dof) * self.sd
+        return self.seconds - half, self.seconds + half
+
+
+@dataclass(frozen=True)
+class RateInterval:
+    """tok/s with its 95% interval (high is inf when the time interval reaches 0)."""
+
+    tps: float
+    low: float
+    high: float
+
+    @classmethod
+    def of(cls, time: TimeEstimate, tokens: int) -> RateInterval:
+        if time.seconds <= 0:  # a fit that extrapolates to no time at all has no rate to show
+            return cls(math.nan, math.nan, math.nan)
+        fast, slow = time.interval()
+        return cls(tokens / time.seconds, tokens / slow, tokens / fast if fast > 0 else math.inf)
+
+
+@dataclass(frozen=True)
+class LayerFit:
+    """t = Σ coef·counts over `terms`, fitted on `points`, some of a series' depths. coef = gain · the points'
+    means: the gain says how much each depth's mean weighs in each coefficient (a row per term, a column per
+    point), which is what an estimate's variance and dof are made of."""
+
+    series: Series
+    points: tuple[DepthMean, ...]
+    terms: tuple[str, ...]
+    coef: tuple[float, ...]
+    gain: tuple[tuple[float, ...], ...]
+    dof: int
+    reduced_chi2: float | None  # None with as many depths as terms
+
+    @property
+    def depths(self) -> tuple[int, ...]:
+        return tuple(p.depth for p in self.points)
+
+    @property
+    def inflated(self) -> bool:
+        return self.reduced_chi2 is not None and self.reduced_chi2 > 1
+
+    def cost(self, term: str) -> tuple[float, float]:
+        """A term's fitted seconds and the half-width of its 95% interval."""
+        estimate = self.estimate(np.eye(len(self.terms))[self.terms.index(term)])
+        return estimate.seconds, quantile(estimate.dof) * estimate.sd
+
+    def time_at(self, layers: int) -> TimeEstimate:
+        return self.estimate(layer_counts(self.series.scope.preset, layers).row(self.terms))
+
+    def estimate(self, x: np.ndarray) -> TimeEstimate:
+        """x·coef. It is Σ a_i·mean_i over the fitted depths (a = x·gain), so its variance is Σ a_i²·SE_i² (× χ²/dof
+        where inflated) and its dof the Welch–Satterthwaite one of the SEs' n_i − 1, no more than the residual
+        dof where the residuals set the scale."""
+        parts = (x @ np.array(self.gain)) ** 2 * np.array([weighing_se(p) for p in self.points]) ** 2
+        dof = welch_dof(parts, [p.rounds - 1 for p in self.points])
+        if self.inflated:
+            parts, dof = parts * self.reduced_chi2, min(dof, self.dof)
+        return TimeEstimate(float(x @ np.array(self.coef)), math.sqrt(float(parts.sum())), dof)
+
+    def rate_at(self, layers: int) -> RateInterval:
+        return RateInterval.of(self.time_at(layers), self.series.tokens)
+
+    @property
+    def residual_note(self) -> str:
+        """How well the depths fit: "exact (4 depths, 4 terms)", "χ²/dof 0.58 (1 dof)", or, widened,
+        "χ²/dof 3.20 (1 dof): intervals ×1.79, t(1)"."""
+        if self.reduced_chi2 is None:
+            return f"exact ({len(self.depths)} depths, {len(self.terms)} terms)"
+        chi2 = f"χ²/dof {self.reduced_chi2:.2f} ({self.dof} dof)"
+        return f"{chi2}: intervals ×{math.sqrt(self.reduced_chi2):.2f}, t({self.dof})" if self.inflated else chi2
+
+
+def quantile(dof: float) -> float:
+    """The two-sided 95% quantile of Student t with `dof` degrees of freedom (inf: the normal one)."""
+    return float(scipy_stats.t.ppf((1 + CONFIDENCE) / 2, dof))
+
+
+def welch_dof(variances: Sequence[float], dofs: Sequence[float]) -> float:
+    """Welch–Satterthwaite: the dof of a sum of independent variance estimates, (Σ v)² / Σ v²/dof; inf when no
+    estimated variance enters the sum."""
+    spread = sum(v * v / dof for v, dof in zip(variances, dofs, strict=True))
+    return float(sum(variances)) ** 2 / spread if spread > 0 else math.inf
+
+
+def weighing_se(point: DepthMean) -> float:
+    """A depth's SE as the fit weighs it: floored, so that a depth whose rounds all read the same time does not
+    get an infinite weight."""
+    return max(point.se_s, MIN_RELATIVE_SE * point.mean_s)
+
+
+def fit_series(series: Series, depths: Collection[int] | None = None) -> LayerFit:
+    """The weighted least-squares fit of a series on `depths` (default: all it has); the caller has checked that
+    they separate the terms (`check_separable`)."""
+    points = [p for p in series.points if depths is None or p.depth in depths]
+    terms = model_terms(series.scope.preset)
+    x = design(series.scope.preset, [p.depth for p in points])
+    y = np.array([p.mean_s for p in points])
+    root_w = 1 / np.array([weighing_se(p) for p in points])
+    xw, yw = x * root_w[:, None], y * root_w
+    gain = np.linalg.inv(xw.T @ xw) @ xw.T * root_w
+    coef = gain @ y
+    dof = len(points) - len(terms)
+    residuals = yw - xw @ coef
+    reduced = float(residuals @ residuals) / dof if dof else None
+    return LayerFit(series, tuple(points), terms, tuple(map(float, coef)),
+                    tuple(tuple(map(float, row)) for row in gain), dof, reduced)
+
+
+# --- separability -----------------------------------------------------------------------------------------------
+
+
+def check_separable(preset: str, what: str, depths: Sequence[int]) -> None:
+    """Refuse depths that cannot tell each term of the model apart, naming the terms and depths that would."""
+    terms = model_terms(preset)
+    if len(depths) < 2:
+        example = sorted([*depths, *separating_depths(preset, depths)])
+        raise ProjectionError(
+            f"{what} has only depth {_join(depths)}: a projection needs at least {len(terms)} depths, e.g. "
+            f"`layers: [{', '.join(map(str, example))}]`")
+    x = design(preset, depths)
+    rank = np.linalg.matrix_rank(x)
+    if rank == len(terms):
+        return
+    # The rows of V past the rank span the coefficient directions these depths cannot see (unit vectors, so a
+    # term outside them has a component of rounding size).
+    null = np.linalg.svd(x)[2][rank:]
+    confounded = [TERM_NAMES[t] for t, column in zip(terms, null.T, strict=True) if np.abs(column).max() > 1e-9]
+    added = separating_depths(preset, depths)
+    joined = _join(confounded, "from" if len(confounded) == 2 else "and")
+    why = (f"{len(depths)} depths for {len(terms)} terms" if len(depths) < len(terms)
+           else "their layer counts vary together at these depths")
+    raise ProjectionError(f"{what} at depths {_join(depths)} cannot separate {joined} ({why}); add "
+                          f"depth{'s' if len(added) > 1 else ''} {_join(added)}, where they differ")
+
+
+def separating_depths(preset: str, depths: Sequence[int]) -> list[int]:
+    """The fewest extra depths, smallest first, that make `depths` separate every term. Even depths come first, as
+    the experiments step by two."""
+    terms, chosen = model_terms(preset), list(depths)
+    rank = np.linalg.matrix_rank(design(preset, chosen)) if chosen else 0
+    added = []
+    for depth in sorted(range(1, full_depth(preset) + 1), key=lambda d: (d % 2, d)):
+        if rank == len(terms):
+            break
+        if depth in chosen:
+            continue
+        more = np.linalg.matrix_rank(design(preset, [*chosen, depth]))
+        if more > rank:
+            chosen, rank = [*chosen, depth], more
+            added.append(depth)
+    return added
+
+
+def _join(items: Sequence[Any], last: str = "and") -> str:
+    items = [str(i) for i in items]
+    return items[0] if len(items) == 1 else f"{', '.join(items[:-1])} {last} {items[-1]}"
+
+
+# --- from a study ---------------------------------------------------------------------------------------------
+
+
+def depth_trials(study: Study) -> pd.DataFrame:
+    """The timed trials with their preset and depth, or a ProjectionError for results that have none."""
+    timed = study.timed
+    if timed.empty:
+        raise ProjectionError("no timed trials to project (the results hold op records only)")
+    model = timed["model"] if "model" in timed else pd.Series(None, index=timed.index, dtype=object)
+    unknown = timed[~model.isin(preset_names())]
+    if not unknown.empty:
+        raise ProjectionError(
+            f"{unknown['size'].iloc[0]} is a checkpoint (path) model, or its trials name no preset: a projection "
+            "needs a preset's layer layout (`models: [{preset: e2b, layers: [2, 4, 6, 8]}]`)")
+    layers = timed["layers"] if "layers" in timed else pd.Series(math.nan, index=timed.index)
+    # A preset run whole records no layer count.
+    depth = [full_depth(p) if pd.isna(n) else int(n) for p, n in zip(model, layers, strict=True)]
+    # "" for no quantization: pandas groups on a string, not on None.
+    return timed.assign(preset=model, depth=depth, quantize=timed["quantize"].fillna(""))
+
+
+def has_several_depths(study: Study) -> bool:
+    """Whether some preset was measured at more than one depth: what a projection starts from."""
+    timed = study.timed
+    if timed.empty or "model" not in timed or "layers" not in timed:
+        return False
+    presets = timed[timed["model"].isin(preset_names())]
+    # A preset run whole records no layer count: NaN counts as one more depth.
+    depths = presets.groupby(["model", "dtype", "quantize", "workload"], dropna=False)["layers"].nunique(dropna=False)
+    return bool((depths > 1).any())
+
+
+SCOPE_KEYS = ["preset", "dtype", "quantize", "workload"]
+
+
+def measured_series(study: Study) -> list[Series]:
+    """Every scope × variant × metric's per-depth means, scopes in the report's order."""
+    trials = depth_trials(study)
+    labels = _scope_sizes(trials)
+    series = []
+    for key, rows in trials.groupby(SCOPE_KEYS, dropna=False, sort=False):
+        preset, dtype, quantize, workload = key
+        machines = list(dict.fromkeys(rows["machine"]))
+        if len(machines) > 1:
+            raise ProjectionError(
+                f"{labels[preset, dtype, quantize]} ({workload}): runs from {len(machines)} machines "
+                f"({' | '.join(machines)}) in one fit; project each machine's results on their own")
+        scope = FitScope(machines[0], preset, dtype, quantize or None, workload, labels[preset, dtype, quantize])
+        batch, prompt = int(rows["batch"].iloc[0]), int(rows["prompt_tokens"].iloc[0])
+        tokens = {"prefill": batch * prompt, "gen": batch}
+        for variant, variant_rows in rows.groupby("variant", sort=False):
+            for metric in METRICS:
+                points = _depth_means(scope, variant, variant_rows, METRIC_COLUMNS[metric], tokens[metric])
+                if points:  # no gen metric where gen_tokens is 1
+                    series.append(Series(scope, str(variant), metric, tokens[metric], points))
+    workloads = ordered_workloads([trials])
+    variants = {v: i for i, v in enumerate(study.variants)}
+    return sorted(series, key=lambda s: (s.scope.machine, workloads.index(s.scope.workload),
+                                         size_rank(s.scope.size), s.scope.size, variants.get(s.variant, 0),
+                                         METRICS.index(s.metric)))
+
+
+def _scope_sizes(trials: pd.DataFrame) -> dict[tuple[Any, ...], str]:
+    """(preset, dtype, quantize) -> its size label without the depth; the dtype (and quantization) added when one
+    preset was run in several."""
+    models = trials.drop_duplicates(["preset", "dtype", "quantize"])
+    per_preset = models["preset"].value_counts()
+    labels = {}
+    for row in models.itertuples():
+        size = _DEPTH_SUFFIX.sub("", str(row.size))
+        if per_preset[row.preset] > 1:
+            size += f" · {row.dtype}" + (f" {row.quantize}" if row.quantize else "")
+        labels[row.preset, row.dtype, row.quantize] = size
+    return labels
+
+
+def _depth_means(scope: FitScope, variant: Any, rows: pd.DataFrame, column: str, tokens: int
+                 ) -> tuple[DepthMean, ...]:
+    values = pd.to_numeric(rows[column], errors="coerce")
+    times = (tokens / values[values > 0]).groupby(rows["depth"]).agg(["mean", "std", "count"]).sort_index()
+    thin = times[times["count"] < 2]
+    if not thin.empty:
+        raise ProjectionError(
+            f"{scope.label(int(thin.index[0]), projected=False)} {variant}: {int(thin['count'].iloc[0])} timed round "
+            "with a valid time; a fit weighs each depth by its rounds' spread, so it needs at least 2")
+    return tuple(DepthMean(int(depth), int(r["count"]), float(r["mean"]), float(r["std"]) / math.sqrt(r["count"]))
+                 for depth, r in times.iterrows())
+
+
+# --- the projection ----------------------------------------------------------------------------------------------
+
+
+@dataclass(frozen=True)
+class ProjectedRow:
+    """One scope × variant at N layers: tok/s per metric with its 95% interval, and the fits behind them."""
+
+    size: str  # e.g. "E2B (35/35 layers, projected)"
+    scope: FitScope
+    variant: str
+    layers: int
+    prefill: RateInterval
+    gen: RateInterval | None  # None where the workload times no decode step
+    fits: tuple[LayerFit, ...]  # prefill's, then gen's
+
+    @property
+    def fitted_on(self) -> tuple[int, ...]:
+        return self.fits[0].depths
+
+    @property
+    def residual_note(self) -> str:
+        return "; ".join(f"{fit.series.metric}: {fit.residual_note}" for fit in self.fits)
+
+
+@dataclass(frozen=True)
+class ProjectedDelta(RatioInterval):
+    """new/baseline tok/s at N layers for one metric, with its conservative 95% interval (independent fits)."""
+
+    size: str
+    scope: FitScope
+    layers: int
+    baseline: str
+    new: str
+    metric: str
+    baseline_tps: float
+    new_tps: float
+    ratio: float
+    low: float
+    high: float
+
+
+@dataclass(frozen=True)
+class DepthCheck:
+    """A measured depth against the fit: `in_fit` False for a depth held out of it (a validation)."""
+
+    size: str  # the measured depth's label, e.g. "E2B (12/35 layers)"
+    fit: LayerFit
+    depth: int
+    in_fit: bool
+    measured_tps: float
+    fitted: RateInterval
+
+    @property
+    def error_pct(self) -> float:
+        """How far the fit is from the measurement: fitted / measured − 1, in percent."""
+        return (self.fitted.tps / self.measured_tps - 1) * 100
+
+    @property
+    def within(self) -> bool:
+        """Whether the measured tok/s lies inside the fit's 95% interval."""
+        return self.fitted.low <= self.measured_tps <= self.fitted.high
+
+
+@dataclass(frozen=True)
+class Projection:
+    layers: int | None  # as asked; None: each preset's full depth
+    rows: tuple[ProjectedRow, ...]
+    deltas: tuple[ProjectedDelta, ...]
+    checks: tuple[DepthCheck, ...]  # every measured depth of every fit, fitted against measured
+
+
+def project(study: Study, comparisons: Sequence[tuple[str, str]], layers: int | None = None,
+            fit_layers: Collection[int] | None = None) -> Projection:
+    """Fit every scope × variant × metric on its depths (or only `fit_layers`, holding the others out) and project
+    tok/s and each comparison's Δ to `layers` (default: each preset's full depth)."""
+    series = measured_series(study)
+    for s in series:
+        _check_layers(s.scope, layers)
+        depths = _fit_depths(s, fit_layers)
+        check_separable(s.scope.preset, _what(s, series), depths)
+    fits = [fit_series(s, fit_layers) for s in series]
+    rows = _rows(fits, layers)
+    return Projection(layers, tuple(rows), tuple(_deltas(rows, fits, comparisons)),
+                      tuple(check for fit in fits for check in depth_checks(fit, fit.series.points)))
+
+
+def depth_checks(fit: LayerFit, points: Sequence[DepthMean]) -> list[DepthCheck]:
+    """Measured against fitted tok/s at each of `points` (a fit's own depths, or ones measured apart from it)."""
+    tokens, scope = fit.series.tokens, fit.series.scope
+    return [DepthCheck(scope.label(p.depth, projected=False), fit, p.depth, p.depth in fit.depths,
+                       tokens / p.mean_s, fit.rate_at(p.depth)) for p in points]
+
+
+def _check_layers(scope: FitScope, layers: int | None) -> None:
+    if layers is not None and not 1 <= layers <= scope.full_layers:
+        raise ProjectionError(f"--layers {layers} is out of range for {scope.size} ({scope.preset} has "
+                              f"{scope.full_layers} layers); choose 1..{scope.full_layers}")
+
+
+def _fit_depths(series: Series, fit_layers: Collection[int] | None) -> list[int]:
+    if fit_layers is None:
+        return list(series.depths)
+    missing = sorted(set(fit_layers) - set(series.depths))
+    if missing:
+        raise ProjectionError(f"--fit-layers: {series.scope.size} {series.variant} was not measured at depth "
+                              f"{_join(missing)} (measured: {_join(series.depths)})")
+    return sorted(fit_layers)
+
+
+def _what(series: Series, every: Sequence[Series]) -> str:
+    """How a refusal names a series: its size and workload; its variant only when the scope's other variants have
+    other depths; and depths of the same preset run in another dtype or quantization, which a fit never mixes."""
+    scope = series.scope
+    notes = [scope.workload]
+    apart = {d for s in every if s.scope != scope and (s.scope.preset, s.scope.workload) == (scope.preset,
+             scope.workload) for d in s.depths} - set(series.depths)
+    if apart:
+        notes.append(f"depth {_join(sorted(apart))} ran in another dtype or quantization, fitted apart: never mixed")
+    what = f"{scope.size} ({'; '.join(notes)})"
+    return what if len({s.depths for s in every if s.scope == scope}) == 1 else f"{what} {series.variant}"
+
+
+def _rows(fits: Sequence[LayerFit], layers: int | None) -> list[ProjectedRow]:
+    by_variant: dict[tuple[FitScope, str], dict[str, LayerFit]] = {}
+    for fit in fits:
+        by_variant.setdefault((fit.series.scope, fit.series.variant), {})[fit.series.metric] = fit
+    rows = []
+    for (scope, variant), metrics in by_variant.items():
+        n = layers or scope.full_layers
+        gen = metrics.get("gen")
+        rows.append(ProjectedRow(scope.label(n, projected=True), scope, variant, n, metrics["prefill"].rate_at(n),
+                                 gen.rate_at(n) if gen else None, tuple(metrics.values())))
+    return rows
+
+
+def _deltas(rows: Sequence[ProjectedRow], fits: Sequence[LayerFit], comparisons: Sequence[tuple[str, str]]
+            ) -> list[ProjectedDelta]:
+    fit_of = {(f.series.scope, f.series.variant, f.series.metric): f for f in fits}
+    deltas = []
+    for scope in dict.fromkeys(row.scope for row in rows):
+        n = next(row.layers for row in rows if row.scope == scope)
+        for baseline, new in comparisons:
+            for metric in METRICS:
+                base_fit, new_fit = fit_of.get((scope, baseline, metric)), fit_of.get((scope, new, metric))
+                if base_fit and new_fit:
+                    deltas.append(projected_delta(scope.label(n, projected=True), base_fit, new_fit, n))
+    return deltas
+
+
+def projected_delta(size: str, base_fit: LayerFit, new_fit: LayerFit, layers: int) -> ProjectedDelta:
+    """Δ = t_base / t_new − 1 at `layers`, its interval by the delta method on the log ratio (fits independent)."""
+    base, new = base_fit.time_at(layers), new_fit.time_at(layers)
+    series = new_fit.series
+    if base.seconds <= 0 or new.seconds <= 0:
+        ratio = low = high = math.nan
+    else:
+        ratio = base.seconds / new.seconds
+        variances = [(base.sd / base.seconds) ** 2, (new.sd / new.seconds) ** 2]
+        half = quantile(welch_dof(variances, [base.dof, new.dof])) * math.sqrt(sum(variances))
+        low, high = ratio * math.exp(-half), ratio * math.exp(half)
+    return ProjectedDelta(size, series.scope, layers, base_fit.series.variant, series.variant, series.metric,
+                          base_fit.rate_at(layers).tps, new_fit.rate_at(layers).tps, ratio, low, high)

@@ -1,0 +1,91 @@
+"""The depth projection's 95% intervals (analysis.projection), simulated: E2B's step times exactly linear in its
+layer counts, normal trial noise of 0.3%, each variant fitted on its depths' rounds and projected to its full 35
+layers, and tok/s and the Δ between two variants (the new one's per-layer costs 0.9 of the baseline's) checked
+against the truth. Seeded, so the rates are the same on every machine; `python tests/test_projection_coverage.py`
+prints them (the figures in analysis.projection)."""
+
+from __future__ import annotations
+
+import math
+
+import numpy as np
+
+from bench.analysis.projection import (
+    DepthMean,
+    FitScope,
+    LayerFit,
+    Series,
+    fit_series,
+    full_depth,
+    layer_counts,
+    projected_delta,
+)
+
+# Seconds per step of each term (fixed, per sliding layer, per full layer, extra per KV-shared layer), per metric,
+# and the tokens a step makes.
+COSTS = {"prefill": (0.010, 0.003, 0.005, 0.004), "gen": (0.020, 0.001, 0.002, 0.0005)}
+TOKENS = {"prefill": 128, "gen": 1}
+VARIANTS = {"baseline": 1.0, "new": 0.9}  # the per-layer costs' scale; the fixed part is the same
+TRIAL_NOISE = 0.003
+SCOPE = FitScope("sim", "e2b", "float32", None, "pp128 tg4 b1", "E2B")
+LAYERS = full_depth("e2b")
+EXACT, ONE_DOF = (2, 4, 6, 8), (2, 4, 6, 8, 12)  # as many depths as terms; one more
+ROUNDS = (6, 8, 12, 30)
+
+
+def step_s(depth: int, metric: str, scale: float) -> float:
+    fixed, sliding, full, shared = COSTS[metric]
+    counts = layer_counts("e2b", depth)
+    return fixed + scale * (sliding * counts.sliding + full * counts.full + shared * counts.shared)
+
+
+def _fit(rng: np.random.Generator, depths: tuple[int, ...], rounds: int, metric: str, variant: str) -> LayerFit:
+    """One variant's fit on `rounds` timed rounds at each depth, as analysis.projection.measured_series sums them."""
+    points = []
+    for depth in depths:
+        times = step_s(depth, metric, VARIANTS[variant]) * (1 + TRIAL_NOISE * rng.standard_normal(rounds))
+        points.append(DepthMean(depth, rounds, float(times.mean()), float(times.std(ddof=1)) / math.sqrt(rounds)))
+    return fit_series(Series(SCOPE, variant, metric, TOKENS[metric], tuple(points)))
+
+
+def simulate(depths: tuple[int, ...], rounds: int, replications: int, seed: int = 0) -> tuple[float, float]:
+    """(coverage of the projected tok/s, coverage of the projected Δ): per replication, two metrics, each with two
+    variants' tok/s and one Δ."""
+    rng = np.random.default_rng(seed)
+    rates_covered = deltas_covered = 0
+    for _ in range(replications):
+        for metric in COSTS:
+            fits = {variant: _fit(rng, depths, rounds, metric, variant) for variant in VARIANTS}
+            for variant, fit in fits.items():
+                rate = fit.rate_at(LAYERS)
+                rates_covered += rate.low <= TOKENS[metric] / step_s(LAYERS, metric, VARIANTS[variant]) <= rate.high
+            delta = projected_delta(SCOPE.label(LAYERS, projected=True), fits["baseline"], fits["new"], LAYERS)
+            true_ratio = step_s(LAYERS, metric, VARIANTS["baseline"]) / step_s(LAYERS, metric, VARIANTS["new"])
+            deltas_covered += delta.low <= true_ratio <= delta.high
+    return rates_covered / (replications * len(COSTS) * len(VARIANTS)), deltas_covered / (replications * len(COSTS))
+
+
+def test_an_exact_fit_covers_95_percent_at_the_fewest_rounds():
+    # 6 rounds per depth, where a normal quantile covered 91% (tok/s) and 93% (Δ). 800 replications: 3 200 tok/s
+    # intervals (coverage's SD 0.4%) and 1 600 Δs (0.5%).
+    rates, deltas = simulate(EXACT, rounds=6, replications=800, seed=1)
+    assert 0.94 <= rates <= 0.96
+    assert 0.94 <= deltas <= 0.96
+
+
+def test_a_fit_with_a_residual_dof_stays_conservative():
+    # One residual dof: where χ²/dof > 1 (a third of fits, with no model error) the interval is widened, so it
+    # covers more than 95%, never less.
+    rates, deltas = simulate(ONE_DOF, rounds=6, replications=800, seed=1)
+    assert rates >= 0.945
+    assert deltas >= 0.945
+
+
+if __name__ == "__main__":
+    print(f"95% coverage at {LAYERS} layers, {TRIAL_NOISE:.1%} trial noise, 4 000 replications per row "
+          "(16 000 tok/s intervals, 8 000 Δs)")
+    print(f"{'fitted on depths':<18}{'rounds per depth':>18}{'tok/s':>9}{'Δ':>9}")
+    for depths in (EXACT, ONE_DOF):
+        for rounds in ROUNDS:
+            rates, deltas = simulate(depths, rounds, replications=4000, seed=2)
+            print(f"{', '.join(map(str, depths)):<18}{rounds:>18}{rates:>9.2%}{deltas:>9.2%}")
