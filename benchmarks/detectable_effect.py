@@ -37,7 +37,7 @@ def main() -> None:
     rows = []
     for baseline, new in study.planned:
         table = compare(study.timed, baseline, new, ["prefill", "gen"])
-        for row in table.itertuples():
+        for row in table:
             pairs = study.timed[study.timed["variant"].isin([baseline, new])]
             wide = pairs.pivot_table(index="round", columns="variant", values=f"{row.metric}_tps")
             sd = paired_estimate(wide[baseline], wide[new]).sd_log

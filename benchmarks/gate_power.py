@@ -23,7 +23,7 @@ import sys
 import tempfile
 from pathlib import Path
 
-from bench.analysis.gate import CheckRequest, Outcome, run_check
+from bench.analysis.gate import Check, CheckRequest, Outcome, run_check
 from bench.commands.check import DEFAULT_MAX_REGRESSION_PCT
 from bench.core.results import read_results
 from bench.present.document import Table, markdown_table
@@ -51,8 +51,8 @@ def check(results: Path, options: argparse.Namespace) -> Outcome:
                                   noise=options.noise))
 
 
-def hits(outcome: Outcome, variant: str) -> tuple[set[str], bool]:
-    """(the checks that failed `variant`: "tok/s", "speedup"; whether a verdict on anything else failed)."""
+def hits(outcome: Outcome, variant: str) -> tuple[set[Check], bool]:
+    """(the checks that failed `variant`: Check.TPS, Check.SPEEDUP; whether a verdict on anything else failed)."""
     on_variant = {v.check for v in outcome.failures if v.variant.split("/")[0] == variant}
     elsewhere = any(v.variant.split("/")[0] != variant for v in outcome.failures)
     return on_variant, elsewhere
@@ -87,7 +87,7 @@ def main(argv: list[str] | None = None) -> int:
         alarms = [run.name for run, outcome in zip(runs, unchanged, strict=True) if outcome.failures]
         rows.append(("1.00 (unchanged)", str(len(runs)), "—", "—", "—", f"{len(alarms)}/{len(runs)}"))
         for factor in factors:
-            caught = {"any": 0, "tok/s": 0, "speedup": 0}
+            caught = {"any": 0, Check.TPS: 0, Check.SPEEDUP: 0}
             false_alarms = 0
             for run in runs:
                 doctored = doctor(run, Path(scratch) / run.name, args.variant, factor)

@@ -109,7 +109,7 @@ def fusebench_side(args: argparse.Namespace) -> None:
         timing = time_trial(model, prompt, args.gen, PREFILL_STEP)
         if r >= 0:
             records.append(trial_record(timing, 1, args.prompt, args.gen))
-    means = {k: statistics.mean(rec[k] for rec in records)
+    means = {k: statistics.mean(getattr(rec, k) for rec in records)
              for k in ("prefill_tps", "ttft_tps", "gen_tps", "peak_memory_bytes")}
     print(json.dumps({**means, "peak_gb": means.pop("peak_memory_bytes") / 1e9}))
 

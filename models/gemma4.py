@@ -16,10 +16,9 @@ from mlx_lm.models import gemma4_text as reference
 from mlx_lm.models.base import create_attention_mask
 from mlx_lm.models.cache import KVCache, RotatingKVCache
 from mlx_lm.models.gemma4_text import ModelArgs
-from mlx_lm.models.rope_utils import initialize_rope
 from mlx_lm.models.switch_layers import SwitchGLU
 
-from .ops import OpTable
+from .ops import OpTable, layer_rope, rope_arguments
 
 
 class RMSNorm(nn.Module):
@@ -94,13 +93,6 @@ class Experts(nn.Module):
         return (mx.expand_dims(weights, -1) * self.switch_glu(x, top_k)).sum(-2)
 
 
-def rope_arguments(rope: nn.Module) -> dict[str, Any]:
-    """mx.fast.rope's arguments for a rope module that mlx-lm's initialize_rope built."""
-    if isinstance(rope, nn.RoPE):
-        return {"dims": rope.dims, "base": rope.base, "scale": rope.scale, "periods": None}
-    return {"dims": rope.dims, "base": None, "scale": 1.0, "periods": rope._freqs}
-
-
 class Attention(nn.Module):
     def __init__(self, config: ModelArgs, layer_idx: int, ops: OpTable):
         super().__init__()
@@ -126,14 +118,7 @@ class Attention(nn.Module):
             self.k_norm = RMSNorm(self.head_dim, eps, ops)
             self.v_norm = RMSNorm(self.head_dim, eps, ops, scaled=False)
 
-        rope_params = config.rope_parameters.get(layer_type, {})
-        self.rope = initialize_rope(
-            dims=self.head_dim,
-            traditional=config.rope_traditional,
-            base=rope_params.get("rope_theta", 10000.0),
-            scaling_config=rope_params,
-            max_position_embeddings=config.max_position_embeddings,
-        )
+        self.rope = layer_rope(config, layer_type, self.head_dim)
         self._rope_args = rope_arguments(self.rope)
 
     def _rotate(self, x: mx.array, offset: Any) -> mx.array:

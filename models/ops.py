@@ -1,28 +1,60 @@
-"""The op variants: every switchable op the model calls goes through the registry (models/registry.py).
+"""The ops: every switchable op the model calls goes through the registry (models/registry.py).
 
-A new fusion candidate is one function with one decorator:
+Each op's section below holds all that is known about it beside its declaration's light facts: its variants, and
+how it is called (`OpCalls`: its shapes at a model's sizes, for `fusebench ops` and `fusebench kernels`, its inputs
+and its FLOPs). A new fusion candidate is one function with one decorator:
 
     @register("geglu", "my_variant")
     def geglu_mine(gate, up):
         ...
 
-after which `my_variant` is valid in every YAML experiment, in `fusebench verify` and in `fusebench ops`.
-Every variant of an op takes the same arguments as the op's reference variant and must compute the same thing.
+after which `my_variant` is valid in every YAML experiment, in `fusebench verify`, `fusebench ops` and `fusebench
+kernels`. Every variant of an op takes the same arguments as the op's reference variant and must compute the same
+thing. A new op is declared the same way, from a plugin file as well as here:
+
+    declare("scale2", "x * 2", reference="plain", default="plain")
+    register("scale2", "plain")(lambda x: x * 2)
+
+    @register_calls("scale2")
+    class Scale2Calls(OpCalls):
+        def cases(self, args, batch, length):
+            return [OpCase("scale2", "hidden", ((batch, length, args.hidden_size),))]
 """
 
 from __future__ import annotations
 
+import math
 from collections.abc import Mapping
+from typing import TypedDict
 
 import mlx.core as mx
 import mlx.nn as nn
+from mlx_lm.models.base import create_causal_mask
+from mlx_lm.models.gemma4_text import ModelArgs
+from mlx_lm.models.rope_utils import initialize_rope
 
-# register is re-exported: `from models.ops import register` is the stable import for plugins.
+# The declaring names are re-exported: `from models.ops import register` is the stable import for plugins.
+from .calls import Inputs, OpCalls, OpCase, calls_by_op, register_calls
+from .config import attention_heads
 from .errors import UnknownOpError
-from .registry import REGISTRY, OpSpec, check_op, check_variant, complete, op_choices, reference_assignment, register
+from .registry import (
+    REGISTRY,
+    OpSpec,
+    check_op,
+    check_variant,
+    complete,
+    declare,
+    op_choices,
+    reference_assignment,
+    register,
+)
 
-__all__ = ["REGISTRY", "OpSpec", "OpTable", "UnknownOpError", "check_op", "check_variant", "complete", "op_choices",
-           "reference_assignment", "register"]
+__all__ = ["REGISTRY", "Inputs", "OpCalls", "OpCase", "OpSpec", "OpTable", "UnknownOpError", "calls_by_op",
+           "check_op", "check_variant", "complete", "declare", "op_choices", "reference_assignment", "register",
+           "register_calls"]
+
+# The two kinds of attention layer, as the config's layer types name them and as case roles name them.
+LAYER_KINDS = (("sliding_attention", "sliding"), ("full_attention", "full"))
 
 
 class OpTable:
@@ -49,6 +81,35 @@ def geglu_unfused(gate: mx.array, up: mx.array) -> mx.array:
 # shapeless=True traces once for every shape, as ollama PR 15587 did.
 geglu_compiled = register("geglu", "compiled")(mx.compile(geglu_unfused, shapeless=True))
 
+# Per-element FLOP counts, with tanh counted as one FLOP as FLOP counts conventionally do:
+# gelu_approx(g) * u = 0.5 * g * (1 + tanh(c * (g + 0.044715 * g^3))) * u -> g^3 (2), * 0.044715, + g, * c,
+# tanh, 1 +, * 0.5, * g, * u: 10.
+GEGLU_FLOPS_PER_ELEMENT = 10
+
+
+@register_calls("geglu")
+class GegluCalls(OpCalls):
+    def cases(self, args: ModelArgs, batch: int, length: int) -> list[OpCase]:
+        """The MLP, the double-wide MLP of KV-shared layers, the MoE experts and the PLE gate."""
+        cases = [OpCase("geglu", "mlp", _pair((batch, length, args.intermediate_size)))]
+        if args.use_double_wide_mlp and args.num_kv_shared_layers > 0:
+            wide = (batch, length, 2 * args.intermediate_size)
+            cases.append(OpCase("geglu", "mlp double-wide", _pair(wide)))
+        if args.enable_moe_block:
+            # SwitchGLU sorts the (token, expert) pairs and runs the activation on [tokens * top_k, 1, width].
+            rows = batch * length * args.top_k_experts
+            cases.append(OpCase("geglu", "moe expert", _pair((rows, 1, args.moe_intermediate_size))))
+        if args.hidden_size_per_layer_input > 0:
+            cases.append(OpCase("geglu", "ple gate", _pair((batch, length, args.hidden_size_per_layer_input))))
+        return cases
+
+    def flops(self, case: OpCase) -> int:
+        return GEGLU_FLOPS_PER_ELEMENT * math.prod(case.shape)
+
+
+def _pair(shape: tuple[int, ...]) -> tuple[tuple[int, ...], ...]:
+    return (shape, shape)
+
 
 # --- softcap -------------------------------------------------------------------------------------
 
@@ -69,6 +130,37 @@ _softcap_compiled = mx.compile(_softcap_kernel, shapeless=True)
 def softcap_compiled(x: mx.array, cap: float) -> mx.array:
     # The cap travels as an array so the compiled kernel is traced once, not once per Python float.
     return _softcap_compiled(x, mx.array(cap, dtype=x.dtype))
+
+
+# [B, L, 262144] fp32 logits are 1 GiB per 1024 positions, and one softcap over 512 of them takes ~2-3 s on a
+# 2-core CPU. The op is elementwise, so a shorter L shows the same per-element cost (once past the caches).
+FULL_LOGITS_MAX_TOKENS = 128
+# tanh(x / cap) * cap, tanh counted as one FLOP.
+SOFTCAP_FLOPS_PER_ELEMENT = 3
+
+
+@register_calls("softcap")
+class SoftcapCalls(OpCalls):
+    def cases(self, args: ModelArgs, batch: int, length: int) -> list[OpCase]:
+        cap, vocab = args.final_logit_softcapping, args.vocab_size
+        if cap is None:  # the model leaves its logits uncapped
+            return []
+        full = min(length, FULL_LOGITS_MAX_TOKENS)
+        capped = f"; L capped at {full} of {length}: an elementwise op's time scales with L" if full < length else ""
+        return [
+            OpCase(
+                "softcap", "logits decode", ((batch, 1, vocab),), positional=(cap,),
+                note="every decode step, and prefill too: mlx-lm-style prefill computes logits for the last position "
+                "only",
+            ),
+            OpCase(
+                "softcap", "logits full", ((batch, full, vocab),), positional=(cap,),
+                note=f"logits for every prompt position (scoring, speculative verification){capped}",
+            ),
+        ]
+
+    def flops(self, case: OpCase) -> int:
+        return SOFTCAP_FLOPS_PER_ELEMENT * math.prod(case.shape)
 
 
 # --- attention -----------------------------------------------------------------------------------
@@ -104,6 +196,57 @@ def attention_sdpa(q: mx.array, k: mx.array, v: mx.array, *, scale: float, mask:
     return mx.fast.scaled_dot_product_attention(q, k, v, scale=scale, mask=mask)
 
 
+# Gemma 4 normalizes q and k instead of scaling the scores, so the model calls attention with scale 1.0.
+ATTENTION_SCALE = 1.0
+
+
+@register_calls("attention")
+class AttentionCalls(OpCalls):
+    def cases(self, args: ModelArgs, batch: int, length: int) -> list[OpCase]:
+        """Prefill (causal, the window's mask where the prompt is longer) and decode, for both layer types."""
+        heads, window = args.num_attention_heads, args.sliding_window
+        cases = []
+        for layer_type, kind in LAYER_KINDS:
+            head_dim, kv_heads = attention_heads(vars(args), layer_type)
+            layer_window = window if kind == "sliding" else None
+            # A sliding layer's rotating cache never holds more than the window.
+            kv_length = min(length, window) if kind == "sliding" else length
+            prefill_kv = (batch, kv_heads, length, head_dim)
+            decode_kv = (batch, kv_heads, kv_length, head_dim)
+            cases += [
+                OpCase(
+                    "attention", f"prefill {kind}", ((batch, heads, length, head_dim), prefill_kv, prefill_kv),
+                    keywords=(("scale", ATTENTION_SCALE), ("mask", "causal"), ("window", layer_window)),
+                    shown=("q", "kv"), phase="prefill",
+                ),
+                OpCase(
+                    "attention", f"decode {kind}", ((batch, heads, 1, head_dim), decode_kv, decode_kv),
+                    keywords=(("scale", ATTENTION_SCALE), ("mask", None), ("window", None)),
+                    shown=("q", "kv"), phase="decode",
+                ),
+            ]
+        return cases
+
+    def kernel_cases(self, args: ModelArgs, prompt_tokens: int) -> list[OpCase]:
+        # MLX picks its kernel by the head dim, the query and key lengths, the GQA factor and the mask: only the
+        # prompt's own shapes say which one the model gets.
+        return self.cases(args, 1, prompt_tokens)
+
+    def inputs(self, case: OpCase, seed: int) -> Inputs:
+        inputs = super().inputs(case, seed)
+        window = inputs.kwargs.pop("window")
+        # As mlx-lm's create_attention_mask: "causal" unless a sliding window cuts into the prompt.
+        if inputs.kwargs["mask"] == "causal" and window is not None and case.shape[2] > window:
+            inputs.kwargs["mask"] = create_causal_mask(case.shape[2], window_size=window)
+        return inputs
+
+    def flops(self, case: OpCase) -> int:
+        # Two matmuls (q k^T, then p v) at 2 FLOPs per multiply-add, over the full L x S score matrix: the masked
+        # half included, as the manual variant computes it.
+        batch, heads, length, head_dim = case.shape
+        return 4 * batch * heads * length * case.arrays[1][2] * head_dim
+
+
 # --- rms_norm ------------------------------------------------------------------------------------
 
 
@@ -119,9 +262,40 @@ def rms_norm_fast(x: mx.array, weight: mx.array | None, eps: float) -> mx.array:
     return mx.fast.rms_norm(x, weight, eps)
 
 
+@register_calls("rms_norm")
+class RmsNormCalls(OpCalls):
+    # Pure data movement: no FLOPs counted.
+    def cases(self, args: ModelArgs, batch: int, length: int) -> list[OpCase]:
+        hidden = args.hidden_size
+        return [OpCase("rms_norm", "hidden", ((batch, length, hidden), (hidden,)), positional=(args.rms_norm_eps,))]
+
+
 # --- rope ----------------------------------------------------------------------------------------
 # The arguments are those of mx.fast.rope: `periods` plays the part of its `freqs` (an inf period leaves
 # that pair of dims unrotated), otherwise base ** (2i / dims) is used.
+
+
+class RopeArguments(TypedDict):
+    dims: int
+    base: float | None
+    scale: float
+    periods: mx.array | None
+
+
+def layer_rope(args: ModelArgs, layer_type: str, head_dim: int) -> nn.Module:
+    """The rope module of a layer type, as mlx-lm's initialize_rope builds it from the config."""
+    params = args.rope_parameters.get(layer_type, {})
+    return initialize_rope(
+        dims=head_dim, traditional=args.rope_traditional, base=params.get("rope_theta", 10000.0),
+        scaling_config=params, max_position_embeddings=args.max_position_embeddings,
+    )
+
+
+def rope_arguments(rope: nn.Module) -> RopeArguments:
+    """mx.fast.rope's arguments for a rope module that mlx-lm's initialize_rope built."""
+    if isinstance(rope, nn.RoPE):
+        return {"dims": rope.dims, "base": rope.base, "scale": rope.scale, "periods": None}
+    return {"dims": rope.dims, "base": None, "scale": 1.0, "periods": rope._freqs}
 
 
 @register("rope", "composed")
@@ -156,3 +330,31 @@ def rope_fast(
     periods: mx.array | None,
 ) -> mx.array:
     return mx.fast.rope(x, dims, traditional=False, base=base, scale=scale, offset=offset, freqs=periods)
+
+
+@register_calls("rope")
+class RopeCalls(OpCalls):
+    # Pure data movement: no FLOPs counted.
+    def cases(self, args: ModelArgs, batch: int, length: int) -> list[OpCase]:
+        """q's rotation in both layer types: full layers rotate only a quarter of their dims (ProportionalRoPE)."""
+        cases = []
+        for layer_type, kind in LAYER_KINDS:
+            head_dim, _ = attention_heads(vars(args), layer_type)
+            rope = rope_arguments(layer_rope(args, layer_type, head_dim))
+            # A tuple keeps the case hashable; inputs() turns it back into the array the model passes.
+            periods = None if rope["periods"] is None else tuple(rope["periods"].tolist())
+            rotated = rope["dims"] if periods is None else 2 * sum(math.isfinite(p) for p in periods)
+            role = kind if rotated == head_dim else f"{kind} ({rotated / head_dim:.0%} rotated)"
+            keywords = (("dims", rope["dims"]), ("base", rope["base"]), ("scale", rope["scale"]),
+                        ("periods", periods), ("offset", 0))
+            cases.append(OpCase("rope", role, ((batch, args.num_attention_heads, length, head_dim),),
+                                keywords=keywords))
+        return cases
+
+    def inputs(self, case: OpCase, seed: int) -> Inputs:
+        inputs = super().inputs(case, seed)
+        # The model passes the cache offset as an array, and the periods as the rope module's array.
+        inputs.kwargs["offset"] = mx.array(inputs.kwargs["offset"])
+        if inputs.kwargs["periods"] is not None:
+            inputs.kwargs["periods"] = mx.array(inputs.kwargs["periods"], dtype=mx.float32)
+        return inputs

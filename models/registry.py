@@ -1,36 +1,54 @@
 """The op registry's declarations: which ops are switchable, what each computes, its reference and default variant.
 
 No mlx here: a results file or an experiment can name ops, and a report can describe them, without loading the model.
-The implementations register themselves from `models.ops` (and from user plugins) with the same decorator.
+An op is declared once, with `declare`; its variants register themselves with `register`, and what the benchmarks
+need to call it (its shapes at a model's sizes, its inputs, its FLOPs: `models.calls.OpCalls`) with `register_calls`.
+The built-in ops are declared below and implemented in `models.ops`; a user plugin declares a new op the same way.
 """
 
 from __future__ import annotations
 
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from .errors import UnknownOpError
+
+if TYPE_CHECKING:
+    from .calls import OpCalls
 
 
 @dataclass
 class OpSpec:
-    """One switchable op: `reference` is the plain composed form, `default` what a variant gets when it omits the op."""
+    """One switchable op: `reference` is the plain composed form, `default` what a variant gets when it omits the op.
+
+    `calls` is attached by `models.calls.register_calls`: None until then, and for an op the benchmarks cannot call.
+    """
 
     name: str
     doc: str
     reference: str
     default: str
     variants: dict[str, Callable[..., Any]] = field(default_factory=dict)
+    calls: OpCalls | None = None
 
 
-REGISTRY: dict[str, OpSpec] = {
-    "geglu": OpSpec("geglu", "gelu_approx(gate) * up in the MLP, MoE experts and PLE gate", "unfused", "unfused"),
-    "softcap": OpSpec("softcap", "tanh(x / cap) * cap on the final logits", "unfused", "unfused"),
-    "attention": OpSpec("attention", "softmax(q k^T * scale + mask) v in every layer", "manual", "manual"),
-    "rms_norm": OpSpec("rms_norm", "x * rsqrt(mean(x^2) + eps) * weight in every norm", "composed", "fast"),
-    "rope": OpSpec("rope", "rotary position embedding of q and k", "composed", "fast"),
-}
+REGISTRY: dict[str, OpSpec] = {}
+
+
+def declare(name: str, doc: str, *, reference: str, default: str) -> OpSpec:
+    """Declare a new switchable op; its variants (the reference and default among them) register afterwards."""
+    if name in REGISTRY:
+        raise ValueError(f"op {name!r} is already declared; declare a new name")
+    REGISTRY[name] = OpSpec(name, doc, reference, default)
+    return REGISTRY[name]
+
+
+declare("geglu", "gelu_approx(gate) * up in the MLP, MoE experts and PLE gate", reference="unfused", default="unfused")
+declare("softcap", "tanh(x / cap) * cap on the final logits", reference="unfused", default="unfused")
+declare("attention", "softmax(q k^T * scale + mask) v in every layer", reference="manual", default="manual")
+declare("rms_norm", "x * rsqrt(mean(x^2) + eps) * weight in every norm", reference="composed", default="fast")
+declare("rope", "rotary position embedding of q and k", reference="composed", default="fast")
 
 
 def register(op: str, variant: str) -> Callable[[Callable[..., Any]], Callable[..., Any]]:

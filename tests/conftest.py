@@ -1,6 +1,6 @@
-"""Tools the tests share: one results-file factory, writing a run header and trial records as `fusebench run` does
-(core.records.run_header through core.results.ResultsWriter), and one way to run the `fusebench` CLI in a process
-of its own, as its user runs it."""
+"""Tools the tests share: one results-file factory, writing run headers and records as `fusebench run` does
+(core.records.run_header through core.results.ResultsWriter), with the cell and trial records it writes, and one way
+to run the `fusebench` CLI in a process of its own, as its user runs it."""
 
 from __future__ import annotations
 
@@ -50,15 +50,25 @@ def trials(of: Mapping[str, Any], throughputs: Mapping[str, Sequence[tuple[float
             for variant, values in throughputs.items() for round_, (prefill, gen) in enumerate(values)]
 
 
-def results_file(path: Path, records: Iterable[Mapping[str, Any]], *, experiment: str, run_id: str = "run1",
-                 env: Mapping[str, Any] | None = None, file: str = "experiment.yaml", **header: Any) -> Path:
-    """A results file: the run header today's writer writes (`experiment` is the YAML it stores, as read from
-    `file`), then `records`."""
-    stored = {"name": yaml.safe_load(experiment)["name"], "file": file,
+def header(run_id: str, experiment: str, *, env: Mapping[str, Any] | None = None, file: str = "experiment.yaml",
+           name: str | None = None, **extra: Any) -> dict[str, Any]:
+    """The run header today's writer writes: `experiment` is the YAML it stores, as read from `file`, and `name`
+    the experiment's (by default the YAML's; `fusebench ops` names its runs "ops")."""
+    stored = {"name": name or yaml.safe_load(experiment)["name"], "file": file,
               "sha256": hashlib.sha256(experiment.encode()).hexdigest(), "content": experiment}
+    return run_header(run_id, stored, env or TEST_ENV, **extra)
+
+
+def write_records(path: Path, records: Iterable[Mapping[str, Any]]) -> Path:
+    """`records` as a results file, written as the runner writes them (run headers from `header`)."""
     path.unlink(missing_ok=True)  # the writer appends, as a resumed run does; a factory's file starts anew
     with ResultsWriter(path) as writer:
-        writer.write(run_header(run_id, stored, env or TEST_ENV, **header))
         for record in records:
             writer.write(dict(record))
     return path
+
+
+def results_file(path: Path, records: Iterable[Mapping[str, Any]], *, experiment: str, run_id: str = "run1",
+                 env: Mapping[str, Any] | None = None, file: str = "experiment.yaml", **extra: Any) -> Path:
+    """A results file of one run: its header (see `header`), then `records`."""
+    return write_records(path, [header(run_id, experiment, env=env, file=file, **extra), *records])

@@ -10,6 +10,8 @@ import sys
 from pathlib import Path
 
 import pytest
+from conftest import cell, trials
+from conftest import results_file as write_results
 
 ROOT = Path(__file__).resolve().parent.parent
 
@@ -97,29 +99,17 @@ def loaded_after(argv: list[str], cwd: Path) -> set[str]:
     return set(json.loads(done.stderr.strip().splitlines()[-1]))
 
 
-RESULTS = [
-    {"kind": "run", "run_id": "r1", "env": {"backend": "cpu", "device": "cpu", "blas": "openblas", "cpu": "x",
-                                             "hostname": "h"},
-     "experiment": {"name": "t", "file": "t.yaml", "sha256": "0",
-                    "content": "name: t\nmodels: [{preset: tiny}]\nvariants: {a: {}, b: {geglu: compiled}}\n"
-                               "comparisons: [[a, b]]\nworkloads: {prompt_tokens: 8, gen_tokens: 2}\n"
-                               "expect: [{all_correct: true}]\n"}},
-    *({"kind": "trial", "run_id": "r1", "cell": "c", "model_key": "tiny", "size": "tiny",
-       "workload": "pp8 tg2 b1", "prompt_tokens": 8, "gen_tokens": 2, "batch": 1, "dtype": "float32",
-       "quantize": None, "variant": v,
-       "round": r, "warmup": False, "prefill_tps": 100.0 + r + (5 if v == "b" else 0), "gen_tps": 10.0 + r / 10}
-      for r in range(4) for v in ("a", "b")),
-    {"kind": "correctness", "run_id": "r1", "cell": "c", "model_key": "tiny", "size": "tiny",
-     "workload": "pp8 tg2 b1", "prompt_tokens": 8, "gen_tokens": 2, "batch": 1, "variant": "b", "reference": "a",
-     "max_abs_err": 0.0, "max_rel_err": 0.0, "tokens_checked": 2, "tokens_agree": 2, "atol": 0.01, "passed": True},
-]
+EXPERIMENT = ("name: t\nmodels: [{preset: tiny}]\nvariants: {a: {}, b: {geglu: compiled}}\ncomparisons: [[a, b]]\n"
+              "workloads: {prompt_tokens: 8, gen_tokens: 2}\nexpect: [{all_correct: true}]\n")
 
 
 @pytest.fixture(scope="module")
 def results_file(tmp_path_factory: pytest.TempPathFactory) -> Path:
-    path = tmp_path_factory.mktemp("results") / "r.jsonl"
-    path.write_text("".join(json.dumps(r) + "\n" for r in RESULTS))
-    return path
+    of = cell("tiny", prompt=8, gen=2, key="tiny")
+    records = trials(of, {v: [(100.0 + r + (5 if v == "b" else 0), 10.0 + r / 10) for r in range(4)] for v in "ab"})
+    records.append({"kind": "correctness", **of, "variant": "b", "reference": "a", "max_abs_err": 0.0,
+                    "max_rel_err": 0.0, "tokens_checked": 2, "tokens_agree": 2, "atol": 0.01, "passed": True})
+    return write_results(tmp_path_factory.mktemp("results") / "r.jsonl", records, experiment=EXPERIMENT, file="t.yaml")
 
 
 @pytest.mark.parametrize("argv", [

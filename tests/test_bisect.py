@@ -12,6 +12,7 @@ import sys
 from pathlib import Path
 
 import pytest
+from conftest import fusebench
 
 from bench.analysis.bisect import BAD, CULPRIT, GOOD, INCONCLUSIVE, REGRESSION, SEARCH, Reading, bisect, regressed
 
@@ -121,9 +122,7 @@ def test_pooled_rows_stand_for_the_variants_when_they_regressed():
 # --- the command ---------------------------------------------------------------------------------------------------
 
 
-def fusebench(*args: str, cwd: Path) -> subprocess.CompletedProcess:
-    return subprocess.run([sys.executable, "-m", "bench", *args], cwd=cwd, capture_output=True, text=True,
-                          timeout=900)
+A_B_TIMEOUT = 900  # for the commands that run A/B runs of the tiny model (a search runs several)
 
 
 def git(repo: Path, *args: str) -> str:
@@ -173,7 +172,7 @@ def test_bisect_names_the_commit_that_slowed_the_model(repo: Path, tmp_path: Pat
     good = git(repo, "rev-parse", "HEAD")
     commits = history(repo, 4, slow_at=2)
     done = fusebench("bisect", good, commits[-1], "exp.yaml", "--max-regression", "50", "--out",
-                     str(tmp_path / "search"), "--format", "json", cwd=repo)
+                     str(tmp_path / "search"), "--format", "json", cwd=repo, timeout=A_B_TIMEOUT)
     assert done.returncode == 0, done.stderr
     found = json.loads(done.stdout)
     assert found["first_bad"] == commits[2] and found["confirmed"]
@@ -181,7 +180,7 @@ def test_bisect_names_the_commit_that_slowed_the_model(repo: Path, tmp_path: Pat
     assert files and all(Path(f).is_file() for f in files)
     # Resumable: a second run reads the finished A/B runs instead of measuring again.
     again = fusebench("bisect", good, commits[-1], "exp.yaml", "--max-regression", "50", "--out",
-                      str(tmp_path / "search"), cwd=repo)
+                      str(tmp_path / "search"), cwd=repo, timeout=A_B_TIMEOUT)
     assert again.returncode == 0 and "results -> " not in again.stdout and commits[2] in again.stdout
     assert "first bad" in again.stdout and "bisect steps" in again.stdout
 
@@ -191,7 +190,7 @@ def test_bisect_without_a_regression_says_so_and_exits_1(repo: Path, tmp_path: P
     commits = history(repo, 1, slow_at=None)
     # The tiny model's millisecond trials swing by tens of percent, hence the wide limit (as in test_builds).
     done = fusebench("bisect", good, commits[-1], "exp.yaml", "--max-regression", "60", "--max-runs", "1",
-                     "--out", str(tmp_path / "search"), cwd=repo)
+                     "--out", str(tmp_path / "search"), cwd=repo, timeout=A_B_TIMEOUT)
     assert done.returncode == 1, done.stdout + done.stderr
     assert "no regression beyond -60% to find" in done.stdout
 
@@ -235,7 +234,8 @@ def test_a_version_pip_cannot_install_is_one_line_and_exit_2(repo: Path, tmp_pat
 
 def test_an_interpreter_runs_the_reference_workers_and_the_header_names_both_environments(repo: Path,
                                                                                          tmp_path: Path):
-    done = fusebench("run", "exp.yaml", "--against-env", sys.executable, "--out", "ab.jsonl", "--quiet", cwd=repo)
+    done = fusebench("run", "exp.yaml", "--against-env", sys.executable, "--out", "ab.jsonl", "--quiet", cwd=repo,
+                     timeout=A_B_TIMEOUT)
     assert done.returncode == 0, done.stderr
     header = json.loads((repo / "ab.jsonl").read_text().splitlines()[0])
     builds = header["builds"]

@@ -14,6 +14,7 @@ from conftest import cell, trials
 from conftest import results_file as write_results
 
 from bench.analysis import noise as calibrate
+from bench.analysis.gate import Status
 from bench.commands import calibrate as calibrate_command
 from bench.commands import main
 from bench.core.baselines import save_baseline
@@ -137,9 +138,9 @@ def test_tok_s_without_a_calibration_is_information_only(workdir: Path, baseline
     current = results_file(workdir / "now.jsonl", scale={("compiled", "prefill"): 0.8})
     code, out, _ = run(["check", str(current), "--baseline", str(baseline), "--format", "json"], capsys)
     verdicts = {(v["check"], v["variant"], v["metric"]): v for v in json.loads(out)["verdicts"]}
-    tps = verdicts["tok/s", "compiled", "prefill"]
+    tps = verdicts["tps", "compiled", "prefill"]
     assert not tps["failed"] and tps["ci_high_pct"] < -5.0
-    assert tps["verdict"] == "slower beyond the limit (information)" and "no noise calibration" in tps["note"]
+    assert tps["verdict"] == "slower, information only" and "no noise calibration" in tps["note"]
     # The fusion's speedup is paired within each run, so it still fails.
     assert code == 1 and verdicts["speedup", "compiled/baseline", "prefill"]["failed"]
 
@@ -338,11 +339,15 @@ def test_json_holds_verdicts_and_github_action_benchmark_list(workdir: Path, bas
     assert document["passed"] is False and document["exit_code"] == 1
     failed = [v for v in document["verdicts"] if v["failed"]]
     assert {(v["check"], v["variant"], v["metric"]) for v in failed} == {
-        ("tok/s", "compiled", "prefill"), ("speedup", "compiled/baseline", "prefill")}
+        ("tps", "compiled", "prefill"), ("speedup", "compiled/baseline", "prefill")}
     assert document["verdicts"][:2] == failed  # worst first
-    worst = next(v for v in failed if v["check"] == "tok/s")
+    worst = next(v for v in failed if v["check"] == "tps")
     assert worst["delta_pct"] == pytest.approx(-20.0) and worst["ci_high_pct"] < -5.0
     assert worst["limit_pct"] == 5.0 and worst["limit_bound"] == "threshold"
+    # Codes and numbers, never the table's words and glyphs.
+    assert {v["verdict"] for v in document["verdicts"]} <= {status.value for status in Status}
+    assert {v["check"] for v in document["verdicts"]} == {"tps", "speedup", "correct"}
+    assert not any(glyph in out for glyph in "✗✓×")
     gab = document["github_action_benchmark"]
     assert all(set(entry) == {"name", "unit", "value", "extra"} for entry in gab)
     by_name = {entry["name"]: entry for entry in gab}
@@ -549,12 +554,12 @@ def test_a_speedup_is_gated_against_its_history(workdir: Path, capsys, factor: f
     current = results_file(workdir / "now.jsonl", scale={("compiled", "prefill"): factor})
     code, out, _ = run(["check", str(current), "--format", "json"], capsys)
     assert code == (1 if failed else 0)
-    rows = {(v["variant"], v["metric"]): v for v in json.loads(out)["verdicts"] if v["check"] == "speedup vs history"}
+    rows = {(v["variant"], v["metric"]): v for v in json.loads(out)["verdicts"] if v["check"] == "history"}
     assert set(rows) == {(c, m) for c in ("compiled/baseline", "sdpa/baseline") for m in ("prefill", "gen")}
     row = rows["compiled/baseline", "prefill"]
     assert row["baseline"] == pytest.approx(1.1, rel=1e-3) and row["current"] == pytest.approx(1.1 * factor)
     assert (row["limit_pct"], row["limit_bound"]) == (5.0, "threshold")
-    assert row["failed"] is failed and row["verdict"] == ("✗ regressed" if failed else "within history")
+    assert row["failed"] is failed and row["verdict"] == ("regressed" if failed else "within history")
     assert "from the mean of 10 runs" in row["note"]
 
 
@@ -564,7 +569,7 @@ def test_a_wide_history_sets_the_limit(workdir: Path, capsys):
     current = results_file(workdir / "now.jsonl", scale={("compiled", "prefill"): 0.9})
     code, out, _ = run(["check", str(current), "--format", "json"], capsys)
     row = next(v for v in json.loads(out)["verdicts"]
-               if (v["check"], v["variant"], v["metric"]) == ("speedup vs history", "compiled/baseline", "prefill"))
+               if (v["check"], v["variant"], v["metric"]) == ("history", "compiled/baseline", "prefill"))
     sd = float(np.std(np.log(wide), ddof=1))
     bound = 100 * (1 - math.exp(-3.1109 * sd * math.sqrt(1.1)))  # t(9, 1 - 0.025 / 4 rows) = 3.1109
     assert row["limit_bound"] == "history" and row["limit_pct"] == pytest.approx(bound, abs=0.01)
@@ -575,9 +580,9 @@ def test_a_short_history_is_reported_never_failed(workdir: Path, capsys):
     assert run(["calibrate", "--from", *map(str, calibration_runs(workdir, [1.0, 0.99, 1.01]))], capsys)[0] == 0
     current = results_file(workdir / "now.jsonl", scale={("compiled", "prefill"): 0.5})
     code, out, _ = run(["check", str(current), "--format", "json"], capsys)
-    rows = [v for v in json.loads(out)["verdicts"] if v["check"] == "speedup vs history"]
+    rows = [v for v in json.loads(out)["verdicts"] if v["check"] == "history"]
     assert code == 0 and rows and not any(v["failed"] for v in rows)
-    assert {v["verdict"] for v in rows} == {"needs ≥ 10 stored runs"}
+    assert {v["verdict"] for v in rows} == {"needs more stored runs"}
 
 
 # --- the A/B gate: a current build that stalls -----------------------------------------------------------------------
@@ -607,7 +612,7 @@ def test_a_current_build_that_stalls_fails_the_ab_gate(workdir: Path, capsys):
     stalling = ab_file(workdir / "ab.jsonl", {"current": (3, 9, 15, 22, 30, 37)})
     code, out, _ = run(["check", str(stalling), "--format", "json"], capsys)
     assert code == 1
-    rows = {(v["variant"], v["metric"]): v for v in json.loads(out)["verdicts"] if v["check"] == "vs reference"}
+    rows = {(v["variant"], v["metric"]): v for v in json.loads(out)["verdicts"] if v["check"] == "build"}
     prefill = rows["compiled", "prefill"]
     assert prefill["failed"] and prefill["stalls"] == "new" and prefill["over_all_rounds"] is True
     assert (prefill["excluded_against_new"], prefill["excluded_against_baseline"], prefill["rounds"]) == (6, 0, 40)
@@ -624,6 +629,6 @@ def test_a_current_build_that_stalls_fails_the_ab_gate(workdir: Path, capsys):
 def test_a_reference_build_that_stalls_does_not_fail_the_gate(workdir: Path, capsys):
     code, out, _ = run(["check", str(ab_file(workdir / "ab.jsonl", {"reference": (3, 9, 15, 22, 30, 37)})),
                         "--format", "json"], capsys)
-    rows = {(v["variant"], v["metric"]): v for v in json.loads(out)["verdicts"] if v["check"] == "vs reference"}
+    rows = {(v["variant"], v["metric"]): v for v in json.loads(out)["verdicts"] if v["check"] == "build"}
     assert rows["compiled", "prefill"]["stalls"] == "baseline" and not rows["compiled", "prefill"]["failed"]
     assert code == 0

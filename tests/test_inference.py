@@ -28,6 +28,7 @@ from bench.analysis.inference import (
     slower_beyond,
     verdict,
 )
+from bench.present.format import verdict_text
 
 PR15587_BASELINES = [18777, 153.8, 6980, 99.1, 3957, 101.3, 531, 21.4]
 PR15587_DELTAS_PCT = [16.6, 15.0, 15.8, 11.6, 10.5, 6.1, 11.7, 4.8]
@@ -188,8 +189,8 @@ def test_inconclusive_states_its_precision() -> None:
     (row,) = adjust([paired_estimate(baseline, new)])
     v = verdict(row)
     assert v.word == "inconclusive"
-    match = re.fullmatch(r"inconclusive \(±(\d+\.\d)%\)", v.text)
-    assert match, v.text
+    match = re.fullmatch(r"inconclusive \(±(\d+\.\d)%\)", verdict_text(v))
+    assert match, verdict_text(v)
     assert float(match.group(1)) == pytest.approx(row.half_width_pct, abs=0.05)
     assert row.half_width_pct > 2.0
 
@@ -197,7 +198,7 @@ def test_inconclusive_states_its_precision() -> None:
 def test_too_few_rounds() -> None:
     (row,) = adjust([paired_estimate([100.0, 101.0], [130.0, 131.0])])
     v = verdict(row, min_rounds=3)
-    assert (v.word, v.text) == ("needs more rounds", "needs ≥ 3 rounds")
+    assert (v.word, verdict_text(v)) == ("needs more rounds", "needs ≥ 3 rounds")
     with pytest.raises(ValueError):
         verdict(row, min_rounds=1)
 

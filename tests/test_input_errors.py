@@ -2,10 +2,10 @@
 
 from __future__ import annotations
 
-import json
 from pathlib import Path
 
 import pytest
+from conftest import cell, results_file, trials
 
 from bench.commands import main
 
@@ -21,15 +21,9 @@ workloads: {prompt_tokens: 8, gen_tokens: 2}
 
 
 def good_results(path: Path) -> Path:
-    records = [{"kind": "run", "run_id": "r1", "env": {"backend": "cpu", "device": "cpu", "blas": "openblas",
-                                                        "cpu": "x", "hostname": "h"},
-                "experiment": {"name": "t", "file": "t.yaml", "sha256": "0", "content": EXPERIMENT}}]
-    records += [{"kind": "trial", "run_id": "r1", "cell": "c", "model_key": "tiny", "size": "tiny",
-                 "workload": "pp8 tg2 b1", "prompt_tokens": 8, "gen_tokens": 2, "batch": 1, "variant": v,
-                 "round": r, "warmup": False, "prefill_tps": 100.0 + r, "gen_tps": 10.0}
-                for r in range(3) for v in "ab"]
-    path.write_text("".join(json.dumps(r) + "\n" for r in records))
-    return path
+    of = cell("tiny", prompt=8, gen=2, key="tiny")
+    return results_file(path, trials(of, {v: [(100.0 + r, 10.0) for r in range(3)] for v in "ab"}),
+                        experiment=EXPERIMENT, file="t.yaml")
 
 
 @pytest.fixture

@@ -6,9 +6,9 @@ import json
 
 import mlx.core as mx
 import pytest
+from mlx_lm.models.gemma4_text import ModelArgs
 
 from bench.measure.kernels import (
-    attention_shapes,
     current_backend,
     graph_nodes,
     kernel_facts,
@@ -16,8 +16,10 @@ from bench.measure.kernels import (
     probe_compiled,
     probe_sdpa,
 )
+from bench.measure.opbench import op_cases
 from bench.present.kernels import compile_note, summarize_attention
 from models.config import Overrides, preset_config
+from models.ops import calls_by_op
 
 on_cpu = pytest.mark.skipif(current_backend().name != "cpu", reason="these facts are the CPU backend's")
 
@@ -29,30 +31,37 @@ def preset(request):
     return request.param, preset_config(request.param, Overrides(layers=2))
 
 
+def probed(config, prompt_tokens=PROMPT):
+    """The kernel facts of a config, as the records carry them."""
+    return [fact.to_dict() for fact in kernel_facts(ModelArgs.from_dict(config), prompt_tokens=prompt_tokens)]
+
+
 @pytest.fixture(scope="module")
 def facts(preset):
-    return kernel_facts(preset[1], prompt_tokens=PROMPT, dtype="float32")
+    return probed(preset[1])
 
 
-def test_attention_shapes_follow_the_model_geometry(preset):
-    config = preset[1]
-    shapes = {(s.kind, s.phase): s for s in attention_shapes(config, prompt_tokens=600)}
-    assert set(shapes) == {(k, p) for k in ("sliding", "full") for p in ("prefill", "decode")}
-    heads = config["num_attention_heads"]
-    full_kv = config["num_global_key_value_heads"] if config["attention_k_eq_v"] else config["num_key_value_heads"]
-    window = config["sliding_window"]
-    assert shapes["sliding", "prefill"].head_dim == 256 and shapes["full", "prefill"].head_dim == 512
-    assert all(s.n_heads == heads for s in shapes.values())
-    assert shapes["sliding", "decode"].n_kv_heads == config["num_key_value_heads"]
-    assert shapes["full", "decode"].n_kv_heads == full_kv
-    # Prefill: the whole prompt; longer than the sliding window it gets mlx-lm's band mask.
-    assert shapes["full", "prefill"].mask == "causal"
-    assert shapes["sliding", "prefill"].mask == ("window" if window < 600 else "causal")
-    # Decode: one query; the rotating cache holds at most the window.
-    assert shapes["full", "decode"].key_len == 601 and shapes["full", "decode"].mask is None
-    assert shapes["sliding", "decode"].key_len == min(601, window)
-    label = attention_shapes(config, prompt_tokens=128)[0].label
-    assert label == f"sliding hd256 prefill L128 q{heads} kv{config['num_key_value_heads']}"
+def test_attention_is_probed_at_the_calls_ops_times_at_the_prompt(preset):
+    size, config = preset
+    args = ModelArgs.from_dict(config)
+    probes = calls_by_op()["attention"].kernel_cases(args, 600)
+    assert probes == op_cases(args, size, prompt_tokens=600, only=["attention"])  # the same calls, the same shapes
+    by_role = {case.role: case for case in probes}
+    assert [case.phase for case in probes] == ["prefill", "decode"] * 2
+    heads, kv_heads, window = config["num_attention_heads"], config["num_key_value_heads"], config["sliding_window"]
+    assert by_role["prefill sliding"].label == f"prefill sliding q[1,{heads},600,256] kv[1,{kv_heads},600,256]"
+    assert by_role["decode full"].shape == (1, heads, 1, 512)
+    # Longer than the sliding window, a prefill gets mlx-lm's band mask.
+    mask = calls_by_op()["attention"].inputs(by_role["prefill sliding"], seed=0).kwargs["mask"]
+    assert isinstance(mask, mx.array) == (window < 600)
+    assert calls_by_op()["attention"].inputs(by_role["prefill full"], seed=0).kwargs["mask"] == "causal"
+
+
+def test_the_elementwise_ops_are_probed_at_one_token(facts):
+    labels = {(f["op"], f["shape_label"]) for f in facts if f["probe"] == "graph" and f["variant"] == "compiled"}
+    assert ("softcap", "logits decode [1,1,262144]") in labels
+    assert not any(label.startswith("logits full") for _, label in labels)  # the same call at one token: probed once
+    assert all(label.split()[-1].startswith("[1,1,") for op, label in labels if op == "geglu" and "moe" not in label)
 
 
 @on_cpu
@@ -72,9 +81,9 @@ def test_every_attention_shape_falls_back_on_cpu(preset, facts):
 
 @on_cpu
 def test_window_mask_prefill_falls_back_too():
-    config = preset_config("e2b", Overrides(layers=2))
-    shape = next(s for s in attention_shapes(config, prompt_tokens=520) if s.mask == "window")
-    assert probe_sdpa(shape).status == "fallback"
+    args = ModelArgs.from_dict(preset_config("e2b", Overrides(layers=2)))
+    case = next(c for c in calls_by_op()["attention"].kernel_cases(args, 520) if c.role == "prefill sliding")
+    assert probe_sdpa(case).status == "fallback"
 
 
 def _graph(facts, op, variant):
@@ -134,6 +143,6 @@ def test_probe_compiled_reads_a_registered_variant():
 
 @on_cpu
 def test_the_table_says_why_compiled_geglu_is_two_kernels():
-    facts = kernel_facts(preset_config("e2b", Overrides(layers=2)), prompt_tokens=PROMPT)
+    facts = probed(preset_config("e2b", Overrides(layers=2)))
     note = compile_note([f for f in facts if f["probe"] == "graph"])
     assert note and note.startswith("geglu compiled: several fused kernels") and "max_compile_depth" in note

@@ -4,6 +4,7 @@ import math
 from pathlib import Path
 
 import pytest
+from mlx_lm.models.gemma4_text import ModelArgs
 from rich.console import Console
 
 from bench.analysis.opstats import summarize_ops
@@ -14,6 +15,7 @@ from bench.core.spec import load_experiment, parse_experiment, select_models
 from bench.measure import opbench
 from bench.measure.env import THREAD_VARIABLES, default_threads
 from bench.measure.opbench import REEXEC_MARKER, check_ops, experiment_plan, op_cases, run_ops
+from models import ops
 from models.config import Overrides, preset_config
 from models.ops import REGISTRY, UnknownOpError, geglu_unfused, register
 
@@ -22,7 +24,8 @@ L = 16
 
 def cases_of(preset: str, op: str, prompt_tokens: int = L, batch: int = 1):
     config = preset_config(preset, Overrides())
-    return {c.role: c for c in op_cases(config, config["size"], prompt_tokens=prompt_tokens, batch=batch, only=[op])}
+    args = ModelArgs.from_dict(config)
+    return {c.role: c for c in op_cases(args, config["size"], prompt_tokens=prompt_tokens, batch=batch, only=[op])}
 
 
 # --- shapes --------------------------------------------------------------------------------------
@@ -81,7 +84,7 @@ def test_attention_head_dims_and_kv_heads(preset, heads, sliding, full, window):
 def test_softcap_rms_norm_and_rope_shapes():
     softcap = cases_of("e2b", "softcap", prompt_tokens=512)
     assert softcap["logits decode"].shape == (1, 1, 262144)
-    assert softcap["logits full"].shape == (1, opbench.FULL_LOGITS_MAX_TOKENS, 262144)
+    assert softcap["logits full"].shape == (1, ops.FULL_LOGITS_MAX_TOKENS, 262144)
     assert softcap["logits decode"].positional == (30.0,)
     norm = cases_of("e2b", "rms_norm")["hidden"]
     assert norm.arrays == ((1, L, 1536), (1536,))
@@ -177,7 +180,7 @@ def test_tiny_run_writes_valid_op_records(tmp_path):
         assert r["shape_label"].startswith("tiny ")
     geglu = next(r for r in records if r["op"] == "geglu" and r["shape"] == [1, L, 128])
     assert geglu["bytes"] == 3 * L * 128 * 4  # gate and up read, the output written, fp32
-    assert geglu["flops"] == opbench.GEGLU_FLOPS_PER_ELEMENT * L * 128
+    assert geglu["flops"] == ops.GEGLU_FLOPS_PER_ELEMENT * L * 128
 
 
 def test_rounds_alternate_the_variant_order(tmp_path):

@@ -9,7 +9,7 @@ import mlx.core as mx
 import pytest
 
 from bench.measure.plugins import PluginError, load_plugins
-from models.ops import REGISTRY
+from models.ops import REGISTRY, calls_by_op
 
 GOOD = """\
 import mlx.core as mx
@@ -24,12 +24,14 @@ def softcap_plugin(x, cap):
 
 @pytest.fixture(autouse=True)
 def registry():
-    """Whatever a test registers is gone afterwards, so other test files see the built-in variants only."""
-    before = {op: dict(spec.variants) for op, spec in REGISTRY.items()}
+    """Whatever a test declares or registers is gone afterwards, so other test files see the built-in ops only."""
+    before = {op: (spec, dict(spec.variants)) for op, spec in REGISTRY.items()}
     yield REGISTRY
-    for op, spec in REGISTRY.items():
+    REGISTRY.clear()
+    for op, (spec, variants) in before.items():
         spec.variants.clear()
-        spec.variants.update(before[op])
+        spec.variants.update(variants)
+        REGISTRY[op] = spec
 
 
 def write(tmp_path, name, text):
@@ -109,3 +111,51 @@ def test_replacing_a_builtin_variant_is_refused(tmp_path, registry):
 def test_a_missing_file_is_one_line(tmp_path):
     message = one_line_error([tmp_path / "absent.py"])
     assert message.startswith(f"{tmp_path / 'absent.py'}: plugin: FileNotFoundError")
+
+
+NEW_OP = """\
+import mlx.core as mx
+from models.ops import OpCalls, OpCase, declare, register, register_calls
+
+declare("plugin_double", "x * 2", reference="plain", default="plain")
+
+
+@register("plugin_double", "plain")
+def double(x):
+    return x * 2
+
+
+register("plugin_double", "compiled")(mx.compile(double))
+
+
+@register_calls("plugin_double")
+class DoubleCalls(OpCalls):
+    def cases(self, args, batch, length):
+        return [OpCase("plugin_double", "hidden", ((batch, length, args.hidden_size),))]
+"""
+
+
+def test_a_plugin_declares_a_new_op_with_its_variants_and_calls(tmp_path, registry):
+    path = write(tmp_path, "double.py", NEW_OP)
+    [info] = load_plugins([path])
+    assert info.ops == ("plugin_double",)
+    assert info.variants == (("plugin_double", "plain"), ("plugin_double", "compiled"))
+    assert list(registry)[-1] == "plugin_double" and registry["plugin_double"].calls is calls_by_op()["plugin_double"]
+    assert load_plugins([path]) == [info]  # unchanged: not imported again
+    path.write_text(NEW_OP.replace('"x * 2"', '"twice x"'))
+    [changed] = load_plugins([path])  # changed: it declares its op anew
+    assert changed.ops == ("plugin_double",) and registry["plugin_double"].doc == "twice x"
+
+
+def test_declaring_an_existing_op_is_refused(tmp_path, registry):
+    builtin = registry["geglu"]
+    text = 'from models.ops import declare\n\ndeclare("geglu", "mine", reference="a", default="a")\n'
+    message = one_line_error([write(tmp_path, "redeclare.py", text)])
+    assert message.startswith(f"{tmp_path / 'redeclare.py'}:3: plugin: ValueError: op 'geglu' is already declared")
+    assert registry["geglu"] is builtin
+
+
+def test_a_failed_plugin_takes_its_new_op_away(tmp_path, registry):
+    path = write(tmp_path, "double.py", NEW_OP + "\nraise RuntimeError('not today')\n")
+    one_line_error([path])
+    assert "plugin_double" not in registry

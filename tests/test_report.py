@@ -4,10 +4,11 @@ from __future__ import annotations
 
 import argparse
 import io
-import json
+import math
 import re
 import shutil
 import subprocess
+from functools import partial
 from pathlib import Path
 from typing import Any
 
@@ -15,11 +16,12 @@ import matplotlib.image
 import numpy as np
 import pandas as pd
 import pytest
+from conftest import TEST_ENV, cell, header, results_file, trials, write_records
 from matplotlib.figure import Figure
 from rich.console import Console
 
 from bench.analysis import study as report
-from bench.analysis.inference import adjust, paired_estimate
+from bench.analysis.inference import VerdictWord, adjust, paired_estimate
 from bench.analysis.reference import ReferenceFileError, load_reference
 from bench.analysis.study import ComparisonError
 from bench.commands import main
@@ -51,48 +53,29 @@ OPS = {
 }
 
 
-def header(run_id: str = "run1", hostname: str = "vm", experiment: str = EXPERIMENT) -> dict[str, Any]:
-    env = {
-        "fusebench": "0.1.0", "mlx": "0.32.4", "mlx_lm": "0.32.2", "python": "3.11.7", "backend": "cpu",
-        "device": "Test CPU", "blas": "openblas (/usr/lib/libopenblas.so)", "cpu": "Test CPU", "cores": 4,
-        "ram_bytes": 2**34, "os": "Linux", "hostname": hostname, "git_commit": "0123456789abcdef", "git_dirty": True,
-    }
-    return {
-        "kind": "run", "run_id": run_id, "env": env, "started_at": "2026-01-01T00:00:00+00:00", "shard": "1/1",
-        "resumed": False, "experiment": {"name": "fusion", "file": "x.yaml", "sha256": "0" * 64, "content": experiment},
-    }
+# This file's workload is pp128 tg32 b1.
+meta = partial(cell, gen=32)
 
 
-def meta(size: str, run_id: str = "run1", prompt: int = 128, gen: int = 32, key: str | None = None) -> dict[str, Any]:
-    model_key = key or f"{size.split()[0].lower()}:layers=2:float32:none"
-    workload = f"pp{prompt} tg{gen} b1"
-    return {
-        "run_id": run_id, "cell": f"{model_key}|{workload}", "model": size.split()[0].lower(), "model_key": model_key,
-        "size": size, "layers": 2, "dtype": "float32", "quantize": None, "prompt_tokens": prompt, "gen_tokens": gen,
-        "batch": 1, "workload": workload,
-    }
+def with_timings(trial: dict[str, Any]) -> dict[str, Any]:
+    """A trial as the runner records it: its variant's ops, and its phases' seconds at its tok/s."""
+    return {"ops": OPS[trial["variant"]], "prefill_s": 128 / trial["prefill_tps"],
+            "gen_s": None if trial["gen_tps"] is None else 31 / trial["gen_tps"], "peak_memory_bytes": 1_000_000,
+            "compile_s": None, **trial}
 
 
-def trial(cell: dict[str, Any], variant: str, round_: int, prefill: float, gen: float | None, **extra) -> dict:
-    record = {
-        "kind": "trial", **cell, "variant": variant, "ops": OPS[variant], "round": round_, "warmup": False,
-        "prefill_s": 128 / prefill, "prefill_tps": prefill, "gen_s": None if gen is None else 31 / gen,
-        "gen_tps": gen, "peak_memory_bytes": 1_000_000, "compile_s": None,
-    }
-    return {**record, **extra}
-
-
-def rounds(cell: dict[str, Any], prefill: dict[str, list[float]], gen: dict[str, list[float]]) -> list[dict]:
+def rounds(of: dict[str, Any], prefill: dict[str, list[float]], gen: dict[str, list[float]]) -> list[dict]:
     """Timed trials, one per variant per round, plus a warmup with absurd numbers that must never count."""
-    records = [trial(cell, v, 0, 1.0, 1.0, warmup=True, compile_s=9.0) for v in prefill]
-    for variant, values in prefill.items():
-        records += [trial(cell, variant, r, p, g) for r, (p, g) in enumerate(zip(values, gen[variant], strict=True))]
-    return records
+    warmups = trials(of, {v: [(1.0, 1.0)] for v in prefill}, warmup=True, compile_s=9.0)
+    timed = trials(of, {v: list(zip(values, gen[v], strict=True)) for v, values in prefill.items()})
+    return [with_timings(t) for t in [*warmups, *timed]]
 
 
-def write(path: Path, records: list[dict[str, Any]]) -> Path:
-    path.write_text("".join(json.dumps(r) + "\n" for r in records), encoding="utf-8")
-    return path
+def write(path: Path, records: list[dict[str, Any]], run_id: str = "run1", hostname: str = "vm",
+          experiment: str = EXPERIMENT, **extra: Any) -> Path:
+    """One run of this file's experiment on a host."""
+    return results_file(path, records, experiment=experiment, run_id=run_id, env={**TEST_ENV, "hostname": hostname},
+                        file="x.yaml", **extra)
 
 
 # E2B: prefill medians 18,777 vs 21,901 with every round's ratio exactly 1.1664..., gen 153.8 vs 176.9.
@@ -102,12 +85,12 @@ E2B_BASE_GEN = [150.0, 153.8, 155.0, 152.0, 157.0]
 GEN_RATIO = 176.9 / 153.8
 
 
-def full_suite(run_id: str = "run1", hostname: str = "vm") -> list[dict[str, Any]]:
+def full_suite(run_id: str = "run1") -> list[dict[str, Any]]:
     """Sizes recorded out of order (31B, other, E4B, E2B, 26B) to prove the table orders them."""
-    e2b, e4b = meta("E2B (2/35 layers)", run_id), meta("E4B (2/42 layers)", run_id)
-    records = [header(run_id, hostname)]
-    records.append({"kind": "skip", **meta("31B", run_id), "reason": "needs 62 GB, this machine has 16 GB"})
-    records += rounds(meta("tiny", run_id), {"baseline": [10.0] * 5, "compiled": [10.0] * 5},
+    e2b, e4b = meta("E2B (2/35 layers)", run_id=run_id), meta("E4B (2/42 layers)", run_id=run_id)
+    records: list[dict[str, Any]] = [{"kind": "skip", **meta("31B", run_id=run_id),
+                                      "reason": "needs 62 GB, this machine has 16 GB"}]
+    records += rounds(meta("tiny", run_id=run_id), {"baseline": [10.0] * 5, "compiled": [10.0] * 5},
                       {"baseline": [1.0] * 5, "compiled": [1.0] * 5})
     e4b_base = [6900.0, 6950.0, 6980.0, 7000.0, 7050.0]
     records += rounds(e4b, {"baseline": e4b_base, "compiled": [p * 8086 / 6980 for p in e4b_base]},
@@ -122,7 +105,7 @@ def full_suite(run_id: str = "run1", hostname: str = "vm") -> list[dict[str, Any
         {"baseline": E2B_BASE_PREFILL, "compiled": [p * E2B_RATIO for p in E2B_BASE_PREFILL]},
         {"baseline": E2B_BASE_GEN, "compiled": [g * GEN_RATIO for g in E2B_BASE_GEN]},
     )
-    records.append({"kind": "error", **meta("26B", run_id), "reason": "worker ran out of memory"})
+    records.append({"kind": "error", **meta("26B", run_id=run_id), "reason": "worker ran out of memory"})
     return records
 
 
@@ -198,12 +181,12 @@ def test_every_row_reads_new_over_baseline_as_its_delta(tmp_path: Path, suite: P
 def test_delta_numbers_match_the_stats_module(tmp_path: Path, suite: Path):
     study = report.build_study(read_results([suite]))
     table = report.compare_scope(study, study.machines[0], "pp128 tg32 b1", ("baseline", "compiled"))
-    e2b = table[table["size"] == "E2B (2/35 layers)"].set_index("metric")
+    e2b = {row.metric: row for row in table if row.size == "E2B (2/35 layers)"}
     expected = paired_estimate(E2B_BASE_PREFILL, [p * E2B_RATIO for p in E2B_BASE_PREFILL])
-    assert e2b.at["prefill", "baseline_gmean"] == pytest.approx(expected.baseline_gmean)
-    assert e2b.at["prefill", "new_gmean"] == pytest.approx(expected.new_gmean)
-    assert e2b.at["prefill", "delta_pct"] == pytest.approx((E2B_RATIO - 1) * 100)
-    assert e2b.at["gen", "n_pairs"] == 5
+    assert e2b["prefill"].baseline_gmean == pytest.approx(expected.baseline_gmean)
+    assert e2b["prefill"].new_gmean == pytest.approx(expected.new_gmean)
+    assert e2b["prefill"].delta_pct == pytest.approx((E2B_RATIO - 1) * 100)
+    assert e2b["gen"].n_pairs == 5
 
 
 def test_skipped_and_errored_rows_show_the_reason(tmp_path: Path, suite: Path):
@@ -242,23 +225,23 @@ def test_context_lines_above_the_table(tmp_path: Path, suite: Path):
 def test_holm_is_applied_across_the_rows_of_a_table(suite: Path):
     study = report.build_study(read_results([suite]))
     table = report.compare_scope(study, study.machines[0], "pp128 tg32 b1", ("baseline", "compiled"))
-    tested = table[table["p_value"].notna()]
+    tested = [row for row in table if not math.isnan(row.p_value)]
     assert len(tested) == 6  # E2B, E4B, tiny x prefill, gen
-    by_size = tested.set_index(tested["size"].str.split().str[0] + " " + tested["metric"])
+    by_size = {f"{row.size.split()[0]} {row.metric}": row for row in tested}
     # Exactly proportional rounds: zero spread, so E2B and E4B are certain (p = 0) and tiny's Δ of 0 has p = 1.
-    assert by_size.loc[["E2B prefill", "E2B gen", "E4B prefill", "E4B gen"], "p_value"].tolist() == [0.0] * 4
-    assert by_size.loc[["tiny prefill", "tiny gen"], "p_value"].tolist() == [1.0, 1.0]
-    estimates = [paired_estimate([1.0, 1.0], [r, r]) for r in tested["ratio"]]
-    assert tested["p_holm"].tolist() == pytest.approx([a.p_holm for a in adjust(estimates)])
-    assert by_size.loc[["E2B prefill", "E2B gen"], "verdict"].tolist() == ["faster", "faster"]
-    assert by_size.loc[["tiny prefill", "tiny gen"], "verdict"].tolist() == ["no change", "no change"]
+    assert [by_size[r].p_value for r in ("E2B prefill", "E2B gen", "E4B prefill", "E4B gen")] == [0.0] * 4
+    assert [by_size[r].p_value for r in ("tiny prefill", "tiny gen")] == [1.0, 1.0]
+    estimates = [paired_estimate([1.0, 1.0], [row.ratio, row.ratio]) for row in tested]
+    assert [row.p_holm for row in tested] == pytest.approx([a.p_holm for a in adjust(estimates)])
+    assert [by_size[r].verdict.word for r in ("E2B prefill", "E2B gen")] == ["faster", "faster"]
+    assert [by_size[r].verdict.word for r in ("tiny prefill", "tiny gen")] == ["no change", "no change"]
 
 
 def test_the_prs_own_method_can_say_faster(tmp_path: Path):
     # Four sizes x two metrics, 5 rounds each (the PR's -epochs 5), every round about 20% faster with 1% noise:
     # Holm over 8 rows still leaves every row "faster", which an unpaired rank test at n = 5 never could.
     rng = np.random.default_rng(5)
-    records = [header()]
+    records: list[dict[str, Any]] = []
     base = [100.0 + r for r in range(5)]
     for size in ("E2B", "E4B", "26B", "31B"):
         new = [b * 1.2 * rng.lognormal(0, 0.01) for b in base]
@@ -269,7 +252,7 @@ def test_the_prs_own_method_can_say_faster(tmp_path: Path):
 
 
 def test_too_few_rounds_ask_for_more(tmp_path: Path):
-    records = [header(), *rounds(meta("E2B"), {"baseline": [100.0, 101.0], "compiled": [120.0, 121.0]},
+    records = [*rounds(meta("E2B"), {"baseline": [100.0, 101.0], "compiled": [120.0, 121.0]},
                                  {"baseline": [10.0, 10.1], "compiled": [12.0, 12.2]})]
     _, out, _ = run_report(tmp_path, write(tmp_path / "r.jsonl", records))
     markdown = read_md(out / "report.md")
@@ -280,7 +263,7 @@ def test_too_few_rounds_ask_for_more(tmp_path: Path):
 def test_more_rounds_earn_a_faster_verdict(tmp_path: Path):
     cell = meta("E2B")
     base = [100.0 + r for r in range(8)]
-    records = [header(), *rounds(cell, {"baseline": base, "compiled": [b * 1.2 for b in base]},
+    records = [*rounds(cell, {"baseline": base, "compiled": [b * 1.2 for b in base]},
                                  {"baseline": base, "compiled": [b * 1.1 for b in base]})]
     _, out, _ = run_report(tmp_path, write(tmp_path / "r.jsonl", records))
     rows = md_table_rows(read_md(out / "report.md"), "baseline → compiled")
@@ -289,12 +272,12 @@ def test_more_rounds_earn_a_faster_verdict(tmp_path: Path):
 
 
 def test_machines_are_never_pooled(tmp_path: Path):
-    a = write(tmp_path / "a.jsonl", full_suite("run-a", "host-a"))
-    b_records = full_suite("run-b", "host-b")
+    a = write(tmp_path / "a.jsonl", full_suite("run-a"), "run-a", "host-a")
+    b_records = full_suite("run-b")
     for record in b_records:
         if record["kind"] == "trial":
             record["prefill_tps"] *= 10
-    b = write(tmp_path / "b.jsonl", b_records)
+    b = write(tmp_path / "b.jsonl", b_records, "run-b", "host-b")
     _, out, _ = run_report(tmp_path, a, b)
     markdown = read_md(out / "report.md")
     headings = [line for line in markdown.splitlines() if line.startswith("### baseline → compiled")]
@@ -305,7 +288,7 @@ def test_machines_are_never_pooled(tmp_path: Path):
 
 
 def test_workloads_get_their_own_tables(tmp_path: Path):
-    records = [header()]
+    records: list[dict[str, Any]] = []
     for prompt, level in ((128, 100.0), (512, 50.0)):
         cell = meta("E2B", prompt=prompt)
         records += rounds(cell, {"baseline": [level] * 4, "compiled": [level * 1.5] * 4},
@@ -361,7 +344,7 @@ def depth_records(cell: dict[str, Any], steps: int, depths: tuple[int, ...], lev
 
 def test_depth_section_one_curve_per_model_with_its_decode_steps(tmp_path: Path):
     # Two models, two workloads each; each model's depth curve rides on the cell of its first workload.
-    records = [header()]
+    records: list[dict[str, Any]] = []
     for size in ("E2B (2/35 layers)", "26B (2/30 layers)"):
         for prompt in (128, 512):
             records += rounds(meta(size, prompt=prompt), {"baseline": [100.0] * 3, "compiled": [110.0] * 3},
@@ -400,7 +383,7 @@ def test_reference_column_and_backend_note(tmp_path: Path, suite: Path):
 def test_reference_is_left_blank_beside_a_comparison_of_other_ops(tmp_path: Path):
     cell = meta("E2B")
     variants = {"baseline": [100.0] * 3, "sdpa": [120.0] * 3}
-    records = [header(), *rounds(cell, variants, variants)]
+    records = rounds(cell, variants, variants)
     extra = ["--reference", "pr15587", "--compare", "baseline:sdpa"]
     _, out, _ = run_report(tmp_path, write(tmp_path / "r.jsonl", records), extra=extra)
     markdown = read_md(out / "report.md")
@@ -414,7 +397,7 @@ def test_shipped_reference_holds_the_pr_table():
     assert len(ref.rows) == 8
     assert ref.row("31B", "gen").baseline == 21.4
     assert ref.row("E2B (2/35 layers)", "prefill").delta_pct == 16.6
-    assert ref.method["prompt_tokens"] == 2048 and ref.method["quantize"] == "nvfp4"
+    assert ref.method.prompt_tokens == 2048 and ref.method.quantize == "nvfp4"
 
 
 def test_bad_reference(tmp_path: Path):
@@ -442,8 +425,8 @@ def test_missing_file(tmp_path: Path):
 
 
 def test_corrupt_line_is_skipped_warned_and_counted(tmp_path: Path):
-    path = tmp_path / "r.jsonl"
-    lines = [json.dumps(r) for r in full_suite()]
+    path = write(tmp_path / "r.jsonl", full_suite())
+    lines = path.read_text().splitlines()
     lines.insert(3, '{"kind": "trial", "run_id": tru')
     path.write_text("\n".join(lines) + "\n")
     code, out, terminal = run_report(tmp_path, path)
@@ -455,7 +438,7 @@ def test_corrupt_line_is_skipped_warned_and_counted(tmp_path: Path):
 
 
 def test_file_with_neither_trials_nor_ops(tmp_path: Path):
-    path = write(tmp_path / "skips.jsonl", [header(), {"kind": "skip", **meta("31B"), "reason": "too big"}])
+    path = write(tmp_path / "skips.jsonl", [{"kind": "skip", **meta("31B"), "reason": "too big"}])
     with pytest.raises(ResultsError, match=r"skips\.jsonl: no timed trial or op records .*1 skip"):
         run_report(tmp_path, path)
 
@@ -465,14 +448,14 @@ def test_op_record_missing_fields(tmp_path: Path):
     del record["seconds"]
     with pytest.raises(ResultsError, match=r"ops\.jsonl: op record \(op geglu, variant unfused, round 0\) lacks "
                                            r"field\(s\) seconds"):
-        run_report(tmp_path, write(tmp_path / "ops.jsonl", [ops_header(), record]))
+        run_report(tmp_path, write_records(tmp_path / "ops.jsonl", [ops_header(), record]))
 
 
 def test_trial_missing_fields(tmp_path: Path):
-    record = trial(meta("E2B"), "baseline", 0, 1.0, 1.0)
+    record = rounds(meta("E2B"), {"baseline": [1.0]}, {"baseline": [1.0]})[-1]
     del record["prefill_tps"]
     with pytest.raises(ResultsError, match=r"bad\.jsonl: .*lacks field\(s\) prefill_tps"):
-        run_report(tmp_path, write(tmp_path / "bad.jsonl", [header(), record]))
+        run_report(tmp_path, write(tmp_path / "bad.jsonl", [record]))
 
 
 def test_unknown_compare_variant_lists_the_real_ones(tmp_path: Path, suite: Path):
@@ -490,10 +473,9 @@ def test_malformed_compare(tmp_path: Path, suite: Path, text: str, capsys: pytes
 def test_compare_flag_overrides_and_defaults(tmp_path: Path):
     cell = meta("E2B")
     three = {"baseline": [100.0] * 3, "compiled": [110.0] * 3, "sdpa": [120.0] * 3}
-    records = [header(experiment=EXPERIMENT.replace("comparisons:\n  - [baseline, compiled]\n", "")
-                      .replace("  compiled:", "  sdpa: {attention: sdpa}\n  compiled:")),
-               *rounds(cell, three, {v: [10.0] * 3 for v in three})]
-    path = write(tmp_path / "r.jsonl", records)
+    experiment = (EXPERIMENT.replace("comparisons:\n  - [baseline, compiled]\n", "")
+                  .replace("  compiled:", "  sdpa: {attention: sdpa}\n  compiled:"))
+    path = write(tmp_path / "r.jsonl", rounds(cell, three, {v: [10.0] * 3 for v in three}), experiment=experiment)
     study = report.build_study(read_results([path]))
     assert report.resolve_comparisons((), study) == [("baseline", "sdpa"), ("baseline", "compiled")]
     assert report.resolve_comparisons([("compiled", "sdpa")], study) == [("compiled", "sdpa")]
@@ -507,13 +489,12 @@ def test_compare_flag_overrides_and_defaults(tmp_path: Path):
 
 def test_warnings_noisy_few_rounds_cold_start(tmp_path: Path):
     cell = meta("E2B")
-    records = [header(),
-               *rounds(cell, {"baseline": [100.0, 130.0], "compiled": [110.0, 111.0]},
-                       {"baseline": [10.0, 10.0], "compiled": [11.0, 11.0]})]
+    records = rounds(cell, {"baseline": [100.0, 130.0], "compiled": [110.0, 111.0]},
+                     {"baseline": [10.0, 10.0], "compiled": [11.0, 11.0]})
     # No warmup; compiled's cold first call is a timed round and took 10x a steady trial.
-    records = [r for r in records if not r.get("warmup")]
+    records = [r for r in records if not r["warmup"]]
     for record in records:
-        if record.get("kind") == "trial" and record["variant"] == "compiled" and record["round"] == 0:
+        if record["variant"] == "compiled" and record["round"] == 0:
             record["compile_s"] = 10 * (record["prefill_s"] + record["gen_s"])
     _, out, terminal = run_report(tmp_path, write(tmp_path / "r.jsonl", records))
     markdown = read_md(out / "report.md")
@@ -540,16 +521,16 @@ def test_print_summary(suite: Path):
 
 
 def test_print_summary_when_every_cell_was_skipped(tmp_path: Path):
-    path = write(tmp_path / "r.jsonl", [header(), {"kind": "skip", **meta("31B"), "reason": "too big"}])
+    path = write(tmp_path / "r.jsonl", [{"kind": "skip", **meta("31B"), "reason": "too big"}])
     buffer = io.StringIO()
     print_summary(Console(file=buffer, width=200), read_results([path]))
     assert "skipped: too big" in buffer.getvalue()
 
 
 def test_a_machine_with_only_skips_beside_one_with_trials(tmp_path: Path):
-    skipped = write(tmp_path / "a.jsonl", [header("run-a", "small"), {"kind": "skip", **meta("31B", "run-a"),
-                                                                       "reason": "too big"}])
-    measured = write(tmp_path / "b.jsonl", full_suite("run-b", "big"))
+    skipped = write(tmp_path / "a.jsonl", [{"kind": "skip", **meta("31B", run_id="run-a"), "reason": "too big"}],
+                    "run-a", "small")
+    measured = write(tmp_path / "b.jsonl", full_suite("run-b"), "run-b", "big")
     # The skip-only file alone is refused, but merged with a measured one it shows as its own machine.
     results = report.load_results([measured])
     results.records += read_results([skipped]).records
@@ -565,11 +546,12 @@ PEAK = {"name": "measured on this machine", "fp32_tflops": 0.1172, "bf16_tflops"
 
 
 def roofline_suite(peak: dict[str, Any] | None) -> list[dict[str, Any]]:
-    """E2B with roofline fields: baseline prefill 0.0177 TFLOP/s (15.1%), gen 2.37 GB/s (60.3%); compiled's gen
-    3.00 GB/s, closer to the roof. With no peak the percentages are null, as the runner writes them."""
-    records = [{**header(), "peak": peak}, *rounds(meta("E2B"), {"baseline": [100.0] * 3, "compiled": [100.0] * 3},
-                                                   {"baseline": [10.0] * 3, "compiled": [12.0] * 3})]
-    for record in records[1:]:
+    """E2B with roofline fields against `peak` (the header's): baseline prefill 0.0177 TFLOP/s (15.1%), gen 2.37 GB/s
+    (60.3%); compiled's gen 3.00 GB/s, closer to the roof. With no peak the percentages are null, as the runner
+    writes them."""
+    records = rounds(meta("E2B"), {"baseline": [100.0] * 3, "compiled": [100.0] * 3},
+                     {"baseline": [10.0] * 3, "compiled": [12.0] * 3})
+    for record in records:
         gen = 2.37 if record["variant"] == "baseline" else 3.0
         record.update(prefill_tflops=0.0177, gen_gbps=gen,
                       prefill_pct_of_peak=None if peak is None else 100 * 0.0177 / peak["fp32_tflops"],
@@ -578,7 +560,7 @@ def roofline_suite(peak: dict[str, Any] | None) -> list[dict[str, Any]]:
 
 
 def test_roofline_section_with_the_peak(tmp_path: Path):
-    _, out, _ = run_report(tmp_path, write(tmp_path / "r.jsonl", roofline_suite(PEAK)))
+    _, out, _ = run_report(tmp_path, write(tmp_path / "r.jsonl", roofline_suite(PEAK), peak=PEAK))
     markdown = read_md(out / "report.md")
     assert "## Roofline" in markdown
     assert ("Peak: measured on this machine: 0.117 TFLOP/s fp32, 3.93 GB/s memory (source: fusebench env --probe: "
@@ -594,7 +576,7 @@ def test_roofline_section_with_the_peak(tmp_path: Path):
 
 
 def test_roofline_without_a_peak_shows_the_rates_alone(tmp_path: Path):
-    _, out, _ = run_report(tmp_path, write(tmp_path / "r.jsonl", roofline_suite(None)))
+    _, out, _ = run_report(tmp_path, write(tmp_path / "r.jsonl", roofline_suite(None), peak=None))
     markdown = read_md(out / "report.md")
     assert "Peak: none known" in markdown
     assert "| E2B | baseline | 0.0177 | 2.37 |" in markdown
@@ -612,8 +594,7 @@ def test_no_roofline_section_without_roofline_fields(tmp_path: Path, suite: Path
 def ops_header(run_id: str = "ops1") -> dict[str, Any]:
     # As `fusebench ops` writes it: the experiment is named "ops", its content the experiment the shapes came from,
     # whose variants and comparisons were not run.
-    return {**header(run_id), "experiment": {"name": "ops", "file": "x.yaml", "sha256": "0" * 64,
-                                             "content": EXPERIMENT}, "rounds": 5}
+    return header(run_id, EXPERIMENT, file="x.yaml", name="ops", rounds=5)
 
 
 def op_records(op: str, label: str, reference: str, variant: str, seconds: list[float], speedup: float | list[float],
@@ -654,7 +635,7 @@ def op_rows(markdown: str, op: str) -> list[list[str]]:
 
 
 def test_ops_only_file_renders_the_op_section(tmp_path: Path, monkeypatch: pytest.MonkeyPatch):
-    path = write(tmp_path / "ops.jsonl", ops_suite())
+    path = write_records(tmp_path / "ops.jsonl", ops_suite())
     monkeypatch.chdir(tmp_path)
     parser = argparse.ArgumentParser()
     add_arguments(parser)
@@ -697,7 +678,8 @@ def test_trials_and_ops_in_one_file(tmp_path: Path):
 def test_two_ops_runs_are_kept_apart(tmp_path: Path):
     other = [ops_header("ops2"), *op_records("geglu", "E2B mlp [1,128,6144]", "unfused", "compiled", REF_SECONDS,
                                              0.5, run_id="ops2")]
-    _, out, _ = run_report(tmp_path, write(tmp_path / "a.jsonl", ops_suite()), write(tmp_path / "b.jsonl", other))
+    _, out, _ = run_report(tmp_path, write_records(tmp_path / "a.jsonl", ops_suite()),
+                           write_records(tmp_path / "b.jsonl", other))
     markdown = read_md(out / "report.md")
     assert "### geglu: gelu_approx(gate) * up in the MLP, MoE experts and PLE gate · run ops2" in markdown
     assert (out / "op-deltas-r1.png").is_file() and (out / "op-deltas-r2.png").is_file()
@@ -742,7 +724,7 @@ def test_report_html_renders_in_headless_chromium(tmp_path: Path, suite: Path):
 
 
 def test_an_ops_files_summary_csv_holds_the_op_rows(tmp_path: Path):
-    _, out, _ = run_report(tmp_path, write(tmp_path / "ops.jsonl", ops_suite()))
+    _, out, _ = run_report(tmp_path, write_records(tmp_path / "ops.jsonl", ops_suite()))
     csv = pd.read_csv(out / "summary.csv")
     assert len(csv) == 6  # 3 shapes x (reference + variant)
     compiled = csv[(csv["shape"] == "E2B mlp [1,128,6144]") & (csv["variant"] == "compiled")].iloc[0]
@@ -780,7 +762,7 @@ def test_a_variant_that_stalls_is_named_and_its_delta_uses_every_round(tmp_path:
     base = list(100.0 * rng.lognormal(0, 0.01, 40))
     compiled = [b * 1.2 * rng.lognormal(0, 0.01) * (0.6 if r in (3, 9, 15, 22, 30, 37) else 1.0)
                 for r, b in enumerate(base)]
-    records = [header(), *rounds(meta("E2B"), {"baseline": base, "compiled": compiled},
+    records = [*rounds(meta("E2B"), {"baseline": base, "compiled": compiled},
                                  {"baseline": base, "compiled": [b * 1.1 for b in base]})]
     _, out, _ = run_report(tmp_path, write(tmp_path / "r.jsonl", records))
     markdown = read_md(out / "report.md")
@@ -806,8 +788,10 @@ def test_the_report_opens_with_a_bottom_line_per_comparison(suite: Path, tmp_pat
 def test_a_bottom_line_names_the_rows_that_differ_and_what_would_settle_them():
     from bench.present.bottom_line import _Row, _sentence
 
-    rows = [_Row(f"{size} {metric}", "no change", 0.5, 1.5, 10) for size in ("E2B", "E4B") for metric in ("a", "b")]
-    rows += [_Row("31B gen", "inconclusive", -3.2, 4.8, 6), _Row("26B prefill", "faster", 6.1, 2.0, 12)]
+    rows = [_Row(f"{size} {metric}", VerdictWord.NO_CHANGE, 0.5, 1.5, 10) for size in ("E2B", "E4B")
+            for metric in ("a", "b")]
+    rows += [_Row("31B gen", VerdictWord.INCONCLUSIVE, -3.2, 4.8, 6),
+             _Row("26B prefill", VerdictWord.FASTER, 6.1, 2.0, 12)]
     assert _sentence(rows, 5.0) == ("no change within ±5% on 4 of 6 rows; 31B gen inconclusive (±4.8% after 6 rounds;"
                                     " about 24 would settle it at this noise); 26B prefill faster +6.1%")
     assert _sentence(rows[:4], 5.0) == "no change within ±5% on all 4 rows"

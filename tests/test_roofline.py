@@ -1,3 +1,5 @@
+from dataclasses import replace
+
 import pytest
 
 from bench.measure.roofline import (
@@ -49,10 +51,10 @@ def tiny():
 
 def test_parameter_counts_match_the_hand_count(tiny):
     work = cell_work(tiny, 16, 4, 2)
-    assert work["params_total"] == TINY_TOTAL == 487_766
-    assert work["params_active"] == TINY_ACTIVE
-    assert work["params_head"] == TINY_HEAD
-    assert work["params_lookup"] == TINY_PLE_TABLE
+    assert work.params_total == TINY_TOTAL == 487_766
+    assert work.params_active == TINY_ACTIVE
+    assert work.params_head == TINY_HEAD
+    assert work.params_lookup == TINY_PLE_TABLE
 
 
 def test_prefill_flops_match_the_hand_count(tiny):
@@ -63,9 +65,9 @@ def test_prefill_flops_match_the_hand_count(tiny):
     # Sliding window 8: queries 0..7 see 1..8 keys, the other 8 see 8 each; full layers see 1..16.
     sliding_pairs, full_pairs = sum(range(1, 9)) + 8 * 8, sum(range(1, 17))
     attention = batch * (4 * (4 * 4 * 32 * sliding_pairs) + 2 * (4 * 4 * 64 * full_pairs))
-    assert work["prefill_matmul_flops"] == matmul
-    assert work["prefill_attention_flops"] == attention
-    assert work["prefill_flops"] == matmul + attention
+    assert work.prefill_matmul_flops == matmul
+    assert work.prefill_attention_flops == attention
+    assert work.prefill_flops == matmul + attention
 
 
 def test_gen_bytes_match_the_hand_count(tiny):
@@ -77,32 +79,32 @@ def test_gen_bytes_match_the_hand_count(tiny):
     written = batch * steps * (2 * sliding_kv + full_kv)  # only the 3 layers that own a cache write
     # Step j attends to prompt + j keys: the window caps the 4 sliding layers at 8; the 2 full ones see them all.
     read = batch * (4 * sliding_kv * 8 * steps + 2 * full_kv * sum(prompt + j for j in range(1, steps + 1)))
-    assert work["gen_steps"] == steps
-    assert work["gen_weight_bytes_per_step"] == weights
-    assert work["gen_kv_write_bytes"] == written
-    assert work["gen_kv_read_bytes"] == read
-    assert work["gen_bytes"] == steps * weights + read + written
-    assert work["gen_bytes_per_token"] == pytest.approx(work["gen_bytes"] / (batch * steps))
+    assert work.gen_steps == steps
+    assert work.gen_weight_bytes_per_step == weights
+    assert work.gen_kv_write_bytes == written
+    assert work.gen_kv_read_bytes == read
+    assert work.gen_bytes == steps * weights + read + written
+    assert work.gen_bytes_per_token == pytest.approx(work.gen_bytes / (batch * steps))
 
 
 def test_moe_counts_the_routed_share_of_the_experts():
     config = preset_config("tiny-moe", Overrides())
     work = cell_work(config, 8, 2, 1)
     experts = 6 * 3 * 8 * 32 * 64  # 6 layers of gate, up and down projections of 8 experts
-    assert work["params_experts"] == experts
-    assert work["params_active"] == work["params_total"] - experts * 6 // 8  # top 2 of 8
-    one_seq = cell_work(config, 8, 2, 1)["gen_weight_bytes_per_step"]
-    many_seqs = cell_work(config, 8, 2, 8)["gen_weight_bytes_per_step"]
+    assert work.params_experts == experts
+    assert work.params_active == work.params_total - experts * 6 // 8  # top 2 of 8
+    one_seq = cell_work(config, 8, 2, 1).gen_weight_bytes_per_step
+    many_seqs = cell_work(config, 8, 2, 8).gen_weight_bytes_per_step
     assert many_seqs - one_seq == experts * 4 * 6 // 8  # 8 sequences may route to all 8 experts
 
 
 def test_bf16_halves_the_weight_bytes(tiny):
-    assert cell_work(tiny, 8, 2, 1, dtype="bfloat16")["gen_weight_bytes_per_step"] == TINY_ACTIVE * 2
+    assert cell_work(tiny, 8, 2, 1, dtype="bfloat16").gen_weight_bytes_per_step == TINY_ACTIVE * 2
 
 
 def test_prefill_only_cell_moves_no_gen_bytes(tiny):
     work = cell_work(tiny, 8, 1, 1)
-    assert work["gen_bytes"] == 0 and work["gen_bytes_per_token"] is None
+    assert work.gen_bytes == 0 and work.gen_bytes_per_token is None
     assert achieved({"prefill_s": 0.5, "gen_s": None}, work)["gen_gbps"] is None
 
 
@@ -111,8 +113,8 @@ def test_attended_pairs(length, window, pairs):
     assert attended_pairs(length, window) == pairs
 
 
-def test_achieved_and_percent_of_peak():
-    work = {"prefill_flops": 2e12, "gen_bytes": 30e9, "gen_steps": 31}
+def test_achieved_and_percent_of_peak(tiny):
+    work = replace(cell_work(tiny, 8, 32, 1), prefill_flops=2e12, gen_bytes=30e9, gen_steps=31)
     rates = achieved({"prefill_s": 4.0, "gen_s": 3.0}, work)
     assert rates == {"prefill_tflops": pytest.approx(0.5), "gen_gbps": pytest.approx(10.0)}
     peak = {"fp32_tflops": 1.0, "bf16_tflops": 2.0, "memory_gbps": 40.0}

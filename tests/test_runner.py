@@ -16,7 +16,8 @@ import pytest
 from bench.commands import main
 from bench.core.results import read_results
 from bench.core.spec import load_experiment
-from bench.measure.runner import done_keys, plan_jobs
+from bench.measure.resume import DoneWork
+from bench.measure.runner import plan_jobs
 from bench.measure.schedule import centre_order, round_order, round_plan
 from models import save_checkpoint
 from models.loading import load_model
@@ -223,21 +224,39 @@ def test_dry_run_refuses_a_resume_file_of_another_experiment(tmp_path, capsys):
     assert "holds a run of experiment 'other'" in err and str(other) in err
 
 
-def test_plan_skips_closed_cells():
+def recorded(tmp_path: Path, *records: dict, run_id: str = "a") -> DoneWork:
+    path = tmp_path / "r.jsonl"
+    path.write_text("".join(json.dumps(record) + "\n" for record in records))
+    return DoneWork.recorded(read_results([path]), run_id)
+
+
+@pytest.mark.parametrize("kind", ["skip", "error", "stop"])
+def test_plan_skips_closed_and_stopped_cells(tmp_path, kind):
     exp = load_experiment(Path("experiments/ci.yaml"))
     cell = exp.cells()[0]
-    assert plan_jobs(exp.cells(), {(cell.key, "closed")}) == []
+    done = recorded(tmp_path, {"kind": kind, "run_id": "a", "cell": cell.key, "reason": "x"})
+    assert done.finished(cell.key) and plan_jobs(exp.cells(), done) == []
+    assert [job.cells for job in plan_jobs(exp.cells(), DoneWork())] == [exp.cells()]
 
 
-def test_done_keys_only_count_the_resumed_run(tmp_path):
-    path = tmp_path / "r.jsonl"
-    path.write_text(
-        json.dumps({"kind": "trial", "run_id": "a", "cell": "c", "variant": "v", "warmup": False, "round": 0})
-        + "\n"
-        + json.dumps({"kind": "trial", "run_id": "b", "cell": "c", "variant": "v", "warmup": False, "round": 1})
-        + "\n"
-    )
-    assert done_keys(read_results([path]), "a") == {("c", "current", "v", False, 0)}
+def test_done_work_only_counts_the_resumed_run(tmp_path):
+    trial = {"kind": "trial", "cell": "c", "variant": "v", "warmup": False}
+    done = recorded(tmp_path, {**trial, "run_id": "a", "round": 0}, {**trial, "run_id": "b", "round": 1})
+    assert done.has_trial("c", "current", "v", False, 0)
+    assert not done.has_trial("c", "current", "v", False, 1) and not done.has_trial("c", "reference", "v", False, 0)
+
+
+def test_done_work_tells_each_kind_apart(tmp_path):
+    cell = {"run_id": "a", "cell": "c"}
+    done = recorded(tmp_path, {"kind": "run", "run_id": "a"}, {"kind": "load", "run_id": "a", "samples": 0},
+                    {"kind": "correctness", **cell, "build": "reference"}, {"kind": "kernel", **cell},
+                    {"kind": "depth", **cell, "variant": "v", "round": 2},
+                    {"kind": "trial", **cell, "variant": "v", "warmup": True, "round": 0})
+    assert done.has_facts("c", "reference", "correctness") and not done.has_facts("c", "current", "correctness")
+    assert done.has_facts("c", "current", "kernel")
+    assert done.has_depth("c", "current", "v", 2) and not done.has_depth("c", "current", "v", 0)
+    assert done.has_trial("c", "current", "v", True, 0) and not done.has_trial("c", "current", "v", False, 0)
+    assert not done.finished("c")
 
 
 @pytest.mark.parametrize(

@@ -8,6 +8,8 @@ import pickle
 import pytest
 
 from bench.core.spec import (
+    KEYS,
+    TOP_KEYS,
     Cell,
     Comparison,
     Correctness,
@@ -18,6 +20,8 @@ from bench.core.spec import (
     load_experiment,
     parse_experiment,
     resolve_ops,
+    schema_text,
+    select_models,
     shard_cells,
     with_trials,
 )
@@ -183,6 +187,29 @@ def test_load_experiment_reads_file(tmp_path):
     assert exp.sha256 == hashlib.sha256(path.read_bytes()).hexdigest()
 
 
+def test_a_list_of_depths_makes_a_model_of_each():
+    exp = parse_experiment(replaced("preset: tiny", "{preset: e2b, layers: [2, 4, 35], size: E2B, dtype: bfloat16}"))
+    assert exp.models == tuple(ModelSpec("e2b", None, "E2B", depth, "bfloat16", None) for depth in (2, 4, 35))
+    assert [m.label for m in exp.models] == ["E2B (2/35 layers)", "E2B (4/35 layers)", "E2B"]
+    assert [cell.key for cell in exp.cells()] == [f"e2b:layers={d}:bfloat16:none|pp16 tg4 b1" for d in (2, 4, 35)]
+    assert select_models(exp, ["e2b"]).models == exp.models
+
+
+def test_the_schema_names_every_key_in_the_order_the_parser_reads_them():
+    schema = schema_text()
+    keys = [line.split(":")[0] for line in schema.splitlines() if not line.startswith(" ")]
+    assert tuple(keys) == TOP_KEYS == tuple(key.name for key in KEYS)
+    assert TOP_KEYS[:4] == ("name", "description", "models", "variants")
+    assert "layers: 2" in schema and "a model per depth" in schema
+
+
+def test_a_model_is_a_preset_or_a_path():
+    with pytest.raises(ValueError, match="exactly one"):
+        ModelSpec("tiny", "/ckpt", "tiny", None, "float32", None)
+    with pytest.raises(ValueError, match="exactly one"):
+        ModelSpec(None, None, "x", None, "float32", None)
+
+
 def test_path_model(tmp_path):
     ckpt = tmp_path / "my-ckpt"
     ckpt.mkdir()
@@ -213,6 +240,16 @@ ERRORS = {
     "layers too many": (replaced("preset: tiny", "preset: tiny\n    layers: 7"), 4, "models[0].layers", "choose 1..6"),
     "layers is a bool": (replaced("preset: tiny", "preset: tiny\n    layers: yes"), 4, "models[0].layers",
                          "expected an integer, got a boolean"),
+    "depth out of range": (replaced("preset: tiny", "preset: tiny\n    layers: [2,\n      7]"), 5,
+                           "models[0].layers[1]", "7 is out of range; choose 1..6 (tiny has 6)"),
+    "empty depth list": (replaced("preset: tiny", "preset: tiny\n    layers: []"), 4, "models[0].layers",
+                         "empty list"),
+    "repeated depth": (replaced("preset: tiny", "preset: tiny\n    layers: [2, 4, 2]"), 4, "models[0].layers[2]",
+                       "duplicate value 2"),
+    "depth list with a path": (replaced("preset: tiny", "path: /\n    layers: [2, 4]"), 4, "models[0].layers",
+                               "only for presets"),
+    "a depth listed by two models": (replaced("preset: tiny", "{preset: tiny, layers: [2, 4]}\n  - {preset: tiny, "
+                                              "layers: 4}"), 4, "models[1]", "same model as models[0]"),
     "bad dtype": (replaced("preset: tiny", "preset: tiny\n    dtype: fp32"), 4, "models[0].dtype",
                   "unknown dtype 'fp32'; choose from float32, bfloat16, float16"),
     "bad quantize": (replaced("preset: tiny", "preset: tiny\n    quantize: int4"), 4, "models[0].quantize",

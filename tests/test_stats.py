@@ -19,7 +19,7 @@ from bench.analysis.stats import (
     summarize,
     summary_table,
 )
-from bench.present.format import format_ci, format_delta, format_tps
+from bench.present.format import format_ci, format_delta, format_tps, verdict_text
 
 # --- summarize -------------------------------------------------------------------------------------
 
@@ -126,7 +126,7 @@ def test_summary_table_drops_metric_without_values():
 
 def test_compare_means_and_delta_are_exact_and_agree():
     table = compare(_grid(), "baseline", "compiled", ["prefill", "gen"])
-    prefill, gen = table.iloc[0], table.iloc[1]
+    prefill, gen = table
     assert (prefill.metric, gen.metric) == ("prefill", "gen")
     assert prefill.baseline_gmean == pytest.approx(float(np.exp(np.mean(np.log([100, 101, 102, 103, 104])))))
     assert prefill.new_gmean / prefill.baseline_gmean - 1 == pytest.approx(prefill.delta_pct / 100, abs=1e-12)
@@ -135,7 +135,7 @@ def test_compare_means_and_delta_are_exact_and_agree():
     assert (prefill.ratio, prefill.low, prefill.high, prefill.adj_low, prefill.adj_high) == pytest.approx((1.25,) * 5)
     assert prefill.delta_pct == pytest.approx(25.0)
     assert gen.delta_pct == pytest.approx(10.0)
-    assert list(table.verdict) == ["faster", "faster"]
+    assert [row.verdict.word for row in table] == ["faster", "faster"]
 
 
 def test_compare_pairs_by_round_not_by_sorted_value():
@@ -143,10 +143,10 @@ def test_compare_pairs_by_round_not_by_sorted_value():
     rows = []
     for r, level in enumerate([100.0, 150.0, 200.0, 250.0]):
         rows += [_trial("a", r, level, None), _trial("b", r, level * 0.9, None)]
-    row = compare(pd.DataFrame(rows), "a", "b", "prefill").iloc[0]
+    (row,) = compare(pd.DataFrame(rows), "a", "b", "prefill")
     assert row.ratio == pytest.approx(0.9)
     assert row.delta_pct == pytest.approx(-10.0)
-    assert row.verdict == "slower"
+    assert row.verdict.word == "slower"
 
 
 def test_compare_builds_pools_the_variants_round_by_round():
@@ -160,19 +160,20 @@ def test_compare_builds_pools_the_variants_round_by_round():
                  _trial("b", r, level, level, build="reference")]
         if r < 3:
             rows.append(_trial("b", r, level * 0.8, level, build="current"))
-    table = compare_builds(pd.DataFrame(rows)).set_index(["variant", "metric"])
-    pooled = table.loc[ALL_VARIANTS, "prefill"]
+    rows = compare_builds(pd.DataFrame(rows))
+    table = {(row.variant, row.metric): row for row in rows}
+    pooled = table[ALL_VARIANTS, "prefill"]
     assert pooled.ratio == pytest.approx(math.sqrt(0.9 * 0.8))  # the geometric mean of the variants' ratios
-    assert pooled.n_pairs == 3 and table.loc["a", "prefill"].n_pairs == 4
-    assert table.loc[ALL_VARIANTS, "gen"].ratio == pytest.approx(math.sqrt(0.9))
-    assert list(dict.fromkeys(table.index.get_level_values("variant"))) == ["a", "b", ALL_VARIANTS]
+    assert pooled.n_pairs == 3 and table["a", "prefill"].n_pairs == 4
+    assert table[ALL_VARIANTS, "gen"].ratio == pytest.approx(math.sqrt(0.9))
+    assert list(dict.fromkeys(row.variant for row in rows)) == ["a", "b", ALL_VARIANTS]
 
 
 def test_compare_never_pools_machines():
     other = _grid().assign(machine="other · cuda · cuda · cublas", prefill_tps=lambda f: f.prefill_tps * 10)
-    table = compare(pd.concat([_grid(), other]), "baseline", "compiled", "prefill")
-    assert list(table.machine) == ["host · cpu · cpu · openblas", "other · cuda · cuda · cublas"]
-    assert table.baseline_gmean.iloc[1] == pytest.approx(10 * table.baseline_gmean.iloc[0])
+    here, there = compare(pd.concat([_grid(), other]), "baseline", "compiled", "prefill")
+    assert [here.machine, there.machine] == ["host · cpu · cpu · openblas", "other · cuda · cuda · cublas"]
+    assert there.baseline_gmean == pytest.approx(10 * here.baseline_gmean)
 
 
 def test_compare_holm_widens_every_row_of_a_table():
@@ -186,33 +187,34 @@ def test_compare_holm_widens_every_row_of_a_table():
             rows += [_trial("a", r, base, base / 10, size=size),
                      _trial("b", r, base * 1.05 * noise[0], base / 10 * 1.05 * noise[1], size=size)]
     table = compare(pd.DataFrame(rows), "a", "b", ["prefill", "gen"])
-    assert ((table.adj_high - table.adj_low) >= (table.high - table.low) - 1e-12).all()
-    for row in table.itertuples():
+    assert all(row.adj_high - row.adj_low >= row.high - row.low - 1e-12 for row in table)
+    for row in table:
         decided = row.adj_low > 1 or row.adj_high < 1
-        assert (row.verdict in ("faster", "slower")) == decided == (row.p_holm < 0.05)
+        assert row.verdict.decided == decided == (row.p_holm < 0.05)
 
 
 def test_compare_verdict_words():
     rng = np.random.default_rng(7)
-    def table(effect: float, noise: float, rounds: int) -> pd.Series:
+    def verdict(effect: float, noise: float, rounds: int) -> str:
         rows = []
         for r in range(rounds):
             jitter = rng.lognormal(0, noise, size=2)
             rows += [_trial("a", r, 100.0 * jitter[0], None), _trial("b", r, 100.0 * effect * jitter[1], None)]
-        return compare(pd.DataFrame(rows), "a", "b", "prefill").iloc[0]
+        (row,) = compare(pd.DataFrame(rows), "a", "b", "prefill")
+        assert row.verdict.half_width_pct == pytest.approx(row.half_width_pct)
+        return verdict_text(row.verdict)
 
-    assert table(1.0, 0.002, 12).verdict_text == "no change"
-    inconclusive = table(1.0, 0.05, 6)
-    assert inconclusive.verdict == "inconclusive" and inconclusive.verdict_text.startswith("inconclusive (±")
-    assert table(1.03, 0.01, 2).verdict_text == "needs ≥ 3 rounds"
+    assert verdict(1.0, 0.002, 12) == "no change"
+    assert verdict(1.0, 0.05, 6).startswith("inconclusive (±")
+    assert verdict(1.03, 0.01, 2) == "needs ≥ 3 rounds"
 
 
 def test_compare_missing_side_and_a_a():
     rows = [_trial("a", r, 100.0 + r, None) for r in range(4)]
-    missing = compare(pd.DataFrame(rows), "a", "b", "prefill").iloc[0]
-    assert (missing.n_pairs, missing.verdict) == (0, "n/a")
+    (missing,) = compare(pd.DataFrame(rows), "a", "b", "prefill")
+    assert (missing.n_pairs, missing.verdict, missing.stalls, missing.interval) == (0, None, None, None)
     assert math.isnan(missing.delta_pct) and math.isnan(missing.p_holm)
-    a_a = compare(pd.DataFrame(rows), "a", "a", "prefill").iloc[0]
+    (a_a,) = compare(pd.DataFrame(rows), "a", "a", "prefill")
     # Rounds 0/1 and 2/3 pair up: 101/100 and 103/102.
     assert a_a.n_pairs == 2
     assert a_a.ratio == pytest.approx(float(np.exp(np.mean(np.log([101 / 100, 103 / 102])))))

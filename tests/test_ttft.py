@@ -42,16 +42,16 @@ def test_a_trial_records_ttft_at_or_after_the_prefill(tiny):
     prompt = make_prompt(tiny.args.vocab_size, 1, PROMPT, 0, 0)
     record = trial_record(time_trial(tiny, prompt, GEN, 2048), 1, PROMPT, GEN)
     # By construction: the TTFT clock is read after the prefill's, once the first decode step is queued.
-    assert record["ttft_s"] >= record["prefill_s"] > 0
-    assert record["ttft_tps"] == pytest.approx(PROMPT / record["ttft_s"])
+    assert record.ttft_s >= record.prefill_s > 0
+    assert record.ttft_tps == pytest.approx(PROMPT / record.ttft_s)
     # prefill and gen are measured as before: gen is still every decode step after the first token.
-    assert len(record["step_s"]) == GEN - 1 and sum(record["step_s"]) == pytest.approx(record["gen_s"], rel=1e-6)
+    assert len(record.step_s) == GEN - 1 and sum(record.step_s) == pytest.approx(record.gen_s, rel=1e-6)
 
 
 def test_no_decode_step_means_no_ttft(tiny):
     prompt = make_prompt(tiny.args.vocab_size, 1, PROMPT, 0, 0)
     record = trial_record(time_trial(tiny, prompt, 1, 2048), 1, PROMPT, 1)
-    assert record["prefill_s"] > 0 and record["ttft_s"] is None and record["ttft_tps"] is None
+    assert record.prefill_s > 0 and record.ttft_s is None and record.ttft_tps is None
 
 
 def trial(variant: str, round_: int, ttft_s: float | None) -> dict[str, Any]:

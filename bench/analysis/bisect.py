@@ -56,10 +56,9 @@ class Reading:
 
 def readings(trials: pd.DataFrame) -> list[Reading]:
     """A run --against file's (or several pooled ones') build table, as check computes it."""
-    table = stats.compare_builds(trials)
     return [Reading(r.model_key, r.workload, r.variant, r.metric, r.delta_pct, (r.adj_low - 1) * 100,
-                    (r.adj_high - 1) * 100, int(r.n_pairs))
-            for r in table.itertuples() if r.n_pairs >= MIN_PAIRS and math.isfinite(r.adj_high)]
+                    (r.adj_high - 1) * 100, r.n_pairs)
+            for r in stats.compare_builds(trials) if r.n_pairs >= MIN_PAIRS and math.isfinite(r.adj_high)]
 
 
 def regressed(found: Sequence[Reading], limit_pct: float) -> list[Reading]:

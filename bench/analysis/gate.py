@@ -26,9 +26,8 @@ Noise: `fusebench calibrate` stores this machine's A/A noise per metric in resul
 check picks it up by itself (or takes --noise). A cell then fails only for a slowdown beyond both the requested
 threshold and the calibrated minimum detectable effect, and the Limit column says which of the two bound.
 
---format json prints one object: {"passed", "exit_code", "notes", "verdicts", "github_action_benchmark"}, where
-the last is github-action-benchmark's customBiggerIsBetter list ({"name", "unit", "value", "extra"}); feed a dashboard
-with `fusebench check ... --format json | jq .github_action_benchmark > bench.json`.
+Every finding is typed (Check, Status, Limit and its Bound, the interval's Verdict); how each reads, in a table or in
+JSON, is bench.present.gate's choice.
 """
 
 from __future__ import annotations
@@ -36,6 +35,7 @@ from __future__ import annotations
 import math
 from collections.abc import Sequence
 from dataclasses import dataclass, replace
+from enum import StrEnum
 from pathlib import Path
 from typing import Any
 
@@ -48,170 +48,190 @@ from ..core.results import Results, read_results
 from ..core.spec import DEFAULT_MARGIN_PCT, Experiment, parse_experiment
 from . import stats
 from .history import MIN_RUNS, SpeedupHistory, run_speedups
-from .inference import STALLS_BASELINE, STALLS_NEW, interval_verdict, slower_beyond
+from .inference import STALLS_NEW, Verdict, interval_verdict, slower_beyond
 from .noise import Noise, default_noise_path, load_noise
-from .stats import SEED
-from .study import cell_labels, current_build, ordered_cells
+from .runs import runs
+from .stats import SEED, Comparison, Stalls
+from .study import CorrectnessCheck, cell_labels, correctness_checks, current_build, ordered_cells
 
 MIN_VALUES_FOR_CI = 3  # fewer values a side give a bootstrap CI that proves nothing, so such a cell never fails
 
-# The kinds of check: tok/s and speedup against the baseline file, the experiment's expectations and correctness.
-TPS, SPEEDUP, EXPECT, CORRECT, BUILD = "tok/s", "speedup", "expect", "correct", "vs reference"
-HISTORY = "speedup vs history"
+
+class Check(StrEnum):
+    """The kinds of check: tok/s and speedup against the baseline file, the experiment's expectations, correctness,
+    the current build against the reference build, and a speedup against its history."""
+
+    TPS = "tps"
+    SPEEDUP = "speedup"
+    EXPECT = "expect"
+    CORRECT = "correct"
+    BUILD = "build"
+    HISTORY = "history"
+
+
 # The checks that gate speed; without one, a check passes on correctness alone, and says so.
-SPEED_CHECKS = (TPS, SPEEDUP, EXPECT, BUILD, HISTORY)
+SPEED_CHECKS = (Check.TPS, Check.SPEEDUP, Check.EXPECT, Check.BUILD, Check.HISTORY)
+# The checks whose baseline and current values are speedups (new / baseline), not tok/s.
+RATIO_CHECKS = (Check.SPEEDUP, Check.HISTORY)
 # Which calibrated noise band bounds each kind of check (see bench.analysis.noise).
-NOISE_SCOPE = {TPS: "run_to_run_tps", SPEEDUP: "run_to_run_speedup", EXPECT: "within_run"}
+NOISE_SCOPE = {Check.TPS: "run_to_run_tps", Check.SPEEDUP: "run_to_run_speedup", Check.EXPECT: "within_run"}
+
+
+class Status(StrEnum):
+    """What the gate made of one row."""
+
+    REGRESSED = "regressed"  # the whole interval lies beyond the limit
+    STALLS = "stalls"  # the current build stalls where the reference does not (stall_failure)
+    NO_DATA = "no data"  # nothing to judge an expectation (or correctness) on
+    INCORRECT = "incorrect"
+    CORRECT = "correct"
+    WITHIN_LIMIT = "within limit"  # `Finding.verdict` says what the interval does show
+    INFORMATION = "slower, information only"  # tok/s beyond the limit that cannot fail here (Finding.note says why)
+    NEW = "new"  # not in the baseline
+    MISSING = "missing"  # not in the current results
+    TOO_FEW_VALUES = "too few values"  # fewer than MIN_VALUES_FOR_CI values for a CI
+    NEEDS_HISTORY = "needs more stored runs"  # fewer than history.MIN_RUNS calibration runs
+    WITHIN_HISTORY = "within history"
+
+
+FAILING = frozenset({Status.REGRESSED, Status.STALLS, Status.NO_DATA, Status.INCORRECT})
 
 
 class CheckError(ResultsError):
     """Bad input to the check (nothing to check, a bad threshold); the message is one line."""
 
 
+class Bound(StrEnum):
+    """What set a limit."""
+
+    THRESHOLD = "threshold"  # the requested --max-regression
+    NOISE = "noise"  # the calibrated minimum detectable effect
+    HISTORY = "history"  # the speedup history's prediction bound
+
+
 @dataclass(frozen=True)
 class Limit:
-    """The slowdown a cell may show before it fails, and what set it: the requested threshold or the noise."""
+    """The slowdown a cell may show before it fails, and what set it."""
 
     pct: float
-    bound: str  # "threshold" or "noise"
+    bound: Bound
     noise_pct: float = 0.0  # the calibrated MDE: a CI wholly inside ±noise_pct reads "no change", whichever bound won
 
-    def __str__(self) -> str:
-        return f"-{self.pct:.1f}% ({self.bound})"
 
-
-def limit_for(threshold_pct: float, noise: Noise | None, check: str, metric: str) -> Limit:
+def limit_for(threshold_pct: float, noise: Noise | None, check: Check, metric: str) -> Limit:
     """The larger of the threshold and the calibrated MDE: a smaller slowdown cannot be told from noise."""
     band = noise.band(NOISE_SCOPE[check], metric) if noise else None
     mde = band.mde_pct if band else 0.0
     if mde > threshold_pct:
-        return Limit(mde, "noise", mde)
-    return Limit(threshold_pct, "threshold", mde)
+        return Limit(mde, Bound.NOISE, mde)
+    return Limit(threshold_pct, Bound.THRESHOLD, mde)
 
 
 @dataclass(frozen=True)
-class Verdict:
-    check: str
-    cell: str
+class Finding:
+    """One row of the gate: a check of one cell, variant and metric, and what it found."""
+
+    check: Check
+    cell: str  # the cell's label (cell_names), "" where a row covers no one cell
     variant: str
     metric: str
-    status: str
-    failed: bool
+    status: Status = Status.WITHIN_LIMIT
     baseline: float = math.nan  # the reference value: baseline file's median, or the baseline variant's
     current: float = math.nan
     ci: stats.RatioCI | None = None
     limit: Limit | None = None
-    unit: str = "tok/s"
-    note: str = ""
+    verdict: Verdict | None = None  # within the limit: what the interval shows (faster, no change, ...)
+    note: str = ""  # the facts behind the status, for a reader
     model_key: str = ""  # which model, for re-measuring the cell (check --confirm)
     stalls: Stalls | None = None  # paired rows only: the stall rule's figures (analysis.inference, "Stalls")
 
-
-@dataclass(frozen=True)
-class Stalls:
-    """A paired row's stall figures: the arm the rule flags (STALLS_NEW, STALLS_BASELINE or None), whether Δ is over
-    all rounds, the outlier rounds against each arm, and both candidate Δs with their own 95% intervals."""
-
-    arm: str | None
-    over_all_rounds: bool
-    rounds: int
-    against_new: int
-    against_baseline: int
-    sign_p: float
-    all_rounds: stats.RatioCI
-    trimmed: stats.RatioCI
-
     @property
-    def against_arm(self) -> int:
-        return self.against_baseline if self.arm == STALLS_BASELINE else self.against_new
+    def failed(self) -> bool:
+        return self.status in FAILING
 
 
-def stalls_of(row: Any) -> Stalls | None:
-    """A compare() row's stall figures; None when it has no paired estimate."""
-    if not row.all_rounds:
-        return None
-    arm = row.stalls if isinstance(row.stalls, str) else None  # pandas reads a column of None as NaN
-    return Stalls(arm=arm, over_all_rounds=bool(row.over_all_rounds), rounds=int(row.all_rounds),
-                  against_new=int(row.excluded_new), against_baseline=int(row.excluded_baseline),
-                  sign_p=float(row.sign_p),
-                  all_rounds=stats.RatioCI(1 + row.all_delta_pct / 100, row.all_low, row.all_high, int(row.all_rounds)),
-                  trimmed=stats.RatioCI(1 + row.trimmed_delta_pct / 100, row.trimmed_low, row.trimmed_high,
-                                        int(row.trimmed_n)))
-
-
-def stall_failure(verdict: Verdict) -> Verdict:
+def stall_failure(finding: Finding) -> Finding:
     """The A/B gate: the current build's variant stalls where the reference's does not. That fails even when Δ over
     all rounds stays within the limit: a path that sometimes falls back or re-traces is a regression in itself."""
-    if verdict.stalls is None or verdict.stalls.arm != STALLS_NEW or verdict.failed:
-        return verdict
-    return replace(verdict, failed=True, status="✗ stalls")
+    if finding.stalls is None or finding.stalls.arm != STALLS_NEW or finding.failed:
+        return finding
+    return replace(finding, status=Status.STALLS)
+
+
+@dataclass(frozen=True)
+class Median:
+    """One cell's median over the timed rounds of a variant's tok/s, or (`speedup`) of a comparison's per-round
+    speedup, whose variant reads "new/baseline"."""
+
+    cell: str  # the cell's label (cell_names)
+    speedup: bool
+    figures: stats.CellSummary
 
 
 @dataclass
 class Outcome:
-    verdicts: list[Verdict]
+    findings: list[Finding]
     notes: list[str]
-    trials: pd.DataFrame  # the current results' trials, for github-action-benchmark's figures
-    comparisons: list[tuple[str, str]]  # the experiments' (baseline, new) pairs
+    medians: list[Median]  # the current results' figures, for github-action-benchmark
 
     @property
-    def failures(self) -> list[Verdict]:
-        return [v for v in self.verdicts if v.failed]
+    def failures(self) -> list[Finding]:
+        return [f for f in self.findings if f.failed]
 
     @property
     def exit_code(self) -> int:
         return 1 if self.failures else 0
 
 
-# --- verdicts --------------------------------------------------------------------------------------
+# --- findings --------------------------------------------------------------------------------------
 
 
-def judge(base: Verdict, ci: stats.RatioCI | None, n_baseline: int, n_current: int) -> Verdict:
-    """Fill in a verdict's CI and status; only a CI wholly beyond the limit fails."""
+def judge(base: Finding, ci: stats.RatioCI | None, n_baseline: int, n_current: int) -> Finding:
+    """Fill in a finding's CI and status; only a CI wholly beyond the limit fails."""
     if n_baseline == 0:
-        return replace(base, status="new", note="not in the baseline")
+        return replace(base, status=Status.NEW, note="not in the baseline")
     if n_current == 0:
-        return replace(base, status="missing", note="not in the current results")
+        return replace(base, status=Status.MISSING, note="not in the current results")
     if ci.n < MIN_VALUES_FOR_CI:
-        return replace(base, ci=ci, status="too few rounds", note=f"{ci.n} values; {MIN_VALUES_FOR_CI} needed for a CI")
+        return replace(base, ci=ci, status=Status.TOO_FEW_VALUES,
+                       note=f"{ci.n} values; {MIN_VALUES_FOR_CI} needed for a CI")
     if slower_beyond(ci, base.limit.pct):
-        return replace(base, ci=ci, status="✗ regressed", failed=True)
+        return replace(base, ci=ci, status=Status.REGRESSED)
     words = interval_verdict(ci.low, ci.high, ci.n, margin_pct=max(base.limit.noise_pct, DEFAULT_MARGIN_PCT))
-    return replace(base, ci=ci, status=words.text)
+    return replace(base, ci=ci, status=Status.WITHIN_LIMIT, verdict=words)
 
 
-def _ci(row: Any, n: int, low: str = "low", high: str = "high") -> stats.RatioCI | None:
-    """A comparison row's interval: for a paired row, the Holm-adjusted one (low="adj_low", high="adj_high")."""
+def _unpaired_ci(row: Any, n: int) -> stats.RatioCI | None:
+    """A compare_runs row's interval."""
     if not math.isfinite(row.ratio):
         return None
-    return stats.RatioCI(ratio=row.ratio, low=getattr(row, low), high=getattr(row, high), n=n)
+    return stats.RatioCI(ratio=row.ratio, low=row.low, high=row.high, n=n)
 
 
-def baseline_verdicts(
+def baseline_findings(
     current: pd.DataFrame, baseline: pd.DataFrame, comparisons: Sequence[tuple[str, str]], threshold_pct: float,
     noise: Noise | None, tps_information: str = "",
-) -> list[Verdict]:
+) -> list[Finding]:
     """Each cell's tok/s, and each comparison's speedup, against the stored baseline. When `tps_information` says
-    why (no calibration on this machine, another machine), tok/s is information: its verdict is shown, never failed."""
+    why (no calibration on this machine, another machine), tok/s is information: its finding is shown, never failed."""
     labels = cell_names([current, baseline])
-    verdicts = []
-    tables = [(TPS, "tok/s", stats.compare_runs(baseline, current, seed=SEED))]
+    findings = []
+    tables = [(Check.TPS, stats.compare_runs(baseline, current, seed=SEED))]
     for pair in comparisons:
         speedups = stats.compare_runs(stats.paired_speedups(baseline, *pair), stats.paired_speedups(current, *pair),
                                       seed=SEED)
-        tables.append((SPEEDUP, "×", speedups))
-    for check, unit, table in tables:
+        tables.append((Check.SPEEDUP, speedups))
+    for check, table in tables:
         for row in table.itertuples():
-            base = Verdict(check, labels[row.model_key, row.size, row.workload], row.variant, row.metric,
-                           status="", failed=False, baseline=row.baseline_median, current=row.new_median, unit=unit,
+            base = Finding(check, labels[row.model_key, row.size, row.workload], row.variant, row.metric,
+                           baseline=row.baseline_median, current=row.new_median,
                            limit=limit_for(threshold_pct, noise, check, row.metric))
             n = min(row.n_baseline, row.n_new)
-            verdict = judge(base, _ci(row, n), row.n_baseline, row.n_new)
-            if check == TPS and tps_information and verdict.failed:
-                verdict = replace(verdict, failed=False, status="slower beyond the limit (information)",
-                                  note=tps_information)
-            verdicts.append(verdict)
-    return verdicts
+            finding = judge(base, _unpaired_ci(row, n), row.n_baseline, row.n_new)
+            if check == Check.TPS and tps_information and finding.failed:
+                finding = replace(finding, status=Status.INFORMATION, note=tps_information)
+            findings.append(finding)
+    return findings
 
 
 def tps_information(noise: Noise | None, baseline_machine: Fingerprint, machine: Fingerprint) -> str:
@@ -219,13 +239,13 @@ def tps_information(noise: Noise | None, baseline_machine: Fingerprint, machine:
     fingerprint, and a calibration of it, whose noise band then sets the limit (see limit_for)."""
     if baseline_machine != machine:
         return "the baseline comes from another machine"
-    if noise is None or noise.fingerprint != machine or noise.band(NOISE_SCOPE[TPS], "prefill") is None:
+    if noise is None or noise.fingerprint != machine or noise.band(NOISE_SCOPE[Check.TPS], "prefill") is None:
         return "no noise calibration of this machine says what tok/s it can resolve (fusebench calibrate)"
     return ""
 
 
-def history_verdicts(trials: pd.DataFrame, comparisons: Sequence[tuple[str, str]],
-                     history: Sequence[SpeedupHistory], tolerance_pct: float) -> list[Verdict]:
+def history_findings(trials: pd.DataFrame, comparisons: Sequence[tuple[str, str]],
+                     history: Sequence[SpeedupHistory], tolerance_pct: float) -> list[Finding]:
     """Each comparison's speedup in this run against the calibration runs' (bench.analysis.history): it fails when it
     falls below their geometric mean by more than max(tolerance, the prediction bound, Bonferroni over the rows
     gated), and only from MIN_RUNS stored runs on."""
@@ -234,65 +254,64 @@ def history_verdicts(trials: pd.DataFrame, comparisons: Sequence[tuple[str, str]
     measured = [(row, stored.get((row.model_key, row.workload, row.comparison, row.metric)))
                 for row in run_speedups(trials, comparisons).itertuples()]
     gated = sum(1 for _, past in measured if past and past.runs >= MIN_RUNS)  # Bonferroni over these rows
-    verdicts = []
+    findings = []
     for row, past in measured:
         if past is None:
             continue
-        base = Verdict(HISTORY, labels[row.model_key, row.size, row.workload], row.comparison, row.metric, status="",
-                       failed=False, baseline=past.expected, current=row.speedup, unit="×")
+        base = Finding(Check.HISTORY, labels[row.model_key, row.size, row.workload], row.comparison, row.metric,
+                       baseline=past.expected, current=row.speedup)
         delta_pct = (row.speedup / past.expected - 1.0) * 100.0
         facts = f"Δ {delta_pct:+.1f}% from the mean of {past.runs} runs (SD {past.sd_pct:.1f}%)"
         if past.runs < MIN_RUNS:
-            verdicts.append(replace(base, status=f"needs ≥ {MIN_RUNS} stored runs",
+            findings.append(replace(base, status=Status.NEEDS_HISTORY,
                                     note=f"{facts}; fusebench calibrate --runs {MIN_RUNS}"))
             continue
         bound = past.prediction_pct(rows=gated)
-        limit = Limit(bound, "history") if bound > tolerance_pct else Limit(tolerance_pct, "threshold")
-        failed = delta_pct < -limit.pct
-        verdicts.append(replace(base, limit=limit, failed=failed, note=facts,
-                                status="✗ regressed" if failed else "within history"))
-    return verdicts
+        limit = Limit(bound, Bound.HISTORY) if bound > tolerance_pct else Limit(tolerance_pct, Bound.THRESHOLD)
+        status = Status.REGRESSED if delta_pct < -limit.pct else Status.WITHIN_HISTORY
+        findings.append(replace(base, limit=limit, status=status, note=facts))
+    return findings
 
 
-def expectation_verdicts(exp: Experiment, trials: pd.DataFrame, correctness: pd.DataFrame,
-                         noise: Noise | None) -> list[Verdict]:
-    verdicts = []
+def expectation_findings(exp: Experiment, trials: pd.DataFrame, correctness: pd.DataFrame,
+                         noise: Noise | None) -> list[Finding]:
+    findings = []
     labels = cell_names([trials, correctness])
     for expectation in exp.expect:
         if expectation.kind == "all_correct":
-            verdicts += correctness_verdicts(correctness, labels)
+            findings += correctness_findings(correctness_checks(correctness), labels)
             continue
         pair, metric = expectation.comparison, expectation.metric
-        limit = limit_for(expectation.max_slowdown_pct, noise, EXPECT, metric)
+        limit = limit_for(expectation.max_slowdown_pct, noise, Check.EXPECT, metric)
         variant = f"{pair.new} vs {pair.baseline}"
-        table = None if trials.empty else stats.compare(trials, pair.baseline, pair.new, metric,
-                                                        margin_pct=exp.margin_pct)
-        if table is None or not (table["n_pairs"] > 0).any():
-            verdicts.append(Verdict(EXPECT, "", variant, metric, status="✗ no data", failed=True, limit=limit,
+        table = [] if trials.empty else stats.compare(trials, pair.baseline, pair.new, metric,
+                                                      margin_pct=exp.margin_pct)
+        paired = [row for row in table if row.n_pairs > 0]
+        if not paired:
+            findings.append(Finding(Check.EXPECT, "", variant, metric, status=Status.NO_DATA, limit=limit,
                                     note=f"no round ran both {pair.baseline} and {pair.new}"))
             continue
-        for row in table[table["n_pairs"] > 0].itertuples():
-            base = Verdict(EXPECT, labels[row.model_key, row.size, row.workload], variant, metric, status="",
-                           failed=False, baseline=row.baseline_gmean, current=row.new_gmean, limit=limit,
-                           stalls=stalls_of(row))
-            verdicts.append(judge(base, _ci(row, row.n_pairs, "adj_low", "adj_high"), row.n_pairs, row.n_pairs))
-    return verdicts
+        for row in paired:
+            base = Finding(Check.EXPECT, labels[row.model_key, row.size, row.workload], variant, metric,
+                           baseline=row.baseline_gmean, current=row.new_gmean, limit=limit, stalls=row.stalls)
+            findings.append(judge(base, row.interval, row.n_pairs, row.n_pairs))
+    return findings
 
 
-def correctness_verdicts(correctness: pd.DataFrame, labels: dict[tuple[str, str, str], str]) -> list[Verdict]:
+def correctness_findings(checks: Sequence[CorrectnessCheck], labels: dict[tuple[str, str, str], str]
+                         ) -> list[Finding]:
     """A failing variant names its cell; an all-clear is one line; no records at all cannot prove anything."""
-    if correctness.empty:
-        return [Verdict(CORRECT, "", "", "", status="✗ no data", failed=True,
-                        note="no correctness records in the results")]
-    failing = correctness[~correctness["passed"].astype(bool)]
-    if failing.empty:
-        return [Verdict(CORRECT, "", "every variant", "", status="✓ correct", failed=False,
-                        note=f"{len(correctness)} correctness checks passed")]
+    if not checks:
+        return [Finding(Check.CORRECT, "", "", "", status=Status.NO_DATA, note="no correctness records in the results")]
+    failing = [c for c in checks if not c.passed]
+    if not failing:
+        return [Finding(Check.CORRECT, "", "every variant", "", status=Status.CORRECT,
+                        note=f"{len(checks)} correctness checks passed")]
     return [
-        Verdict(CORRECT, labels[r.model_key, r.size, r.workload], r.variant, "", status="✗ incorrect", failed=True,
-                note=f"max |logit err| {r.max_abs_err:.3g} vs atol {r.atol:g} against {r.reference}; "
-                     f"{r.tokens_agree}/{r.tokens_checked} greedy tokens agree")
-        for r in failing.itertuples()
+        Finding(Check.CORRECT, labels[c.model_key, c.size, c.workload], c.variant, "", status=Status.INCORRECT,
+                note=f"max |logit err| {c.max_abs_err:.3g} vs atol {c.atol:g} against {c.reference}; "
+                     f"{c.tokens_agree}/{c.tokens_checked} greedy tokens agree")
+        for c in failing
     ]
 
 
@@ -307,9 +326,19 @@ def cell_names(frames: Sequence[pd.DataFrame]) -> dict[tuple[str, str, str], str
     return labels
 
 
-def worst_first(verdicts: list[Verdict]) -> list[Verdict]:
+def worst_first(findings: list[Finding]) -> list[Finding]:
     """Failures first, then by Δ, most negative first; rows without a Δ (missing, new, correctness) last."""
-    return sorted(verdicts, key=lambda v: (not v.failed, v.ci is None, v.ci.delta_pct if v.ci else 0.0))
+    return sorted(findings, key=lambda f: (not f.failed, f.ci is None, f.ci.delta_pct if f.ci else 0.0))
+
+
+def medians(trials: pd.DataFrame, comparisons: Sequence[tuple[str, str]]) -> list[Median]:
+    """Each cell's median tok/s per variant, then its median speedup per comparison (github-action-benchmark's
+    figures)."""
+    timed = stats.timed_trials(trials)
+    labels = cell_names([timed])
+    tables = [(stats.summaries(timed), False)]
+    tables += [(stats.summaries(stats.paired_speedups(timed, *pair)), True) for pair in comparisons]
+    return [Median(labels[s.model_key, s.size, s.workload], speedup, s) for table, speedup in tables for s in table]
 
 
 # --- inputs ----------------------------------------------------------------------------------------
@@ -317,18 +346,17 @@ def worst_first(verdicts: list[Verdict]) -> list[Verdict]:
 
 def experiments_of(results: Results, path: Path) -> list[tuple[Experiment, set[str]]]:
     """The experiments in the run headers (validated again, as the YAML schema demands), each with its run ids."""
-    by_content: dict[str, tuple[dict[str, Any], set[str]]] = {}
+    by_content: dict[str, tuple[str, set[str]]] = {}  # content -> (the file it was read from, the runs)
     for run_id, header in results.runs.items():
-        experiment = header.get("experiment") or {}
-        by_content.setdefault(experiment.get("content") or "", (experiment, set()))[1].add(run_id)
-    return [
-        (parse_experiment(content, f"{path} (run header: {experiment.get('file', 'experiment')})", stored=True),
-         run_ids)
-        for content, (experiment, run_ids) in by_content.items() if content
-    ]
+        experiment = header.get("experiment")
+        if experiment and experiment.get("content"):
+            file = str(experiment.get("file", "experiment"))
+            by_content.setdefault(experiment["content"], (file, set()))[1].add(run_id)
+    return [(parse_experiment(content, f"{path} (run header: {file})", stored=True), run_ids)
+            for content, (file, run_ids) in by_content.items()]
 
 
-def build_verdicts(results: Results, trials: pd.DataFrame, args: CheckRequest, notes: list[str]) -> list[Verdict]:
+def build_findings(results: Results, trials: pd.DataFrame, args: CheckRequest, notes: list[str]) -> list[Finding]:
     """`run --against`: every variant and metric of the current build against the reference build, paired round by
     round (both ran each round back to back), Holm across the table. A cell that failed in either build leaves
     nothing to compare: that is bad input (exit 2), never a pass."""
@@ -336,20 +364,19 @@ def build_verdicts(results: Results, trials: pd.DataFrame, args: CheckRequest, n
     if errors:
         raise CheckError(f"{args.results}: cannot compare the builds: {errors[0].get('cell', '?')}: "
                          f"{errors[0].get('reason', '?')}")
-    builds = next(iter(results.runs.values())).get("builds") or {}
-    notes.append("builds: " + "; ".join(f"{name} {b.get('label') or str(b.get('commit') or '?')[:12]}"
-                                        + (" (dirty)" if b.get("dirty") else "") for name, b in builds.items()))
-    table = stats.compare_builds(trials)
+    builds = next(iter(runs(results).values())).builds
+    notes.append("builds: " + "; ".join(f"{b.name} {b.label or b.commit[:12]}" + (" (dirty)" if b.dirty else "")
+                                        for b in builds))
     labels = cell_names([trials])
-    limit = Limit(args.max_regression, "threshold")
-    verdicts = []
-    for row in table.itertuples():
-        base = Verdict(BUILD, labels[row.model_key, row.size, row.workload], row.variant, row.metric, status="",
-                       failed=False, baseline=row.baseline_gmean, current=row.new_gmean, limit=limit,
-                       model_key=row.model_key, stalls=stalls_of(row))
-        verdict = judge(base, _ci(row, row.n_pairs, "adj_low", "adj_high"), row.n_pairs, row.n_pairs)
-        verdicts.append(stall_failure(verdict))
-    return verdicts
+    limit = Limit(args.max_regression, Bound.THRESHOLD)
+    return [stall_failure(_build_finding(row, labels, limit)) for row in stats.compare_builds(trials)]
+
+
+def _build_finding(row: Comparison, labels: dict[tuple[str, str, str], str], limit: Limit) -> Finding:
+    base = Finding(Check.BUILD, labels[row.model_key, row.size, row.workload], row.variant, row.metric,
+                   baseline=row.baseline_gmean, current=row.new_gmean, limit=limit, model_key=row.model_key,
+                   stalls=row.stalls)
+    return judge(base, row.interval, row.n_pairs, row.n_pairs)
 
 
 def resolve_noise(path: Path | None, machine: Fingerprint, allow_other_machine: bool, notes: list[str]) -> Noise | None:
@@ -370,20 +397,20 @@ def resolve_noise(path: Path | None, machine: Fingerprint, allow_other_machine: 
     return noise
 
 
-def ungated_speed(results: Results, path: Path, verdicts: list[Verdict], notes: list[str]) -> list[Verdict]:
+def ungated_speed(results: Results, path: Path, findings: list[Finding], notes: list[str]) -> list[Finding]:
     """A plain run (no reference build, no baseline, no history, no slowdown expectation): `fusebench run` suggests
     check after every run, so it checks what such a file can show (correctness, besides any expect: entries) and says
     in one line how speed would be gated. A file without timed trials holds nothing to check: exit 2."""
     require_timed_trials(results, path)
     notes.append("speed not gated (no reference build, baseline or history to compare with): gate it with "
                  "run --against REF, or check --baseline FILE")
-    if any(v.check == CORRECT for v in verdicts):
+    if any(f.check == Check.CORRECT for f in findings):
         return []  # expect: all_correct already judged them
     correctness = current_build(results.frame("correctness"))
     if correctness.empty:
         raise CheckError(f"{path}: nothing to check: no correctness records, and speed needs --baseline FILE or a "
                          "run --against file")
-    return correctness_verdicts(correctness, cell_names([correctness]))
+    return correctness_findings(correctness_checks(correctness), cell_names([correctness]))
 
 
 @dataclass(frozen=True)
@@ -411,9 +438,9 @@ def run_check(args: CheckRequest) -> Outcome:
     comparisons = list(dict.fromkeys((c.baseline, c.new) for exp, _ in experiments for c in exp.comparisons))
     all_trials = results.frame("trial")
     trials = current_build(all_trials)
-    verdicts: list[Verdict] = []
+    findings: list[Finding] = []
     if len(trials) != len(all_trials):
-        verdicts += build_verdicts(results, all_trials, args, notes)
+        findings += build_findings(results, all_trials, args, notes)
     if args.baseline:
         baseline = load_baseline(args.baseline)
         baseline_machine = results_fingerprint(baseline, args.baseline)
@@ -424,20 +451,20 @@ def run_check(args: CheckRequest) -> Outcome:
             notes.append(f"baseline from another machine ({baseline_machine}), allowed by --allow-other-machine")
         require_timed_trials(results, args.results)
         information = tps_information(noise, baseline_machine, machine)
-        verdicts += baseline_verdicts(trials, baseline.frame("trial"), comparisons, args.max_regression, noise,
+        findings += baseline_findings(trials, baseline.frame("trial"), comparisons, args.max_regression, noise,
                                       information)
         notes.append(f"baseline: {args.baseline}")
     for exp, run_ids in experiments:
         scoped = [frame[frame["run_id"].isin(run_ids)] if not frame.empty else frame
                   for frame in (trials, current_build(results.frame("correctness")))]
-        verdicts += expectation_verdicts(exp, *scoped, noise)
+        findings += expectation_findings(exp, *scoped, noise)
     if noise and noise.history:
         if all(exp.name == noise.experiment for exp, _ in experiments):
-            verdicts += history_verdicts(trials, comparisons, noise.history, args.max_regression)
+            findings += history_findings(trials, comparisons, noise.history, args.max_regression)
         else:
             notes.append(f"speedup history not used: it was stored for experiment {noise.experiment}")
-    if not any(v.check in SPEED_CHECKS for v in verdicts):
-        verdicts += ungated_speed(results, args.results, verdicts, notes)
+    if not any(f.check in SPEED_CHECKS for f in findings):
+        findings += ungated_speed(results, args.results, findings, notes)
     notes += [f"{r['kind']} {r.get('cell', '?')}: {r.get('reason', '')}" for r in results.of_kind("skip")]
     notes += [f"{r['kind']} {r.get('cell', '?')}: {r.get('reason', '')}" for r in results.of_kind("error")]
-    return Outcome(worst_first(verdicts), notes, trials, comparisons)
+    return Outcome(worst_first(findings), notes, medians(trials, comparisons))

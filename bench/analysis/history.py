@@ -85,7 +85,7 @@ def run_speedups(trials: pd.DataFrame, comparisons: Sequence[tuple[str, str]]) -
     for baseline, new in comparisons:
         if baseline == new:
             continue
-        for row in stats.compare(trials, baseline, new, stats.METRICS).itertuples():
+        for row in stats.compare(trials, baseline, new, stats.METRICS):
             if row.n_pairs and math.isfinite(row.ratio):
                 rows.append({"model_key": row.model_key, "size": row.size, "workload": row.workload,
                              "comparison": f"{new}/{baseline}", "metric": row.metric, "speedup": row.ratio})

@@ -107,7 +107,8 @@ Holm across the rows of one table (`adjust`)
     interval excludes a ratio of 1. With c fixed at m − rank + 1 a row could show an interval excluding 1 next to a
     Holm p above α.
 
-Verdict words (`verdict`), in the order they are decided
+Verdict words (`verdict`: a VerdictWord with the figures its wording states; tables read it as quoted here,
+bench.present.format.verdict_text), in the order they are decided
     - "needs ≥ N rounds" (word "needs more rounds"): fewer than min_rounds rounds were kept; nothing is claimed.
     - "faster" / "slower": p_holm < α, equivalently the Holm-adjusted interval excludes 0%; the direction is the
       estimate's sign. A real but small effect (say +0.5%, tightly measured) is still "faster".
@@ -126,6 +127,7 @@ from __future__ import annotations
 import math
 from collections.abc import Sequence
 from dataclasses import dataclass
+from enum import StrEnum
 
 import numpy as np
 from numpy.typing import ArrayLike
@@ -139,13 +141,13 @@ __all__ = [
     "STALLS_NEW",
     "STALL_ALPHA",
     "STALL_MIN_LEAN",
-    "VERDICT_WORDS",
     "ZERO_SPREAD",
     "Adjusted",
     "PairedEstimate",
     "RatioInterval",
     "RoundsMean",
     "Verdict",
+    "VerdictWord",
     "adjust",
     "interval_verdict",
     "outlier_rounds",
@@ -165,7 +167,16 @@ STALL_MIN_LEAN = 2  # net exclusions against one arm before trimmed-away rounds 
 STALLS_NEW, STALLS_BASELINE = "new", "baseline"  # the arm `PairedEstimate.stalls` names (codes, not display words)
 _SHAMOS_NORMAL = 0.9538725524089398  # median |X - Y| for X, Y iid N(0, 1): sqrt(2) * Phi^-1(0.75)
 
-VERDICT_WORDS = ("faster", "slower", "no change", "inconclusive", "needs more rounds")
+
+class VerdictWord(StrEnum):
+    """What a row's interval says, in the order `verdict` decides it (see "Verdict words"); how each reads in a
+    table is bench.present's choice."""
+
+    NEEDS_ROUNDS = "needs more rounds"
+    FASTER = "faster"
+    SLOWER = "slower"
+    NO_CHANGE = "no change"
+    INCONCLUSIVE = "inconclusive"
 
 
 class RatioInterval:
@@ -290,10 +301,17 @@ class Adjusted(RatioInterval):
 
 @dataclass(frozen=True)
 class Verdict:
-    """`word` is one of VERDICT_WORDS (stable, for code); `text` is what a table shows."""
+    """A row's verdict and the figure its wording states: the interval's half-width (an inconclusive row's
+    precision) and the rounds a row needs before anything is claimed."""
 
-    word: str
-    text: str
+    word: VerdictWord
+    half_width_pct: float
+    min_rounds: int
+
+    @property
+    def decided(self) -> bool:
+        """Faster or slower: the interval excludes a ratio of 1."""
+        return self.word in (VerdictWord.FASTER, VerdictWord.SLOWER)
 
 
 def outlier_rounds(log_ratios: ArrayLike) -> np.ndarray:
@@ -418,26 +436,28 @@ def verdict(adjusted: Adjusted, *, margin_pct: float = 2.0, min_rounds: int = 3,
         raise ValueError(f"margin_pct must be >= 0, got {margin_pct}")
     _check_level(alpha, "alpha")
     if adjusted.n < min_rounds:
-        return Verdict("needs more rounds", f"needs ≥ {min_rounds} rounds")
-    if adjusted.p_holm < alpha:
-        word = "faster" if adjusted.ratio > 1.0 else "slower"
-        return Verdict(word, word)
-    if adjusted.low >= 1.0 - margin_pct / 100.0 and adjusted.high <= 1.0 + margin_pct / 100.0:
-        return Verdict("no change", "no change")
-    return Verdict("inconclusive", f"inconclusive (±{adjusted.half_width_pct:.1f}%)")
+        word = VerdictWord.NEEDS_ROUNDS
+    elif adjusted.p_holm < alpha:
+        word = VerdictWord.FASTER if adjusted.ratio > 1.0 else VerdictWord.SLOWER
+    elif adjusted.low >= 1.0 - margin_pct / 100.0 and adjusted.high <= 1.0 + margin_pct / 100.0:
+        word = VerdictWord.NO_CHANGE
+    else:
+        word = VerdictWord.INCONCLUSIVE
+    return Verdict(word, adjusted.half_width_pct, min_rounds)
 
 
 def interval_verdict(low: float, high: float, n: int, *, margin_pct: float = 2.0, min_rounds: int = 3) -> Verdict:
     """The same words for an interval that did not come from `adjust` (say, an unpaired comparison of two runs):
     faster or slower when it excludes a ratio of 1, no change when it lies within ±margin_pct, else inconclusive."""
     if n < min_rounds or math.isnan(low):
-        return Verdict("needs more rounds", f"needs ≥ {min_rounds} rounds")
-    if low > 1.0 or high < 1.0:
-        word = "faster" if low > 1.0 else "slower"
-        return Verdict(word, word)
-    if low >= 1.0 - margin_pct / 100.0 and high <= 1.0 + margin_pct / 100.0:
-        return Verdict("no change", "no change")
-    return Verdict("inconclusive", f"inconclusive (±{(high - low) / 2.0 * 100.0:.1f}%)")
+        word = VerdictWord.NEEDS_ROUNDS
+    elif low > 1.0 or high < 1.0:
+        word = VerdictWord.FASTER if low > 1.0 else VerdictWord.SLOWER
+    elif low >= 1.0 - margin_pct / 100.0 and high <= 1.0 + margin_pct / 100.0:
+        word = VerdictWord.NO_CHANGE
+    else:
+        word = VerdictWord.INCONCLUSIVE
+    return Verdict(word, (high - low) / 2.0 * 100.0, min_rounds)
 
 
 def rounds_needed(sd_log: float, target_half_width_pct: float, confidence: float = 0.95) -> int:

@@ -34,7 +34,7 @@ import itertools
 import json
 from dataclasses import asdict, dataclass
 from pathlib import Path
-from typing import Any
+from typing import Any, TypedDict
 
 import numpy as np
 import pandas as pd
@@ -100,18 +100,32 @@ def aa_comparisons(runs: list[pd.DataFrame], comparisons: list[tuple[str, str]])
                     rows.append(_aa_row(scope, f"{i}-{j}", row, row.variant))
     for i, trials in enumerate(runs, start=1):
         for variant in trials["variant"].unique():
-            for row in stats.compare(trials, variant, variant, stats.METRICS).itertuples():
+            for row in stats.compare(trials, variant, variant, stats.METRICS):
                 if row.n_pairs:
                     rows.append(_aa_row("within_run", str(i), row, variant))
     return pd.DataFrame(rows)
 
 
-def _aa_row(scope: str, runs: str, row: Any, variant: str) -> dict[str, Any]:
-    return {
-        "scope": scope, "runs": runs, "model_key": row.model_key, "size": row.size, "workload": row.workload,
-        "variant": variant, "metric": row.metric, "delta_pct": (row.ratio - 1) * 100,
-        "low_pct": (row.low - 1) * 100, "high_pct": (row.high - 1) * 100,
-    }
+@dataclass(frozen=True)
+class AAComparison:
+    """One A/A comparison: a variant against itself in one scope (SCOPES), cell and metric, as Δ% with its CI."""
+
+    scope: str
+    runs: str  # the run compared within ("3"), or the two compared ("1-3")
+    model_key: str
+    size: str
+    workload: str
+    variant: str
+    metric: str
+    delta_pct: float
+    low_pct: float
+    high_pct: float
+
+
+def _aa_row(scope: str, runs: str, row: Any, variant: str) -> AAComparison:
+    """A compare_runs or compare row (ratio, low, high) as an A/A comparison."""
+    return AAComparison(scope, runs, row.model_key, row.size, row.workload, variant, row.metric,
+                        (row.ratio - 1) * 100, (row.low - 1) * 100, (row.high - 1) * 100)
 
 
 def noise_bands(aa: pd.DataFrame) -> dict[str, dict[str, Band]]:
@@ -143,18 +157,31 @@ class Calibration:
     history: list[SpeedupHistory]
 
 
-def noise_record(exp: Experiment, sources: list[Path], calibration: Calibration) -> dict[str, Any]:
-    return {
-        "kind": NOISE_KIND,
-        "fingerprint": asdict(calibration.machine),
-        "experiment": {"name": exp.name, "file": exp.file, "sha256": exp.sha256},
-        "runs": len(sources),
-        "results": [str(p) for p in sources],
-        "created_at": utc_now(),
-        "bands": {scope: {m: asdict(b) for m, b in by_metric.items()}
-                  for scope, by_metric in noise_bands(calibration.aa).items()},
-        "speedup_history": [asdict(h) for h in calibration.history],
-    }
+class NoiseRecord(TypedDict):
+    """The noise file (load_noise reads it back): its bands as Band's fields, its history as SpeedupHistory's."""
+
+    kind: str  # NOISE_KIND
+    fingerprint: dict[str, str]
+    experiment: dict[str, str | None]  # name, file, sha256
+    runs: int
+    results: list[str]
+    created_at: str
+    bands: dict[str, dict[str, dict[str, float]]]  # scope -> metric -> Band
+    speedup_history: list[dict[str, object]]
+
+
+def noise_record(exp: Experiment, sources: list[Path], calibration: Calibration) -> NoiseRecord:
+    return NoiseRecord(
+        kind=NOISE_KIND,
+        fingerprint=asdict(calibration.machine),
+        experiment={"name": exp.name, "file": exp.file, "sha256": exp.sha256},
+        runs=len(sources),
+        results=[str(p) for p in sources],
+        created_at=utc_now(),
+        bands={scope: {m: asdict(b) for m, b in by_metric.items()}
+               for scope, by_metric in noise_bands(calibration.aa).items()},
+        speedup_history=[asdict(h) for h in calibration.history],
+    )
 
 
 def load_noise(path: Path) -> Noise:

@@ -5,11 +5,43 @@ from __future__ import annotations
 
 from collections.abc import Iterable
 from dataclasses import dataclass, replace
-from typing import Any
+from typing import TypedDict
 
-from .inference import Adjusted, PairedEstimate, adjust, paired_estimate
+from .inference import Adjusted, PairedEstimate, Verdict, adjust, paired_estimate
 from .inference import verdict as inference_verdict
 from .stats import ALPHA, DEFAULT_MARGIN_PCT, summarize
+
+# A case of one run: (run_id, op, shape_label).
+CaseKey = tuple[str | None, str, str]
+
+
+class _OpSample(TypedDict):
+    kind: str  # "op"
+    op: str
+    variant: str
+    reference: str  # the op's reference variant, which the speed is paired against
+    shape_label: str  # names the case: the sizes that produce it, its role, its shapes and dtype
+    size: str
+    sizes: list[str]
+    role: str
+    shape: list[int]
+    arg_shapes: list[list[int]]
+    dtype: str
+    round: int
+    iterations: int  # calls per sample
+    seconds: float  # per call
+    bytes: int  # read and written by one call
+    flops: int | None  # of one call; None for pure data movement
+    gbps: float
+    gflops: float | None
+    max_abs_err: float  # the output's largest deviation from the reference variant's
+    note: str | None
+
+
+class OpRecord(_OpSample, total=False):
+    """A `kind: "op"` record: one timed sample of one op variant at one case (`fusebench ops`)."""
+
+    run_id: str
 
 
 @dataclass(frozen=True)
@@ -23,17 +55,18 @@ class VariantSummary:
     gbps: float
     gflops: float | None
     max_abs_err: float
-    # Speed vs the reference, paired per round, Holm-adjusted across the op's table; None for the reference itself.
+    # Speed vs the reference, paired per round, Holm-adjusted across the op's table, and what it shows; None for the
+    # reference itself, and for a variant that shares no round with it.
     speed: Adjusted | None = None
-    verdict: str = "reference"
+    verdict: Verdict | None = None
 
 
-def summarize_ops(records: Iterable[dict[str, Any]]) -> list[VariantSummary]:
+def summarize_ops(records: Iterable[OpRecord]) -> list[VariantSummary]:
     """Per run × op × shape × variant: medians, and the paired per-round speed ratio against the op's reference.
 
     Runs are kept apart: samples from different machines are never paired.
     """
-    by_case: dict[tuple, dict[str, dict[int, dict[str, Any]]]] = {}
+    by_case: dict[CaseKey, dict[str, dict[int, OpRecord]]] = {}
     for r in records:
         if r.get("kind") == "op":
             variants = by_case.setdefault((r.get("run_id"), r["op"], r["shape_label"]), {})
@@ -42,7 +75,7 @@ def summarize_ops(records: Iterable[dict[str, Any]]) -> list[VariantSummary]:
     return _judge(summaries, {_key(s): _speed(by_case, s) for s in summaries})
 
 
-def _summarize_variant(samples: dict[int, dict[str, Any]]) -> VariantSummary:
+def _summarize_variant(samples: dict[int, OpRecord]) -> VariantSummary:
     first = next(iter(samples.values()))
     seconds = summarize([r["seconds"] for r in samples.values()]).median
     return VariantSummary(
@@ -52,7 +85,7 @@ def _summarize_variant(samples: dict[int, dict[str, Any]]) -> VariantSummary:
     )
 
 
-def _speed(by_case: dict[tuple, dict[str, dict[int, dict[str, Any]]]], s: VariantSummary) -> PairedEstimate | None:
+def _speed(by_case: dict[CaseKey, dict[str, dict[int, OpRecord]]], s: VariantSummary) -> PairedEstimate | None:
     """Speed (1 / time, so bigger is better) of a variant against the op's reference, paired per round."""
     if s.variant == s.reference:
         return None
@@ -70,9 +103,9 @@ def _judge(summaries: list[VariantSummary], speeds: dict[tuple, PairedEstimate |
     for table in dict.fromkeys((s.run_id, s.op) for s in summaries):
         rows = [s for s in summaries if (s.run_id, s.op) == table and speeds[_key(s)] is not None]
         for s, adjusted in zip(rows, adjust([speeds[_key(s)] for s in rows], alpha=ALPHA), strict=True):
-            words = inference_verdict(adjusted, margin_pct=DEFAULT_MARGIN_PCT, alpha=ALPHA)
-            judged[_key(s)] = replace(s, speed=adjusted, verdict=words.text)
-    return [judged.get(_key(s), s if s.variant == s.reference else replace(s, verdict="n/a")) for s in summaries]
+            verdict = inference_verdict(adjusted, margin_pct=DEFAULT_MARGIN_PCT, alpha=ALPHA)
+            judged[_key(s)] = replace(s, speed=adjusted, verdict=verdict)
+    return [judged.get(_key(s), s) for s in summaries]
 
 
 def _key(s: VariantSummary) -> tuple:

@@ -36,13 +36,30 @@ class ReferenceRow:
 
 
 @dataclass(frozen=True)
+class Method:
+    """How the reference was measured; None where the source does not say."""
+
+    quantize: str | None = None
+    prompt_tokens: int | None = None
+    gen_tokens: int | None = None
+    epochs: int | None = None
+    warmup: int = 0
+
+
+@dataclass(frozen=True)
+class Hardware:
+    backend: str = "?"
+    device: str = "?"
+
+
+@dataclass(frozen=True)
 class Reference:
     name: str
     title: str
     source: str
     ops: dict[str, tuple[str, str]]
-    method: dict[str, Any]
-    hardware: dict[str, Any]
+    method: Method
+    hardware: Hardware
     rows: tuple[ReferenceRow, ...]
 
     def row(self, size_label: str, metric: str) -> ReferenceRow | None:
@@ -55,11 +72,11 @@ class Reference:
     def describe(self) -> str:
         """Where and how the reference was measured, e.g. "Metal (Apple Silicon ...), nvfp4, pp2048 tg128"."""
         hw, method = self.hardware, self.method
-        parts = [f"{hw.get('backend', '?')} ({hw.get('device', '?')})", str(method.get("quantize") or "unquantized")]
-        if "prompt_tokens" in method and "gen_tokens" in method:
-            parts.append(f"pp{method['prompt_tokens']} tg{method['gen_tokens']}")
-        if "epochs" in method:
-            parts.append(f"{method['epochs']} epochs + {method.get('warmup', 0)} warmup")
+        parts = [f"{hw.backend} ({hw.device})", method.quantize or "unquantized"]
+        if method.prompt_tokens is not None and method.gen_tokens is not None:
+            parts.append(f"pp{method.prompt_tokens} tg{method.gen_tokens}")
+        if method.epochs is not None:
+            parts.append(f"{method.epochs} epochs + {method.warmup} warmup")
         return ", ".join(parts)
 
 
@@ -89,8 +106,8 @@ def load_reference(name_or_path: str) -> Reference:
         title=str(data.get("title", data["name"])),
         source=str(data["source"]),
         ops=_ops(data.get("ops") or {}, path),
-        method=_mapping(data["method"], path, "method"),
-        hardware=_mapping(data["hardware"], path, "hardware"),
+        method=_method(data["method"], path),
+        hardware=_hardware(data["hardware"], path),
         rows=tuple(_row(item, path, i) for i, item in enumerate(_list(data["rows"], path))),
     )
 
@@ -104,6 +121,18 @@ def _resolve(name_or_path: str) -> Path:
         return candidate
     shipped = ", ".join(shipped_names())
     raise ReferenceFileError(f"--reference: no file {name_or_path!r}, nor a shipped reference of that name ({shipped})")
+
+
+def _method(node: Any, path: Path) -> Method:
+    method = _mapping(node, path, "method")
+    quantize = method.get("quantize")
+    return Method(quantize=str(quantize) if quantize else None, prompt_tokens=method.get("prompt_tokens"),
+                  gen_tokens=method.get("gen_tokens"), epochs=method.get("epochs"), warmup=method.get("warmup", 0))
+
+
+def _hardware(node: Any, path: Path) -> Hardware:
+    hardware = _mapping(node, path, "hardware")
+    return Hardware(backend=str(hardware.get("backend", "?")), device=str(hardware.get("device", "?")))
 
 
 def _mapping(node: Any, path: Path, field: str) -> dict[str, Any]:

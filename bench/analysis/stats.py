@@ -3,13 +3,15 @@
 All throughput metrics (tokens/s) are bigger-is-better, so a ratio new/baseline above 1 means faster.
 Everything here is pure numpy/scipy/pandas so it runs (and is tested) without mlx.
 
-The sample-level functions (summarize, ...) work on arrays; `summary_table` and `compare` apply them
-to the trial records of a results file (`Results.frame("trial")`), so the report and the check compute every
-number the same way.
+The sample-level functions (summarize, ...) work on arrays; `summaries` and `compare` apply them to the trial
+records of a results file (`Results.frame("trial")`), so the report and the check compute every number the same way.
+What they return is typed rows (CellSummary, Comparison, Latency, ...), the words for a verdict left to
+bench.present; frames stay inside for the computing (and summary.csv's `summary_table`).
 """
 
 from __future__ import annotations
 
+import dataclasses
 import math
 from collections.abc import Sequence
 from dataclasses import dataclass
@@ -20,7 +22,16 @@ from numpy.typing import ArrayLike
 
 from ..core.records import METRIC_COLUMNS, METRICS
 from ..core.spec import DEFAULT_MARGIN_PCT
-from .inference import PairedEstimate, RatioInterval, adjust, paired_estimate
+from .inference import (
+    STALLS_BASELINE,
+    Adjusted,
+    PairedEstimate,
+    RatioInterval,
+    RoundsMean,
+    Verdict,
+    adjust,
+    paired_estimate,
+)
 from .inference import verdict as inference_verdict
 
 # Every bootstrap is seeded with this, so a report or a check rebuilt from the same results gives the same numbers.
@@ -33,24 +44,30 @@ ALPHA = 0.05
 __all__ = [
     "ALL_VARIANTS",
     "CELL_KEYS",
-    "COMPARE_COLUMNS",
     "METRICS",
     "METRIC_COLUMNS",
     "RUN_CELL_KEYS",
     "RUN_COMPARE_COLUMNS",
-    "STALL_COLUMNS",
     "SUMMARY_COLUMNS",
+    "CellSummary",
+    "Comparison",
+    "Latency",
     "RatioCI",
+    "Stalls",
     "Summary",
+    "TrialValue",
     "bootstrap_ratio_of_medians_ci",
     "compare",
     "compare_builds",
     "compare_runs",
     "every_variant",
+    "latencies",
     "paired_speedups",
+    "summaries",
     "summarize",
     "summary_table",
     "timed_trials",
+    "trial_values",
 ]
 
 
@@ -126,18 +143,80 @@ CELL_KEYS = ("machine", "size", "model_key", "workload")
 _PAIR_KEYS = ("run_id", "cell", "pair")
 ALL_VARIANTS = "all variants"  # compare_builds' pooled row
 
-# The stall rule's figures (analysis.inference, "Stalls"): exclusions by arm, the sign test, the arm it flags
-# (STALLS_NEW / STALLS_BASELINE / None), whether Δ is over all rounds, and both candidate means with their own
-# (unadjusted) 95% intervals, so a table can show the one it did not choose beside the one it did.
-STALL_COLUMNS = (
-    "excluded_new", "excluded_baseline", "sign_p", "stalls", "over_all_rounds", "all_rounds", "trimmed_n",
-    "trimmed_delta_pct", "trimmed_low", "trimmed_high", "all_delta_pct", "all_low", "all_high",
-)
-COMPARE_COLUMNS = (
-    *CELL_KEYS, "metric", "baseline", "new", "baseline_gmean", "new_gmean", "n_pairs", "excluded", "ratio", "low",
-    "high", "delta_pct", "p_value", "p_holm", "adj_low", "adj_high", "half_width_pct", "verdict", "verdict_text",
-    "cv_baseline", "cv_new", *STALL_COLUMNS,
-)
+
+@dataclass(frozen=True)
+class Stalls:
+    """A paired row's stall figures (analysis.inference, "Stalls"): the arm the rule flags (STALLS_NEW,
+    STALLS_BASELINE or None), whether Δ is over all rounds, the outlier rounds against each arm, the sign test of
+    their directions, and both candidate Δs with their own (unadjusted) 95% intervals, so a table can show the one
+    it did not choose beside the one it did."""
+
+    arm: str | None
+    over_all_rounds: bool
+    rounds: int  # every valid round
+    against_new: int
+    against_baseline: int
+    sign_p: float
+    all_rounds: RatioCI
+    trimmed: RatioCI
+
+    @property
+    def against_arm(self) -> int:
+        """The outlier rounds against the arm the rule flags."""
+        return self.against_baseline if self.arm == STALLS_BASELINE else self.against_new
+
+
+@dataclass(frozen=True)
+class Comparison:
+    """One row of `compare` (or `compare_builds`): new against baseline in one cell and metric, paired round by
+    round. Without a paired round the figures are NaN (counts 0) and verdict and stalls are None.
+
+    baseline_gmean / new_gmean are the geometric means of the rounds Δ is over, so new_gmean / baseline_gmean − 1 =
+    delta_pct; low / high are the row's own 95% t-interval, adj_low / adj_high the Holm-adjusted one the verdict is
+    dual to, and half_width_pct that interval's half-width, the smallest effect the row could have detected.
+    """
+
+    machine: str
+    size: str
+    model_key: str
+    workload: str
+    metric: str
+    baseline: str  # the variants compared (for compare_builds, the builds: "reference" and "current")
+    new: str
+    variant: str = ""  # compare_builds: the variant compared across the builds, or ALL_VARIANTS
+    n_pairs: int = 0
+    excluded: int = 0  # rounds the outlier rule left out of Δ
+    baseline_gmean: float = math.nan
+    new_gmean: float = math.nan
+    ratio: float = math.nan
+    low: float = math.nan
+    high: float = math.nan
+    p_value: float = math.nan
+    p_holm: float = math.nan
+    adj_low: float = math.nan
+    adj_high: float = math.nan
+    verdict: Verdict | None = None
+    stalls: Stalls | None = None
+
+    @property
+    def delta_pct(self) -> float:
+        return (self.ratio - 1.0) * 100.0
+
+    @property
+    def half_width_pct(self) -> float:
+        return (self.adj_high - self.adj_low) / 2.0 * 100.0
+
+    @property
+    def interval(self) -> RatioCI | None:
+        """The Holm-adjusted interval, or None without a paired round."""
+        return RatioCI(self.ratio, self.adj_low, self.adj_high, self.n_pairs) if self.n_pairs else None
+
+    @property
+    def over_all_rounds(self) -> bool:
+        """Whether the stall rule took Δ over all rounds (module inference, "Stalls")."""
+        return self.stalls is not None and self.stalls.over_all_rounds
+
+
 SUMMARY_COLUMNS = (
     *CELL_KEYS, "metric", "variant", "n", "median", "q1", "q3", "iqr", "cv", "min", "max", "mean", "gmean",
 )
@@ -150,23 +229,40 @@ def timed_trials(trials: pd.DataFrame) -> pd.DataFrame:
     return trials[~trials["warmup"].astype(bool)]
 
 
-def summary_table(trials: pd.DataFrame, metrics: Sequence[str] = METRICS) -> pd.DataFrame:
-    """One row per machine x size x model x workload x metric x variant: n, median, quartiles, IQR, CV.
+@dataclass(frozen=True)
+class CellSummary:
+    """A cell's metric for one variant, summarized over its timed rounds."""
+
+    machine: str
+    size: str
+    model_key: str
+    workload: str
+    variant: str
+    metric: str
+    summary: Summary
+
+
+def summaries(trials: pd.DataFrame, metrics: Sequence[str] = METRICS) -> list[CellSummary]:
+    """One per machine x size x model x workload x variant x metric: n, median, quartiles, IQR, CV.
 
     Warmup trials are dropped; so are cells where a metric has no value (gen with gen_tokens == 1).
     """
     columns = [_metric_column(m) for m in metrics]
     timed = timed_trials(trials)
-    rows = []
+    found = []
     if not timed.empty:
         _require_columns(timed, [*CELL_KEYS, "variant", *columns])
         for keys, group in timed.groupby([*CELL_KEYS, "variant"], sort=False, dropna=False):
             for metric, column in zip(metrics, columns, strict=True):
                 values = group[column].to_numpy(dtype=np.float64)
-                if np.isnan(values).all():
-                    continue
-                cell = dict(zip((*CELL_KEYS, "variant"), keys, strict=True))
-                rows.append({**cell, "metric": metric, **vars(summarize(values))})
+                if not np.isnan(values).all():
+                    found.append(CellSummary(*keys, metric=metric, summary=summarize(values)))
+    return found
+
+
+def summary_table(trials: pd.DataFrame, metrics: Sequence[str] = METRICS) -> pd.DataFrame:
+    """`summaries` as a table with SUMMARY_COLUMNS, one row each (summary.csv)."""
+    rows = [{**vars(s), **vars(s.summary)} for s in summaries(trials, metrics)]
     return pd.DataFrame(rows, columns=list(SUMMARY_COLUMNS))
 
 
@@ -178,53 +274,43 @@ def compare(
     *,
     alpha: float = ALPHA,
     margin_pct: float = DEFAULT_MARGIN_PCT,
-) -> pd.DataFrame:
+) -> list[Comparison]:
     """Compare two variants cell by cell, with analysis.inference's paired method: one row per machine x size x
     model x workload x metric, the rows of one table and so one Holm family.
 
     - Pairing: within each (run_id, cell, round), the log ratio new/baseline. Δ is exp(mean log ratio) − 1, and
       baseline_gmean / new_gmean are the geometric means of the kept rounds, so new_gmean / baseline_gmean − 1 = Δ.
       `excluded` counts rounds the outlier rule set aside. Warmups are excluded.
-    - Stalls (STALL_COLUMNS): when the stall rule takes Δ over all rounds (`over_all_rounds`), Δ, the intervals, Holm
-      and the verdict use every round and `excluded` is 0; `stalls` names the arm ("new" / "baseline") a significant
-      share of the exclusions went against, and trimmed_* keep the trimmed Δ to show beside it.
-    - low / high: the row's own 95% t-interval; adj_low / adj_high: the Holm-adjusted interval the verdict is dual
-      to; half_width_pct: that interval's half-width, the smallest effect the row could have detected.
-    - verdict: faster, slower, no change (within ±margin_pct), inconclusive, or needs more rounds ("n/a" without
-      any pair); verdict_text adds the figure ("inconclusive (±3.1%)", "needs ≥ 3 rounds").
+    - Stalls: when the stall rule takes Δ over all rounds (`over_all_rounds`), Δ, the intervals, Holm and the
+      verdict use every round and `excluded` is 0; `stalls.arm` names the arm ("new" / "baseline") a significant
+      share of the exclusions went against, and `stalls.trimmed` keeps the trimmed Δ to show beside it.
+    - verdict: faster, slower, no change (within ±margin_pct), inconclusive, or needs more rounds (None without
+      any pair), with the figure its wording states.
     - A/A (baseline == new): a variant cannot be paired with its own trial, so even rounds play baseline and odd
       rounds new, pairing round 2k with 2k+1; the spread then measures round-to-round noise.
     `metric` is "prefill", "gen", or a list of them.
     """
     metrics = [metric] if isinstance(metric, str) else list(metric)
-    rows, estimates = _paired_rows(trials, baseline, new, metrics)
-    _judge(rows, estimates, alpha=alpha, margin_pct=margin_pct)
-    table = pd.DataFrame(rows, columns=list(COMPARE_COLUMNS))
-    table["baseline"], table["new"] = baseline, new
-    return table
+    return _judge(_paired_rows(trials, baseline, new, metrics), baseline, new, alpha=alpha, margin_pct=margin_pct)
 
 
 def compare_builds(trials: pd.DataFrame, *, alpha: float = ALPHA, margin_pct: float = DEFAULT_MARGIN_PCT
-                   ) -> pd.DataFrame:
+                   ) -> list[Comparison]:
     """`run --against`: every variant's current build against the reference build, paired round by round (both
     builds ran each round back to back on the same prompt), and all variants pooled (`every_variant`). One table,
-    one Holm family: compare()'s columns, with baseline "reference", new "current" and `variant` naming the variant
+    one Holm family: compare()'s rows, with baseline "reference", new "current" and `variant` naming the variant
     compared across the builds, or ALL_VARIANTS."""
     timed = timed_trials(trials)
-    rows, estimates = [], []
+    rows: list[_Paired] = []
     if not timed.empty and "build" in timed:
         variants = list(dict.fromkeys(timed["variant"]))
         sides = [(variant, timed[timed["variant"] == variant]) for variant in variants]
         if len(variants) > 1:
             sides.append((ALL_VARIANTS, every_variant(timed, len(variants))))
         for variant, mine in sides:
-            more, more_estimates = _paired_rows(mine.assign(variant=mine["build"]), "reference", "current", METRICS)
-            rows += [{**row, "variant": variant} for row in more]
-            estimates += more_estimates
-    _judge(rows, estimates, alpha=alpha, margin_pct=margin_pct)
-    table = pd.DataFrame(rows, columns=[*COMPARE_COLUMNS, "variant"])
-    table["baseline"], table["new"] = "reference", "current"
-    return table
+            more = _paired_rows(mine.assign(variant=mine["build"]), "reference", "current", METRICS)
+            rows += [dataclasses.replace(row, variant=variant) for row in more]
+    return _judge(rows, "reference", "current", alpha=alpha, margin_pct=margin_pct)
 
 
 def every_variant(timed: pd.DataFrame, n_variants: int) -> pd.DataFrame:
@@ -243,12 +329,21 @@ def every_variant(timed: pd.DataFrame, n_variants: int) -> pd.DataFrame:
     return pooled[complete].reset_index().assign(warmup=False)
 
 
-def _paired_rows(trials: pd.DataFrame, baseline: str, new: str, metrics: Sequence[str]
-                 ) -> tuple[list[dict], list[PairedEstimate | None]]:
+@dataclass(frozen=True)
+class _Paired:
+    """A compare() row before Holm: its cell and metric, and the paired estimate (None without a paired round)."""
+
+    cell: dict[str, str]  # CELL_KEYS -> value
+    metric: str
+    estimate: PairedEstimate | None
+    variant: str = ""
+
+
+def _paired_rows(trials: pd.DataFrame, baseline: str, new: str, metrics: Sequence[str]) -> list[_Paired]:
     """compare()'s rows before Holm: per cell and metric, the paired estimate of new against baseline."""
     columns = [_metric_column(m) for m in metrics]
     timed = timed_trials(trials)
-    rows, estimates = [], []
+    rows = []
     if not timed.empty:
         _require_columns(timed, [*CELL_KEYS, "run_id", "cell", "round", "variant", *columns])
         for keys, group in timed.groupby(list(CELL_KEYS), sort=False, dropna=False):
@@ -256,23 +351,32 @@ def _paired_rows(trials: pd.DataFrame, baseline: str, new: str, metrics: Sequenc
                 base_side, new_side = _sides(group, baseline, new, column)
                 if base_side.empty and new_side.empty:
                     continue
-                row, estimate = _compare_sides(base_side, new_side)
-                rows.append({**dict(zip(CELL_KEYS, keys, strict=True)), "metric": metric_name, **row})
-                estimates.append(estimate)
-    return rows, estimates
+                pairs = base_side.merge(new_side, on=list(_PAIR_KEYS), suffixes=("_baseline", "_new"))
+                b, n = pairs["value_baseline"].to_numpy(np.float64), pairs["value_new"].to_numpy(np.float64)
+                estimate = paired_estimate(b, n) if b.size else None
+                rows.append(_Paired(dict(zip(CELL_KEYS, keys, strict=True)), metric_name, estimate))
+    return rows
 
 
-def _judge(rows: list[dict], estimates: list[PairedEstimate | None], *, alpha: float, margin_pct: float) -> None:
-    """Holm across the rows that have an estimate, then each row's verdict, in place."""
-    present = [i for i, est in enumerate(estimates) if est is not None]
-    for i, adjusted in zip(present, adjust([estimates[i] for i in present], alpha=alpha), strict=True):
-        words = inference_verdict(adjusted, margin_pct=margin_pct, alpha=alpha)
-        rows[i].update(p_holm=adjusted.p_holm, adj_low=adjusted.low, adj_high=adjusted.high,
-                       half_width_pct=adjusted.half_width_pct, verdict=words.word, verdict_text=words.text)
-    for i, est in enumerate(estimates):
-        if est is None:
-            rows[i].update(p_holm=math.nan, adj_low=math.nan, adj_high=math.nan, half_width_pct=math.nan,
-                           verdict="n/a", verdict_text="no paired rounds")
+def _judge(rows: list[_Paired], baseline: str, new: str, *, alpha: float, margin_pct: float) -> list[Comparison]:
+    """Holm across the rows that have an estimate, then each row's verdict."""
+    adjusted = iter(adjust([row.estimate for row in rows if row.estimate is not None], alpha=alpha))
+    return [_comparison(row, baseline, new, next(adjusted) if row.estimate else None, alpha=alpha,
+                        margin_pct=margin_pct) for row in rows]
+
+
+def _comparison(row: _Paired, baseline: str, new: str, adjusted: Adjusted | None, *, alpha: float,
+                margin_pct: float) -> Comparison:
+    keys = Comparison(**row.cell, metric=row.metric, baseline=baseline, new=new, variant=row.variant)
+    est = row.estimate
+    if est is None or adjusted is None:
+        return keys
+    return dataclasses.replace(
+        keys, n_pairs=est.n, excluded=est.excluded, baseline_gmean=est.baseline_gmean, new_gmean=est.new_gmean,
+        ratio=est.ratio, low=est.low, high=est.high, p_value=est.p_value, p_holm=adjusted.p_holm,
+        adj_low=adjusted.low, adj_high=adjusted.high,
+        verdict=inference_verdict(adjusted, margin_pct=margin_pct, alpha=alpha), stalls=_stalls(est),
+    )
 
 
 def _metric_column(metric: str) -> str:
@@ -302,42 +406,17 @@ def _sides(group: pd.DataFrame, baseline: str, new: str, column: str) -> tuple[p
     return side(base_rows, base_rows["round"]), side(new_rows, new_rows["round"])
 
 
-def _compare_sides(base_side: pd.DataFrame, new_side: pd.DataFrame) -> tuple[dict, PairedEstimate | None]:
-    pairs = base_side.merge(new_side, on=list(_PAIR_KEYS), suffixes=("_baseline", "_new"))
-    b, n = pairs["value_baseline"].to_numpy(np.float64), pairs["value_new"].to_numpy(np.float64)
-    est = paired_estimate(b, n) if b.size else None
-    base_values, new_values = base_side["value"].to_numpy(), new_side["value"].to_numpy()
-    row = {
-        "baseline_gmean": est.baseline_gmean if est else math.nan,
-        "new_gmean": est.new_gmean if est else math.nan,
-        "n_pairs": est.n if est else 0,
-        "excluded": est.excluded if est else 0,
-        "ratio": est.ratio if est else math.nan,
-        "low": est.low if est else math.nan,
-        "high": est.high if est else math.nan,
-        "delta_pct": est.delta_pct if est else math.nan,
-        "p_value": est.p_value if est else math.nan,
-        "cv_baseline": summarize(base_values).cv if base_values.size else math.nan,
-        "cv_new": summarize(new_values).cv if new_values.size else math.nan,
-        **_stall_fields(est),
-    }
-    return row, est
+def _stalls(est: PairedEstimate) -> Stalls | None:
+    """A row's stall figures; an estimate built by hand (tests) has none."""
+    if est.trimmed is None or est.all_rounds is None:
+        return None
+    return Stalls(arm=est.stalls, over_all_rounds=est.over_all_rounds, rounds=est.all_rounds.n,
+                  against_new=est.excluded_new, against_baseline=est.excluded_baseline, sign_p=est.sign_p,
+                  all_rounds=_ratio_ci(est.all_rounds), trimmed=_ratio_ci(est.trimmed))
 
 
-_NO_STALL_FIELDS = {**dict.fromkeys(STALL_COLUMNS, math.nan), "excluded_new": 0, "excluded_baseline": 0,
-                    "stalls": None, "over_all_rounds": False, "all_rounds": 0, "trimmed_n": 0}
-
-
-def _stall_fields(est: PairedEstimate | None) -> dict:
-    """A row's STALL_COLUMNS; a row without a paired estimate (or one built by hand) has none to show."""
-    if est is None or est.trimmed is None or est.all_rounds is None:
-        return dict(_NO_STALL_FIELDS)
-    trimmed, every = est.trimmed, est.all_rounds
-    return {"excluded_new": est.excluded_new, "excluded_baseline": est.excluded_baseline, "sign_p": est.sign_p,
-            "stalls": est.stalls, "over_all_rounds": est.over_all_rounds, "all_rounds": every.n,
-            "trimmed_n": trimmed.n, "trimmed_delta_pct": trimmed.delta_pct, "trimmed_low": trimmed.low,
-            "trimmed_high": trimmed.high, "all_delta_pct": every.delta_pct, "all_low": every.low,
-            "all_high": every.high}
+def _ratio_ci(mean: RoundsMean) -> RatioCI:
+    return RatioCI(mean.ratio, mean.low, mean.high, mean.n)
 
 
 def _median(values: np.ndarray) -> float:
@@ -464,21 +543,63 @@ def paired_speedups(trials: pd.DataFrame, baseline: str, new: str) -> pd.DataFra
     return speedups
 
 
-LATENCY_COLUMNS = (*CELL_KEYS, "variant", "ttft_p50", "itl_p50", "itl_p90", "itl_p99", "steps")
+@dataclass(frozen=True)
+class Latency:
+    """Latency as a user feels it, for one cell and variant, in seconds: the median time to first token (the
+    prefill) and the 50th, 90th and 99th percentiles of inter-token latency over every decode step of the timed
+    rounds (NaN without any), and the median first token as mlx-lm's stream_generate reads it (ttft_s, after queuing
+    the first decode step), where the trials recorded it."""
+
+    machine: str
+    size: str
+    model_key: str
+    workload: str
+    variant: str
+    ttft_p50: float
+    itl_p50: float
+    itl_p90: float
+    itl_p99: float
+    steps: int  # the decode steps pooled
+    mlx_lm_ttft_p50: float | None
 
 
-def latency_table(trials: pd.DataFrame) -> pd.DataFrame:
-    """Latency as a user feels it, per cell and variant: the median time to first token (the prefill) and the 50th,
-    90th and 99th percentiles of inter-token latency over every decode step of the timed rounds, in seconds."""
+def latencies(trials: pd.DataFrame) -> list[Latency]:
+    """Each cell and variant's Latency; none for trials that recorded no decode steps (step_s)."""
     timed = timed_trials(trials)
     if timed.empty or "step_s" not in timed:
-        return pd.DataFrame(columns=list(LATENCY_COLUMNS))
-    rows = []
+        return []
+    found = []
     for keys, group in timed.groupby([*CELL_KEYS, "variant"], sort=False, dropna=False):
         steps = np.concatenate([np.asarray(s, dtype=np.float64) for s in group["step_s"] if isinstance(s, list)]
                                or [np.array([])])
         p50, p90, p99 = np.percentile(steps, [50, 90, 99]) if steps.size else (math.nan,) * 3
-        rows.append({**dict(zip((*CELL_KEYS, "variant"), keys, strict=True)),
-                     "ttft_p50": float(group["prefill_s"].median()), "itl_p50": float(p50), "itl_p90": float(p90),
-                     "itl_p99": float(p99), "steps": int(steps.size)})
-    return pd.DataFrame(rows, columns=list(LATENCY_COLUMNS))
+        mlx_lm = pd.to_numeric(group["ttft_s"], errors="coerce").median() if "ttft_s" in group else math.nan
+        found.append(Latency(*keys, ttft_p50=float(group["prefill_s"].median()), itl_p50=float(p50),
+                             itl_p90=float(p90), itl_p99=float(p99), steps=int(steps.size),
+                             mlx_lm_ttft_p50=None if math.isnan(mlx_lm) else float(mlx_lm)))
+    return found
+
+
+@dataclass(frozen=True)
+class TrialValue:
+    """One timed trial's tok/s on one metric."""
+
+    model_key: str
+    size: str
+    variant: str
+    round: int
+    metric: str
+    tps: float
+
+
+def trial_values(trials: pd.DataFrame, metrics: Sequence[str] = METRICS) -> list[TrialValue]:
+    """Every timed trial's value of each metric it has."""
+    timed = timed_trials(trials)
+    if timed.empty:
+        return []
+    keys = list(zip(timed["model_key"], timed["size"], timed["variant"], timed["round"], strict=True))
+    return [TrialValue(key, size, variant, int(round_), metric, float(value))
+            for metric in metrics
+            for (key, size, variant, round_), value in zip(keys, timed[_metric_column(metric)].astype(np.float64),
+                                                          strict=True)
+            if not math.isnan(value)]

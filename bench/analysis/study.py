@@ -7,22 +7,31 @@ so tables, plots and the gate label a cell the same way.
 from __future__ import annotations
 
 import dataclasses
+import math
 from collections import Counter
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any
 
+import numpy as np
 import pandas as pd
 
 from ..core.errors import UserError
-from ..core.fingerprint import machine_label
-from ..core.records import REQUIRED_FIELDS, ResultsError, require_fields
+from ..core.records import (
+    CELL_FIELDS,
+    CORRECTNESS_FIELDS,
+    REQUIRED_FIELDS,
+    ROOFLINE_FIELDS,
+    ResultsError,
+    RunHeader,
+    require_fields,
+)
 from ..core.results import Results, read_results
 from ..core.spec import Experiment, SpecError, parse_experiment
 from . import stats
 from .opstats import VariantSummary, summarize_ops
 from .reference import matches_size
+from .runs import Environment, Load, Run, loads, runs
 
 SIZE_ORDER = ("E2B", "E4B", "26B", "31B")
 
@@ -67,11 +76,11 @@ class Study:
     ops: dict[str, dict[str, str]]
     planned: list[tuple[str, str]]  # the experiments' comparisons
     machines: list[str]
-    envs: dict[str, list[dict[str, Any]]]  # the environment of each run, by machine
+    runs: dict[str, Run]  # every run header, by run id
+    loads: list[Load]  # what else ran on the machine while each run measured
     op_summaries: list[VariantSummary]  # per run x op x shape x variant statistics (analysis.opstats)
     margin_pct: float = stats.DEFAULT_MARGIN_PCT  # "no change" means within ± this (the experiments' margin_pct)
     kernels: pd.DataFrame = dataclasses.field(default_factory=pd.DataFrame)  # which kernels ran (kind "kernel")
-    stops: pd.DataFrame = dataclasses.field(default_factory=pd.DataFrame)  # why each cell stopped adding rounds
     # every build's trials, warmups included, when a run measured two builds (run --against); else empty
     build_trials: pd.DataFrame = dataclasses.field(default_factory=pd.DataFrame)
     # why a run's stored experiment was left unread (today's parser rejects it): its trials still report
@@ -81,6 +90,14 @@ class Study:
     def has_trials(self) -> bool:
         """Whether there is anything for the trial sections (an ops-only file has none)."""
         return not (self.timed.empty and self.closed.empty)
+
+    def run_env(self, run_id: str | None) -> Environment:
+        run = self.runs.get(run_id or "")
+        return run.env if run else Environment()
+
+    def envs(self, machine: str) -> list[Environment]:
+        """The environment of each run on a machine (at least one: a machine no run header names reads as "?")."""
+        return [run.env for run in self.runs.values() if run.machine == machine] or [Environment()]
 
 
 CURRENT_BUILD = "current"
@@ -111,9 +128,6 @@ def build_study(results: Results) -> Study:
     closed = pd.concat([results.frame("skip"), results.frame("error")], ignore_index=True)
     timed = stats.timed_trials(trials)
     names = list(dict.fromkeys(str(h.get("experiment", {}).get("name", "")) for h in results.runs.values()))
-    envs: dict[str, list[dict[str, Any]]] = {}
-    for header in results.runs.values():
-        envs.setdefault(machine_label(header.get("env", {})), []).append(header.get("env", {}))
     return Study(
         name="+".join(n for n in names if n) or "results",
         results=results,
@@ -126,28 +140,29 @@ def build_study(results: Results) -> Study:
         ops=ops,
         planned=list(dict.fromkeys((c.baseline, c.new) for exp in experiments if exp for c in exp.comparisons)),
         machines=list(dict.fromkeys(m for f in (timed, closed, op_records) if not f.empty for m in f["machine"])),
-        envs=envs,
+        runs=runs(results),
+        loads=loads(results),
         op_summaries=summarize_ops(results.of_kind("op")),
         margin_pct=max((exp.margin_pct for exp in experiments if exp), default=stats.DEFAULT_MARGIN_PCT),
         kernels=current_build(results.frame("kernel")),
-        stops=results.frame("stop"),
         build_trials=all_trials if len(all_trials) != len(trials) else pd.DataFrame(),
         unread_experiments=unread,
     )
 
 
-def stored_experiment(header: dict[str, Any], unread: list[str]) -> Experiment | None:
+def stored_experiment(header: RunHeader, unread: list[str]) -> Experiment | None:
     """The experiment a run header stores, read by the one spec parser (none for a header without one).
 
     An experiment that today's parser rejects (written for an older schema) is left out, its error added to
     `unread`: the trials carry their variants' ops, so the run still reports, with the first variant against each
     other one in place of its declared comparisons."""
-    experiment = header.get("experiment") or {}
-    if not experiment.get("content"):
+    experiment = header.get("experiment")
+    content = experiment.get("content") if experiment else None
+    if not experiment or not content:
         return None
     where = f"{header.get('run_id', '?')} (run header: {experiment.get('file', 'experiment')})"
     try:
-        return parse_experiment(experiment["content"], where, stored=True)
+        return parse_experiment(content, where, stored=True)
     except SpecError as err:
         unread.append(f"stored experiment not read by this fusebench ({err}): its comparisons, margin and "
                       "declared variants are not used")
@@ -219,23 +234,70 @@ def on(frame: pd.DataFrame, machine: str, workload: str | None = None) -> pd.Dat
     return frame[keep]
 
 
-def labelled(frame: pd.DataFrame, labels: dict[tuple[str, str], str]) -> pd.DataFrame:
-    """The frame with its size column replaced by the table's row label, for the plots."""
-    return frame.assign(size=[labels[cell] for cell in zip(frame["model_key"], frame["size"], strict=True)])
-
-
-def compare_scope(study: Study, machine: str, workload: str, pair: tuple[str, str]) -> pd.DataFrame:
+def compare_scope(study: Study, machine: str, workload: str, pair: tuple[str, str]) -> list[stats.Comparison]:
     """stats.compare over exactly the rows of one table, which is therefore the Holm family."""
     return stats.compare(on(study.timed, machine, workload), *pair, stats.METRICS, margin_pct=study.margin_pct)
 
 
-def failed_correctness(study: Study, machine: str, workload: str) -> dict[tuple[str, str], dict[str, Any]]:
-    """(model_key, variant) -> the failing correctness record, for one machine and workload."""
-    records = on(study.correctness, machine, workload)
+@dataclass(frozen=True)
+class CorrectnessCheck:
+    """One variant's logits against the reference variant's on one cell (a `correctness` record): it passed when
+    max |Δlogit| <= atol and every decisive greedy token agreed."""
+
+    machine: str
+    model_key: str
+    size: str
+    workload: str
+    variant: str
+    reference: str
+    max_abs_err: float
+    max_rel_err: float
+    tokens_agree: int
+    tokens_checked: int
+    atol: float
+    passed: bool
+
+
+def correctness_checks(records: pd.DataFrame) -> list[CorrectnessCheck]:
+    """The correctness records of a frame (Results.frame("correctness")), in its order; a field the records lack
+    (the gate reads files the report's field check has not seen) reads NaN."""
     if records.empty:
-        return {}
-    failing = records[~records["passed"].astype(bool)]
-    return {(r["model_key"], r["variant"]): r for r in failing.to_dict("records")}
+        return []
+    rows = records.reindex(columns=["machine", *CORRECTNESS_FIELDS])
+    return [CorrectnessCheck(r.machine, r.model_key, r.size, r.workload, r.variant, r.reference,
+                             float(r.max_abs_err), float(r.max_rel_err), int(r.tokens_agree), int(r.tokens_checked),
+                             float(r.atol), bool(r.passed)) for r in rows.itertuples()]
+
+
+def failed_correctness(study: Study, machine: str, workload: str) -> dict[tuple[str, str], CorrectnessCheck]:
+    """(model_key, variant) -> the failing correctness check, for one machine and workload."""
+    return {(c.model_key, c.variant): c for c in correctness_checks(on(study.correctness, machine, workload))
+            if not c.passed}
+
+
+@dataclass(frozen=True)
+class CellInfo:
+    """What describes a cell beside its measurements (core.records.CELL_FIELDS)."""
+
+    model_key: str
+    size: str
+    workload: str
+    prompt_tokens: int
+    gen_tokens: int
+    batch: int
+    dtype: str  # "?" where the records lack it
+    quantize: str | None
+
+
+def cell_infos(frames: Sequence[pd.DataFrame]) -> list[CellInfo]:
+    """Each cell of the frames once (as its first record describes it), in the frames' order."""
+    present = [f for f in frames if not f.empty]
+    if not present:
+        return []
+    rows = pd.concat(present).drop_duplicates(["model_key", "size", "workload"]).reindex(columns=list(CELL_FIELDS))
+    return [CellInfo(r.model_key, r.size, r.workload, r.prompt_tokens, r.gen_tokens, r.batch,
+                     "?" if pd.isna(r.dtype) else str(r.dtype), r.quantize if isinstance(r.quantize, str) else None)
+            for r in rows.itertuples()]
 
 
 def closed_reason(closed: pd.DataFrame, model_key: str) -> str | None:
@@ -283,4 +345,122 @@ def optional_medians(timed: pd.DataFrame, column: str) -> dict[tuple[str, str], 
     if timed.empty or column not in timed:
         return {}
     medians = trial_medians(timed, [column]).dropna(subset=[column])
-    return {(r.model_key, r.variant): float(getattr(r, column)) for r in medians.itertuples()}
+    return {(key, variant): float(value)
+            for key, variant, value in zip(medians["model_key"], medians["variant"], medians[column], strict=True)}
+
+
+def prompt_sweeps(timed: pd.DataFrame) -> list[tuple[int, int, pd.DataFrame]]:
+    """(gen_tokens, batch, trials) for each gen and batch setting at which some model was measured at several prompt
+    lengths: the trials of those models."""
+    sweeps = []
+    for (gen, batch), rows in timed.groupby(["gen_tokens", "batch"], sort=True):
+        swept = rows[rows.groupby("model_key")["prompt_tokens"].transform("nunique") > 1]
+        if not swept.empty:
+            sweeps.append((int(gen), int(batch), swept))
+    return sweeps
+
+
+@dataclass(frozen=True)
+class DepthSample:
+    """Decode tok/s at one KV depth, in one round (a `depth` record)."""
+
+    model_key: str
+    size: str
+    variant: str
+    depth: int
+    round: int
+    gen_tps: float
+
+
+@dataclass(frozen=True)
+class DepthGroup:
+    """A machine's depth records that share a batch and a number of decode steps timed at each depth (a depth
+    record's gen_tokens): one table and one plot."""
+
+    batch: int
+    steps: int
+    cells: list[tuple[str, str]]  # ordered_cells
+    variants: list[str]  # in the study's order
+    samples: list[DepthSample]
+
+    def depths(self, model_key: str) -> list[int]:
+        return sorted({s.depth for s in self.samples if s.model_key == model_key})
+
+    def median(self, model_key: str, depth: int, variant: str) -> float:
+        values = [s.gen_tps for s in self.samples if (s.model_key, s.depth, s.variant) == (model_key, depth, variant)]
+        return float(np.median(values)) if values else math.nan
+
+    @property
+    def rounds(self) -> int:
+        """The most rounds any model and variant ran."""
+        rounds: dict[tuple[str, str], set[int]] = {}
+        for s in self.samples:
+            rounds.setdefault((s.model_key, s.variant), set()).add(s.round)
+        return max(map(len, rounds.values()))
+
+
+def depth_groups(study: Study, machine: str) -> list[DepthGroup]:
+    depth = on(study.depth, machine)
+    if depth.empty:
+        return []
+    return [DepthGroup(int(batch), int(steps), ordered_cells([rows]), variants_in(study, rows),
+                       [DepthSample(r.model_key, r.size, r.variant, int(r.depth), int(r.round), float(r.gen_tps))
+                        for r in rows.itertuples()])
+            for (batch, steps), rows in depth.groupby(["batch", "gen_tokens"], sort=True)]
+
+
+@dataclass(frozen=True)
+class Roofline:
+    """A cell and variant's median achieved rates over its timed trials and their share of the machine's peak (NaN
+    where no trial has one)."""
+
+    prefill_tflops: float
+    prefill_pct_of_peak: float
+    gen_gbps: float
+    gen_pct_of_peak: float
+    above_peak: frozenset[str]  # the metrics some trial achieved above the peak (the peak was underestimated)
+
+
+def has_roofline(timed: pd.DataFrame) -> bool:
+    return not timed.empty and "prefill_tflops" in timed and not timed["prefill_tflops"].isna().all()
+
+
+def rooflines(timed: pd.DataFrame) -> dict[tuple[str, str], Roofline]:
+    """(model_key, variant) -> its Roofline, for one machine and workload's timed trials."""
+    # Trials from before the roofline (results format 1) lack its fields: their medians read NaN.
+    medians = trial_medians(timed.assign(**{f: math.nan for f in ROOFLINE_FIELDS if f not in timed}), ROOFLINE_FIELDS)
+    above: dict[tuple[str, str], set[str]] = {}
+    if "above_peak" in timed:
+        for key, variant, metrics in zip(timed["model_key"], timed["variant"], timed["above_peak"], strict=True):
+            if isinstance(metrics, list):
+                above.setdefault((key, variant), set()).update(metrics)
+    return {(r.model_key, r.variant): Roofline(r.prefill_tflops, r.prefill_pct_of_peak, r.gen_gbps,
+                                               r.gen_pct_of_peak, frozenset(above.get((r.model_key, r.variant), ())))
+            for r in medians.itertuples()}
+
+
+@dataclass(frozen=True)
+class ColdStart:
+    """A variant's first, cold call on a cell (the trial that carries compile_s) against its steady trials."""
+
+    machine: str
+    cell: str
+    size: str
+    workload: str
+    variant: str
+    compile_s: float
+    steady_s: float  # the median timed trial's prefill + gen; NaN without any
+    timed: bool  # the cold call ran as a timed round (no warmup absorbed it)
+
+
+def cold_starts(study: Study) -> list[ColdStart]:
+    trials = study.trials
+    if trials.empty or not {"compile_s", "prefill_s", "gen_s"} <= set(trials.columns):
+        return []
+    steady = (
+        study.timed.assign(total=study.timed["prefill_s"] + study.timed["gen_s"].fillna(0.0))
+        .groupby(["machine", "cell", "variant"])["total"].median()
+    )
+    return [ColdStart(r.machine, r.cell, r.size, r.workload, r.variant, float(r.compile_s),
+                      float(steady.get((r.machine, r.cell, r.variant), math.nan)), not r.warmup)
+            for r in trials[trials["compile_s"].notna()].itertuples()]

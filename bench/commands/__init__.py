@@ -16,7 +16,7 @@ from types import ModuleType
 from rich.console import Console
 
 from ..core.errors import INPUT_ERRORS
-from . import baseline, bisect, calibrate, check, env, kernels, ops, report, run, verify
+from . import baseline, bisect, calibrate, check, env, kernels, ops, project, report, run, verify
 
 DESCRIPTION = """\
 Is the fused path faster than the unfused one, and does it compute the same thing?
@@ -41,6 +41,7 @@ COMMANDS: dict[str, ModuleType] = {
     "kernels": kernels,
     "run": run,
     "report": report,
+    "project": project,
     "check": check,
     "baseline": baseline,
     "calibrate": calibrate,

@@ -70,7 +70,7 @@ def main(args: argparse.Namespace, console: Console) -> int:
     request = CheckRequest(results=args.results, baseline=args.baseline, max_regression=args.max_regression,
                            noise=args.noise, allow_other_machine=args.allow_other_machine)
     outcome = run_check(request)
-    if args.confirm and any(v.model_key for v in outcome.failures):
+    if args.confirm and any(f.model_key for f in outcome.failures):
         # Progress to stderr: stdout carries only the report (json or markdown may be piped into a PR comment).
         outcome = confirmed(outcome, request, Console(stderr=True))
     if args.format == "json":
@@ -103,7 +103,7 @@ def confirmed(first: Outcome, request: CheckRequest, console: Console) -> Outcom
     # The same reference: the checkout it named if it is still there, else the commit it was at.
     named = (header.get("builds") or {}).get("reference", {})
     ref = named.get("ref") if named.get("ref") and Path(named["ref"]).is_dir() else named.get("commit")
-    failing = {v.model_key for v in first.failures if v.model_key}
+    failing = {f.model_key for f in first.failures if f.model_key}
     out = request.results.with_name(f"{request.results.stem}-confirm.jsonl")
     with tempfile.TemporaryDirectory() as folder:
         # The stored experiment, as a file the reference build's own parser can read.
@@ -117,5 +117,5 @@ def confirmed(first: Outcome, request: CheckRequest, console: Console) -> Outcom
             run_experiment(exp, RunOptions(out=out, quiet=True, reference=reference), console)
     second = run_check(dataclasses.replace(request, results=out))
     second.notes[:0] = [f"first run ({request.results}) failed: " + "; ".join(
-        f"{v.cell} {v.variant} {v.metric}" for v in first.failures), f"confirmation run: {out}"]
+        f"{f.cell} {f.variant} {f.metric}" for f in first.failures), f"confirmation run: {out}"]
     return second

@@ -26,13 +26,13 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
 
 def main(args: argparse.Namespace, console: Console) -> int:
     from ..measure.env import backend_problem, blas_warning, collect_env
-    from ..measure.probe import probe_in, worker_environment
+    from ..measure.probe import probe_peaks_in, worker_environment
     from ..present.env import print_env
 
     if problem := backend_problem():  # what can be read without mlx, and the one thing to install
         print_env(console, collect_env(), warning=problem, title="error: no MLX backend")
         return 2
     worker_env, env = worker_environment(args.blas, args.threads)
-    probe = probe_in(worker_env, "peaks") if args.probe else None
+    probe = probe_peaks_in(worker_env) if args.probe else None
     print_env(console, env, probe, blas_warning(env))
     return 0

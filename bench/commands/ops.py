@@ -20,18 +20,20 @@ from pathlib import Path
 
 from rich.console import Console
 
+from models.registry import REGISTRY
+
 from .args import names, positive_int
 
 DEFAULT_EXPERIMENT = "default"
 DEFAULT_ROUNDS = 7
-OPS = "geglu, softcap, attention, rms_norm, rope"
 
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("experiment", nargs="?", default=DEFAULT_EXPERIMENT,
                         help="experiment YAML or shipped name whose preset models and workloads give the shapes "
                         f"(default: {DEFAULT_EXPERIMENT})")
-    parser.add_argument("--only", type=names, metavar="OPS", help=f"comma-separated ops to time ({OPS})")
+    parser.add_argument("--only", type=names, metavar="OPS",
+                        help=f"comma-separated ops to time ({', '.join(REGISTRY)}, or a plugin's)")
     parser.add_argument("--sizes", type=names, metavar="SIZES",
                         help="comma-separated presets or size labels to keep, e.g. e2b,26B")
     parser.add_argument("--rounds", type=positive_int, default=DEFAULT_ROUNDS, metavar="N",

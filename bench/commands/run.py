@@ -21,6 +21,7 @@ from __future__ import annotations
 
 import argparse
 import contextlib
+import textwrap
 from pathlib import Path
 from typing import TYPE_CHECKING
 
@@ -35,6 +36,9 @@ DEFAULT_EXPERIMENT = "default"
 
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:
+    from ..core.spec import schema_text
+
+    parser.epilog = "experiment file:\n" + textwrap.indent(schema_text(), "  ")
     parser.add_argument("experiment", nargs="?", default=DEFAULT_EXPERIMENT,
                         help=f"experiment YAML or shipped name (default: {DEFAULT_EXPERIMENT})")
     parser.add_argument("--list", action="store_true", help="list the shipped experiments and exit")
@@ -121,7 +125,7 @@ def check_like_a_run(exp: Experiment, args: argparse.Namespace) -> None:
     """A dry run refuses what the real run would (one line, exit 2), so that it can vouch for the command line:
     the --blas choice, and a --resume file that must belong to this experiment. Neither starts a process."""
     from ..measure.env import blas_preload_env
-    from ..measure.runner import resume_state
+    from ..measure.resume import resume_state
 
     blas_preload_env(args.blas)
     if args.resume is not None:

@@ -5,9 +5,9 @@ from __future__ import annotations
 import re
 from dataclasses import dataclass
 from pathlib import Path
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING
 
-from .records import ResultsError
+from .records import Env, ResultsError
 
 if TYPE_CHECKING:
     from .results import Results
@@ -36,17 +36,17 @@ class MachineMismatchError(ResultsError):
     """Two files measured on different machines; comparing their throughput would measure the machines."""
 
 
-def blas_name(env: dict[str, Any]) -> str:
+def blas_name(env: Env) -> str:
     """The BLAS family of a run's env ("openblas"), without the path, which varies by distro."""
     return str(env.get("blas", "?")).split(" (")[0]
 
 
-def machine_label(env: dict[str, Any]) -> str:
+def machine_label(env: Env) -> str:
     """Which machine, for labelling tables: results from different ones are never pooled."""
     return f"{env.get('hostname', '?')} · {env.get('device', '?')} · {env.get('backend', '?')} · {blas_name(env)}"
 
 
-def fingerprint(env: dict[str, Any]) -> Fingerprint:
+def fingerprint(env: Env) -> Fingerprint:
     """The fingerprint of a run header's `env`."""
     return Fingerprint(
         backend=str(env.get("backend", "?")),

@@ -10,11 +10,11 @@ import uuid
 from collections.abc import Iterable, Mapping, Sequence
 from datetime import datetime, timezone
 from pathlib import Path
-from typing import Any
+from typing import Any, TypedDict
 
 from .errors import UserError
 
-RECORD_KINDS = ("run", "trial", "correctness", "depth", "op", "kernel", "stop", "load", "skip", "error")
+RECORD_KINDS = ("run", "trial", "correctness", "depth", "op", "share", "kernel", "stop", "load", "skip", "error")
 
 # Throughput metrics, all tokens/s and bigger-is-better, and the trial field holding each.
 METRICS = ("prefill", "gen")
@@ -39,7 +39,10 @@ ROOFLINE_FIELDS = ("prefill_tflops", "gen_gbps", "prefill_pct_of_peak", "gen_pct
 # What describes a cell, beside its measurements.
 CELL_FIELDS = ("model_key", "size", "workload", "prompt_tokens", "gen_tokens", "batch", "dtype", "quantize")
 # What the readers key on, per kind: a record lacking one is bad input, reported with its file, not a traceback.
-REQUIRED_FIELDS = {"trial": TRIAL_FIELDS, "correctness": CORRECTNESS_FIELDS, "depth": DEPTH_FIELDS, "op": OP_FIELDS}
+# An op call of a step timed on its own (measure.shares), for the share table and the expected Δ.
+SHARE_FIELDS = ("run_id", "cell", "phase", "op", "variant", "call", "calls", "round", "seconds", "overhead_s")
+REQUIRED_FIELDS = {"trial": TRIAL_FIELDS, "correctness": CORRECTNESS_FIELDS, "depth": DEPTH_FIELDS, "op": OP_FIELDS,
+                   "share": SHARE_FIELDS}
 
 
 # The results format the run header's "format" field names. Each version is what readers must know to upgrade it:
@@ -55,6 +58,123 @@ class ResultsError(UserError):
     """A results file that cannot be used; the message names the file (and line)."""
 
 
+# --- what today's writers write --------------------------------------------------------------------------------
+# A header read from an older file may lack what these declare (see `upgrade`); readers `.get` what came later.
+
+
+class Env(TypedDict, total=False):
+    """The environment the workers ran in (measure.env.collect_env): software, backend, machine, checkout."""
+
+    fusebench: str
+    mlx: str | None
+    mlx_lm: str | None
+    python: str
+    backend: str  # "cpu", "metal" or "cuda"
+    device: str
+    blas: str  # the BLAS serving mlx's matmuls, with its path: "openblas (/usr/lib/...)"
+    threads: int | None  # BLAS threads; None: left to the library
+    cpu: str
+    cores: int | None
+    ram_bytes: int | None
+    os: str
+    hostname: str | None
+    git_commit: str | None
+    git_dirty: bool | None
+
+
+class StoredExperiment(TypedDict):
+    """The experiment a run executed, whole, so the results file stands on its own (None: a run of no experiment
+    file, `fusebench kernels`)."""
+
+    name: str
+    file: str | None
+    sha256: str | None
+    content: str | None
+
+
+class PluginFile(TypedDict):
+    path: str
+    sha256: str
+
+
+class BuildEnvironment(TypedDict, total=False):
+    """A build's Python environment, where a run compares two (run --against-env, bisect --package)."""
+
+    python: str
+    packages: dict[str, str]  # the versions that tell the environments apart
+    label: str  # how tables name the build when a commit does not, e.g. "mlx 0.31.2"
+
+
+class BuildFields(BuildEnvironment):
+    """One build a run measured: the commit (None outside a git checkout), what the user named, uncommitted changes."""
+
+    commit: str | None
+    ref: str | None
+    dirty: bool | None
+
+
+class MachineLoad(TypedDict):
+    """What else the machine was doing, over a second before the run: load average, and in cores, other processes'
+    busy time and the hypervisor's steal time."""
+
+    loadavg_1m: float
+    cores: int | None
+    other_cores: float
+    steal_cores: float
+
+
+class LoadSummary(TypedDict):
+    """The same while the run measured, sampled every `interval_s`: means and maxima."""
+
+    samples: int
+    interval_s: float
+    other_cores_mean: float
+    steal_cores_mean: float
+    loadavg_1m_mean: float
+    other_cores_max: float
+    steal_cores_max: float
+    loadavg_1m_max: float
+
+
+class _Header(TypedDict):
+    kind: str  # "run"
+    run_id: str
+    format: int
+    experiment: StoredExperiment
+    env: Env
+    started_at: str
+
+
+class RunHeader(_Header, total=False):
+    """The first record of a run. The runner adds peak ... pinned; `fusebench ops` adds rounds."""
+
+    peak: Mapping[str, object] | None  # a measure.roofline.Peak: the roof its trials are held against
+    shard: str  # "I/N"
+    resumed: bool
+    plugins: list[PluginFile]
+    builds: dict[str, BuildFields]  # "current", and with run --against(-env) "reference"
+    preflight: MachineLoad | None  # None off Linux
+    pinned: bool
+    rounds: int
+
+
+class CellFields(TypedDict):
+    """What every record of a cell carries, so each line of the results file stands on its own."""
+
+    run_id: str
+    cell: str
+    model: str
+    model_key: str
+    size: str
+    layers: int | None
+    dtype: str
+    quantize: str | None
+    prompt_tokens: int
+    gen_tokens: int
+    batch: int
+    workload: str
+
+
 def new_run_id() -> str:
     return datetime.now().strftime("%Y%m%d-%H%M%S-") + uuid.uuid4().hex[:6]
 
@@ -63,10 +183,10 @@ def utc_now() -> str:
     return datetime.now(timezone.utc).isoformat(timespec="seconds")
 
 
-def run_header(run_id: str, experiment: Mapping[str, Any], env: Mapping[str, Any], **extra: Any) -> dict[str, Any]:
+def run_header(run_id: str, experiment: StoredExperiment, env: Env, **extra: object) -> RunHeader:
     """The first record of a run: what ran (the experiment's name, file, sha256 and content) and where."""
-    return {"kind": "run", "run_id": run_id, "format": FORMAT, "experiment": dict(experiment), "env": dict(env),
-            "started_at": utc_now(), **extra}
+    return {"kind": "run", "run_id": run_id, "format": FORMAT, "experiment": StoredExperiment(**experiment),
+            "env": Env(**env), "started_at": utc_now(), **extra}
 
 
 def header_format(header: Mapping[str, Any]) -> int:

@@ -13,7 +13,7 @@ from __future__ import annotations
 
 import json
 import os
-from collections.abc import Iterable
+from collections.abc import Iterable, Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -21,7 +21,7 @@ from typing import Any
 import pandas as pd
 
 from .fingerprint import machine_label
-from .records import FORMAT, RECORD_KINDS, ResultsError, header_format, upgrade
+from .records import FORMAT, RECORD_KINDS, ResultsError, RunHeader, header_format, upgrade
 
 
 class ResultsWriter:
@@ -32,7 +32,7 @@ class ResultsWriter:
         self.path.parent.mkdir(parents=True, exist_ok=True)
         self._file = self.path.open("a", encoding="utf-8")
 
-    def write(self, record: dict[str, Any]) -> None:
+    def write(self, record: Mapping[str, object]) -> None:
         self._file.write(json.dumps(record, sort_keys=False) + "\n")
         self._file.flush()
         os.fsync(self._file.fileno())
@@ -58,9 +58,9 @@ class Results:
         return [r for r in self.records if r.get("kind") == kind]
 
     @property
-    def runs(self) -> dict[str, dict[str, Any]]:
+    def runs(self) -> dict[str, RunHeader]:
         """The first header of each run_id (a resumed run appends another with the same id)."""
-        headers: dict[str, dict[str, Any]] = {}
+        headers: dict[str, RunHeader] = {}
         for record in self.of_kind("run"):
             headers.setdefault(record["run_id"], record)
         return headers

@@ -3,44 +3,10 @@
 Every error is a `SpecError` that names the file, the 1-based line, the field and what would be valid, so a
 typo in a long sweep is found before any model is built, not an hour into the run.
 
-Schema (unknown keys at any level are errors; an optional key left empty, `key:`, takes its default):
-
-    name: default                 # required; letters, digits, '-', '_', '.'
-    description: "..."            # optional
-    models:                       # required, non-empty list
-      - preset: e2b               # exactly one of `preset` (a bundled preset) or `path` (a checkpoint directory)
-        size: E2B                 # display label; default: the preset's size, or the directory name
-        layers: 2                 # presets only: 1..num_hidden_layers; default: all of them
-        dtype: float32            # one of models.DTYPES; default float32
-        quantize: nvfp4           # one of models.QUANTIZE_MODES, or none/null (the default)
-    variants:                     # required, >= 1 entry: name -> {op: variant}; omitted ops take their default
-      baseline: {geglu: unfused}
-      compiled: {geglu: compiled}
-    comparisons:                  # optional: [baseline, new] or {baseline: a, new: b}; a == b is an A/A test
-      - [baseline, compiled]
-    workloads:                    # required; each an int or a non-empty list; the Cartesian product is run
-      prompt_tokens: [128, 512]   # required, >= 1 (outermost)
-      gen_tokens: 32              # required, >= 1
-      batch: [1, 2]               # optional, >= 1, default 1 (innermost)
-    depths: [512, 2048]           # optional KV depths for the decode-speed curve, >= 1; default []
-    trials: 5                     # timed rounds, >= 1; or auto: add rounds until `precision` is reached
-    precision: 2%                 # with trials: auto, the target 95% CI half-width of every comparison, (0, 50]%
-    max_rounds: 30                # with trials: auto, the most rounds a cell gets, >= 6
-    budget_s: 600                 # with trials: auto, seconds a cell may run before it stops adding rounds, > 0
-    threads: auto                 # CPU backends: BLAS threads; auto leaves one core free (cores - 1, at least 1)
-    warmup: 1                     # untimed rounds, >= 0
-    prefill_step_size: 2048       # >= 1
-    seed: 0
-    timeout_s: 1800               # per-cell timeout, > 0
-    correctness:
-      reference: baseline         # default: the first variant
-      atol: 0.05                  # max abs logit error, >= 0; default null: chosen by dtype
-      tokens: 8                   # greedy tokens that must agree, >= 0
-    margin_pct: 2                 # "no change" means the whole CI within ± this many percent, >= 0; default 2
-    plugins: [my_fusions.py]      # optional: Python files (relative to this file) that register more variants
-    expect:                       # checked by `fusebench check`
-      - {comparison: [baseline, compiled], metric: prefill, max_slowdown_pct: 5}   # metric: prefill or gen
-      - {all_correct: true}
+The file's top-level keys are declared once, in `KEYS`: each with its line in the schema, its reader and its
+default. `TOP_KEYS`, the schema text (`schema_text()`, which `fusebench run --help` prints) and the parser all
+derive from that table. Unknown keys at any level are errors; an optional key left empty, `key:`, takes its
+default.
 
 Validation works on the `yaml.compose` node tree rather than on loaded Python values, because only the nodes
 know their line numbers, and only they can tell a duplicate key (which `yaml.safe_load` silently drops) or
@@ -75,11 +41,6 @@ _NAME = re.compile(r"[A-Za-z0-9._-]+")
 _TAG = "tag:yaml.org,2002:"
 _NULL, _BOOL, _INT, _FLOAT, _STR = (_TAG + kind for kind in ("null", "bool", "int", "float", "str"))
 
-TOP_KEYS = (
-    "name", "description", "models", "variants", "comparisons", "workloads", "depths", "trials", "warmup",
-    "prefill_step_size", "seed", "timeout_s", "correctness", "expect", "plugins", "margin_pct", "precision",
-    "max_rounds", "budget_s", "threads",
-)
 MODEL_KEYS = ("preset", "path", "size", "layers", "dtype", "quantize")
 WORKLOAD_KEYS = ("prompt_tokens", "gen_tokens", "batch")
 COMPARISON_KEYS = ("baseline", "new")
@@ -102,6 +63,8 @@ DEFAULT_PREFILL_STEP_SIZE = 2048
 DEFAULT_SEED = 0
 DEFAULT_TIMEOUT_S = 1800.0
 DEFAULT_CHECK_TOKENS = 8
+# Rounds of the op-share timing (measure.shares): 5 give a t interval of the expected Δ at ~10 s per cell here.
+DEFAULT_SHARE_ROUNDS = 5
 DEFAULT_MARGIN_PCT = 2.0
 
 SHARD_FORM = "I/N with 1 <= I <= N"
@@ -125,6 +88,10 @@ class SpecError(UserError):
 
 @dataclass(frozen=True)
 class ModelSpec:
+    """A model to run, the one type for it from the experiment file to the worker: a bundled preset (all its layers,
+    or the first `layers`) or a checkpoint directory (`path`), exactly one of the two, at a dtype and quantization.
+    `size` is the label tables show; a worker's job carries everything but it (see measure.job)."""
+
     preset: str | None
     path: str | None
     size: str
@@ -132,8 +99,13 @@ class ModelSpec:
     dtype: str
     quantize: str | None
 
+    def __post_init__(self) -> None:
+        if (self.preset is None) == (self.path is None):
+            raise ValueError(f"a model is a preset or a path, exactly one (preset {self.preset!r}, path {self.path!r})")
+
     @property
     def source(self) -> str:
+        """What the model is built from, as models.loading.load_model takes it: the preset's name or the path."""
         return self.preset if self.preset is not None else str(self.path)
 
     @property
@@ -150,6 +122,15 @@ class ModelSpec:
             if self.layers != full:
                 return f"{self.size} ({self.layers}/{full} layers)"
         return self.size
+
+
+def model_spec(*, preset: str | None = None, path: str | None = None, size: str | None = None,
+               layers: int | None = None, dtype: str = DEFAULT_DTYPE, quantize: str | None = None) -> ModelSpec:
+    """A ModelSpec, labelled `size` or by default the preset's size, or the checkpoint directory's name."""
+    if size is None:
+        # abspath, not resolve: the label should be the name the user wrote, not a symlink's target.
+        size = _preset_facts(preset)[0] if preset is not None else Path(os.path.abspath(str(path))).name
+    return ModelSpec(preset, path, size, layers, dtype, quantize)
 
 
 @dataclass(frozen=True)
@@ -208,6 +189,9 @@ class Cell:
 
 @dataclass(frozen=True)
 class Experiment:
+    """A parsed experiment file: the values of its keys (`KEYS`; trials: auto and its keys make `precision`), and
+    the file they came from."""
+
     name: str
     description: str
     file: str
@@ -218,6 +202,7 @@ class Experiment:
     comparisons: tuple[Comparison, ...]
     workloads: tuple[Workload, ...]
     depths: tuple[int, ...]
+    shares: int  # rounds of the op-share timing; 0: none
     trials: int  # timed rounds; with a precision target, the most a cell gets (max_rounds)
     warmup: int
     prefill_step_size: int
@@ -225,16 +210,14 @@ class Experiment:
     timeout_s: float
     correctness: Correctness
     expect: tuple[Expectation, ...]
+    # Python files that register more op variants, as absolute paths (written relative to the experiment file).
+    plugins: tuple[str, ...]
+    margin_pct: float  # "no change" means the whole CI lies within ± this
+    precision: Precision | None  # trials: auto
+    threads: int | None  # BLAS threads on CPU backends; None: auto (cores - 1, at least 1)
     # variant -> op -> (line of the op's name, line of its implementation), so that op names checked later, once
     # the registry and any plugins are loaded, are still reported at their place in the file.
-    # Python files that register more op variants, as absolute paths (written relative to the experiment file).
-    plugins: tuple[str, ...] = ()
-    margin_pct: float = DEFAULT_MARGIN_PCT  # "no change" means the whole CI lies within ± this
-    precision: Precision | None = None  # trials: auto
-    threads: int | None = None  # BLAS threads on CPU backends; None: auto (cores - 1, at least 1)
-    variant_lines: dict[str, dict[str, tuple[int, int]]] = dataclasses.field(
-        default_factory=dict, compare=False, repr=False
-    )
+    variant_lines: dict[str, dict[str, tuple[int, int]]] = dataclasses.field(compare=False, repr=False)
 
     def cells(self) -> list[Cell]:
         return [Cell(model, workload) for model in self.models for workload in self.workloads]
@@ -470,20 +453,25 @@ def _number(node: Node, field: str, minimum: float, exclusive: bool = False) -> 
     return value
 
 
-def _int_values(node: Node, field: str, minimum: int, allow_empty: bool) -> tuple[int, ...]:
-    """An int or a list of distinct ints: repeats would give cells with the same key."""
+def _int_values(node: Node, field: str, read: Callable[[Node, str], int], allow_empty: bool) -> tuple[int, ...]:
+    """An int or a list of distinct ints, each checked by `read`: repeats would give cells with the same key."""
     if isinstance(node, ScalarNode):
-        return (_int(node, field, minimum),)
+        return (read(node, field),)
     items = _sequence(node, field)
     if not items and not allow_empty:
         _fail(node, field, "empty list; give at least one value, or the matrix is empty")
     values: list[int] = []
     for i, item in enumerate(items):
-        value = _int(item, f"{field}[{i}]", minimum)
+        value = read(item, f"{field}[{i}]")
         if value in values:
             _fail(item, f"{field}[{i}]", f"duplicate value {value}")
         values.append(value)
     return tuple(values)
+
+
+def _counts(node: Node, field: str, allow_empty: bool = False) -> tuple[int, ...]:
+    """An int >= 1 or a list of distinct ones."""
+    return _int_values(node, field, partial(_int, minimum=1), allow_empty)
 
 
 # --- sections ------------------------------------------------------------------------------------
@@ -495,38 +483,40 @@ def _preset_facts(name: str) -> tuple[str, int]:
     return str(config.get("size", name)), int(config["num_hidden_layers"])
 
 
-def _model(node: Node, field: str, check_paths: bool) -> ModelSpec:
+def _model(node: Node, field: str, check_paths: bool) -> list[ModelSpec]:
+    """One model entry: one model, or one per depth when `layers` lists several."""
     items = _mapping(node, field, MODEL_KEYS)
     if "preset" in items and "path" in items:
         second = max(items["preset"][0], items["path"][0], key=lambda key: key.start_mark.index)
         _fail(second, field, "give either a preset or a path, not both")
     if "preset" in items:
-        preset, path, size, layers = _preset_source(items, field)
+        preset = _choice(items["preset"][1], _join(field, "preset"), preset_names(), "preset")
+        path, depths = None, _preset_layers(items, field, preset)
     elif "path" in items:
-        preset, path, size, layers = _path_source(items, field, check_paths)
+        preset, path, depths = None, _checkpoint(items, field, check_paths), (None,)
     else:
         _fail(node, field, f"give a preset (one of {_choices(preset_names())}) or a path to a checkpoint directory")
-    return ModelSpec(
-        preset=preset,
-        path=path,
-        size=_optional(items, "size", field, _text, size),
-        layers=layers,
-        dtype=_optional(items, "dtype", field, partial(_choice, choices=list(DTYPES), what="dtype"), DEFAULT_DTYPE),
-        quantize=_optional(items, "quantize", field, _quantize, None),
-    )
+    size = _optional(items, "size", field, _text, None)
+    dtype = _optional(items, "dtype", field, partial(_choice, choices=list(DTYPES), what="dtype"), DEFAULT_DTYPE)
+    quantize = _optional(items, "quantize", field, _quantize, None)
+    return [model_spec(preset=preset, path=path, size=size, layers=layers, dtype=dtype, quantize=quantize)
+            for layers in depths]
 
 
-def _preset_source(items: _Items, field: str) -> tuple[str, None, str, int | None]:
-    preset = _choice(items["preset"][1], _join(field, "preset"), preset_names(), "preset")
-    size, max_layers = _preset_facts(preset)
-    layers = _optional(items, "layers", field, _int, None)
-    if layers is not None and not 1 <= layers <= max_layers:
-        message = f"{layers} is out of range; choose 1..{max_layers} ({preset} has {max_layers})"
-        _fail(items["layers"][1], _join(field, "layers"), message)
-    return preset, None, size, layers
+def _preset_layers(items: _Items, field: str, preset: str) -> tuple[int | None, ...]:
+    """`layers`: a depth or a list of distinct depths, each 1..the preset's layers; absent, all of them (None)."""
+    max_layers = _preset_facts(preset)[1]
+
+    def depth(node: Node, where: str) -> int:
+        layers = _int(node, where)
+        if not 1 <= layers <= max_layers:
+            _fail(node, where, f"{layers} is out of range; choose 1..{max_layers} ({preset} has {max_layers})")
+        return layers
+
+    return _optional(items, "layers", field, partial(_int_values, read=depth, allow_empty=False), (None,))
 
 
-def _path_source(items: _Items, field: str, check_paths: bool) -> tuple[None, str, str, None]:
+def _checkpoint(items: _Items, field: str, check_paths: bool) -> str:
     path_node = items["path"][1]
     path = os.path.expanduser(_text(path_node, _join(field, "path")))
     if check_paths and not os.path.isdir(path):
@@ -534,8 +524,7 @@ def _path_source(items: _Items, field: str, check_paths: bool) -> tuple[None, st
         _fail(path_node, _join(field, "path"), f"{path!r} {problem}; give a checkpoint directory")
     if "layers" in items:
         _fail(items["layers"][0], _join(field, "layers"), "only for presets; a checkpoint at `path` runs whole")
-    # abspath, not resolve: the label should be the name the user wrote, not a symlink's target.
-    return None, path, Path(os.path.abspath(path)).name, None
+    return path
 
 
 def _quantize(node: Node, field: str) -> str | None:
@@ -543,22 +532,23 @@ def _quantize(node: Node, field: str) -> str | None:
     return None if mode == NO_QUANTIZE else mode
 
 
-def _models(node: Node, field: str, check_paths: bool) -> tuple[ModelSpec, ...]:
+def _models(node: Node, field: str, context: _Context) -> tuple[ModelSpec, ...]:
     items = _sequence(node, field)
     if not items:
         _fail(node, field, "empty list; give at least one model, or the matrix is empty")
-    models: list[ModelSpec] = []
+    models: list[tuple[int, ModelSpec]] = []  # (the entry it comes from, the model)
     for i, item in enumerate(items):
-        model = _model(item, f"{field}[{i}]", check_paths)
-        for j, earlier in enumerate(models):
-            if earlier.key == model.key:
-                _fail(item, f"{field}[{i}]", f"same model as {field}[{j}] ({model.key})")
-        models.append(model)
-    return tuple(models)
+        for model in _model(item, f"{field}[{i}]", context.check_paths):
+            for j, earlier in models:
+                if earlier.key == model.key:
+                    _fail(item, f"{field}[{i}]", f"same model as {field}[{j}] ({model.key})")
+            models.append((i, model))
+    return tuple(model for _, model in models)
 
 
-def _variants(node: Node, field: str) -> tuple[dict[str, dict[str, str]], dict[str, dict[str, tuple[int, int]]]]:
-    """Each variant's op assignment as written (omitted ops are filled in by `resolve_ops`), and where each op is."""
+def _variants(node: Node, field: str, context: _Context) -> dict[str, dict[str, str]]:
+    """Each variant's op assignment as written (omitted ops are filled in by `resolve_ops`). The context keeps the
+    names, for the keys that refer to them, and where each op is written, for `resolve_ops`'s errors."""
     items = _mapping(node, field, None, what="variant name")
     if not items:
         _fail(node, field, "no variants; define at least one (`name: {}` runs every op at its default)")
@@ -572,7 +562,8 @@ def _variants(node: Node, field: str) -> tuple[dict[str, dict[str, str]], dict[s
         for op, (op_node, impl_node) in _mapping(value_node, _join(field, name), None, what="op").items():
             variants[name][op] = _text(impl_node, _join(_join(field, name), op))
             lines[name][op] = (_line(op_node), _line(impl_node))
-    return variants, lines
+    context.variants, context.variant_lines = list(variants), lines
+    return variants
 
 
 def _variant_ref(node: Node, field: str, variants: Sequence[str]) -> str:
@@ -592,20 +583,21 @@ def _comparison(node: Node, field: str, variants: Sequence[str]) -> Comparison:
     _fail(node, field, f"expected [baseline, new] or {{baseline: NAME, new: NAME}}, got {_describe(node)}")
 
 
-def _comparisons(node: Node, field: str, variants: Sequence[str]) -> tuple[Comparison, ...]:
-    return tuple(_comparison(item, f"{field}[{i}]", variants) for i, item in enumerate(_sequence(node, field)))
+def _comparisons(node: Node, field: str, context: _Context) -> tuple[Comparison, ...]:
+    return tuple(_comparison(item, f"{field}[{i}]", context.variants) for i, item in enumerate(_sequence(node, field)))
 
 
 def _workloads(node: Node, field: str) -> tuple[Workload, ...]:
     items = _mapping(node, field, WORKLOAD_KEYS)
-    prompt = _int_values(_required(items, "prompt_tokens", node, field), _join(field, "prompt_tokens"), 1, False)
-    gen = _int_values(_required(items, "gen_tokens", node, field), _join(field, "gen_tokens"), 1, False)
-    batch = _optional(items, "batch", field, partial(_int_values, minimum=1, allow_empty=False), (DEFAULT_BATCH,))
+    prompt = _counts(_required(items, "prompt_tokens", node, field), _join(field, "prompt_tokens"))
+    gen = _counts(_required(items, "gen_tokens", node, field), _join(field, "gen_tokens"))
+    batch = _optional(items, "batch", field, _counts, (DEFAULT_BATCH,))
     return tuple(Workload(p, g, b) for p, g, b in itertools.product(prompt, gen, batch))
 
 
-def _correctness(node: Node, field: str, variants: Sequence[str]) -> Correctness:
+def _correctness(node: Node, field: str, context: _Context) -> Correctness:
     items = _mapping(node, field, CORRECTNESS_KEYS)
+    variants = context.variants
     return Correctness(
         reference=_optional(items, "reference", field, partial(_variant_ref, variants=variants), variants[0]),
         atol=_optional(items, "atol", field, partial(_number, minimum=0.0), None),
@@ -613,13 +605,15 @@ def _correctness(node: Node, field: str, variants: Sequence[str]) -> Correctness
     )
 
 
-def _trials(node: Node, field: str) -> int | None:
-    """A number of rounds, or `auto` (None)."""
+def _trials(node: Node, field: str, context: _Context) -> int | None:
+    """A number of rounds, or `auto` (None); the context keeps it, for the keys only trials: auto allows."""
     if isinstance(node, ScalarNode) and node.tag == _STR and node.value == AUTO:
-        return None
-    if isinstance(node, ScalarNode) and node.tag == _STR:
+        context.trials = None
+    elif isinstance(node, ScalarNode) and node.tag == _STR:
         _fail(node, field, f"expected a number of rounds (>= 1) or {AUTO}, got {_describe(node)}")
-    return _int(node, field, minimum=1)
+    else:
+        context.trials = _int(node, field, minimum=1)
+    return context.trials
 
 
 def _percent(node: Node, field: str, low: float, high: float) -> float:
@@ -634,37 +628,23 @@ def _percent(node: Node, field: str, low: float, high: float) -> float:
     return value
 
 
-def _precision(items: _Items, trials: int | None) -> Precision | None:
-    """trials: auto and its stopping rule; the keys that belong to it are an error beside a fixed number of trials."""
-    keys = [key for key in ("precision", "max_rounds", "budget_s") if key in items]
-    if trials is not None:
-        if keys:
-            _fail(items[keys[0]][0], keys[0], f"only with trials: {AUTO} (trials is {trials} here)")
-        return None
-    return Precision(
-        target_pct=_optional(items, "precision", "", partial(_percent, low=0.0, high=50.0), DEFAULT_PRECISION_PCT),
-        max_rounds=_optional(items, "max_rounds", "", partial(_int, minimum=MIN_AUTO_ROUNDS), DEFAULT_MAX_ROUNDS),
-        budget_s=_optional(items, "budget_s", "", partial(_number, minimum=0.0, exclusive=True), None),
-    )
-
-
-def _threads(node: Node, field: str, check_cores: bool) -> int | None:
+def _threads(node: Node, field: str, context: _Context) -> int | None:
     """BLAS threads: `auto` (None) or 1..the cores this machine has (not checked for a stored experiment)."""
     if isinstance(node, ScalarNode) and node.tag == _STR and node.value == AUTO:
         return None
     cores = os.cpu_count() or 1
     value = _int(node, field, minimum=1)
-    if check_cores and value > cores:
+    if context.check_paths and value > cores:
         _fail(node, field, f"{value} is more than this machine's {cores} cores; choose 1..{cores} or {AUTO}")
     return value
 
 
-def _plugins(node: Node, field: str, base: Path, check_paths: bool) -> tuple[str, ...]:
+def _plugins(node: Node, field: str, context: _Context) -> tuple[str, ...]:
     """Plugin files, relative to the experiment's folder; each must exist (unless read back from a run header)."""
     paths = []
     for i, item in enumerate(_sequence(node, field)):
-        path = base / os.path.expanduser(_text(item, f"{field}[{i}]"))
-        if check_paths and not path.is_file():
+        path = Path(context.file).parent / os.path.expanduser(_text(item, f"{field}[{i}]"))
+        if context.check_paths and not path.is_file():
             _fail(item, f"{field}[{i}]", f"{str(path)!r} is not a file; give a Python file that registers variants")
         paths.append(str(path.resolve()))
     return tuple(dict.fromkeys(paths))
@@ -689,8 +669,8 @@ def _expectation(node: Node, field: str, variants: Sequence[str]) -> Expectation
     return Expectation(kind="slowdown", comparison=comparison, metric=metric, max_slowdown_pct=pct)
 
 
-def _expectations(node: Node, field: str, variants: Sequence[str]) -> tuple[Expectation, ...]:
-    return tuple(_expectation(item, f"{field}[{i}]", variants) for i, item in enumerate(_sequence(node, field)))
+def _expectations(node: Node, field: str, context: _Context) -> tuple[Expectation, ...]:
+    return tuple(_expectation(item, f"{field}[{i}]", context.variants) for i, item in enumerate(_sequence(node, field)))
 
 
 # --- the whole file ------------------------------------------------------------------------------
@@ -721,50 +701,138 @@ def _compose(text: str) -> Node:
     return root
 
 
-_REQUIRED = ("name", "models", "variants", "workloads")
+@dataclass
+class _Context:
+    """What a key's reader may need beyond its node: the file (plugins are relative to it), whether paths and cores
+    are this machine's to check (not for an experiment read back from a run header), and what earlier keys
+    defined: `variants` the names later keys refer to, `trials` whether the keys of trials: auto may appear."""
+
+    file: str
+    check_paths: bool
+    variants: list[str] = dataclasses.field(default_factory=list)
+    variant_lines: dict[str, dict[str, tuple[int, int]]] = dataclasses.field(default_factory=dict)
+    trials: int | None = DEFAULT_TRIALS  # None: trials: auto
+
+
+_Reader = Callable[[Node, str, _Context], object]
+_REQUIRED_KEY = object()
+
+
+def _plain(read: Callable[..., object], **options: object) -> _Reader:
+    """A reader that needs nothing but its node and field."""
+    return lambda node, field, _context: read(node, field, **options)
+
+
+@dataclass(frozen=True)
+class Key:
+    """A top-level key of an experiment file: how the schema text shows it (`name: example  # doc`, then `nested`
+    (text, doc) lines for what goes inside it), its reader, and its default when it is absent or left empty."""
+
+    name: str
+    example: str
+    doc: str
+    read: _Reader
+    default: object = _REQUIRED_KEY  # a callable is called with the context: a default made of earlier keys
+    nested: tuple[tuple[str, str], ...] = ()
+    auto_only: bool = False  # allowed only beside trials: auto
+
+    @property
+    def required(self) -> bool:
+        return self.default is _REQUIRED_KEY
+
+    def value(self, items: _Items, context: _Context) -> object:
+        if self.auto_only and self.name in items and context.trials is not None:
+            _fail(items[self.name][0], self.name, f"only with trials: {AUTO} (trials is {context.trials} here)")
+        if self.required:
+            return self.read(items[self.name][1], self.name, context)
+        default = self.default(context) if callable(self.default) else self.default
+        return _optional(items, self.name, "", lambda node, field: self.read(node, field, context), default)
+
+    def schema_lines(self) -> list[str]:
+        head = f"{self.name}: {self.example}".rstrip()
+        return [_schema_line(head, self.doc), *(_schema_line(f"  {text}", doc) for text, doc in self.nested)]
+
+
+def _schema_line(text: str, doc: str) -> str:
+    return f"{text:<29} # {doc}" if doc else text
+
+
+# The table every top-level key is declared in, in the order the file is read (each key may refer to those before
+# it) and the schema lists them.
+KEYS = (
+    Key("name", "default", "required; letters, digits, '-', '_', '.'", _plain(_name)),
+    Key("description", '"..."', "optional", _plain(_text, allow_empty=True), ""),
+    Key("models", "", "required, non-empty list", _models, nested=(
+        ("- preset: e2b", "exactly one of `preset` (a bundled preset) or `path` (a checkpoint directory)"),
+        ("  size: E2B", "display label; default: the preset's size, or the directory name"),
+        ("  layers: 2", "presets only: 1..num_hidden_layers, or a list ([2, 4, 8]): a model per depth; default: all"),
+        ("  dtype: float32", "one of models.DTYPES; default float32"),
+        ("  quantize: nvfp4", "one of models.QUANTIZE_MODES, or none/null (the default)"),
+    )),
+    Key("variants", "", "required, >= 1 entry: name -> {op: variant}; omitted ops take their default", _variants,
+        nested=(("baseline: {geglu: unfused}", ""), ("compiled: {geglu: compiled}", ""))),
+    Key("comparisons", "", "optional: [baseline, new] or {baseline: a, new: b}; a == b is an A/A test", _comparisons,
+        (), nested=(("- [baseline, compiled]", ""),)),
+    Key("workloads", "", "required; each an int or a non-empty list; the Cartesian product is run",
+        _plain(_workloads), nested=(
+            ("prompt_tokens: [128, 512]", "required, >= 1 (outermost)"),
+            ("gen_tokens: 32", "required, >= 1"),
+            ("batch: [1, 2]", "optional, >= 1, default 1 (innermost)"),
+        )),
+    Key("depths", "[512, 2048]", "optional KV depths for the decode-speed curve, >= 1; default []",
+        _plain(_counts, allow_empty=True), ()),
+    Key("shares", "5", "rounds timing each switchable op's share of a step (the expected Δ), >= 0; 0: off",
+        _plain(_int, minimum=0), DEFAULT_SHARE_ROUNDS),
+    Key("trials", "5", f"timed rounds, >= 1; or {AUTO}: add rounds until `precision` is reached", _trials,
+        DEFAULT_TRIALS),
+    Key("warmup", "1", "untimed rounds, >= 0", _plain(_int, minimum=0), DEFAULT_WARMUP),
+    Key("prefill_step_size", "2048", ">= 1", _plain(_int, minimum=1), DEFAULT_PREFILL_STEP_SIZE),
+    Key("seed", "0", "", _plain(_int), DEFAULT_SEED),
+    Key("timeout_s", "1800", "per-cell timeout, > 0", _plain(_number, minimum=0.0, exclusive=True),
+        DEFAULT_TIMEOUT_S),
+    Key("correctness", "", "", _correctness,
+        lambda context: Correctness(reference=context.variants[0], atol=None, tokens=DEFAULT_CHECK_TOKENS), nested=(
+            ("reference: baseline", "default: the first variant"),
+            ("atol: 0.05", "max abs logit error, >= 0; default null: chosen by dtype"),
+            ("tokens: 8", "greedy tokens that must agree, >= 0"),
+        )),
+    Key("expect", "", "checked by `fusebench check`", _expectations, (), nested=(
+        ("- {comparison: [baseline, compiled], metric: prefill, max_slowdown_pct: 5}", "metric: prefill or gen"),
+        ("- {all_correct: true}", ""),
+    )),
+    Key("plugins", "[my_fusions.py]", "optional: Python files (relative to this file) that register more variants",
+        _plugins, ()),
+    Key("margin_pct", "2", '"no change" means the whole CI within ± this many percent, >= 0; default 2',
+        _plain(_number, minimum=0.0), DEFAULT_MARGIN_PCT),
+    Key("precision", "2%", f"with trials: {AUTO}, the target 95% CI half-width of every comparison, (0, 50]%",
+        _plain(_percent, low=0.0, high=50.0), DEFAULT_PRECISION_PCT, auto_only=True),
+    Key("max_rounds", "30", f"with trials: {AUTO}, the most rounds a cell gets, >= {MIN_AUTO_ROUNDS}",
+        _plain(_int, minimum=MIN_AUTO_ROUNDS), DEFAULT_MAX_ROUNDS, auto_only=True),
+    Key("budget_s", "600", f"with trials: {AUTO}, seconds a cell may run before it stops adding rounds, > 0",
+        _plain(_number, minimum=0.0, exclusive=True), None, auto_only=True),
+    Key("threads", AUTO, f"CPU backends: BLAS threads; {AUTO} leaves one core free (cores - 1, at least 1)", _threads,
+        None),
+)
+TOP_KEYS = tuple(key.name for key in KEYS)
+_REQUIRED = tuple(key.name for key in KEYS if key.required)
+_AUTO_ONLY = tuple(key.name for key in KEYS if key.auto_only)  # folded into Precision
+
+
+def schema_text() -> str:
+    """The experiment file's schema: every top-level key with an example value and what it takes."""
+    return "\n".join(line for key in KEYS for line in key.schema_lines())
 
 
 def _experiment(root: Node, text: str, file: str, sha256: str, check_paths: bool) -> Experiment:
     if not isinstance(root, MappingNode):
         _fail(root, "experiment", f"expected a mapping of {_choices(TOP_KEYS)}, got {_describe(root)}")
     items = _mapping(root, "", TOP_KEYS)
-    for key in _REQUIRED:
-        _required(items, key, root, "")
-    # Sections are read in this order so that the variants exist before anything refers to them.
-    name = _name(items["name"][1], "name")
-    description = _optional(items, "description", "", partial(_text, allow_empty=True), "")
-    models = _models(items["models"][1], "models", check_paths)
-    variants, variant_lines = _variants(items["variants"][1], "variants")
-    names = list(variants)
-    default_check = Correctness(reference=names[0], atol=None, tokens=DEFAULT_CHECK_TOKENS)
-
-    def optional(key: str, read: Callable[..., T], default: T, **options: object) -> T:
-        return _optional(items, key, "", partial(read, **options), default)
-
-    trials = optional("trials", _trials, DEFAULT_TRIALS)
-    precision = _precision(items, trials)
-
-    return Experiment(
-        name=name,
-        description=description,
-        file=file,
-        content=text,
-        sha256=sha256,
-        models=models,
-        variants=variants,
-        comparisons=optional("comparisons", _comparisons, (), variants=names),
-        workloads=_workloads(items["workloads"][1], "workloads"),
-        depths=optional("depths", _int_values, (), minimum=1, allow_empty=True),
-        trials=precision.max_rounds if precision else trials,
-        warmup=optional("warmup", _int, DEFAULT_WARMUP, minimum=0),
-        prefill_step_size=optional("prefill_step_size", _int, DEFAULT_PREFILL_STEP_SIZE, minimum=1),
-        seed=optional("seed", _int, DEFAULT_SEED),
-        timeout_s=optional("timeout_s", _number, DEFAULT_TIMEOUT_S, minimum=0.0, exclusive=True),
-        correctness=optional("correctness", _correctness, default_check, variants=names),
-        expect=optional("expect", _expectations, (), variants=names),
-        plugins=optional("plugins", _plugins, (), base=Path(file).parent, check_paths=check_paths),
-        margin_pct=optional("margin_pct", _number, DEFAULT_MARGIN_PCT, minimum=0.0),
-        precision=precision,
-        threads=optional("threads", _threads, None, check_cores=check_paths),
-        variant_lines=variant_lines,
-    )
+    for name in _REQUIRED:
+        _required(items, name, root, "")
+    context = _Context(file, check_paths)
+    values = {key.name: key.value(items, context) for key in KEYS}
+    trials = values.pop("trials")
+    target_pct, max_rounds, budget_s = (values.pop(name) for name in _AUTO_ONLY)
+    precision = Precision(target_pct, max_rounds, budget_s) if trials is None else None
+    return Experiment(file=file, content=text, sha256=sha256, trials=max_rounds if precision else trials,
+                      precision=precision, variant_lines=context.variant_lines, **values)

@@ -8,6 +8,8 @@ imports ``cblas_sgemm/dgemm/cgemm``, so an optimized BLAS put in front with ``LD
 fp32 matmul, about 30x faster.
 """
 
+from __future__ import annotations
+
 import glob
 import importlib.metadata
 import os
@@ -21,15 +23,16 @@ import sysconfig
 import time
 from collections.abc import Callable, Mapping
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from ..core.errors import UserError
+from ..core.records import Env
 from . import blas_shim
 
-ENV_KEYS = (
-    "fusebench", "mlx", "mlx_lm", "python", "backend", "device", "blas", "threads",
-    "cpu", "cores", "ram_bytes", "os", "hostname", "git_commit", "git_dirty",
-)
+if TYPE_CHECKING:  # roofline loads mlx-lm; this module answers before anything may (require_backend)
+    from .roofline import PeakProbe
+
+ENV_KEYS = tuple(Env.__annotations__)  # in the order collect_env writes them
 # Every BLAS reads its own variable; set them all, so whichever the workers load obeys.
 THREAD_VARIABLES = ("OPENBLAS_NUM_THREADS", "MKL_NUM_THREADS", "OMP_NUM_THREADS", "VECLIB_MAXIMUM_THREADS")
 BLAS_KINDS = ("openblas", "mkl", "reference", "accelerate", "gpu", "unknown")
@@ -201,7 +204,7 @@ def _git_info() -> tuple[str | None, bool | None]:
     return commit, (None if status is None else bool(status))
 
 
-def collect_env() -> dict[str, Any]:
+def collect_env() -> Env:
     """Facts about this machine and software, JSON-serializable, keys as in ENV_KEYS; never raises."""
     backend = _safe(detect_backend, "cpu")
     commit, dirty = _safe(_git_info, (None, None))
@@ -421,7 +424,7 @@ def _matmul_size(mx: Any, target_s: float) -> int:
     return max(_MATMUL_SIZES[0], min(_MATMUL_SIZES[1], n))
 
 
-def probe_peaks(seconds: float = 3.0) -> dict[str, Any]:
+def probe_peaks(seconds: float = 3.0) -> PeakProbe:
     """fp32 matmul GFLOP/s and memory copy GB/s under the current backend and BLAS, in about `seconds`."""
     import mlx.core as mx
 

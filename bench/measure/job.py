@@ -2,35 +2,33 @@
 
 The runner starts a worker with a `WorkerJob` (one JSON line on its stdin): the model and everything that stays
 fixed. Then it drives the worker one command at a time (`Command`, one JSON line each) and reads back events (one
-JSON line each on the worker's stdout): `Recorded` for every record a command produces, then `Done`. The runner, not
+JSON line each on the worker's stdout): `Recorded` for every result a command produces, then `Done`. The runner, not
 the worker, decides the order of trials, so it can interleave two builds' workers trial by trial (`run --against`)
 and stop a cell as soon as its confidence intervals are narrow enough (`trials: auto`).
 
-PROTOCOL is bumped whenever this conversation changes; a reference build that speaks another one is refused.
+Each side holds typed values; JSON exists only on the pipe, written and read here. A result is one of the
+`Result` dataclasses, on the pipe as `{"event": "record", "record": {"kind": KIND, FIELD: VALUE, ...}}`: the
+fields of the record the runner writes to the results file, without the cell's common ones.
+
+PROTOCOL is bumped whenever this conversation changes; a reference build that speaks another one is refused. A field
+added to a result without bumping it needs a default: a build of the same protocol from before the field lacks it.
 """
 
 from __future__ import annotations
 
 import json
-from dataclasses import asdict, dataclass
-from typing import Any
+from collections.abc import Mapping
+from dataclasses import asdict, dataclass, fields
+from typing import Any, ClassVar
+
+from ..core.spec import ModelSpec, model_spec
+from .kernels import KernelFact
 
 PROTOCOL = 2
 
-
-@dataclass(frozen=True)
-class ModelRef:
-    """The model a worker builds: a preset (with overrides) or a checkpoint directory."""
-
-    preset: str | None
-    path: str | None
-    layers: int | None
-    dtype: str
-    quantize: str | None
-
-    @property
-    def source(self) -> str:
-        return self.path or str(self.preset)
+# The model as a job carries it: what a worker builds it from. Its label stays with the runner (the worker needs
+# none, and protocol 2 has no field for it).
+_MODEL_FIELDS = ("preset", "path", "layers", "dtype", "quantize")
 
 
 @dataclass(frozen=True)
@@ -44,7 +42,7 @@ class Gate:
 
 @dataclass(frozen=True)
 class WorkerJob:
-    model: ModelRef
+    model: ModelSpec
     variants: dict[str, dict[str, str]]  # name -> complete op assignment
     prefill_step_size: int
     seed: int
@@ -53,7 +51,7 @@ class WorkerJob:
     protocol: int = PROTOCOL
 
     def to_json(self) -> str:
-        return json.dumps(asdict(self))
+        return json.dumps({**asdict(self), "model": {name: getattr(self.model, name) for name in _MODEL_FIELDS}})
 
     @classmethod
     def from_json(cls, text: str) -> WorkerJob:
@@ -61,7 +59,7 @@ class WorkerJob:
         if data.get("protocol") != PROTOCOL:
             raise ValueError(f"worker protocol {PROTOCOL}, job protocol {data.get('protocol')}")
         return cls(
-            model=ModelRef(**data["model"]),
+            model=model_spec(**data["model"]),
             variants=data["variants"],
             prefill_step_size=data["prefill_step_size"],
             seed=data["seed"],
@@ -83,7 +81,8 @@ class CellShape:
 @dataclass(frozen=True)
 class Command:
     """One thing for the worker to do. `do`: "correctness" or "kernels" (for a cell), "trial" (one variant at one
-    round), "depth" (one variant's decode speed at each KV depth, from one long prefill)."""
+    round), "depth" (one variant's decode speed at each KV depth, from one long prefill), "shares" (one round of
+    timing every switchable op call of a prefill and a decode step, for each implementation the variants use)."""
 
     do: str
     cell: CellShape
@@ -101,6 +100,135 @@ class Command:
         return cls(**{**data, "cell": CellShape(**data["cell"]), "depths": tuple(data["depths"])})
 
 
+# --- results: what a command produces ------------------------------------------------------------
+
+
+@dataclass(frozen=True)
+class Measured:
+    """What one trial measured: prefill and generation times and rates (tokens/s of the whole batch), each decode
+    step's inter-token latency, the peak memory, and mlx-lm's own clock of the first token (see worker's docstring)."""
+
+    prefill_s: float
+    prefill_tps: float
+    gen_s: float | None  # None: one generated token, no decode step
+    gen_tps: float | None
+    step_s: list[float]
+    peak_memory_bytes: int
+    # mlx-lm's time to first token and its "prompt_tps"; None with no decode step queued, and from a build of this
+    # protocol that predates them.
+    ttft_s: float | None = None
+    ttft_tps: float | None = None
+
+
+@dataclass(frozen=True)
+class Trial:
+    """One trial of one variant: a timed round, or a warmup. `compile_s`: the whole trial's time when it was the
+    variant's first (JIT and compile included), else None."""
+
+    KIND: ClassVar[str] = "trial"
+
+    variant: str
+    ops: dict[str, str]
+    round: int
+    warmup: bool
+    measured: Measured
+    compile_s: float | None
+
+    def record_fields(self) -> dict[str, object]:
+        """Its fields as a record holds them: the measurements among the trial's own."""
+        head = {"variant": self.variant, "ops": self.ops, "round": self.round, "warmup": self.warmup}
+        return {**head, **asdict(self.measured), "compile_s": self.compile_s}
+
+    @classmethod
+    def from_record_fields(cls, record: Mapping[str, Any]) -> Trial:
+        measured = {name: value for name, value in record.items() if name in _MEASURED_FIELDS}
+        own = {name: value for name, value in record.items() if name not in _MEASURED_FIELDS}
+        return cls(**own, measured=Measured(**measured))
+
+
+_MEASURED_FIELDS = frozenset(f.name for f in fields(Measured))
+
+
+@dataclass(frozen=True)
+class Agreement:
+    """One variant's logits and greedy tokens against the reference variant's, on the same prompt."""
+
+    KIND: ClassVar[str] = "correctness"
+
+    variant: str
+    reference: str
+    max_abs_err: float
+    max_rel_err: float
+    tokens_checked: int
+    tokens_agree: int
+    atol: float
+    passed: bool
+
+
+@dataclass(frozen=True)
+class DepthSpeed:
+    """One variant's decode speed after a prefill to a KV depth."""
+
+    KIND: ClassVar[str] = "depth"
+
+    variant: str
+    round: int
+    depth: int
+    gen_tokens: int
+    gen_s: float
+    gen_tps: float
+
+
+@dataclass(frozen=True)
+class ShareTime:
+    """One op call of a step (`phase`: prefill or decode) timed on its own: seconds per call of one implementation
+    (`variant`), the calls per step, and mx.eval's fixed cost measured in the same round (measure.shares)."""
+
+    KIND: ClassVar[str] = "share"
+
+    phase: str
+    op: str
+    variant: str
+    call: str
+    calls: int
+    round: int
+    seconds: float
+    overhead_s: float
+
+
+# What a command produces; a kernel fact (measure.kernels) is one too.
+Result = Trial | Agreement | DepthSpeed | ShareTime | KernelFact
+
+
+def result_kind(result: Result) -> str:
+    return result.kind if isinstance(result, KernelFact) else result.KIND
+
+
+def result_fields(result: Result) -> dict[str, object]:
+    """A result's fields as its record in the results file holds them, after its kind and the cell's own fields."""
+    found = result.record_fields() if isinstance(result, Trial) else asdict(result)
+    return {name: value for name, value in found.items() if name != "kind"}
+
+
+def _result(record: Mapping[str, Any]) -> Result:
+    own = {name: value for name, value in record.items() if name != "kind"}
+    kind = record.get("kind")
+    if kind == Trial.KIND:
+        return Trial.from_record_fields(own)
+    if kind == Agreement.KIND:
+        return Agreement(**own)
+    if kind == DepthSpeed.KIND:
+        return DepthSpeed(**own)
+    if kind == ShareTime.KIND:
+        return ShareTime(**own)
+    if kind == "kernel":
+        return KernelFact(**own)
+    raise ValueError(f"unknown result kind {kind!r}")
+
+
+# --- events: what the worker says ----------------------------------------------------------------
+
+
 @dataclass(frozen=True)
 class Loaded:
     load_s: float
@@ -110,9 +238,9 @@ class Loaded:
 
 @dataclass(frozen=True)
 class Recorded:
-    """A record for the results file (trial, correctness, depth, kernel), without the cell's common fields."""
+    """A result for the results file: the runner adds the cell's common fields."""
 
-    record: dict[str, Any]
+    result: Result
 
 
 @dataclass(frozen=True)
@@ -121,18 +249,23 @@ class Done:
 
 
 Event = Loaded | Recorded | Done
-_EVENT_TYPES: dict[str, type] = {"loaded": Loaded, "record": Recorded, "done": Done}
-_EVENT_NAMES = {cls: name for name, cls in _EVENT_TYPES.items()}
 
 
 def encode_event(event: Event) -> str:
-    return json.dumps({"event": _EVENT_NAMES[type(event)], **asdict(event)})
+    if isinstance(event, Recorded):
+        record = {"kind": result_kind(event.result), **result_fields(event.result)}
+        return json.dumps({"event": "record", "record": record})
+    return json.dumps({"event": "loaded" if isinstance(event, Loaded) else "done", **asdict(event)})
 
 
 def decode_event(line: str) -> Event:
     """An event from one line of a worker's stdout; ValueError if the line is not one."""
     data = json.loads(line)
-    if not isinstance(data, dict) or data.get("event") not in _EVENT_TYPES:
+    if not isinstance(data, dict) or data.get("event") not in ("loaded", "record", "done"):
         raise ValueError(f"not a worker event: {line[:80]!r}")
-    kind = _EVENT_TYPES[data.pop("event")]
-    return kind(**data)
+    try:
+        if data["event"] == "record":
+            return Recorded(_result(data["record"]))
+        return Loaded(data["load_s"], data["parameters"], data["weight_bytes"]) if data["event"] == "loaded" else Done()
+    except (KeyError, TypeError) as err:
+        raise ValueError(f"a worker event of another shape ({err}): {line[:80]!r}") from None

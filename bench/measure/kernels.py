@@ -3,7 +3,7 @@
 Two probes, both reading MLX rather than trusting names:
 
 - `probe_sdpa` calls `mx.fast.scaled_dot_product_attention(..., force_fused=True)` at one of the model's attention
-  shapes. MLX silently falls back to composed ops when it has no fused kernel for a shape; with force_fused it raises
+  calls. MLX silently falls back to composed ops when it has no fused kernel for a shape; with force_fused it raises
   instead and says why. The shape must be the one the model really uses: MLX's choice depends on the head dim, the
   query length (Metal: vector kernel for L <= 8, full kernel above), the key length (recent Metal sources: head
   dim 512 only for one query, GQA factor 8 and >= 1024 keys; the 2-pass kernel from 1024 keys), the GQA factor and
@@ -13,7 +13,9 @@ Two probes, both reading MLX rather than trusting names:
   `mx.fast` op that fell back shows its composed ops instead of its own primitive (RMSNorm, RoPE,
   ScaledDotProductAttention). Nothing is evaluated but the inputs.
 
-Only mlx and models are imported, so the facts can be gathered inside a worker process.
+The calls probed are each op's kernel cases, from its declaration (`models.calls.OpCalls.kernel_cases`): the same
+shapes `fusebench ops` times, at one prompt. Only mlx and models are imported, so the facts can be gathered inside
+a worker process.
 """
 
 from __future__ import annotations
@@ -22,17 +24,14 @@ import io
 import os
 import re
 import tempfile
-from collections.abc import Callable, Mapping, Sequence
-from dataclasses import asdict, dataclass, field
+from collections.abc import Mapping, Sequence
+from dataclasses import asdict, dataclass, field, replace
 from typing import Any
 
 import mlx.core as mx
+from mlx_lm.models.gemma4_text import ModelArgs
 
-from models.gemma4 import Attention, ModelArgs, rope_arguments
-from models.ops import REGISTRY, OpTable
-
-# Dtype names as the model's overrides spell them (models.config names the same three).
-DTYPE_NAMES: dict[str, mx.Dtype] = {"float32": mx.float32, "bfloat16": mx.bfloat16, "float16": mx.float16}
+from models.ops import REGISTRY, OpCase, calls_by_op
 
 # Primitives that only re-describe memory (strides, shape, a view): they launch no kernel. A consumer that needs
 # contiguous input may still copy inside its own evaluation; that copy is part of the consumer's kernel count.
@@ -142,126 +141,6 @@ def _stamp(fact: KernelFact) -> KernelFact:
     return fact
 
 
-# --------------------------------------------------------------------------------------- attention shapes
-
-
-@dataclass(frozen=True)
-class AttentionShape:
-    """One attention call as the model makes it: q [1, n_heads, query_len, head_dim], k/v [1, n_kv_heads, key_len,
-    head_dim]. mask: "causal", "window" (a boolean [query_len, key_len] band, for a prefill longer than the sliding
-    window) or None (decode)."""
-
-    kind: str  # "sliding" or "full"
-    phase: str  # "prefill" or "decode"
-    layer: int  # the first layer of this kind, whose module the geometry was read from
-    n_heads: int
-    n_kv_heads: int
-    head_dim: int
-    query_len: int
-    key_len: int
-    mask: str | None
-    dtype: str
-    window: int | None = None
-
-    @property
-    def label(self) -> str:
-        keys = "" if self.phase == "prefill" else f" S{self.key_len}"
-        return f"{self.kind} hd{self.head_dim} {self.phase} L{self.query_len}{keys} q{self.n_heads} kv{self.n_kv_heads}"
-
-    def arrays(
-        self, seed: int = 0, *, evaluate: bool = True
-    ) -> tuple[mx.array, mx.array, mx.array, mx.array | str | None]:
-        """Random q, k, v and the mask the model would pass, in the model's dtype (evaluated unless told not to)."""
-        dtype = _dtype(self.dtype)
-        kq, kk, kv = mx.random.split(mx.random.key(seed), 3)
-        q = mx.random.normal((1, self.n_heads, self.query_len, self.head_dim), key=kq).astype(dtype)
-        k = mx.random.normal((1, self.n_kv_heads, self.key_len, self.head_dim), key=kk).astype(dtype)
-        v = mx.random.normal((1, self.n_kv_heads, self.key_len, self.head_dim), key=kv).astype(dtype)
-        mask: mx.array | str | None = self.mask
-        if self.mask == "window":
-            # mlx-lm's create_causal_mask(N, window_size=...): causal, and no further back than the window.
-            rows = mx.arange(self.key_len - self.query_len, self.key_len)[:, None]
-            cols = mx.arange(self.key_len)[None]
-            mask = (rows >= cols) & (rows < cols + self.window)
-        if evaluate:
-            mx.eval(q, k, v, *([mask] if isinstance(mask, mx.array) else []))
-        return q, k, v, mask
-
-
-def _dtype(dtype: str | mx.Dtype) -> mx.Dtype:
-    if isinstance(dtype, mx.Dtype):
-        return dtype
-    if dtype not in DTYPE_NAMES:
-        raise ValueError(f"unknown dtype {dtype!r}; choose from {', '.join(DTYPE_NAMES)}")
-    return DTYPE_NAMES[dtype]
-
-
-def _dtype_name(dtype: str | mx.Dtype) -> str:
-    if isinstance(dtype, str):
-        _dtype(dtype)
-        return dtype
-    for name, value in DTYPE_NAMES.items():
-        if value == dtype:
-            return name
-    raise ValueError(f"unsupported dtype {dtype}; choose from {', '.join(DTYPE_NAMES)}")
-
-
-def attention_modules(config: Mapping[str, Any]) -> dict[str, tuple[int, Attention]]:
-    """The model's own attention module for the first layer of each kind ("sliding", "full"), with its layer index.
-
-    Built lazily: the projections' weights are never computed or allocated, so this is cheap at any model size.
-    """
-    args = ModelArgs.from_dict(dict(config))
-    ops = OpTable()
-    modules: dict[str, tuple[int, Attention]] = {}
-    for layer, layer_type in enumerate(args.layer_types):
-        kind = "sliding" if layer_type == "sliding_attention" else "full"
-        if kind not in modules:
-            modules[kind] = (layer, Attention(args, layer, ops))
-    return modules
-
-
-def attention_shapes(
-    config: Mapping[str, Any],
-    *,
-    prompt_tokens: int = 128,
-    context_tokens: int | None = None,
-    dtype: str | mx.Dtype = "float32",
-) -> list[AttentionShape]:
-    """Every distinct attention call of the model: each layer kind, at prefill (query length `prompt_tokens`, as
-    the first forward of a fresh cache makes it) and at decode (one query against `context_tokens` cached keys plus
-    the new one; default: the prompt, i.e. the first decode step). Sliding layers see at most `sliding_window` keys
-    when decoding, through their rotating cache, and a prefill longer than the window gets a boolean band mask."""
-    if prompt_tokens < 1:
-        raise ValueError(f"prompt_tokens={prompt_tokens}; need at least 1")
-    context = prompt_tokens if context_tokens is None else context_tokens
-    window = config.get("sliding_window")
-    dtype_name = _dtype_name(dtype)
-    shapes = []
-    for kind, (layer, module) in attention_modules(config).items():
-        geometry = {
-            "kind": kind,
-            "layer": layer,
-            "n_heads": module.n_heads,
-            "n_kv_heads": module.n_kv_heads,
-            "head_dim": module.head_dim,
-            "dtype": dtype_name,
-            "window": window if kind == "sliding" else None,
-        }
-        windowed = kind == "sliding" and window is not None
-        prefill_mask = "window" if windowed and prompt_tokens > window else "causal"
-        if prompt_tokens == 1:
-            prefill_mask = None
-        decode_keys = min(context + 1, window) if windowed else context + 1
-        shapes.append(
-            AttentionShape(
-                phase="prefill", query_len=prompt_tokens, key_len=prompt_tokens, mask=prefill_mask, **geometry
-            )
-        )
-        shapes.append(AttentionShape(phase="decode", query_len=1, key_len=decode_keys, mask=None, **geometry))
-    return shapes
-
-
 # --------------------------------------------------------------------------------------- sdpa probe
 
 
@@ -270,17 +149,16 @@ def _mlx_reason(message: str) -> str:
     return _SDPA_PREFIX.sub("", " ".join(message.split())).strip()
 
 
-def probe_sdpa(shape: AttentionShape, dtype: str | mx.Dtype | None = None) -> KernelFact:
+def probe_sdpa(case: OpCase) -> KernelFact:
     """Whether MLX has a fused kernel for this attention call: "fused" (it ran, output evaluated) or "fallback"
     with MLX's own reason. Other errors propagate: they are not an answer to the question."""
-    if dtype is not None and _dtype_name(dtype) != shape.dtype:
-        shape = AttentionShape(**{**asdict(shape), "dtype": _dtype_name(dtype)})
     # MLX decides at graph construction, from shapes, dtypes and the mask alone: the inputs need no values unless
     # the fused kernel exists and is run.
-    q, k, v, mask = shape.arrays(evaluate=False)
-    fact = KernelFact("attention", "sdpa", "force_fused", shape.label, "", "", shape.phase, shape.head_dim)
+    inputs = calls_by_op()[case.op].inputs(case, seed=0)
+    head_dim = case.shape[-1]  # q: [B, heads, L, head_dim]
+    fact = KernelFact("attention", "sdpa", "force_fused", case.label, "", "", case.phase, head_dim)
     try:
-        mx.fast.scaled_dot_product_attention(q, k, v, scale=1.0, mask=mask, force_fused=True)
+        mx.fast.scaled_dot_product_attention(*inputs.args, **inputs.kwargs, force_fused=True)
     except TypeError:
         # An mlx before force_fused (run --against-env, bisect --package) cannot answer; the run goes on.
         fact.status, fact.reason = "unknown", f"mlx {mx.__version__} has no force_fused to ask"
@@ -290,8 +168,8 @@ def probe_sdpa(shape: AttentionShape, dtype: str | mx.Dtype | None = None) -> Ke
             raise
         fact.status, fact.reason = "fallback", _mlx_reason(str(err))
         return _stamp(fact)
-    mx.eval(q, k, v, *([mask] if isinstance(mask, mx.array) else []))
-    out = mx.fast.scaled_dot_product_attention(q, k, v, scale=1.0, mask=mask, force_fused=True)
+    mx.eval(inputs.arrays)
+    out = mx.fast.scaled_dot_product_attention(*inputs.args, **inputs.kwargs, force_fused=True)
     nodes = graph_nodes(out)
     mx.eval(out)
     fact.status = "fused"
@@ -390,7 +268,6 @@ def probe_compiled(
     *,
     shape_label: str = "",
     phase: str | None = None,
-    head_dim: int | None = None,
 ) -> KernelFact:
     """Call a registered variant on `args` (evaluated first) and read the kernels in its lazy output graph.
 
@@ -414,108 +291,34 @@ def probe_compiled(
     else:
         status = f"{len(kernels)} kernels"
         reason = f"{len(fused)} of {len(kernels)} fused: {', '.join(kernels)}" if kernels else "no kernel"
-    fact = KernelFact(
-        op, variant, "graph", shape_label, status, reason, phase, head_dim, primitives, len(kernels), fused
-    )
+    fact = KernelFact(op, variant, "graph", shape_label, status, reason, phase, None, primitives, len(kernels), fused)
     return _stamp(fact)
 
 
-# --------------------------------------------------------------------------------------- the model's op calls
+# --------------------------------------------------------------------------------------- every op
 
 
-@dataclass(frozen=True)
-class OpCall:
-    """Representative arguments of one op as the model calls it."""
-
-    op: str
-    label: str
-    make: Callable[[], tuple[tuple[Any, ...], dict[str, Any]]]
-    phase: str | None = None
-    head_dim: int | None = None
-
-
-def op_calls(config: Mapping[str, Any], *, prompt_tokens: int = 128, dtype: str | mx.Dtype = "float32") -> list[OpCall]:
-    """One call per op at a decode step (one token: the elementwise ops' graph does not depend on the length, and
-    the tensors stay small), plus attention and rope at every attention shape and kind."""
-    dt = _dtype(dtype)
-    hidden, width = config["hidden_size"], config["intermediate_size"]
-    vocab, cap = config["vocab_size"], config.get("final_logit_softcapping") or 30.0
-    eps = config.get("rms_norm_eps", 1e-6)
-    key = mx.random.key(0)
-
-    def normal(*shape: int) -> mx.array:
-        return mx.random.normal(shape, key=key).astype(dt)
-
-    calls = [
-        OpCall(
-            "geglu", f"mlp decode L1 [1,1,{width}]", lambda: ((normal(1, 1, width), normal(1, 1, width)), {}), "decode"
-        ),
-        OpCall(
-            "softcap", f"logits decode L1 [1,1,{vocab}] cap {cap:g}", lambda: ((normal(1, 1, vocab), cap), {}), "decode"
-        ),
-        OpCall(
-            "rms_norm",
-            f"hidden decode L1 [1,1,{hidden}]",
-            lambda: ((normal(1, 1, hidden), mx.ones((hidden,), dtype=dt), eps), {}),
-            "decode",
-        ),
-    ]
-    for kind, (_, module) in attention_modules(config).items():
-        rope_args = rope_arguments(module.rope)
-        n_heads, head_dim = module.n_heads, module.head_dim
-
-        def rope_call(n_heads: int = n_heads, head_dim: int = head_dim, rope_args: dict = rope_args):
-            # As Attention._rotate at decode: one position, the cache offset as an array.
-            return (normal(1, n_heads, 1, head_dim),), {**rope_args, "offset": mx.array(prompt_tokens)}
-
-        label = f"{kind} hd{head_dim} decode L1 q{n_heads} rotary dims {rope_args['dims']}"
-        calls.append(OpCall("rope", label, rope_call, "decode", head_dim))
-    for shape in attention_shapes(config, prompt_tokens=prompt_tokens, dtype=dtype):
-
-        def attention_call(shape: AttentionShape = shape):
-            q, k, v, mask = shape.arrays()
-            return (q, k, v), {"scale": 1.0, "mask": mask}
-
-        calls.append(OpCall("attention", shape.label, attention_call, shape.phase, shape.head_dim))
-    return calls
-
-
-def kernel_facts(
-    config: Mapping[str, Any], *, prompt_tokens: int = 128, dtype: str | mx.Dtype = "float32"
-) -> list[dict[str, Any]]:
-    """Every kernel fact for one model config, as JSON-serializable dicts: the sdpa force_fused probe at each
-    attention shape, then the graph of every registered variant of every op at its representative call."""
-    facts = [
-        probe_sdpa(shape).to_dict() for shape in attention_shapes(config, prompt_tokens=prompt_tokens, dtype=dtype)
-    ]
-    calls = op_calls(config, prompt_tokens=prompt_tokens, dtype=dtype)
+def kernel_facts(args: ModelArgs, *, prompt_tokens: int = 128, dtype: str = "float32") -> list[KernelFact]:
+    """Every kernel fact for one model: the sdpa force_fused probe at each of attention's kernel cases, then the
+    graph of every registered variant of every op at each of its kernel cases."""
+    calls = calls_by_op()
+    cases = {op: [replace(case, dtype=dtype) for case in op_calls.kernel_cases(args, prompt_tokens)]
+             for op, op_calls in calls.items()}
+    facts = [probe_sdpa(case) for case in cases.get("attention", [])]
     for op, spec in REGISTRY.items():
-        op_calls_here = [c for c in calls if c.op == op]
-        if not op_calls_here:
-            for variant in spec.variants:
-                fact = KernelFact(op, variant, "graph", "", "not probed", f"no representative call of {op} known")
-                facts.append(_stamp(fact).to_dict())
-            continue
-        for call in op_calls_here:
-            args, kwargs = call.make()
-            for variant in spec.variants:
-                try:
-                    fact = probe_compiled(
-                        op, variant, args, kwargs, shape_label=call.label, phase=call.phase, head_dim=call.head_dim
-                    )
-                except Exception as err:  # a plugin variant that cannot run at this shape is a fact too
-                    message = " ".join(str(err).split())
-                    fact = _stamp(
-                        KernelFact(
-                            op,
-                            variant,
-                            "graph",
-                            call.label,
-                            "error",
-                            f"{type(err).__name__}: {message}",
-                            call.phase,
-                            call.head_dim,
-                        )
-                    )
-                facts.append(fact.to_dict())
+        if not cases.get(op):
+            facts += [_stamp(KernelFact(op, variant, "graph", "", "not probed", f"{op} declares no call to probe"))
+                      for variant in spec.variants]
+        for case in cases.get(op, []):
+            inputs = calls[op].inputs(case, seed=0)
+            facts += [_probe_variant(case, variant, inputs.args, inputs.kwargs) for variant in spec.variants]
     return facts
+
+
+def _probe_variant(case: OpCase, variant: str, args: Sequence[Any], kwargs: Mapping[str, Any]) -> KernelFact:
+    try:
+        return probe_compiled(case.op, variant, args, kwargs, shape_label=case.label, phase=case.phase)
+    except Exception as err:  # a plugin variant that cannot run at this shape is a fact too
+        message = " ".join(str(err).split())
+        return _stamp(KernelFact(case.op, variant, "graph", case.label, "error", f"{type(err).__name__}: {message}",
+                                 case.phase))

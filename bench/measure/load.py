@@ -10,7 +10,8 @@ import os
 import threading
 import time
 from dataclasses import dataclass
-from typing import Any
+
+from ..core.records import LoadSummary, MachineLoad
 
 _TICKS = os.sysconf("SC_CLK_TCK") if hasattr(os, "sysconf") else 100
 
@@ -56,21 +57,35 @@ def _our_seconds() -> float:
     return total / _TICKS
 
 
-def _share(before: CpuTimes, after: CpuTimes) -> dict[str, float]:
+@dataclass(frozen=True)
+class Share:
     """Over an interval, in cores: other processes' busy time, and the steal time, per second of wall time."""
-    wall = max(after.at - before.at, 1e-6)
-    others = max(0.0, (after.busy - before.busy) - (after.ours - before.ours))
-    return {"other_cores": others / wall, "steal_cores": max(0.0, after.steal - before.steal) / wall}
+
+    other_cores: float
+    steal_cores: float
+
+    @classmethod
+    def between(cls, before: CpuTimes, after: CpuTimes) -> Share:
+        wall = max(after.at - before.at, 1e-6)
+        others = max(0.0, (after.busy - before.busy) - (after.ours - before.ours))
+        return cls(others / wall, max(0.0, after.steal - before.steal) / wall)
 
 
-def preflight(seconds: float = 1.0) -> dict[str, Any] | None:
+@dataclass(frozen=True)
+class Sample:
+    share: Share
+    loadavg_1m: float
+
+
+def preflight(seconds: float = 1.0) -> MachineLoad | None:
     """The machine before the run: load average, and what other processes and the hypervisor took for `seconds`."""
     before = _cpu_times()
     if before is None:
         return None
     time.sleep(seconds)
-    after = _cpu_times()
-    return {"loadavg_1m": os.getloadavg()[0], "cores": os.cpu_count(), **_share(before, after)}
+    share = Share.between(before, _cpu_times())
+    return MachineLoad(loadavg_1m=os.getloadavg()[0], cores=os.cpu_count(), other_cores=share.other_cores,
+                       steal_cores=share.steal_cores)
 
 
 class LoadSampler:
@@ -78,7 +93,7 @@ class LoadSampler:
 
     def __init__(self, interval_s: float = 1.0) -> None:
         self.interval_s = interval_s
-        self.samples: list[dict[str, float]] = []
+        self.samples: list[Sample] = []
         self._stop = threading.Event()
         self._thread = threading.Thread(target=self._loop, daemon=True)
 
@@ -96,16 +111,22 @@ class LoadSampler:
             after = _cpu_times()
             if after is None:
                 return
-            self.samples.append({**_share(before, after), "loadavg_1m": os.getloadavg()[0]})
+            self.samples.append(Sample(Share.between(before, after), os.getloadavg()[0]))
             before = after
 
-    def summary(self) -> dict[str, Any] | None:
+    def summary(self) -> LoadSummary | None:
         if not self.samples:
             return None
-        keys = self.samples[0].keys()
-        return {
-            "samples": len(self.samples),
-            "interval_s": self.interval_s,
-            **{f"{key}_mean": round(sum(s[key] for s in self.samples) / len(self.samples), 3) for key in keys},
-            **{f"{key}_max": round(max(s[key] for s in self.samples), 3) for key in keys},
-        }
+        others = [s.share.other_cores for s in self.samples]
+        steal = [s.share.steal_cores for s in self.samples]
+        loadavg = [s.loadavg_1m for s in self.samples]
+        return LoadSummary(
+            samples=len(self.samples), interval_s=self.interval_s,
+            other_cores_mean=_mean(others), steal_cores_mean=_mean(steal), loadavg_1m_mean=_mean(loadavg),
+            other_cores_max=round(max(others), 3), steal_cores_max=round(max(steal), 3),
+            loadavg_1m_max=round(max(loadavg), 3),
+        )
+
+
+def _mean(values: list[float]) -> float:
+    return round(sum(values) / len(values), 3)

@@ -1,4 +1,4 @@
-"""User plugins: Python files outside the package that register op variants.
+"""User plugins: Python files outside the package that register op variants, or declare new ops.
 
 A plugin is a plain file that uses the stable import:
 
@@ -8,12 +8,16 @@ A plugin is a plain file that uses the stable import:
     def softcap_mine(x, cap):
         ...
 
+A new op is declared as models/ops.py declares the built-in ones: `declare` it, `register` its variants (its
+reference and default among them) and, for `fusebench ops` and `fusebench kernels`, `register_calls` its calls.
+
 `load_plugins` imports each file by path and reports its sha256, so a result can name exactly which code ran.
 Anything that goes wrong while importing, a syntax error, an exception at import time, a variant for an op that does
 not exist, becomes one `PluginError` line: `FILE:LINE: plugin: <ExceptionType>: <message>`. A failed plugin leaves
 the registry as it found it. Loading the same file again is harmless: unchanged, it is not re-imported; changed, it
-replaces the variants it registered before. A plugin may not replace a variant that it does not own (a built-in or
-another plugin's): that would silently change what an existing name measures.
+replaces the variants (and ops) it registered before. A plugin may not replace a variant that it does not own (a
+built-in or another plugin's), nor declare an op that exists: that would silently change what an existing name
+measures.
 """
 
 from __future__ import annotations
@@ -28,7 +32,7 @@ from pathlib import Path
 from types import TracebackType
 from typing import Any
 
-from models.ops import REGISTRY, op_choices
+from models.ops import REGISTRY, OpCalls, OpSpec, op_choices
 
 from ..core.errors import UserError
 from ..core.spec import Experiment, resolve_ops
@@ -44,9 +48,11 @@ class PluginInfo:
     sha256: str
     module: str  # the name it was imported under (in sys.modules)
     variants: tuple[tuple[str, str], ...]  # (op, variant) pairs the file registered
+    ops: tuple[str, ...] = ()  # the ops the file declared
 
     def to_dict(self) -> dict[str, Any]:
-        return {"path": str(self.path), "sha256": self.sha256, "module": self.module, "variants": list(self.variants)}
+        return {"path": str(self.path), "sha256": self.sha256, "module": self.module, "variants": list(self.variants),
+                "ops": list(self.ops)}
 
 
 # What this process has loaded: by resolved path, and which plugin owns each (op, variant) it registered.
@@ -54,14 +60,25 @@ _LOADED: dict[Path, PluginInfo] = {}
 _OWNERS: dict[tuple[str, str], Path] = {}
 
 
-def _snapshot() -> dict[str, dict[str, Callable[..., Any]]]:
-    return {op: dict(spec.variants) for op, spec in REGISTRY.items()}
+@dataclass(frozen=True)
+class _Saved:
+    spec: OpSpec
+    variants: dict[str, Callable[..., Any]]
+    calls: OpCalls | None
 
 
-def _restore(snapshot: dict[str, dict[str, Callable[..., Any]]]) -> None:
-    for op, spec in REGISTRY.items():
-        spec.variants.clear()
-        spec.variants.update(snapshot.get(op, {}))
+def _snapshot() -> dict[str, _Saved]:
+    return {op: _Saved(spec, dict(spec.variants), spec.calls) for op, spec in REGISTRY.items()}
+
+
+def _restore(snapshot: dict[str, _Saved]) -> None:
+    """The registry as the snapshot found it: the same ops in the same order, each with its variants and calls."""
+    REGISTRY.clear()
+    for op, saved in snapshot.items():
+        saved.spec.variants.clear()
+        saved.spec.variants.update(saved.variants)
+        saved.spec.calls = saved.calls
+        REGISTRY[op] = saved.spec
 
 
 def _one_line(text: str) -> str:
@@ -100,7 +117,7 @@ def _module_name(path: Path) -> str:
 def _still_registered(info: PluginInfo) -> bool:
     """Whether the plugin's module and every variant it registered are still in place (nobody removed them since),
     so that an unchanged file need not be imported again."""
-    if info.module not in sys.modules:
+    if info.module not in sys.modules or not all(op in REGISTRY for op in info.ops):
         return False
     return all(
         op in REGISTRY and variant in REGISTRY[op].variants and _OWNERS.get((op, variant)) == info.path
@@ -134,6 +151,8 @@ def load_plugin(path: Path | str) -> PluginInfo:
 
     location = str(resolved)
     before = _snapshot()
+    for op in previous.ops if previous is not None else ():
+        REGISTRY.pop(op, None)  # a changed file declares its ops anew
     spec = importlib.util.spec_from_file_location(name, location)
     if spec is None or spec.loader is None:
         raise PluginError(f"{shown}: plugin: ImportError: not an importable Python file")
@@ -148,13 +167,15 @@ def load_plugin(path: Path | str) -> PluginInfo:
         where = f"{shown}:{line}" if line else shown
         raise PluginError(f"{where}: plugin: {type(err).__name__}: {_message(err)}") from err
 
+    declared = tuple(op for op, spec_ in REGISTRY.items() if op not in before or before[op].spec is not spec_)
     registered = []
     for op, spec_ in REGISTRY.items():
+        had = before[op].variants if op in before else {}
         for variant, fn in spec_.variants.items():
-            if before.get(op, {}).get(variant) is fn:
+            if had.get(variant) is fn:
                 continue
             owner = _OWNERS.get((op, variant))
-            if variant in before.get(op, {}) and owner != resolved:
+            if variant in had and owner != resolved:
                 sys.modules.pop(name, None)
                 _restore(before)
                 by = f"plugin {owner}" if owner else "models.ops"
@@ -169,12 +190,13 @@ def load_plugin(path: Path | str) -> PluginInfo:
     if previous is not None:
         for op, variant in previous.variants:
             if (op, variant) not in registered and _OWNERS.get((op, variant)) == resolved:
-                REGISTRY[op].variants.pop(variant, None)
+                if op in REGISTRY:
+                    REGISTRY[op].variants.pop(variant, None)
                 _OWNERS.pop((op, variant), None)
 
     for key in registered:
         _OWNERS[key] = resolved
-    info = PluginInfo(resolved, digest, name, tuple(registered))
+    info = PluginInfo(resolved, digest, name, tuple(registered), declared)
     _LOADED[resolved] = info
     return info
 

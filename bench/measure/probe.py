@@ -12,25 +12,39 @@ import os
 import subprocess
 import sys
 from collections.abc import Callable
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
+from ..core.records import Env
 from .env import blas_preload_env, collect_env, default_threads, probe_peaks, thread_env
 
-PROBES: dict[str, Callable[[], dict[str, Any]]] = {"env": collect_env, "peaks": probe_peaks}
+if TYPE_CHECKING:
+    from .roofline import PeakProbe
+
+PROBES: dict[str, Callable[[], Env | PeakProbe]] = {"env": collect_env, "peaks": probe_peaks}
 
 
-def probe_in(env: dict[str, str], what: str) -> dict[str, Any]:
-    """Run probe `what` (env or peaks) in a fresh process with environment `env`."""
+def _probe_in(env: dict[str, str], what: str) -> Any:
+    """The JSON object probe `what` prints, run in a fresh process with environment `env`."""
     done = subprocess.run([sys.executable, "-m", __name__, what], env=env, capture_output=True, text=True, check=True)
     return json.loads(done.stdout.strip().splitlines()[-1])
 
 
-def worker_environment(blas: str, threads: int | None = None) -> tuple[dict[str, str], dict[str, Any]]:
+def probe_env(env: dict[str, str]) -> Env:
+    """What a process started with environment `env` really loads (collect_env there)."""
+    return _probe_in(env, "env")
+
+
+def probe_peaks_in(env: dict[str, str]) -> PeakProbe:
+    """This machine's matmul and memory peaks under environment `env`'s BLAS and threads (probe_peaks there)."""
+    return _probe_in(env, "peaks")
+
+
+def worker_environment(blas: str, threads: int | None = None) -> tuple[dict[str, str], Env]:
     """The workers' environment (an optimized BLAS preloaded when there is one, its threads limited to `threads`,
     by default all cores but one) and what a process started with it really loads."""
     env, _ = blas_preload_env(blas, os.environ)
     env = thread_env(env, threads or default_threads())
-    return env, probe_in(env, "env")
+    return env, probe_env(env)
 
 
 def main() -> None:

@@ -18,9 +18,10 @@ from __future__ import annotations
 
 import json
 import re
+from dataclasses import dataclass
 from functools import cache, lru_cache
 from pathlib import Path
-from typing import Any
+from typing import Any, TypedDict
 
 import yaml
 from mlx.utils import tree_flatten
@@ -32,6 +33,62 @@ from models.loading import MX_DTYPES, build_model, cast_weights, quantize_weight
 CHIPS_FILE = Path(__file__).parents[1] / "data" / "chips.yaml"
 CHIP_FIELDS = ("name", "match", "fp32_tflops", "bf16_tflops", "memory_gbps", "source")
 ROLES = ("body", "head", "experts", "lookup")
+
+
+class _PeakFigures(TypedDict):
+    name: str
+    fp32_tflops: float
+    bf16_tflops: float | None
+    memory_gbps: float
+    source: str
+
+
+class Peak(_PeakFigures, total=False):
+    """A machine's peak, as chips.yaml lists a known chip's and as the run header's `peak` records it."""
+
+    match: list[str]  # a known chip's patterns for the device name
+    confidence: str  # "published" or "approximate" (chips.yaml), "measured"
+    note: str
+
+
+class _ProbeFigures(TypedDict):
+    matmul_gflops: float
+    matmul_shape: str
+    copy_gbps: float
+    copy_bytes: int
+
+
+class PeakProbe(_ProbeFigures, total=False):
+    """The figures of bench.measure.env.probe_peaks() that a peak is made of."""
+
+    gemv_read_gbps: float  # absent from a probe made before the matrix-vector read was measured
+
+
+class DeviceEnv(TypedDict, total=False):
+    """The fields of a run header's env that name its device."""
+
+    backend: str
+    device: str
+
+
+class TrialTimes(TypedDict):
+    """The fields of a trial record that its rates are computed from."""
+
+    prefill_s: float
+    gen_s: float | None  # None where the trial did not generate
+
+
+class Rates(TypedDict):
+    prefill_tflops: float
+    gen_gbps: float | None
+
+
+class PeakShares(TypedDict):
+    """Rates as % of the peak, as a trial record carries them."""
+
+    prefill_pct_of_peak: float | None
+    gen_pct_of_peak: float | None
+    above_peak: list[str]  # the metrics whose rate exceeded the peak
 
 
 # --- parameters ----------------------------------------------------------------------------------
@@ -48,9 +105,16 @@ def parameter_role(name: str, tied: bool) -> str:
     return "experts" if ".experts." in name else "body"
 
 
+@dataclass(frozen=True)
+class RoleTotals:
+    """Per role (ROLES): parameter count (of the float model) and bytes (in the model's dtype, quantized if asked)."""
+
+    params: dict[str, int]
+    nbytes: dict[str, int]
+
+
 @lru_cache(maxsize=32)
-def _role_totals(config_json: str, dtype: str, quantize: str | None) -> dict[str, dict[str, int]]:
-    """Per role: parameter count (of the float model) and bytes (in `dtype`, quantized if asked)."""
+def _role_totals(config_json: str, dtype: str, quantize: str | None) -> RoleTotals:
     config = json.loads(config_json)
     tied = ModelArgs.from_dict(config).tie_word_embeddings
     counts = dict.fromkeys(ROLES, 0)
@@ -63,10 +127,10 @@ def _role_totals(config_json: str, dtype: str, quantize: str | None) -> dict[str
     nbytes = dict.fromkeys(ROLES, 0)
     for name, value in tree_flatten(stored.parameters()):
         nbytes[parameter_role(name, tied)] += value.nbytes
-    return {"params": counts, "bytes": nbytes}
+    return RoleTotals(counts, nbytes)
 
 
-def role_totals(config: dict[str, Any], dtype: str = "float32", quantize: str | None = None) -> dict[str, dict]:
+def role_totals(config: dict[str, Any], dtype: str = "float32", quantize: str | None = None) -> RoleTotals:
     """Cached per config: building even the lazy 31B takes a moment, and a report asks once per cell."""
     return _role_totals(json.dumps(config, sort_keys=True), dtype, quantize)
 
@@ -82,21 +146,29 @@ def attended_pairs(length: int, window: int | None = None) -> int:
     return window * (window + 1) // 2 + (length - window) * window
 
 
-def _layers(args: ModelArgs) -> list[dict[str, Any]]:
-    """Per layer: query heads, head_dim, KV heads, window (None for full attention), and whether it owns a cache."""
+@dataclass(frozen=True)
+class LayerAttention:
+    """One layer's attention: its window is None for full attention; owns_kv: it has a cache of its own."""
+
+    heads: int
+    head_dim: int
+    kv_heads: int
+    window: int | None
+    owns_kv: bool
+
+    def kv_bytes_per_token(self, itemsize: int) -> int:
+        # K and V are both cached, even in K=V layers, where V is K normalized differently.
+        return 2 * self.kv_heads * self.head_dim * itemsize
+
+
+def _layers(args: ModelArgs) -> list[LayerAttention]:
     first_shared = args.num_hidden_layers - args.num_kv_shared_layers
     layers = []
     for i, layer_type in enumerate(args.layer_types):
         head_dim, kv_heads = attention_heads(vars(args), layer_type)
         window = args.sliding_window if layer_type == "sliding_attention" else None
-        layers.append({"heads": args.num_attention_heads, "head_dim": head_dim, "kv_heads": kv_heads,
-                       "window": window, "owns_kv": i < first_shared})
+        layers.append(LayerAttention(args.num_attention_heads, head_dim, kv_heads, window, i < first_shared))
     return layers
-
-
-def _kv_bytes_per_token(layer: dict[str, Any], itemsize: int) -> int:
-    # K and V are both cached, even in K=V layers, where V is K normalized differently.
-    return 2 * layer["kv_heads"] * layer["head_dim"] * itemsize
 
 
 def _keys_read(prompt_tokens: int, steps: int, window: int | None) -> int:
@@ -107,10 +179,31 @@ def _keys_read(prompt_tokens: int, steps: int, window: int | None) -> int:
 # --- the work of a cell --------------------------------------------------------------------------
 
 
+@dataclass(frozen=True)
+class CellWork:
+    """The work of one trial of a cell: the prefill's FLOPs and the generation's bytes."""
+
+    params_total: int
+    params_active: int  # per token: the body, the experts at their top_k share, the LM head
+    params_head: int
+    params_experts: int
+    params_lookup: int
+    prefill_tokens: int
+    prefill_matmul_flops: int
+    prefill_attention_flops: int
+    prefill_flops: int
+    gen_steps: int
+    gen_weight_bytes_per_step: int
+    gen_kv_read_bytes: int
+    gen_kv_write_bytes: int
+    gen_bytes: int
+    gen_bytes_per_token: float | None  # None where the trial does not generate
+
+
 def cell_work(
     config: dict[str, Any], prompt_tokens: int, gen_tokens: int, batch: int, *, dtype: str = "float32",
     quantize: str | None = None,
-) -> dict[str, Any]:
+) -> CellWork:
     """FLOPs of the prefill and bytes moved by the generation of one trial of a cell.
 
     `gen_tokens - 1` decode steps follow the prefill (its first token comes with the prefill), as bench.measure.worker
@@ -118,12 +211,12 @@ def cell_work(
     """
     args = ModelArgs.from_dict(config)
     totals = role_totals(config, dtype, quantize)
-    params, nbytes = totals["params"], totals["bytes"]
+    params, nbytes = totals.params, totals.nbytes
     expert_share = args.top_k_experts / args.num_experts if args.enable_moe_block else 0.0
     per_token_params = params["body"] + round(params["experts"] * expert_share)
     layers = _layers(args)
     attention_flops = batch * sum(
-        4 * layer["heads"] * layer["head_dim"] * attended_pairs(prompt_tokens, layer["window"]) for layer in layers
+        4 * layer.heads * layer.head_dim * attended_pairs(prompt_tokens, layer.window) for layer in layers
     )
     matmul_flops = 2 * per_token_params * batch * prompt_tokens + 2 * params["head"] * batch
     steps = max(0, gen_tokens - 1)
@@ -131,66 +224,69 @@ def cell_work(
     step_expert_share = min(1.0, batch * expert_share)
     weight_bytes = nbytes["body"] + nbytes["head"] + round(nbytes["experts"] * step_expert_share)
     itemsize = DTYPE_BYTES[dtype]
-    kv_write = batch * steps * sum(_kv_bytes_per_token(layer, itemsize) for layer in layers if layer["owns_kv"])
+    kv_write = batch * steps * sum(layer.kv_bytes_per_token(itemsize) for layer in layers if layer.owns_kv)
     kv_read = batch * sum(
-        _kv_bytes_per_token(layer, itemsize) * _keys_read(prompt_tokens, steps, layer["window"]) for layer in layers
+        layer.kv_bytes_per_token(itemsize) * _keys_read(prompt_tokens, steps, layer.window) for layer in layers
     )
     gen_bytes = steps * weight_bytes + kv_read + kv_write
-    return {
-        "params_total": sum(params.values()),
-        "params_active": per_token_params + params["head"],
-        "params_head": params["head"],
-        "params_experts": params["experts"],
-        "params_lookup": params["lookup"],
-        "prefill_tokens": batch * prompt_tokens,
-        "prefill_matmul_flops": matmul_flops,
-        "prefill_attention_flops": attention_flops,
-        "prefill_flops": matmul_flops + attention_flops,
-        "gen_steps": steps,
-        "gen_weight_bytes_per_step": weight_bytes,
-        "gen_kv_read_bytes": kv_read,
-        "gen_kv_write_bytes": kv_write,
-        "gen_bytes": gen_bytes,
-        "gen_bytes_per_token": gen_bytes / (batch * steps) if steps else None,
-    }
+    return CellWork(
+        params_total=sum(params.values()),
+        params_active=per_token_params + params["head"],
+        params_head=params["head"],
+        params_experts=params["experts"],
+        params_lookup=params["lookup"],
+        prefill_tokens=batch * prompt_tokens,
+        prefill_matmul_flops=matmul_flops,
+        prefill_attention_flops=attention_flops,
+        prefill_flops=matmul_flops + attention_flops,
+        gen_steps=steps,
+        gen_weight_bytes_per_step=weight_bytes,
+        gen_kv_read_bytes=kv_read,
+        gen_kv_write_bytes=kv_write,
+        gen_bytes=gen_bytes,
+        gen_bytes_per_token=gen_bytes / (batch * steps) if steps else None,
+    )
 
 
-def achieved(trial_row: dict[str, Any], work: dict[str, Any]) -> dict[str, float | None]:
+def achieved(trial: TrialTimes, work: CellWork) -> Rates:
     """TFLOP/s of a trial's prefill and GB/s of its generation (None where it did not generate)."""
-    gen_s = trial_row.get("gen_s")
+    gen_s = trial.get("gen_s")
     return {
-        "prefill_tflops": work["prefill_flops"] / trial_row["prefill_s"] / 1e12,
-        "gen_gbps": work["gen_bytes"] / gen_s / 1e9 if gen_s and work["gen_steps"] else None,
+        "prefill_tflops": work.prefill_flops / trial["prefill_s"] / 1e12,
+        "gen_gbps": work.gen_bytes / gen_s / 1e9 if gen_s and work.gen_steps else None,
     }
 
 
-def percent_of_peak(rates: dict[str, float | None], peak: dict[str, Any] | None,
-                    dtype: str = "float32") -> dict[str, Any]:
+def percent_of_peak(rates: Rates, peak: Peak | None, dtype: str = "float32") -> PeakShares:
     """achieved() as % of a peak_for() peak; None where either side is unknown.
 
     A rate above the peak means the peak is wrong, not that the machine beat physics: its percentage is None and
     `above_peak` names the metric, so a report says "peak underestimated" instead of printing 150%. 16-bit dtypes are
     held against the chip's bf16 figure (fp16 runs at the same rate on every chip listed).
     """
-    roofs = {
-        "prefill": (rates.get("prefill_tflops"), None if peak is None else peak.get(
-            "fp32_tflops" if dtype == "float32" else "bf16_tflops")),
-        "gen": (rates.get("gen_gbps"), None if peak is None else peak.get("memory_gbps")),
-    }
-    percent = {metric: None if value is None or not roof else 100.0 * value / roof
-               for metric, (value, roof) in roofs.items()}
-    above = [metric for metric, pct in percent.items() if pct is not None and pct > 100.0]
+    compute_roof = memory_roof = None
+    if peak is not None:
+        compute_roof = peak.get("fp32_tflops") if dtype == "float32" else peak.get("bf16_tflops")
+        memory_roof = peak.get("memory_gbps")
+    prefill = _percent(rates.get("prefill_tflops"), compute_roof)
+    gen = _percent(rates.get("gen_gbps"), memory_roof)
+    above = [metric for metric, pct in (("prefill", prefill), ("gen", gen)) if pct is not None and pct > 100.0]
     return {
-        **{f"{metric}_pct_of_peak": None if metric in above else pct for metric, pct in percent.items()},
+        "prefill_pct_of_peak": None if "prefill" in above else prefill,
+        "gen_pct_of_peak": None if "gen" in above else gen,
         "above_peak": above,
     }
+
+
+def _percent(value: float | None, roof: float | None) -> float | None:
+    return None if value is None or not roof else 100.0 * value / roof
 
 
 # --- peaks ---------------------------------------------------------------------------------------
 
 
 @cache
-def load_chips(path: Path = CHIPS_FILE) -> tuple[dict[str, Any], ...]:
+def load_chips(path: Path = CHIPS_FILE) -> tuple[Peak, ...]:
     """The known chips, each checked to have every field of CHIP_FIELDS."""
     chips = yaml.safe_load(path.read_text())["chips"]
     for i, chip in enumerate(chips):
@@ -200,7 +296,7 @@ def load_chips(path: Path = CHIPS_FILE) -> tuple[dict[str, Any], ...]:
     return tuple(chips)
 
 
-def match_chip(device: str, chips: tuple[dict[str, Any], ...] | None = None) -> dict[str, Any] | None:
+def match_chip(device: str, chips: tuple[Peak, ...] | None = None) -> Peak | None:
     """The chip whose pattern matches the longest part of the device name ("Apple M2 Max" is the M2 Max, not the
     M2), or None."""
     best, best_length = None, 0
@@ -212,7 +308,7 @@ def match_chip(device: str, chips: tuple[dict[str, Any], ...] | None = None) -> 
     return best
 
 
-def probe_peak(probe: dict[str, Any]) -> dict[str, Any]:
+def probe_peak(probe: PeakProbe) -> Peak:
     """A bench.measure.env.probe_peaks() result in the form of a chips.yaml entry."""
     return {
         "name": "measured on this machine",
@@ -226,7 +322,7 @@ def probe_peak(probe: dict[str, Any]) -> dict[str, Any]:
     }
 
 
-def peak_for(env: dict[str, Any], probe: dict[str, Any] | None = None) -> dict[str, Any] | None:
+def peak_for(env: DeviceEnv, probe: PeakProbe | None = None) -> Peak | None:
     """The peak to compare with: the probe's if given, else the known chip env["device"] names, else None.
 
     The table lists GPUs only, so a CPU-backend run (even on an Apple chip) matches nothing there.

@@ -12,30 +12,40 @@ from __future__ import annotations
 import json
 import os
 import time
-from collections.abc import Callable, Iterable, Sequence
+from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
 from datetime import datetime
 from pathlib import Path
-from typing import Any
 
 from rich.console import Console
 from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn, TimeRemainingColumn
 from rich.table import Table
 
-from ..analysis.inference import paired_estimate
+from ..analysis.inference import PairedEstimate, paired_estimate
 from ..analysis.stopping import RoundBudget, StagePlan, print_level
 from ..core.fingerprint import fingerprint
-from ..core.records import METRICS, ResultsError, new_run_id, run_header
-from ..core.results import Results, ResultsWriter, read_results
+from ..core.records import (
+    METRICS,
+    BuildEnvironment,
+    BuildFields,
+    CellFields,
+    Env,
+    PluginFile,
+    StoredExperiment,
+    new_run_id,
+    run_header,
+)
+from ..core.results import ResultsWriter
 from ..core.spec import MIN_AUTO_ROUNDS, Cell, Experiment, ModelSpec, shard_cells
 from ..present.format import format_count
 from .env import blas_warning, default_threads
-from .job import CellShape, Command, Gate, ModelRef, WorkerJob
+from .job import Agreement, CellShape, Command, Gate, Measured, Result, Trial, WorkerJob, result_fields, result_kind
 from .load import LoadSampler, preflight
 from .memory import memory_verdict, model_config
 from .plugins import load_plugins
-from .probe import probe_in, worker_environment
-from .roofline import achieved, cell_work, peak_for, percent_of_peak
+from .probe import probe_peaks_in, worker_environment
+from .resume import DoneWork, resume_state
+from .roofline import CellWork, Peak, PeakProbe, PeakShares, Rates, achieved, cell_work, peak_for, percent_of_peak
 from .schedule import centre_order, round_plan
 from .session import CURRENT, Build, WorkerFailed, WorkerSession
 from .worker import ATOL_BY_DTYPE
@@ -47,7 +57,7 @@ PEAK_CACHE = Path(os.environ.get("XDG_CACHE_HOME") or Path.home() / ".cache") / 
 class ModelJob:
     model: ModelSpec
     cells: list[Cell]
-    done: set[tuple] = field(default_factory=set)
+    done: DoneWork = field(default_factory=DoneWork)
 
 
 @dataclass
@@ -62,55 +72,36 @@ class RunOptions:
     current: Build = CURRENT  # another tree or environment under test (bisect, run --against-env)
 
 
-def cell_meta(cell: Cell, run_id: str) -> dict[str, Any]:
+def cell_meta(cell: Cell, run_id: str) -> CellFields:
     """The fields every record of a cell carries, so each line of the results file stands on its own."""
     m, w = cell.model, cell.workload
-    return {
-        "run_id": run_id,
-        "cell": cell.key,
-        "model": m.source,
-        "model_key": m.key,
-        "size": m.label,
-        "layers": m.layers,
-        "dtype": m.dtype,
-        "quantize": m.quantize,
-        "prompt_tokens": w.prompt_tokens,
-        "gen_tokens": w.gen_tokens,
-        "batch": w.batch,
-        "workload": w.label,
-    }
+    return CellFields(
+        run_id=run_id,
+        cell=cell.key,
+        model=m.source,
+        model_key=m.key,
+        size=m.label,
+        layers=m.layers,
+        dtype=m.dtype,
+        quantize=m.quantize,
+        prompt_tokens=w.prompt_tokens,
+        gen_tokens=w.gen_tokens,
+        batch=w.batch,
+        workload=w.label,
+    )
 
 
-def done_keys(results: Results, run_id: str) -> set[tuple]:
-    """What a resumed run must not repeat."""
-    keys: set[tuple] = set()
-    for r in results.records:
-        if r.get("run_id") != run_id:
-            continue
-        build = r.get("build", CURRENT.name)
-        if r["kind"] == "trial":
-            keys.add((r["cell"], build, r["variant"], r["warmup"], r["round"]))
-        elif r["kind"] in ("correctness", "kernel"):
-            keys.add((r["cell"], build, r["kind"]))
-        elif r["kind"] == "depth":
-            keys.add((r["cell"], build, r["variant"], "depth", r["round"]))
-        elif r["kind"] in ("skip", "error", "stop"):
-            keys.add((r["cell"], r["kind"] if r["kind"] == "stop" else "closed"))
-    return keys
-
-
-def plan_jobs(cells: Iterable[Cell], done: set[tuple]) -> list[ModelJob]:
+def plan_jobs(cells: Iterable[Cell], done: DoneWork) -> list[ModelJob]:
     jobs: dict[str, ModelJob] = {}
     for cell in cells:
-        if (cell.key, "closed") in done or (cell.key, "stop") in done:
-            continue
-        jobs.setdefault(cell.model.key, ModelJob(cell.model, [], done)).cells.append(cell)
+        if not done.finished(cell.key):
+            jobs.setdefault(cell.model.key, ModelJob(cell.model, [], done)).cells.append(cell)
     return list(jobs.values())
 
 
 def worker_job(model: ModelSpec, exp: Experiment) -> WorkerJob:
     return WorkerJob(
-        model=ModelRef(model.preset, model.path, model.layers, model.dtype, model.quantize),
+        model=model,
         variants=exp.variants,
         prefill_step_size=exp.prefill_step_size,
         seed=exp.seed,
@@ -155,14 +146,14 @@ class PrecisionTarget:
                               exp.trials) if exp.precision else None
         self.stop_at, self.looks = MIN_AUTO_ROUNDS, 0
 
-    def add(self, build: str, trial: dict[str, Any]) -> None:
-        if not trial["warmup"]:
+    def add(self, build: str, trial: Trial) -> None:
+        if not trial.warmup:
+            measured = trial.measured
             if self.first_round_at is None:
-                self.first_round_at = time.monotonic() - trial["prefill_s"] - (trial["gen_s"] or 0.0)
-            self.values.setdefault((build, trial["variant"]), {})[trial["round"]] = (
-                trial["prefill_tps"], trial["gen_tps"])
+                self.first_round_at = time.monotonic() - measured.prefill_s - (measured.gen_s or 0.0)
+            self.values.setdefault((build, trial.variant), {})[trial.round] = (measured.prefill_tps, measured.gen_tps)
 
-    def _estimates(self) -> dict[str, Any]:
+    def _estimates(self) -> dict[str, PairedEstimate]:
         estimates = {}
         for a, b in self.pairs:
             rounds = sorted(set(self.values.get(a, {})) & set(self.values.get(b, {})))
@@ -218,14 +209,14 @@ def table_rows(exp: Experiment, builds: Sequence[str]) -> int:
 
 class Runner:
     def __init__(self, exp: Experiment, options: RunOptions, run_id: str, console: Console,
-                 peak: dict[str, Any] | None, env: dict[str, str]) -> None:
+                 peak: Peak | None, env: dict[str, str]) -> None:
         self.exp = exp
         self.peak = peak
         self.env = env
         self.builds = [options.current, *([options.reference] if options.reference else [])]
         self.order = centre_order(list(exp.variants), [(c.baseline, c.new) for c in exp.comparisons])
         self.cells = {cell.key: cell for cell in exp.cells()}
-        self.work: dict[str, dict[str, Any]] = {}
+        self.work: dict[str, CellWork] = {}
         self.options = options
         self.run_id = run_id
         self.console = console
@@ -256,12 +247,19 @@ class Runner:
             console=self.console, disable=self.options.quiet, transient=False,
         )
 
-    def write_record(self, writer: ResultsWriter, cell_key: str, record: dict[str, Any]) -> None:
-        if record["kind"] == "trial":
-            record = {**record, **self._roofline(cell_key, record)}
-        writer.write({"kind": record["kind"], **self.meta[cell_key], **record})
+    def write_record(self, writer: ResultsWriter, cell_key: str, kind: str, fields: Mapping[str, object]) -> None:
+        """A record of a cell: its kind, the fields every record of the cell carries, then its own."""
+        writer.write({"kind": kind, **self.meta[cell_key], **fields})
 
-    def _work(self, cell_key: str) -> dict[str, Any]:
+    def write_result(self, writer: ResultsWriter, cell_key: str, build: str, result: Result) -> None:
+        """What a build's worker found, with a trial's roofline."""
+        fields = {**result_fields(result), "build": build}
+        if isinstance(result, Trial):
+            rates, shares = self._roofline(cell_key, result.measured)
+            fields = {**fields, **rates, **shares}
+        self.write_record(writer, cell_key, result_kind(result), fields)
+
+    def _work(self, cell_key: str) -> CellWork:
         if cell_key not in self.work:
             m, w = self.cells[cell_key].model, self.cells[cell_key].workload
             self.work[cell_key] = cell_work(
@@ -269,15 +267,15 @@ class Runner:
             )
         return self.work[cell_key]
 
-    def _roofline(self, cell_key: str, trial: dict[str, Any]) -> dict[str, Any]:
+    def _roofline(self, cell_key: str, measured: Measured) -> tuple[Rates, PeakShares]:
         """Achieved TFLOP/s and GB/s of a trial, and their share of this machine's peak."""
-        rates = achieved(trial, self._work(cell_key))
+        rates = achieved({"prefill_s": measured.prefill_s, "gen_s": measured.gen_s}, self._work(cell_key))
         shares = percent_of_peak(rates, self.peak, self.cells[cell_key].model.dtype)
         self.above_peak.update(shares["above_peak"])
         for metric, value in rates.items():
             if value is not None:
                 self.best[metric] = max(self.best.get(metric, 0.0), value)
-        return {**rates, **shares}
+        return rates, shares
 
     def cell_share_s(self) -> float | None:
         return self.budget.share_s(self.spent_s, self.cells_done) if self.budget else None
@@ -289,7 +287,7 @@ class Runner:
     def _close_cells(self, writer: ResultsWriter, cells: list[Cell], kind: str, reason: str) -> None:
         for cell in cells:
             self.cell_finished(0.0)
-            self.write_record(writer, cell.key, {"kind": kind, "reason": reason})
+            self.write_record(writer, cell.key, kind, {"reason": reason})
         self.console.print(f"[yellow]{kind}[/]: {cells[0].model.size}: {reason}")
 
     def _run_model(self, job: ModelJob, writer: ResultsWriter, update: Callable) -> None:
@@ -333,7 +331,7 @@ class Runner:
 class CellRun:
     """One cell: correctness and kernel facts per build, warmups, timed rounds until the cell stops, depth rounds."""
 
-    def __init__(self, runner: Runner, cell: Cell, sessions: dict[str, WorkerSession], done: set[tuple],
+    def __init__(self, runner: Runner, cell: Cell, sessions: dict[str, WorkerSession], done: DoneWork,
                  writer: ResultsWriter, update: Callable) -> None:
         self.runner, self.exp, self.cell, self.sessions = runner, runner.exp, cell, sessions
         self.done, self.writer, self.update = done, writer, update
@@ -345,7 +343,7 @@ class CellRun:
     def run(self, first: bool) -> None:
         for build in self.sessions:
             for kind in ("correctness", "kernel"):
-                if (self.cell.key, build, kind) not in self.done:
+                if not self.done.has_facts(self.cell.key, build, kind):
                     self._request(build, Command("kernels" if kind == "kernel" else kind, self.shape))
         for w in range(self.exp.warmup):
             self._round(w, warmup=True)
@@ -357,37 +355,48 @@ class CellRun:
         per_round = len(self.exp.variants) * len(self.sessions)
         self.update(f"{self.cell.model.label} {self.cell.workload.label}: {reason}",
                     drop=(self.exp.trials - rounds) * per_round)
-        stop = {"kind": "stop", "rounds": rounds, "reason": reason, "half_width_pct": self.target.half_widths()}
-        self.runner.write_record(self.writer, self.cell.key, stop)
+        stop = {"rounds": rounds, "reason": reason, "half_width_pct": self.target.half_widths()}
+        self.runner.write_record(self.writer, self.cell.key, "stop", stop)
         self.runner.cell_finished(time.monotonic() - self.target.started)
         # One depth curve per model: it depends on the KV depth, not on the workload's prompt length.
         if self.exp.depths and first:
             for r in range(rounds):
                 for build, variant in round_plan(self.runner.order, list(self.sessions), r):
-                    if (self.cell.key, build, variant, "depth", r) not in self.done:
+                    if not self.done.has_depth(self.cell.key, build, variant, r):
                         self._request(build, Command("depth", self.shape, variant, r, depths=self.exp.depths))
+        self._shares()
+
+    def _shares(self) -> None:
+        """Each switchable op's time in a prefill and a decode step of this cell, for the expected Δ. The current
+        build only: its ops are the variants' (a reference build's may differ, and may not know the command)."""
+        if CURRENT.name not in self.sessions:
+            return
+        for r in range(self.exp.shares):
+            if not self.done.has_share(self.cell.key, r):
+                self.update(f"{self.cell.model.label} {self.cell.workload.label}: op shares, round {r + 1}")
+                self._request(CURRENT.name, Command("shares", self.shape, round=r))
 
     def _round(self, index: int, *, warmup: bool) -> None:
         for build, variant in round_plan(self.runner.order, list(self.sessions), index):
-            if (self.cell.key, build, variant, warmup, index) in self.done:
+            if self.done.has_trial(self.cell.key, build, variant, warmup, index):
                 continue
-            for record in self._request(build, Command("trial", self.shape, variant, index, warmup)):
-                self.target.add(build, record)
+            for trial in self._request(build, Command("trial", self.shape, variant, index, warmup)):
+                if isinstance(trial, Trial):
+                    self.target.add(build, trial)
                 label = "warmup" if warmup else f"round {index + 1}"
                 where = "" if len(self.sessions) == 1 else f" [{build}]"
                 self.update(f"{self.cell.model.label} {self.cell.workload.label} {variant}{where} {label}",
                             advance=1)
 
-    def _request(self, build: str, command: Command) -> list[dict[str, Any]]:
-        records = self.sessions[build].request(command, self.deadline, self.exp.timeout_s)
-        for record in records:
-            self.runner.write_record(self.writer, self.cell.key, {**record, "build": build})
-            if record["kind"] == "correctness" and not record["passed"]:
+    def _request(self, build: str, command: Command) -> list[Result]:
+        results = self.sessions[build].request(command, self.deadline, self.exp.timeout_s)
+        for result in results:
+            self.runner.write_result(self.writer, self.cell.key, build, result)
+            if isinstance(result, Agreement) and not result.passed:
                 self.runner.console.print(
-                    f"[red]correctness[/]: {record['variant']} differs from {record['reference']} on "
-                    f"{self.cell.key} ({build} build): max |Δlogit| {record['max_abs_err']:.3g} > "
-                    f"{record['atol']:.3g}")
-        return records
+                    f"[red]correctness[/]: {result.variant} differs from {result.reference} on "
+                    f"{self.cell.key} ({build} build): max |Δlogit| {result.max_abs_err:.3g} > {result.atol:.3g}")
+        return results
 
 
 def pinned_cpus(env: dict[str, str]) -> list[int] | None:
@@ -404,12 +413,12 @@ def default_out_path(exp: Experiment) -> Path:
     return Path("results") / f"{exp.name}-{stamp}.jsonl"
 
 
-def peak_cache_path(env: dict[str, Any]) -> Path:
+def peak_cache_path(env: Env) -> Path:
     # v2: the GEMV probe reads an LM-head-sized matrix; peaks cached by the older, smaller probe are not reused.
     return PEAK_CACHE / f"peak-v2-{fingerprint(env).slug}-t{env.get('threads')}.json"
 
 
-def measured_peak(worker_env: dict[str, str], env: dict[str, Any]) -> dict[str, Any] | None:
+def measured_peak(worker_env: dict[str, str], env: Env) -> Peak | None:
     """The roof to hold each cell against. On a GPU, the known chip. On a CPU, measured under the workers' BLAS and
     thread count, best of several repeats, and cached per machine fingerprint and thread count (the cache is raised
     when a run achieves more: see raise_cached_peak)."""
@@ -417,15 +426,15 @@ def measured_peak(worker_env: dict[str, str], env: dict[str, Any]) -> dict[str, 
         return peak_for(env)
     path = peak_cache_path(env)
     try:
-        probe = json.loads(path.read_text())
+        probe: PeakProbe = json.loads(path.read_text())
     except (OSError, ValueError):
-        probe = probe_in(worker_env, "peaks")
+        probe = probe_peaks_in(worker_env)
         path.parent.mkdir(parents=True, exist_ok=True)
         path.write_text(json.dumps(probe))
     return peak_for(env, probe)
 
 
-def raise_cached_peak(env: dict[str, Any], best: dict[str, float], metrics: set[str]) -> str:
+def raise_cached_peak(env: Env, best: dict[str, float], metrics: set[str]) -> str:
     """After a run that achieved more than the cached peak: the machine can do at least what it did, so the cached
     peak is raised to it, and later runs hold their trials against that."""
     path = peak_cache_path(env)
@@ -439,24 +448,6 @@ def raise_cached_peak(env: dict[str, Any], best: dict[str, float], metrics: set[
     path.write_text(json.dumps(probe))
     return (f"peak underestimated: {', '.join(sorted(metrics))} exceeded this machine's measured peak; those trials "
             f"show no percentage, and the cached peak ({path}) is raised to what this run achieved")
-
-
-def resume_state(path: Path, exp: Experiment) -> tuple[str, set[tuple]]:
-    results = read_results([path])
-    runs = results.runs
-    if not runs:
-        raise ResultsError(f"{path}: no run header; it is not a fusebench results file")
-    run_id, header = next(iter(runs.items()))
-    recorded = header["experiment"].get("name")
-    if recorded != exp.name:
-        raise ResultsError(f"{path}: holds a run of experiment {recorded!r}, not {exp.name!r}; resume it with "
-                           f"fusebench run {recorded} --resume {path}, or start a new run")
-    if header["experiment"]["sha256"] != exp.sha256:
-        raise ResultsError(
-            f"{path}: was recorded from a different version of {exp.file} (sha256 differs); "
-            "resume with the same experiment file, or start a new run"
-        )
-    return run_id, done_keys(results, run_id)
 
 
 def print_dry_run(exp: Experiment, cells: list[Cell], console: Console) -> None:
@@ -495,11 +486,17 @@ def honest_warnings(exp: Experiment) -> list[str]:
     return warnings
 
 
-def build_environment(build: Build) -> dict[str, Any]:
+def build_environment(build: Build) -> BuildEnvironment:
     """What the run header says of a build's environment, when it is one of two (run --against-env, bisect)."""
     if not build.packages:
         return {}
     return {"python": build.interpreter, "packages": build.packages, **({"label": build.label} if build.label else {})}
+
+
+def build_fields(build: Build, env: Env) -> BuildFields:
+    """A build as the run header records it; the current checkout's commit is the env's."""
+    return BuildFields(commit=build.commit or env.get("git_commit"), ref=build.ref,
+                       dirty=build.dirty if build.root else env.get("git_dirty"), **build_environment(build))
 
 
 def run_experiment(exp: Experiment, options: RunOptions, console: Console, resume: Path | None = None) -> int:
@@ -512,16 +509,14 @@ def run_experiment(exp: Experiment, options: RunOptions, console: Console, resum
     worker_env, env = worker_environment(options.blas, exp.threads)
     if warning := blas_warning(env):
         console.print(f"[yellow]warning[/]: {warning}")
-    run_id, done = resume_state(resume, exp) if resume else (new_run_id(), set())
+    run_id, done = resume_state(resume, exp) if resume else (new_run_id(), DoneWork())
     peak = measured_peak(worker_env, env)
     runner = Runner(exp, options, run_id, console, peak, worker_env)
     before = preflight()
     with ResultsWriter(options.out) as writer:
-        experiment = {"name": exp.name, "file": exp.file, "sha256": exp.sha256, "content": exp.content}
-        plugins = [{"path": str(p.path), "sha256": p.sha256} for p in load_plugins(exp.plugins)]
-        builds = {b.name: {"commit": b.commit or env.get("git_commit"), "ref": b.ref,
-                           "dirty": b.dirty if b.root else env.get("git_dirty"), **build_environment(b)}
-                  for b in runner.builds}
+        experiment = StoredExperiment(name=exp.name, file=exp.file, sha256=exp.sha256, content=exp.content)
+        plugins = [PluginFile(path=str(p.path), sha256=p.sha256) for p in load_plugins(exp.plugins)]
+        builds = {b.name: build_fields(b, env) for b in runner.builds}
         writer.write(run_header(run_id, experiment, env, peak=peak, shard=f"{options.shard[0]}/{options.shard[1]}",
                                 resumed=resume is not None, plugins=plugins, builds=builds,
                                 preflight=before, pinned=options.pin))

@@ -13,9 +13,8 @@ from collections import deque
 from collections.abc import Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any
 
-from .job import Command, Done, Loaded, Recorded, WorkerJob, decode_event
+from .job import Command, Done, Loaded, Recorded, Result, WorkerJob, decode_event
 
 
 @dataclass(frozen=True)
@@ -113,14 +112,14 @@ class WorkerSession:
             raise WorkerFailed(None, f"worker said {event!r} before loading its model")
         return event
 
-    def request(self, command: Command, deadline: float, timeout_s: float) -> list[dict[str, Any]]:
-        """The records one command produces; WorkerFailed if the worker dies or the cell's time runs out."""
+    def request(self, command: Command, deadline: float, timeout_s: float) -> list[Result]:
+        """The results one command produces; WorkerFailed if the worker dies or the cell's time runs out."""
         self._send(command.to_json())
-        records = []
+        results = []
         while not isinstance(event := self._next(command.cell.key, deadline, timeout_s), Done):
             if isinstance(event, Recorded):
-                records.append(event.record)
-        return records
+                results.append(event.result)
+        return results
 
     def failure_reason(self) -> str:
         code = self.process.wait()

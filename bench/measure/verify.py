@@ -5,7 +5,6 @@ from __future__ import annotations
 
 import itertools
 from dataclasses import dataclass
-from typing import Any
 
 from rich.console import Console
 from rich.table import Table
@@ -13,7 +12,8 @@ from rich.table import Table
 from models.loading import load_model
 from models.ops import REGISTRY, reference_assignment
 
-from .worker import ATOL_BY_DTYPE, correctness_records, make_prompt
+from .job import Agreement
+from .worker import ATOL_BY_DTYPE, agreements, make_prompt
 
 
 @dataclass
@@ -41,18 +41,18 @@ def all_assignments() -> dict[str, dict[str, str]]:
     return named
 
 
-def verify(options: VerifyOptions) -> list[dict[str, Any]]:
+def verify(options: VerifyOptions) -> list[Agreement]:
     model = load_model(
         options.model, layers=options.layers, dtype=options.dtype, quantize=options.quantize, seed=options.seed
     )
     prompt = make_prompt(model.args.vocab_size, 1, options.prompt_tokens, options.seed, 0)
     atol = options.atol if options.atol is not None else ATOL_BY_DTYPE[options.dtype]
-    return correctness_records(
+    return agreements(
         model, all_assignments(), "reference", prompt, atol, options.tokens, step=max(1, options.prompt_tokens // 3)
     )
 
 
-def verify_table(records: list[dict[str, Any]], title: str) -> Table:
+def verify_table(found: list[Agreement], title: str) -> Table:
     """One row per combination, one column per op, so the variant that breaks a row is plain to see."""
     assignments = all_assignments()
     table = Table(title=title)
@@ -60,25 +60,24 @@ def verify_table(records: list[dict[str, Any]], title: str) -> Table:
         table.add_column(op)
     for column in ("max |Δ|", "max rel", "greedy agree", "verdict"):
         table.add_column(column, justify="right")
-    for r in records:
-        ops = assignments[r["variant"]]
+    for a in found:
         table.add_row(
-            *ops.values(),
-            f"{r['max_abs_err']:.2e}",
-            f"{r['max_rel_err']:.2e}",
-            f"{r['tokens_agree']}/{r['tokens_checked']}",
-            "[green]ok[/]" if r["passed"] else "[red]FAIL[/]",
+            *assignments[a.variant].values(),
+            f"{a.max_abs_err:.2e}",
+            f"{a.max_rel_err:.2e}",
+            f"{a.tokens_agree}/{a.tokens_checked}",
+            "[green]ok[/]" if a.passed else "[red]FAIL[/]",
         )
     return table
 
 
 def run_verify(options: VerifyOptions, console: Console) -> int:
-    records = verify(options)
+    found = verify(options)
     title = f"fusebench verify: {options.model}" + (f" ({options.layers} layers)" if options.layers else "")
-    console.print(verify_table(records, f"{title}, {options.dtype}, tolerance {records[0]['atol']:.0e}"))
-    failed = [r["variant"] for r in records if not r["passed"]]
+    console.print(verify_table(found, f"{title}, {options.dtype}, tolerance {found[0].atol:.0e}"))
+    failed = [a.variant for a in found if not a.passed]
     if failed:
-        console.print(f"[red]{len(failed)} of {len(records)} combinations are outside tolerance[/]")
+        console.print(f"[red]{len(failed)} of {len(found)} combinations are outside tolerance[/]")
         return 1
-    console.print(f"all {len(records)} combinations agree with the reference")
+    console.print(f"all {len(found)} combinations agree with the reference")
     return 0

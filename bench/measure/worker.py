@@ -42,7 +42,7 @@ import sys
 import time
 from collections.abc import Callable, Iterable, Mapping
 from dataclasses import dataclass
-from typing import Any
+from functools import partial
 
 import mlx.core as mx
 from mlx.utils import tree_flatten
@@ -50,9 +50,10 @@ from mlx.utils import tree_flatten
 from models.gemma4 import Model
 from models.loading import load_model
 
-from .job import Command, Done, Event, Loaded, Recorded, WorkerJob, encode_event
+from .job import Agreement, Command, DepthSpeed, Done, Event, Loaded, Measured, Recorded, Trial, WorkerJob, encode_event
 from .kernels import kernel_facts
 from .plugins import load_plugins
+from .shares import ShareTimer, trace_steps
 
 Emit = Callable[[Event], None]
 
@@ -132,19 +133,19 @@ def time_trial(model: Model, prompt: mx.array, gen_tokens: int, prefill_step_siz
     return TrialTiming(prefilled - start, done - prefilled, mx.get_peak_memory(), steps, ttft_s)
 
 
-def trial_record(timing: TrialTiming, batch: int, prompt_tokens: int, gen_tokens: int) -> dict[str, Any]:
+def trial_record(timing: TrialTiming, batch: int, prompt_tokens: int, gen_tokens: int) -> Measured:
+    """What a trial's record says it measured: its times, and the rates of the batch's tokens."""
     gen_steps = gen_tokens - 1
-    return {
-        "prefill_s": timing.prefill_s,
-        "prefill_tps": batch * prompt_tokens / timing.prefill_s,
-        "gen_s": timing.gen_s if gen_steps else None,
-        "gen_tps": batch * gen_steps / timing.gen_s if gen_steps else None,
-        "step_s": timing.step_s,  # inter-token latencies
-        "peak_memory_bytes": timing.peak_memory_bytes,
-        # Optional (trials recorded before it lack it): mlx-lm's prompt_tps, to set beside mlx_lm.benchmark.
-        "ttft_s": timing.ttft_s,
-        "ttft_tps": batch * prompt_tokens / timing.ttft_s if timing.ttft_s else None,
-    }
+    return Measured(
+        prefill_s=timing.prefill_s,
+        prefill_tps=batch * prompt_tokens / timing.prefill_s,
+        gen_s=timing.gen_s if gen_steps else None,
+        gen_tps=batch * gen_steps / timing.gen_s if gen_steps else None,
+        step_s=timing.step_s,
+        peak_memory_bytes=timing.peak_memory_bytes,
+        ttft_s=timing.ttft_s,
+        ttft_tps=batch * prompt_tokens / timing.ttft_s if timing.ttft_s else None,
+    )
 
 
 def teacher_forced_logits(model: Model, prompt: mx.array, tokens: list[int], step: int) -> list[mx.array]:
@@ -170,9 +171,9 @@ def greedy_logits(model: Model, prompt: mx.array, n_tokens: int, step: int) -> t
     return tokens, logits
 
 
-def correctness_records(
+def agreements(
     model: Model, variants: Mapping[str, dict], reference: str, prompt: mx.array, atol: float, tokens: int, step: int
-) -> list[dict[str, Any]]:
+) -> list[Agreement]:
     """Each variant's logits and greedy tokens against the reference variant's, on the same prompt.
 
     The gate uses the prompt's first row and at most CORRECTNESS_PROMPT tokens: agreement of the logits does
@@ -180,32 +181,32 @@ def correctness_records(
     prompt = prompt[:1, :CORRECTNESS_PROMPT]
     model.set_ops(variants[reference])
     greedy_tokens, ref_logits = greedy_logits(model, prompt, max(1, tokens), step)
-    records = []
+    found = []
     for name, ops in variants.items():
         model.set_ops(ops)
         logits = (ref_logits if ops == variants[reference]
                   else teacher_forced_logits(model, prompt, greedy_tokens[:-1], step))
-        records.append(_compare_logits(name, reference, ref_logits, logits, atol))
-    return records
+        found.append(_compare_logits(name, reference, ref_logits, logits, atol))
+    return found
 
 
-def _compare_logits(name: str, reference: str, ref: list[mx.array], new: list[mx.array], atol: float) -> dict:
+def _compare_logits(name: str, reference: str, ref: list[mx.array], new: list[mx.array], atol: float) -> Agreement:
     max_abs = max(
         mx.abs(a.astype(mx.float32) - b.astype(mx.float32)).max().item() for a, b in zip(ref, new, strict=True)
     )
     scale = max(mx.abs(a.astype(mx.float32)).max().item() for a in ref) or 1.0
     # A token disagreement only counts where the reference's choice is not itself within tolerance of a tie.
     disagreements = sum(_decisive_disagreement(a, b, atol) for a, b in zip(ref, new, strict=True))
-    return {
-        "variant": name,
-        "reference": reference,
-        "max_abs_err": max_abs,
-        "max_rel_err": max_abs / scale,
-        "tokens_checked": len(ref),
-        "tokens_agree": len(ref) - disagreements,
-        "atol": atol,
-        "passed": max_abs <= atol and disagreements == 0,
-    }
+    return Agreement(
+        variant=name,
+        reference=reference,
+        max_abs_err=max_abs,
+        max_rel_err=max_abs / scale,
+        tokens_checked=len(ref),
+        tokens_agree=len(ref) - disagreements,
+        atol=atol,
+        passed=max_abs <= atol and disagreements == 0,
+    )
 
 
 def _decisive_disagreement(ref: mx.array, new: mx.array, atol: float) -> bool:
@@ -223,28 +224,25 @@ class CommandRunner:
         self.emit = emit
         self.cold_variants: set[str] = set(job.variants)
         self.vocab = model.args.vocab_size
+        self.share_timers: dict[str, ShareTimer] = {}  # cell -> its traced calls, warmed up
 
     def run(self, command: Command) -> None:
         getattr(self, f"_{command.do}")(command)
         self.emit(Done())
 
-    def _record(self, kind: str, **fields: Any) -> None:
-        self.emit(Recorded({"kind": kind, **fields}))
-
     def _correctness(self, command: Command) -> None:
         gate, cell = self.job.correctness, command.cell
         prompt = make_prompt(self.vocab, cell.batch, cell.prompt_tokens, self.job.seed, 0)
-        for record in correctness_records(
+        for agreement in agreements(
             self.model, self.job.variants, gate.reference, prompt, gate.atol, gate.tokens, self.job.prefill_step_size
         ):
-            self._record("correctness", **record)
+            self.emit(Recorded(agreement))
 
     def _kernels(self, command: Command) -> None:
         # Which kernels this cell's variants really run (fused or fallback): the A/B means something only then.
-        facts = kernel_facts(vars(self.model.args), prompt_tokens=command.cell.prompt_tokens,
-                             dtype=self.job.model.dtype)
+        facts = kernel_facts(self.model.args, prompt_tokens=command.cell.prompt_tokens, dtype=self.job.model.dtype)
         for fact in facts:
-            self._record(**fact)
+            self.emit(Recorded(fact))
 
     def _trial(self, command: Command) -> None:
         cell, variant = command.cell, command.variant
@@ -255,11 +253,11 @@ class CommandRunner:
         timing = time_trial(self.model, prompt, cell.gen_tokens, self.job.prefill_step_size)
         cold = variant in self.cold_variants
         self.cold_variants.discard(variant)
-        self._record(
-            "trial", variant=variant, ops=self.job.variants[variant], round=command.round, warmup=command.warmup,
-            **trial_record(timing, cell.batch, cell.prompt_tokens, cell.gen_tokens),
+        self.emit(Recorded(Trial(
+            variant=variant, ops=self.job.variants[variant], round=command.round, warmup=command.warmup,
+            measured=trial_record(timing, cell.batch, cell.prompt_tokens, cell.gen_tokens),
             compile_s=timing.prefill_s + timing.gen_s if cold else None,
-        )
+        )))
 
     def _depth(self, command: Command) -> None:
         cell, steps = command.cell, max(1, command.cell.gen_tokens - 1)
@@ -267,8 +265,20 @@ class CommandRunner:
         prompt = make_prompt(self.vocab, cell.batch, depths[-1], self.job.seed, DEPTH_STREAM + command.round)
         self.model.set_ops(self.job.variants[command.variant])
         for depth, gen_s in self._depth_sweep(prompt, depths, steps):
-            self._record("depth", variant=command.variant, round=command.round, depth=depth, gen_tokens=steps,
-                         gen_s=gen_s, gen_tps=cell.batch * steps / gen_s)
+            self.emit(Recorded(DepthSpeed(variant=command.variant, round=command.round, depth=depth,
+                                          gen_tokens=steps, gen_s=gen_s, gen_tps=cell.batch * steps / gen_s)))
+
+    def _shares(self, command: Command) -> None:
+        cell = command.cell
+        if cell.key not in self.share_timers:
+            prompt = make_prompt(self.vocab, cell.batch, cell.prompt_tokens, self.job.seed, 0)
+            # The calls do not depend on the variant (every implementation takes its op's arguments): trace any.
+            self.model.set_ops(next(iter(self.job.variants.values())))
+            traced = trace_steps(self.model, prompt, partial(prefill, step=self.job.prefill_step_size))
+            implementations = {op: [ops[op] for ops in self.job.variants.values()] for op in self.model.ops}
+            self.share_timers[cell.key] = ShareTimer(traced, implementations)
+        for share in self.share_timers[cell.key].time_round(command.round):
+            self.emit(Recorded(share))
 
     def _depth_sweep(self, prompt: mx.array, depths: list[int], steps: int) -> list[tuple[int, float]]:
         """One long prefill, stopping at each depth to time `steps` decode steps there."""
@@ -284,9 +294,9 @@ class CommandRunner:
         return timings
 
 
-def model_facts(model: Model) -> dict[str, Any]:
+def loaded(model: Model, load_s: float) -> Loaded:
     params = tree_flatten(model.parameters())
-    return {"parameters": sum(v.size for _, v in params), "weight_bytes": sum(v.nbytes for _, v in params)}
+    return Loaded(load_s, parameters=sum(v.size for _, v in params), weight_bytes=sum(v.nbytes for _, v in params))
 
 
 def serve(job: WorkerJob, commands: Iterable[str], emit: Emit) -> None:
@@ -295,7 +305,7 @@ def serve(job: WorkerJob, commands: Iterable[str], emit: Emit) -> None:
     start = time.perf_counter()
     spec = job.model
     model = load_model(spec.source, layers=spec.layers, dtype=spec.dtype, quantize=spec.quantize, seed=job.seed)
-    emit(Loaded(time.perf_counter() - start, **model_facts(model)))
+    emit(loaded(model, time.perf_counter() - start))
     runner = CommandRunner(model, job, emit)
     for line in commands:
         if line.strip():

@@ -11,6 +11,7 @@ import math
 from collections.abc import Sequence
 from dataclasses import dataclass
 
+from ..analysis.inference import VerdictWord
 from ..analysis.stopping import target_for_margin
 from ..analysis.study import Study, compare_scope, ops_changes
 
@@ -18,7 +19,7 @@ from ..analysis.study import Study, compare_scope, ops_changes
 @dataclass(frozen=True)
 class _Row:
     where: str  # "E2B prefill"
-    word: str
+    word: VerdictWord | None  # None: no paired round
     delta_pct: float
     half_width_pct: float
     rounds: int
@@ -35,9 +36,8 @@ def bottom_lines(study: Study, machine: str, workload: str, pairs: Sequence[tupl
 
 
 def _rows(study: Study, machine: str, workload: str, pair: tuple[str, str]) -> list[_Row]:
-    frame = compare_scope(study, machine, workload, pair)
-    return [_Row(f"{r['size'].split(' (')[0]} {r['metric']}", r["verdict"], r["delta_pct"], r["half_width_pct"],
-                 int(r["n_pairs"])) for r in frame.to_dict("records")]
+    return [_Row(f"{r.size.split(' (')[0]} {r.metric}", r.verdict.word if r.verdict else None, r.delta_pct,
+                 r.half_width_pct, r.n_pairs) for r in compare_scope(study, machine, workload, pair)]
 
 
 def _name(study: Study, baseline: str, new: str) -> str:
@@ -56,14 +56,16 @@ def _sentence(rows: list[_Row], margin_pct: float) -> str:
     return head if not others else f"{head}; " + "; ".join(_exception(row, margin_pct) for row in others)
 
 
-def _phrase(word: str, margin_pct: float) -> str:
-    return f"no change within ±{margin_pct:g}%" if word == "no change" else word
+def _phrase(word: VerdictWord | None, margin_pct: float) -> str:
+    if word is None:
+        return "n/a"
+    return f"no change within ±{margin_pct:g}%" if word is VerdictWord.NO_CHANGE else word.value
 
 
 def _exception(row: _Row, margin_pct: float) -> str:
-    if row.word in ("faster", "slower"):
-        return f"{row.where} {row.word} {row.delta_pct:+.1f}%"
-    if row.word == "inconclusive" and math.isfinite(row.half_width_pct):
+    if row.word in (VerdictWord.FASTER, VerdictWord.SLOWER):
+        return f"{row.where} {row.word.value} {row.delta_pct:+.1f}%"
+    if row.word is VerdictWord.INCONCLUSIVE and math.isfinite(row.half_width_pct):
         target = target_for_margin(margin_pct)
         needed = math.ceil(row.rounds * (row.half_width_pct / target) ** 2)
         return (f"{row.where} inconclusive (±{row.half_width_pct:.1f}% after {row.rounds} rounds; about {needed} "

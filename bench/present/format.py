@@ -4,7 +4,8 @@ from __future__ import annotations
 
 import math
 
-from ..analysis.inference import RatioInterval
+from ..analysis.inference import RatioInterval, Verdict, VerdictWord
+from ..analysis.opstats import VariantSummary
 
 
 def signed_pct(pct: float) -> str:
@@ -21,6 +22,24 @@ def format_delta(ci: RatioInterval) -> str:
 def format_ci(ci: RatioInterval) -> str:
     """CI bounds as signed percentages, e.g. "[+12.1%, +20.3%]"."""
     return f"[{signed_pct(ci.low_pct)}, {signed_pct(ci.high_pct)}]"
+
+
+def verdict_text(verdict: Verdict) -> str:
+    """"faster", "slower", "no change", "inconclusive (±3.1%)" (the interval's half-width: what the row could have
+    detected) or "needs ≥ 3 rounds"."""
+    if verdict.word is VerdictWord.NEEDS_ROUNDS:
+        return f"needs ≥ {verdict.min_rounds} rounds"
+    if verdict.word is VerdictWord.INCONCLUSIVE:
+        return f"inconclusive (±{verdict.half_width_pct:.1f}%)"
+    return verdict.word.value
+
+
+def op_verdict_text(s: VariantSummary) -> str:
+    """An op variant's verdict against its op's reference variant: "reference" for that variant itself, "n/a" for
+    one that shares no round with it."""
+    if s.variant == s.reference:
+        return "reference"
+    return verdict_text(s.verdict) if s.verdict else "n/a"
 
 
 def format_tps(x: float) -> str:

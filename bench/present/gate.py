@@ -1,39 +1,63 @@
-"""The regression gate's output: a text or markdown verdict table, or JSON with github-action-benchmark's list.
+"""The regression gate's output: a text or markdown table of its findings, or JSON with github-action-benchmark's list.
 
---format json prints one object: {"passed", "exit_code", "notes", "verdicts", "github_action_benchmark"}, where the
-last is github-action-benchmark's customBiggerIsBetter list ({"name", "unit", "value", "extra"}); feed a dashboard with
-`fusebench check ... --format json | jq .github_action_benchmark > bench.json`.
+The words and glyphs of a finding ("✗ regressed", "vs reference") are chosen here; JSON carries the findings' codes
+and numbers. --format json prints one object: {"passed", "exit_code", "notes", "verdicts",
+"github_action_benchmark"}. A verdict's "check" is one of analysis.gate.Check's values (tps, speedup, expect, correct,
+build, history), its "verdict" one of Status's (regressed, stalls, within limit, ...), its "interval_verdict" what the
+interval shows where it is within the limit (faster, slower, no change, inconclusive, needs more rounds), and "unit"
+is "tok/s" or "ratio" (a speedup). The last key is github-action-benchmark's customBiggerIsBetter list ({"name",
+"unit", "value", "extra"}); feed a dashboard with `fusebench check ... --format json | jq .github_action_benchmark >
+bench.json`.
 """
 
 from __future__ import annotations
 
 import json
 import math
-from collections.abc import Sequence
 from pathlib import Path
-from typing import Any
-
-import pandas as pd
+from typing import TypedDict
 
 from ..analysis import stats
-from ..analysis.gate import BUILD, Outcome, Stalls, Verdict, cell_names
+from ..analysis.gate import RATIO_CHECKS, Check, Finding, Limit, Median, Outcome, Status
+from ..analysis.history import MIN_RUNS
 from ..analysis.inference import STALLS_NEW, slower_beyond
+from ..analysis.stats import Stalls
 from .document import Block, Bullets, Heading, Paragraph, Table
-from .format import format_ci, format_delta, format_tps
+from .format import format_ci, format_delta, format_tps, verdict_text
 
-FORMATS = ("text", "markdown", "json")
 COLUMNS = ("Check", "Cell", "Variant", "Metric", "Baseline", "Current", "Δ [95% CI]", "Limit", "Verdict")
+CHECK_LABELS = {
+    Check.TPS: "tok/s", Check.SPEEDUP: "speedup", Check.EXPECT: "expect", Check.CORRECT: "correct",
+    Check.BUILD: "vs reference", Check.HISTORY: "speedup vs history",
+}
+STATUS_TEXT = {
+    Status.REGRESSED: "✗ regressed", Status.STALLS: "✗ stalls", Status.NO_DATA: "✗ no data",
+    Status.INCORRECT: "✗ incorrect", Status.CORRECT: "✓ correct",
+    Status.INFORMATION: "slower beyond the limit (information)", Status.NEW: "new", Status.MISSING: "missing",
+    Status.TOO_FEW_VALUES: "too few rounds", Status.NEEDS_HISTORY: f"needs ≥ {MIN_RUNS} stored runs",
+    Status.WITHIN_HISTORY: "within history",
+}
 
 
-def summary_line(v: Verdict) -> str:
+def status_text(f: Finding) -> str:
+    return verdict_text(f.verdict) if f.verdict else STATUS_TEXT[f.status]
+
+
+def limit_text(limit: Limit) -> str:
+    """"-5.0% (threshold)"."""
+    return f"-{limit.pct:.1f}% ({limit.bound.value})"
+
+
+def summary_line(f: Finding) -> str:
     """One line for a CI log, e.g. `E2B · pp128 tg4 b1 compiled prefill: -20.1% [-22.0%, -18.3%] beyond ...`."""
-    what = " ".join(part for part in (v.cell, v.variant, v.metric) if part)
-    if v.ci is None:
-        return f"{v.check}: {what}: {v.status}" + (f" ({v.note})" if v.note else "")
-    if v.stalls and v.stalls.arm == STALLS_NEW and not slower_beyond(v.ci, v.limit.pct):
-        return f"{v.check}: {what}: the {_arm(v, v.stalls)} stalls and the {_arm(v, v.stalls, other=True)} does not: " \
-               + stall_facts(v.stalls)
-    return f"{v.check}: {what}: {format_delta(v.ci)} {format_ci(v.ci)}, beyond the limit {v.limit}"
+    what = " ".join(part for part in (f.cell, f.variant, f.metric) if part)
+    check = CHECK_LABELS[f.check]
+    if f.ci is None:
+        return f"{check}: {what}: {status_text(f)}" + (f" ({f.note})" if f.note else "")
+    if f.stalls and f.stalls.arm == STALLS_NEW and not slower_beyond(f.ci, f.limit.pct):
+        return f"{check}: {what}: the {_arm(f, f.stalls)} stalls and the {_arm(f, f.stalls, other=True)} does not: " \
+               + stall_facts(f.stalls)
+    return f"{check}: {what}: {format_delta(f.ci)} {format_ci(f.ci)}, beyond the limit {limit_text(f.limit)}"
 
 
 def stall_facts(s: Stalls) -> str:
@@ -43,104 +67,155 @@ def stall_facts(s: Stalls) -> str:
             f"{format_ci(s.trimmed)}")
 
 
-def _arm(v: Verdict, s: Stalls, other: bool = False) -> str:
+def _arm(f: Finding, s: Stalls, other: bool = False) -> str:
     """The arm's name as a check row reads it: the build for the A/B gate, else the variant side."""
-    names = ("current build", "reference build") if v.check == BUILD else ("new variant", "baseline variant")
+    names = ("current build", "reference build") if f.check == Check.BUILD else ("new variant", "baseline variant")
     return names[(s.arm == STALLS_NEW) == other]
 
 
-def _value(value: float, unit: str) -> str:
+def _value(value: float, check: Check) -> str:
     if not math.isfinite(value):
         return ""
-    return f"×{value:.3f}" if unit == "×" else format_tps(value)
+    return f"×{value:.3f}" if check in RATIO_CHECKS else format_tps(value)
 
 
-def verdict_row(v: Verdict, with_cell: bool) -> tuple[str, ...]:
-    delta = f"{format_delta(v.ci)} {format_ci(v.ci)}" if v.ci else ""
-    note = v.note
-    if v.stalls and v.stalls.arm:
-        note = "; ".join(part for part in (note, f"the {_arm(v, v.stalls)} stalls: {stall_facts(v.stalls)}") if part)
-    status = f"{v.status} ({note})" if note else v.status
-    cells = (v.check, v.cell, v.variant, v.metric, _value(v.baseline, v.unit), _value(v.current, v.unit), delta,
-             str(v.limit) if v.limit else "", status)
+def finding_row(f: Finding, with_cell: bool) -> tuple[str, ...]:
+    delta = f"{format_delta(f.ci)} {format_ci(f.ci)}" if f.ci else ""
+    note = f.note
+    if f.stalls and f.stalls.arm:
+        note = "; ".join(part for part in (note, f"the {_arm(f, f.stalls)} stalls: {stall_facts(f.stalls)}") if part)
+    status = f"{status_text(f)} ({note})" if note else status_text(f)
+    cells = (CHECK_LABELS[f.check], f.cell, f.variant, f.metric, _value(f.baseline, f.check),
+             _value(f.current, f.check), delta, limit_text(f.limit) if f.limit else "", status)
     return cells if with_cell else cells[:1] + cells[2:]
 
 
 def limits_line(outcome: Outcome) -> str:
     """Which bound set each kind of limit, e.g. `tok/s vs baseline prefill -12.3% (noise)`."""
-    limited = [v for v in outcome.verdicts if v.limit]
-    if len({str(v.limit) for v in limited}) == 1:
-        return f"limit: {limited[0].limit} for every check"
-    return "limits: " + "; ".join(dict.fromkeys(f"{v.check} {v.metric} {v.limit}" for v in limited)) if limited else ""
+    limited = [f for f in outcome.findings if f.limit]
+    if len({limit_text(f.limit) for f in limited}) == 1:
+        return f"limit: {limit_text(limited[0].limit)} for every check"
+    if not limited:
+        return ""
+    return "limits: " + "; ".join(dict.fromkeys(f"{CHECK_LABELS[f.check]} {f.metric} {limit_text(f.limit)}"
+                                                for f in limited))
 
 
 def blocks(outcome: Outcome, results: Path) -> list[Block]:
     failures = outcome.failures
-    count = f"{len(failures)} of {len(outcome.verdicts)} verdicts failed"
+    count = f"{len(failures)} of {len(outcome.findings)} verdicts failed"
     title = f"fusebench check: FAILED, {count}" if failures else f"fusebench check: passed, {count}"
     # One cell (the CI experiment has one) goes above the table rather than into every row.
-    cells = {v.cell for v in outcome.verdicts if v.cell}
+    cells = {f.cell for f in outcome.findings if f.cell}
     facts = [f"results: {results}", *outcome.notes, limits_line(outcome)]
     if len(cells) == 1:
         facts.append(f"cell: {cells.pop()}")
     with_cell = bool(cells)
     columns = COLUMNS if with_cell else COLUMNS[:1] + COLUMNS[2:]
-    rows = tuple(verdict_row(v, with_cell) for v in outcome.verdicts)
+    rows = tuple(finding_row(f, with_cell) for f in outcome.findings)
     numeric = frozenset(columns.index(c) for c in ("Baseline", "Current", "Δ [95% CI]"))
     out: list[Block] = [Heading(title, 2), Bullets(tuple(f for f in facts if f)), Table(columns, rows, numeric)]
     if failures:
-        out += [Paragraph("Failed:"), Bullets(tuple(summary_line(v) for v in failures))]
+        out += [Paragraph("Failed:"), Bullets(tuple(summary_line(f) for f in failures))]
     return out
 
 
-def github_action_benchmark(trials: pd.DataFrame, comparisons: Sequence[tuple[str, str]]) -> list[dict[str, Any]]:
-    """github-action-benchmark's customBiggerIsBetter entries: each cell's median tok/s and median speedup."""
-    labels = cell_names([trials])
-    entries = []
-    tables = [(stats.summary_table(trials), "tok/s")]
-    tables += [(stats.summary_table(stats.paired_speedups(trials, *pair)), "x") for pair in comparisons]
-    for table, unit in tables:
-        for row in table.itertuples():
-            entries.append({
-                "name": f"{labels[row.model_key, row.size, row.workload]} {row.variant} {row.metric}",
-                "unit": unit,
-                "value": round(float(row.median), 4),
-                "extra": f"{row.n} timed rounds, CV {row.cv:.1%}; {row.machine}",
-            })
-    return entries
+# --- JSON ------------------------------------------------------------------------------------------
+
+
+class BenchmarkEntry(TypedDict):
+    """github-action-benchmark's customBiggerIsBetter entry."""
+
+    name: str
+    unit: str
+    value: float
+    extra: str
+
+
+class IntervalJson(TypedDict):
+    rounds: int
+    delta_pct: float | None
+    ci_low_pct: float | None
+    ci_high_pct: float | None
+
+
+class FindingJson(TypedDict):
+    """One finding. The stall rule's figures: "stalls" is "new", "baseline" or null (also null, with the rest of them,
+    for rows that are not paired), and both candidate Δs with their own 95% intervals; "delta_pct" is the one the
+    verdict used."""
+
+    check: str
+    cell: str
+    variant: str
+    metric: str
+    unit: str
+    baseline: float | None
+    current: float | None
+    delta_pct: float | None
+    ci_low_pct: float | None
+    ci_high_pct: float | None
+    limit_pct: float | None
+    limit_bound: str | None
+    verdict: str
+    interval_verdict: str | None
+    failed: bool
+    note: str
+    stalls: str | None
+    over_all_rounds: bool | None
+    rounds: int | None
+    excluded_against_new: int | None
+    excluded_against_baseline: int | None
+    stall_sign_p: float | None
+    all_rounds: IntervalJson | None
+    trimmed: IntervalJson | None
+
+
+class CheckJson(TypedDict):
+    passed: bool
+    exit_code: int
+    notes: list[str]
+    verdicts: list[FindingJson]
+    github_action_benchmark: list[BenchmarkEntry]
+
+
+def github_action_benchmark(medians: list[Median]) -> list[BenchmarkEntry]:
+    """Each cell's median tok/s and median speedup."""
+    return [BenchmarkEntry(name=f"{m.cell} {m.figures.variant} {m.figures.metric}", unit="x" if m.speedup else "tok/s",
+                           value=round(float(m.figures.summary.median), 4),
+                           extra=f"{m.figures.summary.n} timed rounds, CV {m.figures.summary.cv:.1%}; "
+                                 f"{m.figures.machine}")
+            for m in medians]
 
 
 def to_json(outcome: Outcome) -> str:
-    verdicts = [{
-        "check": v.check, "cell": v.cell, "variant": v.variant, "metric": v.metric, "unit": v.unit,
-        "baseline": _finite(v.baseline), "current": _finite(v.current),
-        "delta_pct": _finite(v.ci.delta_pct) if v.ci else None,
-        "ci_low_pct": _finite(v.ci.low_pct) if v.ci else None,
-        "ci_high_pct": _finite(v.ci.high_pct) if v.ci else None,
-        "limit_pct": v.limit.pct if v.limit else None, "limit_bound": v.limit.bound if v.limit else None,
-        "verdict": v.status, "failed": v.failed, "note": v.note, **stall_json(v.stalls),
-    } for v in outcome.verdicts]
-    gab = github_action_benchmark(stats.timed_trials(outcome.trials), outcome.comparisons)
-    document = {"passed": not outcome.failures, "exit_code": outcome.exit_code, "notes": outcome.notes,
-                "verdicts": verdicts, "github_action_benchmark": gab}
+    document = CheckJson(passed=not outcome.failures, exit_code=outcome.exit_code, notes=outcome.notes,
+                         verdicts=[finding_json(f) for f in outcome.findings],
+                         github_action_benchmark=github_action_benchmark(outcome.medians))
     return json.dumps(document, indent=1, ensure_ascii=False)
 
 
-def stall_json(s: Stalls | None) -> dict[str, Any]:
-    """The stall rule's typed figures for one row: "stalls" is "new", "baseline" or null (also null for rows that are
-    not paired), and both candidate Δs with their own 95% intervals; "delta_pct" above is the one the verdict used."""
-    if s is None:
-        return {"stalls": None, "over_all_rounds": None, "rounds": None, "excluded_against_new": None,
-                "excluded_against_baseline": None, "stall_sign_p": None, "all_rounds": None, "trimmed": None}
-    return {"stalls": s.arm, "over_all_rounds": s.over_all_rounds, "rounds": s.rounds,
-            "excluded_against_new": s.against_new, "excluded_against_baseline": s.against_baseline,
-            "stall_sign_p": _finite(s.sign_p), "all_rounds": _interval_json(s.all_rounds),
-            "trimmed": _interval_json(s.trimmed)}
+def finding_json(f: Finding) -> FindingJson:
+    s = f.stalls
+    return FindingJson(
+        check=f.check.value, cell=f.cell, variant=f.variant, metric=f.metric,
+        unit="ratio" if f.check in RATIO_CHECKS else "tok/s",
+        baseline=_finite(f.baseline), current=_finite(f.current),
+        delta_pct=_finite(f.ci.delta_pct) if f.ci else None,
+        ci_low_pct=_finite(f.ci.low_pct) if f.ci else None,
+        ci_high_pct=_finite(f.ci.high_pct) if f.ci else None,
+        limit_pct=f.limit.pct if f.limit else None, limit_bound=f.limit.bound.value if f.limit else None,
+        verdict=f.status.value, interval_verdict=f.verdict.word.value if f.verdict else None, failed=f.failed,
+        note=f.note, stalls=s.arm if s else None, over_all_rounds=s.over_all_rounds if s else None,
+        rounds=s.rounds if s else None, excluded_against_new=s.against_new if s else None,
+        excluded_against_baseline=s.against_baseline if s else None,
+        stall_sign_p=_finite(s.sign_p) if s else None,
+        all_rounds=_interval_json(s.all_rounds) if s else None, trimmed=_interval_json(s.trimmed) if s else None,
+    )
 
 
-def _interval_json(ci: stats.RatioCI) -> dict[str, Any]:
-    return {"rounds": ci.n, "delta_pct": _finite(ci.delta_pct), "ci_low_pct": _finite(ci.low_pct),
-            "ci_high_pct": _finite(ci.high_pct)}
+def _interval_json(ci: stats.RatioCI) -> IntervalJson:
+    return IntervalJson(rounds=ci.n, delta_pct=_finite(ci.delta_pct), ci_low_pct=_finite(ci.low_pct),
+                        ci_high_pct=_finite(ci.high_pct))
 
 
 def _finite(value: float) -> float | None:

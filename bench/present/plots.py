@@ -1,24 +1,28 @@
 """The report's PNG plots, drawn headless with matplotlib's object API (no pyplot state, no display needed).
 
 Every plot gets a title, axis labels with units, and a caption naming the machine it was measured on; each
-function takes plain frames whose columns are listed in its docstring, so it knows nothing of results files.
+function takes typed points (the dataclasses below), so it knows nothing of results files.
 """
 
 from __future__ import annotations
 
+import math
 import textwrap
 from collections.abc import Sequence
+from dataclasses import dataclass
 from pathlib import Path
 
 import numpy as np
-import pandas as pd
 from matplotlib.axes import Axes
 from matplotlib.colors import to_rgba
 from matplotlib.figure import Figure
 from matplotlib.patches import Patch
 from matplotlib.ticker import FuncFormatter, NullLocator
 
+from ..analysis.inference import RatioInterval
+
 DPI = 120
+METRICS = ("prefill", "gen")
 METRIC_TITLES = {"prefill": "prefill", "gen": "generation (decode)"}
 METRIC_COLORS = {"prefill": "#4C72B0", "gen": "#DD8452"}
 # Bars spanning more than this factor are drawn on a log axis, so a 31B's 500 tok/s still shows beside E2B's 20k.
@@ -29,42 +33,103 @@ LOG_RATIO_LOW, LOG_RATIO_HIGH = 0.5, 2.0
 RATIO_TICKS = (0.1, 0.25, 0.5, 1.0, 2.0, 4.0, 10.0, 20.0, 50.0)
 
 
+@dataclass(frozen=True)
+class DeltaBar:
+    """One bar of delta_plot: a row's Δ% with its 95% interval."""
+
+    size: str  # the row's label: the bars of one size stand side by side, prefill and gen
+    metric: str
+    delta_pct: float
+    low_pct: float
+    high_pct: float
+    decided: bool  # faster or slower (the interval excludes 0): drawn solid, else faint
+    incorrect: bool = False  # failed correctness: no bar, the word "incorrect" in its place
+    reference_pct: float | None = None  # a published Δ, marked beside the bar
+
+
+@dataclass(frozen=True)
+class Spread:
+    """A median with its quartiles, where a plot puts it."""
+
+    size: str  # the row's label
+    metric: str
+    variant: str
+    median: float
+    q1: float
+    q3: float
+    prompt_tokens: int = 0  # prompt_sweep_plot's x
+
+
+@dataclass(frozen=True)
+class TrialPoint:
+    """One timed trial's tok/s on one metric (rounds_plot)."""
+
+    size: str
+    variant: str
+    metric: str
+    round: int
+    tps: float
+
+
+@dataclass(frozen=True)
+class OpBar:
+    """One bar of op_delta_plot: an op variant's speed against its op's reference variant."""
+
+    label: str  # the shape, and the variant where its op has several
+    op: str
+    speed: RatioInterval  # speed ratio variant / reference (> 1 is faster) with its 95% interval
+    decided: bool  # faster or slower: drawn solid, else faint
+
+
+@dataclass(frozen=True)
+class DepthPoint:
+    """Decode tok/s at one KV depth in one round (depth_plot)."""
+
+    size: str
+    variant: str
+    depth: int
+    gen_tps: float
+
+
 def variant_colors(variants: Sequence[str]) -> dict[str, str]:
     """One color per variant, stable across every plot of a report."""
     palette = ["#4C72B0", "#DD8452", "#55A868", "#C44E52", "#8172B3", "#937860", "#DA8BC3", "#8C8C8C"]
     return {v: palette[i % len(palette)] for i, v in enumerate(variants)}
 
 
-def delta_plot(points: pd.DataFrame, sizes: Sequence[str], *, title: str, caption: str, path: Path) -> Path:
-    """Δ% per size with 95% CI error bars, prefill and gen side by side: the PR table as a picture.
-
-    points: size, metric, delta_pct, low_pct, high_pct, verdict, incorrect (bool), ref_delta_pct (NaN when none).
-    A bar without a verdict of faster or slower is drawn faint.
-    """
+def delta_plot(bars: Sequence[DeltaBar], sizes: Sequence[str], *, title: str, caption: str, path: Path) -> Path:
+    """Δ% per size with 95% CI error bars, prefill and gen side by side: the PR table as a picture. A bar without a
+    verdict of faster or slower is drawn faint."""
     fig = _figure(max(6.0, 1.5 * len(sizes) + 3), 4.6)
     ax = fig.add_subplot()
     x = np.arange(len(sizes))
     width = 0.38
-    has_reference = points["ref_delta_pct"].notna().any()
-    for offset, metric in zip((-width / 2, width / 2), ("prefill", "gen"), strict=True):
-        rows = points[points["metric"] == metric].set_index("size").reindex(sizes)
-        shown = rows["delta_pct"].notna() & ~rows["incorrect"].fillna(False).astype(bool)
-        pos, shown_rows = x[shown.to_numpy()] + offset, rows[shown]
-        errors = [shown_rows["delta_pct"] - shown_rows["low_pct"], shown_rows["high_pct"] - shown_rows["delta_pct"]]
+    has_reference = any(bar.reference_pct is not None for bar in bars)
+    for offset, metric in zip((-width / 2, width / 2), METRICS, strict=True):
+        by_size = {bar.size: bar for bar in bars if bar.metric == metric}
+        slots = [by_size.get(size) for size in sizes]
+        shown = [(xi + offset, bar) for xi, bar in zip(x, slots, strict=True)
+                 if bar and not math.isnan(bar.delta_pct) and not bar.incorrect]
+        pos = np.array([xi for xi, _ in shown])
+        deltas = np.array([bar.delta_pct for _, bar in shown])
+        lows, highs = np.array([bar.low_pct for _, bar in shown]), np.array([bar.high_pct for _, bar in shown])
         color = METRIC_COLORS[metric]
-        fills = [to_rgba(color, 1.0 if decided else 0.35) for decided in _decided(shown_rows["verdict"])]
-        ax.bar(pos, shown_rows["delta_pct"], width, yerr=errors, capsize=4, color=fills, edgecolor=color,
+        fills = [to_rgba(color, 1.0 if bar.decided else 0.35) for _, bar in shown]
+        ax.bar(pos, deltas, width, yerr=[deltas - lows, highs - deltas], capsize=4, color=fills, edgecolor=color,
                label=METRIC_TITLES[metric], error_kw={"elinewidth": 1.2, "ecolor": "#333333"})
         # Label beyond the end of the CI, so the number never sits on the error bar.
-        for xi, delta, low, high in zip(pos, shown_rows["delta_pct"], shown_rows["low_pct"], shown_rows["high_pct"],
-                                        strict=True):
-            above = delta >= 0
-            ax.annotate(f"{delta:+.1f}%", (xi, high if above else low), xytext=(0, 4 if above else -4),
-                        textcoords="offset points", ha="center", va="bottom" if above else "top", fontsize=8)
-        for xi in x[rows["incorrect"].fillna(False).astype(bool).to_numpy()] + offset:
-            ax.text(xi, 0, "incorrect", rotation=90, ha="center", va="bottom", fontsize=8, color="#C44E52")
+        for xi, bar in shown:
+            above = bar.delta_pct >= 0
+            ax.annotate(f"{bar.delta_pct:+.1f}%", (xi, bar.high_pct if above else bar.low_pct),
+                        xytext=(0, 4 if above else -4), textcoords="offset points", ha="center",
+                        va="bottom" if above else "top", fontsize=8)
+        for xi, bar in zip(x, slots, strict=True):
+            if bar and bar.incorrect:
+                ax.text(xi + offset, 0, "incorrect", rotation=90, ha="center", va="bottom", fontsize=8,
+                        color="#C44E52")
         if has_reference:
-            ax.scatter(x + offset, rows["ref_delta_pct"], marker="_", s=320, linewidths=2.5, color="black", zorder=3,
+            published = [bar.reference_pct if bar and bar.reference_pct is not None else np.nan for bar in slots]
+            ax.scatter(x + offset, published, marker="_", s=320, linewidths=2.5, color="black", zorder=3,
                        label="reference Δ" if metric == "prefill" else None)
     ax.axhline(0, color="#333333", linewidth=0.8)
     ax.set_xticks(x, sizes)
@@ -78,25 +143,25 @@ def delta_plot(points: pd.DataFrame, sizes: Sequence[str], *, title: str, captio
 
 
 def throughput_plot(
-    summary: pd.DataFrame, sizes: Sequence[str], variants: Sequence[str], *, title: str, caption: str, path: Path
+    spreads: Sequence[Spread], sizes: Sequence[str], variants: Sequence[str], *, title: str, caption: str, path: Path
 ) -> Path:
-    """Median tok/s per variant per size (grouped bars, IQR whiskers), one panel per metric.
-
-    summary: size, metric, variant, median, q1, q3.
-    """
-    metrics = [m for m in ("prefill", "gen") if (summary["metric"] == m).any()]
+    """Median tok/s per variant per size (grouped bars, IQR whiskers), one panel per metric."""
+    metrics = [m for m in METRICS if any(s.metric == m for s in spreads)]
     fig = _figure(max(6.0, 1.6 * len(sizes) + 2) * (1 if len(metrics) == 1 else 1.6), 4.6)
     colors = variant_colors(variants)
     width = 0.8 / max(1, len(variants))
     for i, metric in enumerate(metrics):
         ax = fig.add_subplot(1, len(metrics), i + 1)
-        panel = summary[summary["metric"] == metric]
+        panel = [s for s in spreads if s.metric == metric]
         for j, variant in enumerate(variants):
-            rows = panel[panel["variant"] == variant].set_index("size").reindex(sizes)
+            by_size = {s.size: s for s in panel if s.variant == variant}
+            slots = [by_size.get(size) for size in sizes]
+            median = np.array([s.median if s else np.nan for s in slots])
+            q1, q3 = np.array([s.q1 if s else np.nan for s in slots]), np.array([s.q3 if s else np.nan for s in slots])
             pos = np.arange(len(sizes)) + (j - (len(variants) - 1) / 2) * width
-            errors = [(rows["median"] - rows["q1"]).fillna(0), (rows["q3"] - rows["median"]).fillna(0)]
-            ax.bar(pos, rows["median"], width, yerr=errors, capsize=3, color=colors[variant], label=variant)
-        _tps_axis(ax, panel["median"])
+            errors = [np.nan_to_num(median - q1), np.nan_to_num(q3 - median)]
+            ax.bar(pos, median, width, yerr=errors, capsize=3, color=colors[variant], label=variant)
+        _tps_axis(ax, [s.median for s in panel])
         ax.set_xticks(np.arange(len(sizes)), sizes)
         ax.set_title(METRIC_TITLES[metric], fontsize=10)
         ax.set_xlabel("model size")
@@ -107,30 +172,30 @@ def throughput_plot(
 
 
 def prompt_sweep_plot(
-    summary: pd.DataFrame, sizes: Sequence[str], variants: Sequence[str], *, title: str, caption: str, path: Path
+    spreads: Sequence[Spread], sizes: Sequence[str], variants: Sequence[str], *, title: str, caption: str, path: Path
 ) -> Path:
-    """Median tok/s against prompt length: color per variant, marker per size, one panel per metric.
-
-    summary: size, metric, variant, prompt_tokens, median, q1, q3.
-    """
-    metrics = [m for m in ("prefill", "gen") if (summary["metric"] == m).any()]
+    """Median tok/s against prompt length (Spread.prompt_tokens): color per variant, marker per size, one panel per
+    metric."""
+    metrics = [m for m in METRICS if any(s.metric == m for s in spreads)]
     fig = _figure(6.0 * len(metrics), 4.6)
     colors = variant_colors(variants)
     markers = dict(zip(sizes, "osD^vP*X", strict=False))
     for i, metric in enumerate(metrics):
         ax = fig.add_subplot(1, len(metrics), i + 1)
-        panel = summary[summary["metric"] == metric]
+        panel = [s for s in spreads if s.metric == metric]
         for size in sizes:
             for variant in variants:
-                rows = panel[(panel["size"] == size) & (panel["variant"] == variant)].sort_values("prompt_tokens")
-                if rows.empty:
+                line = sorted((s for s in panel if (s.size, s.variant) == (size, variant)),
+                              key=lambda s: s.prompt_tokens)
+                if not line:
                     continue
-                ax.errorbar(rows["prompt_tokens"], rows["median"],
-                            yerr=[rows["median"] - rows["q1"], rows["q3"] - rows["median"]],
+                medians = np.array([s.median for s in line])
+                ax.errorbar([s.prompt_tokens for s in line], medians,
+                            yerr=[medians - [s.q1 for s in line], [s.q3 for s in line] - medians],
                             color=colors[variant], marker=markers.get(size, "o"), capsize=3,
                             label=f"{size} · {variant}")
-        _token_axis(ax, panel["prompt_tokens"])
-        _tps_axis(ax, panel["median"])
+        _token_axis(ax, [s.prompt_tokens for s in panel])
+        _tps_axis(ax, [s.median for s in panel])
         ax.set_title(METRIC_TITLES[metric], fontsize=10)
         ax.set_xlabel("prompt length (tokens)")
         ax.set_ylabel("median throughput (tokens/s)")
@@ -140,29 +205,27 @@ def prompt_sweep_plot(
 
 
 def rounds_plot(
-    trials: pd.DataFrame, sizes: Sequence[str], variants: Sequence[str], *, title: str, caption: str, path: Path
+    points: Sequence[TrialPoint], sizes: Sequence[str], variants: Sequence[str], *, title: str, caption: str,
+    path: Path,
 ) -> Path:
     """Every timed trial's tok/s in round order, one small panel per size x metric, a line per variant, so drift
-    (a trend) and noise (scatter) are visible.
-
-    trials: size, variant, round, prefill_tps, gen_tps.
-    """
-    metrics = [m for m in ("prefill", "gen") if trials[f"{m}_tps"].notna().any()]
+    (a trend) and noise (scatter) are visible."""
+    metrics = [m for m in METRICS if any(p.metric == m for p in points)]
     fig = _figure(5.0 * len(metrics) + 0.5, 2.3 * len(sizes) + 1.2)
     colors = variant_colors(variants)
     axes = fig.subplots(len(sizes), len(metrics), squeeze=False)
     for row, size in enumerate(sizes):
         for col, metric in enumerate(metrics):
             ax = axes[row][col]
-            cell = trials[trials["size"] == size]
-            for variant, rows in cell.groupby("variant", sort=False):
-                rows = rows.sort_values("round")
-                ax.plot(rows["round"] + 1, rows[f"{metric}_tps"], marker="o", markersize=4, linewidth=1.2,
-                        color=colors.get(variant, "gray"), label=variant)
+            panel = [p for p in points if (p.size, p.metric) == (size, metric)]
+            for variant in dict.fromkeys(p.variant for p in panel):
+                line = sorted((p for p in panel if p.variant == variant), key=lambda p: p.round)
+                ax.plot([p.round + 1 for p in line], [p.tps for p in line], marker="o", markersize=4,
+                        linewidth=1.2, color=colors.get(variant, "gray"), label=variant)
             ax.set_title(f"{size} · {METRIC_TITLES[metric]}", fontsize=9)
             ax.set_xlabel("round")
             ax.set_ylabel("tokens/s")
-            _tps_axis(ax, cell[f"{metric}_tps"].dropna())
+            _tps_axis(ax, [p.tps for p in panel])
             ax.xaxis.get_major_locator().set_params(integer=True)
             ax.grid(alpha=0.3)
     _legend(fig, axes[0][0])
@@ -170,26 +233,26 @@ def rounds_plot(
 
 
 def depth_plot(
-    depth: pd.DataFrame, sizes: Sequence[str], variants: Sequence[str], *, title: str, caption: str, path: Path
+    points: Sequence[DepthPoint], sizes: Sequence[str], variants: Sequence[str], *, title: str, caption: str,
+    path: Path,
 ) -> Path:
-    """Decode tok/s against KV depth: the median over rounds, with the IQR as a band; one panel per size.
-
-    depth: size, variant, depth, gen_tps.
-    """
+    """Decode tok/s against KV depth: the median over rounds, with the IQR as a band; one panel per size."""
     fig = _figure(max(6.0, 4.2 * len(sizes)), 4.4)
     colors = variant_colors(variants)
     for i, size in enumerate(sizes):
         ax = fig.add_subplot(1, len(sizes), i + 1)
-        panel = depth[depth["size"] == size]
+        panel = [p for p in points if p.size == size]
         for variant in variants:
-            rows = panel[panel["variant"] == variant]
-            if rows.empty:
+            mine = [p for p in panel if p.variant == variant]
+            if not mine:
                 continue
-            stats = rows.groupby("depth")["gen_tps"].quantile([0.25, 0.5, 0.75]).unstack()
-            ax.plot(stats.index, stats[0.5], marker="o", color=colors[variant], label=variant)
-            ax.fill_between(stats.index, stats[0.25], stats[0.75], color=colors[variant], alpha=0.2)
-        _token_axis(ax, panel["depth"])
-        _tps_axis(ax, panel["gen_tps"])
+            depths = sorted({p.depth for p in mine})
+            q1, median, q3 = np.array([np.quantile([p.gen_tps for p in mine if p.depth == d], [0.25, 0.5, 0.75])
+                                       for d in depths]).T
+            ax.plot(depths, median, marker="o", color=colors[variant], label=variant)
+            ax.fill_between(depths, q1, q3, color=colors[variant], alpha=0.2)
+        _token_axis(ax, [p.depth for p in panel])
+        _tps_axis(ax, [p.gen_tps for p in panel])
         ax.set_title(size, fontsize=10)
         ax.set_xlabel("KV cache depth (tokens)")
         ax.set_ylabel("decode throughput (tokens/s)")
@@ -198,32 +261,29 @@ def depth_plot(
     return _save(fig, title, caption, path)
 
 
-def op_delta_plot(points: pd.DataFrame, *, title: str, caption: str, path: Path) -> Path:
-    """Δ speed of each op variant against its op's reference variant, one horizontal bar per row of `points`, top
-    to bottom, with 95% CI error bars and one color per op; a bar without a verdict of faster or slower is faint.
-
-    points: label, op, ratio, low, high (speed ratios variant/reference, > 1 is faster), verdict.
-    Bars grow from ratio 1 (Δ 0%); the axis is labelled in Δ% and turns logarithmic when the ratios span widely.
-    """
-    ops = list(dict.fromkeys(points["op"]))
+def op_delta_plot(bars: Sequence[OpBar], *, title: str, caption: str, path: Path) -> Path:
+    """Δ speed of each op variant against its op's reference variant, one horizontal bar per OpBar, top to bottom,
+    with 95% CI error bars and one color per op; a bar without a verdict of faster or slower is faint. Bars grow from
+    ratio 1 (Δ 0%); the axis is labelled in Δ% and turns logarithmic when the ratios span widely."""
+    ops = list(dict.fromkeys(bar.op for bar in bars))
     colors = variant_colors(ops)
     # A gap between ops groups each op's bars under its color.
-    y = np.arange(len(points)) + 0.6 * np.array([ops.index(op) for op in points["op"]])
-    fig = _figure(10.0, 0.28 * len(points) + 0.2 * len(ops) + 1.6)
+    y = np.arange(len(bars)) + 0.6 * np.array([ops.index(bar.op) for bar in bars])
+    fig = _figure(10.0, 0.28 * len(bars) + 0.2 * len(ops) + 1.6)
     ax = fig.add_subplot()
-    faint = ~_decided(points["verdict"])
-    fills = [to_rgba(colors[op], 0.35 if dim else 1.0) for op, dim in zip(points["op"], faint, strict=True)]
-    ax.barh(y, points["ratio"] - 1, left=1, height=0.75, color=fills, edgecolor=[colors[op] for op in points["op"]],
-            xerr=[points["ratio"] - points["low"], points["high"] - points["ratio"]], capsize=2,
-            error_kw={"elinewidth": 1.0, "ecolor": "#333333"})
+    ratio = np.array([bar.speed.ratio for bar in bars])
+    low, high = np.array([bar.speed.low for bar in bars]), np.array([bar.speed.high for bar in bars])
+    fills = [to_rgba(colors[bar.op], 1.0 if bar.decided else 0.35) for bar in bars]
+    ax.barh(y, ratio - 1, left=1, height=0.75, color=fills, edgecolor=[colors[bar.op] for bar in bars],
+            xerr=[ratio - low, high - ratio], capsize=2, error_kw={"elinewidth": 1.0, "ecolor": "#333333"})
     # Label beyond the end of the CI, so the number never sits on the error bar.
-    for yi, ratio, low, high in zip(y, points["ratio"], points["low"], points["high"], strict=True):
-        right = ratio >= 1
-        ax.annotate(f"{(ratio - 1) * 100:+.1f}%", (high if right else low, yi), xytext=(3 if right else -3, 0),
+    for yi, r, lo, hi in zip(y, ratio, low, high, strict=True):
+        right = r >= 1
+        ax.annotate(f"{(r - 1) * 100:+.1f}%", (hi if right else lo, yi), xytext=(3 if right else -3, 0),
                     textcoords="offset points", ha="left" if right else "right", va="center", fontsize=7)
     ax.axvline(1, color="#333333", linewidth=0.8)
-    log = _ratio_axis(ax, pd.concat([points["low"], points["high"]]))
-    ax.set_yticks(y, points["label"], fontsize=7)
+    log = _ratio_axis(ax, [*low, *high])
+    ax.set_yticks(y, [bar.label for bar in bars], fontsize=7)
     ax.set_ylim(y[-1] + 0.8, -0.8)  # top to bottom, without the empty rows autoscaling would add
     ax.set_xlabel("Δ speed vs the op's reference variant (%" + (", log scale of the speed ratio)" if log else ")"))
     ax.grid(axis="x", alpha=0.3)
@@ -233,15 +293,12 @@ def op_delta_plot(points: pd.DataFrame, *, title: str, caption: str, path: Path)
     return _save(fig, title, caption, path)
 
 
-def _decided(verdicts: pd.Series) -> np.ndarray:
-    """Which rows have a verdict of faster or slower (their interval excludes 0)."""
-    return verdicts.isin(["faster", "slower"]).to_numpy()
-
-
-def _ratio_axis(ax: Axes, ratios: pd.Series) -> bool:
+def _ratio_axis(ax: Axes, ratios: Sequence[float]) -> bool:
     """An x axis of speed ratios labelled as Δ%, with room beyond the extremes for the bars' labels; logarithmic
     (True) when they span widely, so 2x faster and 2x slower lie equally far from 0%."""
-    low, high = min(ratios.min(), 1.0), max(ratios.max(), 1.0)
+    values = np.asarray(ratios, dtype=np.float64)
+    finite = values[np.isfinite(values)]  # a row of one round has no interval
+    low, high = float(finite.min(initial=1.0)), float(finite.max(initial=1.0))
     log = low < LOG_RATIO_LOW or high > LOG_RATIO_HIGH
     if log:
         ax.set_xscale("log")
@@ -271,7 +328,7 @@ def _legend(fig: Figure, ax: Axes) -> None:
         fig.legend(handles, labels, loc="outside right center", fontsize=8, frameon=False)
 
 
-def _token_axis(ax: Axes, values: pd.Series) -> None:
+def _token_axis(ax: Axes, values: Sequence[int]) -> None:
     """A log2 axis of token counts, ticked at the measured values and labelled in plain numbers (2048, not 2^11)."""
     ticks = sorted(set(int(v) for v in values))
     ax.set_xscale("log", base=2)
@@ -279,12 +336,13 @@ def _token_axis(ax: Axes, values: pd.Series) -> None:
     ax.xaxis.set_minor_locator(NullLocator())
 
 
-def _tps_axis(ax: Axes, values: pd.Series) -> None:
+def _tps_axis(ax: Axes, values: Sequence[float]) -> None:
     """A tok/s axis that never exaggerates a gap: linear from 0, so a 4% difference looks like 4% (autoscaling
     started pr18809's decode panels at 2.80 tok/s, and a gap inside the IQR filled the panel); logarithmic only when
     the values span more than LOG_SCALE_SPAN, where a linear axis would flatten the small sizes' bars."""
-    positive = values[values > 0]
-    if not positive.empty and positive.max() / positive.min() > LOG_SCALE_SPAN:
+    finite = np.asarray(values, dtype=np.float64)
+    positive = finite[finite > 0]  # NaN compares False
+    if positive.size and positive.max() / positive.min() > LOG_SCALE_SPAN:
         ax.set_yscale("log")
     else:
         # Autoscaling left a margin of the narrow data range only; above a zero-based axis, caps and bands need more.

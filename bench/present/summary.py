@@ -40,19 +40,19 @@ def print_summary(console: Console, results: Results, comparisons: list[tuple[st
 
 def run_summary_table(study: Study, machine: str, workload: str, pairs: Sequence[tuple[str, str]]) -> Table:
     # Geometric means, as the Δ columns' Baseline and New: each Δ then reads off the variant columns.
-    variants, rows = median_rows(study, machine, workload, center="gmean", with_cv=False)
+    variants, rows = median_rows(study, machine, workload, geometric=True, with_cv=False)
     failing = failed_correctness(study, machine, workload)
     scoped = {pair: compare_scope(study, machine, workload, pair) for pair in pairs}
     table_rows = []
     for row in rows:
         deltas = []
         for (baseline, new), comparison in scoped.items():
-            match = comparison[(comparison["model_key"] == row.cell[0]) & (comparison["metric"] == row.metric)]
-            if match.empty:
+            match = next((c for c in comparison if (c.model_key, c.metric) == (row.cell[0], row.metric)), None)
+            if match is None:
                 deltas.append("—")
                 continue
             failed = [v for v in dict.fromkeys((baseline, new)) if (row.cell[0], v) in failing]
-            shown = delta_cells(next(match.itertuples()), failed, new)
+            shown = delta_cells(match, failed, new)
             deltas.append(" ".join(part for part in (shown.delta, shown.interval, shown.verdict) if part != "—"))
         table_rows.append((row.label, row.metric, *row.values, *deltas))
     columns = ("Size", "Metric", *variants, *(f"Δ {new} vs {baseline}" for baseline, new in pairs))

@@ -2,26 +2,27 @@
 
 from __future__ import annotations
 
+from collections.abc import Sequence
 from pathlib import Path
 
-import pandas as pd
-
 from ...analysis import stats
-from ...analysis.study import Study, cell_labels, on, ordered_cells, ordered_workloads
+from ...analysis.runs import Build
+from ...analysis.study import Study, cell_labels, on, ordered_workloads
 from .. import plots
 from ..document import Block, Bullets, Figure, Heading, Table
 from ..format import format_tps
+from . import ReportContext
 from .context import machine_suffix, plot_caption, slug
 from .delta import delta_cells, stall_warnings
 
 BUILD_COLUMNS = ("Size", "Metric", "Variant", "Reference", "Current", "Δ", "95% CI (Holm)", "±", "Rounds", "Verdict")
 
 
-def builds_section(study: Study, out_dir: Path) -> list[Block]:
+def builds_section(context: ReportContext) -> list[Block]:
+    study = context.study
     if study.build_trials.empty:
         return []
-    builds = next(iter(study.results.runs.values())).get("builds") or {}
-    commits = [build_line(name, b) for name, b in builds.items()]
+    commits = [build_line(build) for build in next(iter(study.runs.values())).builds]
     blocks: list[Block] = [Heading("Current build vs reference build"), Bullets((
         *commits,
         "Both builds ran every round back to back on the same prompt and weights (trials interleaved, order "
@@ -34,39 +35,36 @@ def builds_section(study: Study, out_dir: Path) -> list[Block]:
         trials = on(study.build_trials, machine)
         for workload in ordered_workloads([trials]):
             table = stats.compare_builds(on(trials, machine, workload), margin_pct=study.margin_pct)
-            labels = cell_labels(ordered_cells([table]))
+            labels = cell_labels(list(dict.fromkeys((r.model_key, r.size) for r in table)))
             rows = tuple(
                 (labels[(r.model_key, r.size)], r.metric, r.variant, format_tps(r.baseline_gmean),
                  format_tps(r.new_gmean), *delta_cells(r, [], "current"))
-                for r in table.itertuples()
+                for r in table
             )
             where = workload if len(study.machines) == 1 else f"{workload} · {machine}"
             blocks += [Heading(where, 3), Table(BUILD_COLUMNS, rows, frozenset(range(3, 9)))]
             if stalls := stall_warnings(table, where):  # the arm is "current" or "reference": the build that stalls
                 blocks.append(Bullets(tuple(stalls)))
-            blocks.append(_figure(study, machine, workload, table, labels, out_dir))
+            blocks.append(_figure(study, machine, workload, table, labels, context.out_dir))
     return blocks
 
 
-def build_line(name: str, build: dict) -> str:
+def build_line(build: Build) -> str:
     """"reference: mlx 0.31.2 (/path/python), commit abc": a build of another environment is named by it."""
-    commit = f"commit {str(build.get('commit') or '?')[:12]}" + (" (uncommitted changes)" if build.get("dirty") else "")
-    if not build.get("packages"):
-        return f"{name}: {commit}"
-    versions = ", ".join(f"{n} {v}" for n, v in build["packages"].items())
-    return f"{name}: {build.get('label') or versions} ({versions}; {build.get('python')}), {commit}"
+    commit = f"commit {build.commit[:12]}" + (" (uncommitted changes)" if build.dirty else "")
+    if not build.packages:
+        return f"{build.name}: {commit}"
+    versions = ", ".join(f"{n} {v}" for n, v in build.packages)
+    return f"{build.name}: {build.label or versions} ({versions}; {build.python}), {commit}"
 
 
-def _figure(study: Study, machine: str, workload: str, table: pd.DataFrame, labels: dict, out_dir: Path) -> Figure:
-    points = pd.DataFrame({
-        "size": [f"{labels[(k, s)]} · {v}" for k, s, v in zip(table["model_key"], table["size"], table["variant"],
-                                                            strict=True)],
-        "metric": table["metric"], "delta_pct": table["delta_pct"], "verdict": table["verdict"],
-        "low_pct": (table["adj_low"] - 1) * 100, "high_pct": (table["adj_high"] - 1) * 100,
-        "incorrect": False, "ref_delta_pct": float("nan"),
-    })
+def _figure(study: Study, machine: str, workload: str, table: Sequence[stats.Comparison],
+            labels: dict[tuple[str, str], str], out_dir: Path) -> Figure:
+    bars = [plots.DeltaBar(f"{labels[(r.model_key, r.size)]} · {r.variant}", r.metric, r.delta_pct,
+                           (r.adj_low - 1) * 100, (r.adj_high - 1) * 100, decided=bool(r.verdict and r.verdict.decided))
+            for r in table]
     title = f"Δ throughput, current vs reference build · {workload}"
     name = f"builds-{slug(workload)}{machine_suffix(study, machine)}.png"
-    sizes = list(dict.fromkeys(points["size"]))
-    path = plots.delta_plot(points, sizes, title=title, caption=plot_caption(study, machine), path=out_dir / name)
+    sizes = list(dict.fromkeys(bar.size for bar in bars))
+    path = plots.delta_plot(bars, sizes, title=title, caption=plot_caption(study, machine), path=out_dir / name)
     return Figure(path, f"{title}: paired per-round log ratios, with Holm-adjusted 95% CIs")

@@ -9,15 +9,16 @@ import math
 from collections.abc import Sequence
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any, NamedTuple
+from typing import NamedTuple
 
-import pandas as pd
-
-from ...analysis.inference import OUTLIER_K, OUTLIER_MIN_ROUNDS, STALL_ALPHA, STALLS_NEW
+from ...analysis.inference import OUTLIER_K, OUTLIER_MIN_ROUNDS, STALL_ALPHA, STALLS_NEW, VerdictWord
 from ...analysis.reference import Reference
-from ...analysis.stats import ALPHA
+from ...analysis.stats import ALPHA, Comparison
 from ...analysis.study import (
+    CellInfo,
+    CorrectnessCheck,
     Study,
+    cell_infos,
     cell_labels,
     closed_reason,
     compare_scope,
@@ -31,13 +32,15 @@ from ...analysis.study import (
 )
 from .. import plots
 from ..document import Block, Bullets, Figure, Heading, Table
-from ..format import format_tps, signed_pct
+from ..format import format_ci, format_delta, format_tps, signed_pct, verdict_text
+from . import ReportContext
 from .context import environment_line, machine_suffix, plot_caption, slug, threads_note
 from .kernels import attention_note
 
 DELTA_COLUMNS = ("Size", "Metric", "Baseline", "New", "Δ", "95% CI (Holm)", "±", "Rounds", "Verdict")
 REF_COLUMN = "Ref Δ"
 INCORRECT = "✗ incorrect"
+NOTHING = "—"
 
 
 class DeltaCells(NamedTuple):
@@ -50,6 +53,22 @@ class DeltaCells(NamedTuple):
     verdict: str
 
 
+@dataclass(frozen=True)
+class DeltaRow:
+    """One row of a delta table: a cell's metric, or in its place the reason a cell has none."""
+
+    label: str
+    metric: str
+    baseline: str
+    new: str
+    shown: DeltaCells
+    reference: str | None  # the published Δ, in a table with a reference column
+
+    def cells(self) -> tuple[str, ...]:
+        ref = () if self.reference is None else (self.reference,)
+        return (self.label, self.metric, self.baseline, self.new, self.shown.delta, *ref, *self.shown[1:])
+
+
 @dataclass
 class DeltaSection:
     """One machine x comparison x workload, rendered, with what to warn about."""
@@ -58,74 +77,64 @@ class DeltaSection:
     warnings: list[str]
 
 
-def delta_cells(row: Any, failed: Sequence[str], new: str) -> DeltaCells:
+def delta_cells(row: Comparison, failed: Sequence[str], new: str) -> DeltaCells:
     """The cells of one compare() row; a variant that failed correctness is never shown as a speed-up."""
     if failed:
-        return DeltaCells("—", "—", "—", "—", INCORRECT if new in failed else f"{INCORRECT} (baseline)")
-    if row.n_pairs == 0:
-        return DeltaCells("—", "—", "—", "0", row.verdict_text)
+        return DeltaCells(NOTHING, NOTHING, NOTHING, NOTHING, INCORRECT if new in failed else f"{INCORRECT} (baseline)")
+    if row.verdict is None:
+        return DeltaCells(NOTHING, NOTHING, NOTHING, "0", "no paired rounds")
     rounds, delta = _rounds_cell(row), signed_pct(row.delta_pct)
-    if row.over_all_rounds:  # Δ is over all rounds: the trimmed Δ goes beside it
-        delta += f" (trimmed {signed_pct(row.trimmed_delta_pct)})"
+    if row.stalls and row.stalls.over_all_rounds:  # Δ is over all rounds: the trimmed Δ goes beside it
+        delta += f" (trimmed {format_delta(row.stalls.trimmed)})"
     if math.isnan(row.adj_low):
-        return DeltaCells(delta, "—", "—", rounds, row.verdict_text)
-    interval = f"[{signed_pct((row.adj_low - 1) * 100)}, {signed_pct((row.adj_high - 1) * 100)}]"
-    return DeltaCells(delta, interval, f"±{row.half_width_pct:.1f}%", rounds, row.verdict_text)
+        return DeltaCells(delta, NOTHING, NOTHING, rounds, verdict_text(row.verdict))
+    return DeltaCells(delta, format_ci(row.interval), f"±{row.half_width_pct:.1f}%", rounds, verdict_text(row.verdict))
 
 
-def _rounds_cell(row: Any) -> str:
+def _rounds_cell(row: Comparison) -> str:
     """"40", "38 (2 outliers)", "40 (compiled stalls in 6)" or "40 (all; 2 outliers kept)"."""
-    outliers = row.excluded_new + row.excluded_baseline
-    if _flags_an_arm(row):
-        return f"{row.n_pairs} ({stalling_arm(row)} stalls in {_against_arm(row)})"
-    if row.over_all_rounds:
+    if row.stalls and row.stalls.arm:
+        return f"{row.n_pairs} ({stalling_arm(row)} stalls in {row.stalls.against_arm})"
+    if row.stalls and row.stalls.over_all_rounds:
+        outliers = row.stalls.against_new + row.stalls.against_baseline
         return f"{row.n_pairs} (all; {outliers} outlier{'s' if outliers > 1 else ''} kept)"
     return f"{row.n_pairs}" + (f" ({row.excluded} outlier{'s' if row.excluded > 1 else ''})" if row.excluded else "")
 
 
-def stalling_arm(row: Any) -> str:
+def stalling_arm(row: Comparison) -> str:
     """The name of the arm the stall rule flags, as the table names it (a variant, or "current" for a build)."""
-    return row.new if row.stalls == STALLS_NEW else row.baseline
+    return row.new if row.stalls and row.stalls.arm == STALLS_NEW else row.baseline
 
 
-def _flags_an_arm(row: Any) -> bool:
-    return isinstance(row.stalls, str)  # None, or NaN where pandas read a column of None
-
-
-def _against_arm(row: Any) -> int:
-    return row.excluded_new if row.stalls == STALLS_NEW else row.excluded_baseline
-
-
-def stall_warnings(comparison: pd.DataFrame, where: str) -> list[str]:
+def stall_warnings(comparison: Sequence[Comparison], where: str) -> list[str]:
     """Rows whose Δ the stall rule took over all rounds, naming the arm that stalls when the sign test says which."""
     warnings = []
-    for r in comparison[comparison["over_all_rounds"].astype(bool)].itertuples():
-        what = " ".join(str(part) for part in (r.size, getattr(r, "variant", ""), r.metric) if part)
-        every = f"{signed_pct(r.all_delta_pct)} [{_pct(r.all_low)}, {_pct(r.all_high)}]"
-        without = f"{signed_pct(r.trimmed_delta_pct)} [{_pct(r.trimmed_low)}, {_pct(r.trimmed_high)}]"
-        if _flags_an_arm(r):
+    for r in comparison:
+        s = r.stalls
+        if s is None or not s.over_all_rounds:
+            continue
+        what = " ".join(part for part in (r.size, r.variant, r.metric) if part)
+        every = f"{format_delta(s.all_rounds)} {format_ci(s.all_rounds)}"
+        without = f"{format_delta(s.trimmed)} {format_ci(s.trimmed)}"
+        if s.arm:
             warnings.append(
-                f"{stalling_arm(r)} stalls: {where}: {what}: {_against_arm(r)} of {r.all_rounds} rounds "
-                f"excluded against it (sign test p = {r.sign_p:.2g} < {STALL_ALPHA:g}); Δ over all rounds {every}; "
+                f"{stalling_arm(r)} stalls: {where}: {what}: {s.against_arm} of {s.rounds} rounds "
+                f"excluded against it (sign test p = {s.sign_p:.2g} < {STALL_ALPHA:g}); Δ over all rounds {every}; "
                 f"without them {without}"
             )
             continue
         warnings.append(
-            f"outlier rounds moved Δ: {where}: {what}: {r.excluded_new} round(s) against {r.new}, "
-            f"{r.excluded_baseline} against {r.baseline} lay beyond the fence; without them Δ would be {without}, "
-            f"outside its own interval, so Δ is over all {r.all_rounds} rounds: {every} (too few to say which arm "
-            f"stalls: sign test p = {r.sign_p:.2g})"
+            f"outlier rounds moved Δ: {where}: {what}: {s.against_new} round(s) against {r.new}, "
+            f"{s.against_baseline} against {r.baseline} lay beyond the fence; without them Δ would be {without}, "
+            f"outside its own interval, so Δ is over all {s.rounds} rounds: {every} (too few to say which arm "
+            f"stalls: sign test p = {s.sign_p:.2g})"
         )
     return warnings
 
 
-def _pct(ratio: float) -> str:
-    return signed_pct((ratio - 1) * 100)
-
-
 def delta_table(
     study: Study, machine: str, workload: str, pair: tuple[str, str], reference: Reference | None
-) -> tuple[Table, pd.DataFrame, list[str]]:
+) -> tuple[Table, list[Comparison], list[str]]:
     """The PR-style table for one machine x comparison x workload, its stats, and notes for under it."""
     new = pair[1]
     timed, closed = on(study.timed, machine, workload), on(study.closed, machine, workload)
@@ -134,44 +143,40 @@ def delta_table(
     fitting = reference if reference and reference_fits(reference, study, pair) else None
     cells = ordered_cells([timed, closed])
     labels = cell_labels(cells)
-    rows, notes = [], []
+    rows: list[DeltaRow] = []
+    notes = []
     for cell in cells:
         label, reason = labels[cell], closed_reason(closed, cell[0])
-        cell_rows = comparison[comparison["model_key"] == cell[0]]
-        if cell_rows.empty or (reason and (cell_rows["n_pairs"] == 0).all()):
-            rows.append(_reason_row(label, reason or "no trials", reference))
+        cell_rows = [row for row in comparison if row.model_key == cell[0]]
+        if not cell_rows or (reason and not any(row.n_pairs for row in cell_rows)):
+            shown = DeltaCells(NOTHING, NOTHING, NOTHING, NOTHING, reason or "no trials")
+            rows.append(DeltaRow(label, NOTHING, NOTHING, NOTHING, shown, NOTHING if reference else None))
             continue
         if reason:
-            notes.append(f"{label}: {reason} (the row uses the {cell_rows['n_pairs'].max()} rounds recorded before it)")
+            rounds = max(row.n_pairs for row in cell_rows)
+            notes.append(f"{label}: {reason} (the row uses the {rounds} rounds recorded before it)")
         failed = [v for v in dict.fromkeys(pair) if (cell[0], v) in failing]
         notes.extend(_incorrect_note(label, failing[(cell[0], v)], cell_rows) for v in failed)
-        for row in cell_rows.itertuples():
-            shown = delta_cells(row, failed, new)
-            means = format_tps(row.baseline_gmean), format_tps(row.new_gmean)
-            ref = [_ref_delta(fitting, cell[1], row.metric)] if reference else []
-            rows.append((label, row.metric, *means, shown.delta, *ref, *shown[1:]))
+        for row in cell_rows:
+            ref = _ref_delta(fitting, cell[1], row.metric) if reference else None
+            rows.append(DeltaRow(label, row.metric, format_tps(row.baseline_gmean), format_tps(row.new_gmean),
+                                 delta_cells(row, failed, new), ref))
     columns = (*DELTA_COLUMNS[:5], *([REF_COLUMN] if reference else []), *DELTA_COLUMNS[5:])
     numeric = frozenset(range(2, len(columns) - 1))
-    return Table(columns, tuple(rows), numeric), comparison, notes
-
-
-def _reason_row(label: str, reason: str, reference: Reference | None) -> tuple[str, ...]:
-    return (label, "—", "—", "—", "—", *(["—"] if reference else []), "—", "—", "—", reason)
+    return Table(columns, tuple(row.cells() for row in rows), numeric), comparison, notes
 
 
 def _ref_delta(reference: Reference | None, size: str, metric: str) -> str:
     row = reference.row(size, metric) if reference else None
-    return "—" if row is None else f"{row.delta_pct:+.1f}%"
+    return NOTHING if row is None else f"{row.delta_pct:+.1f}%"
 
 
-def _incorrect_note(label: str, record: dict[str, Any], cell_rows: pd.DataFrame) -> str:
-    measured = ", ".join(
-        f"{r.metric} {r.delta_pct:+.1f}%" for r in cell_rows.itertuples() if not math.isnan(r.delta_pct)
-    )
+def _incorrect_note(label: str, check: CorrectnessCheck, cell_rows: Sequence[Comparison]) -> str:
+    measured = ", ".join(f"{r.metric} {r.delta_pct:+.1f}%" for r in cell_rows if not math.isnan(r.delta_pct))
     return (
-        f"{label}: {record['variant']} failed correctness against {record['reference']}: max |Δlogit| "
-        f"{record['max_abs_err']:.3g} > atol {record['atol']:.3g} or greedy tokens {record['tokens_agree']}"
-        f"/{record['tokens_checked']}; its timing ({measured or 'none'}) is not a speed-up until it computes the same "
+        f"{label}: {check.variant} failed correctness against {check.reference}: max |Δlogit| "
+        f"{check.max_abs_err:.3g} > atol {check.atol:.3g} or greedy tokens {check.tokens_agree}"
+        f"/{check.tokens_checked}; its timing ({measured or 'none'}) is not a speed-up until it computes the same "
         "logits"
     )
 
@@ -181,33 +186,27 @@ def reference_fits(reference: Reference, study: Study, pair: tuple[str, str]) ->
     return not reference.ops or reference.ops == ops_changes(study, *pair)
 
 
-def _workload_line(frames: Sequence[pd.DataFrame]) -> str:
-    row = next(f.iloc[0] for f in frames if not f.empty)
-    return f"prompt {row['prompt_tokens']} tokens, gen {row['gen_tokens']} tokens, batch {row['batch']}"
+def _workload_line(cells: Sequence[CellInfo]) -> str:
+    cell = cells[0]
+    return f"prompt {cell.prompt_tokens} tokens, gen {cell.gen_tokens} tokens, batch {cell.batch}"
 
 
-def _models_line(frames: Sequence[pd.DataFrame], labels: dict[tuple[str, str], str]) -> str:
+def _models_line(cells: Sequence[CellInfo], labels: dict[tuple[str, str], str]) -> str:
     """Each row label with its precision, in table order: "E2B (2/35 layers): float32; 26B: bfloat16, nvfp4"."""
-    rows = pd.concat([f for f in frames if not f.empty]).drop_duplicates(["model_key", "size"])
     precision = {}
-    for row in rows.to_dict("records"):
-        quantize = row.get("quantize")
-        precision[(row["model_key"], row["size"])] = str(row.get("dtype", "?")) + (
-            f", {quantize}" if isinstance(quantize, str) else ""
-        )
+    for cell in cells:
+        precision.setdefault((cell.model_key, cell.size),
+                             cell.dtype + (f", {cell.quantize}" if cell.quantize else ""))
     return "; ".join(f"{label}: {precision[cell]}" for cell, label in labels.items())
 
 
 def reference_note(
-    reference: Reference, study: Study, machine: str, frames: Sequence[pd.DataFrame], pair: tuple[str, str]
+    reference: Reference, study: Study, machine: str, cells: Sequence[CellInfo], pair: tuple[str, str]
 ) -> str:
     """Where the reference and this table were measured, side by side, so the difference is in plain view."""
-    envs = study.envs.get(machine) or [{}]
-    rows = pd.concat([f for f in frames if not f.empty])
-    precision = ", ".join(dict.fromkeys(
-        str(q) if isinstance(q, str) else str(d) for d, q in zip(rows["dtype"], rows["quantize"], strict=True)
-    ))
-    measured = f"{envs[0].get('backend', '?')} ({envs[0].get('device', '?')}), {precision}, {rows['workload'].iloc[0]}"
+    env = study.envs(machine)[0]
+    precision = ", ".join(dict.fromkeys(cell.quantize or cell.dtype for cell in cells))
+    measured = f"{env.backend} ({env.device}), {precision}, {cells[0].workload}"
     note = (
         f"{REF_COLUMN}: {reference.title} ({reference.source}). Reference: {reference.describe()}; "
         f"measured: {measured}. Hardware, backend and precision all change the size of a Δ: compare the "
@@ -226,102 +225,84 @@ def delta_section(
     timed, closed = on(study.timed, machine, workload), on(study.closed, machine, workload)
     table, comparison, notes = delta_table(study, machine, workload, pair, reference)
     labels = cell_labels(ordered_cells([timed, closed]))
-    ops = ops_difference(study, *pair)
+    cells = cell_infos([timed, closed])
     context = [
-        f"Ops that differ: {ops}",
-        f"Workload: {workload} ({_workload_line([timed, closed])})",
-        f"Environment: {environment_line(study.envs.get(machine) or [{}])}",
-        f"Models: {_models_line([timed, closed], labels)}",
+        f"Ops that differ: {ops_difference(study, *pair)}",
+        f"Workload: {workload} ({_workload_line(cells)})",
+        f"Environment: {environment_line(study.envs(machine))}",
+        f"Models: {_models_line(cells, labels)}",
     ]
     if reference:
-        context.append(reference_note(reference, study, machine, [timed, closed], pair))
+        context.append(reference_note(reference, study, machine, cells, pair))
     if note := attention_note(study, machine, workload, pair):
         context.append(note)
-    if note := threads_note(study.envs.get(machine) or []):
+    if note := threads_note(study.envs(machine)):
         context.append(note)
     where = workload if len(study.machines) == 1 else f"{workload} · {machine}"
     blocks: list[Block] = [Heading(f"{pair[0]} → {pair[1]} · {where}", 3), Bullets(tuple(context)), table]
     if notes:
         blocks.append(Bullets(tuple(notes)))
-    notes += _stop_notes(study, machine, workload, labels)
-    plotted = comparison[comparison["n_pairs"] > 0]
-    if not plotted.empty:
+    plotted = [row for row in comparison if row.n_pairs > 0]
+    if plotted:
         blocks.append(_delta_figure(study, pair, machine, workload, plotted, labels, reference, out_dir))
     return DeltaSection(blocks, _table_warnings(comparison, f"{pair[0]} → {pair[1]} · {where}"))
 
 
-def _stop_notes(study: Study, machine: str, workload: str, labels: dict[tuple[str, str], str]) -> list[str]:
-    """Cells whose precision target was not reached: they stopped at their round or time cap."""
-    stops = on(study.stops, machine, workload)
-    if stops.empty:
-        return []
-    return [
-        f"{labels.get((r['model_key'], r['size']), r['size'])}: stopped at {r['reason']} after {r['rounds']} rounds, "
-        f"widest 95% CI ±{max(r['half_width_pct'].values()):.1f}%"
-        for r in stops.to_dict("records") if r["reason"] in ("max_rounds", "budget") and r.get("half_width_pct")
-    ]
-
-
 def _delta_figure(
-    study: Study, pair: tuple[str, str], machine: str, workload: str, comparison: pd.DataFrame,
+    study: Study, pair: tuple[str, str], machine: str, workload: str, comparison: Sequence[Comparison],
     labels: dict[tuple[str, str], str], reference: Reference | None, out_dir: Path,
 ) -> Figure:
     failing = failed_correctness(study, machine, workload)
     incorrect = {key for key, variant in failing if variant in pair}
-    points = pd.DataFrame({
-        "size": [labels[c] for c in zip(comparison["model_key"], comparison["size"], strict=True)],
-        "metric": comparison["metric"],
-        "delta_pct": comparison["delta_pct"],
-        "low_pct": (comparison["adj_low"] - 1) * 100,
-        "high_pct": (comparison["adj_high"] - 1) * 100,
-        "verdict": comparison["verdict"],
-    })
-    points["incorrect"] = [key in incorrect for key in comparison["model_key"]]
     fitting = reference if reference and reference_fits(reference, study, pair) else None
-    points["ref_delta_pct"] = [
-        row.delta_pct if fitting and (row := fitting.row(size, metric)) else math.nan
-        for size, metric in zip(comparison["size"], comparison["metric"], strict=True)
-    ]
-    sizes = [label for label in labels.values() if label in set(points["size"])]
+    bars = [plots.DeltaBar(
+        size=labels[(row.model_key, row.size)], metric=row.metric, delta_pct=row.delta_pct,
+        low_pct=(row.adj_low - 1) * 100, high_pct=(row.adj_high - 1) * 100,
+        decided=bool(row.verdict and row.verdict.decided), incorrect=row.model_key in incorrect,
+        reference_pct=published.delta_pct if fitting and (published := fitting.row(row.size, row.metric)) else None,
+    ) for row in comparison]
+    shown = {bar.size for bar in bars}
+    sizes = [label for label in labels.values() if label in shown]
     name = f"delta-{slug(pair[0])}-vs-{slug(pair[1])}-{slug(workload)}{machine_suffix(study, machine)}.png"
     title = f"Δ throughput, {pair[1]} vs {pair[0]} · {workload}"
-    path = plots.delta_plot(points, sizes, title=title, caption=plot_caption(study, machine), path=out_dir / name)
+    path = plots.delta_plot(bars, sizes, title=title, caption=plot_caption(study, machine), path=out_dir / name)
     return Figure(path, f"{title}: mean of the paired per-round log ratios, with its Holm-adjusted 95% CI; faint "
                         "bars: no verdict of faster or slower")
 
 
-def _table_warnings(comparison: pd.DataFrame, where: str) -> list[str]:
+def _table_warnings(comparison: Sequence[Comparison], where: str) -> list[str]:
     """Rows with too few rounds for a verdict, and rounds the outlier rule set aside."""
     warnings = [
-        f"too few rounds: {where}: {r.size} {r.metric} has {r.n_pairs} paired round(s): {r.verdict_text}"
-        for r in comparison.itertuples() if r.verdict == "needs more rounds"
+        f"too few rounds: {where}: {r.size} {r.metric} has {r.n_pairs} paired round(s): {verdict_text(r.verdict)}"
+        for r in comparison if r.verdict and r.verdict.word is VerdictWord.NEEDS_ROUNDS
     ]
     warnings += [
         f"outlier rounds: {where}: {r.size} {r.metric}: {r.excluded} of {r.n_pairs + r.excluded} round(s) lay more "
-        f"than {OUTLIER_K:g} robust SDs from the median ratio ({r.excluded_new} against {r.new}, "
-        f"{r.excluded_baseline} against {r.baseline}) and were left out of Δ (their spread still counts)"
-        for r in comparison.itertuples() if r.excluded
+        f"than {OUTLIER_K:g} robust SDs from the median ratio ({r.stalls.against_new} against {r.new}, "
+        f"{r.stalls.against_baseline} against {r.baseline}) and were left out of Δ (their spread still counts)"
+        for r in comparison if r.excluded and r.stalls
     ]
     return warnings + stall_warnings(comparison, where)
 
 
-def delta_sections(
-    study: Study, comparisons: Sequence[tuple[str, str]], reference: Reference | None, out_dir: Path
-) -> tuple[list[Block], list[str]]:
-    """Every comparison's tables, one per machine x workload, and their warnings."""
+def deltas_section(context: ReportContext) -> list[Block]:
+    """Every comparison's tables, one per machine x workload; their warnings go to the Warnings section."""
+    study = context.study
     blocks: list[Block] = []
-    warnings: list[str] = []
-    for pair in comparisons:
+    for pair in context.comparisons:
         blocks.append(Heading(f"Δ {pair[0]} → {pair[1]}"))
         for machine in study.machines:
             for workload in ordered_workloads([on(study.timed, machine), on(study.closed, machine)]):
-                section = delta_section(study, pair, machine, workload, reference, out_dir)
+                section = delta_section(study, pair, machine, workload, context.reference, context.out_dir)
                 blocks += section.blocks
-                warnings += section.warnings
-    return blocks, warnings
+                context.warnings += section.warnings
+    return blocks
 
 
-def method_section(margin_pct: float) -> list[Block]:
+def method_section(context: ReportContext) -> list[Block]:
+    if not context.study.has_trials:
+        return []
+    margin_pct = context.study.margin_pct
     return [Heading("Method"), Bullets((
         "Warmup trials are excluded from every statistic. Variants share each round's prompt and run in alternating "
         "order, so drift common to a round cancels in its ratio new/baseline.",

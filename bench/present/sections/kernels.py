@@ -7,10 +7,12 @@ import pandas as pd
 from ...analysis.study import Study, cell_labels, on, ops_changes, ordered_cells
 from ..document import Block, Heading, Paragraph
 from ..kernels import compile_note, kernel_table, summarize_attention
+from . import ReportContext
 
 
-def kernel_section(study: Study, comparisons: list[tuple[str, str]]) -> list[Block]:
+def kernel_section(context: ReportContext) -> list[Block]:
     """Per model: one sentence on SDPA, and the kernel count of every variant of the ops the comparisons change."""
+    study, comparisons = context.study, context.comparisons
     if study.kernels.empty:
         return []
     changed = {op for pair in comparisons for op in ops_changes(study, *pair)} or set(study.kernels["op"])

@@ -2,20 +2,22 @@
 
 from __future__ import annotations
 
-import pandas as pd
+from collections.abc import Sequence
 
 from ...analysis import stats
-from ...analysis.study import Study, cell_labels, on, optional_medians, ordered_cells, ordered_workloads
+from ...analysis.study import cell_labels, on, ordered_cells, ordered_workloads
 from ..document import Block, Heading, Paragraph, Table
 from ..format import format_seconds
+from . import ReportContext
 
 LATENCY_COLUMNS = ("Size", "Variant", "TTFT p50", "ITL p50", "ITL p90", "ITL p99", "Steps")
 MLX_LM_TTFT_COLUMN = "TTFT mlx-lm p50"
 
 
-def latency_section(study: Study) -> list[Block]:
-    table = stats.latency_table(study.timed)
-    if table.empty or not table["steps"].any():
+def latency_section(context: ReportContext) -> list[Block]:
+    study = context.study
+    latencies = stats.latencies(study.timed)
+    if not any(r.steps for r in latencies):
         return []
     blocks: list[Block] = [Heading("Latency"), Paragraph(
         "TTFT is the prefill's time to the first generated token (median over timed rounds); ITL is the time between "
@@ -27,22 +29,21 @@ def latency_section(study: Study) -> list[Block]:
     )]
     for machine in study.machines:
         for workload in ordered_workloads([on(study.timed, machine)]):
+            rows = [r for r in latencies if (r.machine, r.workload) == (machine, workload)]
             blocks += [Heading(workload if len(study.machines) == 1 else f"{workload} · {machine}", 3),
-                       _latency_table(on(table, machine, workload), on(study.timed, machine, workload))]
+                       _latency_table(rows, cell_labels(ordered_cells([on(study.timed, machine, workload)])))]
     return blocks
 
 
-def _latency_table(rows: pd.DataFrame, timed: pd.DataFrame) -> Table:
+def _latency_table(rows: Sequence[stats.Latency], labels: dict[tuple[str, str], str]) -> Table:
     """One machine and workload; the mlx-lm TTFT column only where its trials carry it."""
-    labels = cell_labels(ordered_cells([rows]))
-    mlx_lm_ttft = optional_medians(timed, "ttft_s")
-    columns = (*LATENCY_COLUMNS[:3], MLX_LM_TTFT_COLUMN, *LATENCY_COLUMNS[3:]) if mlx_lm_ttft else LATENCY_COLUMNS
+    with_mlx_lm = any(r.mlx_lm_ttft_p50 is not None for r in rows)
+    columns = (*LATENCY_COLUMNS[:3], MLX_LM_TTFT_COLUMN, *LATENCY_COLUMNS[3:]) if with_mlx_lm else LATENCY_COLUMNS
     body = []
-    for r in rows.itertuples():
+    for r in rows:
         if not r.steps:
             continue
-        extra = ((format_seconds(mlx_lm_ttft[(r.model_key, r.variant)]) if (r.model_key, r.variant) in mlx_lm_ttft
-                  else "—"),) if mlx_lm_ttft else ()
-        body.append((labels[(r.model_key, r.size)], r.variant, format_seconds(r.ttft_p50), *extra,
+        mlx_lm = (("—" if r.mlx_lm_ttft_p50 is None else format_seconds(r.mlx_lm_ttft_p50)),) if with_mlx_lm else ()
+        body.append((labels[(r.model_key, r.size)], r.variant, format_seconds(r.ttft_p50), *mlx_lm,
                      *(format_seconds(v) for v in (r.itl_p50, r.itl_p90, r.itl_p99)), str(r.steps)))
     return Table(columns, tuple(body), frozenset(range(2, len(columns))))

@@ -7,22 +7,22 @@ from collections import Counter
 from collections.abc import Sequence
 from pathlib import Path
 
-import pandas as pd
-
 from models.registry import REGISTRY
 
 from ...analysis.opstats import VariantSummary
 from ...analysis.study import Study
 from .. import plots
 from ..document import Block, Bullets, Figure, Heading, Paragraph, Table
-from ..format import format_ci, format_delta, format_rate, format_seconds
+from ..format import format_ci, format_delta, format_rate, format_seconds, op_verdict_text
+from . import ReportContext
 from .context import environment_line, envs_caption
 
 OP_COLUMNS = ("Shape", "Variant", "Median time", "GB/s", "GFLOP/s", "max abs err", "Δ speed", "95% CI", "Verdict")
 
 
-def op_section(study: Study, out_dir: Path) -> list[Block]:
+def op_section(context: ReportContext) -> list[Block]:
     """`fusebench ops` records: per op a table of every shape and variant, and per run one plot of the Δs."""
+    study, out_dir = context.study, context.out_dir
     if not study.op_summaries:
         return []
     blocks: list[Block] = [Heading("Op microbenchmarks"), Paragraph(
@@ -42,7 +42,7 @@ def op_section(study: Study, out_dir: Path) -> list[Block]:
 
 def _op_run(study: Study, run_id: str | None, summaries: list[VariantSummary], notes: dict[str, str], suffix: str,
             out_dir: Path) -> list[Block]:
-    env = study.results.runs.get(run_id, {}).get("env", {})
+    env = study.run_env(run_id)
     rounds = len({r["round"] for r in study.results.of_kind("op") if r.get("run_id") == run_id})
     where = "" if not suffix else f" · run {run_id}"
     blocks: list[Block] = [Paragraph(f"Run {run_id}, {rounds} rounds; environment: {environment_line([env])}")]
@@ -77,7 +77,7 @@ def op_table(summaries: Sequence[VariantSummary]) -> Table:
                                                                   format_ci(s.speed))
             rows.append((label if i == 0 else "", s.variant, format_seconds(s.median_s), format_rate(s.gbps),
                          "—" if s.gflops is None else format_rate(s.gflops), f"{s.max_abs_err:.2g}", delta, interval,
-                         s.verdict))
+                         op_verdict_text(s)))
     return Table(OP_COLUMNS, tuple(rows), frozenset(range(2, 8)))
 
 
@@ -85,15 +85,9 @@ def _op_figure(summaries: Sequence[VariantSummary], caption: str, where: str, pa
     # A variant is named on its bar only where its op has several besides the reference.
     variants_per_op = Counter(op for op, _ in {(s.op, s.variant) for s in summaries})
     several = {op for op, n in variants_per_op.items() if n > 1}
-    points = pd.DataFrame({
-        "label": [s.shape_label + (f" · {s.variant}" if s.op in several else "") for s in summaries],
-        "op": [s.op for s in summaries],
-        "ratio": [s.speed.ratio for s in summaries],
-        "low": [s.speed.low for s in summaries],
-        "high": [s.speed.high for s in summaries],
-        "verdict": [s.verdict for s in summaries],
-    })
+    bars = [plots.OpBar(s.shape_label + (f" · {s.variant}" if s.op in several else ""), s.op, s.speed,
+                        bool(s.verdict and s.verdict.decided)) for s in summaries if s.speed]
     title = f"Op microbenchmarks: speed vs each op's reference variant{where}"
-    plots.op_delta_plot(points, title=title, caption=caption, path=path)
+    plots.op_delta_plot(bars, title=title, caption=caption, path=path)
     return Figure(path, f"{title}: geometric mean of the paired per-round speed ratios, with its Holm-adjusted 95% "
                         "CI; faint bars: no verdict of faster or slower")

@@ -4,14 +4,23 @@
 from __future__ import annotations
 
 import math
-from typing import Any
 
 import pandas as pd
 
-from ...analysis.study import Study, cell_labels, on, ordered_cells, ordered_workloads, trial_medians, variants_in
-from ...core.records import ROOFLINE_FIELDS
+from ...analysis.runs import Peak
+from ...analysis.study import (
+    Roofline,
+    Study,
+    cell_labels,
+    has_roofline,
+    on,
+    ordered_cells,
+    ordered_workloads,
+    rooflines,
+)
 from ..document import Block, Bullets, Heading, Paragraph, Table
 from ..format import format_rate
+from . import ReportContext
 
 ROOFLINE_MEANING = (
     "% of peak: prefill TFLOP/s (2 FLOPs per active parameter and prompt token, plus attention) against the "
@@ -20,9 +29,10 @@ ROOFLINE_MEANING = (
 )
 
 
-def roofline_section(study: Study) -> list[Block]:
+def roofline_section(context: ReportContext) -> list[Block]:
     """Achieved prefill TFLOP/s and gen GB/s per cell and variant, with their share of the machine's peak."""
-    if study.timed.empty or "prefill_tflops" not in study.timed or study.timed["prefill_tflops"].isna().all():
+    study = context.study
+    if not has_roofline(study.timed):
         return []
     blocks: list[Block] = [Heading("Roofline"), Paragraph(f"Medians of the timed trials. {ROOFLINE_MEANING}")]
     for machine in study.machines:
@@ -36,54 +46,42 @@ def roofline_section(study: Study) -> list[Block]:
     return blocks
 
 
-def _peaks(study: Study, timed: pd.DataFrame) -> list[dict[str, Any] | None]:
+def _peaks(study: Study, timed: pd.DataFrame) -> list[Peak | None]:
     """The distinct peaks the runs of these trials were held against (one, unless runs measured it apart)."""
-    runs = study.results.runs
-    peaks = [runs.get(run_id, {}).get("peak") for run_id in dict.fromkeys(timed["run_id"])]
-    return list({repr(peak): peak for peak in peaks}.values())
+    return list(dict.fromkeys(study.runs[run_id].peak if run_id in study.runs else None
+                              for run_id in dict.fromkeys(timed["run_id"])))
 
 
-def describe_peak(peak: dict[str, Any] | None) -> str:
+def describe_peak(peak: Peak | None) -> str:
     if not peak:
         return ("none known (a CPU run without a probe, or a device missing from the chip table): achieved rates "
                 "only, no percentages")
-    figures = [f"{format_rate(peak[key])} {unit}" for key, unit in (
-        ("fp32_tflops", "TFLOP/s fp32"), ("bf16_tflops", "TFLOP/s bf16"), ("memory_gbps", "GB/s memory")
-    ) if peak.get(key)]
-    return (f"{peak.get('name', '?')}: {', '.join(figures) or 'no figures'} (source: {peak.get('source', '?')}; "
-            f"confidence: {peak.get('confidence', '?')})")
+    figures = [f"{format_rate(value)} {unit}" for value, unit in (
+        (peak.fp32_tflops, "TFLOP/s fp32"), (peak.bf16_tflops, "TFLOP/s bf16"), (peak.memory_gbps, "GB/s memory")
+    ) if value]
+    return f"{peak.name}: {', '.join(figures) or 'no figures'} (source: {peak.source}; confidence: {peak.confidence})"
 
 
 def roofline_table(study: Study, timed: pd.DataFrame) -> Table:
     """Size | Variant | prefill TFLOP/s (% of peak) | gen GB/s (% of peak), for one machine and workload."""
     labels = cell_labels(ordered_cells([timed]))
-    fields = [f for f in ROOFLINE_FIELDS if f in timed]
-    medians = trial_medians(timed, fields).set_index(["model_key", "variant"])
-    above = _above_peak(timed)
+    found = rooflines(timed)
     rows = []
     for cell, label in labels.items():
-        for variant in variants_in(study, timed[timed["model_key"] == cell[0]]):
-            row, over = medians.loc[(cell[0], variant)], above.get((cell[0], variant), set())
-            rows.append((label, variant, _with_percent(row, "prefill_tflops", "prefill_pct_of_peak", "prefill" in over),
-                         _with_percent(row, "gen_gbps", "gen_pct_of_peak", "gen" in over)))
+        for variant in (v for v in study.variants if (cell[0], v) in found):
+            rows.append((label, variant, *_rates(found[(cell[0], variant)])))
     return Table(("Size", "Variant", "Prefill TFLOP/s (% of peak)", "Gen GB/s (% of peak)"), tuple(rows),
                  frozenset({2, 3}))
 
 
-def _above_peak(timed: pd.DataFrame) -> dict[tuple[str, str], set[str]]:
-    """(model_key, variant) -> the metrics some trial achieved above the peak (the peak was underestimated)."""
-    above: dict[tuple[str, str], set[str]] = {}
-    if "above_peak" in timed:
-        for key, variant, metrics in zip(timed["model_key"], timed["variant"], timed["above_peak"], strict=True):
-            if isinstance(metrics, list):
-                above.setdefault((key, variant), set()).update(metrics)
-    return above
+def _rates(r: Roofline) -> tuple[str, str]:
+    return (_with_percent(r.prefill_tflops, r.prefill_pct_of_peak, "prefill" in r.above_peak),
+            _with_percent(r.gen_gbps, r.gen_pct_of_peak, "gen" in r.above_peak))
 
 
-def _with_percent(row: pd.Series, rate: str, percent: str, above_peak: bool) -> str:
-    value, share = row.get(rate, math.nan), row.get(percent, math.nan)
-    if pd.isna(value):
+def _with_percent(value: float, share: float, above_peak: bool) -> str:
+    if math.isnan(value):
         return "—"
     if above_peak:
         return f"{format_rate(value)} (peak underestimated)"
-    return format_rate(value) if pd.isna(share) else f"{format_rate(value)} ({share:.1f}%)"
+    return format_rate(value) if math.isnan(share) else f"{format_rate(value)} ({share:.1f}%)"

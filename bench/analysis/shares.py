@@ -1,0 +1,192 @@
+"""Where a step's time goes, and the Δ the ops that differ predict (Amdahl).
+
+Inputs: a run's `share` records (bench.measure.shares: each distinct switchable-op call of one prefill and one
+decode step, timed on its own per implementation, with the calls per step) and its timed trials.
+
+- **Share of an op** in a step: Σ over its calls of calls per step × seconds per call, the call's median over
+  rounds after subtracting that round's mx.eval fixed cost (which an isolated call pays and a call inside the
+  model's graph does not). **Rest**: the measured step (the median trial's prefill_s, or gen_s per decode step)
+  minus the ops' sum; it holds the matmuls (the LM head above all), the embeddings and whatever is not a
+  switchable op.
+- **Expected Δ** of a comparison A→B: per round r the time the ops that differ add, d_r = Σ calls × (t_B,r −
+  t_A,r) (the eval cost cancels), and its mean d with a Student-t 95% interval over the rounds (the rounds are
+  interleaved, so each is a paired sample). Against A's measured step T, the expected tok/s Δ is T / (T + d) − 1,
+  its interval the same transform of d's (T's own uncertainty, under 1% of T, is left out).
+
+What it assumes: op times add up and do not overlap, and an op costs inside the model what it costs alone at the
+same shapes. It breaks where a variant changes what runs around it (a fused kernel that also saves a copy, or
+mx.compile fusing across the op's boundary) or where caches and memory behave differently in the full graph; a
+measured Δ outside the expected interval says one of those happened.
+"""
+
+from __future__ import annotations
+
+import math
+import statistics
+from collections import defaultdict
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass
+from typing import Any
+
+from scipy import stats as scipy_stats
+
+# Which step a throughput metric is made of.
+PHASE_OF_METRIC = {"prefill": "prefill", "gen": "decode"}
+
+
+@dataclass(frozen=True)
+class ShareSample:
+    """One `share` record, typed: seconds per call of one implementation of one traced call."""
+
+    cell: str
+    phase: str
+    op: str
+    implementation: str
+    call: str
+    calls: int
+    round: int
+    seconds: float
+    overhead_s: float
+
+    @classmethod
+    def from_record(cls, record: Mapping[str, Any]) -> ShareSample:
+        return cls(record["cell"], record["phase"], record["op"], record["variant"], record["call"],
+                   int(record["calls"]), int(record["round"]), float(record["seconds"]), float(record["overhead_s"]))
+
+
+@dataclass(frozen=True)
+class OpShare:
+    """An op's seconds in one step of one variant, and that as a percentage of the measured step."""
+
+    op: str
+    implementation: str
+    calls: int
+    seconds: float
+    pct: float
+
+
+@dataclass(frozen=True)
+class StepShares:
+    """Where one step (a prefill, or one decode step) of one cell and variant spends its time."""
+
+    cell: str
+    variant: str
+    metric: str  # "prefill" or "gen"
+    step_s: float  # measured: the median timed trial's
+    ops: tuple[OpShare, ...]
+    rest_s: float
+
+    @property
+    def rest_pct(self) -> float:
+        return 100 * self.rest_s / self.step_s
+
+
+@dataclass(frozen=True)
+class ExpectedDelta:
+    """The tok/s Δ that the ops differing between `baseline` and `new` account for, with its 95% interval."""
+
+    cell: str
+    baseline: str
+    new: str
+    metric: str
+    delta_pct: float
+    low_pct: float
+    high_pct: float
+    ops: tuple[str, ...]  # the ops whose implementation differs
+    rounds: int
+
+
+class ShareData:
+    """A run's share samples and the step times of its trials, indexed for the questions below."""
+
+    def __init__(self, share_records: Sequence[Mapping[str, Any]], trials: Sequence[Mapping[str, Any]]) -> None:
+        # (cell, phase, op) -> (call, round, implementation) -> sample
+        self._per_call: dict[tuple[str, str, str], dict[tuple[str, int, str], ShareSample]] = defaultdict(dict)
+        for sample in map(ShareSample.from_record, share_records):
+            key = (sample.call, sample.round, sample.implementation)
+            self._per_call[(sample.cell, sample.phase, sample.op)][key] = sample
+        self.assignments: dict[str, dict[str, str]] = {}
+        steps: dict[tuple[str, str, str], list[float]] = defaultdict(list)
+        for trial in trials:
+            if trial.get("warmup") or trial.get("build", "current") != "current":
+                continue
+            self.assignments.setdefault(trial["variant"], dict(trial["ops"]))
+            steps[(trial["cell"], trial["variant"], "prefill")].append(trial["prefill_s"])
+            if trial["gen_tokens"] > 1:
+                steps[(trial["cell"], trial["variant"], "gen")].append(trial["gen_s"] / (trial["gen_tokens"] - 1))
+        self._steps = {key: statistics.median(values) for key, values in steps.items()}
+
+    @property
+    def cells(self) -> list[str]:
+        return list(dict.fromkeys(cell for cell, _, _ in self._per_call))
+
+    def _samples(self, cell: str, phase: str, op: str, implementation: str) -> dict[tuple[str, int], ShareSample]:
+        found = self._per_call.get((cell, phase, op), {})
+        return {(call, rnd): s for (call, rnd, impl), s in found.items() if impl == implementation}
+
+    def op_share(self, cell: str, phase: str, op: str, implementation: str) -> tuple[float, int] | None:
+        """(seconds per step, calls per step) of one implementation of an op, or None where it was not timed."""
+        samples = self._samples(cell, phase, op, implementation)
+        if not samples:
+            return None
+        by_call: dict[str, list[ShareSample]] = defaultdict(list)
+        for (call, _), sample in samples.items():
+            by_call[call].append(sample)
+        seconds = sum(
+            found[0].calls * statistics.median(max(0.0, s.seconds - s.overhead_s) for s in found)
+            for found in by_call.values()
+        )
+        return seconds, sum(found[0].calls for found in by_call.values())
+
+    def step_shares(self, cell: str, variant: str, metric: str) -> StepShares | None:
+        step_s = self._steps.get((cell, variant, metric))
+        assignment = self.assignments.get(variant)
+        if step_s is None or assignment is None:
+            return None
+        phase = PHASE_OF_METRIC[metric]
+        ops = []
+        for op, implementation in assignment.items():
+            found = self.op_share(cell, phase, op, implementation)
+            if found is not None:
+                ops.append(OpShare(op, implementation, found[1], found[0], 100 * found[0] / step_s))
+        if not ops:
+            return None
+        return StepShares(cell, variant, metric, step_s, tuple(ops), step_s - sum(o.seconds for o in ops))
+
+    def expected_delta(self, cell: str, baseline: str, new: str, metric: str) -> ExpectedDelta | None:
+        """None where a variant's ops or the baseline's step are unknown, or a differing op was not timed."""
+        base_ops, new_ops = self.assignments.get(baseline), self.assignments.get(new)
+        step_s = self._steps.get((cell, baseline, metric))
+        if base_ops is None or new_ops is None or step_s is None:
+            return None
+        phase = PHASE_OF_METRIC[metric]
+        differing = tuple(op for op in base_ops if base_ops[op] != new_ops.get(op, base_ops[op]))
+        added = self._added_per_round(cell, phase, differing, base_ops, new_ops)
+        if added is None:
+            return None
+        mean = statistics.fmean(added)
+        n = len(added)
+        half = float(scipy_stats.t.ppf(0.975, n - 1)) * statistics.stdev(added) / math.sqrt(n) if n > 1 else 0.0
+
+        def tps_delta(extra_s: float) -> float:
+            return 100 * (step_s / (step_s + extra_s) - 1)
+
+        return ExpectedDelta(cell, baseline, new, metric, tps_delta(mean), tps_delta(mean + half),
+                             tps_delta(mean - half), differing, len(added))
+
+    def _added_per_round(self, cell: str, phase: str, ops: Sequence[str], base_ops: Mapping[str, str],
+                         new_ops: Mapping[str, str]) -> list[float] | None:
+        """Per round, the seconds per step that switching `ops` adds (negative: saves)."""
+        per_round: dict[int, float] = defaultdict(float)
+        rounds: set[int] | None = None
+        for op in ops:
+            before = self._samples(cell, phase, op, base_ops[op])
+            after = self._samples(cell, phase, op, new_ops[op])
+            if not before or set(before) != set(after):
+                return None
+            for (call, rnd), sample in before.items():
+                per_round[rnd] += sample.calls * (after[(call, rnd)].seconds - sample.seconds)
+            rounds = {rnd for _, rnd in before} if rounds is None else rounds & {rnd for _, rnd in before}
+        if rounds is None:  # no op differs: an A/A comparison, nothing to expect
+            return [0.0]
+        return [per_round[rnd] for rnd in sorted(rounds)]

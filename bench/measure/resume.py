@@ -1,0 +1,85 @@
+"""`run --resume FILE`: what the interrupted run already recorded, so that the resumed one measures nothing twice."""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from pathlib import Path
+from typing import Any
+
+from ..core.records import ResultsError
+from ..core.results import Results, read_results
+from ..core.spec import Experiment
+from .session import CURRENT
+
+
+class DoneWork:
+    """The work a run has recorded: cells it closed (skipped, failed) or stopped adding rounds to, and per cell and
+    build its correctness and kernel facts, its trials, its depth rounds and its op-share rounds. A fresh run has
+    done nothing."""
+
+    def __init__(self) -> None:
+        self._finished: set[str] = set()  # cell
+        self._facts: set[tuple[str, str, str]] = set()  # (cell, build, "correctness" or "kernel")
+        self._trials: set[tuple[str, str, str, bool, int]] = set()  # (cell, build, variant, warmup, round)
+        self._depths: set[tuple[str, str, str, int]] = set()  # (cell, build, variant, round)
+        self._shares: set[tuple[str, int]] = set()  # (cell, round): the current build's op-share rounds
+
+    @classmethod
+    def recorded(cls, results: Results, run_id: str) -> DoneWork:
+        """What run `run_id` recorded in `results` (records of other runs in the file do not count)."""
+        done = cls()
+        for record in results.records:
+            if record.get("run_id") == run_id:
+                done._add(record)
+        return done
+
+    def _add(self, record: Mapping[str, Any]) -> None:
+        kind = record["kind"]
+        build = record.get("build", CURRENT.name)
+        if kind == "trial":
+            self._trials.add((record["cell"], build, record["variant"], record["warmup"], record["round"]))
+        elif kind in ("correctness", "kernel"):
+            self._facts.add((record["cell"], build, kind))
+        elif kind == "depth":
+            self._depths.add((record["cell"], build, record["variant"], record["round"]))
+        elif kind == "share":
+            self._shares.add((record["cell"], record["round"]))
+        elif kind in ("skip", "error", "stop"):
+            self._finished.add(record["cell"])
+
+    def finished(self, cell: str) -> bool:
+        """Whether the cell is closed or has stopped adding rounds: nothing of it is planned again."""
+        return cell in self._finished
+
+    def has_facts(self, cell: str, build: str, kind: str) -> bool:
+        """Whether the build's correctness (or kernel) facts of the cell are recorded."""
+        return (cell, build, kind) in self._facts
+
+    def has_trial(self, cell: str, build: str, variant: str, warmup: bool, round_: int) -> bool:
+        return (cell, build, variant, warmup, round_) in self._trials
+
+    def has_depth(self, cell: str, build: str, variant: str, round_: int) -> bool:
+        return (cell, build, variant, round_) in self._depths
+
+    def has_share(self, cell: str, round_: int) -> bool:
+        return (cell, round_) in self._shares
+
+
+def resume_state(path: Path, exp: Experiment) -> tuple[str, DoneWork]:
+    """The run id of the run FILE holds, and what it recorded; a ResultsError if FILE holds no run of `exp` as it is
+    now (another experiment, or another version of its file)."""
+    results = read_results([path])
+    runs = results.runs
+    if not runs:
+        raise ResultsError(f"{path}: no run header; it is not a fusebench results file")
+    run_id, header = next(iter(runs.items()))
+    recorded = header["experiment"].get("name")
+    if recorded != exp.name:
+        raise ResultsError(f"{path}: holds a run of experiment {recorded!r}, not {exp.name!r}; resume it with "
+                           f"fusebench run {recorded} --resume {path}, or start a new run")
+    if header["experiment"]["sha256"] != exp.sha256:
+        raise ResultsError(
+            f"{path}: was recorded from a different version of {exp.file} (sha256 differs); "
+            "resume with the same experiment file, or start a new run"
+        )
+    return run_id, DoneWork.recorded(results, run_id)
