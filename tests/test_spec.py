@@ -296,6 +296,7 @@ ERRORS = {
     "timeout zero": (MINIMAL + "timeout_s: 0\n", 10, "timeout_s", "must be > 0"),
     "timeout a string": (MINIMAL + "timeout_s: soon\n", 10, "timeout_s", "expected a number"),
     "depth zero": (MINIMAL + "depths: [512, 0]\n", 10, "depths[1]", "must be >= 1"),
+    "shares negative": (MINIMAL + "shares: -1\n", 10, "shares", "must be >= 0, got -1"),
     "prompt_tokens zero": (replaced("prompt_tokens: 16", "prompt_tokens: 0"), 8, "workloads.prompt_tokens",
                            "must be >= 1"),
     "gen_tokens zero in list": (replaced("gen_tokens: 4", "gen_tokens:\n    - 4\n    - 0"), 11,

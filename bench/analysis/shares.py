@@ -5,13 +5,14 @@ decode step, timed on its own per implementation, with the calls per step) and i
 
 - **Share of an op** in a step: Σ over its calls of calls per step × seconds per call, the call's median over
   rounds after subtracting that round's mx.eval fixed cost (which an isolated call pays and a call inside the
-  model's graph does not). **Rest**: the measured step (the median trial's prefill_s, or gen_s per decode step)
+  model's graph does not). **Rest**: the measured step (the median timed trial's, from its prefill or gen tok/s)
   minus the ops' sum; it holds the matmuls (the LM head above all), the embeddings and whatever is not a
   switchable op.
 - **Expected Δ** of a comparison A→B: per round r the time the ops that differ add, d_r = Σ calls × (t_B,r −
-  t_A,r) (the eval cost cancels), and its mean d with a Student-t 95% interval over the rounds (the rounds are
-  interleaved, so each is a paired sample). Against A's measured step T, the expected tok/s Δ is T / (T + d) − 1,
-  its interval the same transform of d's (T's own uncertainty, under 1% of T, is left out).
+  t_A,r) (the eval cost cancels), its mean d and standard error over the rounds (the rounds are interleaved, so
+  each is a paired sample). Against A's measured step T (the median timed trial), the expected
+  tok/s Δ is T / (T + d) − 1, with a 95% interval from the delta method over d's and T's standard errors and the
+  t quantile of the fewer degrees of freedom.
 
 What it assumes: op times add up and do not overlap, and an op costs inside the model what it costs alone at the
 same shapes. It breaks where a variant changes what runs around it (a fused kernel that also saves a copy, or
@@ -29,6 +30,8 @@ from dataclasses import dataclass
 from typing import Any
 
 from scipy import stats as scipy_stats
+
+from .study import Study
 
 # Which step a throughput metric is made of.
 PHASE_OF_METRIC = {"prefill": "prefill", "gen": "decode"}
@@ -108,12 +111,15 @@ class ShareData:
         self.assignments: dict[str, dict[str, str]] = {}
         steps: dict[tuple[str, str, str], list[float]] = defaultdict(list)
         for trial in trials:
-            if trial.get("warmup") or trial.get("build", "current") != "current":
-                continue
+            if trial.get("warmup") or trial.get("build", "current") != "current" or "ops" not in trial:
+                continue  # trials written before runs recorded their op assignment have no shares either
             self.assignments.setdefault(trial["variant"], dict(trial["ops"]))
-            steps[(trial["cell"], trial["variant"], "prefill")].append(trial["prefill_s"])
-            if trial["gen_tokens"] > 1:
-                steps[(trial["cell"], trial["variant"], "gen")].append(trial["gen_s"] / (trial["gen_tokens"] - 1))
+            # A step's time from its rate, as the runner defines the rates: the batch's tokens per second.
+            batch, key = trial["batch"], (trial["cell"], trial["variant"])
+            steps[(*key, "prefill")].append(batch * trial["prompt_tokens"] / trial["prefill_tps"])
+            if trial.get("gen_tps"):
+                steps[(*key, "gen")].append(batch / trial["gen_tps"])
+        self._step_samples = dict(steps)
         self._steps = {key: statistics.median(values) for key, values in steps.items()}
 
     @property
@@ -156,23 +162,24 @@ class ShareData:
     def expected_delta(self, cell: str, baseline: str, new: str, metric: str) -> ExpectedDelta | None:
         """None where a variant's ops or the baseline's step are unknown, or a differing op was not timed."""
         base_ops, new_ops = self.assignments.get(baseline), self.assignments.get(new)
-        step_s = self._steps.get((cell, baseline, metric))
-        if base_ops is None or new_ops is None or step_s is None:
+        steps = self._step_samples.get((cell, baseline, metric))
+        if base_ops is None or new_ops is None or not steps:
             return None
         phase = PHASE_OF_METRIC[metric]
         differing = tuple(op for op in base_ops if base_ops[op] != new_ops.get(op, base_ops[op]))
         added = self._added_per_round(cell, phase, differing, base_ops, new_ops)
         if added is None:
             return None
-        mean = statistics.fmean(added)
-        n = len(added)
-        half = float(scipy_stats.t.ppf(0.975, n - 1)) * statistics.stdev(added) / math.sqrt(n) if n > 1 else 0.0
-
-        def tps_delta(extra_s: float) -> float:
-            return 100 * (step_s / (step_s + extra_s) - 1)
-
-        return ExpectedDelta(cell, baseline, new, metric, tps_delta(mean), tps_delta(mean + half),
-                             tps_delta(mean - half), differing, len(added))
+        step_s, extra_s = statistics.median(steps), statistics.fmean(added)
+        # Δ = T / (T + d) − 1; its SE by the delta method over d's and T's (the step's trials are independent of
+        # the share rounds), with the t quantile of the fewer degrees of freedom: conservative.
+        se_extra, se_step = _standard_error(added), _standard_error(steps)
+        scale = 100 / (step_s + extra_s) ** 2
+        se = scale * math.hypot(step_s * se_extra, extra_s * se_step)
+        dof = min(len(added), len(steps)) - 1
+        half = float(scipy_stats.t.ppf(0.975, dof)) * se if dof > 0 else 0.0
+        delta = 100 * (step_s / (step_s + extra_s) - 1)
+        return ExpectedDelta(cell, baseline, new, metric, delta, delta - half, delta + half, differing, len(added))
 
     def _added_per_round(self, cell: str, phase: str, ops: Sequence[str], base_ops: Mapping[str, str],
                          new_ops: Mapping[str, str]) -> list[float] | None:
@@ -190,3 +197,24 @@ class ShareData:
         if rounds is None:  # no op differs: an A/A comparison, nothing to expect
             return [0.0]
         return [per_round[rnd] for rnd in sorted(rounds)]
+
+
+def shares_on(study: Study, machine: str) -> ShareData:
+    """The share samples and trials of the runs made on one machine (cells of two machines never mix)."""
+    runs = {run_id for run_id, run in study.runs.items() if run.machine == machine}
+
+    def of(kind: str) -> list[Mapping[str, Any]]:
+        return [r for r in study.results.of_kind(kind) if r.get("run_id") in runs]
+
+    shares = of("share")
+    return ShareData(shares, of("trial") if shares else [])
+
+
+def disagrees(expected: ExpectedDelta, low_pct: float, high_pct: float) -> bool:
+    """Whether the measured interval [low_pct, high_pct] and the expected one do not overlap: the ops that differ
+    do not account for the measured Δ (or the other way round)."""
+    return high_pct < expected.low_pct or low_pct > expected.high_pct
+
+
+def _standard_error(values: Sequence[float]) -> float:
+    return statistics.stdev(values) / math.sqrt(len(values)) if len(values) > 1 else 0.0

@@ -1,8 +1,9 @@
 """turn results files into PR-style delta tables, plots and a report folder
 
-Writes report.md, report.html (self-contained), summary.csv and the PNG plots to reports/<experiment>/, and prints
-the delta tables. Results files merge (shards of a suite, or one suite on several machines); one table is drawn per
-machine × comparison × workload, so machines and workloads are never pooled into one median.
+Writes report.md, report.html (self-contained), summary.csv, deltas.csv (the delta tables as data) and the PNG
+plots to reports/<experiment>/, and prints the delta tables. Results files merge (shards of a suite, or one suite
+on several machines); one table is drawn per machine × comparison × workload, so machines and workloads are never
+pooled into one median.
 
 examples:
   fusebench report results/default-20261130-072314.jsonl
@@ -49,8 +50,9 @@ def main(args: argparse.Namespace, console: Console) -> int:
     to_console([b for b in report.terminal_blocks if not isinstance(b, Figure)], console)
     for warning in report.warnings:
         warn(console, warning)
-    console.print(f"wrote {len(report.files)} files to {out_dir}/: report.md, report.html, summary.csv and "
-                  f"{len(report.files) - 3} plots")
+    tables = [path.name for path in report.files if path.suffix != ".png"]
+    console.print(f"wrote {len(report.files)} files to {out_dir}/: {', '.join(tables)} and "
+                  f"{len(report.files) - len(tables)} plots")
     return 0
 
 

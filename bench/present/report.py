@@ -17,6 +17,7 @@ from pathlib import Path
 
 from ..analysis.reference import Reference
 from ..analysis.study import Study
+from .deltas_csv import deltas_frame
 from .document import Block, Figure, to_html, to_markdown
 from .sections import ReportContext, Section
 from .sections.builds import builds_section
@@ -27,7 +28,9 @@ from .sections.kernels import kernel_section
 from .sections.latency import latency_section
 from .sections.ops import op_section
 from .sections.overview import bottom_line_section, overview_section, title_section
+from .sections.projection import projection_section
 from .sections.roofline import roofline_section
+from .sections.shares import shares_section
 from .sections.throughput import rounds_section, throughput_section
 from .sections.warnings import warnings_section
 from .summary_csv import summary_csv
@@ -44,6 +47,8 @@ SECTIONS = (
     Registered(bottom_line_section, on_terminal=True),
     Registered(overview_section),
     Registered(deltas_section, on_terminal=True),
+    Registered(shares_section),
+    Registered(projection_section, on_terminal=True),
     Registered(builds_section),
     Registered(warnings_section),  # lists the warnings of the sections above it
     Registered(correctness_section),
@@ -69,7 +74,7 @@ def write_report(
     study: Study, comparisons: Sequence[tuple[str, str]], out_dir: Path, reference: Reference | None = None,
     sources: Sequence[str | Path] = (),
 ) -> Report:
-    """Write report.md, report.html, summary.csv and the PNGs into out_dir."""
+    """Write report.md, report.html, summary.csv, deltas.csv (with comparisons) and the PNGs into out_dir."""
     out_dir.mkdir(parents=True, exist_ok=True)
     corrupt = study.results.corrupt_lines
     context = ReportContext(study, list(comparisons), out_dir, reference, sources, warnings=[
@@ -82,6 +87,9 @@ def write_report(
     files[0].write_text(to_markdown(blocks, out_dir), encoding="utf-8")
     files[1].write_text(to_html(blocks, f"fusebench report: {study.name}"), encoding="utf-8")
     summary_csv(study).to_csv(files[2], index=False)
+    if study.has_trials and comparisons:
+        files.append(out_dir / "deltas.csv")
+        deltas_frame(study, comparisons).to_csv(files[-1], index=False)
     files += [b.path for b in blocks if isinstance(b, Figure)]
     terminal = [block for entry, section in built if entry.on_terminal for block in section]
     return Report(terminal, context.warnings, files)

@@ -13,6 +13,7 @@ from typing import NamedTuple
 
 from ...analysis.inference import OUTLIER_K, OUTLIER_MIN_ROUNDS, STALL_ALPHA, STALLS_NEW, VerdictWord
 from ...analysis.reference import Reference
+from ...analysis.shares import ExpectedDelta, disagrees, shares_on
 from ...analysis.stats import ALPHA, Comparison
 from ...analysis.study import (
     CellInfo,
@@ -39,6 +40,7 @@ from .kernels import attention_note
 
 DELTA_COLUMNS = ("Size", "Metric", "Baseline", "New", "Δ", "95% CI (Holm)", "±", "Rounds", "Verdict")
 REF_COLUMN = "Ref Δ"
+EXPECTED_COLUMN = "Expected Δ (ops)"
 INCORRECT = "✗ incorrect"
 NOTHING = "—"
 
@@ -63,10 +65,12 @@ class DeltaRow:
     new: str
     shown: DeltaCells
     reference: str | None  # the published Δ, in a table with a reference column
+    expected: str | None = None  # the Δ the ops that differ account for, in a table of a run that timed op shares
 
     def cells(self) -> tuple[str, ...]:
         ref = () if self.reference is None else (self.reference,)
-        return (self.label, self.metric, self.baseline, self.new, self.shown.delta, *ref, *self.shown[1:])
+        expected = () if self.expected is None else (self.expected,)
+        return (self.label, self.metric, self.baseline, self.new, self.shown.delta, *ref, *self.shown[1:], *expected)
 
 
 @dataclass
@@ -143,6 +147,8 @@ def delta_table(
     fitting = reference if reference and reference_fits(reference, study, pair) else None
     cells = ordered_cells([timed, closed])
     labels = cell_labels(cells)
+    shares = shares_on(study, machine)
+    with_shares = bool(shares.cells)
     rows: list[DeltaRow] = []
     notes = []
     for cell in cells:
@@ -150,7 +156,8 @@ def delta_table(
         cell_rows = [row for row in comparison if row.model_key == cell[0]]
         if not cell_rows or (reason and not any(row.n_pairs for row in cell_rows)):
             shown = DeltaCells(NOTHING, NOTHING, NOTHING, NOTHING, reason or "no trials")
-            rows.append(DeltaRow(label, NOTHING, NOTHING, NOTHING, shown, NOTHING if reference else None))
+            rows.append(DeltaRow(label, NOTHING, NOTHING, NOTHING, shown, NOTHING if reference else None,
+                                 NOTHING if with_shares else None))
             continue
         if reason:
             rounds = max(row.n_pairs for row in cell_rows)
@@ -159,11 +166,37 @@ def delta_table(
         notes.extend(_incorrect_note(label, failing[(cell[0], v)], cell_rows) for v in failed)
         for row in cell_rows:
             ref = _ref_delta(fitting, cell[1], row.metric) if reference else None
+            expected = shares.expected_delta(f"{cell[0]}|{workload}", *pair, row.metric) if with_shares else None
+            if expected and not math.isnan(row.adj_low) and disagrees(expected, *_adjusted_pct(row)):
+                notes.append(_disagreement_note(label, row, expected))
             rows.append(DeltaRow(label, row.metric, format_tps(row.baseline_gmean), format_tps(row.new_gmean),
-                                 delta_cells(row, failed, new), ref))
-    columns = (*DELTA_COLUMNS[:5], *([REF_COLUMN] if reference else []), *DELTA_COLUMNS[5:])
-    numeric = frozenset(range(2, len(columns) - 1))
+                                 delta_cells(row, failed, new), ref,
+                                 (_expected_cell(expected) if with_shares else None)))
+    columns = (*DELTA_COLUMNS[:5], *([REF_COLUMN] if reference else []), *DELTA_COLUMNS[5:],
+               *([EXPECTED_COLUMN] if with_shares else []))
+    verdict_index = columns.index("Verdict")
+    numeric = frozenset(i for i in range(2, len(columns)) if i != verdict_index)
     return Table(columns, tuple(row.cells() for row in rows), numeric), comparison, notes
+
+
+def _adjusted_pct(row: Comparison) -> tuple[float, float]:
+    return (row.adj_low - 1) * 100, (row.adj_high - 1) * 100
+
+
+def _expected_cell(expected: ExpectedDelta | None) -> str:
+    if expected is None:
+        return NOTHING
+    return f"{signed_pct(expected.delta_pct)} [{expected.low_pct:+.1f}%, {expected.high_pct:+.1f}%]"
+
+
+def _disagreement_note(label: str, row: Comparison, expected: ExpectedDelta) -> str:
+    low, high = _adjusted_pct(row)
+    return (
+        f"{label} {row.metric}: the measured Δ {signed_pct(row.delta_pct)} [{low:+.1f}%, {high:+.1f}%] lies outside "
+        f"what the ops that differ ({', '.join(expected.ops)}) account for, {_expected_cell(expected)}: the variant "
+        "changed more of the step than those ops' own time (a fused kernel that also saves copies or memory traffic, "
+        "or a compile that fuses across the op), or the ops cost something else inside the model than alone"
+    )
 
 
 def _ref_delta(reference: Reference | None, size: str, metric: str) -> str:
@@ -321,4 +354,9 @@ def method_section(context: ReportContext) -> list[Block]:
         "inconclusive (±X%) otherwise; needs ≥ N rounds when too few rounds were paired. A variant that failed its "
         f"correctness check shows {INCORRECT} instead of a Δ.",
         "Machines and workloads are never pooled: each has its own table.",
+        f"{EXPECTED_COLUMN} (runs that timed op shares): the tok/s Δ the ops that differ between the two variants "
+        "account for (Amdahl): the seconds per step those ops add or save, each distinct call of a prefill or decode "
+        "step timed alone per implementation times its calls per step, paired round by round, over the baseline's "
+        "measured step, with a Student t 95% interval over the share rounds. It assumes op times add up and an op "
+        "costs inside the model what it costs alone; a note says where the measured interval misses it.",
     ))]

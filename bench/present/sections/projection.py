@@ -3,15 +3,14 @@ measured tables. Only for results with some preset at several depths (`layers: [
 
 from __future__ import annotations
 
-from collections.abc import Sequence
-
 from ...analysis.projection import ProjectionError, has_several_depths, project
-from ...analysis.study import Study
 from ..document import Block, Heading, Paragraph
 from ..projection import delta_table, method_line
+from . import ReportContext
 
 
-def projection_section(study: Study, comparisons: Sequence[tuple[str, str]]) -> list[Block]:
+def projection_section(context: ReportContext) -> list[Block]:
+    study, comparisons = context.study, context.comparisons
     if not has_several_depths(study):
         return []
     heading = Heading("At full depth (projected)")
