@@ -25,7 +25,8 @@ variants:
   base: {}
 comparisons: []
 workloads: {prompt_tokens: 12, gen_tokens: 3}
-trials: 8
+trials: 6
+shares: 0
 warmup: 1
 """
 PREFILL = ("    start = time.perf_counter()\n    first = greedy(",
@@ -33,7 +34,7 @@ PREFILL = ("    start = time.perf_counter()\n    first = greedy(",
 
 
 def reading(delta: float, half: float, variant: str = "all variants", metric: str = "prefill") -> Reading:
-    return Reading("tiny", "pp12", variant, metric, delta, delta - half, delta + half, 8)
+    return Reading("tiny", "pp12", variant, metric, delta, delta - half, delta + half, 6)
 
 
 def fake(culprit: int | None, half: float = 2.0, calls: list | None = None):

@@ -19,6 +19,7 @@ variants:
 comparisons: [[base, compiled]]
 workloads: {prompt_tokens: 12, gen_tokens: 3}
 trials: 4
+shares: 0
 warmup: 1
 """
 

@@ -25,6 +25,7 @@ variants:
 comparisons: [[base, reciprocal], [base, forgot]]
 workloads: {{prompt_tokens: 12, gen_tokens: 3}}
 trials: 3
+shares: 1          # one round: the worker times the plugin's op too (Expected Δ column)
 warmup: 1
 expect:
   - {{all_correct: true}}
@@ -57,7 +58,14 @@ def test_the_report_shows_the_right_one_and_never_calls_the_wrong_one_faster(run
     forgot = markdown.split("### base → forgot")[1].split("###")[0]
     rows = [line for line in forgot.splitlines() if line.startswith("| tiny") and line.split("|")[2].strip() in
             ("prefill", "gen")]
-    assert rows and all(row.rstrip(" |").endswith("✗ incorrect") for row in rows)
+    # Its verdict says incorrect, and neither a measured nor an expected Δ is shown for it.
+    cells = [[c.strip() for c in row.strip("|").split("|")] for row in rows]
+    assert rows and all("✗ incorrect" in row and row[-1] == "—" and row[4] == "—" for row in cells)
+    # The correct plugin variant gets the Δ its op accounts for, from the run's op shares.
+    reciprocal = markdown.split("### base → reciprocal")[1].split("###")[0]
+    lines = [line for line in reciprocal.splitlines() if line.startswith("| tiny")]
+    expected = [line.strip(" |").split("|")[-1].strip() for line in lines]
+    assert expected and all(cell[0] in "+-" and "[" in cell for cell in expected)
 
 
 def test_check_fails_the_wrong_one(run: Path):

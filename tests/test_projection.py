@@ -20,6 +20,7 @@ from bench.analysis.projection import (
     welch_dof,
 )
 from bench.analysis.study import build_study, load_results
+from bench.present.sections import ReportContext
 from bench.present.sections.projection import projection_section
 
 # Seconds per step of each term (fixed, per sliding layer, per full layer, extra per KV-shared layer), per metric.
@@ -182,11 +183,14 @@ def test_depths_that_cannot_separate_the_terms_are_refused():
 
 
 def test_projection_section_only_for_results_at_several_depths(e2b_file: Path, tmp_path: Path):
-    study = build_study(load_results([e2b_file]))
-    blocks = projection_section(study, [("baseline", "compiled")])
+    def section(path: Path) -> list:
+        study = build_study(load_results([path]))
+        return projection_section(ReportContext(study, [("baseline", "compiled")], tmp_path))
+
+    blocks = section(e2b_file)
     assert blocks[0].text == "At full depth (projected)" and "not measured" in blocks[1].text
     one_depth = results_file(tmp_path / "one.jsonl", depth_records("e2b", "E2B", [2]), experiment=EXPERIMENT)
-    assert projection_section(build_study(load_results([one_depth])), [("baseline", "compiled")]) == []
+    assert section(one_depth) == []
 
 
 def _checkpoint_records() -> list[dict]:

@@ -30,6 +30,7 @@ variants:
   fused: {geglu: compiled, softcap: compiled, attention: sdpa}
 workloads: {prompt_tokens: 12, gen_tokens: 3}
 trials: 3
+shares: 0
 """
 
 

@@ -166,7 +166,9 @@ def delta_table(
         notes.extend(_incorrect_note(label, failing[(cell[0], v)], cell_rows) for v in failed)
         for row in cell_rows:
             ref = _ref_delta(fitting, cell[1], row.metric) if reference else None
-            expected = shares.expected_delta(f"{cell[0]}|{workload}", *pair, row.metric) if with_shares else None
+            # A variant that fails correctness gets no expected speed-up either.
+            expected = (shares.expected_delta(f"{cell[0]}|{workload}", *pair, row.metric)
+                        if with_shares and not failed else None)
             if expected and not math.isnan(row.adj_low) and disagrees(expected, *_adjusted_pct(row)):
                 notes.append(_disagreement_note(label, row, expected))
             rows.append(DeltaRow(label, row.metric, format_tps(row.baseline_gmean), format_tps(row.new_gmean),
