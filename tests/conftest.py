@@ -1,10 +1,15 @@
 """Tools the tests share: one results-file factory, writing run headers and records as `fusebench run` does
 (core.records.run_header through core.results.ResultsWriter), with the cell and trial records it writes, and one way
-to run the `fusebench` CLI in a process of its own, as its user runs it."""
+to run the `fusebench` CLI in a process of its own, as its user runs it, or in this one where which process runs it
+does not matter (it loads no plugin, needs no environment of its own, and the tree it runs is this one): the second
+of imports each call saves adds up over the suite."""
 
 from __future__ import annotations
 
+import contextlib
 import hashlib
+import io
+import os
 import subprocess
 import sys
 from collections.abc import Iterable, Mapping, Sequence
@@ -13,6 +18,7 @@ from typing import Any
 
 import yaml
 
+from bench.commands import main
 from bench.core.records import run_header
 from bench.core.results import ResultsWriter
 
@@ -29,6 +35,22 @@ def fusebench(*args: str, cwd: Path, env: Mapping[str, str] | None = None,
     """`python -m bench ARGS` in `cwd`: registries, plugins and imports stay in that process."""
     return subprocess.run([sys.executable, "-m", "bench", *args], cwd=cwd, env=env, capture_output=True, text=True,
                           timeout=timeout)
+
+
+def fusebench_here(*args: str, cwd: Path) -> subprocess.CompletedProcess:
+    """`fusebench ARGS` run in `cwd` by this process: the exit code and what it printed, as `fusebench` gives them."""
+    stdout, stderr = io.StringIO(), io.StringIO()
+    before = os.getcwd()
+    os.chdir(cwd)  # contextlib.chdir needs Python 3.11; fusebench supports 3.10
+    try:
+        with contextlib.redirect_stdout(stdout), contextlib.redirect_stderr(stderr):
+            try:
+                code = main(list(args))
+            except SystemExit as usage:  # argparse's own usage errors
+                code = usage.code
+    finally:
+        os.chdir(before)
+    return subprocess.CompletedProcess(["fusebench", *args], code, stdout.getvalue(), stderr.getvalue())
 
 
 def cell(size: str = "E2B (2/35 layers)", *, run_id: str = "run1", prompt: int = 128, gen: int = 4, batch: int = 1,

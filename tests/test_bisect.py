@@ -12,7 +12,7 @@ import sys
 from pathlib import Path
 
 import pytest
-from conftest import fusebench
+from conftest import fusebench, fusebench_here
 
 from bench.analysis.bisect import BAD, CULPRIT, GOOD, INCONCLUSIVE, REGRESSION, SEARCH, Reading, bisect, regressed
 
@@ -171,18 +171,23 @@ def one_line_exit_2(done: subprocess.CompletedProcess, message: str) -> None:
 
 def test_bisect_names_the_commit_that_slowed_the_model(repo: Path, tmp_path: Path):
     good = git(repo, "rev-parse", "HEAD")
-    commits = history(repo, 4, slow_at=2)
+    # Two commits after GOOD are enough for every kind of step, each its own A/B run (three in all, each costing
+    # seconds): BAD against GOOD, one search step (commit 0, which decides good), and the culprit against its
+    # predecessor. A search step that decides bad is covered by the fake-step tests above, for every position.
+    commits = history(repo, 2, slow_at=1)
     done = fusebench("bisect", good, commits[-1], "exp.yaml", "--max-regression", "50", "--out",
                      str(tmp_path / "search"), "--format", "json", cwd=repo, timeout=A_B_TIMEOUT)
     assert done.returncode == 0, done.stderr
     found = json.loads(done.stdout)
-    assert found["first_bad"] == commits[2] and found["confirmed"]
+    assert found["first_bad"] == commits[1] and found["confirmed"]
+    assert [(step["asks"], step["candidate"], step["against"]) for step in found["steps"]] == [
+        (REGRESSION, commits[1], good), (SEARCH, commits[0], good), (CULPRIT, commits[1], commits[0])]
     files = [f for step in found["steps"] for f in step["files"]]
     assert files and all(Path(f).is_file() for f in files)
     # Resumable: a second run reads the finished A/B runs instead of measuring again.
     again = fusebench("bisect", good, commits[-1], "exp.yaml", "--max-regression", "50", "--out",
                       str(tmp_path / "search"), cwd=repo, timeout=A_B_TIMEOUT)
-    assert again.returncode == 0 and "results -> " not in again.stdout and commits[2] in again.stdout
+    assert again.returncode == 0 and "results -> " not in again.stdout and commits[1] in again.stdout
     assert "first bad" in again.stdout and "bisect steps" in again.stdout
 
 
@@ -199,6 +204,7 @@ def test_bisect_without_a_regression_says_so_and_exits_1(repo: Path, tmp_path: P
 def test_bad_refs_and_a_dirty_tree_are_one_line_and_exit_2(repo: Path):
     good = git(repo, "rev-parse", "HEAD")
     commits = history(repo, 2, slow_at=None)
+    # In the scratch tree's own process: bisect searches the repository of the fusebench it runs.
     one_line_exit_2(fusebench("bisect", "no-such-ref", commits[-1], "exp.yaml", cwd=repo),
                     "GOOD: 'no-such-ref' is not a git ref")
     one_line_exit_2(fusebench("bisect", commits[-1], good, "exp.yaml", cwd=repo), "is not an ancestor of BAD")
@@ -208,11 +214,11 @@ def test_bad_refs_and_a_dirty_tree_are_one_line_and_exit_2(repo: Path):
 
 
 def test_unknown_packages_and_versions_are_one_line_and_exit_2(repo: Path):
-    one_line_exit_2(fusebench("bisect", "--package", "no-such-package-fusebench", "1.0", "2.0", "exp.yaml",
-                              cwd=repo), "has no package 'no-such-package-fusebench'")
-    one_line_exit_2(fusebench("bisect", "--package", "mlx", "0.0.7", "0.32.4", "exp.yaml", cwd=repo),
+    one_line_exit_2(fusebench_here("bisect", "--package", "no-such-package-fusebench", "1.0", "2.0", "exp.yaml",
+                                   cwd=repo), "has no package 'no-such-package-fusebench'")
+    one_line_exit_2(fusebench_here("bisect", "--package", "mlx", "0.0.7", "0.32.4", "exp.yaml", cwd=repo),
                     "no release 0.0.7")
-    one_line_exit_2(fusebench("bisect", "--package", "mlx", "0.32.4", "0.31.2", "exp.yaml", cwd=repo),
+    one_line_exit_2(fusebench_here("bisect", "--package", "mlx", "0.32.4", "0.31.2", "exp.yaml", cwd=repo),
                     "must be an older release")
 
 
@@ -221,12 +227,13 @@ def test_unknown_packages_and_versions_are_one_line_and_exit_2(repo: Path):
     ("not a requirement!", "neither a Python interpreter"),
 ])
 def test_an_environment_that_cannot_serve_is_one_line_and_exit_2(spec: str, message: str, repo: Path):
-    done = fusebench("run", "exp.yaml", "--against-env", spec, "--out", "ab.jsonl", cwd=repo)
+    done = fusebench_here("run", "exp.yaml", "--against-env", spec, "--out", "ab.jsonl", cwd=repo)
     one_line_exit_2(done, message)
     assert not (repo / "ab.jsonl").exists()
 
 
 def test_a_version_pip_cannot_install_is_one_line_and_exit_2(repo: Path, tmp_path: Path, monkeypatch):
+    # In a process of its own: bench reads XDG_CACHE_HOME, where environments are built, when it is imported.
     monkeypatch.setenv("XDG_CACHE_HOME", str(tmp_path / "cache"))
     done = fusebench("run", "exp.yaml", "--against-env", "mlx==0.0.999", "--out", "ab.jsonl", cwd=repo)
     one_line_exit_2(done, "pip cannot install mlx==0.0.999")
@@ -243,5 +250,5 @@ def test_an_interpreter_runs_the_reference_workers_and_the_header_names_both_env
     assert builds["reference"]["python"] == sys.executable and "mlx" in builds["reference"]["packages"]
     assert builds["current"]["packages"]["mlx"] == builds["reference"]["packages"]["mlx"]
     assert "mlx " in builds["reference"]["label"]
-    check = fusebench("check", "ab.jsonl", "--max-regression", "60", cwd=repo)
+    check = fusebench_here("check", "ab.jsonl", "--max-regression", "60", cwd=repo)
     assert check.returncode in (0, 1) and "reference mlx " in check.stdout

@@ -8,7 +8,7 @@ import shutil
 from pathlib import Path
 
 import pytest
-from conftest import ROOT, fusebench
+from conftest import ROOT, fusebench, fusebench_here
 
 EXPERIMENT = """\
 name: ab
@@ -49,8 +49,8 @@ def records(path: Path) -> list[dict]:
 
 def test_two_identical_builds_interleave_and_pass_the_gate(tmp_path: Path, experiment: Path):
     reference = tree_copy(tmp_path / "reference")
-    done = fusebench("run", str(experiment), "--against", str(reference), "--out", "ab.jsonl", "--quiet",
-                     cwd=tmp_path)
+    done = fusebench_here("run", str(experiment), "--against", str(reference), "--out", "ab.jsonl", "--quiet",
+                          cwd=tmp_path)
     assert done.returncode == 0, done.stderr
     results = records(tmp_path / "ab.jsonl")
     assert set(results[0]["builds"]) == {"current", "reference"}
@@ -63,10 +63,10 @@ def test_two_identical_builds_interleave_and_pass_the_gate(tmp_path: Path, exper
                                                             for v in ("base", "compiled")}
     # The tiny model's millisecond trials swing by tens of percent (one run here read gen -25% [-37%, -11%] over 4
     # rounds), so the limit is wide: this test is about the gate's plumbing, benchmarks/ab_gate_power.py its power.
-    check = fusebench("check", "ab.jsonl", "--max-regression", "60", cwd=tmp_path)
+    check = fusebench_here("check", "ab.jsonl", "--max-regression", "60", cwd=tmp_path)
     assert check.returncode == 0, check.stdout + check.stderr
     assert "vs reference" in check.stdout and "all variants" in check.stdout
-    report = fusebench("report", "ab.jsonl", "--out", "report", cwd=tmp_path)
+    report = fusebench_here("report", "ab.jsonl", "--out", "report", cwd=tmp_path)
     assert report.returncode == 0, report.stderr
     assert "## Current build vs reference build" in (tmp_path / "report" / "report.md").read_text()
 
@@ -74,13 +74,13 @@ def test_two_identical_builds_interleave_and_pass_the_gate(tmp_path: Path, exper
 def test_a_slower_current_build_fails_the_gate(tmp_path: Path, experiment: Path):
     # The current build is a copy whose prefill sleeps 300 ms: tens of times the tiny model's prefill even with both
     # cores busy (at 50 ms, a loaded machine once brought the interval back inside the 5% limit), so the verdict
-    # does not depend on how quiet the machine is.
+    # does not depend on how quiet the machine is. Being the current build, the copy runs in a process of its own.
     slow = tree_copy(tmp_path / "slow", ("    start = time.perf_counter()\n    first = greedy(",
                                          "    start = time.perf_counter()\n    time.sleep(0.3)\n    first = greedy("))
     done = fusebench("run", str(experiment), "--against", str(ROOT), "--out", str(tmp_path / "ab.jsonl"), "--quiet",
                      cwd=slow)
     assert done.returncode == 0, done.stderr
-    check = fusebench("check", str(tmp_path / "ab.jsonl"), cwd=tmp_path)
+    check = fusebench_here("check", str(tmp_path / "ab.jsonl"), cwd=tmp_path)
     assert check.returncode == 1, check.stdout
     assert "✗ regressed" in check.stdout and "prefill" in check.stdout
     # --confirm measures the failing model again, the same two builds, and fails only if it fails again.
@@ -94,12 +94,12 @@ def test_a_reference_that_crashes_cannot_be_compared(tmp_path: Path, experiment:
                                                  "        cell, variant = command.cell, command.variant\n"
                                                  "        if command.round == 2:\n"
                                                  "            raise RuntimeError('reference build broke')\n"))
-    done = fusebench("run", str(experiment), "--against", str(crashing), "--out", "ab.jsonl", "--quiet",
-                     cwd=tmp_path)
+    done = fusebench_here("run", str(experiment), "--against", str(crashing), "--out", "ab.jsonl", "--quiet",
+                          cwd=tmp_path)
     assert done.returncode == 0, done.stderr  # the run records the error and goes on
     errors = [r for r in records(tmp_path / "ab.jsonl") if r["kind"] == "error"]
     assert errors and "reference build's worker" in errors[0]["reason"]
-    check = fusebench("check", "ab.jsonl", cwd=tmp_path)
+    check = fusebench_here("check", "ab.jsonl", cwd=tmp_path)
     assert check.returncode == 2 and "cannot compare the builds" in check.stderr
 
 
@@ -113,8 +113,8 @@ def test_a_reference_that_cannot_serve_is_one_line_and_exit_2(against: str, mess
     # A tree from before the worker protocol, made here: the test needs no git history (a depth-1 clone passes).
     named = {"FOLDER": str(tmp_path),
              "PREDATES": str(tree_copy(tmp_path / "old", ("PROTOCOL = ", "OLD_PROTOCOL = "), file="job.py"))}
-    done = fusebench("run", str(experiment), "--against", named.get(against, against), "--out", "ab.jsonl",
-                     cwd=ROOT)
+    done = fusebench_here("run", str(experiment), "--against", named.get(against, against), "--out", "ab.jsonl",
+                          cwd=ROOT)
     assert done.returncode == 2, done.stderr
     assert done.stderr.count("\n") == 1 and message in done.stderr
     assert not (ROOT / "ab.jsonl").exists()

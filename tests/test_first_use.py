@@ -11,7 +11,7 @@ import sys
 from pathlib import Path
 
 import pytest
-from conftest import ROOT, fusebench
+from conftest import ROOT, fusebench, fusebench_here
 
 from bench.measure import builds
 from bench.measure.env import blas_preload_env
@@ -52,7 +52,7 @@ def test_a_shipped_experiment_runs_by_name_from_any_folder(tmp_path):
 
 
 def test_run_list_shows_every_shipped_experiment_with_its_description(tmp_path):
-    done = fusebench("run", "--list", cwd=tmp_path)
+    done = fusebench_here("run", "--list", cwd=tmp_path)
     assert done.returncode == 0, done.stderr
     shipped = sorted(p.stem for p in (ROOT / "experiments").glob("*.yaml"))
     assert shipped and all(name in done.stdout for name in shipped)
@@ -60,7 +60,7 @@ def test_run_list_shows_every_shipped_experiment_with_its_description(tmp_path):
 
 
 def test_an_unknown_experiment_name_lists_the_shipped_ones(tmp_path):
-    done = fusebench("run", "no-such-experiment", "--dry-run", cwd=tmp_path)
+    done = fusebench_here("run", "no-such-experiment", "--dry-run", cwd=tmp_path)
     assert done.returncode == 2 and done.stderr.count("\n") == 1
     assert "no-such-experiment:0: file:" in done.stderr and "ci, default" in done.stderr
 

@@ -10,7 +10,7 @@ import json
 from pathlib import Path
 
 import pytest
-from conftest import cell, fusebench, results_file, trials
+from conftest import cell, fusebench_here, results_file, trials
 
 from bench.core.records import FORMAT, ResultsError, header_format
 from bench.core.results import read_results
@@ -39,14 +39,14 @@ def test_every_earlier_format_is_read_in_todays_shape(name: str):
 
 @pytest.mark.parametrize("name", [*RUNS, "format1-ops.jsonl"])
 def test_every_earlier_format_reports(name: str, tmp_path: Path):
-    done = fusebench("report", str(FIXTURES / name), "--out", "report", cwd=tmp_path, timeout=300)
+    done = fusebench_here("report", str(FIXTURES / name), "--out", "report", cwd=tmp_path)
     assert done.returncode == 0, done.stderr
     assert "Traceback" not in done.stderr and (tmp_path / "report" / "report.md").is_file()
 
 
 @pytest.mark.parametrize("name", RUNS)
 def test_every_earlier_format_checks(name: str, tmp_path: Path):
-    done = fusebench("check", str(FIXTURES / name), cwd=tmp_path, timeout=300)
+    done = fusebench_here("check", str(FIXTURES / name), cwd=tmp_path)
     assert done.returncode == RUNS[name][1], done.stdout + done.stderr
     assert "Traceback" not in done.stderr
 
@@ -57,7 +57,7 @@ def test_an_old_experiment_that_todays_parser_rejects_still_reports(tmp_path: Pa
     header = json.loads(lines[0])
     header["experiment"]["content"] += "retired_key: 1\n"
     (tmp_path / "old.jsonl").write_text("\n".join([json.dumps(header), *lines[1:]]) + "\n")
-    done = fusebench("report", "old.jsonl", "--out", "report", cwd=tmp_path, timeout=300)
+    done = fusebench_here("report", "old.jsonl", "--out", "report", cwd=tmp_path)
     assert done.returncode == 0, done.stderr
     markdown = (tmp_path / "report" / "report.md").read_text()
     assert "stored experiment not read by this fusebench" in markdown and "retired_key" in markdown

@@ -9,7 +9,7 @@ from pathlib import Path
 
 import numpy as np
 import pytest
-from conftest import TEST_ENV, cell, fusebench, results_file, trials
+from conftest import TEST_ENV, cell, fusebench_here, results_file, trials
 
 from bench.analysis.projection import (
     ProjectionError,
@@ -157,7 +157,7 @@ def test_a_depth_held_out_of_the_fit_is_checked_against_it(e2b_file: Path):
 
 
 def test_project_prints_json_rows_and_text(e2b_file: Path, tmp_path: Path):
-    done = fusebench("project", str(e2b_file), "--format", "json", cwd=tmp_path, timeout=300)
+    done = fusebench_here("project", str(e2b_file), "--format", "json", cwd=tmp_path)
     assert done.returncode == 0, done.stderr
     rows = json.loads(done.stdout)
     assert [row["variant"] for row in rows] == ["baseline", "compiled"]
@@ -166,7 +166,7 @@ def test_project_prints_json_rows_and_text(e2b_file: Path, tmp_path: Path):
         assert row["prefill_low"] < row["prefill_tps"] < row["prefill_high"]
         assert row["gen_low"] < row["gen_tps"] < row["gen_high"]
     assert [d["baseline"] for d in rows[1]["deltas"]] == ["baseline", "baseline"] and not rows[0]["deltas"]
-    text = fusebench("project", str(e2b_file), "--fit-layers", "2,4,6,8", "--layers", "12", cwd=tmp_path, timeout=300)
+    text = fusebench_here("project", str(e2b_file), "--fit-layers", "2,4,6,8", "--layers", "12", cwd=tmp_path)
     assert text.returncode == 0, text.stderr
     assert "E2B (12/35 layers, projected)" in text.stdout and "Held out of the fit" in text.stdout
 
@@ -227,4 +227,4 @@ def test_bad_input_is_one_line_and_exit_2(case: str, tmp_path: Path):
     for name, records, env in files:
         run_id = records[0]["run_id"]
         paths.append(str(results_file(tmp_path / name, records, experiment=EXPERIMENT, run_id=run_id, env=env)))
-    one_line_exit_2(fusebench("project", *paths, *options, cwd=tmp_path, timeout=300), expected)
+    one_line_exit_2(fusebench_here("project", *paths, *options, cwd=tmp_path), expected)

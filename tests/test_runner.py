@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import json
 import os
+import shutil
 import signal
 import subprocess
 import sys
@@ -49,13 +50,21 @@ def trial_keys(path: Path) -> list[tuple]:
     return [(r["cell"], r["variant"], r["warmup"], r["round"]) for r in read_results([path]).of_kind("trial")]
 
 
-def test_run_records_every_trial_with_its_environment(tmp_path):
-    out = tmp_path / "r.jsonl"
-    assert main(["run", str(write_experiment(tmp_path)), "--out", str(out), "--quiet"]) == 0
-    results = read_results([out])
+@pytest.fixture(scope="module")
+def tiny_run(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    """One run of the tiny experiment (3 rounds, both models) for the tests that only read what a run records; its
+    experiment is exp.yaml beside it."""
+    folder = tmp_path_factory.mktemp("tiny-run")
+    out = folder / "r.jsonl"
+    assert main(["run", str(write_experiment(folder)), "--out", str(out), "--quiet"]) == 0
+    return out
+
+
+def test_run_records_every_trial_with_its_environment(tiny_run: Path):
+    results = read_results([tiny_run])
     header = results.of_kind("run")[0]
     assert header["env"]["backend"] in ("cpu", "metal", "cuda") and header["env"]["blas"]
-    assert header["experiment"]["content"] == (tmp_path / "exp.yaml").read_text()
+    assert header["experiment"]["content"] == (tiny_run.parent / "exp.yaml").read_text()
     trials = results.of_kind("trial")
     assert len(trials) == 2 * 2 * (3 + 1)
     for t in trials:
@@ -109,11 +118,11 @@ def test_the_shared_baseline_sits_next_to_every_variant_compared_with_it():
         ("reference", "y"), ("current", "y"), ("reference", "x"), ("current", "x")]
 
 
-def test_rounds_alternate_the_variant_order(tmp_path):
-    out = tmp_path / "r.jsonl"
-    main(["run", str(write_experiment(tmp_path, trials=4)), "--out", str(out), "--quiet", "--only", "tiny"])
-    timed = [(t["round"], t["variant"]) for t in read_results([out]).of_kind("trial") if not t["warmup"]]
-    assert timed == [(r, v) for r in range(4) for v in round_order(["baseline", "fused"], r)]
+def test_rounds_alternate_the_variant_order(tiny_run: Path):
+    # Each cell runs its rounds in turn; three rounds show the order reversed and restored.
+    timed = [(t["round"], t["variant"]) for t in read_results([tiny_run]).of_kind("trial")
+             if not t["warmup"] and t["model"] == "tiny"]
+    assert timed == [(r, v) for r in range(3) for v in round_order(["baseline", "fused"], r)]
     assert round_order(["a", "b", "c"], 1) == ["c", "b", "a"]
 
 
@@ -147,35 +156,37 @@ def test_sigint_then_resume_gives_the_uninterrupted_set_of_trials(tmp_path):
     assert set(keys) == expected
 
 
-def test_resume_refuses_a_changed_experiment(tmp_path, capsys):
-    out = tmp_path / "r.jsonl"
-    exp = write_experiment(tmp_path, trials=1)
-    main(["run", str(exp), "--out", str(out), "--quiet", "--only", "tiny"])
-    write_experiment(tmp_path, trials=2)
+def test_resume_refuses_a_changed_experiment(tmp_path, capsys, tiny_run: Path):
+    out = shutil.copy(tiny_run, tmp_path / "r.jsonl")  # a copy: the other readers' file stays as recorded
+    exp = write_experiment(tmp_path, trials=2)  # the recorded run's experiment, but for its trials
     assert main(["run", str(exp), "--resume", str(out), "--quiet"]) == 2
     assert "different version" in capsys.readouterr().err
 
 
-def test_model_that_does_not_fit_is_skipped_without_loading(tmp_path):
-    text = TINY.format(trials=1, timeout=60).replace("{preset: tiny-moe}", "{preset: 31b}")
-    out = tmp_path / "r.jsonl"
-    assert main(["run", str(write_experiment(tmp_path, text=text)), "--out", str(out), "--quiet"]) == 0
-    skips = read_results([out]).of_kind("skip")
-    assert [s["model"] for s in skips] == ["31b"]
-    assert "does not fit in memory: needs ~" in skips[0]["reason"]
-    assert {t["model"] for t in read_results([out]).of_kind("trial")} == {"tiny"}
-
-
-def test_a_failing_model_is_an_error_record_and_the_suite_goes_on(tmp_path):
-    broken = save_checkpoint(load_model("tiny"), tmp_path / "broken")
+@pytest.fixture(scope="module")
+def unrunnable_run(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    """One run of tiny beside a model too big for memory and a checkpoint whose weights do not match its config."""
+    folder = tmp_path_factory.mktemp("unrunnable")
+    broken = save_checkpoint(load_model("tiny"), folder / "broken")
     config = json.loads((broken / "config.json").read_text())
     (broken / "config.json").write_text(json.dumps({**config, "hidden_size": 32}))
-    text = TINY.format(trials=1, timeout=60).replace("{preset: tiny-moe}", f"{{path: {broken}}}")
-    out = tmp_path / "r.jsonl"
-    assert main(["run", str(write_experiment(tmp_path, text=text)), "--out", str(out), "--quiet"]) == 0
-    errors = read_results([out]).of_kind("error")
+    text = TINY.format(trials=1, timeout=60).replace("{preset: tiny-moe}", f"{{preset: 31b}}\n  - {{path: {broken}}}")
+    out = folder / "r.jsonl"
+    assert main(["run", str(write_experiment(folder, text=text)), "--out", str(out), "--quiet"]) == 0
+    return out
+
+
+def test_model_that_does_not_fit_is_skipped_without_loading(unrunnable_run: Path):
+    skips = read_results([unrunnable_run]).of_kind("skip")
+    assert [s["model"] for s in skips] == ["31b"]
+    assert "does not fit in memory: needs ~" in skips[0]["reason"]
+    assert {t["model"] for t in read_results([unrunnable_run]).of_kind("trial")} == {"tiny"}
+
+
+def test_a_failing_model_is_an_error_record_and_the_suite_goes_on(unrunnable_run: Path):
+    errors = read_results([unrunnable_run]).of_kind("error")
     assert len(errors) == 1 and "weights do not match config.json" in errors[0]["reason"]
-    assert {t["model"] for t in read_results([out]).of_kind("trial")} == {"tiny"}
+    assert {t["model"] for t in read_results([unrunnable_run]).of_kind("trial")} == {"tiny"}
 
 
 def test_per_cell_timeout_records_an_error(tmp_path):
@@ -334,10 +345,8 @@ def test_depth_curve_on_tiny(tmp_path):
     assert all(d["gen_tps"] == pytest.approx(2 / d["gen_s"]) for d in depths)
 
 
-def test_trials_carry_the_roofline(tmp_path):
-    out = tmp_path / "r.jsonl"
-    main(["run", str(write_experiment(tmp_path, trials=1)), "--out", str(out), "--quiet", "--only", "tiny"])
-    results = read_results([out])
+def test_trials_carry_the_roofline(tiny_run: Path):
+    results = read_results([tiny_run])
     assert results.of_kind("run")[0]["peak"]["fp32_tflops"] > 0
     trial = results.of_kind("trial")[0]
     assert trial["prefill_tflops"] > 0 and trial["gen_gbps"] > 0 and trial["prefill_pct_of_peak"] > 0

@@ -9,7 +9,7 @@ from pathlib import Path
 
 import mlx.core as mx
 import pytest
-from conftest import cell, fusebench, results_file, trials
+from conftest import cell, fusebench_here, results_file, trials
 
 from bench.analysis.shares import ShareData, disagrees
 from bench.measure.shares import ShareTimer, trace_steps
@@ -130,7 +130,7 @@ workloads: {prompt_tokens: 128, gen_tokens: 4}
 def test_report_shows_shares_expected_delta_and_deltas_csv(tmp_path: Path) -> None:
     # The measured gen Δ (-25%) is far beyond what the softcap accounts for (-9%): the report says so.
     path = results_file(tmp_path / "r.jsonl", _records(0.011, measured_gen_tps=7.5), experiment=EXPERIMENT)
-    done = fusebench("report", str(path), "--out", str(tmp_path / "out"), cwd=tmp_path)
+    done = fusebench_here("report", str(path), "--out", str(tmp_path / "out"), cwd=tmp_path)
     assert done.returncode == 0, done.stderr
     report = (tmp_path / "out" / "report.md").read_text()
     assert "## Where the time goes" in report and "Expected Δ (ops)" in report
