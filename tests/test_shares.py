@@ -11,7 +11,7 @@ import mlx.core as mx
 import pytest
 from conftest import cell, fusebench_here, results_file, trials
 
-from bench.analysis.shares import ShareData, disagrees
+from bench.analysis.shares import IN_MODEL_ERROR, ShareData, disagrees
 from bench.measure.shares import ShareTimer, trace_steps
 from bench.measure.worker import make_prompt, prefill
 from models.loading import load_model
@@ -110,6 +110,9 @@ def test_shares_and_expected_delta_follow_amdahl() -> None:
     assert expected is not None and expected.ops == ("softcap",)
     assert expected.delta_pct == pytest.approx(100 * (0.1 / 0.110 - 1), abs=0.05)
     assert expected.low_pct < expected.delta_pct < expected.high_pct
+    # The interval's ends: the 10 ms the slow softcap adds, 35% more and less inside the model, plus the noise.
+    assert expected.low_pct == pytest.approx(100 * (0.1 / (0.1 + 0.01 * (1 + IN_MODEL_ERROR)) - 1), abs=0.3)
+    assert expected.high_pct == pytest.approx(100 * (0.1 / (0.1 + 0.01 * (1 - IN_MODEL_ERROR)) - 1), abs=0.3)
     assert not disagrees(expected, expected.delta_pct - 1, expected.delta_pct + 1)
     assert disagrees(expected, expected.high_pct + 0.5, expected.high_pct + 2)
     assert math.isclose(data.expected_delta(key, "baseline", "baseline", "gen").delta_pct, 0.0)

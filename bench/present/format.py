@@ -43,12 +43,15 @@ def op_verdict_text(s: VariantSummary) -> str:
 
 
 def format_tps(x: float) -> str:
-    """Throughput for tables: "18,777" from 1,000 up (no decimals), "153.8" below."""
+    """Throughput for tables: "18,777" from 1,000 up (no decimals), "153.8" below, "2.63" below 10 (a full-depth
+    decode on a CPU), so a few percent still show in the digits."""
     if not math.isfinite(x):
         return "n/a"
-    # Decide on the rounded value so 999.96 prints "1,000" rather than "1000.0".
+    # Decide on the rounded value so 999.96 prints "1,000" rather than "1000.0", and 9.996 "10.0".
     if abs(round(x, 1)) >= 1000:
         return f"{x:,.0f}"
+    if abs(round(x, 2)) < 10:
+        return f"{x:.2f}"
     return f"{x:.1f}"
 
 

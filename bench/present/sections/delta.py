@@ -13,7 +13,7 @@ from typing import NamedTuple
 
 from ...analysis.inference import OUTLIER_K, OUTLIER_MIN_ROUNDS, STALL_ALPHA, STALLS_NEW, VerdictWord
 from ...analysis.reference import Reference
-from ...analysis.shares import ExpectedDelta, disagrees, shares_on
+from ...analysis.shares import IN_MODEL_ERROR, ExpectedDelta, disagrees, shares_on
 from ...analysis.stats import ALPHA, Comparison
 from ...analysis.study import (
     CellInfo,
@@ -197,7 +197,8 @@ def _disagreement_note(label: str, row: Comparison, expected: ExpectedDelta) -> 
         f"{label} {row.metric}: the measured Δ {signed_pct(row.delta_pct)} [{low:+.1f}%, {high:+.1f}%] lies outside "
         f"what the ops that differ ({', '.join(expected.ops)}) account for, {_expected_cell(expected)}: the variant "
         "changed more of the step than those ops' own time (a fused kernel that also saves copies or memory traffic, "
-        "or a compile that fuses across the op), or the ops cost something else inside the model than alone"
+        f"or a compile that fuses across the op), or the ops cost more than {IN_MODEL_ERROR:.0%} more or less inside "
+        "the model than alone"
     )
 
 
@@ -342,7 +343,7 @@ def method_section(context: ReportContext) -> list[Block]:
         "Warmup trials are excluded from every statistic. Variants share each round's prompt and run in alternating "
         "order, so drift common to a round cancels in its ratio new/baseline.",
         "Δ = exp(mean of the per-round log ratios) − 1; Baseline and New are the geometric means of the same rounds, "
-        "so New / Baseline − 1 = Δ on every row. tok/s with a thousands separator from 1,000, one decimal below.",
+        "so New / Baseline − 1 = Δ on every row. tok/s with a thousands separator from 1,000, one decimal below, two below 10.",
         f"One bad trial cannot swing a row: from {OUTLIER_MIN_ROUNDS} rounds on, a round whose log ratio lies more "
         f"than {OUTLIER_K:g} robust SDs (pairwise scale) from the median is left out of Δ; its spread still counts, "
         "and the Rounds column names it.",
@@ -359,6 +360,7 @@ def method_section(context: ReportContext) -> list[Block]:
         f"{EXPECTED_COLUMN} (runs that timed op shares): the tok/s Δ the ops that differ between the two variants "
         "account for (Amdahl): the seconds per step those ops add or save, each distinct call of a prefill or decode "
         "step timed alone per implementation times its calls per step, paired round by round, over the baseline's "
-        "measured step, with a Student t 95% interval over the share rounds. It assumes op times add up and an op "
-        "costs inside the model what it costs alone; a note says where the measured interval misses it.",
+        "measured step, with a Student t 95% interval over the share rounds, its ends taken with those ops costing "
+        f"{IN_MODEL_ERROR:.0%} more and less inside the model than alone (the in-model error calibrated here). It "
+        "assumes op times add up; a note says where the measured interval misses it.",
     ))]
