@@ -45,15 +45,17 @@ def step_s(preset: str, layers: int, metric: str, scale: float = 1.0) -> float:
 
 
 def depth_records(preset: str, size: str, depths: list[int], *, dtype: str = "float32", rounds: int = 10,
-                  noise: float = 0.002, seed: int = 0, run_id: str = "run1") -> list[dict]:
-    """Timed trials of both variants at each depth, their times the model's with small multiplicative noise."""
+                  noise: float = 0.002, seed: int = 0, run_id: str = "run1", process_sd: float = 0.0) -> list[dict]:
+    """Timed trials of both variants at each depth, their times the model's with small multiplicative noise; with
+    `process_sd`, each depth's worker process off by its own factor, for both variants alike."""
     rng = np.random.default_rng(seed)
     records = []
     for depth in depths:
         of = {**cell(f"{size} ({depth}/{full_depth(preset)} layers)", run_id=run_id, prompt=PROMPT,
                      key=f"{preset}:layers={depth}:{dtype}:none"), "model": preset, "layers": depth, "dtype": dtype}
-        times = {variant: [(step_s(preset, depth, "prefill", scale) * (1 + noise * rng.standard_normal()),
-                            step_s(preset, depth, "gen", scale) * (1 + noise * rng.standard_normal()))
+        process = 1 + process_sd * rng.standard_normal() if process_sd else 1.0
+        times = {variant: [(step_s(preset, depth, "prefill", scale) * process * (1 + noise * rng.standard_normal()),
+                            step_s(preset, depth, "gen", scale) * process * (1 + noise * rng.standard_normal()))
                            for _ in range(rounds)]
                  for variant, scale in (("baseline", 1.0), ("compiled", NEW_SCALE))}
         records += trials(of, {v: [(PROMPT / p, 1 / g) for p, g in values] for v, values in times.items()})
@@ -126,6 +128,42 @@ def test_the_projection_at_full_depth_covers_the_truth(e2b_file: Path):
         assert delta.low <= true <= delta.high
         # At 2 layers the fixed part dominates; at 35 the Δ is the per-layer one's larger share of it.
         assert delta.ratio > step_s("e2b", 2, delta.metric) / step_s("e2b", 2, delta.metric, NEW_SCALE)
+
+
+def _runs_files(tmp_path: Path, runs: int, depths: list[int], process_sd: float = 0.05) -> list[Path]:
+    return [results_file(tmp_path / f"run{r}.jsonl", depth_records("e2b", "E2B", depths, seed=r, run_id=f"run{r}",
+                                                                   process_sd=process_sd),
+                         experiment=EXPERIMENT, run_id=f"run{r}") for r in range(runs)]
+
+
+def test_several_runs_give_each_depth_the_spread_between_processes(tmp_path: Path):
+    # Three runs, each depth's process 5% off: the rounds alone (0.2% noise) would claim intervals ~25x too narrow.
+    paths = _runs_files(tmp_path, 3, [2, 4, 6, 8, 12])
+    study = build_study(load_results(paths))
+    projection = project(study, [("baseline", "compiled")], fit_layers=[2, 4, 6, 8], layers=12)
+    for fit in fits_of(projection):
+        spread = fit.series.between_runs
+        assert spread is not None and spread.dof == 5 * 2  # five depths, three runs each: 2 dof apiece
+        assert 0.02 < spread.relative_sd < 0.09
+        assert all(p.runs == 3 and p.dof == 10 for p in fit.points)
+        assert fit.time_at(12).dof == 10  # one pooled spread: its dof, not a Welch sum
+        assert "runs ±" in fit.residual_note and "3 per depth, 10 dof" in fit.residual_note
+    # The held-out depth is checked against a prediction interval: the projection's and the measurement's noise.
+    held_out = [c for c in projection.checks if not c.in_fit]
+    assert held_out and all(c.predicted.low < c.fitted.low for c in held_out)
+    # A Δ pairs the variants of each run: the processes' factors cancel in the ratio, so its interval is far
+    # narrower than the two fits' own, and still holds the true Δ.
+    for delta in projection.deltas:
+        true = step_s("e2b", 12, delta.metric) / step_s("e2b", 12, delta.metric, NEW_SCALE)
+        assert delta.low <= true <= delta.high
+        fits = {f.series.variant: f for f in fits_of(projection) if f.series.metric == delta.metric}
+        base = fits["baseline"].rate_at(12)
+        assert delta.high_pct - delta.low_pct < 0.5 * 100 * (base.high - base.low) / base.tps
+
+
+def test_one_run_per_depth_says_so(e2b_file: Path):
+    for fit in fits_of(projected(e2b_file)):
+        assert fit.series.between_runs is None and fit.residual_note.endswith("; 1 run per depth")
 
 
 def test_welch_satterthwaite_dof():

@@ -1,20 +1,21 @@
 """The depth projection's 95% intervals (analysis.projection), simulated: E2B's step times exactly linear in its
 layer counts, normal trial noise of 0.3%, each variant fitted on its depths' rounds and projected to its full 35
 layers, and tok/s and the Δ between two variants (the new one's per-layer costs 0.9 of the baseline's) checked
-against the truth. Seeded, so the rates are the same on every machine; `python tests/test_projection_coverage.py`
-prints them (the figures in analysis.projection)."""
+against the truth. Then the same with several runs per depth, each run's worker process off by its own factor
+(SD 4%, shared by both variants of the run, as a process's speed is): the intervals from the runs' spread.
+Seeded, so the rates are the same on every machine; `python tests/test_projection_coverage.py` prints them (the
+figures in analysis.projection)."""
 
 from __future__ import annotations
 
-import math
-
 import numpy as np
+import pandas as pd
 
 from bench.analysis.projection import (
-    DepthMean,
     FitScope,
     LayerFit,
     Series,
+    depth_means,
     fit_series,
     full_depth,
     layer_counts,
@@ -27,6 +28,7 @@ COSTS = {"prefill": (0.010, 0.003, 0.005, 0.004), "gen": (0.020, 0.001, 0.002, 0
 TOKENS = {"prefill": 128, "gen": 1}
 VARIANTS = {"baseline": 1.0, "new": 0.9}  # the per-layer costs' scale; the fixed part is the same
 TRIAL_NOISE = 0.003
+PROCESS_NOISE = 0.04  # a run's worker process: its speed off by this SD, for both variants of the run alike
 SCOPE = FitScope("sim", "e2b", "float32", None, "pp128 tg4 b1", "E2B")
 LAYERS = full_depth("e2b")
 EXACT, ONE_DOF = (2, 4, 6, 8), (2, 4, 6, 8, 12)  # as many depths as terms; one more
@@ -39,23 +41,33 @@ def step_s(depth: int, metric: str, scale: float) -> float:
     return fixed + scale * (sliding * counts.sliding + full * counts.full + shared * counts.shared)
 
 
-def _fit(rng: np.random.Generator, depths: tuple[int, ...], rounds: int, metric: str, variant: str) -> LayerFit:
-    """One variant's fit on `rounds` timed rounds at each depth, as analysis.projection.measured_series sums them."""
-    points = []
+def _fits(rng: np.random.Generator, depths: tuple[int, ...], rounds: int, metric: str, runs: int = 1
+          ) -> dict[str, LayerFit]:
+    """Both variants' fits on `rounds` timed rounds per run at each depth, as analysis.projection.measured_series
+    sums them; with several runs each (depth, run) is one process whose speed factor both variants share."""
+    rows: dict[str, list[tuple[float, int, str]]] = {variant: [] for variant in VARIANTS}
     for depth in depths:
-        times = step_s(depth, metric, VARIANTS[variant]) * (1 + TRIAL_NOISE * rng.standard_normal(rounds))
-        points.append(DepthMean(depth, rounds, float(times.mean()), float(times.std(ddof=1)) / math.sqrt(rounds)))
-    return fit_series(Series(SCOPE, variant, metric, TOKENS[metric], tuple(points)))
+        for run in range(runs):
+            process = 1 + (PROCESS_NOISE * rng.standard_normal() if runs > 1 else 0.0)
+            for variant, scale in VARIANTS.items():
+                noise = 1 + TRIAL_NOISE * rng.standard_normal(rounds)
+                rows[variant] += [(t, depth, f"run{run}") for t in step_s(depth, metric, scale) * process * noise]
+    fits = {}
+    for variant, samples in rows.items():
+        points, spread = depth_means(pd.DataFrame(samples, columns=["seconds", "depth", "run"]))
+        fits[variant] = fit_series(Series(SCOPE, variant, metric, TOKENS[metric], points, spread))
+    return fits
 
 
-def simulate(depths: tuple[int, ...], rounds: int, replications: int, seed: int = 0) -> tuple[float, float]:
+def simulate(depths: tuple[int, ...], rounds: int, replications: int, seed: int = 0, runs: int = 1
+             ) -> tuple[float, float]:
     """(coverage of the projected tok/s, coverage of the projected Δ): per replication, two metrics, each with two
     variants' tok/s and one Δ."""
     rng = np.random.default_rng(seed)
     rates_covered = deltas_covered = 0
     for _ in range(replications):
         for metric in COSTS:
-            fits = {variant: _fit(rng, depths, rounds, metric, variant) for variant in VARIANTS}
+            fits = _fits(rng, depths, rounds, metric, runs)
             for variant, fit in fits.items():
                 rate = fit.rate_at(LAYERS)
                 rates_covered += rate.low <= TOKENS[metric] / step_s(LAYERS, metric, VARIANTS[variant]) <= rate.high
@@ -81,11 +93,24 @@ def test_a_fit_with_a_residual_dof_stays_conservative():
     assert deltas >= 0.945
 
 
+def test_runs_of_other_processes_cover_95_percent():
+    # Two runs per depth, the processes 4% apart (SD): the rounds alone would claim ±0.2% and cover a fraction of
+    # that. 600 replications: 2 400 tok/s intervals (coverage's SD 0.45%) and 1 200 Δs (0.6%).
+    rates, deltas = simulate(EXACT, rounds=6, replications=600, seed=3, runs=2)
+    assert 0.935 <= rates <= 0.97
+    assert deltas >= 0.935
+
+
 if __name__ == "__main__":
     print(f"95% coverage at {LAYERS} layers, {TRIAL_NOISE:.1%} trial noise, 4 000 replications per row "
           "(16 000 tok/s intervals, 8 000 Δs)")
-    print(f"{'fitted on depths':<18}{'rounds per depth':>18}{'tok/s':>9}{'Δ':>9}")
+    print(f"{'fitted on depths':<18}{'runs':>6}{'rounds per depth':>18}{'tok/s':>9}{'Δ':>9}")
     for depths in (EXACT, ONE_DOF):
         for rounds in ROUNDS:
             rates, deltas = simulate(depths, rounds, replications=4000, seed=2)
-            print(f"{', '.join(map(str, depths)):<18}{rounds:>18}{rates:>9.2%}{deltas:>9.2%}")
+            print(f"{', '.join(map(str, depths)):<18}{1:>6}{rounds:>18}{rates:>9.2%}{deltas:>9.2%}")
+    print(f"with a process-to-process SD of {PROCESS_NOISE:.0%}, shared by a run's variants:")
+    for depths in (EXACT, ONE_DOF):
+        for runs in (2, 3):
+            rates, deltas = simulate(depths, 6, replications=4000, seed=2, runs=runs)
+            print(f"{', '.join(map(str, depths)):<18}{runs:>6}{6:>18}{rates:>9.2%}{deltas:>9.2%}")

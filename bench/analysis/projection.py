@@ -178,12 +178,21 @@ class FitScope:
 
 @dataclass(frozen=True)
 class DepthMean:
-    """One depth's timed rounds: their mean time and its standard error (sd/√n)."""
+    """One depth's timed rounds: their mean time, its standard error, and the dof that SE is estimated with.
+
+    From one run: the rounds' mean, SE = sd/√n, dof n − 1. From several runs (each depth of a run is its own worker
+    process): the mean of the runs' means, and an SE from how far runs of the same depth differ (`between_runs`)."""
 
     depth: int
     rounds: int
     mean_s: float
     se_s: float
+    dof: float
+    run_means: tuple[tuple[str, float], ...] = ()  # (run id, that run's mean time), with several runs
+
+    @property
+    def runs(self) -> int:
+        return max(1, len(self.run_means))
 
 
 @dataclass(frozen=True)
@@ -195,10 +204,31 @@ class Series:
     metric: str
     tokens: int  # tokens per timed unit: batch·prompt_tokens for prefill, batch for a decode step
     points: tuple[DepthMean, ...]
+    # From several runs: the relative SD of one run's mean about its depth's, pooled over the depths, and its dof,
+    # which every point's SE shares. None: one run per depth, SEs from each run's rounds alone.
+    between_runs: RunSpread | None = None
 
     @property
     def depths(self) -> tuple[int, ...]:
         return tuple(p.depth for p in self.points)
+
+    @property
+    def noise_note(self) -> str:
+        """Where the depths' SEs come from: "1 run per depth", or "runs ±3.1% (2 per depth, 5 dof)"."""
+        if self.between_runs is None:
+            return "1 run per depth"
+        runs = sorted({p.runs for p in self.points})
+        counts = str(runs[0]) if len(runs) == 1 else f"{runs[0]}–{runs[-1]}"
+        return f"runs ±{100 * self.between_runs.relative_sd:.1f}% ({counts} per depth, {self.between_runs.dof} dof)"
+
+
+@dataclass(frozen=True)
+class RunSpread:
+    """How far one run's mean time at a depth lies from the mean of that depth's runs, as a relative SD, pooled
+    over every depth measured in two or more runs; dof = Σ (runs − 1)."""
+
+    relative_sd: float
+    dof: int
 
 
 @dataclass(frozen=True)
@@ -265,7 +295,9 @@ class LayerFit:
         where inflated) and its dof the Welch–Satterthwaite one of the SEs' n_i − 1, no more than the residual
         dof where the residuals set the scale."""
         parts = (x @ np.array(self.gain)) ** 2 * np.array([weighing_se(p) for p in self.points]) ** 2
-        dof = welch_dof(parts, [p.rounds - 1 for p in self.points])
+        # Between runs, every SE is its mean times the one pooled spread: the sum has that estimate's dof.
+        spread = self.series.between_runs
+        dof = float(spread.dof) if spread else welch_dof(parts, [p.dof for p in self.points])
         if self.inflated:
             parts, dof = parts * self.reduced_chi2, min(dof, self.dof)
         return TimeEstimate(float(x @ np.array(self.coef)), math.sqrt(float(parts.sum())), dof)
@@ -275,12 +307,15 @@ class LayerFit:
 
     @property
     def residual_note(self) -> str:
-        """How well the depths fit: "exact (4 depths, 4 terms)", "χ²/dof 0.58 (1 dof)", or, widened,
-        "χ²/dof 3.20 (1 dof): intervals ×1.79, t(1)"."""
+        """How well the depths fit, and what their noise is made of: "exact (4 depths, 4 terms); 1 run per depth",
+        "χ²/dof 0.58 (1 dof); runs ±3.1% (2 per depth, 5 dof)", or, widened, "χ²/dof 3.20 (1 dof): intervals ×1.79,
+        t(1); 1 run per depth"."""
         if self.reduced_chi2 is None:
-            return f"exact ({len(self.depths)} depths, {len(self.terms)} terms)"
-        chi2 = f"χ²/dof {self.reduced_chi2:.2f} ({self.dof} dof)"
-        return f"{chi2}: intervals ×{math.sqrt(self.reduced_chi2):.2f}, t({self.dof})" if self.inflated else chi2
+            fit = f"exact ({len(self.depths)} depths, {len(self.terms)} terms)"
+        else:
+            chi2 = f"χ²/dof {self.reduced_chi2:.2f} ({self.dof} dof)"
+            fit = f"{chi2}: intervals ×{math.sqrt(self.reduced_chi2):.2f}, t({self.dof})" if self.inflated else chi2
+        return f"{fit}; {self.series.noise_note}"
 
 
 def quantile(dof: float) -> float:
@@ -421,9 +456,9 @@ def measured_series(study: Study) -> list[Series]:
         tokens = {"prefill": batch * prompt, "gen": batch}
         for variant, variant_rows in rows.groupby("variant", sort=False):
             for metric in METRICS:
-                points = _depth_means(scope, variant, variant_rows, METRIC_COLUMNS[metric], tokens[metric])
+                points, spread = _depth_means(scope, variant, variant_rows, METRIC_COLUMNS[metric], tokens[metric])
                 if points:  # no gen metric where gen_tokens is 1
-                    series.append(Series(scope, str(variant), metric, tokens[metric], points))
+                    series.append(Series(scope, str(variant), metric, tokens[metric], points, spread))
     workloads = ordered_workloads([trials])
     variants = {v: i for i, v in enumerate(study.variants)}
     return sorted(series, key=lambda s: (s.scope.machine, workloads.index(s.scope.workload),
@@ -446,16 +481,55 @@ def _scope_sizes(trials: pd.DataFrame) -> dict[tuple[Any, ...], str]:
 
 
 def _depth_means(scope: FitScope, variant: Any, rows: pd.DataFrame, column: str, tokens: int
-                 ) -> tuple[DepthMean, ...]:
+                 ) -> tuple[tuple[DepthMean, ...], RunSpread | None]:
     values = pd.to_numeric(rows[column], errors="coerce")
-    times = (tokens / values[values > 0]).groupby(rows["depth"]).agg(["mean", "std", "count"]).sort_index()
-    thin = times[times["count"] < 2]
+    valid = values > 0
+    times = pd.DataFrame({"seconds": tokens / values[valid], "depth": rows["depth"][valid],
+                          "run": rows["run_id"][valid]})
+    counts = times.groupby("depth")["seconds"].count().reindex(sorted(set(rows["depth"])), fill_value=0)
+    thin = counts[counts < 2]
     if not thin.empty:
         raise ProjectionError(
-            f"{scope.label(int(thin.index[0]), projected=False)} {variant}: {int(thin['count'].iloc[0])} timed round "
+            f"{scope.label(int(thin.index[0]), projected=False)} {variant}: {int(thin.iloc[0])} timed round "
             "with a valid time; a fit weighs each depth by its rounds' spread, so it needs at least 2")
-    return tuple(DepthMean(int(depth), int(r["count"]), float(r["mean"]), float(r["std"]) / math.sqrt(r["count"]))
-                 for depth, r in times.iterrows())
+    return depth_means(times)
+
+
+def depth_means(times: pd.DataFrame) -> tuple[tuple[DepthMean, ...], RunSpread | None]:
+    """Each depth's mean time and SE, from one row per timed round (`seconds`, `depth`, `run`).
+
+    A run measures each depth in a worker process of its own, and processes differ by more than their rounds' SE
+    says (the same depth has read up to 12% apart in two runs here). With one run per depth that spread cannot be
+    seen and the SE is the rounds' alone; where some depth was measured in several runs, every depth's SE comes
+    from the runs' spread instead (`RunSpread`)."""
+    per_run = times.groupby(["depth", "run"])["seconds"].agg(["mean", "std", "count"])
+    spread = _run_spread(per_run)
+    points = []
+    for depth, runs in per_run.groupby(level="depth"):
+        n, k = int(runs["count"].sum()), len(runs)
+        if spread is None:
+            only = runs.iloc[0]
+            points.append(DepthMean(int(depth), n, float(only["mean"]), float(only["std"]) / math.sqrt(n), n - 1))
+            continue
+        mean = float(runs["mean"].mean())
+        # Never below what the runs' own rounds say: a spread pooled from few runs can read low by chance.
+        rounds_se = math.sqrt(float((runs["std"].fillna(0.0) ** 2 / runs["count"]).sum())) / k
+        se = max(mean * spread.relative_sd / math.sqrt(k), rounds_se)
+        run_means = tuple((str(run), float(m)) for (_, run), m in runs["mean"].items())
+        points.append(DepthMean(int(depth), n, mean, se, spread.dof, run_means))
+    return tuple(points), spread
+
+
+def _run_spread(per_run: pd.DataFrame) -> RunSpread | None:
+    """The pooled relative SD of a run's mean about its depth's mean of runs, or None where no depth has two runs."""
+    squares, dof = 0.0, 0
+    for _, runs in per_run.groupby(level="depth"):
+        if len(runs) < 2:
+            continue
+        means = runs["mean"].to_numpy()
+        squares += float((((means / means.mean()) - 1) ** 2).sum())
+        dof += len(means) - 1
+    return RunSpread(math.sqrt(squares / dof), dof) if dof else None
 
 
 # --- the projection ----------------------------------------------------------------------------------------------
@@ -505,10 +579,31 @@ class DepthCheck:
 
     size: str  # the measured depth's label, e.g. "E2B (12/35 layers)"
     fit: LayerFit
-    depth: int
+    measured: DepthMean
     in_fit: bool
-    measured_tps: float
-    fitted: RateInterval
+
+    @property
+    def depth(self) -> int:
+        return self.measured.depth
+
+    @property
+    def measured_tps(self) -> float:
+        return self.fit.series.tokens / self.measured.mean_s
+
+    @property
+    def fitted(self) -> RateInterval:
+        return self.fit.rate_at(self.depth)
+
+    @property
+    def predicted(self) -> RateInterval:
+        """Where the measurement should lie: the fit's time at this depth with the measured mean's own noise added
+        (two independent errors; the Welch–Satterthwaite dof of both). A point inside the fit's interval alone is
+        too strict a test: the measurement is noisy too."""
+        fitted = self.fit.time_at(self.depth)
+        variances = [fitted.sd ** 2, self.measured.se_s ** 2]
+        both = TimeEstimate(fitted.seconds, math.sqrt(sum(variances)),
+                            welch_dof(variances, [fitted.dof, self.measured.dof]))
+        return RateInterval.of(both, self.fit.series.tokens)
 
     @property
     def error_pct(self) -> float:
@@ -517,8 +612,8 @@ class DepthCheck:
 
     @property
     def within(self) -> bool:
-        """Whether the measured tok/s lies inside the fit's 95% interval."""
-        return self.fitted.low <= self.measured_tps <= self.fitted.high
+        """Whether the measured tok/s lies inside the 95% prediction interval."""
+        return self.predicted.low <= self.measured_tps <= self.predicted.high
 
 
 @dataclass(frozen=True)
@@ -546,9 +641,8 @@ def project(study: Study, comparisons: Sequence[tuple[str, str]], layers: int | 
 
 def depth_checks(fit: LayerFit, points: Sequence[DepthMean]) -> list[DepthCheck]:
     """Measured against fitted tok/s at each of `points` (a fit's own depths, or ones measured apart from it)."""
-    tokens, scope = fit.series.tokens, fit.series.scope
-    return [DepthCheck(scope.label(p.depth, projected=False), fit, p.depth, p.depth in fit.depths,
-                       tokens / p.mean_s, fit.rate_at(p.depth)) for p in points]
+    scope = fit.series.scope
+    return [DepthCheck(scope.label(p.depth, projected=False), fit, p, p.depth in fit.depths) for p in points]
 
 
 def _check_layers(scope: FitScope, layers: int | None) -> None:
@@ -615,8 +709,58 @@ def projected_delta(size: str, base_fit: LayerFit, new_fit: LayerFit, layers: in
         ratio = low = high = math.nan
     else:
         ratio = base.seconds / new.seconds
-        variances = [(base.sd / base.seconds) ** 2, (new.sd / new.seconds) ** 2]
-        half = quantile(welch_dof(variances, [base.dof, new.dof])) * math.sqrt(sum(variances))
+        sd, dof = _paired_log_sd(base_fit, new_fit, layers) or _independent_log_sd(base, new)
+        half = quantile(dof) * sd
         low, high = ratio * math.exp(-half), ratio * math.exp(half)
     return ProjectedDelta(size, series.scope, layers, base_fit.series.variant, series.variant, series.metric,
                           base_fit.rate_at(layers).tps, new_fit.rate_at(layers).tps, ratio, low, high)
+
+
+def _independent_log_sd(base: TimeEstimate, new: TimeEstimate) -> tuple[float, float]:
+    """The log ratio's SD with the two fits independent, and its Welch–Satterthwaite dof."""
+    variances = [(base.sd / base.seconds) ** 2, (new.sd / new.seconds) ** 2]
+    return math.sqrt(sum(variances)), welch_dof(variances, [base.dof, new.dof])
+
+
+def _paired_log_sd(base_fit: LayerFit, new_fit: LayerFit, layers: int) -> tuple[float, float] | None:
+    """The log ratio's SD where both fits rest on the same runs at the same depths, or None.
+
+    Both variants of a run ran in one worker process per depth, so a process's speed moves both: it cancels in
+    their ratio, which independent fits would miss (and read a ±25% Δ where the runs agree to a few percent). The
+    log projected time is Σ_d c_d·(log error of depth d's mean), c_d = a_d·m_d / t (a = x·gain). So the log
+    ratio's error is Σ_d c_base,d·e_base,d − c_new,d·e_new,d; with e = π (the process, shared) + ε (each variant's
+    own), its variance is Σ_d [(c_base,d − c_new,d)²·var(π_d) + c̄_d²·var(ε_base,d − ε_new,d)]. var(π_d) is
+    bounded by the runs' spread (which holds the rounds' noise as well: conservative); var(ε_base − ε_new) of a
+    depth's mean over k runs is s²/k, s² the pooled spread over runs of log(m_base/m_new), whose dof both share.
+    Widened by the larger χ²/dof where a fit scatters beyond that."""
+    spread_base, spread_new = base_fit.series.between_runs, new_fit.series.between_runs
+    if spread_base is None or spread_new is None or base_fit.depths != new_fit.depths:
+        return None
+    pairs = [(b, n) for b, n in zip(base_fit.points, new_fit.points, strict=True)
+             if dict(b.run_means).keys() == dict(n.run_means).keys()]
+    if len(pairs) != len(base_fit.points):
+        return None
+    squares, dof = 0.0, 0
+    for b, n in pairs:
+        logs = np.log(np.array([m for _, m in b.run_means]) / np.array([dict(n.run_means)[r] for r, _ in b.run_means]))
+        if len(logs) > 1:
+            squares += float(((logs - logs.mean()) ** 2).sum())
+            dof += len(logs) - 1
+    if not dof:
+        return None
+    ratio_var = squares / dof
+    x = layer_counts(base_fit.series.scope.preset, layers).row(base_fit.terms)
+    weights = []
+    for fit in (base_fit, new_fit):
+        a = x @ np.array(fit.gain)
+        means = np.array([p.mean_s for p in fit.points])
+        weights.append(a * means / float(a @ means))
+    c_base, c_new = weights
+    runs = np.array([p.runs for p in base_fit.points], dtype=np.float64)
+    process_var = max(spread_base.relative_sd, spread_new.relative_sd) ** 2
+    variance = float(((c_base - c_new) ** 2 * process_var / runs).sum()
+                     + (((c_base + c_new) / 2) ** 2 * ratio_var / runs).sum())
+    inflation = max([f.reduced_chi2 for f in (base_fit, new_fit) if f.inflated] or [1.0])
+    dofs = [dof, *(f.dof for f in (base_fit, new_fit) if f.inflated)]
+    return math.sqrt(variance * inflation), float(min(dofs))
+

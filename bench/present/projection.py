@@ -41,7 +41,12 @@ def method_line(projection: Projection) -> str:
             "projected depth's layer counts. It assumes each layer of a type costs the same at every depth. 95% "
             "intervals come from the fit (Student t with the Welch–Satterthwaite dof of the depths' rounds; where "
             "the depths scatter beyond their noise, χ²/dof > 1, widened by its root and t with at most the residual "
-            "dof); a Δ's treats the two variants' fits as independent, which widens it (conservative). Fitted: "
+            "dof). Each run measures a depth in a worker process of its own, and processes differ by more than "
+            "their rounds say: where a depth was measured in several runs (project several results files of one "
+            "experiment together), every depth's SE comes from how far its runs differ, pooled over the depths (the "
+            "Fit column's runs ±SD), and a Δ pairs the two variants of each run, since a process's speed cancels in "
+            "their ratio; with 1 run per depth the SEs are the rounds' alone and leave that spread out (run the "
+            "experiment again to include it), and a Δ treats the two fits as independent (conservative). Fitted: "
             f"{fitted}.")
 
 
@@ -87,9 +92,13 @@ def costs_table(fits: Sequence[LayerFit]) -> Table:
 
 
 def held_out_table(checks: Sequence[DepthCheck]) -> Table:
-    columns = ("Size", "Variant", "Metric", "Measured tok/s", "Projected tok/s", "95% interval", "Error", "Inside")
+    """Measured against projected tok/s at depths held out of the fit. The interval is a prediction interval: the
+    projection's with the measurement's own noise added, so Inside is a fair test of the fit."""
+    columns = ("Size", "Variant", "Metric", "Measured tok/s", "Projected tok/s", "95% prediction interval", "Error",
+               "Inside")
     cells = tuple((c.size, c.fit.series.variant, c.fit.series.metric, format_tps(c.measured_tps),
-                   *_rate(c.fitted), f"{c.error_pct:+.1f}%", "yes" if c.within else "no") for c in checks)
+                   format_tps(c.fitted.tps), _rate(c.predicted)[1], f"{c.error_pct:+.1f}%",
+                   "yes" if c.within else "no") for c in checks)
     return Table(columns, cells, frozenset({3, 4, 5, 6}))
 
 

@@ -343,7 +343,8 @@ def method_section(context: ReportContext) -> list[Block]:
         "Warmup trials are excluded from every statistic. Variants share each round's prompt and run in alternating "
         "order, so drift common to a round cancels in its ratio new/baseline.",
         "Δ = exp(mean of the per-round log ratios) − 1; Baseline and New are the geometric means of the same rounds, "
-        "so New / Baseline − 1 = Δ on every row. tok/s with a thousands separator from 1,000, one decimal below, two below 10.",
+        "so New / Baseline − 1 = Δ on every row. tok/s with a thousands separator from 1,000, one decimal below, "
+        "two below 10.",
         f"One bad trial cannot swing a row: from {OUTLIER_MIN_ROUNDS} rounds on, a round whose log ratio lies more "
         f"than {OUTLIER_K:g} robust SDs (pairwise scale) from the median is left out of Δ; its spread still counts, "
         "and the Rounds column names it.",
