@@ -795,3 +795,11 @@ def test_a_bottom_line_names_the_rows_that_differ_and_what_would_settle_them():
     assert _sentence(rows, 5.0) == ("no change within ±5% on 4 of 6 rows; 31B gen inconclusive (±4.8% after 6 rounds;"
                                     " about 24 would settle it at this noise); 26B prefill faster +6.1%")
     assert _sentence(rows[:4], 5.0) == "no change within ±5% on all 4 rows"
+
+
+def test_a_bottom_line_names_the_depth_where_one_size_ran_at_several():
+    from bench.present.bottom_line import _short_sizes
+
+    assert _short_sizes(["E2B (2/35 layers)", "E2B (2/35 layers)", "E4B (2/42 layers)"]) == ["E2B", "E2B", "E4B"]
+    assert _short_sizes(["E2B (2/35 layers)", "E2B (6/35 layers)", "E4B (2/42 layers)"]) == [
+        "E2B (2/35 layers)", "E2B (6/35 layers)", "E4B"]

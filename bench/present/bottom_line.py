@@ -36,8 +36,16 @@ def bottom_lines(study: Study, machine: str, workload: str, pairs: Sequence[tupl
 
 
 def _rows(study: Study, machine: str, workload: str, pair: tuple[str, str]) -> list[_Row]:
-    return [_Row(f"{r.size.split(' (')[0]} {r.metric}", r.verdict.word if r.verdict else None, r.delta_pct,
-                 r.half_width_pct, r.n_pairs) for r in compare_scope(study, machine, workload, pair)]
+    rows = compare_scope(study, machine, workload, pair)
+    return [_Row(f"{name} {r.metric}", r.verdict.word if r.verdict else None, r.delta_pct, r.half_width_pct,
+                 r.n_pairs) for r, name in zip(rows, _short_sizes([r.size for r in rows]), strict=True)]
+
+
+def _short_sizes(sizes: Sequence[str]) -> list[str]:
+    """"E2B" for "E2B (2/35 layers)", unless another row is E2B at another depth (a depth study): then the whole."""
+    short = {size: size.split(" (")[0] for size in dict.fromkeys(sizes)}
+    names = list(short.values())
+    return [size if names.count(short[size]) > 1 else short[size] for size in sizes]
 
 
 def _name(study: Study, baseline: str, new: str) -> str:
