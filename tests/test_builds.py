@@ -47,7 +47,7 @@ def records(path: Path) -> list[dict]:
     return [json.loads(line) for line in path.read_text().splitlines()]
 
 
-def test_two_identical_builds_interleave_and_pass_the_gate(tmp_path: Path, experiment: Path):
+def test_two_identical_builds_interleave_and_the_gate_compares_them(tmp_path: Path, experiment: Path):
     reference = tree_copy(tmp_path / "reference")
     done = fusebench_here("run", str(experiment), "--against", str(reference), "--out", "ab.jsonl", "--quiet",
                           cwd=tmp_path)
@@ -61,11 +61,15 @@ def test_two_identical_builds_interleave_and_pass_the_gate(tmp_path: Path, exper
                            ("reference", "compiled")]
     assert {(t["build"], t["variant"]) for t in trials} == {(b, v) for b in ("current", "reference")
                                                             for v in ("base", "compiled")}
-    # The tiny model's millisecond trials swing by tens of percent (one run here read gen -25% [-37%, -11%] over 4
-    # rounds), so the limit is wide: this test is about the gate's plumbing, benchmarks/ab_gate_power.py its power.
-    check = fusebench_here("check", "ab.jsonl", "--max-regression", "60", cwd=tmp_path)
-    assert check.returncode == 0, check.stdout + check.stderr
-    assert "vs reference" in check.stdout and "all variants" in check.stdout
+    # The gate's plumbing only, not its verdict: the tiny model's millisecond trials swing by tens of percent, and
+    # with both cores busy one build's process read 79% slower than its identical twin, so whether two identical
+    # builds pass is a timing outcome (benchmarks/ab_gate_power.py measures the gate's false alarms and power).
+    check = fusebench_here("check", "ab.jsonl", "--format", "json", cwd=tmp_path)
+    assert check.returncode in (0, 1), check.stdout + check.stderr
+    verdicts = json.loads(check.stdout)["verdicts"]
+    assert {(v["check"], v["variant"], v["metric"]) for v in verdicts} == {
+        ("build", variant, metric) for variant in ("base", "compiled", "all variants") for metric in ("prefill", "gen")}
+    assert all(v["ci_low_pct"] <= v["delta_pct"] <= v["ci_high_pct"] for v in verdicts)
     report = fusebench_here("report", "ab.jsonl", "--out", "report", cwd=tmp_path)
     assert report.returncode == 0, report.stderr
     assert "## Current build vs reference build" in (tmp_path / "report" / "report.md").read_text()
