@@ -753,13 +753,13 @@ def _paired_log_sd(base_fit: LayerFit, new_fit: LayerFit, layers: int) -> tuple[
     spread_base, spread_new = base_fit.series.between_runs, new_fit.series.between_runs
     if spread_base is None or spread_new is None or base_fit.depths != new_fit.depths:
         return None
-    pairs = [(b, n) for b, n in zip(base_fit.points, new_fit.points, strict=True)
-             if dict(b.run_means).keys() == dict(n.run_means).keys()]
-    if len(pairs) != len(base_fit.points):
+    pairs = list(zip(base_fit.points, new_fit.points, strict=True))
+    if any(dict(b.run_means).keys() != dict(n.run_means).keys() for b, n in pairs):
         return None
     squares, dof = 0.0, 0
     for b, n in pairs:
-        logs = np.log(np.array([m for _, m in b.run_means]) / np.array([dict(n.run_means)[r] for r, _ in b.run_means]))
+        new_means = dict(n.run_means)
+        logs = np.log(np.array([m / new_means[run] for run, m in b.run_means]))
         if len(logs) > 1:
             squares += float(((logs - logs.mean()) ** 2).sum())
             dof += len(logs) - 1
