@@ -11,14 +11,18 @@ its verdict comes from the Holm-adjusted intervals of `stats.compare_builds`, th
 2. Binary search, each step the midpoint candidate against GOOD. "bad": some tracked row's interval lies wholly
    below -limit (the midpoint is already slower than GOOD beyond the limit: the culprit is at or before it);
    "good": every tracked row's interval lies wholly above -limit (not slower beyond the limit: the culprit is after
-   it). Neither: the step is inconclusive and is measured again, pooling its runs, up to `max_runs`; one that stays
-   inconclusive ends the search with the two candidates it could not decide between, never with a guess.
+   it). Neither: the step cannot tell and is measured again, pooling its runs, up to `max_runs`; one that still
+   cannot tell ends the search with the two candidates it could not decide between, never with a guess.
 3. The first bad candidate against its predecessor, once more, by the same rule: "confirmed" when it alone is slower
    beyond the limit (a regression spread over several candidates may be bad against GOOD but not against its
    predecessor, and the output says so).
 
-Each decision errs with at most the Holm family's 5% per look; repeating an inconclusive step adds looks, which is
-why their number is capped.
+A BAD-against-GOOD step that can tell neither is "cannot tell", never "no regression": the command exits 3 and
+says what would settle it (the rounds its widest undecided row would need at the noise it saw).
+
+The intervals are confidence sequences (analysis.sequential): pooling a further run into an undecided step is one
+more look at the same sequence, so each decision errs with at most the Holm family's 5% however many runs it
+pooled (simulated: benchmarks/sequential_coverage.py). Runs are capped for time, not for error.
 """
 
 from __future__ import annotations
@@ -30,8 +34,9 @@ from dataclasses import dataclass
 import pandas as pd
 
 from . import stats
+from .stopping import Goal
 
-BAD, GOOD, INCONCLUSIVE = "bad", "good", "inconclusive"
+BAD, GOOD, CANNOT_TELL = "bad", "good", "cannot tell"
 REGRESSION, SEARCH, CULPRIT = "regression", "search", "culprit"  # what a step asks
 MIN_PAIRS = 3  # fewer paired rounds give no interval worth deciding on
 
@@ -48,16 +53,18 @@ class Reading:
     low_pct: float  # the Holm-adjusted 95% interval
     high_pct: float
     rounds: int
+    settle_rounds: int | None = None  # the rounds that would put this row's interval on one side of -limit
 
     @property
     def row(self) -> tuple[str, str, str, str]:
         return self.model_key, self.workload, self.variant, self.metric
 
 
-def readings(trials: pd.DataFrame) -> list[Reading]:
+def readings(trials: pd.DataFrame, limit_pct: float) -> list[Reading]:
     """A run --against file's (or several pooled ones') build table, as check computes it."""
+    goal = Goal(limit_pct, limit_pct=limit_pct)
     return [Reading(r.model_key, r.workload, r.variant, r.metric, r.delta_pct, (r.adj_low - 1) * 100,
-                    (r.adj_high - 1) * 100, r.n_pairs)
+                    (r.adj_high - 1) * 100, r.n_pairs, r.rounds_to_decide(goal))
             for r in stats.compare_builds(trials) if r.n_pairs >= MIN_PAIRS and math.isfinite(r.adj_high)]
 
 
@@ -74,12 +81,12 @@ def classify(found: Sequence[Reading], tracked: Sequence[tuple[str, str, str, st
     """A step's verdict on the tracked rows, and the reading that decided it (the first tracked one when none did)."""
     mine = [r for r in found if r.row in tracked]
     if not mine:
-        return INCONCLUSIVE, None
+        return CANNOT_TELL, None
     if bad := [r for r in mine if r.high_pct < -limit_pct]:
         return BAD, min(bad, key=lambda r: r.high_pct)
     if all(r.low_pct > -limit_pct for r in mine):
         return GOOD, mine[0]
-    return INCONCLUSIVE, min((r for r in mine if r.low_pct <= -limit_pct), key=lambda r: r.low_pct)
+    return CANNOT_TELL, min((r for r in mine if r.low_pct <= -limit_pct), key=lambda r: r.low_pct)
 
 
 @dataclass(frozen=True)
@@ -122,7 +129,7 @@ def bisect(candidates: int, measure: Measure, limit_pct: float, max_runs: int) -
         mid = (low + high) // 2
         step = decide(SEARCH, mid, -1, measure, rows, limit_pct, max_runs)
         steps.append(step)
-        if step.status == INCONCLUSIVE:
+        if step.status == CANNOT_TELL:
             return Outcome(tuple(steps), tuple(tracked), undecided=(low, high))
         low, high = (low, mid) if step.status == BAD else (mid, high)
     steps.append(decide(CULPRIT, high, high - 1, measure, rows, limit_pct, max_runs))
@@ -142,15 +149,15 @@ def regression(bad: int, measure: Measure, limit_pct: float, max_runs: int) -> t
         deciding = [r for r in found if r.variant == stats.ALL_VARIANTS] or found
         cleared = all(r.low_pct > -limit_pct for r in deciding)
     shown = tracked[0] if tracked else min(deciding, key=lambda r: r.low_pct, default=None)
-    status = BAD if tracked else GOOD if cleared else INCONCLUSIVE
+    status = BAD if tracked else GOOD if cleared else CANNOT_TELL
     return Step(REGRESSION, bad, -1, status, shown, runs), tracked
 
 
 def decide(role: str, index: int, against: int, measure: Measure, rows: Sequence[tuple[str, str, str, str]],
            limit_pct: float, max_runs: int) -> Step:
     """One step: A/B runs pooled until the tracked rows decide, at most max_runs."""
-    status, reading, runs = INCONCLUSIVE, None, 0
-    while status == INCONCLUSIVE and runs < max_runs:
+    status, reading, runs = CANNOT_TELL, None, 0
+    while status == CANNOT_TELL and runs < max_runs:
         runs += 1
         status, reading = classify(measure(index, against, runs), rows, limit_pct)
     return Step(role, index, against, status, reading, runs)

@@ -1,4 +1,10 @@
-"""The regression gate's verdicts (`fusebench check`): exit 0 nothing regressed, 1 something did, 2 bad input.
+"""The regression gate's verdicts (`fusebench check`): exit 0 every row within the limit, 1 something regressed,
+2 bad input, 3 cannot tell (no row regressed, but some row's interval straddles the limit).
+
+Three outcomes, never a silent pass (Pinpoint's rule, with fusebench's intervals): a row whose whole interval lies
+beyond the limit regressed; one whose whole interval lies inside it is within the limit; one whose interval reaches
+across the limit is "cannot tell", with the rounds that would settle it at the noise and pace the run showed
+(`Settle`). "passed" means every row was within the limit.
 
 The checks, each used when its input is there:
 - Against the reference build of a `run --against` file (the CI gate): every variant and metric, and all variants
@@ -52,6 +58,7 @@ from .inference import STALLS_NEW, Verdict, interval_verdict, slower_beyond
 from .noise import Noise, default_noise_path, load_noise
 from .runs import runs
 from .stats import SEED, Comparison, Stalls
+from .stopping import Goal
 from .study import CorrectnessCheck, cell_labels, correctness_checks, current_build, ordered_cells
 
 MIN_VALUES_FOR_CI = 3  # fewer values a side give a bootstrap CI that proves nothing, so such a cell never fails
@@ -92,9 +99,12 @@ class Status(StrEnum):
     TOO_FEW_VALUES = "too few values"  # fewer than MIN_VALUES_FOR_CI values for a CI
     NEEDS_HISTORY = "needs more stored runs"  # fewer than history.MIN_RUNS calibration runs
     WITHIN_HISTORY = "within history"
+    CANNOT_TELL = "cannot tell"  # the interval reaches across the limit: neither within it nor beyond it
 
 
 FAILING = frozenset({Status.REGRESSED, Status.STALLS, Status.NO_DATA, Status.INCORRECT})
+UNDECIDED = frozenset({Status.CANNOT_TELL, Status.TOO_FEW_VALUES})  # exit 3: the gate could not see
+EXIT_PASSED, EXIT_FAILED, EXIT_CANNOT_TELL = 0, 1, 3
 
 
 class CheckError(ResultsError):
@@ -144,10 +154,24 @@ class Finding:
     note: str = ""  # the facts behind the status, for a reader
     model_key: str = ""  # which model, for re-measuring the cell (check --confirm)
     stalls: Stalls | None = None  # paired rows only: the stall rule's figures (analysis.inference, "Stalls")
+    settle: Settle | None = None  # cannot tell: what would settle it
 
     @property
     def failed(self) -> bool:
         return self.status in FAILING
+
+    @property
+    def undecided(self) -> bool:
+        return self.status in UNDECIDED
+
+
+@dataclass(frozen=True)
+class Settle:
+    """What would settle an undecided paired row: the rounds its interval would need at this run's estimate and
+    spread (None: none would, the estimate sits on the limit), and their time at the run's pace (None: unknown)."""
+
+    rounds: int | None
+    seconds: float | None
 
 
 def stall_failure(finding: Finding) -> Finding:
@@ -179,15 +203,22 @@ class Outcome:
         return [f for f in self.findings if f.failed]
 
     @property
+    def undecided(self) -> list[Finding]:
+        return [f for f in self.findings if f.undecided]
+
+    @property
     def exit_code(self) -> int:
-        return 1 if self.failures else 0
+        if self.failures:
+            return EXIT_FAILED
+        return EXIT_CANNOT_TELL if self.undecided else EXIT_PASSED
 
 
 # --- findings --------------------------------------------------------------------------------------
 
 
 def judge(base: Finding, ci: stats.RatioCI | None, n_baseline: int, n_current: int) -> Finding:
-    """Fill in a finding's CI and status; only a CI wholly beyond the limit fails."""
+    """Fill in a finding's CI and status: a CI wholly beyond the limit fails, one wholly inside passes, one across
+    the limit cannot tell."""
     if n_baseline == 0:
         return replace(base, status=Status.NEW, note="not in the baseline")
     if n_current == 0:
@@ -197,6 +228,8 @@ def judge(base: Finding, ci: stats.RatioCI | None, n_baseline: int, n_current: i
                        note=f"{ci.n} values; {MIN_VALUES_FOR_CI} needed for a CI")
     if slower_beyond(ci, base.limit.pct):
         return replace(base, ci=ci, status=Status.REGRESSED)
+    if ci.low < 1.0 - base.limit.pct / 100.0:
+        return replace(base, ci=ci, status=Status.CANNOT_TELL)
     words = interval_verdict(ci.low, ci.high, ci.n, margin_pct=max(base.limit.noise_pct, DEFAULT_MARGIN_PCT))
     return replace(base, ci=ci, status=Status.WITHIN_LIMIT, verdict=words)
 
@@ -228,8 +261,9 @@ def baseline_findings(
                            limit=limit_for(threshold_pct, noise, check, row.metric))
             n = min(row.n_baseline, row.n_new)
             finding = judge(base, _unpaired_ci(row, n), row.n_baseline, row.n_new)
-            if check == Check.TPS and tps_information and finding.failed:
-                finding = replace(finding, status=Status.INFORMATION, note=tps_information)
+            if check == Check.TPS and tps_information and (finding.failed or finding.undecided):
+                shows = None if finding.failed else interval_verdict(finding.ci.low, finding.ci.high, finding.ci.n)
+                finding = replace(finding, status=Status.INFORMATION, note=tps_information, verdict=shows)
             findings.append(finding)
     return findings
 
@@ -291,10 +325,11 @@ def expectation_findings(exp: Experiment, trials: pd.DataFrame, correctness: pd.
             findings.append(Finding(Check.EXPECT, "", variant, metric, status=Status.NO_DATA, limit=limit,
                                     note=f"no round ran both {pair.baseline} and {pair.new}"))
             continue
+        pace = stats.round_seconds(trials)
         for row in paired:
             base = Finding(Check.EXPECT, labels[row.model_key, row.size, row.workload], variant, metric,
                            baseline=row.baseline_gmean, current=row.new_gmean, limit=limit, stalls=row.stalls)
-            findings.append(judge(base, row.interval, row.n_pairs, row.n_pairs))
+            findings.append(with_settle(judge(base, row.interval, row.n_pairs, row.n_pairs), row, pace))
     return findings
 
 
@@ -369,14 +404,27 @@ def build_findings(results: Results, trials: pd.DataFrame, args: CheckRequest, n
                                         for b in builds))
     labels = cell_names([trials])
     limit = Limit(args.max_regression, Bound.THRESHOLD)
-    return [stall_failure(_build_finding(row, labels, limit)) for row in stats.compare_builds(trials)]
+    pace = stats.round_seconds(trials)
+    return [stall_failure(_build_finding(row, labels, limit, pace)) for row in stats.compare_builds(trials)]
 
 
-def _build_finding(row: Comparison, labels: dict[tuple[str, str, str], str], limit: Limit) -> Finding:
+def _build_finding(row: Comparison, labels: dict[tuple[str, str, str], str], limit: Limit,
+                   pace: dict[tuple[str, str], float]) -> Finding:
     base = Finding(Check.BUILD, labels[row.model_key, row.size, row.workload], row.variant, row.metric,
                    baseline=row.baseline_gmean, current=row.new_gmean, limit=limit, model_key=row.model_key,
                    stalls=row.stalls)
-    return judge(base, row.interval, row.n_pairs, row.n_pairs)
+    return with_settle(judge(base, row.interval, row.n_pairs, row.n_pairs), row, pace)
+
+
+def with_settle(finding: Finding, row: Comparison, pace: dict[tuple[str, str], float]) -> Finding:
+    """An undecided paired row with what would settle it: rounds at its estimate and spread, and their time at
+    the cell's pace in this run."""
+    if finding.status is not Status.CANNOT_TELL:
+        return finding
+    rounds = row.rounds_to_decide(Goal(DEFAULT_MARGIN_PCT, limit_pct=finding.limit.pct))
+    seconds_a_round = pace.get((row.model_key, row.workload))
+    more = None if rounds is None or seconds_a_round is None else (rounds - row.n_pairs) * seconds_a_round
+    return replace(finding, settle=Settle(rounds, more))
 
 
 def resolve_noise(path: Path | None, machine: Fingerprint, allow_other_machine: bool, notes: list[str]) -> Noise | None:

@@ -16,12 +16,13 @@ Estimator: the mean log ratio, Δ = exp(mean log ratio) − 1
     (`new_gmean` is computed as baseline_gmean · ratio, which is the geometric mean of new mathematically, so that the
     identity also holds to the last bit.)
 
-Interval and test: Student t on the mean log ratio
-    95% CI = mean ± t(0.975, n − 1) · sd / √n over the n kept rounds (sd as in the outlier rule below), mapped to the
-    ratio scale by exp; p is the two-sided t-test of mean = 0, so the test is dual to the interval. The t-interval is
-    exact for normal log-ratio noise (lognormal trial noise) at any n and needs no resampling; a percentile bootstrap
-    of the mean covers only ~85% at n = 5 (simulated, normal noise). Coverage under heavy-tailed noise is shown by
-    simulation (tests/test_inference.py; figures below), not assumed.
+Interval and test: a confidence sequence on the mean log ratio (analysis.sequential)
+    95% CI = mean ± the sequence's half-width over the n kept rounds (sd as in the outlier rule below), mapped to
+    the ratio scale by exp; p is the sequence's anytime-valid p-value of mean = 0, so the test is dual to the
+    interval. Unlike a fixed-n t interval it stays valid at whatever round the looking stopped: the runner stops a
+    cell when its rows are decided, and check --confirm and bisect pool more runs into an undecided step. It is
+    exact for normal log-ratio noise at any n and any stopping rule; heavy tails and dips are simulated
+    (benchmarks/sequential_coverage.py, and a small seeded run in tests/test_sequential.py).
 
 Outlier rule (the constants OUTLIER_K, OUTLIER_SCALE_FLOOR, OUTLIER_MIN_ROUNDS)
     This machine sometimes loses ~40% on a single trial. That hits one side of one round and moves a plain mean of 12
@@ -42,8 +43,10 @@ Outlier rule (the constants OUTLIER_K, OUTLIER_SCALE_FLOOR, OUTLIER_MIN_ROUNDS)
       false exclusions in clean normal samples near 1%, and then a 40% drop at 5% trial noise is never caught. The
       pairwise scale is ~86% efficient: the 99th percentile of max |r − median| / scale in clean normal samples stays
       at 3.8-4.4 for n = 6..50, so one K fits every n.
-    - K = 4.5: 0.2-1.0% of clean normal rows lose a round. The 95% interval then covered (20 000 samples per cell,
-      n = 5, 6, 8, 12, 20): 94.8-95.4% with 5% normal trial noise, 95.0-95.2% with 0.2%; 96.8-99.3% with 2% lognormal
+    - K = 4.5: 0.2-1.0% of clean normal rows lose a round. The fixed-n t interval this module used before then
+      covered (the confidence sequence, wider at every n, covers more: benchmarks/sequential_coverage.py;
+      20 000 samples per cell, n = 5, 6, 8, 12, 20): 94.8-95.4% with 5% normal trial noise, 95.0-95.2% with
+      0.2%; 96.8-99.3% with 2% lognormal
       noise plus a 40% drop on 5% of trials (conservative: excluded rounds keep the interval honest, not narrow);
       95.2-95.9% with Student-t(3) trial noise. A lone 40% drop is caught in ~100% of rows at 1-2% trial noise and
       in 42-77% (n = 6-12) at 5%, where it is only ~7 SDs out; K = 5 caught 33-65% there, K = 4 let the A/A rate
@@ -131,7 +134,8 @@ from enum import StrEnum
 
 import numpy as np
 from numpy.typing import ArrayLike
-from scipy import special as _special
+
+from . import sequential
 
 __all__ = [
     "OUTLIER_K",
@@ -272,7 +276,7 @@ class PairedEstimate(RatioInterval):
     def interval(self, confidence: float) -> tuple[float, float]:
         """The t-interval on the ratio scale at another level (same rounds, same estimate)."""
         _check_level(confidence, "confidence")
-        lo, hi = _log_interval(self.mean_log, self.se_log, self.df, confidence)
+        lo, hi = _log_interval(self.mean_log, self.sd_log, self.n, confidence)
         return math.exp(lo), math.exp(hi)
 
 
@@ -400,9 +404,9 @@ def sign_test_p(against_new: int, against_baseline: int) -> float:
 
 def _rounds_mean(mean: float, sd: float, n: int, confidence: float) -> RoundsMean:
     se = sd / math.sqrt(n) if n >= 2 else math.nan
-    lo, hi = _log_interval(mean, se, n - 1, confidence)
+    lo, hi = _log_interval(mean, sd, n, confidence)
     return RoundsMean(n=n, mean_log=mean, sd_log=sd, se_log=se, df=n - 1, ratio=math.exp(mean), low=math.exp(lo),
-                      high=math.exp(hi), p_value=_p_value(mean, se, n - 1))
+                      high=math.exp(hi), p_value=_p_value(mean, sd, n))
 
 
 def adjust(estimates: Sequence[PairedEstimate], *, alpha: float = 0.05) -> list[Adjusted]:
@@ -461,22 +465,19 @@ def interval_verdict(low: float, high: float, n: int, *, margin_pct: float = 2.0
 
 
 def rounds_needed(sd_log: float, target_half_width_pct: float, confidence: float = 0.95) -> int:
-    """Smallest n (≥ 2) whose t half-width at this log-ratio SD reaches the target.
+    """Smallest n (≥ 2) whose interval at this log-ratio SD reaches the target half-width.
 
-    The half-width is measured like `half_width_pct` at a ratio of 1: 100 * sinh(t * sd / sqrt(n)). Pass a Holm
-    level as `confidence` to size a row of a table.
+    The half-width is measured like `half_width_pct` at a ratio of 1: 100 * sinh(half-width in log units). Pass
+    a Holm level as `confidence` to size a row of a table. A target no count reaches raises ValueError.
     """
     _check_level(confidence, "confidence")
     if not (math.isfinite(sd_log) and sd_log >= 0):
         raise ValueError(f"sd_log must be finite and >= 0, got {sd_log}")
     if not target_half_width_pct > 0:
         raise ValueError(f"target_half_width_pct must be > 0, got {target_half_width_pct}")
-    target = math.asinh(target_half_width_pct / 100.0)
-    q = 0.5 + confidence / 2.0
-    # The normal quantile is below t's, so this start never overshoots; step up to the exact t answer.
-    n = max(2, math.ceil((_special.ndtri(q) * sd_log / target) ** 2))
-    while _special.stdtrit(n - 1, q) * sd_log / math.sqrt(n) > target:
-        n += 1
+    n = sequential.rounds_to_reach(math.asinh(target_half_width_pct / 100.0), sd_log, 1.0 - confidence)
+    if n is None:
+        raise ValueError(f"no round count reaches ±{target_half_width_pct:g}% at a log-ratio SD of {sd_log:g}")
     return n
 
 
@@ -524,18 +525,18 @@ def _sd(winsorized: np.ndarray, mean: float) -> float:
     return 0.0 if sd <= ZERO_SPREAD else sd  # rounding noise of exactly proportional inputs is no spread
 
 
-def _log_interval(mean: float, se: float, df: int, confidence: float) -> tuple[float, float]:
-    if df < 1:
+def _log_interval(mean: float, sd: float, n: int, confidence: float) -> tuple[float, float]:
+    if n < 2:
         return math.nan, math.nan
-    if se == 0.0:
+    if sd == 0.0:
         return mean, mean
-    half = float(_special.stdtrit(df, 0.5 + confidence / 2.0)) * se
+    half = sequential.half_width_log(n, sd, 1.0 - confidence)
     return mean - half, mean + half
 
 
-def _p_value(mean: float, se: float, df: int) -> float:
-    if df < 1:
+def _p_value(mean: float, sd: float, n: int) -> float:
+    if n < 2:
         return math.nan
-    if se == 0.0:
+    if sd == 0.0:
         return 0.0 if abs(mean) > ZERO_SPREAD else 1.0
-    return float(2.0 * _special.stdtr(df, -abs(mean) / se))
+    return sequential.p_value(n, mean, sd)

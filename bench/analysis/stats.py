@@ -33,6 +33,7 @@ from .inference import (
     paired_estimate,
 )
 from .inference import verdict as inference_verdict
+from .stopping import Goal, Row
 
 # Every bootstrap is seeded with this, so a report or a check rebuilt from the same results gives the same numbers.
 SEED = 0
@@ -172,8 +173,9 @@ class Comparison:
     round. Without a paired round the figures are NaN (counts 0) and verdict and stalls are None.
 
     baseline_gmean / new_gmean are the geometric means of the rounds Δ is over, so new_gmean / baseline_gmean − 1 =
-    delta_pct; low / high are the row's own 95% t-interval, adj_low / adj_high the Holm-adjusted one the verdict is
-    dual to, and half_width_pct that interval's half-width, the smallest effect the row could have detected.
+    delta_pct; low / high are the row's own 95% interval (a confidence sequence, analysis.sequential), adj_low /
+    adj_high the Holm-adjusted one the verdict is dual to, and half_width_pct that interval's half-width, the
+    smallest effect the row could have detected.
     """
 
     machine: str
@@ -197,10 +199,20 @@ class Comparison:
     adj_high: float = math.nan
     verdict: Verdict | None = None
     stalls: Stalls | None = None
+    mean_log: float = math.nan  # the estimate behind Δ, for forecasting the rounds a decision needs
+    sd_log: float = math.nan
+    level: float = math.nan  # the Holm level the adjusted interval is at
 
     @property
     def delta_pct(self) -> float:
         return (self.ratio - 1.0) * 100.0
+
+    def rounds_to_decide(self, goal: Goal) -> int | None:
+        """The rounds at which this row would be decided for `goal`, were its estimate and spread to stay
+        (analysis.stopping); None without an interval."""
+        if self.n_pairs < 2 or not math.isfinite(self.level):
+            return None
+        return Row(self.mean_log, self.sd_log, self.n_pairs, 1.0 - self.level, goal).rounds_to_decide()
 
     @property
     def half_width_pct(self) -> float:
@@ -313,6 +325,18 @@ def compare_builds(trials: pd.DataFrame, *, alpha: float = ALPHA, margin_pct: fl
     return _judge(rows, "reference", "current", alpha=alpha, margin_pct=margin_pct)
 
 
+def round_seconds(trials: pd.DataFrame) -> dict[tuple[str, str], float]:
+    """Each cell's (model_key, workload) median time a timed round's trials took, every variant and build of the
+    round together: the pace at which more rounds would come (the worker's own overhead aside)."""
+    timed = timed_trials(trials)
+    if timed.empty:
+        return {}
+    spent = timed.assign(spent=timed["prefill_s"].fillna(0.0) + timed["gen_s"].fillna(0.0))
+    per_round = spent.groupby(["model_key", "workload", "run_id", "round"], sort=False)["spent"].sum()
+    medians = per_round.groupby(level=["model_key", "workload"], sort=False).median()
+    return {key: float(value) for key, value in medians.items()}
+
+
 def every_variant(timed: pd.DataFrame, n_variants: int) -> pd.DataFrame:
     """Each build's geometric mean over the variants, per cell and round, only in rounds where every variant ran.
 
@@ -374,7 +398,7 @@ def _comparison(row: _Paired, baseline: str, new: str, adjusted: Adjusted | None
     return dataclasses.replace(
         keys, n_pairs=est.n, excluded=est.excluded, baseline_gmean=est.baseline_gmean, new_gmean=est.new_gmean,
         ratio=est.ratio, low=est.low, high=est.high, p_value=est.p_value, p_holm=adjusted.p_holm,
-        adj_low=adjusted.low, adj_high=adjusted.high,
+        adj_low=adjusted.low, adj_high=adjusted.high, mean_log=est.mean_log, sd_log=est.sd_log, level=adjusted.level,
         verdict=inference_verdict(adjusted, margin_pct=margin_pct, alpha=alpha), stalls=_stalls(est),
     )
 

@@ -1,45 +1,42 @@
-"""When a cell has enough rounds (`trials: auto`): a precision target on the interval the table prints, planned in
-stages from the rounds' spread, never from an estimate's sign or size.
+"""When a cell has enough rounds (`trials: auto`): each watched row is decided, or no decision is in reach.
 
-The target
-    `precision` is a 95% half-width in percent as the table prints it: the Holm-adjusted interval of a row. Holm's
-    level for a row is never below Bonferroni's, 1 − α/m for a table of m rows, so a half-width reached at the
-    Bonferroni level is at most that wide in print. (The old rule looked at each row's unadjusted 95% half-width,
-    and the printed, Holm-widened one came out 1.2–1.8x wider in an 8-row table.)
-    With `precision` ≤ 50·ln(1 + margin) percent (2.4% for a 5% margin) every row is conclusive by construction: an
-    interval of log half-width h that contains a ratio of 1 lies within [e^−2h, e^2h] ⊂ [1 − margin, 1 + margin], so
-    the row reads "no change"; one that does not contain 1 reads "faster" or "slower".
+Decided
+    A row of a comparison is decided when its interval, at the level the table prints it, says "faster",
+    "slower" or "no change within ±margin" (analysis.inference, "Verdict words"). A row of the gate (a variant
+    of the current build against the reference build) is decided when its interval lies wholly above or wholly
+    below −limit: within the limit, or beyond it. An experiment's `precision`, when it sets one, asks in
+    addition that the row's half-width be at most that.
+    The level is Bonferroni's over the table's rows (`print_level`); Holm's adjusted interval is never wider, so
+    a row decided here is decided in print.
 
-Stages, not a look after every round
-    Stopping at the first round whose sample SD happens to be small biases that SD down, so the final interval is too
-    narrow: looking after every round lifted the A/A false-claim rate from 5.0% to 6.0–6.7% and cut coverage to
-    93.3–94.0% at noise ≥ 3% (simulated). Here the rounds are planned as in Stein's two-stage procedure: a pilot of
-    `pilot` rounds gives each row's log-ratio SD, and from it the rounds that row needs at its print level
-    (`inference.rounds_needed`); the cell runs to the largest such count and stops there (a plan may allow
-    `extensions` re-plans from all rounds so far; the runner allows none: each re-plan is one more look, and
-    measured here it only spent a small model's share on rows that were narrow enough in print already).
-    Simulated by `python tests/test_stopping.py` (seeded; 4 000 A/A tables of 8 rows per noise model, 6–30 rounds
-    a cell): the false-claim rate per table was 4.98% with 2% normal noise, 0.97% with 2% noise plus 40% stalls on
-    5% of trials, 4.38% with Student-t(3) noise; each row's unadjusted 95% interval covered 94.6%, 97.0%, 95.3%.
+Looking after every round
+    The intervals are confidence sequences (analysis.sequential): they hold at every round count at once, so the
+    cell may stop at the first round at which its rows are decided without the interval covering less than it
+    says. The rule never needs a plan fixed in advance: the pilot (`MIN_AUTO_ROUNDS` rounds, core.spec) only
+    keeps the first verdict from resting on a handful of rounds, and `max_rounds` and the budget bound it.
+    Simulated at both machines' noise, with heavy tails and dips: benchmarks/sequential_coverage.py.
 
-Time
-    A cell also stops when the run's time budget says so (see `RoundBudget`): it gets an even share of what the
-    cells before it left, so a cell that reaches its target early passes its time on; a round that would not fit
-    the share is not started, and the table says "inconclusive (±X%)" for rows that then miss the target. Even
-    shares, not shares weighted by a round's cost: small models' short trials are the noisiest per round (E2B's
-    paired SD 2–4% against 31B's 1–3% here), so they need more rounds for the same width; weighting by cost gave
-    E2B 9 rounds and left 4 of its rows inconclusive, where even shares gave it 21 and every row conclusive.
+In reach
+    After each round an undecided row's forecast is the rounds at which its interval would be narrow enough if
+    its estimate and spread stayed as they are (`Row.rounds_to_decide`): half-width below the distance from the
+    estimate to the nearest boundary that decides it. A cell stops adding rounds ("out of reach") when no
+    undecided row's forecast fits the rounds and time it has left, so its time goes to the cells after it.
+    The forecast decides only when to stop spending, never what a row reads.
+
+Time (`RunBudget`)
+    `budget_s` bounds the whole run's wall time: building weights, warm-up, correctness, the timed rounds and op
+    shares. Each cell gets an even share of what the run has left when it starts (the cells before it may have
+    passed time on), and a round that would not fit its share is not started.
 """
 
 from __future__ import annotations
 
 import math
-from collections.abc import Sequence
 from dataclasses import dataclass
 
-from .inference import rounds_needed
+from . import sequential
 
-__all__ = ["RoundBudget", "StagePlan", "print_level", "target_for_margin"]
+__all__ = ["Goal", "Row", "RunBudget", "print_level", "target_for_margin"]
 
 
 def print_level(rows_in_table: int, alpha: float = 0.05) -> float:
@@ -48,45 +45,78 @@ def print_level(rows_in_table: int, alpha: float = 0.05) -> float:
 
 
 def target_for_margin(margin_pct: float) -> float:
-    """The largest half-width (percent) that makes every row conclusive at this "no change" margin."""
+    """The largest half-width (percent) at which a row whose interval holds Δ = 0 still reads "no change"."""
     return 100.0 * math.sinh(math.log1p(margin_pct / 100.0) / 2.0)
 
 
 @dataclass(frozen=True)
-class StagePlan:
-    """The staged rule for one cell: `pilot` rounds first, then the planned count, re-planned at most
-    `extensions` times, never past `max_rounds`."""
+class Goal:
+    """What decides a watched row: the verdict at `margin_pct`, or (`limit_pct` set) which side of −limit its
+    interval lies; `target_pct`, when set, a half-width it must reach as well."""
 
-    target_pct: float
-    level: float
-    pilot: int
-    max_rounds: int
-    extensions: int = 0
-
-    def planned(self, sds: Sequence[float]) -> int:
-        """Rounds every row needs for the target, from its log-ratio SD (NaN rows are ignored)."""
-        needs = [rounds_needed(sd, self.target_pct, self.level) for sd in sds if math.isfinite(sd)]
-        return min(self.max_rounds, max([self.pilot, *needs]))
-
-    def next_stop(self, rounds: int, sds: Sequence[float], looks: int) -> int:
-        """After `rounds` rounds (at a planned stop, `looks` of them so far), the round count to run to; equal to
-        `rounds` when the cell is done."""
-        if rounds < self.pilot:
-            return self.pilot
-        if looks > self.extensions or rounds >= self.max_rounds:
-            return rounds
-        return max(rounds, self.planned(sds))
+    margin_pct: float
+    limit_pct: float | None = None
+    target_pct: float | None = None
 
 
 @dataclass(frozen=True)
-class RoundBudget:
-    """The run's time for timed rounds, shared among its cells in the order they run."""
+class Row:
+    """One watched row after some rounds: its mean log ratio, log-ratio SD and rounds, and its interval's
+    half-width (log units) at `alpha`, Bonferroni's share of the table's 5%."""
+
+    mean_log: float
+    sd_log: float
+    n: int
+    alpha: float
+    goal: Goal
+
+    @property
+    def half_log(self) -> float:
+        return sequential.half_width_log(self.n, self.sd_log, self.alpha) if self.sd_log > 0 else 0.0
+
+    def _room(self) -> float:
+        """The largest half-width (log units) at which this estimate would be decided."""
+        m, goal = self.mean_log, self.goal
+        if goal.limit_pct is not None:
+            room = abs(m - math.log1p(-goal.limit_pct / 100.0))
+        else:
+            inside = min(math.log1p(goal.margin_pct / 100.0) - m, m - math.log1p(-goal.margin_pct / 100.0))
+            room = max(abs(m), inside)
+        if goal.target_pct is not None:
+            room = min(room, math.asinh(goal.target_pct / 100.0))
+        return room
+
+    @property
+    def decided(self) -> bool:
+        if self.n < 2:
+            return False
+        half, m, goal = self.half_log, self.mean_log, self.goal
+        if goal.target_pct is not None and half > math.asinh(goal.target_pct / 100.0):
+            return False
+        if goal.limit_pct is not None:
+            edge = math.log1p(-goal.limit_pct / 100.0)
+            return m - half >= edge or m + half < edge
+        margin = goal.margin_pct / 100.0
+        inside = m - half >= math.log1p(-margin) and m + half <= math.log1p(margin)
+        return m - half > 0.0 or m + half < 0.0 or inside
+
+    def rounds_to_decide(self) -> int | None:
+        """The round count at which this row would be decided, were its estimate and spread to stay; None when
+        none would (an estimate on the boundary itself)."""
+        if self.decided:
+            return self.n
+        needed = sequential.rounds_to_reach(self._room(), self.sd_log, self.alpha)
+        return None if needed is None else max(needed, self.n + 1)
+
+
+@dataclass(frozen=True)
+class RunBudget:
+    """The run's wall time, shared among its cells in the order they run."""
 
     total_s: float
     cells: int
 
-    def share_s(self, spent_s: float, cells_done: int) -> float:
-        """Seconds the next cell may spend: an even share of what the cells before it left, so a cell that
-        finishes early passes its time on."""
-        left = max(0.0, self.total_s - spent_s)
+    def share_s(self, elapsed_s: float, cells_done: int) -> float:
+        """Seconds the next cell may spend: an even share of what the run has left after `elapsed_s`."""
+        left = max(0.0, self.total_s - elapsed_s)
         return left / max(1, self.cells - cells_done)

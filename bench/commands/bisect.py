@@ -3,12 +3,14 @@
 First an A/B of BAD against GOOD must show a regression beyond --max-regression (check's rule: a slowdown whose
 whole Holm-adjusted interval lies below -limit); the rows that regressed are then tracked. Each search step is an
 A/B of the midpoint against GOOD (run --against machinery, a git worktree per commit): "bad" when a tracked row's
-interval lies wholly below -limit, "good" when every tracked row's lies wholly above it; an inconclusive step is
-measured again (runs pooled, at most --max-runs), and one that stays inconclusive ends the search naming the two
+interval lies wholly below -limit, "good" when every tracked row's lies wholly above it; a step that cannot tell is
+measured again (runs pooled, at most --max-runs), and one that still cannot tell ends the search naming the two
 candidates it could not decide between. The first bad candidate is finally measured against its predecessor.
+A first A/B that can tell neither a regression nor its absence is "cannot tell", never "no regression".
 
 Every A/B run is kept under --out; run the same command again to resume an interrupted search (finished runs are
-read, not re-run). Exit 0: a first bad candidate named; 1: no regression to find, or undecided; 2: bad input.
+read, not re-run). Exit 0: a first bad candidate named; 1: no regression to find (every interval above -limit);
+2: bad input; 3: cannot tell (a step stayed undecided: the line says what would settle it).
 
 With --package NAME, the candidates are NAME's releases from GOOD to BAD on the package index, each an environment
 built once and cached (run --against-env); for mlx on Linux, mlx-cpu is pinned to the same version.
@@ -79,13 +81,23 @@ def main(args: argparse.Namespace, console: Console) -> int:
     out.mkdir(parents=True, exist_ok=True)
     progress.print(f"bisect: {len(candidates)} candidate(s) after {good.title} ({good.short}) up to "
                    f"{candidates[-1].title} ({candidates[-1].short}); every A/B run -> {out}/", highlight=False)
-    runs = StepRuns(exp, good, candidates, sides, out, progress)
+    runs = StepRuns(exp, good, candidates, sides, out, progress, args.max_regression)
     outcome = bisect(len(candidates), runs, args.max_regression, args.max_runs)
     if args.format == "json":
         console.file.write(json.dumps(as_json(outcome, runs, out), indent=2) + "\n")
     else:
         print_outcome(outcome, runs, args.max_regression, console)
-    return 0 if outcome.first_bad is not None else 1
+    return exit_code(outcome)
+
+
+def exit_code(outcome: Outcome) -> int:
+    """0 a first bad candidate named, 1 no regression to find, 3 cannot tell."""
+    from ..analysis.bisect import GOOD
+    from ..analysis.gate import EXIT_CANNOT_TELL
+
+    if outcome.first_bad is not None:
+        return 0
+    return 1 if not outcome.tracked and outcome.steps[0].status == GOOD else EXIT_CANNOT_TELL
 
 
 def _step_fields(step: Step, runs: StepRuns) -> dict:
@@ -122,6 +134,15 @@ def print_outcome(outcome: Outcome, runs: StepRuns, limit_pct: float, console: C
     console.print(verdict_line(outcome, runs, limit_pct), highlight=False)
 
 
+def _settle(step: Step) -> str:
+    """What would settle an undecided step, from its widest reading."""
+    r = step.reading
+    if r is None or r.settle_rounds is None:
+        return "re-run with a larger --max-runs or budget_s, or on a quieter machine"
+    return (f"about {r.settle_rounds} rounds ({r.rounds} ran) would settle {r.variant} {r.metric} at this noise: "
+            "raise --max-runs, the experiment's budget_s or max_rounds, or use a quieter machine")
+
+
 def _name(candidate: Candidate) -> str:
     return f"{candidate.short} {candidate.title}"[:60]
 
@@ -130,15 +151,18 @@ def verdict_line(outcome: Outcome, runs: StepRuns, limit_pct: float) -> str:
     from ..analysis.bisect import GOOD
 
     first = outcome.steps[0]
-    if not outcome.tracked:
-        why = ("every interval lies above it" if first.status == GOOD else
-               "no interval lies wholly below it (inconclusive; a larger --max-runs may settle it)")
+    if not outcome.tracked and first.status == GOOD:
         return (f"no regression beyond -{limit_pct:g}% to find: {_name(runs.side(first.index))} against "
-                f"{_name(runs.side(-1))}: {_interval(first)} after {first.runs} A/B run(s); {why}")
+                f"{_name(runs.side(-1))}: {_interval(first)} after {first.runs} A/B run(s); every interval lies "
+                "above it")
+    if not outcome.tracked:
+        return (f"cannot tell whether {_name(runs.side(first.index))} regressed beyond -{limit_pct:g}% against "
+                f"{_name(runs.side(-1))}: {_interval(first)} after {first.runs} A/B run(s) reaches across the "
+                f"limit; {_settle(first)}")
     if outcome.undecided:
         low, high = (runs.side(i) for i in outcome.undecided)
-        return (f"could not decide between {_name(low)} (good) and {_name(high)} (bad): a step stayed inconclusive "
-                "after its A/B runs; re-run with a larger --max-runs or a quieter machine")
+        return (f"cannot tell between {_name(low)} (good) and {_name(high)} (bad): a step stayed undecided after "
+                f"its A/B runs; {_settle(outcome.steps[-1])}")
     last = outcome.steps[-1]
     culprit = runs.side(outcome.first_bad)
     alone = ("confirmed against its predecessor" if outcome.confirmed else

@@ -1,4 +1,4 @@
-"""the regression gate: exit 1 when a cell's whole CI is slower than allowed, 2 on bad input
+"""the regression gate: exit 0 passed, 1 a cell's whole CI is slower than allowed, 2 bad input, 3 cannot tell
 
 What it checks, each when its input is there:
 - a run --against file (the CI gate): the current build against the reference build, every variant and metric and
@@ -14,8 +14,10 @@ What it checks, each when its input is there:
 - a plain run with none of these: its correctness records, and a note that speed was not gated (gate it with
   `fusebench run EXPERIMENT --against REF`, or `--baseline FILE`). A file without timed trials exits 2.
 A cell fails only when its whole CI lies beyond the allowed slowdown: a point estimate never fails the gate (the
-history check compares a run's point estimate with a prediction bound that already holds a run's own noise). The
-limit is the larger of --max-regression and this machine's calibrated noise.
+history check compares a run's point estimate with a prediction bound that already holds a run's own noise). A
+cell whose CI reaches across the limit is "cannot tell" (exit 3, never "passed"), with the rounds that would
+settle it at the noise and pace the run showed. "passed" means every CI lies inside the limit. The limit is the
+larger of --max-regression and this machine's calibrated noise.
 
 examples:
   fusebench check results/ci.jsonl
@@ -56,8 +58,8 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--format", choices=FORMATS, default="text",
                         help="text (default), markdown for a PR comment, or json with github-action-benchmark data")
     parser.add_argument("--confirm", action="store_true",
-                        help="on a run --against file: re-measure the models whose cells failed, in a new A/B run "
-                        "against the same reference commit, and fail only if they fail again")
+                        help="on a run --against file: re-measure the models whose cells failed or could not tell, "
+                        "in a new A/B run against the same reference commit; the verdict is that run's")
     parser.add_argument("--allow-other-machine", action="store_true",
                         help="compare against a baseline or noise file from another machine fingerprint")
 
@@ -65,12 +67,12 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
 def main(args: argparse.Namespace, console: Console) -> int:
     from ..analysis.gate import CheckRequest, run_check
     from ..present.document import to_console, to_markdown
-    from ..present.gate import blocks, to_json
+    from ..present.gate import blocks, title, to_json
 
     request = CheckRequest(results=args.results, baseline=args.baseline, max_regression=args.max_regression,
                            noise=args.noise, allow_other_machine=args.allow_other_machine)
     outcome = run_check(request)
-    if args.confirm and any(f.model_key for f in outcome.failures):
+    if args.confirm and any(f.model_key for f in (*outcome.failures, *outcome.undecided)):
         # Progress to stderr: stdout carries only the report (json or markdown may be piped into a PR comment).
         outcome = confirmed(outcome, request, Console(stderr=True))
     if args.format == "json":
@@ -79,14 +81,16 @@ def main(args: argparse.Namespace, console: Console) -> int:
         console.file.write(to_markdown(blocks(outcome, args.results), Path.cwd()))
     else:
         to_console(blocks(outcome, args.results), console)
-        console.print(Text("FAILED" if outcome.failures else "passed",
-                           style="bold red" if outcome.failures else "bold green"))
+        style = {"FAILED": "bold red", "cannot tell": "bold yellow"}.get(title(outcome), "bold green")
+        console.print(Text(title(outcome), style=style))
     return outcome.exit_code
 
 
 def confirmed(first: Outcome, request: CheckRequest, console: Console) -> Outcome:
-    """A new A/B run of the models whose build comparison failed, against the same reference commit: a noisy
-    moment does not fail CI on its own. The outcome is the confirmation run's, with the first failures as notes."""
+    """A new A/B run of the models whose build comparison failed or could not tell, against the same reference
+    commit: a noisy moment does not fail CI on its own, and an undecided row gets a second, independent run. The
+    outcome is the confirmation run's alone (choosing to re-run on the first run's outcome does not bias an
+    independent run), with the first run's rows as notes."""
     import dataclasses
     import tempfile
 
@@ -103,7 +107,8 @@ def confirmed(first: Outcome, request: CheckRequest, console: Console) -> Outcom
     # The same reference: the checkout it named if it is still there, else the commit it was at.
     named = (header.get("builds") or {}).get("reference", {})
     ref = named.get("ref") if named.get("ref") and Path(named["ref"]).is_dir() else named.get("commit")
-    failing = {f.model_key for f in first.failures if f.model_key}
+    rows = [*first.failures, *first.undecided]
+    failing = {f.model_key for f in rows if f.model_key}
     out = request.results.with_name(f"{request.results.stem}-confirm.jsonl")
     with tempfile.TemporaryDirectory() as folder:
         # The stored experiment, as a file the reference build's own parser can read.
@@ -111,11 +116,11 @@ def confirmed(first: Outcome, request: CheckRequest, console: Console) -> Outcom
         experiment.write_text(header["experiment"]["content"])
         exp = load_experiment(experiment)
         exp = bind_experiment(dataclasses.replace(exp, models=tuple(m for m in exp.models if m.key in failing)))
-        console.print(f"confirming {len(first.failures)} failing verdict(s): {', '.join(sorted(failing))} against "
-                      f"{ref} -> {out}")
+        console.print(f"confirming {len(first.failures)} failing and {len(first.undecided)} undecided verdict(s): "
+                      f"{', '.join(sorted(failing))} against {ref} -> {out}")
         with reference_build(str(ref), experiment) as reference:
             run_experiment(exp, RunOptions(out=out, quiet=True, reference=reference), console)
     second = run_check(dataclasses.replace(request, results=out))
-    second.notes[:0] = [f"first run ({request.results}) failed: " + "; ".join(
-        f"{f.cell} {f.variant} {f.metric}" for f in first.failures), f"confirmation run: {out}"]
+    second.notes[:0] = [f"first run ({request.results}): " + "; ".join(
+        f"{f.cell} {f.variant} {f.metric} {f.status.value}" for f in rows), f"confirmation run: {out}"]
     return second

@@ -117,7 +117,7 @@ def override_trials(exp: Experiment, trials: int, console: Console) -> Experimen
 
     if exp.precision is not None:
         console.print(f"--trials {trials}: exactly {trials} timed rounds per cell; the experiment's trials: auto "
-                      f"(±{exp.precision.target_pct:g}% precision target) is off", highlight=False)
+                      "(rounds until every row is decided) is off", highlight=False)
     return with_trials(exp, trials)
 
 

@@ -53,10 +53,9 @@ DEFAULT_DTYPE = "float32"
 DEFAULT_BATCH = 1
 DEFAULT_TRIALS = 5
 AUTO = "auto"
-DEFAULT_PRECISION_PCT = 2.0
 DEFAULT_MAX_ROUNDS = 30
-# trials: auto never stops before this many rounds: a width-only stopping rule that may stop at the first narrow
-# interval undercovers when that width rests on two or three rounds' spread.
+# trials: auto never stops before this many rounds: the first verdict should not rest on a handful of rounds, and
+# at a table's Bonferroni level (α/8) the confidence sequence is unbounded below 6 (analysis.sequential).
 MIN_AUTO_ROUNDS = 6
 DEFAULT_WARMUP = 1
 DEFAULT_PREFILL_STEP_SIZE = 2048
@@ -167,10 +166,11 @@ class Correctness:
 
 @dataclass(frozen=True)
 class Precision:
-    """`trials: auto`: rounds are added to a cell until every comparison's 95% CI half-width is at most target_pct,
-    or max_rounds, or budget_s. Stopping looks at the width only, never at the verdict, so it cannot bias it."""
+    """`trials: auto`: rounds are added to a cell until every watched row is decided (and, with target_pct, its
+    interval within ±target_pct), no decision is in reach, max_rounds, or the run's budget_s (analysis.stopping).
+    The intervals are confidence sequences, so stopping on a decision leaves them valid."""
 
-    target_pct: float
+    target_pct: float | None
     max_rounds: int
     budget_s: float | None
 
@@ -783,7 +783,7 @@ KEYS = (
         _plain(_counts, allow_empty=True), ()),
     Key("shares", "5", "rounds timing each switchable op's share of a step (the expected Δ), >= 0; 0: off",
         _plain(_int, minimum=0), DEFAULT_SHARE_ROUNDS),
-    Key("trials", "5", f"timed rounds, >= 1; or {AUTO}: add rounds until `precision` is reached", _trials,
+    Key("trials", "5", f"timed rounds, >= 1; or {AUTO}: add rounds until every row is decided", _trials,
         DEFAULT_TRIALS),
     Key("warmup", "1", "untimed rounds, >= 0", _plain(_int, minimum=0), DEFAULT_WARMUP),
     Key("prefill_step_size", "2048", ">= 1", _plain(_int, minimum=1), DEFAULT_PREFILL_STEP_SIZE),
@@ -804,11 +804,11 @@ KEYS = (
         _plugins, ()),
     Key("margin_pct", "2", '"no change" means the whole CI within ± this many percent, >= 0; default 2',
         _plain(_number, minimum=0.0), DEFAULT_MARGIN_PCT),
-    Key("precision", "2%", f"with trials: {AUTO}, the target 95% CI half-width of every comparison, (0, 50]%",
-        _plain(_percent, low=0.0, high=50.0), DEFAULT_PRECISION_PCT, auto_only=True),
+    Key("precision", "2%", f"with trials: {AUTO}, optional: each decided row also narrowed to this half-width,"
+        " (0, 50]%", _plain(_percent, low=0.0, high=50.0), None, auto_only=True),
     Key("max_rounds", "30", f"with trials: {AUTO}, the most rounds a cell gets, >= {MIN_AUTO_ROUNDS}",
         _plain(_int, minimum=MIN_AUTO_ROUNDS), DEFAULT_MAX_ROUNDS, auto_only=True),
-    Key("budget_s", "600", f"with trials: {AUTO}, seconds a cell may run before it stops adding rounds, > 0",
+    Key("budget_s", "600", f"with trials: {AUTO}, the whole run's wall time in seconds, shared by its cells, > 0",
         _plain(_number, minimum=0.0, exclusive=True), None, auto_only=True),
     Key("threads", AUTO, f"CPU backends: BLAS threads; {AUTO} leaves one core free (cores - 1, at least 1)", _threads,
         None),

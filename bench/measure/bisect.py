@@ -102,8 +102,9 @@ class StepRuns:
     """The measure function of analysis.bisect: each A/B run made once, into its own file under OUT."""
 
     def __init__(self, exp: Experiment, good: Candidate, candidates: Sequence[Candidate], sides: Sides, out: Path,
-                 console: Console) -> None:
+                 console: Console, limit_pct: float) -> None:
         self.exp, self.good, self.candidates, self.sides = exp, good, list(candidates), sides
+        self.limit_pct = limit_pct
         self.out, self.console = out, console
         self.files: dict[tuple[int, int], list[Path]] = {}  # (index, against) -> its runs' files
 
@@ -121,7 +122,7 @@ class StepRuns:
         if errors := results.of_kind("error"):
             raise BisectError(f"bisect: cannot compare {current.title} with {reference.title}: "
                               f"{errors[0].get('cell', '?')}: {errors[0].get('reason', '?')} ({paths[-1]})")
-        return readings(results.frame("trial"))
+        return readings(results.frame("trial"), self.limit_pct)
 
     def _complete(self, path: Path) -> bool:
         if not path.is_file():

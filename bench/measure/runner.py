@@ -2,7 +2,7 @@
 `run --against`) one trial at a time, and appends every record to the results file as it arrives.
 
 The runner decides the order of trials (measure.schedule) and, with `trials: auto`, when a cell has enough rounds
-(`PrecisionTarget`). A model that will not fit is skipped before anything is loaded; a worker that crashes, runs out
+(`CellStop`). A model that will not fit is skipped before anything is loaded; a worker that crashes, runs out
 of memory or passes the per-cell timeout costs an `error` record for that cell, and the suite goes on with a fresh
 worker.
 """
@@ -10,6 +10,7 @@ worker.
 from __future__ import annotations
 
 import json
+import math
 import os
 import time
 from collections.abc import Callable, Iterable, Mapping, Sequence
@@ -22,7 +23,7 @@ from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, T
 from rich.table import Table
 
 from ..analysis.inference import PairedEstimate, paired_estimate
-from ..analysis.stopping import RoundBudget, StagePlan, print_level
+from ..analysis.stopping import Goal, Row, RunBudget, print_level
 from ..core.fingerprint import fingerprint
 from ..core.records import (
     METRICS,
@@ -115,36 +116,46 @@ def worker_job(model: ModelSpec, exp: Experiment) -> WorkerJob:
 
 
 def comparison_pairs(exp: Experiment, builds: Sequence[str]) -> list[tuple[tuple[str, str], tuple[str, str]]]:
-    """The ((build, variant), (build, variant)) pairs whose intervals a precision target watches: the experiment's
-    comparisons in every build (or the first variant against each other one), and each variant across builds."""
+    """The ((build, variant), (build, variant)) pairs a cell's stopping rule watches: with one build the
+    experiment's comparisons (or the first variant against each other one); with a reference build, each variant
+    across the builds, which is what the gate judges."""
+    if len(builds) > 1:
+        return [((builds[1], v), (builds[0], v)) for v in exp.variants]
     pairs = [(c.baseline, c.new) for c in exp.comparisons if c.baseline != c.new]
     if not pairs and not exp.comparisons:
         first, *others = exp.variants
         pairs = [(first, other) for other in others]
-    within = [((build, a), (build, b)) for build in builds for a, b in pairs]
-    across = [((builds[1], v), (builds[0], v)) for v in exp.variants] if len(builds) > 1 else []
-    return within + across
+    return [((builds[0], a), (builds[0], b)) for a, b in pairs]
 
 
-class PrecisionTarget:
-    """When a cell has enough rounds. With `trials: auto`, the staged rule of `analysis.stopping`: a pilot of
-    MIN_AUTO_ROUNDS rounds, then the rounds every watched pair and metric needs for its half-width at the level the
-    table prints it (Bonferroni over the table's rows, which Holm never exceeds), re-planned once; never past
-    max_rounds, and never a round that would not fit the cell's share of the run's time budget.
+@dataclass(frozen=True)
+class Forecast:
+    """An undecided row after some rounds: the rounds that would decide it at its present estimate and spread
+    (None: none would), and what they would take at this cell's pace."""
 
-    The rule reads the rounds' spread only, never an estimate's sign or size, so it cannot steer a verdict.
-    """
+    rounds: int | None
+    seconds: float | None
+
+
+class CellStop:
+    """When a cell has enough rounds (analysis.stopping). With `trials: auto`: after a pilot of MIN_AUTO_ROUNDS
+    rounds, every round, stop when every watched row is decided at the level the table prints it (Bonferroni over
+    the table's rows, which Holm never exceeds), when no undecided row's decision is in reach of the rounds and time
+    left, at max_rounds, or before a round that would not fit the cell's share of the run's budget. The intervals
+    are confidence sequences, so stopping on a decision leaves them valid."""
 
     def __init__(self, exp: Experiment, builds: Sequence[str], share_s: float | None) -> None:
         self.exp = exp
         self.pairs = comparison_pairs(exp, builds)
+        self.across = len(builds) > 1
+        self.alpha = 1.0 - print_level(table_rows(exp, builds))
+        target = exp.precision.target_pct if exp.precision else None
+        # A gate row is decided against the experiment's margin as the limit (ci.yaml's 5%: check's default).
+        self.goal = Goal(exp.margin_pct, limit_pct=exp.margin_pct if self.across else None, target_pct=target)
         self.values: dict[tuple[str, str], dict[int, tuple[float, float | None]]] = {}
         self.share_s = share_s
         self.started = time.monotonic()
         self.first_round_at: float | None = None
-        self.plan = StagePlan(exp.precision.target_pct, print_level(table_rows(exp, builds)), MIN_AUTO_ROUNDS,
-                              exp.trials) if exp.precision else None
-        self.stop_at, self.looks = MIN_AUTO_ROUNDS, 0
 
     def add(self, build: str, trial: Trial) -> None:
         if not trial.warmup:
@@ -157,47 +168,92 @@ class PrecisionTarget:
         estimates = {}
         for a, b in self.pairs:
             rounds = sorted(set(self.values.get(a, {})) & set(self.values.get(b, {})))
-            for i, metric in enumerate(("prefill", "gen")):
+            for i, metric in enumerate(METRICS):
                 base = [self.values[a][r][i] for r in rounds]
                 new = [self.values[b][r][i] for r in rounds]
                 if len(rounds) >= 2 and None not in base and None not in new:
-                    label = f"{'/'.join(b)} vs {'/'.join(a)} {metric}".replace("current/", "")
+                    label = f"{'/'.join(b)} vs {'/'.join(a)} {metric}".replace(f"{CURRENT.name}/", "")
                     estimates[label] = paired_estimate(base, new)
         return estimates
 
+    def rows(self) -> dict[str, Row]:
+        return {label: Row(e.mean_log, e.sd_log, e.n, self.alpha, self.goal) for label, e in self._estimates().items()}
+
     def half_widths(self) -> dict[str, float]:
-        """Each watched pair and metric's half-width in percent at the level the table prints it (95% without a
-        precision target)."""
-        level = self.plan.level if self.plan else 0.95
+        """Each watched row's half-width in percent at the level the table prints it."""
+        level = 1.0 - self.alpha
         widths = {}
         for label, est in self._estimates().items():
             low, high = est.interval(level)
             widths[label] = round((high - low) / 2.0 * 100.0, 3)
         return widths
 
+    def round_s(self, rounds: int) -> float | None:
+        if self.first_round_at is None or rounds < 1:
+            return None
+        return (time.monotonic() - self.first_round_at) / rounds
+
+    def time_left_s(self) -> float:
+        return math.inf if self.share_s is None else self.share_s - (time.monotonic() - self.started)
+
+    def forecasts(self, rounds: int) -> dict[str, Forecast]:
+        """Each undecided row's forecast (analysis.stopping, "In reach")."""
+        pace = self.round_s(rounds)
+        found = {}
+        for label, row in self.rows().items():
+            if not row.decided:
+                needed = row.rounds_to_decide()
+                seconds = None if needed is None or pace is None else (needed - rounds) * pace
+                found[label] = Forecast(needed, seconds)
+        return found
+
+    def _in_reach(self, forecast: Forecast) -> bool:
+        return (forecast.rounds is not None and forecast.rounds <= self.exp.trials
+                and (forecast.seconds or 0.0) <= self.time_left_s())
+
     def stop_reason(self, rounds: int) -> str | None:
         """Why the cell stops after `rounds` timed rounds, or None to go on."""
+        if self.exp.precision is None:
+            return "trials" if rounds >= self.exp.trials else None
+        if rounds < MIN_AUTO_ROUNDS:
+            return None
+        forecasts = self.forecasts(rounds)
+        if not forecasts:
+            return "decided"
         if rounds >= self.exp.trials:
-            return "max_rounds" if self.plan else "trials"
-        if self.plan is None or rounds < MIN_AUTO_ROUNDS:
-            return None
-        if not self._next_round_fits(rounds):
+            return "max_rounds"
+        pace = self.round_s(rounds) or 0.0
+        if pace > self.time_left_s():
             return "budget"
-        if rounds < self.stop_at:
-            return None
-        self.stop_at = self.plan.next_stop(rounds, [e.sd_log for e in self._estimates().values()], self.looks)
-        self.looks += 1
-        if self.stop_at > rounds:
-            return None
-        widths = self.half_widths()
-        return "precision reached" if widths and max(widths.values()) <= self.plan.target_pct else "planned rounds"
+        if not any(self._in_reach(f) for f in forecasts.values()):
+            return "out of reach"
+        return None
 
-    def _next_round_fits(self, rounds: int) -> bool:
-        if self.share_s is None or self.first_round_at is None:
-            return True
-        now = time.monotonic()
-        per_round = (now - self.first_round_at) / rounds
-        return now - self.started + per_round <= self.share_s
+    def plan_line(self, rounds: int) -> str:
+        """What the pilot says this cell can decide in its share: the first screen's early word."""
+        forecasts = self.forecasts(rounds)
+        rows = len(self.rows())
+        pace = self.round_s(rounds)
+        head = (f"after {rounds} rounds ({pace:.1f} s a round): {rows - len(forecasts)} of {rows} rows decided"
+                if pace else f"after {rounds} rounds: {rows - len(forecasts)} of {rows} rows decided")
+        left = self.time_left_s()
+        allows = (rounds + int(left // pace)) if pace and math.isfinite(left) else self.exp.trials
+        allows = min(allows, self.exp.trials)
+        out = [f"{label} {settle_text(f, allows)}" for label, f in forecasts.items() if not self._in_reach(f)]
+        reach = len(forecasts) - len(out)
+        return "; ".join([head, *([f"{reach} more in reach"] if reach else []), *out])
+
+
+def settle_text(forecast: Forecast, allowed_rounds: int) -> str:
+    """"about 60 rounds (9 min) would settle it; the budget allows 14"."""
+    if forecast.rounds is None:
+        return "cannot be settled at this estimate"
+    took = f" ({format_seconds(forecast.seconds)})" if forecast.seconds is not None else ""
+    return f"about {forecast.rounds} rounds{took} would settle it; the budget allows {allowed_rounds}"
+
+
+def format_seconds(seconds: float) -> str:
+    return f"{seconds:.0f} s" if seconds < 120 else f"{seconds / 60:.0f} min"
 
 
 def table_rows(exp: Experiment, builds: Sequence[str]) -> int:
@@ -209,7 +265,7 @@ def table_rows(exp: Experiment, builds: Sequence[str]) -> int:
 
 class Runner:
     def __init__(self, exp: Experiment, options: RunOptions, run_id: str, console: Console,
-                 peak: Peak | None, env: dict[str, str]) -> None:
+                 peak: Peak | None, env: dict[str, str], started: float) -> None:
         self.exp = exp
         self.peak = peak
         self.env = env
@@ -223,12 +279,13 @@ class Runner:
         self.meta = {cell.key: cell_meta(cell, run_id) for cell in exp.cells()}
         self.above_peak: set[str] = set()
         self.best: dict[str, float] = {}  # the highest prefill TFLOP/s and gen GB/s any trial achieved
-        self.budget: RoundBudget | None = None  # the run's time for timed rounds, shared by its cells in turn
-        self.spent_s, self.cells_done = 0.0, 0
+        self.budget: RunBudget | None = None  # the run's wall time, shared by its cells in turn
+        self.started = started  # time.monotonic() when the run began: the budget counts from here
+        self.cells_done = 0
 
     def run(self, jobs: list[ModelJob], writer: ResultsWriter) -> None:
         if self.exp.precision and self.exp.precision.budget_s:
-            self.budget = RoundBudget(self.exp.precision.budget_s, sum(len(job.cells) for job in jobs))
+            self.budget = RunBudget(self.exp.precision.budget_s, sum(len(job.cells) for job in jobs))
         per_round = len(self.exp.variants) * len(self.builds)
         total = sum(len(job.cells) * per_round * (self.exp.warmup + self.exp.trials) for job in jobs)
         with self._progress() as progress:
@@ -278,15 +335,16 @@ class Runner:
         return rates, shares
 
     def cell_share_s(self) -> float | None:
-        return self.budget.share_s(self.spent_s, self.cells_done) if self.budget else None
+        if self.budget is None:
+            return None
+        return self.budget.share_s(time.monotonic() - self.started, self.cells_done)
 
-    def cell_finished(self, seconds: float) -> None:
-        self.spent_s += seconds
+    def cell_finished(self) -> None:
         self.cells_done += 1
 
     def _close_cells(self, writer: ResultsWriter, cells: list[Cell], kind: str, reason: str) -> None:
         for cell in cells:
-            self.cell_finished(0.0)
+            self.cell_finished()
             self.write_record(writer, cell.key, kind, {"reason": reason})
         self.console.print(f"[yellow]{kind}[/]: {cells[0].model.size}: {reason}")
 
@@ -338,7 +396,7 @@ class CellRun:
         w = cell.workload
         self.shape = CellShape(cell.key, w.prompt_tokens, w.gen_tokens, w.batch)
         self.deadline = time.monotonic() + self.exp.timeout_s
-        self.target = PrecisionTarget(self.exp, list(sessions), runner.cell_share_s())
+        self.target = CellStop(self.exp, list(sessions), runner.cell_share_s())
 
     def run(self, first: bool) -> None:
         for build in self.sessions:
@@ -352,12 +410,20 @@ class CellRun:
             self._round(rounds, warmup=False)
             rounds += 1
             reason = self.target.stop_reason(rounds)
+            if rounds == MIN_AUTO_ROUNDS and self.exp.precision and not self.runner.options.quiet:
+                self.runner.console.print(f"{self.cell.model.label} {self.cell.workload.label}: "
+                                          f"{self.target.plan_line(rounds)}", highlight=False)
         per_round = len(self.exp.variants) * len(self.sessions)
         self.update(f"{self.cell.model.label} {self.cell.workload.label}: {reason}",
                     drop=(self.exp.trials - rounds) * per_round)
-        stop = {"rounds": rounds, "reason": reason, "half_width_pct": self.target.half_widths()}
+        forecasts = self.target.forecasts(rounds)
+        stop = {"rounds": rounds, "reason": reason, "half_width_pct": self.target.half_widths(),
+                "round_s": self.target.round_s(rounds),
+                "undecided": {label: {"rounds": f.rounds, "seconds": f.seconds} for label, f in forecasts.items()}}
         self.runner.write_record(self.writer, self.cell.key, "stop", stop)
-        self.runner.cell_finished(time.monotonic() - self.target.started)
+        self.runner.cell_finished()
+        # Op shares explain a Δ; where the budget left rows undecided, their time went to rounds instead.
+        self.shares_wanted = not (forecasts and self.runner.budget)
         # One depth curve per model: it depends on the KV depth, not on the workload's prompt length.
         if self.exp.depths and first:
             for r in range(rounds):
@@ -370,6 +436,10 @@ class CellRun:
         """Each switchable op's time in a prefill and a decode step of this cell, for the expected Δ. The current
         build only: its ops are the variants' (a reference build's may differ, and may not know the command)."""
         if CURRENT.name not in self.sessions:
+            return
+        if not self.shares_wanted and self.exp.shares:
+            self.runner.console.print(f"{self.cell.model.label} {self.cell.workload.label}: op shares skipped: "
+                                      "rows are undecided, and the budget went to their rounds", highlight=False)
             return
         for r in range(self.exp.shares):
             if not self.done.has_share(self.cell.key, r):
@@ -462,16 +532,22 @@ def print_dry_run(exp: Experiment, cells: list[Cell], console: Console) -> None:
     console.print(table)
     for name, ops in exp.variants.items():
         console.print(f"variant [bold]{name}[/]: " + ", ".join(f"{op}={v}" for op, v in ops.items()))
-    rounds = (f"until every interval as the table prints it is within ±{exp.precision.target_pct:g}% (a pilot of "
-              f"{MIN_AUTO_ROUNDS} rounds, then the rounds its spread asks for, at most {exp.trials}"
-              + (f", within the run's {exp.precision.budget_s:g} s" if exp.precision.budget_s else "") + ")"
-              if exp.precision else f"{exp.trials} timed rounds")
+    rounds = (auto_rounds_text(exp) if exp.precision else f"{exp.trials} timed rounds")
     trials = len(cells) * len(exp.variants) * (exp.trials + exp.warmup)
     console.print(f"{trials} trials{' at most' if exp.precision else ''}: per variant and cell, {exp.warmup} warmup "
                   f"round(s), then {rounds}; order "
                   f"{' '.join(centre_order(list(exp.variants), [(c.baseline, c.new) for c in exp.comparisons]))}, "
                   "reversed every other round; BLAS threads: "
                   f"{exp.threads or f'auto ({default_threads()})'}")
+
+
+def auto_rounds_text(exp: Experiment) -> str:
+    """What `trials: auto` will do, in words."""
+    auto = exp.precision
+    target = f", each interval within ±{auto.target_pct:g}%" if auto.target_pct else ""
+    budget = f", the whole run within {auto.budget_s:g} s" if auto.budget_s else ""
+    return (f"rounds until every row is decided (faster, slower, or no change within ±{exp.margin_pct:g}%"
+            f"{target}; a pilot of {MIN_AUTO_ROUNDS}, at most {exp.trials}{budget})")
 
 
 def honest_warnings(exp: Experiment) -> list[str]:
@@ -500,6 +576,7 @@ def build_fields(build: Build, env: Env) -> BuildFields:
 
 
 def run_experiment(exp: Experiment, options: RunOptions, console: Console, resume: Path | None = None) -> int:
+    started = time.monotonic()  # budget_s bounds the run's wall time from here
     cells = shard_cells(exp.cells(), *options.shard)
     if options.dry_run:
         print_dry_run(exp, cells, console)
@@ -511,7 +588,7 @@ def run_experiment(exp: Experiment, options: RunOptions, console: Console, resum
         console.print(f"[yellow]warning[/]: {warning}")
     run_id, done = resume_state(resume, exp) if resume else (new_run_id(), DoneWork())
     peak = measured_peak(worker_env, env)
-    runner = Runner(exp, options, run_id, console, peak, worker_env)
+    runner = Runner(exp, options, run_id, console, peak, worker_env, started)
     before = preflight()
     with ResultsWriter(options.out) as writer:
         experiment = StoredExperiment(name=exp.name, file=exp.file, sha256=exp.sha256, content=exp.content)

@@ -1,9 +1,10 @@
 """The regression gate's output: a text or markdown table of its findings, or JSON with github-action-benchmark's list.
 
 The words and glyphs of a finding ("✗ regressed", "vs reference") are chosen here; JSON carries the findings' codes
-and numbers. --format json prints one object: {"passed", "exit_code", "notes", "verdicts",
-"github_action_benchmark"}. A verdict's "check" is one of analysis.gate.Check's values (tps, speedup, expect, correct,
-build, history), its "verdict" one of Status's (regressed, stalls, within limit, ...), its "interval_verdict" what the
+and numbers. --format json prints one object: {"passed", "cannot_tell", "exit_code", "notes",
+"verdicts", "github_action_benchmark"}; exit_code 0 passed, 1 failed, 3 cannot tell. A verdict's "check" is
+one of analysis.gate.Check's values (tps, speedup, expect, correct, build, history), its "verdict" one of
+Status's (regressed, stalls, within limit, cannot tell, ...), its "interval_verdict" what the
 interval shows where it is within the limit (faster, slower, no change, inconclusive, needs more rounds), and "unit"
 is "tok/s" or "ratio" (a speedup). The last key is github-action-benchmark's customBiggerIsBetter list ({"name",
 "unit", "value", "extra"}); feed a dashboard with `fusebench check ... --format json | jq .github_action_benchmark >
@@ -18,7 +19,7 @@ from pathlib import Path
 from typing import TypedDict
 
 from ..analysis import stats
-from ..analysis.gate import RATIO_CHECKS, Check, Finding, Limit, Median, Outcome, Status
+from ..analysis.gate import RATIO_CHECKS, Check, Finding, Limit, Median, Outcome, Settle, Status
 from ..analysis.history import MIN_RUNS
 from ..analysis.inference import STALLS_NEW, slower_beyond
 from ..analysis.stats import Stalls
@@ -35,12 +36,26 @@ STATUS_TEXT = {
     Status.INCORRECT: "✗ incorrect", Status.CORRECT: "✓ correct",
     Status.INFORMATION: "slower beyond the limit (information)", Status.NEW: "new", Status.MISSING: "missing",
     Status.TOO_FEW_VALUES: "too few rounds", Status.NEEDS_HISTORY: f"needs ≥ {MIN_RUNS} stored runs",
-    Status.WITHIN_HISTORY: "within history",
+    Status.WITHIN_HISTORY: "within history", Status.CANNOT_TELL: "? cannot tell",
 }
 
 
 def status_text(f: Finding) -> str:
+    if f.status is Status.CANNOT_TELL and f.settle:
+        return f"{STATUS_TEXT[f.status]}: {settle_text(f.settle, f.ci.n if f.ci else 0)}"
     return verdict_text(f.verdict) if f.verdict else STATUS_TEXT[f.status]
+
+
+def settle_text(settle: Settle, rounds_now: int) -> str:
+    """"about 48 rounds (6 min at this run's pace) would settle it"."""
+    if settle.rounds is None:
+        return "the estimate sits on the limit; no round count settles it"
+    more = f", {_duration(settle.seconds)} more at this run's pace" if settle.seconds is not None else ""
+    return f"about {settle.rounds} rounds ({rounds_now} ran{more}) would settle it"
+
+
+def _duration(seconds: float) -> str:
+    return f"{seconds:.0f} s" if seconds < 120 else f"{seconds / 60:.0f} min"
 
 
 def limit_text(limit: Limit) -> str:
@@ -54,6 +69,9 @@ def summary_line(f: Finding) -> str:
     check = CHECK_LABELS[f.check]
     if f.ci is None:
         return f"{check}: {what}: {status_text(f)}" + (f" ({f.note})" if f.note else "")
+    if f.status is Status.CANNOT_TELL:
+        return (f"{check}: {what}: {format_delta(f.ci)} {format_ci(f.ci)} reaches across the limit "
+                f"{limit_text(f.limit)}: {status_text(f)}")
     if f.stalls and f.stalls.arm == STALLS_NEW and not slower_beyond(f.ci, f.limit.pct):
         return f"{check}: {what}: the {_arm(f, f.stalls)} stalls and the {_arm(f, f.stalls, other=True)} does not: " \
                + stall_facts(f.stalls)
@@ -101,10 +119,19 @@ def limits_line(outcome: Outcome) -> str:
                                                 for f in limited))
 
 
+def title(outcome: Outcome) -> str:
+    """"passed", "FAILED" or "cannot tell", as the check's last line and its heading say it."""
+    if outcome.failures:
+        return "FAILED"
+    return "cannot tell" if outcome.undecided else "passed"
+
+
 def blocks(outcome: Outcome, results: Path) -> list[Block]:
-    failures = outcome.failures
+    failures, undecided = outcome.failures, outcome.undecided
     count = f"{len(failures)} of {len(outcome.findings)} verdicts failed"
-    title = f"fusebench check: FAILED, {count}" if failures else f"fusebench check: passed, {count}"
+    if undecided and not failures:
+        count = f"{len(undecided)} of {len(outcome.findings)} verdicts undecided, none failed"
+    heading = f"fusebench check: {title(outcome)}, {count}"
     # One cell (the CI experiment has one) goes above the table rather than into every row.
     cells = {f.cell for f in outcome.findings if f.cell}
     facts = [f"results: {results}", *outcome.notes, limits_line(outcome)]
@@ -114,9 +141,13 @@ def blocks(outcome: Outcome, results: Path) -> list[Block]:
     columns = COLUMNS if with_cell else COLUMNS[:1] + COLUMNS[2:]
     rows = tuple(finding_row(f, with_cell) for f in outcome.findings)
     numeric = frozenset(columns.index(c) for c in ("Baseline", "Current", "Δ [95% CI]"))
-    out: list[Block] = [Heading(title, 2), Bullets(tuple(f for f in facts if f)), Table(columns, rows, numeric)]
+    out: list[Block] = [Heading(heading, 2), Bullets(tuple(f for f in facts if f)), Table(columns, rows, numeric)]
     if failures:
         out += [Paragraph("Failed:"), Bullets(tuple(summary_line(f) for f in failures))]
+    if undecided:
+        out += [Paragraph("Cannot tell (each interval reaches across the limit: neither within it nor beyond it; "
+                          "a longer run, a larger budget_s or max_rounds, or a quieter machine settles it):"),
+                Bullets(tuple(summary_line(f) for f in undecided))]
     return out
 
 
@@ -168,10 +199,13 @@ class FindingJson(TypedDict):
     stall_sign_p: float | None
     all_rounds: IntervalJson | None
     trimmed: IntervalJson | None
+    settle_rounds: int | None  # cannot tell: the rounds that would settle it, and their seconds at the run's pace
+    settle_seconds: float | None
 
 
 class CheckJson(TypedDict):
     passed: bool
+    cannot_tell: bool
     exit_code: int
     notes: list[str]
     verdicts: list[FindingJson]
@@ -188,7 +222,8 @@ def github_action_benchmark(medians: list[Median]) -> list[BenchmarkEntry]:
 
 
 def to_json(outcome: Outcome) -> str:
-    document = CheckJson(passed=not outcome.failures, exit_code=outcome.exit_code, notes=outcome.notes,
+    document = CheckJson(passed=outcome.exit_code == 0, cannot_tell=bool(outcome.undecided and not outcome.failures),
+                         exit_code=outcome.exit_code, notes=outcome.notes,
                          verdicts=[finding_json(f) for f in outcome.findings],
                          github_action_benchmark=github_action_benchmark(outcome.medians))
     return json.dumps(document, indent=1, ensure_ascii=False)
@@ -210,6 +245,8 @@ def finding_json(f: Finding) -> FindingJson:
         excluded_against_baseline=s.against_baseline if s else None,
         stall_sign_p=_finite(s.sign_p) if s else None,
         all_rounds=_interval_json(s.all_rounds) if s else None, trimmed=_interval_json(s.trimmed) if s else None,
+        settle_rounds=f.settle.rounds if f.settle else None,
+        settle_seconds=_finite(f.settle.seconds) if f.settle and f.settle.seconds is not None else None,
     )
 
 
