@@ -21,8 +21,12 @@ import yaml
 from bench.commands import main
 from bench.core.records import run_header
 from bench.core.results import ResultsWriter
+from bench.measure.env import own_compile_dir
 
 ROOT = Path(__file__).resolve().parent.parent
+# Tests that mx.compile in this process need what the CLI gives its workers: a compile folder this user owns, so
+# the suite passes as a plain user after root has run it.
+own_compile_dir()
 TEST_ENV = {
     "fusebench": "0.1.0", "mlx": "0.32.4", "mlx_lm": "0.32.2", "python": "3.11.7", "backend": "cpu",
     "device": "Test CPU", "blas": "openblas (/usr/lib/libopenblas.so)", "cpu": "Test CPU", "cores": 4,

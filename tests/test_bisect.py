@@ -14,7 +14,7 @@ from pathlib import Path
 import pytest
 from conftest import fusebench, fusebench_here
 
-from bench.analysis.bisect import BAD, CULPRIT, GOOD, INCONCLUSIVE, REGRESSION, SEARCH, Reading, bisect, regressed
+from bench.analysis.bisect import BAD, CANNOT_TELL, CULPRIT, GOOD, REGRESSION, SEARCH, Reading, bisect, regressed
 
 ROOT = Path(__file__).resolve().parent.parent
 LIMIT = 5.0
@@ -79,7 +79,7 @@ def test_a_first_ab_that_cannot_tell_is_repeated_then_reports_no_confirmed_regre
         return [reading(-4.0, 3.0)]  # [-7%, -1%]: reaches below -5% but not wholly
 
     outcome = bisect(4, straddles, LIMIT, max_runs=3)
-    assert calls == [1, 2, 3] and outcome.first_bad is None and outcome.steps[0].status == INCONCLUSIVE
+    assert calls == [1, 2, 3] and outcome.first_bad is None and outcome.steps[0].status == CANNOT_TELL
 
 
 def test_an_inconclusive_step_pools_more_runs_and_then_decides():

@@ -18,7 +18,7 @@ variants:
   compiled: {geglu: compiled, softcap: compiled}
 comparisons: [[base, compiled]]
 workloads: {prompt_tokens: 12, gen_tokens: 3}
-trials: 4
+trials: 8
 shares: 0
 warmup: 1
 """
@@ -65,11 +65,15 @@ def test_two_identical_builds_interleave_and_the_gate_compares_them(tmp_path: Pa
     # with both cores busy one build's process read 79% slower than its identical twin, so whether two identical
     # builds pass is a timing outcome (benchmarks/ab_gate_power.py measures the gate's false alarms and power).
     check = fusebench_here("check", "ab.jsonl", "--format", "json", cwd=tmp_path)
-    assert check.returncode in (0, 1), check.stdout + check.stderr
-    verdicts = json.loads(check.stdout)["verdicts"]
+    assert check.returncode in (0, 1, 3), check.stdout + check.stderr
+    document = json.loads(check.stdout)
+    verdicts = document["verdicts"]
+    # Whatever the verdict, its words agree with its exit code: "passed" only when every row was within the limit.
+    assert document["passed"] == (check.returncode == 0) == all(v["verdict"] == "within limit" for v in verdicts)
+    assert document["cannot_tell"] == (check.returncode == 3)
     assert {(v["check"], v["variant"], v["metric"]) for v in verdicts} == {
         ("build", variant, metric) for variant in ("base", "compiled", "all variants") for metric in ("prefill", "gen")}
-    assert all(v["ci_low_pct"] <= v["delta_pct"] <= v["ci_high_pct"] for v in verdicts)
+    assert all(v["ci_low_pct"] <= v["delta_pct"] <= (v["ci_high_pct"] or float("inf")) for v in verdicts)
     report = fusebench_here("report", "ab.jsonl", "--out", "report", cwd=tmp_path)
     assert report.returncode == 0, report.stderr
     assert "## Current build vs reference build" in (tmp_path / "report" / "report.md").read_text()

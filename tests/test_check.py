@@ -632,3 +632,29 @@ def test_a_reference_build_that_stalls_does_not_fail_the_gate(workdir: Path, cap
     rows = {(v["variant"], v["metric"]): v for v in json.loads(out)["verdicts"] if v["check"] == "build"}
     assert rows["compiled", "prefill"]["stalls"] == "baseline" and not rows["compiled", "prefill"]["failed"]
     assert code == 0
+
+
+# --- three outcomes: the slow VM's real gate runs ------------------------------------------------------------------
+
+SLOW_VM = Path(__file__).resolve().parent / "fixtures" / "slow-vm"
+
+
+@pytest.mark.parametrize("name", ["ab-identical.jsonl", "ab-softcap-sleeps-15ms.jsonl"])
+def test_a_gate_run_too_noisy_to_see_the_limit_cannot_tell_and_never_passes(name: str, capsys):
+    # Real runs from the slow VM that the old gate called "passed": 6-7 rounds at 4-11% noise per round.
+    code = main(["check", str(SLOW_VM / name)])
+    out = capsys.readouterr().out
+    assert code == 3, out
+    assert out.splitlines()[-1] == "cannot tell" and "check: passed" not in out
+    flat = " ".join(out.split())  # the console wraps long lines
+    assert re.search(r"about \d+ rounds \(\d ran, [\d.]+ (s|min) more at this run's pace\) would settle it", flat)
+
+
+def test_the_json_of_an_undecided_gate_says_what_would_settle_each_row(capsys):
+    assert main(["check", str(SLOW_VM / "ab-identical.jsonl"), "--format", "json"]) == 3
+    document = json.loads(capsys.readouterr().out)
+    assert (document["passed"], document["cannot_tell"], document["exit_code"]) == (False, True, 3)
+    undecided = [v for v in document["verdicts"] if v["verdict"] == Status.CANNOT_TELL.value]
+    assert undecided and all(v["settle_rounds"] > v["rounds"] for v in undecided if v["settle_rounds"])
+    # Each undecided row's interval reaches across the -5% limit.
+    assert all(v["ci_low_pct"] < -5.0 <= (v["ci_high_pct"] or math.inf) for v in undecided)

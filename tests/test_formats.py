@@ -16,8 +16,9 @@ from bench.core.records import FORMAT, ResultsError, header_format
 from bench.core.results import read_results
 
 FIXTURES = Path(__file__).resolve().parent / "fixtures" / "results"
-# fixture -> its format, and the exit `fusebench check` gives it (the A/B file: every row inconclusive, a pass)
-RUNS = {"format1-run.jsonl": (1, 0), "format2-run.jsonl": (2, 0), "format3-ab.jsonl": (3, 0)}
+# fixture -> its format, and the exit `fusebench check` gives it (the A/B file: 3 rounds, every row's interval
+# reaching across the limit: cannot tell, exit 3, never a pass)
+RUNS = {"format1-run.jsonl": (1, 0), "format2-run.jsonl": (2, 0), "format3-ab.jsonl": (3, 3)}
 
 
 def header_of(path: Path) -> dict:

@@ -329,7 +329,7 @@ def round_seconds(trials: pd.DataFrame) -> dict[tuple[str, str], float]:
     """Each cell's (model_key, workload) median time a timed round's trials took, every variant and build of the
     round together: the pace at which more rounds would come (the worker's own overhead aside)."""
     timed = timed_trials(trials)
-    if timed.empty:
+    if timed.empty or not {"prefill_s", "gen_s"} <= set(timed.columns):
         return {}
     spent = timed.assign(spent=timed["prefill_s"].fillna(0.0) + timed["gen_s"].fillna(0.0))
     per_round = spent.groupby(["model_key", "workload", "run_id", "round"], sort=False)["spent"].sum()

@@ -69,6 +69,9 @@ def build_parser() -> argparse.ArgumentParser:
 
 def main(argv: list[str] | None = None) -> int:
     args = build_parser().parse_args(argv)
+    from ..measure.env import own_compile_dir
+
+    own_compile_dir()  # mx.compile's kernels, here and in every worker, go to a folder this user owns
     # Piped into a CI log, rich would wrap tables at 80 columns; logs are read wider than that.
     console = Console(width=None if sys.stdout.isatty() else 160)
     try:

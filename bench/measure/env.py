@@ -87,6 +87,37 @@ def require_backend() -> None:
         raise MissingBackendError(problem)
 
 
+def own_compile_dir() -> Path | None:
+    """Point TMPDIR, for this process and every worker it starts, at a folder this user owns.
+
+    MLX's CPU backend writes the C++ of each mx.compile kernel, and the library it builds from it, under
+    $TMPDIR/mlx/<version>/cpu. In the system temp folder that folder belongs to whoever ran mlx first: after root
+    (or another user) has, every new kernel of this user's fails to compile (cc1plus: No such file or directory).
+    The folder is the user's cache (~/.cache/fusebench/tmp), so kernels compiled once are found again. None (and
+    TMPDIR left as it is) where the cache cannot be created."""
+    folder = Path(os.environ.get("XDG_CACHE_HOME") or Path.home() / ".cache") / "fusebench" / "tmp"
+    try:
+        folder.mkdir(parents=True, exist_ok=True)
+    except OSError:
+        return None
+    os.environ["TMPDIR"] = str(folder)
+    return folder
+
+
+COMPILE_FAILURE = re.compile(r"Compile::eval_cpu|cc1plus: fatal error|Failed to compile")
+
+
+def compile_failure(lines: list[str]) -> str | None:
+    """One line for a worker that died because mx.compile could not build a CPU kernel, naming the cause."""
+    found = [line for line in lines if COMPILE_FAILURE.search(line)]
+    if not found:
+        return None
+    fatal = next((line for line in found if "fatal error" in line), found[-1])
+    return (f"mx.compile could not build a CPU kernel ({fatal.strip()[:200]}): MLX compiles into "
+            f"$TMPDIR/mlx/<version>/cpu (TMPDIR here: {os.environ.get('TMPDIR', 'unset')}), which must be "
+            "writable by this user, with a C++ compiler on the path")
+
+
 # ---------------------------------------------------------------- small helpers
 
 

@@ -14,6 +14,7 @@ from collections.abc import Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 
+from .env import compile_failure
 from .job import Command, Done, Loaded, Recorded, Result, WorkerJob, decode_event
 
 
@@ -125,9 +126,11 @@ class WorkerSession:
         code = self.process.wait()
         what = "killed by the OS (out of memory?)" if code in (-9, 137) else f"exited with code {code}"
         lines = [line.strip() for line in self.stderr_tail if line.strip()]
+        prefix = "worker" if self.build.name == "current" else f"{self.build.name} build's worker"
+        if compiled := compile_failure(lines):
+            return f"{prefix} {what}: {compiled}"
         exceptions = [line for line in lines if re.match(r"^[\w.]+(Error|Exception|Interrupt)\b", line)]
         last = (exceptions or lines or [""])[-1]
-        prefix = "worker" if self.build.name == "current" else f"{self.build.name} build's worker"
         return f"{prefix} {what}" + (f": {last.strip()}" if last else "")
 
     def stop(self, *, kill: bool = False) -> None:

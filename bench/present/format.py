@@ -20,7 +20,10 @@ def format_delta(ci: RatioInterval) -> str:
 
 
 def format_ci(ci: RatioInterval) -> str:
-    """CI bounds as signed percentages, e.g. "[+12.1%, +20.3%]"."""
+    """CI bounds as signed percentages, e.g. "[+12.1%, +20.3%]"; "[unbounded]" for a confidence sequence that is
+    still unbounded after few rounds at its level."""
+    if math.isinf(ci.high):
+        return "[unbounded]"
     return f"[{signed_pct(ci.low_pct)}, {signed_pct(ci.high_pct)}]"
 
 
@@ -30,6 +33,8 @@ def verdict_text(verdict: Verdict) -> str:
     if verdict.word is VerdictWord.NEEDS_ROUNDS:
         return f"needs ≥ {verdict.min_rounds} rounds"
     if verdict.word is VerdictWord.INCONCLUSIVE:
+        if math.isinf(verdict.half_width_pct):
+            return "inconclusive (unbounded)"
         return f"inconclusive (±{verdict.half_width_pct:.1f}%)"
     return verdict.word.value
 

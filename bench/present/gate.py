@@ -70,8 +70,9 @@ def summary_line(f: Finding) -> str:
     if f.ci is None:
         return f"{check}: {what}: {status_text(f)}" + (f" ({f.note})" if f.note else "")
     if f.status is Status.CANNOT_TELL:
+        settle = f"; {settle_text(f.settle, f.ci.n)}" if f.settle else ""
         return (f"{check}: {what}: {format_delta(f.ci)} {format_ci(f.ci)} reaches across the limit "
-                f"{limit_text(f.limit)}: {status_text(f)}")
+                f"{limit_text(f.limit)}{settle}")
     if f.stalls and f.stalls.arm == STALLS_NEW and not slower_beyond(f.ci, f.limit.pct):
         return f"{check}: {what}: the {_arm(f, f.stalls)} stalls and the {_arm(f, f.stalls, other=True)} does not: " \
                + stall_facts(f.stalls)

@@ -1,0 +1,127 @@
+"""The confidence sequence (analysis.sequential) and the stopping rule built on it (analysis.stopping), checked
+exactly where a formula allows and by a small seeded run of benchmarks/sequential_coverage.py where it does not:
+the false-claim rate, the coverage at the stopping round, and the gate's three outcomes at the slow VM's noise.
+Seeded, so the figures are the same on every machine; the full run's figures are the benchmark's."""
+
+from __future__ import annotations
+
+import importlib.util
+import itertools
+import math
+import sys
+
+import numpy as np
+import pytest
+from conftest import ROOT
+
+from bench.analysis import sequential
+from bench.analysis.inference import paired_estimate, rounds_needed
+from bench.analysis.stopping import Goal, Row, RunBudget, print_level, target_for_margin
+
+spec = importlib.util.spec_from_file_location("sequential_coverage", ROOT / "benchmarks" / "sequential_coverage.py")
+sim = importlib.util.module_from_spec(spec)
+sys.modules["sequential_coverage"] = sim  # the process pool pickles its functions by module name
+spec.loader.exec_module(sim)
+
+
+def _martingale(x: np.ndarray, mu: float) -> float:
+    """M_n(mu) straight from its definition, for checking the closed forms."""
+    n, s, v = x.size, float(np.sum(x - mu)), float(np.sum((x - mu) ** 2))
+    rho = sequential.RHO
+    return math.sqrt(rho / (n + rho)) * (1.0 - s * s / ((n + rho) * v)) ** (-n / 2.0)
+
+
+def test_the_interval_is_where_the_mixture_martingale_stays_below_one_over_alpha():
+    x = np.random.default_rng(3).normal(0.02, 0.05, 15)
+    half = sequential.half_width_log(x.size, float(x.std(ddof=1)), 0.05)
+    edge = x.mean() + half
+    assert _martingale(x, edge) == pytest.approx(1 / 0.05, rel=1e-9)
+    assert _martingale(x, edge - 1e-4) < 20.0 < _martingale(x, edge + 1e-4)
+    assert sequential.p_value(x.size, float(x.mean()), float(x.std(ddof=1))) == pytest.approx(
+        min(1.0, 1.0 / _martingale(x, 0.0)), rel=1e-9)
+
+
+def test_the_interval_is_unbounded_early_and_narrows_like_a_t_interval_later():
+    assert math.isinf(sequential.half_width_log(2, 0.05, 0.05 / 8))
+    assert math.isfinite(sequential.half_width_log(6, 0.05, 0.05 / 8))  # the pilot's round count
+    widths = [sequential.half_width_log(n, 0.05, 0.05) for n in range(6, 200)]
+    assert all(b < a for a, b in itertools.pairwise(widths))
+    # Wider than a fixed-n t interval at every n: the price of looking after every round.
+    from scipy import stats
+    for n in (8, 20, 60):
+        assert sequential.half_width_log(n, 0.05, 0.05) > stats.t.ppf(0.975, n - 1) * 0.05 / math.sqrt(n)
+
+
+def test_the_paired_estimate_prints_the_sequence_and_its_p_value_is_dual_to_it():
+    rng = np.random.default_rng(0)
+    base = np.exp(rng.normal(0, 0.03, 12))
+    new = base * np.exp(rng.normal(0.02, 0.02, 12))
+    est = paired_estimate(base, new)
+    half = sequential.half_width_log(est.n, est.sd_log, 0.05)
+    assert (est.low, est.high) == pytest.approx((math.exp(est.mean_log - half), math.exp(est.mean_log + half)))
+    level = 1.0 - est.p_value
+    low, high = est.interval(min(level + 1e-9, 1 - 1e-12))
+    assert low == pytest.approx(1.0, abs=1e-6) or high == pytest.approx(1.0, abs=1e-6)
+
+
+def test_rounds_to_reach_is_the_first_round_count_narrow_enough():
+    for sd, target in ((0.02, 0.01), (0.08, 0.045), (0.11, 0.02)):
+        n = sequential.rounds_to_reach(target, sd, 0.05 / 8)
+        assert sequential.half_width_log(n, sd, 0.05 / 8) <= target < sequential.half_width_log(n - 1, sd, 0.05 / 8)
+    assert rounds_needed(0.05, 2.0, 0.95) == sequential.rounds_to_reach(math.asinh(0.02), 0.05, 0.05)
+
+
+def test_a_row_is_decided_by_a_verdict_or_by_the_side_of_the_limit():
+    margin = Goal(5.0)
+    assert Row(0.10, 0.02, 12, 0.05, margin).decided  # faster
+    assert Row(0.0, 0.01, 12, 0.05, margin).decided  # no change within ±5%
+    assert not Row(0.03, 0.08, 12, 0.05, margin).decided
+    gate = Goal(5.0, limit_pct=5.0)
+    assert Row(0.0, 0.01, 12, 0.05, gate).decided  # inside the limit
+    assert Row(-0.30, 0.02, 12, 0.05, gate).decided  # beyond it
+    assert not Row(-0.05, 0.05, 12, 0.05, gate).decided  # across it
+    # A precision target asks for a narrow interval besides the decision.
+    assert not Row(0.10, 0.05, 12, 0.05, Goal(5.0, target_pct=1.0)).decided
+
+
+def test_the_forecast_is_the_round_count_at_which_the_row_would_be_decided():
+    row = Row(0.0, 0.08, 6, 0.05 / 8, Goal(5.0))
+    n = row.rounds_to_decide()
+    assert Row(0.0, 0.08, n, 0.05 / 8, Goal(5.0)).decided and not Row(0.0, 0.08, n - 1, 0.05 / 8, Goal(5.0)).decided
+    assert Row(math.log(0.95), 0.05, 6, 0.05, Goal(5.0, limit_pct=5.0)).rounds_to_decide() is None  # on the limit
+
+
+def test_the_budget_shares_what_the_run_has_left():
+    budget = RunBudget(360.0, 4)
+    assert budget.share_s(0.0, 0) == 90.0
+    assert budget.share_s(60.0, 1) == pytest.approx(100.0)  # the first cell passed time on
+    assert budget.share_s(400.0, 2) == 0.0
+    assert print_level(8) == pytest.approx(1 - 0.05 / 8)
+    assert target_for_margin(5.0) == pytest.approx(2.4, abs=0.05)
+
+
+def test_the_replayed_rounds_are_the_slow_vms_own():
+    ratios = sim.replay_ratios()
+    assert ratios.size > 100 and abs(ratios.mean()) < 1e-9
+    assert 0.04 < ratios.std() < 0.12  # the 4-11% per-round SD the slow VM showed
+
+
+@pytest.mark.parametrize("model", [sim.MODELS[1], sim.MODELS[3], sim.MODELS[4]], ids=lambda m: m.name)
+def test_a_a_tables_claim_little_and_the_stopped_intervals_cover(model):
+    tally, rounds = sim.comparison_tables(model, 0.0, tables=15, max_rounds=60, seed=7)
+    assert tally.false_tables <= 2  # of 15 tables; at α = 5% the full run's rate is the benchmark's
+    assert tally.covered / tally.rows >= 0.9
+    assert min(rounds) >= sim.PILOT
+
+
+def test_a_large_effect_is_called_in_the_right_direction():
+    tally, _ = sim.comparison_tables(sim.MODELS[0], 0.20, tables=5, max_rounds=60, seed=1)
+    assert tally.wrong_rows == 0
+
+
+def test_the_gate_never_passes_what_it_could_not_see():
+    # The slow VM's noise with the round cap of a small budget: the answer must be "cannot tell", not "passed".
+    slowed = sim.gate_runs(sim.MODELS[1], 0.10, runs=10, max_rounds=8, seed=5)
+    assert slowed.passed == 0 and slowed.cannot_tell + slowed.failed == 10
+    same = sim.gate_runs(sim.MODELS[0], 0.0, runs=10, max_rounds=60, seed=5)
+    assert same.failed <= 1
