@@ -1,10 +1,12 @@
 import io
 import json
+import os
 import subprocess
 import sys
 from pathlib import Path
 
 import pytest
+from conftest import fusebench
 from rich.console import Console
 
 import bench.measure.env as env_mod
@@ -174,3 +176,61 @@ def test_a_source_checkout_records_its_commit():
     if head.returncode != 0:
         pytest.skip("not a git checkout")
     assert collect_env()["git_commit"] == head.stdout.strip()
+
+
+# --- threads: auto, measured (measure.threads) ----------------------------------------------------------------------
+
+def test_every_core_wins_only_by_a_clear_margin_of_precision_per_second():
+    from bench.measure.threads import MARGIN, Setting, decide
+
+    one = Setting(1, mean_s=0.10, log_sd=0.01)
+    faster_but_noisier = Setting(2, mean_s=0.055, log_sd=0.03)
+    assert decide((one, faster_but_noisier)).threads == 1
+    as_quiet = Setting(2, mean_s=0.055, log_sd=0.01)
+    choice = decide((one, as_quiet))
+    assert choice.threads == 2 and f"{MARGIN:g}x" in choice.reason
+    assert decide((one, Setting(2, mean_s=0.10 / (MARGIN * 0.99), log_sd=0.01))).threads == 1
+
+
+def test_a_thread_choice_reads_back_as_it_was_written():
+    from bench.measure.threads import Setting, ThreadChoice
+
+    choice = ThreadChoice(1, (Setting(1, 0.1, 0.01), Setting(2, 0.05, 0.03)), "why")
+    assert ThreadChoice.from_json(json.loads(json.dumps(choice.to_json()))) == choice
+
+
+def test_two_machines_of_one_cpu_name_keep_their_own_cache(monkeypatch, tmp_path):
+    from bench.measure import env as env_module
+
+    info = tmp_path / "cpuinfo"
+    keys = []
+    for flags in ("fpu avx2", "fpu avx2 avx512f"):
+        info.write_text(f"model name\t: AMD EPYC\nflags\t\t: {flags}\n")
+        monkeypatch.setattr(env_module, "Path", lambda p, _info=info: _info if p == "/proc/cpuinfo" else Path(p))
+        keys.append(env_module.machine_key({"backend": "cpu", "device": "AMD EPYC", "cpu": "AMD EPYC"}))
+    assert keys[0] != keys[1] and all(k.startswith("cpu-") for k in keys)
+
+
+# --- mx.compile on a shared machine -----------------------------------------------------------------------------
+
+def test_the_cli_gives_mx_compile_a_folder_this_user_owns(tmp_path):
+    # A temp folder in which MLX's compile folder cannot exist (`mlx` is a file), whoever runs the test: before,
+    # every new kernel failed to compile there, as it does for a plain user in a temp folder root used first.
+    blocked = tmp_path / "tmp"
+    blocked.mkdir()
+    (blocked / "mlx").write_text("not a folder")
+    env = {**os.environ, "TMPDIR": str(blocked), "XDG_CACHE_HOME": str(tmp_path / "cache")}
+    done = fusebench("verify", cwd=tmp_path, env=env)
+    assert done.returncode == 0, done.stdout + done.stderr
+    assert list((tmp_path / "cache" / "fusebench" / "tmp" / "mlx").glob("*/cpu/*"))
+
+
+def test_a_compile_failure_reads_as_one_line_naming_the_cause():
+    from bench.measure.env import compile_failure
+
+    lines = ["cc1plus: fatal error: /tmp/mlx/0.32.4/cpu/tmp_ab12.cpp: No such file or directory",
+             "RuntimeError: [Compile::eval_cpu] Failed to compile function Tanh with error code 256."]
+    message = compile_failure(lines)
+    assert message and "\n" not in message
+    assert "No such file or directory" in message and "writable by this user" in message
+    assert compile_failure(["RuntimeError: something else"]) is None

@@ -12,8 +12,8 @@ from bench.commands import main
 from bench.commands import ops as ops_command
 from bench.core.results import read_results
 from bench.core.spec import load_experiment, parse_experiment, select_models
-from bench.measure import opbench
-from bench.measure.env import THREAD_VARIABLES, default_threads
+from bench.measure import opbench, probe
+from bench.measure.env import THREAD_VARIABLES
 from bench.measure.opbench import REEXEC_MARKER, check_ops, experiment_plan, op_cases, run_ops
 from models import ops
 from models.config import Overrides, preset_config
@@ -240,8 +240,8 @@ def test_ops_restarts_with_the_threads_a_run_would_give_its_workers(monkeypatch)
 
     monkeypatch.setattr(opbench.os, "execve", execve)
     with pytest.raises(SystemExit):
-        opbench.ensure_worker_env(Console(file=io.StringIO()), default_threads())
-    assert {started[name] for name in THREAD_VARIABLES} == {str(default_threads())}
+        opbench.ensure_worker_env(Console(file=io.StringIO()), 1)
+    assert {started[name] for name in THREAD_VARIABLES} == {"1"}
     assert started[REEXEC_MARKER] == "1"
 
 
@@ -249,10 +249,12 @@ def test_ops_restarts_with_the_threads_a_run_would_give_its_workers(monkeypatch)
 def test_ops_command_asks_for_the_run_thread_setting_and_records_it(tmp_path, monkeypatch, flag, threads):
     asked = []
     monkeypatch.setattr(opbench, "ensure_worker_env", lambda console, n: asked.append(n))
+    measured = 2  # what `threads: auto` measured here: a timing outcome, so the test gives it
+    monkeypatch.setattr(probe, "auto_threads", lambda blas="auto": measured)
     for name in THREAD_VARIABLES:  # as ensure_worker_env would have set them before the re-exec
-        monkeypatch.setenv(name, str(threads or default_threads()))
+        monkeypatch.setenv(name, str(threads or measured))
     out = tmp_path / "ops.jsonl"
     args = tiny_ops_args(tmp_path, 16, "--only", "rms_norm", "--rounds", "1", "--out", str(out), "--quiet", *flag)
     assert ops_command.main(args, Console(file=io.StringIO(), width=200)) == 0
-    assert asked == [threads or default_threads()]
-    assert read_results([out]).of_kind("run")[0]["env"]["threads"] == (threads or default_threads())
+    assert asked == [threads or measured]
+    assert read_results([out]).of_kind("run")[0]["env"]["threads"] == (threads or measured)

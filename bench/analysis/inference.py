@@ -158,6 +158,7 @@ __all__ = [
     "interval_verdict",
     "outlier_rounds",
     "paired_estimate",
+    "pairwise_scale",
     "rounds_needed",
     "sign_test_p",
     "slower_beyond",
@@ -513,10 +514,16 @@ def _fence(r: np.ndarray) -> tuple[float, float]:
     """Centre and reach of the outlier rule: rounds beyond centre ± reach are excluded (reach inf below the minimum)."""
     if r.size < OUTLIER_MIN_ROUNDS:
         return 0.0, math.inf
-    i, j = np.triu_indices(r.size, 1)
-    # Pairwise differences do not involve the centre, so one wild round spoils only its own n - 1 pairs.
-    scale = max(float(np.median(np.abs(r[i] - r[j]))) / _SHAMOS_NORMAL, OUTLIER_SCALE_FLOOR)
+    scale = max(pairwise_scale(r), OUTLIER_SCALE_FLOOR)
     return float(np.median(r)), OUTLIER_K * scale
+
+
+def pairwise_scale(values: ArrayLike) -> float:
+    """The Shamos scale: median |x_i − x_j| over all pairs / 0.9539, an SD for normal data that one wild value
+    hardly moves. Pairwise differences do not involve a centre, so one wild value spoils only its own n − 1 pairs."""
+    x = np.asarray(values, dtype=np.float64).ravel()
+    i, j = np.triu_indices(x.size, 1)
+    return float(np.median(np.abs(x[i] - x[j]))) / _SHAMOS_NORMAL
 
 
 def _sd(winsorized: np.ndarray, mean: float) -> float:

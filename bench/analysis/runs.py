@@ -71,6 +71,7 @@ class Run:
     builds: tuple[Build, ...]
     peak: Peak | None
     preflight: Preflight | None
+    threads_reason: str = ""  # why `threads: auto` chose the run's thread count ("" when the experiment set it)
 
 
 @dataclass(frozen=True)
@@ -113,6 +114,7 @@ def _run(run_id: str, header: RunHeader) -> Run:
                   peak.get("memory_gbps"), str(peak.get("source", "?")), str(peak.get("confidence", "?")))
         if peak else None,
         preflight=Preflight(preflight.get("other_cores", 0.0), preflight.get("loadavg_1m", 0.0)) if preflight else None,
+        threads_reason=str((header.get("threads_choice") or {}).get("reason", "")),
     )
 
 

@@ -21,7 +21,8 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--probe", action="store_true", help="also measure peak fp32 matmul GFLOP/s and copy GB/s")
     parser.add_argument("--blas", default="auto", metavar="auto|reference|PATH", help="BLAS as workers would use it")
     parser.add_argument("--threads", type=positive_int, metavar="N",
-                        help="BLAS threads as workers would use them (default: all cores but one)")
+                        help="BLAS threads as workers would use them (default: measured on this machine, as "
+                        "`threads: auto` does; --probe measures again)")
 
 
 def main(args: argparse.Namespace, console: Console) -> int:
@@ -32,7 +33,10 @@ def main(args: argparse.Namespace, console: Console) -> int:
     if problem := backend_problem():  # what can be read without mlx, and the one thing to install
         print_env(console, collect_env(), warning=problem, title="error: no MLX backend")
         return 2
-    worker_env, env = worker_environment(args.blas, args.threads)
+    worker_env, env, threads = worker_environment(args.blas, args.threads, fresh=args.probe)
     probe = probe_peaks_in(worker_env) if args.probe else None
     print_env(console, env, probe, blas_warning(env))
+    if threads.reason:
+        console.print(f"BLAS threads: {threads.threads}, measured on this machine: {threads.reason}",
+                      highlight=False)
     return 0

@@ -55,9 +55,10 @@ def main(args: argparse.Namespace, console: Console) -> int:
 
     from ..analysis.opstats import summarize_ops
     from ..core.spec import load_experiment, select_models
-    from ..measure.env import blas_warning, collect_env, default_threads, require_backend
+    from ..measure.env import blas_warning, collect_env, require_backend
     from ..measure.opbench import check_ops, ensure_worker_env, experiment_plan, run_ops
     from ..measure.plugins import load_plugins
+    from ..measure.probe import auto_threads
     from ..present.document import to_console
     from ..present.sections.ops import op_tables
 
@@ -67,7 +68,7 @@ def main(args: argparse.Namespace, console: Console) -> int:
     plan = experiment_plan(exp)
     cases = plan.cases(ops)
     # The thread count a run of this experiment would give its workers, so op and end-to-end figures agree.
-    ensure_worker_env(console, args.threads or exp.threads or default_threads())
+    ensure_worker_env(console, args.threads or exp.threads or auto_threads())
     env = collect_env()  # its `threads`, read from the environment just set, is what the header records
     if warning := blas_warning(env):
         console.print(f"[yellow]warning[/]: {warning}")

@@ -156,6 +156,7 @@ class RunHeader(_Header, total=False):
     preflight: MachineLoad | None  # None off Linux
     pinned: bool
     rounds: int
+    threads_choice: Mapping[str, object]  # measure.threads.ThreadChoice: how `threads: auto` chose, and why
 
 
 class CellFields(TypedDict):

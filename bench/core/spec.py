@@ -214,7 +214,7 @@ class Experiment:
     plugins: tuple[str, ...]
     margin_pct: float  # "no change" means the whole CI lies within ± this
     precision: Precision | None  # trials: auto
-    threads: int | None  # BLAS threads on CPU backends; None: auto (cores - 1, at least 1)
+    threads: int | None  # BLAS threads on CPU backends; None: auto (measured on the machine: measure.threads)
     # variant -> op -> (line of the op's name, line of its implementation), so that op names checked later, once
     # the registry and any plugins are loaded, are still reported at their place in the file.
     variant_lines: dict[str, dict[str, tuple[int, int]]] = dataclasses.field(compare=False, repr=False)
@@ -810,7 +810,8 @@ KEYS = (
         _plain(_int, minimum=MIN_AUTO_ROUNDS), DEFAULT_MAX_ROUNDS, auto_only=True),
     Key("budget_s", "600", f"with trials: {AUTO}, the whole run's wall time in seconds, shared by its cells, > 0",
         _plain(_number, minimum=0.0, exclusive=True), None, auto_only=True),
-    Key("threads", AUTO, f"CPU backends: BLAS threads; {AUTO} leaves one core free (cores - 1, at least 1)", _threads,
+    Key("threads", AUTO, f"CPU backends: BLAS threads; {AUTO}: 1 or every core, whichever measured more precise "
+        "per second here", _threads,
         None),
 )
 TOP_KEYS = tuple(key.name for key in KEYS)

@@ -11,6 +11,7 @@ fp32 matmul, about 30x faster.
 from __future__ import annotations
 
 import glob
+import hashlib
 import importlib.metadata
 import os
 import platform
@@ -26,6 +27,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from ..core.errors import UserError
+from ..core.fingerprint import fingerprint
 from ..core.records import Env
 from . import blas_shim
 
@@ -87,6 +89,24 @@ def require_backend() -> None:
         raise MissingBackendError(problem)
 
 
+def cache_dir() -> Path:
+    """This user's fusebench cache: measured peaks and thread choices, MLX's compiled kernels."""
+    return Path(os.environ.get("XDG_CACHE_HOME") or Path.home() / ".cache") / "fusebench"
+
+
+def machine_key(env: Env) -> str:
+    """A cache key for this machine: the fingerprint's slug and a hash of what sets the CPU's speed. Two VMs of
+    one CPU family can differ by 3x (AVX-512 or not) under the same name, so a figure measured on one must not
+    be read back on the other."""
+    try:
+        info = Path("/proc/cpuinfo").read_text()
+        cpu = "\n".join(sorted({line for line in info.splitlines() if line.startswith(("model name", "flags"))}))
+    except OSError:
+        cpu = platform.processor()
+    digest = hashlib.sha256(f"{cpu}|{os.cpu_count()}".encode()).hexdigest()[:10]
+    return f"{fingerprint(env).slug}-{digest}"
+
+
 def own_compile_dir() -> Path | None:
     """Point TMPDIR, for this process and every worker it starts, at a folder this user owns.
 
@@ -95,7 +115,7 @@ def own_compile_dir() -> Path | None:
     (or another user) has, every new kernel of this user's fails to compile (cc1plus: No such file or directory).
     The folder is the user's cache (~/.cache/fusebench/tmp), so kernels compiled once are found again. None (and
     TMPDIR left as it is) where the cache cannot be created."""
-    folder = Path(os.environ.get("XDG_CACHE_HOME") or Path.home() / ".cache") / "fusebench" / "tmp"
+    folder = cache_dir() / "tmp"
     try:
         folder.mkdir(parents=True, exist_ok=True)
     except OSError:
@@ -104,7 +124,7 @@ def own_compile_dir() -> Path | None:
     return folder
 
 
-COMPILE_FAILURE = re.compile(r"Compile::eval_cpu|cc1plus: fatal error|Failed to compile")
+COMPILE_FAILURE = re.compile(r"Compile::eval_cpu|cc1plus: fatal error|Failed to compile|filesystem error: .*mlx/")
 
 
 def compile_failure(lines: list[str]) -> str | None:
@@ -409,16 +429,6 @@ def blas_preload_env(choice: str, base_env: Mapping[str, str] | None = None) -> 
     if not os.path.isfile(path):
         raise BlasChoiceError(f"--blas {choice!r}: no such file; choose {BLAS_CHOICES}")
     return _with_preload(env, [path, *others]), f"{_classify(path) or 'unknown'} preloaded ({path})"
-
-
-def default_threads() -> int:
-    """BLAS threads that leave one core free (at least one thread).
-
-    With every core busy, anything else on the machine (the runner, the OS, a neighbour) stalls one BLAS thread and
-    the whole matmul waits for it. Measured on this project's 2-core VM, the worst A/A 95% half-width over 12 rounds
-    was ±8.8% with OpenBLAS on both cores and ±1.4% on one, minutes apart.
-    """
-    return max(1, (os.cpu_count() or 1) - 1)
 
 
 def thread_env(env: Mapping[str, str], threads: int) -> dict[str, str]:

@@ -15,7 +15,8 @@ from collections.abc import Callable
 from typing import TYPE_CHECKING, Any
 
 from ..core.records import Env
-from .env import blas_preload_env, collect_env, default_threads, probe_peaks, thread_env
+from .env import blas_preload_env, collect_env, probe_peaks, thread_env
+from .threads import ThreadChoice, choose_threads
 
 if TYPE_CHECKING:
     from .roofline import PeakProbe
@@ -39,12 +40,24 @@ def probe_peaks_in(env: dict[str, str]) -> PeakProbe:
     return _probe_in(env, "peaks")
 
 
-def worker_environment(blas: str, threads: int | None = None) -> tuple[dict[str, str], Env]:
+def worker_environment(blas: str, threads: int | None = None, fresh: bool = False
+                       ) -> tuple[dict[str, str], Env, ThreadChoice]:
     """The workers' environment (an optimized BLAS preloaded when there is one, its threads limited to `threads`,
-    by default all cores but one) and what a process started with it really loads."""
+    or with None to the count measure.threads chooses on this machine, measured again when `fresh`), what a
+    process started with it really loads, and how the thread count was chosen."""
     env, _ = blas_preload_env(blas, os.environ)
-    env = thread_env(env, threads or default_threads())
-    return env, probe_env(env)
+    if threads is not None:
+        env = thread_env(env, threads)
+        return env, probe_env(env), ThreadChoice(threads, reason="")
+    choice = choose_threads(env, probe_env(env), fresh=fresh)
+    env = thread_env(env, choice.threads)
+    return env, probe_env(env), choice
+
+
+def auto_threads(blas: str = "auto") -> int:
+    """The thread count `threads: auto` gives workers on this machine (measured once, then cached)."""
+    env, _ = blas_preload_env(blas, os.environ)
+    return choose_threads(env, probe_env(env)).threads
 
 
 def main() -> None:

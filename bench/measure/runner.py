@@ -24,7 +24,6 @@ from rich.table import Table
 
 from ..analysis.inference import PairedEstimate, paired_estimate
 from ..analysis.stopping import Goal, Row, RunBudget, print_level
-from ..core.fingerprint import fingerprint
 from ..core.records import (
     METRICS,
     BuildEnvironment,
@@ -39,7 +38,7 @@ from ..core.records import (
 from ..core.results import ResultsWriter
 from ..core.spec import MIN_AUTO_ROUNDS, Cell, Experiment, ModelSpec, shard_cells
 from ..present.format import format_count
-from .env import blas_warning, default_threads
+from .env import blas_warning, cache_dir, machine_key
 from .job import Agreement, CellShape, Command, Gate, Measured, Result, Trial, WorkerJob, result_fields, result_kind
 from .load import LoadSampler, preflight
 from .memory import memory_verdict, model_config
@@ -50,8 +49,6 @@ from .roofline import CellWork, Peak, PeakProbe, PeakShares, Rates, achieved, ce
 from .schedule import centre_order, round_plan
 from .session import CURRENT, Build, WorkerFailed, WorkerSession
 from .worker import ATOL_BY_DTYPE
-
-PEAK_CACHE = Path(os.environ.get("XDG_CACHE_HOME") or Path.home() / ".cache") / "fusebench"
 
 
 @dataclass
@@ -484,8 +481,8 @@ def default_out_path(exp: Experiment) -> Path:
 
 
 def peak_cache_path(env: Env) -> Path:
-    # v2: the GEMV probe reads an LM-head-sized matrix; peaks cached by the older, smaller probe are not reused.
-    return PEAK_CACHE / f"peak-v2-{fingerprint(env).slug}-t{env.get('threads')}.json"
+    # v3: keyed by machine_key, so two VMs of one CPU name (AVX-512 or not) keep their own peaks.
+    return cache_dir() / f"peak-v3-{machine_key(env)}-t{env.get('threads')}.json"
 
 
 def measured_peak(worker_env: dict[str, str], env: Env) -> Peak | None:
@@ -538,7 +535,7 @@ def print_dry_run(exp: Experiment, cells: list[Cell], console: Console) -> None:
                   f"round(s), then {rounds}; order "
                   f"{' '.join(centre_order(list(exp.variants), [(c.baseline, c.new) for c in exp.comparisons]))}, "
                   "reversed every other round; BLAS threads: "
-                  f"{exp.threads or f'auto ({default_threads()})'}")
+                  f"{exp.threads or 'auto (measured on this machine when the run starts, then cached)'}")
 
 
 def auto_rounds_text(exp: Experiment) -> str:
@@ -558,7 +555,7 @@ def honest_warnings(exp: Experiment) -> list[str]:
         warnings.append(f"trials is {exp.trials}: fewer than 3 paired rounds give no verdict")
     if (os.cpu_count() or 1) > 1 and exp.threads == os.cpu_count():
         warnings.append(f"threads is {exp.threads}, every core: anything else on the machine stalls a BLAS thread "
-                        "and the whole matmul waits (the default leaves one core free)")
+                        "and the whole matmul waits (threads: auto measures which count pays here)")
     return warnings
 
 
@@ -583,7 +580,9 @@ def run_experiment(exp: Experiment, options: RunOptions, console: Console, resum
         return 0
     for warning in honest_warnings(exp):
         console.print(f"[yellow]warning[/]: {warning}")
-    worker_env, env = worker_environment(options.blas, exp.threads)
+    worker_env, env, threads = worker_environment(options.blas, exp.threads)
+    if threads.reason and not options.quiet:
+        console.print(f"BLAS threads: {threads.threads} ({threads.reason})", highlight=False)
     if warning := blas_warning(env):
         console.print(f"[yellow]warning[/]: {warning}")
     run_id, done = resume_state(resume, exp) if resume else (new_run_id(), DoneWork())
@@ -596,7 +595,7 @@ def run_experiment(exp: Experiment, options: RunOptions, console: Console, resum
         builds = {b.name: build_fields(b, env) for b in runner.builds}
         writer.write(run_header(run_id, experiment, env, peak=peak, shard=f"{options.shard[0]}/{options.shard[1]}",
                                 resumed=resume is not None, plugins=plugins, builds=builds,
-                                preflight=before, pinned=options.pin))
+                                preflight=before, pinned=options.pin, threads_choice=threads.to_json()))
         console.print(f"results -> {options.out}  ({env['backend']}, {env['device']}, BLAS {env['blas']}, "
                       f"{env['threads']} thread(s))")
         with LoadSampler() as sampler:

@@ -6,7 +6,7 @@ from __future__ import annotations
 import re
 from collections.abc import Callable, Sequence
 
-from ...analysis.runs import Environment
+from ...analysis.runs import Environment, Run
 from ...analysis.study import Study
 
 
@@ -33,16 +33,21 @@ def environment_line(envs: Sequence[Environment]) -> str:
     )
 
 
-def threads_note(envs: Sequence[Environment]) -> str | None:
-    """Why a CPU run used fewer BLAS threads than mlx's own default (every core), and what that does to tok/s."""
-    env = envs[0] if envs else Environment()
-    threads, cores = env.threads, env.cores
-    if env.backend != "cpu" or not threads or not cores or threads >= cores:
+def threads_note(runs: Sequence[Run]) -> str | None:
+    """How a CPU run's BLAS thread count was chosen: measured on its machine (`threads: auto`, with the figures
+    that decided it), or set by the experiment."""
+    run = runs[0] if runs else None
+    if run is None or run.env.backend != "cpu" or not run.env.threads or not run.env.cores:
         return None
-    return (f"BLAS threads: {threads} of {cores} cores, fusebench's default (`threads: auto`), chosen by measurement: "
-            "on this project's 2-core VM two threads ran 1.6–1.9x faster, but their rounds were 5–10x noisier "
-            "(paired log-ratio SD 3–19% against 1.3–2.8%), so one thread gives far tighter intervals per minute. "
-            "tok/s here are therefore lower than at mlx's default (every core); the Δs are what this setting shows. "
+    threads, cores = run.env.threads, run.env.cores
+    if run.threads_reason:
+        how = f"chosen by `threads: auto`, measured on this machine: {run.threads_reason}"
+    elif threads < cores:
+        how = "set by the experiment, or by an older fusebench's fixed default (all cores but one)"
+    else:
+        return None
+    lower = " tok/s are lower than at mlx's default (every core);" if threads < cores else ""
+    return (f"BLAS threads: {threads} of {cores} cores, {how}.{lower} the Δs are what this setting shows. "
             "Set `threads:` in the experiment to measure at another count.")
 
 

@@ -272,7 +272,7 @@ def delta_section(
         context.append(reference_note(reference, study, machine, cells, pair))
     if note := attention_note(study, machine, workload, pair):
         context.append(note)
-    if note := threads_note(study.envs(machine)):
+    if note := threads_note([run for run in study.runs.values() if run.machine == machine]):
         context.append(note)
     where = workload if len(study.machines) == 1 else f"{workload} · {machine}"
     blocks: list[Block] = [Heading(f"{pair[0]} → {pair[1]} · {where}", 3), Bullets(tuple(context)), table]
