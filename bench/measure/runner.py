@@ -37,7 +37,7 @@ from ..core.records import (
 )
 from ..core.results import ResultsWriter
 from ..core.spec import MIN_AUTO_ROUNDS, Cell, Experiment, ModelSpec, shard_cells
-from ..present.format import format_count
+from ..present.format import format_count, format_duration
 from .env import blas_warning, cache_dir, machine_key
 from .job import Agreement, CellShape, Command, Gate, Measured, Result, Trial, WorkerJob, result_fields, result_kind
 from .load import LoadSampler, preflight
@@ -245,12 +245,8 @@ def settle_text(forecast: Forecast, allowed_rounds: int) -> str:
     """"about 60 rounds (9 min) would settle it; the budget allows 14"."""
     if forecast.rounds is None:
         return "cannot be settled at this estimate"
-    took = f" ({format_seconds(forecast.seconds)})" if forecast.seconds is not None else ""
+    took = f" ({format_duration(forecast.seconds)})" if forecast.seconds is not None else ""
     return f"about {forecast.rounds} rounds{took} would settle it; the budget allows {allowed_rounds}"
-
-
-def format_seconds(seconds: float) -> str:
-    return f"{seconds:.0f} s" if seconds < 120 else f"{seconds / 60:.0f} min"
 
 
 def table_rows(exp: Experiment, builds: Sequence[str]) -> int:

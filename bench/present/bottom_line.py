@@ -1,8 +1,8 @@
 """The answer first: one sentence per comparison, opening the run's closing screen and the report.
 
 A sentence gives the verdict most of the comparison's rows share, then every row that differs, with its Δ or its
-interval; for an inconclusive row it says about how many rounds would settle it at the noise this run saw (rounds
-scale with the square of the width: n · (half-width / target)²).
+interval; for an inconclusive row it says about how many rounds would settle it at the estimate and noise this run
+saw (analysis.stopping, "In reach"), and what they would take at the run's pace.
 """
 
 from __future__ import annotations
@@ -11,9 +11,11 @@ import math
 from collections.abc import Sequence
 from dataclasses import dataclass
 
+from ..analysis import stats
 from ..analysis.inference import VerdictWord
-from ..analysis.stopping import target_for_margin
-from ..analysis.study import Study, compare_scope, ops_changes
+from ..analysis.stopping import Goal
+from ..analysis.study import Study, compare_scope, on, ops_changes
+from .format import format_duration
 
 
 @dataclass(frozen=True)
@@ -23,6 +25,8 @@ class _Row:
     delta_pct: float
     half_width_pct: float
     rounds: int
+    settle_rounds: int | None = None  # inconclusive: the rounds that would decide it
+    settle_s: float | None = None  # and the time they would take at this run's pace
 
 
 def bottom_lines(study: Study, machine: str, workload: str, pairs: Sequence[tuple[str, str]]) -> list[str]:
@@ -37,8 +41,15 @@ def bottom_lines(study: Study, machine: str, workload: str, pairs: Sequence[tupl
 
 def _rows(study: Study, machine: str, workload: str, pair: tuple[str, str]) -> list[_Row]:
     rows = compare_scope(study, machine, workload, pair)
-    return [_Row(f"{name} {r.metric}", r.verdict.word if r.verdict else None, r.delta_pct, r.half_width_pct,
-                 r.n_pairs) for r, name in zip(rows, _short_sizes([r.size for r in rows]), strict=True)]
+    pace = stats.round_seconds(on(study.timed, machine, workload))
+    found = []
+    for r, name in zip(rows, _short_sizes([r.size for r in rows]), strict=True):
+        settle = r.rounds_to_decide(Goal(study.margin_pct))
+        seconds = pace.get((r.model_key, r.workload))
+        more = None if settle is None or seconds is None else (settle - r.n_pairs) * seconds
+        found.append(_Row(f"{name} {r.metric}", r.verdict.word if r.verdict else None, r.delta_pct,
+                          r.half_width_pct, r.n_pairs, settle, more))
+    return found
 
 
 def _short_sizes(sizes: Sequence[str]) -> list[str]:
@@ -73,9 +84,11 @@ def _phrase(word: VerdictWord | None, margin_pct: float) -> str:
 def _exception(row: _Row, margin_pct: float) -> str:
     if row.word in (VerdictWord.FASTER, VerdictWord.SLOWER):
         return f"{row.where} {row.word.value} {row.delta_pct:+.1f}%"
-    if row.word is VerdictWord.INCONCLUSIVE and math.isfinite(row.half_width_pct):
-        target = target_for_margin(margin_pct)
-        needed = math.ceil(row.rounds * (row.half_width_pct / target) ** 2)
-        return (f"{row.where} inconclusive (±{row.half_width_pct:.1f}% after {row.rounds} rounds; about {needed} "
+    if row.word is VerdictWord.INCONCLUSIVE:
+        width = f"±{row.half_width_pct:.1f}%" if math.isfinite(row.half_width_pct) else "unbounded"
+        if row.settle_rounds is None:
+            return f"{row.where} inconclusive ({width} after {row.rounds} rounds)"
+        took = f", {format_duration(row.settle_s)} more" if row.settle_s is not None else ""
+        return (f"{row.where} inconclusive ({width} after {row.rounds} rounds; about {row.settle_rounds}{took} "
                 "would settle it at this noise)")
     return f"{row.where} {_phrase(row.word, margin_pct)}"

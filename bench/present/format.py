@@ -79,3 +79,8 @@ def format_seconds(seconds: float) -> str:
 def format_count(n: int) -> str:
     """Parameters: "2.35B" or "870.1M"."""
     return f"{n / 1e9:.2f}B" if n >= 1e9 else f"{n / 1e6:.1f}M"
+
+
+def format_duration(seconds: float) -> str:
+    """"43 s", or "5 min" from two minutes on."""
+    return f"{seconds:.0f} s" if seconds < 120 else f"{seconds / 60:.0f} min"

@@ -24,7 +24,7 @@ from ..analysis.history import MIN_RUNS
 from ..analysis.inference import STALLS_NEW, slower_beyond
 from ..analysis.stats import Stalls
 from .document import Block, Bullets, Heading, Paragraph, Table
-from .format import format_ci, format_delta, format_tps, verdict_text
+from .format import format_ci, format_delta, format_duration, format_tps, verdict_text
 
 COLUMNS = ("Check", "Cell", "Variant", "Metric", "Baseline", "Current", "Δ [95% CI]", "Limit", "Verdict")
 CHECK_LABELS = {
@@ -50,12 +50,8 @@ def settle_text(settle: Settle, rounds_now: int) -> str:
     """"about 48 rounds (6 min at this run's pace) would settle it"."""
     if settle.rounds is None:
         return "the estimate sits on the limit; no round count settles it"
-    more = f", {_duration(settle.seconds)} more at this run's pace" if settle.seconds is not None else ""
+    more = f", {format_duration(settle.seconds)} more at this run's pace" if settle.seconds is not None else ""
     return f"about {settle.rounds} rounds ({rounds_now} ran{more}) would settle it"
-
-
-def _duration(seconds: float) -> str:
-    return f"{seconds:.0f} s" if seconds < 120 else f"{seconds / 60:.0f} min"
 
 
 def limit_text(limit: Limit) -> str:
