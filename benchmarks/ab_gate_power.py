@@ -4,11 +4,15 @@ Each run measures a *current* build against the reference build (this tree) with
 .ci/run does, then asks `fusebench check`. The current build is a throwaway copy of this tree; for a slowdown of
 s%, the copy's worker sleeps s/(100 - s) of each prefill and of each decode step after it happened, so its tok/s drop
 by s% (a patch to the copy's bench/measure/worker.py, never a hook in the product). s = 0 is an A/A run of two
-identical builds: any failure is a false alarm. A run is caught when `check` fails and `check --confirm` fails
-again, as in .ci/run. Slowdowns are interleaved across repetitions so machine drift lands on each alike,
-and every results file is kept.
+identical builds: any failure is a false alarm. The gate has three outcomes (check exits 0 passed, 1 failed,
+3 cannot tell); as in .ci/run, a first check that fails or cannot tell is followed by `check --confirm`, a new
+A/B run of those cells whose verdict counts. Each run also checks the gate's word against its intervals:
+"passed" must mean every build row's interval lies inside the limit. Slowdowns are interleaved across
+repetitions so machine drift lands on each alike, and every results file is kept. --budget-s runs the
+experiment with a smaller budget, to see what the gate says when it cannot decide.
 
-    python3 benchmarks/ab_gate_power.py --plan 0:20,10:10,5:4,20:4 --out results/gate-ab
+    python3 benchmarks/ab_gate_power.py --plan 0:20,10:10 --out results/gate-ab-3
+    python3 benchmarks/ab_gate_power.py --plan 0:2,10:2 --budget-s 40 --out results/gate-ab-3/budget-40s
 """
 
 from __future__ import annotations
@@ -69,8 +73,17 @@ def slowed_copy(dest: Path, slowdown_pct: float) -> Path:
 def gate_verdicts(results: Path, cwd: Path, *extra: str) -> tuple[int, list[dict]]:
     check = subprocess.run([sys.executable, "-m", "bench", "check", str(results), "--format", "json", *extra],
                            cwd=cwd, capture_output=True, text=True)
-    verdicts = json.loads(check.stdout)["verdicts"] if check.returncode in (0, 1) else []
+    verdicts = json.loads(check.stdout)["verdicts"] if check.returncode in OUTCOMES else []
     return check.returncode, [v for v in verdicts if v["check"] == "build"]
+
+
+OUTCOMES = {0: "passed", 1: "failed", 3: "cannot tell"}
+
+
+def honest(exit_code: int, verdicts: list[dict]) -> bool:
+    """The gate's word agrees with its intervals: passed only when every build row lies inside the limit."""
+    inside = all(v["verdict"] == "within limit" for v in verdicts)
+    return (exit_code == 0) == inside
 
 
 def one_run(slowdown: float, out: Path, experiment: Path) -> dict:
@@ -83,13 +96,24 @@ def one_run(slowdown: float, out: Path, experiment: Path) -> dict:
                               "--out", str(out), "--quiet"], cwd=current, capture_output=True, text=True)
         seconds = time.monotonic() - start
         first_exit, verdicts = gate_verdicts(out, current)
-        gate_exit = first_exit
-        if first_exit == 1:
-            gate_exit, _ = gate_verdicts(out, current, "--confirm")
+        gate_exit, confirmed = first_exit, verdicts
+        if first_exit in (1, 3):
+            gate_exit, confirmed = gate_verdicts(out, current, "--confirm")
     deltas = {f"{v['variant']} {v['metric']}": round(v["delta_pct"], 2) for v in verdicts}
+    halves = {f"{v['variant']} {v['metric']}": _half_width(v) for v in verdicts}
+    bounds = {f"{v['variant']} {v['metric']}": (v["ci_low_pct"], v["ci_high_pct"]) for v in verdicts}
     return {"slowdown_pct": slowdown, "file": out.name, "run_exit": run.returncode, "seconds": round(seconds, 1),
-            "first_exit": first_exit, "gate_exit": gate_exit, "deltas": deltas,
+            "rounds": max((v["rounds"] or 0 for v in verdicts), default=0),
+            "first_exit": first_exit, "gate_exit": gate_exit, "deltas": deltas, "half_widths": halves,
+            "intervals": bounds,
+            "honest": honest(first_exit, verdicts) and honest(gate_exit, confirmed),
             "failed": [f"{v['variant']} {v['metric']}" for v in verdicts if v["failed"]]}
+
+
+def _half_width(v: dict) -> float | None:
+    if v["ci_high_pct"] is None or v["ci_low_pct"] is None:
+        return None
+    return round((v["ci_high_pct"] - v["ci_low_pct"]) / 2, 2)
 
 
 def schedule(plan: str) -> list[tuple[float, int]]:
@@ -103,15 +127,41 @@ def summary(rows: list[dict]) -> list[str]:
     for level in sorted({r["slowdown_pct"] for r in rows}):
         ran = [r for r in rows if r["slowdown_pct"] == level]
         mine = [r for r in ran if r["run_exit"] == 0]
-        first, gate = sum(r["first_exit"] == 1 for r in mine), sum(r["gate_exit"] == 1 for r in mine)
+        if not mine:
+            lines.append(f"slowdown {level:g}%: {len(ran)} runs, none ran to the end")
+            continue
+
+        def counts(key: str, runs: list[dict] = mine) -> str:
+            return ", ".join(f"{word} {sum(r[key] == code for r in runs)}" for code, word in OUTCOMES.items())
+
         measured = {m: statistics.median(r["deltas"].get(f"all variants {m}", math.nan) for r in mine)
                     for m in ("prefill", "gen")}
-        what = "false alarms" if level == 0 else "caught"
-        lines.append(f"slowdown {level:g}%: gate {gate}/{len(mine)} {what} (first run alone {first}/{len(mine)}); "
-                     f"measured Δ (median, all variants) prefill {measured['prefill']:+.1f}% gen "
-                     f"{measured['gen']:+.1f}%; median run {statistics.median(r['seconds'] for r in mine):.0f} s"
+        lines.append(f"slowdown {level:g}%: {len(mine)} runs; gate (with --confirm): {counts('gate_exit')}; first "
+                     f"check alone: {counts('first_exit')}; word agrees with intervals in "
+                     f"{sum(r.get('honest', True) for r in mine)}/{len(mine)}; measured Δ (median, all variants) "
+                     f"prefill {measured['prefill']:+.1f}% gen {measured['gen']:+.1f}%; median run "
+                     f"{statistics.median(r['seconds'] for r in mine):.0f} s, "
+                     f"{statistics.median(r.get('rounds', 0) for r in mine):.0f} rounds"
                      + (f"; {len(ran) - len(mine)} runs failed" if len(mine) < len(ran) else ""))
+        if held := rerun_held(mine):
+            lines.append(f"  another run's Δ inside this run's interval (Holm-adjusted, each build its own "
+                         f"process): {held}")
     return lines
+
+
+def rerun_held(runs: list[dict]) -> str:
+    """How often one run's printed interval holds another run's Δ, over every ordered pair of runs and row: a
+    verdict that survives a rerun needs an interval that holds the spread between processes too."""
+    held = total = 0
+    for i, mine in enumerate(runs):
+        for j, other in enumerate(runs):
+            if i == j:
+                continue
+            for row, (low, high) in mine.get("intervals", {}).items():
+                if row in other["deltas"] and low is not None:
+                    total += 1
+                    held += low <= other["deltas"][row] <= (math.inf if high is None else high)
+    return f"{held}/{total} ({held / total:.1%})" if total else ""
 
 
 def main() -> None:
@@ -121,8 +171,14 @@ def main() -> None:
     parser.add_argument("--experiment", type=Path, default=ROOT / "experiments" / "ci.yaml")
     parser.add_argument("--out", type=Path, default=ROOT / "results" / "gate-ab")
     parser.add_argument("--summary", action="store_true", help="only summarize the runs already in OUT/runs.jsonl")
+    parser.add_argument("--budget-s", type=float, help="run the experiment with this budget_s instead of its own")
     args = parser.parse_args()
     args.out.mkdir(parents=True, exist_ok=True)
+    if args.budget_s:
+        text = args.experiment.read_text()
+        budget = next(line for line in text.splitlines() if line.startswith("budget_s:"))
+        args.experiment = args.out / args.experiment.name
+        args.experiment.write_text(text.replace(budget, f"budget_s: {args.budget_s:g}"))
     log = args.out / "runs.jsonl"
     if not args.summary:
         for slowdown, i in schedule(args.plan):

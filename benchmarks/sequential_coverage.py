@@ -224,6 +224,20 @@ def _tables_job(args: tuple) -> tuple[Tally, list[int]]:
     return comparison_tables(*args)
 
 
+def _gate_job(args: tuple) -> GateTally:
+    return gate_runs(*args)
+
+
+def run_gate(model: Model, slowdown: float, runs: int, max_rounds: int, seed: int, workers: int) -> GateTally:
+    jobs = [(model, slowdown, n, max_rounds, seed * 100 + i) for i, n in enumerate(_split(runs, workers)) if n]
+    tally = GateTally()
+    with ProcessPoolExecutor(workers) as pool:
+        for part in pool.map(_gate_job, jobs):
+            for field in tally.__dataclass_fields__:
+                setattr(tally, field, getattr(tally, field) + getattr(part, field))
+    return tally
+
+
 def run_tables(model: Model, effect: float, tables: int, max_rounds: int, seed: int, workers: int
                ) -> tuple[Tally, list[int]]:
     jobs = [(model, effect, n, max_rounds, seed * 100 + i) for i, n in enumerate(_split(tables, workers)) if n]
@@ -259,7 +273,8 @@ def main() -> None:
     for m, model in enumerate(MODELS):
         for slowdown in (0.0, 0.10):
             for cap in (max_rounds, 12):
-                t = gate_runs(model, slowdown, gate_n, cap, seed=1000 + 10 * m + int(slowdown * 100) + cap)
+                t = run_gate(model, slowdown, gate_n, cap, seed=1000 + 10 * m + int(slowdown * 100) + cap,
+                             workers=args.workers)
                 name = "identical" if slowdown == 0.0 else f"{slowdown:.0%} slower"
                 print(f"| {model.name} | {name} | {cap} | {t.runs} | {t.passed / t.runs:.1%} | "
                       f"{t.failed / t.runs:.1%} | {t.cannot_tell / t.runs:.1%} |", flush=True)

@@ -234,19 +234,25 @@ class CellStop:
         head = (f"after {rounds} rounds ({pace:.1f} s a round): {rows - len(forecasts)} of {rows} rows decided"
                 if pace else f"after {rounds} rounds: {rows - len(forecasts)} of {rows} rows decided")
         left = self.time_left_s()
-        allows = (rounds + int(left // pace)) if pace and math.isfinite(left) else self.exp.trials
+        allows = (rounds + max(0, int(left // pace))) if pace and math.isfinite(left) else self.exp.trials
         allows = min(allows, self.exp.trials)
-        out = [f"{label} {settle_text(f, allows)}" for label, f in forecasts.items() if not self._in_reach(f)]
+        far = {label: f for label, f in forecasts.items() if not self._in_reach(f)}
+        out = [f"{label} {settle_text(f)}" for label, f in far.items()]
         reach = len(forecasts) - len(out)
-        return "; ".join([head, *([f"{reach} more in reach"] if reach else []), *out])
+        beyond = [f"out of reach (this size's share of the budget allows {allows} rounds): " + ", ".join(out)] \
+            if out else []
+        more = [f.seconds for f in far.values() if f.seconds is not None]
+        if more and all(f.rounds is not None for f in far.values()):
+            beyond.append(f"about {format_duration(max(more))} more budget for this size would settle them")
+        return "; ".join([head, *([f"{reach} more in reach"] if reach else []), *beyond])
 
 
-def settle_text(forecast: Forecast, allowed_rounds: int) -> str:
-    """"about 60 rounds (9 min) would settle it; the budget allows 14"."""
+def settle_text(forecast: Forecast) -> str:
+    """"about 60 rounds (9 min) would settle it"."""
     if forecast.rounds is None:
         return "cannot be settled at this estimate"
-    took = f" ({format_duration(forecast.seconds)})" if forecast.seconds is not None else ""
-    return f"about {forecast.rounds} rounds{took} would settle it; the budget allows {allowed_rounds}"
+    took = f" ({format_duration(forecast.seconds)} more)" if forecast.seconds is not None else ""
+    return f"about {forecast.rounds} rounds{took} would settle it"
 
 
 def table_rows(exp: Experiment, builds: Sequence[str]) -> int:

@@ -72,7 +72,20 @@ def _sentence(rows: list[_Row], margin_pct: float) -> str:
     others = [row for row in rows if row.word != common]
     scope = f"on all {len(rows)} rows" if not others else f"on {len(rows) - len(others)} of {len(rows)} rows"
     head = f"{_phrase(common, margin_pct)} {scope}"
+    if common is VerdictWord.INCONCLUSIVE:
+        head += _settle_all([row for row in rows if row.word is common])
     return head if not others else f"{head}; " + "; ".join(_exception(row, margin_pct) for row in others)
+
+
+def _settle_all(rows: list[_Row]) -> str:
+    """" (about 12-176 rounds would settle them, up to 42 min more at this run's pace)"."""
+    needed = [row.settle_rounds for row in rows if row.settle_rounds is not None]
+    if not needed:
+        return ""
+    span = f"{min(needed)}-{max(needed)}" if min(needed) != max(needed) else f"{needed[0]}"
+    more = [row.settle_s for row in rows if row.settle_s is not None]
+    took = f", up to {format_duration(max(more))} more at this run's pace" if more else ""
+    return f" (about {span} rounds would settle them{took})"
 
 
 def _phrase(word: VerdictWord | None, margin_pct: float) -> str:
