@@ -254,7 +254,7 @@ def main() -> None:
     parser.add_argument("--quick", action="store_true", help="small, as the test suite runs it")
     parser.add_argument("--workers", type=int, default=2)
     args = parser.parse_args()
-    aa_tables, effect_tables, gate_n = (60, 20, 40) if args.quick else (2000, 300, 400)
+    aa_tables, effect_tables, gate_n = (60, 20, 40) if args.quick else (1000, 150, 200)
     max_rounds = 120
     print(f"| noise | true Δ | tables | false claims per table | wrong rows | 95% coverage | rounds (median, "
           f"p90) | cells decided by {max_rounds} |")

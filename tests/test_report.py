@@ -793,8 +793,9 @@ def test_a_bottom_line_names_the_rows_that_differ_and_what_would_settle_them():
             for metric in ("a", "b")]
     rows += [_Row("31B gen", VerdictWord.INCONCLUSIVE, -3.2, 4.8, 6, settle_rounds=24, settle_s=540.0),
              _Row("26B prefill", VerdictWord.FASTER, 6.1, 2.0, 12)]
-    assert _sentence(rows, 5.0) == ("no change within ±5% on 4 of 6 rows; 31B gen inconclusive (±4.8% after 6 rounds;"
-                                    " about 24, 9 min more would settle it at this noise); 26B prefill faster +6.1%")
+    assert _sentence(rows, 5.0) == (
+        "no change within ±5% on 4 of 6 rows; 31B gen inconclusive (±4.8% after 6 rounds; about 24 rounds (9 min"
+        " more) would settle it at this noise); 26B prefill faster +6.1%")
     assert _sentence(rows[:4], 5.0) == "no change within ±5% on all 4 rows"
 
 

@@ -101,7 +101,7 @@ def _exception(row: _Row, margin_pct: float) -> str:
         width = f"±{row.half_width_pct:.1f}%" if math.isfinite(row.half_width_pct) else "unbounded"
         if row.settle_rounds is None:
             return f"{row.where} inconclusive ({width} after {row.rounds} rounds)"
-        took = f", {format_duration(row.settle_s)} more" if row.settle_s is not None else ""
-        return (f"{row.where} inconclusive ({width} after {row.rounds} rounds; about {row.settle_rounds}{took} "
-                "would settle it at this noise)")
+        took = f" ({format_duration(row.settle_s)} more)" if row.settle_s is not None else ""
+        return (f"{row.where} inconclusive ({width} after {row.rounds} rounds; about {row.settle_rounds} rounds"
+                f"{took} would settle it at this noise)")
     return f"{row.where} {_phrase(row.word, margin_pct)}"
