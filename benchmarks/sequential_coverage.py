@@ -130,8 +130,16 @@ def stopped_cell(rows: Sequence[tuple[np.ndarray, np.ndarray]], goal: Goal, alph
     return max_rounds
 
 
+class Counts:
+    """Counters that add up across the worker processes' parts."""
+
+    def add(self, other: Counts) -> None:
+        for field in self.__dataclass_fields__:
+            setattr(self, field, getattr(self, field) + getattr(other, field))
+
+
 @dataclass
-class Tally:
+class Tally(Counts):
     tables: int = 0
     false_tables: int = 0
     rows: int = 0
@@ -139,10 +147,6 @@ class Tally:
     covered: int = 0
     decided_cells: int = 0
     cells: int = 0
-
-    def add(self, other: Tally) -> None:
-        for field in self.__dataclass_fields__:
-            setattr(self, field, getattr(self, field) + getattr(other, field))
 
 
 def _wrong(word: VerdictWord, effect: float) -> bool:
@@ -186,7 +190,7 @@ def comparison_tables(model: Model, effect: float, tables: int, max_rounds: int,
 
 
 @dataclass
-class GateTally:
+class GateTally(Counts):
     runs: int = 0
     passed: int = 0
     failed: int = 0
@@ -233,8 +237,7 @@ def run_gate(model: Model, slowdown: float, runs: int, max_rounds: int, seed: in
     tally = GateTally()
     with ProcessPoolExecutor(workers) as pool:
         for part in pool.map(_gate_job, jobs):
-            for field in tally.__dataclass_fields__:
-                setattr(tally, field, getattr(tally, field) + getattr(part, field))
+            tally.add(part)
     return tally
 
 

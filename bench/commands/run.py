@@ -5,6 +5,11 @@ record is appended to the results file as it completes, so an interrupted run lo
 
 EXPERIMENT is a YAML file or the name of a shipped one (`--list` shows them), from any folder.
 
+With `trials: auto` each cell runs a pilot of 6 rounds, says what it can decide in its share of the run's
+`budget_s`, then adds rounds until every row is decided (faster, slower, or no change within `margin_pct`; with
+--against, inside or beyond the limit), no decision is in reach, or the budget is spent. The intervals are
+confidence sequences, valid at whatever round the run stopped.
+
 examples:
   fusebench run                                   (the shipped `default` experiment)
   fusebench run --list                            (the shipped experiments and what each asks)
@@ -47,7 +52,7 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
                         help="finish an interrupted run: nothing already recorded in FILE is repeated")
     parser.add_argument("--trials", type=positive_int, metavar="N",
                         help="exactly N timed rounds per cell (overrides the experiment's trials, and turns a "
-                        "trials: auto precision target off)")
+                        "trials: auto rule off)")
     parser.add_argument("--only", type=names, metavar="SIZES", help="comma-separated size labels or presets to keep, "
                         "e.g. E2B,26b")
     parser.add_argument("--shard", type=shard, default=(1, 1), metavar="I/N", help="run shard I of N of the matrix "

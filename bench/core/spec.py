@@ -203,7 +203,7 @@ class Experiment:
     workloads: tuple[Workload, ...]
     depths: tuple[int, ...]
     shares: int  # rounds of the op-share timing; 0: none
-    trials: int  # timed rounds; with a precision target, the most a cell gets (max_rounds)
+    trials: int  # timed rounds; with trials: auto, the most a cell gets (max_rounds)
     warmup: int
     prefill_step_size: int
     seed: int
@@ -294,8 +294,8 @@ def resolve_ops(exp: Experiment, ops: Mapping[str, tuple[Sequence[str], str]]) -
 
 
 def with_trials(exp: Experiment, trials: int) -> Experiment:
-    """`run --trials N`: exactly N timed rounds per cell. A `trials: auto` precision target is turned off: kept, it
-    would take N for its max_rounds, promise "at least 6, at most N" rounds, and might stop before N."""
+    """`run --trials N`: exactly N timed rounds per cell. A `trials: auto` rule is turned off: kept, it would take N
+    for its max_rounds and might stop before N."""
     return replace(exp, trials=trials, precision=None)
 
 

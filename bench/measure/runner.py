@@ -395,7 +395,9 @@ class CellRun:
         w = cell.workload
         self.shape = CellShape(cell.key, w.prompt_tokens, w.gen_tokens, w.batch)
         self.deadline = time.monotonic() + self.exp.timeout_s
-        self.target = CellStop(self.exp, list(sessions), runner.cell_share_s())
+        share = runner.cell_share_s()
+        # The cell's deadline (timeout_s) counts from here too: a share past it would end in a timeout, not a stop.
+        self.target = CellStop(self.exp, list(sessions), None if share is None else min(share, self.exp.timeout_s))
 
     def run(self, first: bool) -> None:
         for build in self.sessions:
