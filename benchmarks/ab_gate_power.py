@@ -132,7 +132,8 @@ def summary(rows: list[dict]) -> list[str]:
             continue
 
         def counts(key: str, runs: list[dict] = mine) -> str:
-            return ", ".join(f"{word} {sum(r[key] == code for r in runs)}" for code, word in OUTCOMES.items())
+            words = {**OUTCOMES, 2: "could not compare (exit 2)"}
+            return ", ".join(f"{word} {sum(r[key] == code for r in runs)}" for code, word in words.items())
 
         measured = {m: statistics.median(r["deltas"].get(f"all variants {m}", math.nan) for r in mine)
                     for m in ("prefill", "gen")}
