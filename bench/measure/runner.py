@@ -144,11 +144,11 @@ class CellStop:
     def __init__(self, exp: Experiment, builds: Sequence[str], share_s: float | None) -> None:
         self.exp = exp
         self.pairs = comparison_pairs(exp, builds)
-        self.across = len(builds) > 1
+        across = len(builds) > 1
         self.alpha = 1.0 - print_level(table_rows(exp, builds))
         target = exp.precision.target_pct if exp.precision else None
         # A gate row is decided against the experiment's margin as the limit (ci.yaml's 5%: check's default).
-        self.goal = Goal(exp.margin_pct, limit_pct=exp.margin_pct if self.across else None, target_pct=target)
+        self.goal = Goal(exp.margin_pct, limit_pct=exp.margin_pct if across else None, target_pct=target)
         self.values: dict[tuple[str, str], dict[int, tuple[float, float | None]]] = {}
         self.share_s = share_s
         self.started = time.monotonic()
