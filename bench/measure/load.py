@@ -66,9 +66,12 @@ class Share:
 
     @classmethod
     def between(cls, before: CpuTimes, after: CpuTimes) -> Share:
+        """Bounded by the machine's cores: /proc/stat counts in clock ticks, and a child's time is ours only once
+        it is reaped, so over a short interval the raw difference can read more cores than there are."""
         wall = max(after.at - before.at, 1e-6)
+        cores = float(os.cpu_count() or 1)
         others = max(0.0, (after.busy - before.busy) - (after.ours - before.ours))
-        return cls(others / wall, max(0.0, after.steal - before.steal) / wall)
+        return cls(min(cores, others / wall), min(cores, max(0.0, after.steal - before.steal) / wall))
 
 
 @dataclass(frozen=True)
