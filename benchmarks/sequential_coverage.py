@@ -24,8 +24,15 @@ Also the A/B gate (`gate_table`): 3 variants × 2 metrics of the current build a
 against a −5% limit, and the share of runs that pass, fail and cannot tell, for identical builds and a 10%
 slower one, at max_rounds and at a small round cap.
 
+And between processes (`process_table`): each build's worker process adds its own offset to every round it
+runs, SD τ (a multiple of the per-round SD); an A/B of identical builds either keeps one pair of workers for the
+whole run (what run --against did before worker_rounds) or starts a fresh pair every 6 rounds and labels the
+rounds with their pair (what it does now, analysis.inference "Between processes"). Per design: coverage of
+the true Δ at the stopping round (95% interval), the gate's outcomes, and the rounds it took.
+
     .venv/bin/python benchmarks/sequential_coverage.py            the full run (about 15 minutes on 2 cores)
     .venv/bin/python benchmarks/sequential_coverage.py --quick    a small seeded run, as tests/test_sequential.py
+    .venv/bin/python benchmarks/sequential_coverage.py --only processes   the between-process table alone
 """
 
 from __future__ import annotations
@@ -116,12 +123,13 @@ EFFECTS = (0.0, 0.03, 0.05, 0.10, 0.20)
 
 
 def stopped_cell(rows: Sequence[tuple[np.ndarray, np.ndarray]], goal: Goal, alpha: float, max_rounds: int,
-                 min_rounds: int = PILOT) -> int:
-    """The round at which the runner's rule stops a cell whose rows' rounds are given (each max_rounds long)."""
+                 min_rounds: int = PILOT, labels: np.ndarray | None = None) -> int:
+    """The round at which the runner's rule stops a cell whose rows' rounds are given (each max_rounds long);
+    `labels`: each round's pair of worker processes."""
     for n in range(min_rounds, max_rounds + 1):
         decided = True
         for base, new in rows:
-            est = paired_estimate(base[:n], new[:n])
+            est = paired_estimate(base[:n], new[:n], processes=None if labels is None else labels[:n])
             if not Row(est.mean_log, est.sd_log, est.n, alpha, goal).decided:
                 decided = False
                 break
@@ -220,6 +228,93 @@ def gate_runs(model: Model, slowdown: float, runs: int, max_rounds: int, seed: i
     return tally
 
 
+PROCESS_SDS = (0.0, 0.25, 0.5, 1.0)  # τ as a multiple of the per-round SD
+WORKER_ROUNDS = 6
+
+
+@dataclass
+class ProcessTally(Counts):
+    runs: int = 0
+    rows: int = 0
+    covered: int = 0
+    passed: int = 0
+    failed: int = 0
+    cannot_tell: int = 0
+    rounds: int = 0
+
+
+def _process_rows(rng: np.random.Generator, model: Model, tau: float, fresh_every: int, max_rounds: int
+                  ) -> tuple[list[tuple[np.ndarray, np.ndarray]], np.ndarray]:
+    """The gate's 6 rows of identical builds with a process offset per pair of workers: each row's rounds,
+    and each round's pair (one pair throughout when fresh_every is 0)."""
+    pairs = np.arange(max_rounds) // fresh_every if fresh_every else np.zeros(max_rounds, dtype=int)
+    rows = []
+    for _ in range(3 * METRICS):
+        base, new = model.rounds(rng, max_rounds, 0.0, None)
+        sd_round = float(np.std(np.log(new / base), ddof=1))
+        offsets = rng.normal(0.0, tau * sd_round, pairs.max() + 1)  # the pair's own offset on this row
+        rows.append((base, new * np.exp(offsets[pairs])))
+    return rows, pairs
+
+
+def process_runs(model: Model, tau: float, fresh_every: int, runs: int, max_rounds: int, seed: int
+                 ) -> ProcessTally:
+    """Simulated A/B runs of identical builds with process offsets: coverage and the gate's outcomes."""
+    rng = np.random.default_rng(seed)
+    alpha = 1.0 - print_level((3 + 1) * METRICS)
+    goal = Goal(MARGIN_PCT, limit_pct=LIMIT_PCT)
+    edge = 1.0 - LIMIT_PCT / 100.0
+    tally = ProcessTally()
+    for _ in range(runs):
+        rows, pairs = _process_rows(rng, model, tau, fresh_every, max_rounds)
+        labels = pairs if fresh_every else None
+        n = stopped_cell(rows, goal, alpha, max_rounds, labels=labels)
+        estimates = [paired_estimate(b[:n], x[:n], processes=None if labels is None else labels[:n])
+                     for b, x in rows]
+        adjusted = adjust(estimates)
+        tally.runs += 1
+        tally.rounds += n
+        tally.rows += len(estimates)
+        tally.covered += sum(e.low <= 1.0 <= e.high for e in estimates)
+        if any(a.high < edge for a in adjusted):
+            tally.failed += 1
+        elif all(a.low >= edge for a in adjusted):
+            tally.passed += 1
+        else:
+            tally.cannot_tell += 1
+    return tally
+
+
+def _process_job(args: tuple) -> ProcessTally:
+    return process_runs(*args)
+
+
+def run_processes(model: Model, tau: float, fresh_every: int, runs: int, max_rounds: int, seed: int,
+                  workers: int) -> ProcessTally:
+    jobs = [(model, tau, fresh_every, n, max_rounds, seed * 100 + i)
+            for i, n in enumerate(_split(runs, workers)) if n]
+    tally = ProcessTally()
+    with ProcessPoolExecutor(workers) as pool:
+        for part in pool.map(_process_job, jobs):
+            tally.add(part)
+    return tally
+
+
+def process_table(runs: int, max_rounds: int, workers: int) -> None:
+    print("| noise | process SD τ / round SD | workers | runs | 95% coverage | passed | failed | cannot tell "
+          "| rounds (mean) |")
+    print("|---|---|---|---|---|---|---|---|---|")
+    for m, model in enumerate(MODELS[:2]):
+        for t, tau in enumerate(PROCESS_SDS):
+            for fresh_every in (0, WORKER_ROUNDS):
+                r = run_processes(model, tau, fresh_every, runs, max_rounds, seed=5000 + 100 * m + 10 * t
+                                  + fresh_every, workers=workers)
+                design = f"fresh pair every {fresh_every} rounds" if fresh_every else "one pair"
+                print(f"| {model.name} | {tau:g} | {design} | {r.runs} | {r.covered / r.rows:.1%} | "
+                      f"{r.passed / r.runs:.1%} | {r.failed / r.runs:.1%} | {r.cannot_tell / r.runs:.1%} | "
+                      f"{r.rounds / r.runs:.0f} |", flush=True)
+
+
 def _split(total: int, parts: int) -> list[int]:
     return [total // parts + (i < total % parts) for i in range(parts)]
 
@@ -256,9 +351,13 @@ def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--quick", action="store_true", help="small, as the test suite runs it")
     parser.add_argument("--workers", type=int, default=2)
+    parser.add_argument("--only", choices=("processes",), help="one table alone")
     args = parser.parse_args()
     aa_tables, effect_tables, gate_n = (60, 20, 40) if args.quick else (1000, 150, 200)
     max_rounds = 120
+    if args.only == "processes":
+        process_table(gate_n, 60, args.workers)
+        return
     print(f"| noise | true Δ | tables | false claims per table | wrong rows | 95% coverage | rounds (median, "
           f"p90) | cells decided by {max_rounds} |")
     print("|---|---|---|---|---|---|---|---|")
@@ -281,6 +380,8 @@ def main() -> None:
                 name = "identical" if slowdown == 0.0 else f"{slowdown:.0%} slower"
                 print(f"| {model.name} | {name} | {cap} | {t.runs} | {t.passed / t.runs:.1%} | "
                       f"{t.failed / t.runs:.1%} | {t.cannot_tell / t.runs:.1%} |", flush=True)
+    print()
+    process_table(gate_n, 60, args.workers)
 
 
 if __name__ == "__main__":

@@ -61,6 +61,13 @@ def test_two_identical_builds_interleave_and_the_gate_compares_them(tmp_path: Pa
                            ("reference", "compiled")]
     assert {(t["build"], t["variant"]) for t in trials} == {(b, v) for b in ("current", "reference")
                                                             for v in ("base", "compiled")}
+    # A fresh pair of workers after worker_rounds (6) rounds: each round's trials name the pair that ran them.
+    pairs = {t["round"]: t["process"] for t in trials}
+    assert len({t["process"] for t in trials if t["round"] < 6}) == 1
+    assert pairs[6] == pairs[7] != pairs[0]
+    assert {t["process"] for t in trials if t["round"] == 6} == {pairs[6]}
+    warmups = [r for r in results if r["kind"] == "trial" and r["warmup"]]
+    assert {w["process"] for w in warmups} == {pairs[0], pairs[6]}  # each pair warms up before it is timed
     # The gate's plumbing only, not its verdict: the tiny model's millisecond trials swing by tens of percent, and
     # with both cores busy one build's process read 79% slower than its identical twin, so whether two identical
     # builds pass is a timing outcome (benchmarks/ab_gate_power.py measures the gate's false alarms and power).

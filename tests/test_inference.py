@@ -482,3 +482,27 @@ def test_one_stalling_arm_is_caught_and_its_delta_covered() -> None:
     print(message)
     assert wrong == 0.0, message
     assert chosen >= trimmed + 0.15, message
+
+
+def test_rounds_from_processes_that_differ_widen_the_interval_by_their_spread():
+    rng = np.random.default_rng(4)
+    base = np.exp(rng.normal(0.0, 0.01, 12))
+    new = base * np.exp(rng.normal(0.0, 0.01, 12) + np.repeat([0.05, -0.05], 6))  # two pairs, offsets ±5%
+    pooled = paired_estimate(base, new)
+    by_pair = paired_estimate(base, new, processes=[0] * 6 + [1] * 6)
+    assert by_pair.processes == 2 and pooled.processes == 1
+    assert by_pair.mean_log == pytest.approx(pooled.mean_log)
+    # MSB = 6 · Σ (pair mean − mean)² / 1 ≈ 6 · 2 · 0.05² = 0.03: an SD near 0.17, not the rounds' 0.05.
+    assert by_pair.sd_log == pytest.approx(math.sqrt(0.03), rel=0.2)
+    assert by_pair.high - by_pair.low > 2 * (pooled.high - pooled.low)
+
+
+def test_rounds_from_processes_that_agree_keep_the_rounds_spread():
+    rng = np.random.default_rng(5)
+    base = np.exp(rng.normal(0.0, 0.02, 12))
+    new = base * np.exp(rng.normal(0.0, 0.02, 12))
+    labels = ["a", "a", "a", "b", "b", "b"] * 2  # any hashable label; the MSB is no bigger than the SD here
+    same = paired_estimate(base, new, processes=labels)
+    assert same.sd_log >= paired_estimate(base, new).sd_log
+    with pytest.raises(ValueError, match="process labels"):
+        paired_estimate(base, new, processes=labels[:5])

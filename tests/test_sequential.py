@@ -125,3 +125,12 @@ def test_the_gate_never_passes_what_it_could_not_see():
     assert slowed.passed == 0 and slowed.cannot_tell + slowed.failed == 10
     same = sim.gate_runs(sim.MODELS[0], 0.0, runs=10, max_rounds=60, seed=5)
     assert same.failed <= 1
+
+
+def test_a_fresh_pair_of_workers_every_few_rounds_keeps_coverage_that_one_pair_loses():
+    # A process offset half the per-round SD: with one pair of workers per run nothing can see it, and the
+    # intervals cover less than they say; with a fresh pair every 6 rounds the spread between pairs widens them.
+    one_pair = sim.process_runs(sim.MODELS[0], 0.5, 0, runs=30, max_rounds=30, seed=7)
+    fresh = sim.process_runs(sim.MODELS[0], 0.5, sim.WORKER_ROUNDS, runs=30, max_rounds=30, seed=7)
+    assert fresh.covered / fresh.rows >= 0.95
+    assert one_pair.covered / one_pair.rows < fresh.covered / fresh.rows

@@ -24,6 +24,16 @@ Interval and test: a confidence sequence on the mean log ratio (analysis.sequent
     exact for normal log-ratio noise at any n and any stopping rule; heavy tails and dips are simulated
     (benchmarks/sequential_coverage.py, and a small seeded run in tests/test_sequential.py).
 
+Between processes
+    A process's speed has its own offset (where its memory landed, what the allocator and the kernel cache did)
+    that its rounds share and never average out. Two variants in one worker share it, so it cancels in their
+    ratio; two builds run in two processes do not. So `run --against` gives each pair of workers worker_rounds
+    rounds and then starts a fresh pair, records which pair ran each round (`process`), and the spread used
+    above is sqrt(max(SD², MSB)), MSB the between-pair mean square (`_process_sd`): the mean then carries the
+    pairs' spread as well as the rounds'. Rounds of different runs pooled in one row count as different
+    processes too. With one pair the rule has nothing to see; the simulated coverage with a process offset is
+    in benchmarks/sequential_coverage.py (--process-sd).
+
 Outlier rule (the constants OUTLIER_K, OUTLIER_SCALE_FLOOR, OUTLIER_MIN_ROUNDS)
     This machine sometimes loses ~40% on a single trial. That hits one side of one round and moves a plain mean of 12
     log ratios by ~4 points. So, once there are at least OUTLIER_MIN_ROUNDS = 6 valid rounds, a round is excluded from
@@ -130,7 +140,7 @@ Gate (`slower_beyond`)
 from __future__ import annotations
 
 import math
-from collections.abc import Sequence
+from collections.abc import Hashable, Iterable, Sequence
 from dataclasses import dataclass
 from enum import StrEnum
 
@@ -267,6 +277,7 @@ class PairedEstimate(RatioInterval):
     over_all_rounds: bool = False
     trimmed: RoundsMean | None = None  # None only for estimates built by hand (tests); paired_estimate sets both
     all_rounds: RoundsMean | None = None
+    processes: int = 1  # the worker processes (or pairs of them) the rounds came from
 
     @property
     def has_interval(self) -> bool:
@@ -332,23 +343,27 @@ def outlier_rounds(log_ratios: ArrayLike) -> np.ndarray:
     return np.abs(r - centre) > reach
 
 
-def paired_estimate(baseline: ArrayLike, new: ArrayLike, *, confidence: float = 0.95) -> PairedEstimate:
+def paired_estimate(baseline: ArrayLike, new: ArrayLike, *, confidence: float = 0.95,
+                    processes: Iterable[Hashable] | None = None) -> PairedEstimate:
     """Estimate new/baseline from per-round throughputs (index i of both arrays is round i).
 
     Pairs with NaN on either side are dropped, then the outlier rule excludes wild rounds from the trimmed mean (they
     stay in its spread, pulled in to the fence), and the stall rule picks the trimmed mean or the mean over all
-    rounds. Raises ValueError for unequal lengths, no valid pair, or a non-positive / infinite throughput.
+    rounds. `processes` labels each round with the worker processes that ran it (see "Between processes" in
+    the module docstring); rounds of several processes widen the spread by what those processes' means differ.
+    Raises ValueError for unequal lengths, no valid pair, or a non-positive / infinite throughput.
     """
     _check_level(confidence, "confidence")
-    log_b, log_n = _valid_log_pairs(baseline, new)
+    log_b, log_n, blocks = _valid_log_pairs(baseline, new, processes)
     r = log_n - log_b
     centre, reach = _fence(r)
     below, above = r < centre - reach, r > centre + reach
     drop = below | above
     kept_mean = float(np.mean(r[~drop]))
-    trimmed = _rounds_mean(kept_mean, _sd(np.clip(r, centre - reach, centre + reach), kept_mean),
-                           int((~drop).sum()), confidence)
-    all_rounds = _rounds_mean(float(np.mean(r)), _sd(r, float(np.mean(r))), int(r.size), confidence)
+    winsorized = np.clip(r, centre - reach, centre + reach)
+    trimmed = _rounds_mean(kept_mean, _process_sd(winsorized, kept_mean, blocks), int((~drop).sum()), confidence)
+    all_rounds = _rounds_mean(float(np.mean(r)), _process_sd(r, float(np.mean(r)), blocks), int(r.size),
+                              confidence)
     low, high = int(below.sum()), int(above.sum())
     call = _stall_call(low, high, trimmed, all_rounds)
     chosen, used = (all_rounds, np.ones_like(drop)) if call.over_all_rounds else (trimmed, ~drop)
@@ -366,6 +381,7 @@ def paired_estimate(baseline: ArrayLike, new: ArrayLike, *, confidence: float = 
         over_all_rounds=call.over_all_rounds,
         trimmed=trimmed,
         all_rounds=all_rounds,
+        processes=int(np.unique(blocks).size),
     )
 
 
@@ -496,18 +512,27 @@ def _check_level(value: float, name: str) -> None:
         raise ValueError(f"{name} must be strictly between 0 and 1, got {value}")
 
 
-def _valid_log_pairs(baseline: ArrayLike, new: ArrayLike) -> tuple[np.ndarray, np.ndarray]:
+def _valid_log_pairs(baseline: ArrayLike, new: ArrayLike, processes: Iterable[Hashable] | None
+                     ) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
     b = np.asarray(baseline, dtype=np.float64).ravel()
     x = np.asarray(new, dtype=np.float64).ravel()
-    if b.shape != x.shape:
-        raise ValueError(f"baseline and new must pair up round by round, got {b.size} and {x.size} values")
+    blocks = np.zeros(b.size, dtype=np.int64) if processes is None else _block_codes(processes)
+    if b.shape != x.shape or blocks.shape != b.shape:
+        raise ValueError(f"baseline and new must pair up round by round, got {b.size} and {x.size} values"
+                         + ("" if blocks.shape == b.shape else f" and {blocks.size} process labels"))
     ok = ~(np.isnan(b) | np.isnan(x))  # a round missing either side carries no paired evidence
-    b, x = b[ok], x[ok]
+    b, x, blocks = b[ok], x[ok], blocks[ok]
     if b.size == 0:
         raise ValueError("no round has both a baseline and a new throughput")
     if not (np.all(np.isfinite(b)) and np.all(np.isfinite(x)) and np.all(b > 0) and np.all(x > 0)):
         raise ValueError("throughputs must be finite and positive")
-    return np.log(b), np.log(x)
+    return np.log(b), np.log(x), blocks
+
+
+def _block_codes(processes: Iterable[Hashable]) -> np.ndarray:
+    """Each round's process label as a small integer (labels may be any hashable values)."""
+    codes: dict[object, int] = {}
+    return np.array([codes.setdefault(label, len(codes)) for label in processes], dtype=np.int64)
 
 
 def _fence(r: np.ndarray) -> tuple[float, float]:
@@ -532,6 +557,23 @@ def _sd(winsorized: np.ndarray, mean: float) -> float:
         return math.nan
     sd = math.sqrt(float(np.sum((winsorized - mean) ** 2)) / (winsorized.size - 1))
     return 0.0 if sd <= ZERO_SPREAD else sd  # rounding noise of exactly proportional inputs is no spread
+
+
+def _process_sd(values: np.ndarray, mean: float, blocks: np.ndarray) -> float:
+    """The rounds' SD, raised to what the processes' means say when they differ by more than the rounds do.
+
+    With B processes of k_j rounds each, the between-process mean square MSB = Σ k_j (m_j − m)² / (B − 1)
+    estimates σ² + k̄τ² (τ: the SD of a process's own offset, σ: a round's), while the rounds' SD estimates
+    σ² + τ². n · Var(mean) is σ² + k̄τ², so sqrt(max(SD², MSB)) is the per-round scale that gives the mean its
+    true spread; with one process it is the SD."""
+    sd = _sd(values, mean)
+    labels = np.unique(blocks)
+    if labels.size < 2 or not math.isfinite(sd):
+        return sd
+    sizes = np.array([np.sum(blocks == label) for label in labels], dtype=np.float64)
+    means = np.array([np.mean(values[blocks == label]) for label in labels])
+    between = float(np.sum(sizes * (means - mean) ** 2)) / (labels.size - 1)
+    return max(sd, math.sqrt(between))
 
 
 def _log_interval(mean: float, sd: float, n: int, confidence: float) -> tuple[float, float]:

@@ -238,7 +238,11 @@ def timed_trials(trials: pd.DataFrame) -> pd.DataFrame:
     """The trials that count: warmups are excluded from every statistic."""
     if trials.empty:
         return trials
-    return trials[~trials["warmup"].astype(bool)]
+    timed = trials[~trials["warmup"].astype(bool)]
+    # Which worker processes ran a round (run --against starts a fresh pair every worker_rounds); files
+    # written before it ran each cell in one process per build.
+    process = timed["process"].fillna(0) if "process" in timed else 0
+    return timed.assign(process=process)
 
 
 @dataclass(frozen=True)
@@ -344,7 +348,7 @@ def every_variant(timed: pd.DataFrame, n_variants: int) -> pd.DataFrame:
     ratios averages their independent trial noise, so such a change is seen with about √(variants) fewer rounds.
     The geometric mean of the builds' values is the geometric mean of the variants' current/reference ratios.
     """
-    keys = [*CELL_KEYS, "run_id", "cell", "round", "build"]
+    keys = [*CELL_KEYS, "run_id", "cell", "round", "process", "build"]
     columns = list(METRIC_COLUMNS.values())
     logs = timed[[*keys, "variant"]].assign(**{c: np.log(timed[c].astype(np.float64)) for c in columns})
     grouped = logs.groupby(keys, sort=False, dropna=False)
@@ -375,9 +379,11 @@ def _paired_rows(trials: pd.DataFrame, baseline: str, new: str, metrics: Sequenc
                 base_side, new_side = _sides(group, baseline, new, column)
                 if base_side.empty and new_side.empty:
                     continue
-                pairs = base_side.merge(new_side, on=list(_PAIR_KEYS), suffixes=("_baseline", "_new"))
+                pairs = base_side.merge(new_side, on=[*_PAIR_KEYS, "process"], suffixes=("_baseline", "_new"))
                 b, n = pairs["value_baseline"].to_numpy(np.float64), pairs["value_new"].to_numpy(np.float64)
-                estimate = paired_estimate(b, n) if b.size else None
+                # A round's processes: its run and its pair of workers (different runs never share one).
+                processes = list(zip(pairs["run_id"], pairs["process"], strict=True))
+                estimate = paired_estimate(b, n, processes=processes) if b.size else None
                 rows.append(_Paired(dict(zip(CELL_KEYS, keys, strict=True)), metric_name, estimate))
     return rows
 
@@ -420,7 +426,7 @@ def _sides(group: pd.DataFrame, baseline: str, new: str, column: str) -> tuple[p
 
     def side(rows: pd.DataFrame, pair: pd.Series) -> pd.DataFrame:
         keyed = rows.assign(pair=pair, value=rows[column].astype(np.float64)).dropna(subset=["value"])
-        return keyed.groupby(list(_PAIR_KEYS), sort=False)["value"].median().reset_index()
+        return keyed.groupby([*_PAIR_KEYS, "process"], sort=False)["value"].median().reset_index()
 
     if baseline == new:
         rows = group[group["variant"] == baseline]

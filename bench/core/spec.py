@@ -58,6 +58,9 @@ DEFAULT_MAX_ROUNDS = 30
 # at a table's Bonferroni level (α/8) the confidence sequence is unbounded below 6 (analysis.sequential).
 MIN_AUTO_ROUNDS = 6
 DEFAULT_WARMUP = 1
+# run --against: each pair of worker processes runs a pilot's worth of rounds, then a fresh pair takes over, so the
+# interval sees the spread between processes (analysis.inference, "Between processes").
+DEFAULT_WORKER_ROUNDS = MIN_AUTO_ROUNDS
 DEFAULT_PREFILL_STEP_SIZE = 2048
 DEFAULT_SEED = 0
 DEFAULT_TIMEOUT_S = 1800.0
@@ -215,6 +218,7 @@ class Experiment:
     margin_pct: float  # "no change" means the whole CI lies within ± this
     precision: Precision | None  # trials: auto
     threads: int | None  # BLAS threads on CPU backends; None: auto (measured on the machine: measure.threads)
+    worker_rounds: int  # with a reference build, rounds a pair of workers runs before a fresh pair; 0: one pair
     # variant -> op -> (line of the op's name, line of its implementation), so that op names checked later, once
     # the registry and any plugins are loaded, are still reported at their place in the file.
     variant_lines: dict[str, dict[str, tuple[int, int]]] = dataclasses.field(compare=False, repr=False)
@@ -810,6 +814,9 @@ KEYS = (
         _plain(_int, minimum=MIN_AUTO_ROUNDS), DEFAULT_MAX_ROUNDS, auto_only=True),
     Key("budget_s", "600", f"with trials: {AUTO}, the whole run's wall time in seconds, shared by its cells, > 0",
         _plain(_number, minimum=0.0, exclusive=True), None, auto_only=True),
+    Key("worker_rounds", "6", "with run --against: rounds each pair of worker processes runs before a fresh pair "
+        "takes over (the interval then holds the spread between processes), >= 0; 0: one pair a cell",
+        _plain(_int, minimum=0), DEFAULT_WORKER_ROUNDS),
     Key("threads", AUTO, f"CPU backends: BLAS threads; {AUTO}: 1 or every core, whichever measured more precise "
         "per second here", _threads,
         None),

@@ -150,12 +150,14 @@ class CellStop:
         # A gate row is decided against the experiment's margin as the limit (ci.yaml's 5%: check's default).
         self.goal = Goal(exp.margin_pct, limit_pct=exp.margin_pct if across else None, target_pct=target)
         self.values: dict[tuple[str, str], dict[int, tuple[float, float | None]]] = {}
+        self.process_of: dict[int, int] = {}  # round -> the worker process (pair) that ran it
         self.share_s = share_s
         self.started = time.monotonic()
         self.first_round_at: float | None = None
 
-    def add(self, build: str, trial: Trial) -> None:
+    def add(self, build: str, trial: Trial, process: int) -> None:
         if not trial.warmup:
+            self.process_of[trial.round] = process
             measured = trial.measured
             if self.first_round_at is None:
                 self.first_round_at = time.monotonic() - measured.prefill_s - (measured.gen_s or 0.0)
@@ -170,7 +172,8 @@ class CellStop:
                 new = [self.values[b][r][i] for r in rounds]
                 if len(rounds) >= 2 and None not in base and None not in new:
                     label = f"{'/'.join(b)} vs {'/'.join(a)} {metric}".replace(f"{CURRENT.name}/", "")
-                    estimates[label] = paired_estimate(base, new)
+                    processes = [self.process_of[r] for r in rounds]
+                    estimates[label] = paired_estimate(base, new, processes=processes)
         return estimates
 
     def rows(self) -> dict[str, Row]:
@@ -307,12 +310,13 @@ class Runner:
         """A record of a cell: its kind, the fields every record of the cell carries, then its own."""
         writer.write({"kind": kind, **self.meta[cell_key], **fields})
 
-    def write_result(self, writer: ResultsWriter, cell_key: str, build: str, result: Result) -> None:
-        """What a build's worker found, with a trial's roofline."""
+    def write_result(self, writer: ResultsWriter, cell_key: str, build: str, result: Result,
+                     process: int) -> None:
+        """What a build's worker found, with a trial's roofline and the worker process (pair) that ran it."""
         fields = {**result_fields(result), "build": build}
         if isinstance(result, Trial):
             rates, shares = self._roofline(cell_key, result.measured)
-            fields = {**fields, **rates, **shares}
+            fields = {**fields, **rates, **shares, "process": process}
         self.write_record(writer, cell_key, result_kind(result), fields)
 
     def _work(self, cell_key: str) -> CellWork:
@@ -363,9 +367,13 @@ class Runner:
                 self._close_cells(writer, failed, "error", failure.reason)
                 pending = [c for c in pending if c not in failed]
 
-    def _run_sessions(self, job: ModelJob, writer: ResultsWriter, update: Callable) -> None:
+    def start_sessions(self, model: ModelSpec) -> dict[str, WorkerSession]:
+        """A worker process for each build, loading the model."""
         cpus = pinned_cpus(self.env) if self.options.pin else None
-        sessions = {b.name: WorkerSession(worker_job(job.model, self.exp), b, self.env, cpus) for b in self.builds}
+        return {b.name: WorkerSession(worker_job(model, self.exp), b, self.env, cpus) for b in self.builds}
+
+    def _run_sessions(self, job: ModelJob, writer: ResultsWriter, update: Callable) -> None:
+        sessions = self.start_sessions(job.model)
         try:
             deadline = time.monotonic() + self.exp.timeout_s
             for name, session in sessions.items():
@@ -408,6 +416,8 @@ class CellRun:
             self._round(w, warmup=True)
         rounds, reason = 0, None
         while reason is None:
+            if self._pair_served(rounds):
+                self._fresh_workers()
             self._round(rounds, warmup=False)
             rounds += 1
             reason = self.target.stop_reason(rounds)
@@ -447,13 +457,34 @@ class CellRun:
                 self.update(f"{self.cell.model.label} {self.cell.workload.label}: op shares, round {r + 1}")
                 self._request(CURRENT.name, Command("shares", self.shape, round=r))
 
-    def _round(self, index: int, *, warmup: bool) -> None:
+    def _pair_served(self, rounds: int) -> bool:
+        """Whether the workers of an A/B across builds have run their worker_rounds (a fresh pair is due)."""
+        every = self.exp.worker_rounds
+        return len(self.sessions) > 1 and every > 0 and rounds > 0 and rounds % every == 0
+
+    def _fresh_workers(self) -> None:
+        """A fresh worker for each build, loaded and warmed up, so the next rounds come from other processes."""
+        self.update(f"{self.cell.model.label} {self.cell.workload.label}: fresh workers")
+        for session in self.sessions.values():
+            session.stop()
+        self.sessions.update(self.runner.start_sessions(self.cell.model))  # in place: the runner stops these
+        for session in self.sessions.values():
+            session.loaded(self.deadline, self.exp.timeout_s)
+        for w in range(self.exp.warmup):
+            self._round(w, warmup=True, fresh=True)
+
+    @property
+    def process(self) -> int:
+        """The label of the worker processes now running: the current build's process id."""
+        return next(iter(self.sessions.values())).process.pid
+
+    def _round(self, index: int, *, warmup: bool, fresh: bool = False) -> None:
         for build, variant in round_plan(self.runner.order, list(self.sessions), index):
-            if self.done.has_trial(self.cell.key, build, variant, warmup, index):
+            if not fresh and self.done.has_trial(self.cell.key, build, variant, warmup, index):
                 continue
             for trial in self._request(build, Command("trial", self.shape, variant, index, warmup)):
                 if isinstance(trial, Trial):
-                    self.target.add(build, trial)
+                    self.target.add(build, trial, self.process)
                 label = "warmup" if warmup else f"round {index + 1}"
                 where = "" if len(self.sessions) == 1 else f" [{build}]"
                 self.update(f"{self.cell.model.label} {self.cell.workload.label} {variant}{where} {label}",
@@ -462,7 +493,7 @@ class CellRun:
     def _request(self, build: str, command: Command) -> list[Result]:
         results = self.sessions[build].request(command, self.deadline, self.exp.timeout_s)
         for result in results:
-            self.runner.write_result(self.writer, self.cell.key, build, result)
+            self.runner.write_result(self.writer, self.cell.key, build, result, self.process)
             if isinstance(result, Agreement) and not result.passed:
                 self.runner.console.print(
                     f"[red]correctness[/]: {result.variant} differs from {result.reference} on "
