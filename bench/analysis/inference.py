@@ -1,141 +1,7 @@
-"""The one paired inference behind the report, the regression gate, op microbenchmarks and calibration.
-
-Pure numpy/scipy. Throughputs are bigger-is-better, so a ratio new/baseline above 1 means faster.
-
-Unit of evidence
-    An experiment runs rounds; in each round the baseline and the new variant run once, interleaved. A round gives one
-    log ratio log(new/baseline). Drift and load that hit both trials of a round cancel in it, which is the whole point
-    of interleaving, so everything here works on those per-round log ratios and never on the two sides as independent
-    samples.
-
-Estimator: the mean log ratio, Δ = exp(mean log ratio) − 1
-    Noise on throughput is multiplicative, so the log scale is where it is additive and roughly symmetric. The mean log
-    ratio is symmetric under swapping the sides (A vs B is exactly the inverse of B vs A, which a ratio of arithmetic
-    means is not), and its exponential is the ratio of the geometric means of the kept rounds. That is why the estimate
-    carries `baseline_gmean` and `new_gmean`: a reader can check New / Baseline − 1 = Δ by hand.
-    (`new_gmean` is computed as baseline_gmean · ratio, which is the geometric mean of new mathematically, so that the
-    identity also holds to the last bit.)
-
-Interval and test: a confidence sequence on the mean log ratio (analysis.sequential)
-    95% CI = mean ± the sequence's half-width over the n kept rounds (sd as in the outlier rule below), mapped to
-    the ratio scale by exp; p is the sequence's anytime-valid p-value of mean = 0, so the test is dual to the
-    interval. Unlike a fixed-n t interval it stays valid at whatever round the looking stopped: the runner stops a
-    cell when its rows are decided, and check --confirm and bisect pool more runs into an undecided step. It is
-    exact for normal log-ratio noise at any n and any stopping rule; heavy tails and dips are simulated
-    (benchmarks/sequential_coverage.py, and a small seeded run in tests/test_sequential.py).
-
-Between processes
-    A process's speed has its own offset (where its memory landed, what the allocator and the kernel cache did)
-    that its rounds share and never average out. Two variants in one worker share it, so it cancels in their
-    ratio; two builds run in two processes do not. So `run --against` gives each pair of workers worker_rounds
-    rounds and then starts a fresh pair, records which pair ran each round (`process`), and the spread used
-    above is sqrt(max(SD², MSB)), MSB the between-pair mean square (`_process_sd`): the mean then carries the
-    pairs' spread as well as the rounds'. Rounds of different runs pooled in one row count as different
-    processes too. With one pair the rule has nothing to see; the simulated coverage with a process offset is
-    in benchmarks/sequential_coverage.py (--process-sd).
-
-Outlier rule (the constants OUTLIER_K, OUTLIER_SCALE_FLOOR, OUTLIER_MIN_ROUNDS)
-    This machine sometimes loses ~40% on a single trial. That hits one side of one round and moves a plain mean of 12
-    log ratios by ~4 points. So, once there are at least OUTLIER_MIN_ROUNDS = 6 valid rounds, a round is excluded from
-    the mean when its log ratio lies more than OUTLIER_K = 4.5 robust SDs from the median log ratio. The robust SD is
-    the pairwise (Shamos) scale, median |r_i − r_j| over all pairs / 0.9539 (consistent for normal noise), floored at
-    OUTLIER_SCALE_FLOOR = 0.01 in log units. An excluded round leaves the mean but not the spread: for the SD it counts
-    as lying on the fence (median ± K · scale), the least extreme value it could have had and still be excluded. The
-    excluded rounds are counted, by the arm they went against, so a report can warn (`outlier_rounds` says which they
-    are), and when they go against one arm the stall rule below may put them back. Why:
-    - Spread: dropping a round from the SD as well would let the rule manufacture certainty. The rule fires exactly
-      when the other rounds happen to sit tightly together, so their SD alone is too small. In simulated A/A tables
-      (8 rows, 5% trial noise, 5-12 rounds, 60 000 tables) the Holm family-wise rate was 4.84% for the plain t-test,
-      5.67% when excluded rounds also left the SD (K = 5), and 4.87% with the fence rule used here. This is the
-      trimmed-mean recipe of Tukey-McLaughlin / Yuen (trimmed rounds stay in a winsorized variance), applied to the
-      rounds the rule trims instead of a fixed share from each end.
-    - Scale: with the MAD instead of the pairwise scale, the MAD of 6 values is so noisy that K must be ~10 to keep
-      false exclusions in clean normal samples near 1%, and then a 40% drop at 5% trial noise is never caught. The
-      pairwise scale is ~86% efficient: the 99th percentile of max |r − median| / scale in clean normal samples stays
-      at 3.8-4.4 for n = 6..50, so one K fits every n.
-    - K = 4.5: 0.2-1.0% of clean normal rows lose a round. The fixed-n t interval this module used before then
-      covered (the confidence sequence, wider at every n, covers more: benchmarks/sequential_coverage.py;
-      20 000 samples per cell, n = 5, 6, 8, 12, 20): 94.8-95.4% with 5% normal trial noise, 95.0-95.2% with
-      0.2%; 96.8-99.3% with 2% lognormal
-      noise plus a 40% drop on 5% of trials (conservative: excluded rounds keep the interval honest, not narrow);
-      95.2-95.9% with Student-t(3) trial noise. A lone 40% drop is caught in ~100% of rows at 1-2% trial noise and
-      in 42-77% (n = 6-12) at 5%, where it is only ~7 SDs out; K = 5 caught 33-65% there, K = 4 let the A/A rate
-      creep up (5.00%).
-    - Floor 0.01: with near-identical ratios (quantised timers, a perfectly paired run) the scale collapses towards 0
-      and every round would look like an outlier. With the floor, a round within K · floor = 4.5% of the median is
-      never excluded; a deviation that small cannot swing the row and is ordinary noise here anyway.
-    - n ≥ 6: below that a robust scale rests on too few pairs to trust, and the plain t-interval with the outlier
-      kept is conservative (heavy symmetric tails widen it: 96.8% coverage at n = 5 in the contaminated model).
-    - The pairwise scale breaks down when more than ~29% of the rounds are bad; the rule then excludes nothing,
-      which errs on the wide side. The cost is O(n²) pairs, trivial for the tens of rounds an experiment runs.
-
-Stalls: when one arm loses more rounds than the other (`PairedEstimate.stalls`, STALL_ALPHA)
-    The outlier rule assumes a wild round is the machine's doing and hits either arm alike. A compiled function that
-    now and then re-traces, or a kernel that sometimes falls back, breaks that: its slow rounds are the variant's own
-    cost, and trimming them reports a speed the variant does not deliver. (Seen: a plugin softcap that stalled on ~1
-    call in 16 read "faster +26.2% [+23.6%, +28.9%]" with 6 of 40 rounds left out; over all 40 rounds, which is Δ
-    as the README defines it, it was +11.4%.) So each excluded round is counted against an arm: below the fence (new
-    much slower than baseline in that round) against new (`excluded_new`), above it against baseline
-    (`excluded_baseline`), and the mean log ratio over ALL valid rounds is kept beside the trimmed one
-    (`all_rounds`, with the plain t-interval at the same confidence; `trimmed` is the estimate described above).
-    - Naming an arm (`stalls`): the exact two-sided sign test of the k = excluded_new + excluded_baseline directions
-      (binomial, H0 p = 1/2: under symmetric noise an excluded round is as likely to go either way) gives
-      p < STALL_ALPHA = 0.05; the arm named is the one with more exclusions against it. It takes at least 6
-      one-sided exclusions (p = 2/64) to name an arm, so a lone hiccup never does.
-    - Δ over all rounds (`over_all_rounds`): when an arm is named, OR when the rounds trimmed away move Δ beyond the
-      trimmed interval (the all-rounds point lies outside it) and at least STALL_MIN_LEAN = 2 more exclusions went
-      against one arm than the other. Then Δ, its interval, Holm and the verdict use every round (a variant that is
-      usually fast but sometimes stalls is a finding, not noise), `excluded` is 0, and tables show the trimmed Δ
-      beside it. A lone wild round stays trimmed: one round is the outlier rule's own case and cannot tell which
-      arm stalls.
-    Why the sign test alone names the arm (and fails the A/B gate), not also "the all-rounds point lies outside the
-    trimmed interval": symmetric stalls make that happen all the time. In simulated A/A rows (both arms: 5% of
-    trials 40% slower, 2% lognormal noise; 1500 rows per n) it held in 5%, 16%, 37%, 48% and 46% of rows at n = 6,
-    8, 12, 20, 40, so naming an arm on it would fail identical builds in CI. The sign test named one in 0.0-0.3%
-    (tests/test_inference.py, as are the figures below unless said). Switching Δ to all rounds costs no coverage:
-    the chosen 95% interval covered the true all-rounds mean log ratio (0) in 96.9-98.7% of those rows with the
-    fixed-n t interval used before, and covers more with the wider confidence sequence (Δ over all
-    rounds in 0-35% of them, most at n = 40).
-    With one arm stalling (new 3% faster but 5% of its trials 40% slower, so the all-rounds Δ is +0.4%; n = 40,
-    1500 rows) new was named in 1.4% of rows and baseline never: 40 rounds hold only 2 stalls on average, and the
-    sign test needs 6 one-sided ones. Δ was taken over all rounds in 50%, and the chosen interval covered +0.4% in
-    59% of rows against 40% for the trimmed one (4.8% with the fixed-n t interval used before). No rule can do
-    much better here: 13% of such rows hold no stall
-    at all, and the plain all-rounds interval covers in 87% (exploratory run, 1500 rows).
-    Why STALL_MIN_LEAN = 2 and not 1: with 1, a lone 40% hiccup at n = 12 puts the row back to all rounds, and a
-    clear +10.4% [+9.6%, +11.3%] reads +5.8% [-4.0%, +16.7%], inconclusive; the outlier rule exists to prevent
-    exactly that. The price: in the one-arm case above, coverage 59% instead of 81% (exploratory run).
-
-Degenerate cases
-    No valid pair → ValueError. One round → no interval: low, high and p are NaN (`has_interval` is False) and the
-    verdict asks for more rounds. Zero spread (n ≥ 2, all kept log ratios equal to within ZERO_SPREAD = 1e-12, which
-    absorbs log/exp rounding of exactly proportional inputs): the interval collapses to the point and p is 0.0 when the
-    ratio differs from 1, else 1.0; a perfectly paired +16.6% is then "faster", as it should be.
-
-Holm across the rows of one table (`adjust`)
-    A table tests several rows at once, so the family-wise error is controlled by Holm's step-down (uniformly more
-    powerful than Bonferroni, valid under any dependence between rows). Rows with n < 2 have no p and take no part.
-    Each row also gets an adjusted interval at level 1 − α / c, where c = (Holm's unadjusted step-down value) / p is
-    the multiplier Holm actually applied to the row: c = m − rank + 1 (Holm's level for that row) unless a
-    better-ranked row's larger adjusted p carries over by monotonicity, in which case c is a little bigger (never more
-    than m, Bonferroni). That keeps the verdict exactly dual to the printed interval: p_holm < α ⇔ the adjusted
-    interval excludes a ratio of 1. With c fixed at m − rank + 1 a row could show an interval excluding 1 next to a
-    Holm p above α.
-
-Verdict words (`verdict`: a VerdictWord with the figures its wording states; tables read it as quoted here,
-bench.present.format.verdict_text), in the order they are decided
-    - "needs ≥ N rounds" (word "needs more rounds"): fewer than min_rounds rounds were kept; nothing is claimed.
-    - "faster" / "slower": p_holm < α, equivalently the Holm-adjusted interval excludes 0%; the direction is the
-      estimate's sign. A real but small effect (say +0.5%, tightly measured) is still "faster".
-    - "no change": the whole adjusted interval lies within ±margin_pct (2% by default): an effect larger than the
-      margin is ruled out, not merely undetected.
-    - "inconclusive (±X.X%)": neither; X is the adjusted half-width in percent, i.e. the size of effect this run
-      could have detected. More rounds narrow it (`rounds_needed` says how many for a target).
-    There is deliberately no bare "≈": absence of evidence is reported as "inconclusive" with its precision.
-
-Gate (`slower_beyond`)
-    A regression gate fails only when the whole interval lies below −limit%: a point estimate alone never fails a build.
-"""
+"""The one paired inference behind the report, the regression gate, op microbenchmarks and calibration: per-round
+log ratios, the outlier and stall rules, the confidence-sequence interval, Holm across a table, and the verdict
+words. Pure numpy. The method, its constants and their simulated coverage: docs/statistics.md ("The paired
+method in full")."""
 
 from __future__ import annotations
 
@@ -175,7 +41,7 @@ __all__ = [
     "verdict",
 ]
 
-OUTLIER_K = 4.5  # robust SDs from the median log ratio beyond which a round is excluded (see module docstring)
+OUTLIER_K = 4.5  # robust SDs from the median log ratio beyond which a round is excluded (docs/statistics.md, "Outlier rule")
 OUTLIER_SCALE_FLOOR = 0.01  # floor on the robust SD, log units: nothing within K * floor = 4.5% is ever excluded
 OUTLIER_MIN_ROUNDS = 6  # the rule applies only from this many valid rounds
 ZERO_SPREAD = 1e-12  # log-ratio SD (and |mean|) at or below this counts as exactly zero
@@ -247,7 +113,7 @@ class RoundsMean(RatioInterval):
 class PairedEstimate(RatioInterval):
     """Mean-log-ratio estimate of new/baseline with its t-interval at `confidence`: the one Δ, Holm and the verdict
     use. That is `trimmed` (the kept rounds) unless the stall rule chose `all_rounds` (`over_all_rounds`; see "Stalls"
-    in the module docstring); the flat fields n ... p_value copy the chosen one.
+    in docs/statistics.md); the flat fields n ... p_value copy the chosen one.
 
     excluded counts the rounds left out of the chosen mean (0 when it is over all rounds). excluded_new and
     excluded_baseline split the outlier rule's exclusions by direction: below the fence (new much slower than
@@ -335,8 +201,8 @@ class Verdict:
 def outlier_rounds(log_ratios: ArrayLike) -> np.ndarray:
     """Boolean mask of the rounds the outlier rule excludes (all False below OUTLIER_MIN_ROUNDS rounds).
 
-    A round is excluded when |r - median| > OUTLIER_K * max(pairwise scale, OUTLIER_SCALE_FLOOR); see the module
-    docstring for why these constants.
+    A round is excluded when |r - median| > OUTLIER_K * max(pairwise scale, OUTLIER_SCALE_FLOOR); see
+    docs/statistics.md for why these constants.
     """
     r = np.asarray(log_ratios, dtype=np.float64).ravel()
     centre, reach = _fence(r)
@@ -350,7 +216,7 @@ def paired_estimate(baseline: ArrayLike, new: ArrayLike, *, confidence: float = 
     Pairs with NaN on either side are dropped, then the outlier rule excludes wild rounds from the trimmed mean (they
     stay in its spread, pulled in to the fence), and the stall rule picks the trimmed mean or the mean over all
     rounds. `processes` labels each round with the worker processes that ran it (see "Between processes" in
-    the module docstring); rounds of several processes widen the spread by what those processes' means differ.
+    docs/statistics.md); rounds of several processes widen the spread by what those processes' means differ.
     Raises ValueError for unequal lengths, no valid pair, or a non-positive / infinite throughput.
     """
     _check_level(confidence, "confidence")
@@ -396,7 +262,7 @@ class _StallCall:
 
 
 def _stall_call(low: int, high: int, trimmed: RoundsMean, all_rounds: RoundsMean) -> _StallCall:
-    """The stall rule (module docstring, "Stalls"): which arm the exclusions lean to, whether that is significant,
+    """The stall rule (docs/statistics.md, "Stalls"): which arm the exclusions lean to, whether that is significant,
     and whether Δ must then be taken over all rounds."""
     p = sign_test_p(low, high)
     lean = STALLS_NEW if low > high else STALLS_BASELINE if high > low else None
@@ -452,7 +318,7 @@ def adjust(estimates: Sequence[PairedEstimate], *, alpha: float = 0.05) -> list[
 
 
 def verdict(adjusted: Adjusted, *, margin_pct: float = 2.0, min_rounds: int = 3, alpha: float = 0.05) -> Verdict:
-    """The row's word; see "Verdict words" in the module docstring for what each one promises."""
+    """The row's word; see "Verdict words" in docs/statistics.md for what each one promises."""
     if min_rounds < 2:
         raise ValueError(f"min_rounds must be at least 2 (an interval needs two rounds), got {min_rounds}")
     if not margin_pct >= 0:

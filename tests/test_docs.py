@@ -1,0 +1,54 @@
+"""The README and docs/ as a reader follows them: every relative link and anchor resolves, and the experiment
+page's key table is the schema's own (core.spec.KEYS), as `run --help` prints it."""
+
+from __future__ import annotations
+
+import re
+from pathlib import Path
+
+import pytest
+from conftest import ROOT
+
+from bench.core.spec import schema_text
+
+PAGES = [ROOT / "README.md", *sorted((ROOT / "docs").glob("*.md"))]
+LINK = re.compile(r"\[[^\]]*\]\(([^)\s]+)\)")
+FENCE = re.compile(r"^```.*?^```", re.S | re.M)
+
+
+def anchors(page: Path) -> set[str]:
+    """GitHub's heading anchors: lower case, punctuation dropped, spaces to hyphens."""
+    text = FENCE.sub("", page.read_text())
+    heads = re.findall(r"^#+\s+(.*)$", text, re.M)
+    return {re.sub(r"\s", "-", re.sub(r"[^\w\s-]", "", head.strip().lower())) for head in heads}
+
+
+def links(page: Path) -> list[str]:
+    return [target for target in LINK.findall(FENCE.sub("", page.read_text()))
+            if not re.match(r"^[a-z]+:", target)]
+
+
+@pytest.mark.parametrize("page", PAGES, ids=lambda p: p.relative_to(ROOT).as_posix())
+def test_every_relative_link_and_anchor_resolves(page: Path):
+    broken = []
+    for target in links(page):
+        path, _, anchor = target.partition("#")
+        where = (page.parent / path).resolve() if path else page
+        if not where.exists():
+            broken.append(target)
+        elif anchor and where.suffix == ".md" and anchor not in anchors(where):
+            broken.append(target)
+    assert not broken, f"{page.name}: {broken}"
+
+
+def test_the_readme_is_a_front_door():
+    lines = (ROOT / "README.md").read_text().splitlines()
+    assert len(lines) <= 250
+    assert all(len(line) <= 120 for line in lines)
+    first = FENCE.search((ROOT / "README.md").read_text()).group(0).splitlines()[1:-1]
+    assert len(first) == 2  # set up and run the main job; set up and run the tests
+
+
+def test_the_experiment_page_holds_the_schema_as_the_code_declares_it():
+    page = (ROOT / "docs" / "experiments.md").read_text()
+    assert f"```yaml\n{schema_text()}\n```" in page, "regenerate: .venv/bin/python docs/make.py"
