@@ -43,15 +43,11 @@ spec="."
 (( ${#extras[@]} )) && spec=".[$(IFS=,; echo "${extras[*]}")]"
 "${pip[@]}" -e "$spec"
 
-# Without root there is no Debian OpenBLAS: use PyPI's OpenBLAS build (scipy-openblas32, a few MB) behind a
-# forwarding shim, because its symbols carry a scipy_ prefix that libmlx does not look for.
-if (( linux )) && ! have_system_openblas; then
-  if "${pip[@]}" scipy-openblas32 && "$venv/bin/python" -m bench.measure.blas_shim build; then
-    echo "setup: no system OpenBLAS; workers preload PyPI's OpenBLAS through $venv/lib/fusebench-openblas" >&2
-  else
-    echo "setup: no optimized BLAS: CPU runs use mlx's reference BLAS, about 30x slower fp32 matmul; fix it with" \
-      "apt-get install libopenblas0-pthread (as root), then ./setup.sh again" >&2
-  fi
+# Without root there is no Debian OpenBLAS: the cpu extra brought PyPI's OpenBLAS, which the workers preload
+# through a shim built on first use into ~/.cache/fusebench (bench/measure/blas_shim.py). Build it now, and say
+# which BLAS the workers will use.
+if (( linux )); then
+  "$venv/bin/python" -c 'from bench.measure.env import blas_preload_env as b; print("setup: BLAS:", b("auto")[1])' >&2
 fi
 
 echo "setup: done. fusebench is $venv/bin/fusebench; put it on your path with: source $venv/bin/activate" >&2

@@ -174,6 +174,7 @@ def main() -> None:
     parser.add_argument("--summary", action="store_true", help="only summarize the runs already in OUT/runs.jsonl")
     parser.add_argument("--budget-s", type=float, help="run the experiment with this budget_s instead of its own")
     args = parser.parse_args()
+    args.out = args.out.resolve()  # the runs' working folder is a throwaway copy: a relative path would land there
     args.out.mkdir(parents=True, exist_ok=True)
     if args.budget_s:
         text = args.experiment.read_text()

@@ -44,7 +44,9 @@ def test_every_relative_link_and_anchor_resolves(page: Path):
 def test_the_readme_is_a_front_door():
     lines = (ROOT / "README.md").read_text().splitlines()
     assert len(lines) <= 250
-    assert all(len(line) <= 120 for line in lines)
+    # Prose at the code's line length; tables and real output keep their shape.
+    prose = FENCE.sub("", (ROOT / "README.md").read_text()).splitlines()
+    assert all(len(line) <= 100 for line in prose if not line.startswith("|"))
     first = FENCE.search((ROOT / "README.md").read_text()).group(0).splitlines()[1:-1]
     assert len(first) == 2  # set up and run the main job; set up and run the tests
 

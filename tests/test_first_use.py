@@ -69,7 +69,8 @@ def test_an_unknown_experiment_name_lists_the_shipped_ones(tmp_path):
 def test_pypi_openblas_behind_the_shim_serves_mlx_matmuls(tmp_path):
     blas_shim = pytest.importorskip("bench.measure.blas_shim")
     pytest.importorskip("scipy_openblas32", reason="setup.sh --dev installs it on Linux")
-    shim = blas_shim.build(tmp_path / "fusebench-openblas" / "libblas.so.3")
+    shim = blas_shim.shim(tmp_path)  # built on first use into the cache it is given, found there afterwards
+    assert shim.is_relative_to(tmp_path) and blas_shim.shim(tmp_path) == shim
     env, described = blas_preload_env(str(shim), os.environ)
     assert described.startswith("openblas")
     code = ("import mlx.core as mx, numpy as np\nfrom bench.measure.env import loaded_blas\n"

@@ -350,8 +350,9 @@ def blas_warning(env: Mapping[str, Any]) -> str | None:
     return (
         "mlx is using the reference BLAS bundled in the mlx-cpu wheel, with which fp32 matmul runs "
         "~30x slower, so CPU numbers measure that BLAS rather than the model. Install an optimized "
-        "one: `apt-get install libopenblas0-pthread` as root, or without root `./setup.sh` (it builds PyPI's "
-        "OpenBLAS into .venv); fusebench preloads either in its worker processes with --blas auto. "
+        "one: `apt-get install libopenblas0-pthread` as root, or without root `pip install scipy-openblas32` "
+        "(the cpu extra's; fusebench builds its shim on first use, which needs a C compiler); fusebench "
+        "preloads either in its worker processes with --blas auto. "
         f"`LD_PRELOAD={example} fusebench env` shows it in use."
     )
 
@@ -375,18 +376,26 @@ def _blas_search_patterns() -> list[str]:
         "/usr/lib64/libopenblasp.so.0",
         "/usr/lib64/libopenblas.so.0",
         "/usr/lib/libopenblas.so.0",
-        str(blas_shim.SHIM_PATH),  # PyPI's OpenBLAS, built by setup.sh where no root could install the above
         *(f"{d}/libmkl_rt.so*" for d in lib_dirs),
     ]
 
 
 def find_optimized_blas() -> str | None:
-    """Path of an installed optimized BLAS suitable for LD_PRELOAD, or None."""
+    """Path of an optimized BLAS suitable for LD_PRELOAD, or None: a system OpenBLAS or MKL, else PyPI's
+    OpenBLAS behind the shim (measure.blas_shim), built into this user's cache on first use."""
+    return _optimized_blas()[0]
+
+
+def _optimized_blas() -> tuple[str | None, str]:
+    """find_optimized_blas's answer, and why there is none."""
     for pattern in _blas_search_patterns():
         found = sorted(glob.glob(pattern))
         if found:
-            return found[0]
-    return None
+            return found[0], ""
+    try:
+        return str(blas_shim.shim(cache_dir())), ""
+    except (blas_shim.ShimUnavailable, OSError) as why:
+        return None, str(why)
 
 
 def _with_preload(env: dict[str, str], entries: list[str]) -> dict[str, str]:
@@ -405,9 +414,9 @@ def _auto_preload(env: dict[str, str], others: list[str], blas: list[str]) -> tu
     backend = detect_backend()
     if backend != "cpu":
         return env, f"no preload: the {backend} backend does not use BLAS for matmuls"
-    path = find_optimized_blas()
+    path, why = _optimized_blas()
     if path is None:
-        return env, "no optimized BLAS found: workers use the reference BLAS bundled with mlx"
+        return env, f"no optimized BLAS found ({why}): workers use the reference BLAS bundled with mlx"
     return _with_preload(env, [path, *others]), f"{_classify(path)} preloaded ({path})"
 
 
