@@ -1,18 +1,21 @@
 """The A/B gate's false alarms and power on this machine, from real `run --against` runs.
 
-Each run measures a *current* build against the reference build (this tree) with `experiments/ci.yaml`, exactly as
-.ci/run does, then asks `fusebench check`. The current build is a throwaway copy of this tree; for a slowdown of
-s%, the copy's worker sleeps s/(100 - s) of each prefill and of each decode step after it happened, so its tok/s drop
-by s% (a patch to the copy's bench/measure/worker.py, never a hook in the product). s = 0 is an A/A run of two
-identical builds: any failure is a false alarm. The gate has three outcomes (check exits 0 passed, 1 failed,
-3 cannot tell); as in .ci/run, a first check that fails or cannot tell is followed by `check --confirm`, a new
-A/B run of those cells whose verdict counts. Each run also checks the gate's word against its intervals:
-"passed" must mean every build row's interval lies inside the limit. Slowdowns are interleaved across
-repetitions so machine drift lands on each alike, and every results file is kept. --budget-s runs the
-experiment with a smaller budget, to see what the gate says when it cannot decide.
+Each run measures a *current* build against the reference build (this tree) with
+`experiments/ci.yaml`, exactly as .ci/run does, then asks `fusebench check`. The current build is a
+throwaway copy of this tree; for a slowdown of s%, the copy's worker sleeps s/(100 - s) of each
+prefill and of each decode step after it happened, so its tok/s drop by s% (a patch to the copy's
+bench/measure/worker.py, never a hook in the product). s = 0 is an A/A run of two identical builds:
+any failure is a false alarm. The gate has three outcomes (check exits 0 passed, 1 failed, 3 cannot
+tell); as in .ci/run, a first check that fails or cannot tell is followed by `check --confirm`, a
+new A/B run of those cells whose verdict counts. Each run also checks the gate's word against its
+intervals:
+"passed" must mean every build row's interval lies inside the limit. Slowdowns are interleaved
+across repetitions so machine drift lands on each alike, and every results file is kept. --budget-s
+runs the experiment with a smaller budget, to see what the gate says when it cannot decide.
 
     python3 benchmarks/ab_gate_power.py --plan 0:20,10:10 --out results/gate-ab-3
-    python3 benchmarks/ab_gate_power.py --plan 0:2,10:2 --budget-s 40 --out results/gate-ab-3/budget-40s
+    python3 benchmarks/ab_gate_power.py --plan 0:2,10:2 --budget-s 40 --out
+    results/gate-ab-3/budget-40s
 """
 
 from __future__ import annotations
@@ -29,13 +32,16 @@ import time
 from pathlib import Path
 
 ROOT = Path(__file__).resolve().parents[1]
-PREFILL = ("    mx.eval(first)\n    prefilled = time.perf_counter()\n",
-           "    mx.eval(first)\n    time.sleep(SLOWDOWN * (time.perf_counter() - start))\n"
-           "    prefilled = time.perf_counter()\n")
-# Decode is pipelined: the next step is queued before the current token is read, so a sleep after the read would
-# overlap the queued step and cost nothing. The copy queues the next step only after its sleep, while nothing runs;
-# the next graph is still built while the current step computes, as in the product.
-DECODE = '''def decode(model: Model, token: mx.array, cache: list, steps: int) -> list[float]:
+PREFILL = (
+    "    mx.eval(first)\n    prefilled = time.perf_counter()\n",
+    "    mx.eval(first)\n    time.sleep(SLOWDOWN * (time.perf_counter() - start))\n"
+    "    prefilled = time.perf_counter()\n",
+)
+# Decode is pipelined: the next step is queued before the current token is read, so a sleep after
+# the read would overlap the queued step and cost nothing. The copy queues the next step only after
+# its sleep, while nothing runs; the next graph is still built while the current step computes, as
+# in the product.
+DECODE = """def decode(model: Model, token: mx.array, cache: list, steps: int) -> list[float]:
     ready, last = [], time.perf_counter()
     for i in range(steps):
         next_token = greedy(model(token[:, None], cache=cache)[:, -1, :])
@@ -43,7 +49,8 @@ DECODE = '''def decode(model: Model, token: mx.array, cache: list, steps: int) -
         if i:
             time.sleep(SLOWDOWN * (time.perf_counter() - last))
             last = time.perf_counter()
-        ready.append(last if i else time.perf_counter())  # ready[0]: the prefill's token (the TTFT reading)
+        ready.append(last if i else time.perf_counter())  # ready[0]: the prefill's token (the \
+TTFT reading)
         mx.async_eval(next_token)
         token = next_token
     if steps:
@@ -53,26 +60,31 @@ DECODE = '''def decode(model: Model, token: mx.array, cache: list, steps: int) -
     return ready
 
 
-'''
+"""
 
 
 def slowed_copy(dest: Path, slowdown_pct: float) -> Path:
-    """This tree's bench/ and models/, with the worker's prefill and decode slowed so tok/s drops slowdown_pct%."""
+    """This tree's bench/ and models/, with the worker's prefill and decode slowed so tok/s drops
+    slowdown_pct%."""
     for part in ("bench", "models"):
         shutil.copytree(ROOT / part, dest / part, ignore=shutil.ignore_patterns("__pycache__"))
     worker = dest / "bench" / "measure" / "worker.py"
     text = worker.read_text()
     assert PREFILL[0] in text and "def decode(" in text, "the worker changed; update the patch"
     text = text.replace(*PREFILL, 1)
-    text = text[:text.index("def decode(")] + DECODE + text[text.index("def time_trial("):]
+    text = text[: text.index("def decode(")] + DECODE + text[text.index("def time_trial(") :]
     sleep_fraction = slowdown_pct / (100 - slowdown_pct)  # time x 1/(1 - s): throughput x (1 - s)
     worker.write_text(text.replace("ATOL_BY_DTYPE = ", f"SLOWDOWN = {sleep_fraction!r}\nATOL_BY_DTYPE = ", 1))
     return dest
 
 
 def gate_verdicts(results: Path, cwd: Path, *extra: str) -> tuple[int, list[dict]]:
-    check = subprocess.run([sys.executable, "-m", "bench", "check", str(results), "--format", "json", *extra],
-                           cwd=cwd, capture_output=True, text=True)
+    check = subprocess.run(
+        [sys.executable, "-m", "bench", "check", str(results), "--format", "json", *extra],
+        cwd=cwd,
+        capture_output=True,
+        text=True,
+    )
     verdicts = json.loads(check.stdout)["verdicts"] if check.returncode in OUTCOMES else []
     return check.returncode, [v for v in verdicts if v["check"] == "build"]
 
@@ -81,19 +93,36 @@ OUTCOMES = {0: "passed", 1: "failed", 3: "cannot tell"}
 
 
 def honest(exit_code: int, verdicts: list[dict]) -> bool:
-    """The gate's word agrees with its intervals: passed only when every build row lies inside the limit."""
+    """The gate's word agrees with its intervals: passed only when every build row lies inside the
+    limit."""
     inside = all(v["verdict"] == "within limit" for v in verdicts)
     return (exit_code == 0) == inside
 
 
 def one_run(slowdown: float, out: Path, experiment: Path) -> dict:
-    """One A/B run of a slowed copy against this tree, then the gate as .ci/run asks it: check, and when that
-    fails, check --confirm (a second A/B run of the failing cell, which must fail again)."""
+    """One A/B run of a slowed copy against this tree, then the gate as .ci/run asks it: check, and
+    when that fails, check --confirm (a second A/B run of the failing cell, which must fail
+    again)."""
     with tempfile.TemporaryDirectory(prefix="fusebench-gate-") as folder:
         current = slowed_copy(Path(folder), slowdown)
         start = time.monotonic()
-        run = subprocess.run([sys.executable, "-m", "bench", "run", str(experiment), "--against", str(ROOT),
-                              "--out", str(out), "--quiet"], cwd=current, capture_output=True, text=True)
+        run = subprocess.run(
+            [
+                sys.executable,
+                "-m",
+                "bench",
+                "run",
+                str(experiment),
+                "--against",
+                str(ROOT),
+                "--out",
+                str(out),
+                "--quiet",
+            ],
+            cwd=current,
+            capture_output=True,
+            text=True,
+        )
         seconds = time.monotonic() - start
         first_exit, verdicts = gate_verdicts(out, current)
         gate_exit, confirmed = first_exit, verdicts
@@ -102,12 +131,20 @@ def one_run(slowdown: float, out: Path, experiment: Path) -> dict:
     deltas = {f"{v['variant']} {v['metric']}": round(v["delta_pct"], 2) for v in verdicts}
     halves = {f"{v['variant']} {v['metric']}": _half_width(v) for v in verdicts}
     bounds = {f"{v['variant']} {v['metric']}": (v["ci_low_pct"], v["ci_high_pct"]) for v in verdicts}
-    return {"slowdown_pct": slowdown, "file": out.name, "run_exit": run.returncode, "seconds": round(seconds, 1),
-            "rounds": max((v["rounds"] or 0 for v in verdicts), default=0),
-            "first_exit": first_exit, "gate_exit": gate_exit, "deltas": deltas, "half_widths": halves,
-            "intervals": bounds,
-            "honest": honest(first_exit, verdicts) and honest(gate_exit, confirmed),
-            "failed": [f"{v['variant']} {v['metric']}" for v in verdicts if v["failed"]]}
+    return {
+        "slowdown_pct": slowdown,
+        "file": out.name,
+        "run_exit": run.returncode,
+        "seconds": round(seconds, 1),
+        "rounds": max((v["rounds"] or 0 for v in verdicts), default=0),
+        "first_exit": first_exit,
+        "gate_exit": gate_exit,
+        "deltas": deltas,
+        "half_widths": halves,
+        "intervals": bounds,
+        "honest": honest(first_exit, verdicts) and honest(gate_exit, confirmed),
+        "failed": [f"{v['variant']} {v['metric']}" for v in verdicts if v["failed"]],
+    }
 
 
 def _half_width(v: dict) -> float | None:
@@ -117,7 +154,8 @@ def _half_width(v: dict) -> float | None:
 
 
 def schedule(plan: str) -> list[tuple[float, int]]:
-    """"0:20,10:10" -> (slowdown, repetition) in round-robin order, so machine drift lands on every level alike."""
+    """ "0:20,10:10" -> (slowdown, repetition) in round-robin order, so machine drift lands on every
+    level alike."""
     counts = {float(level): int(n) for level, n in (item.split(":") for item in plan.split(","))}
     return [(level, i + 1) for i in range(max(counts.values())) for level, n in counts.items() if i < n]
 
@@ -135,24 +173,30 @@ def summary(rows: list[dict]) -> list[str]:
             words = {**OUTCOMES, 2: "could not compare (exit 2)"}
             return ", ".join(f"{word} {sum(r[key] == code for r in runs)}" for code, word in words.items())
 
-        measured = {m: statistics.median(r["deltas"].get(f"all variants {m}", math.nan) for r in mine)
-                    for m in ("prefill", "gen")}
-        lines.append(f"slowdown {level:g}%: {len(mine)} runs; gate (with --confirm): {counts('gate_exit')}; first "
-                     f"check alone: {counts('first_exit')}; word agrees with intervals in "
-                     f"{sum(r.get('honest', True) for r in mine)}/{len(mine)}; measured Δ (median, all variants) "
-                     f"prefill {measured['prefill']:+.1f}% gen {measured['gen']:+.1f}%; median run "
-                     f"{statistics.median(r['seconds'] for r in mine):.0f} s, "
-                     f"{statistics.median(r.get('rounds', 0) for r in mine):.0f} rounds"
-                     + (f"; {len(ran) - len(mine)} runs failed" if len(mine) < len(ran) else ""))
+        measured = {
+            m: statistics.median(r["deltas"].get(f"all variants {m}", math.nan) for r in mine)
+            for m in ("prefill", "gen")
+        }
+        lines.append(
+            f"slowdown {level:g}%: {len(mine)} runs; gate (with --confirm): {counts('gate_exit')}; first "
+            f"check alone: {counts('first_exit')}; word agrees with intervals in "
+            f"{sum(r.get('honest', True) for r in mine)}/{len(mine)}; measured Δ (median, all variants) "
+            f"prefill {measured['prefill']:+.1f}% gen {measured['gen']:+.1f}%; median run "
+            f"{statistics.median(r['seconds'] for r in mine):.0f} s, "
+            f"{statistics.median(r.get('rounds', 0) for r in mine):.0f} rounds"
+            + (f"; {len(ran) - len(mine)} runs failed" if len(mine) < len(ran) else "")
+        )
         if held := rerun_held(mine):
-            lines.append(f"  another run's Δ inside this run's interval (Holm-adjusted, each build its own "
-                         f"process): {held}")
+            lines.append(
+                f"  another run's Δ inside this run's interval (Holm-adjusted, each build its own process): {held}"
+            )
     return lines
 
 
 def rerun_held(runs: list[dict]) -> str:
-    """How often one run's printed interval holds another run's Δ, over every ordered pair of runs and row: a
-    verdict that survives a rerun needs an interval that holds the spread between processes too."""
+    """How often one run's printed interval holds another run's Δ, over every ordered pair of runs
+    and row: a verdict that survives a rerun needs an interval that holds the spread between
+    processes too."""
     held = total = 0
     for i, mine in enumerate(runs):
         for j, other in enumerate(runs):
@@ -167,8 +211,11 @@ def rerun_held(runs: list[dict]) -> str:
 
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
-    parser.add_argument("--plan", default="0:20,10:10,5:4,20:4",
-                        help="slowdown%%:runs, comma-separated (default: %(default)s)")
+    parser.add_argument(
+        "--plan",
+        default="0:20,10:10,5:4,20:4",
+        help="slowdown%%:runs, comma-separated (default: %(default)s)",
+    )
     parser.add_argument("--experiment", type=Path, default=ROOT / "experiments" / "ci.yaml")
     parser.add_argument("--out", type=Path, default=ROOT / "results" / "gate-ab")
     parser.add_argument("--summary", action="store_true", help="only summarize the runs already in OUT/runs.jsonl")

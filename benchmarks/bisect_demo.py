@@ -1,11 +1,12 @@
-"""`fusebench bisect` on a scratch history: does it name the commit that made the model ~10% slower, and how long
-does it take on this machine?
+"""`fusebench bisect` on a scratch history: does it name the commit that made the model ~10% slower,
+and how long does it take on this machine?
 
-A temporary git repository is made from a copy of this tree (bench/ and models/) and a small experiment, then 7
-more commits; every commit changes a note, and the one at --slow-at also slows the worker by --slowdown percent
-(benchmarks/ab_gate_power.py's patch: a sleep after each prefill and before each decode step is queued, in the
-scratch copy only). `fusebench bisect FIRST LAST` runs in that repository; its JSON answer, its wall time and every
-A/B run's results file are kept under --out.
+A temporary git repository is made from a copy of this tree (bench/ and models/) and a small
+experiment, then 7 more commits; every commit changes a note, and the one at --slow-at also slows
+the worker by --slowdown percent (benchmarks/ab_gate_power.py's patch: a sleep after each prefill
+and before each decode step is queued, in the scratch copy only). `fusebench bisect FIRST LAST` runs
+in that repository; its JSON answer, its wall time and every A/B run's results file are kept under
+--out.
 
     python3 benchmarks/bisect_demo.py --out results/bisect-demo
 """
@@ -21,11 +22,12 @@ import tempfile
 import time
 from pathlib import Path
 
-from ab_gate_power import slowed_copy  # the sibling script: run as a script, its folder is on sys.path
+# the sibling script: run as a script, its folder is on sys.path
+from ab_gate_power import slowed_copy
 
 ROOT = Path(__file__).resolve().parents[1]
-# The gate's model and workload with one variant: a change to the worker slows every variant alike, so one is
-# enough to find it, and each A/B round costs a third of ci.yaml's.
+# The gate's model and workload with one variant: a change to the worker slows every variant alike,
+# so one is enough to find it, and each A/B round costs a third of ci.yaml's.
 EXPERIMENT = """\
 name: bisect-demo
 models:
@@ -50,7 +52,8 @@ def git(repo: Path, *args: str) -> str:
 
 
 def scratch_history(repo: Path, commits: int, slow_at: int, slowdown_pct: float) -> list[str]:
-    """commits+1 commits (the first is this tree as it is), oldest first; commit `slow_at` slows the worker."""
+    """commits+1 commits (the first is this tree as it is), oldest first; commit `slow_at` slows the
+    worker."""
     for part in ("bench", "models"):
         shutil.copytree(ROOT / part, repo / part, ignore=shutil.ignore_patterns("__pycache__"))
     (repo / "demo.yaml").write_text(EXPERIMENT)
@@ -63,7 +66,17 @@ def scratch_history(repo: Path, commits: int, slow_at: int, slowdown_pct: float)
             shutil.copy(slow, repo / "bench" / "measure" / "worker.py")
         git(repo, "add", "-A")
         subject = f"change {i}" + (f" (slows the worker by {slowdown_pct:g}%)" if i == slow_at else "")
-        git(repo, "-c", "user.name=demo", "-c", "user.email=demo@example.com", "commit", "-q", "-m", subject)
+        git(
+            repo,
+            "-c",
+            "user.name=demo",
+            "-c",
+            "user.email=demo@example.com",
+            "commit",
+            "-q",
+            "-m",
+            subject,
+        )
         hashes.append(git(repo, "rev-parse", "HEAD"))
     return hashes
 
@@ -81,19 +94,44 @@ def main() -> None:
         repo = Path(folder) / "repo"
         hashes = scratch_history(repo, args.commits, args.slow_at, args.slowdown)
         start = time.monotonic()
-        done = subprocess.run([sys.executable, "-m", "bench", "bisect", hashes[0], hashes[-1], "demo.yaml",
-                               "--out", str(out), "--format", "json"], cwd=repo, capture_output=True, text=True)
+        done = subprocess.run(
+            [
+                sys.executable,
+                "-m",
+                "bench",
+                "bisect",
+                hashes[0],
+                hashes[-1],
+                "demo.yaml",
+                "--out",
+                str(out),
+                "--format",
+                "json",
+            ],
+            cwd=repo,
+            capture_output=True,
+            text=True,
+        )
         seconds = time.monotonic() - start
     answer = json.loads(done.stdout) if done.returncode in (0, 1) else {"stderr": done.stderr[-2000:]}
-    summary = {"exit": done.returncode, "wall_s": round(seconds, 1), "slow_commit": hashes[args.slow_at],
-               "named": answer.get("first_bad"), "right": answer.get("first_bad") == hashes[args.slow_at],
-               "ab_runs": sum(s["runs"] for s in answer.get("steps", [])), "commits": hashes, "answer": answer}
+    summary = {
+        "exit": done.returncode,
+        "wall_s": round(seconds, 1),
+        "slow_commit": hashes[args.slow_at],
+        "named": answer.get("first_bad"),
+        "right": answer.get("first_bad") == hashes[args.slow_at],
+        "ab_runs": sum(s["runs"] for s in answer.get("steps", [])),
+        "commits": hashes,
+        "answer": answer,
+    }
     (out / "demo.json").write_text(json.dumps(summary, indent=2) + "\n")
     print(json.dumps({k: v for k, v in summary.items() if k not in ("answer", "commits")}))
     for step in answer.get("steps", []):
-        print(f"{step['asks']:10} {step['candidate'][:12]} vs {step['against'][:12]}: {step['row']} "
-              f"{step['delta_pct']:+.1f}% [{step['low_pct']:+.1f}%, {step['high_pct']:+.1f}%] "
-              f"{step['verdict']} after {step['runs']} run(s)")
+        print(
+            f"{step['asks']:10} {step['candidate'][:12]} vs {step['against'][:12]}: {step['row']} "
+            f"{step['delta_pct']:+.1f}% [{step['low_pct']:+.1f}%, {step['high_pct']:+.1f}%] "
+            f"{step['verdict']} after {step['runs']} run(s)"
+        )
 
 
 if __name__ == "__main__":

@@ -1,5 +1,6 @@
-"""The fp32 prefill speedup from the BLAS choice: the same trials with the bundled reference BLAS and with the
-optimized one that `--blas auto` preloads, each in a fresh process as fusebench's workers are.
+"""The fp32 prefill speedup from the BLAS choice: the same trials with the bundled reference BLAS
+and with the optimized one that `--blas auto` preloads, each in a fresh process as fusebench's
+workers are.
 
     python3 benchmarks/blas_speedup.py [--preset e2b] [--layers 2] [--prompt 128] [--rounds 3]
 """
@@ -20,7 +21,8 @@ import json, sys
 from bench.measure.env import loaded_blas
 from bench.measure.worker import make_prompt, time_trial
 from models import load_model
-preset, layers, prompt_tokens, rounds = sys.argv[1], int(sys.argv[2]), int(sys.argv[3]), int(sys.argv[4])
+preset, layers, prompt_tokens, rounds = sys.argv[1], int(sys.argv[2]), int(sys.argv[3]), \
+int(sys.argv[4])
 model = load_model(preset, layers=layers)
 tps = []
 for r in range(rounds + 1):

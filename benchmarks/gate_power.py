@@ -1,17 +1,18 @@
-"""How often does `fusebench check` cry wolf, and how small a slowdown does it catch, on this machine?
+"""How often does `fusebench check` cry wolf, and how small a slowdown does it catch, on this
+machine?
 
     python3 benchmarks/gate_power.py [--runs 'results/ci-runs/ci-*.jsonl' ...] [--max-regression 10]
-                                     [--baseline results/baselines/cpu-ci.jsonl] [--noise FILE] [--variant compiled]
-                                     [--factors 0.95,0.9,0.85,0.8,0.7,0.6,0.5]
+                                     [--baseline results/baselines/cpu-ci.jsonl] [--noise FILE]
+                                     [--variant compiled] [--factors 0.95,0.9,0.85,0.8,0.7,0.6,0.5]
 
-Reads real, unchanged `fusebench run experiments/ci.yaml` results files and checks each against the baseline exactly
-as CI does (bench.analysis.gate.run_check: the threshold, plus this machine's noise calibration when it exists),
-skipping the run the baseline was saved from:
+Reads real, unchanged `fusebench run experiments/ci.yaml` results files and checks each against the
+baseline exactly as CI does (bench.analysis.gate.run_check: the threshold, plus this machine's noise
+calibration when it exists), skipping the run the baseline was saved from:
 - false alarms: unchanged runs the gate failed;
-- power: the same runs with one variant's prefill_tps and gen_tps multiplied by each factor (warmups included, so
-  the copy looks like a run of a slower build) count as detected when a verdict on that variant (its tok/s or its
-  speedup) fails, split by which of the two caught it. A failure elsewhere in a doctored run is counted as a false
-  alarm, not a detection.
+- power: the same runs with one variant's prefill_tps and gen_tps multiplied by each factor (warmups
+  included, so the copy looks like a run of a slower build) count as detected when a verdict on that
+  variant (its tok/s or its speedup) fails, split by which of the two caught it. A failure elsewhere
+  in a doctored run is counted as a false alarm, not a detection.
 """
 
 from __future__ import annotations
@@ -47,12 +48,19 @@ def doctor(source: Path, target: Path, variant: str, factor: float) -> Path:
 
 
 def check(results: Path, options: argparse.Namespace) -> Outcome:
-    return run_check(CheckRequest(results=results, baseline=options.baseline, max_regression=options.max_regression,
-                                  noise=options.noise))
+    return run_check(
+        CheckRequest(
+            results=results,
+            baseline=options.baseline,
+            max_regression=options.max_regression,
+            noise=options.noise,
+        )
+    )
 
 
 def hits(outcome: Outcome, variant: str) -> tuple[set[Check], bool]:
-    """(the checks that failed `variant`: Check.TPS, Check.SPEEDUP; whether a verdict on anything else failed)."""
+    """(the checks that failed `variant`: Check.TPS, Check.SPEEDUP; whether a verdict on anything
+    else failed)."""
     on_variant = {v.check for v in outcome.failures if v.variant.split("/")[0] == variant}
     elsewhere = any(v.variant.split("/")[0] != variant for v in outcome.failures)
     return on_variant, elsewhere
@@ -64,8 +72,12 @@ def baseline_source_run(baseline: Path) -> set[str]:
 
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
-    parser.add_argument("--runs", nargs="+", default=["results/ci-runs/ci-*.jsonl"],
-                        help="globs of unchanged ci.yaml results files")
+    parser.add_argument(
+        "--runs",
+        nargs="+",
+        default=["results/ci-runs/ci-*.jsonl"],
+        help="globs of unchanged ci.yaml results files",
+    )
     parser.add_argument("--baseline", type=Path, default=Path("results/baselines/cpu-ci.jsonl"))
     parser.add_argument("--max-regression", type=float, default=DEFAULT_MAX_REGRESSION_PCT, metavar="PCT")
     parser.add_argument("--noise", type=Path, metavar="FILE", help="noise file (default: as check finds it)")
@@ -96,9 +108,22 @@ def main(argv: list[str] | None = None) -> int:
                     caught[key] += key in on_variant or (key == "any" and bool(on_variant))
                 false_alarms += elsewhere
             slowdown = f"{factor:.2f} ({(1 - factor) * 100:.0f}% slower)"
-            rows.append((slowdown, str(len(runs)), *(f"{n}/{len(runs)}" for n in caught.values()),
-                         f"{false_alarms}/{len(runs)}"))
-    columns = (f"{args.variant} speed", "runs", "detected", "by tok/s", "by speedup", "false alarms elsewhere")
+            rows.append(
+                (
+                    slowdown,
+                    str(len(runs)),
+                    *(f"{n}/{len(runs)}" for n in caught.values()),
+                    f"{false_alarms}/{len(runs)}",
+                )
+            )
+    columns = (
+        f"{args.variant} speed",
+        "runs",
+        "detected",
+        "by tok/s",
+        "by speedup",
+        "false alarms elsewhere",
+    )
     print(markdown_table(Table(columns, tuple(rows), numeric=frozenset(range(1, 6)))))
     if alarms:
         print("false alarms on unchanged runs: " + ", ".join(alarms))

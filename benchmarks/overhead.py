@@ -1,14 +1,17 @@
 """Harness overhead: fusebench's reported tok/s against a bare loop making the same model calls.
 
-In one process, on one model, rounds alternate (ABBA) between the worker's `time_trial` and a hand-written
-mlx-lm-style loop with no harness at all (no peak-memory reset, no synchronize, no records, no pipelining helpers).
-Each side's median tok/s gives the ratio fusebench / bare; the target is >= 0.95 for prefill, gen and TTFT (mlx-lm's
-time to first token, read where its loop reads it: after queuing the first decode step).
+In one process, on one model, rounds alternate (ABBA) between the worker's `time_trial` and a
+hand-written mlx-lm-style loop with no harness at all (no peak-memory reset, no synchronize, no
+records, no pipelining helpers). Each side's median tok/s gives the ratio fusebench / bare; the
+target is >= 0.95 for prefill, gen and TTFT (mlx-lm's time to first token, read where its loop reads
+it: after queuing the first decode step).
 
-Each thread setting runs in a fresh process with the BLAS the workers preload: by default the workers' own thread
-count (all cores but one) and the BLAS's default (every core), mlx's and mlx-lm's own setting.
+Each thread setting runs in a fresh process with the BLAS the workers preload: by default the
+workers' own thread count (all cores but one) and the BLAS's default (every core), mlx's and
+mlx-lm's own setting.
 
-    python benchmarks/overhead.py [--preset e2b] [--layers 2] [--prompt 128] [--gen 16] [--rounds 10]
+    python benchmarks/overhead.py [--preset e2b] [--layers 2] [--prompt 128] [--gen 16] [--rounds
+    10]
                                   [--threads workers,default]
 """
 
@@ -24,7 +27,13 @@ import time
 
 import mlx.core as mx
 
-from bench.measure.env import THREAD_VARIABLES, blas_preload_env, default_threads, loaded_blas, thread_env
+from bench.measure.env import (
+    THREAD_VARIABLES,
+    blas_preload_env,
+    default_threads,
+    loaded_blas,
+    thread_env,
+)
 from bench.measure.schedule import round_order
 from bench.measure.worker import make_prompt, time_trial
 from models import load_model
@@ -35,7 +44,8 @@ METRICS = ("prefill", "gen", "ttft")
 
 
 def bare_trial(model: Model, prompt: mx.array, gen_tokens: int, step: int) -> tuple[float, float, float]:
-    """prefill_s, gen_s and TTFT as mlx-lm's generate_step would give them, with nothing else around."""
+    """prefill_s, gen_s and TTFT as mlx-lm's generate_step would give them, with nothing else
+    around."""
     cache = model.make_cache()
     start = time.perf_counter()
     tokens = prompt
@@ -77,8 +87,8 @@ def measure(args: argparse.Namespace) -> dict[str, dict[str, float]]:
 
 
 def child_env(setting: str) -> dict[str, str]:
-    """The workers' BLAS preload with `setting` threads: "workers" (all cores but one), "default" (the BLAS's own)
-    or a number."""
+    """The workers' BLAS preload with `setting` threads: "workers" (all cores but one), "default"
+    (the BLAS's own) or a number."""
     env, _ = blas_preload_env("auto", os.environ)
     if setting == "default":
         return {k: v for k, v in env.items() if k not in THREAD_VARIABLES}
@@ -86,8 +96,21 @@ def child_env(setting: str) -> dict[str, str]:
 
 
 def run_setting(setting: str, args: argparse.Namespace) -> dict:
-    command = [sys.executable, __file__, "--child", "--preset", args.preset, "--layers", str(args.layers),
-               "--prompt", str(args.prompt), "--gen", str(args.gen), "--rounds", str(args.rounds)]
+    command = [
+        sys.executable,
+        __file__,
+        "--child",
+        "--preset",
+        args.preset,
+        "--layers",
+        str(args.layers),
+        "--prompt",
+        str(args.prompt),
+        "--gen",
+        str(args.gen),
+        "--rounds",
+        str(args.rounds),
+    ]
     done = subprocess.run(command, env=child_env(setting), capture_output=True, text=True, check=False)
     if done.returncode:
         sys.exit(f"threads {setting}: the measuring process failed (exit {done.returncode}):\n{done.stderr[-3000:]}")
@@ -98,7 +121,8 @@ def describe(setting: str) -> str:
     if setting == "default":
         return f"BLAS default ({os.cpu_count()} cores)"
     return f"{default_threads() if setting == 'workers' else setting} thread(s)" + (
-        " (workers' default)" if setting == "workers" else "")
+        " (workers' default)" if setting == "workers" else ""
+    )
 
 
 def print_setting(setting: str, result: dict) -> None:
@@ -106,8 +130,10 @@ def print_setting(setting: str, result: dict) -> None:
     for metric in METRICS:
         ours, bare = result["fusebench"][metric], result["bare"][metric]
         ratio = ours / bare
-        print(f"  {metric:8s} fusebench {ours:9.2f} tok/s   bare {bare:9.2f} tok/s   ratio {ratio:.3f}"
-              f"{'' if ratio >= TARGET else f'   below the {TARGET} target'}")
+        print(
+            f"  {metric:8s} fusebench {ours:9.2f} tok/s   bare {bare:9.2f} tok/s   ratio {ratio:.3f}"
+            f"{'' if ratio >= TARGET else f'   below the {TARGET} target'}"
+        )
 
 
 def parse_args() -> argparse.Namespace:
@@ -117,9 +143,13 @@ def parse_args() -> argparse.Namespace:
     parser.add_argument("--prompt", type=int, default=128)
     parser.add_argument("--gen", type=int, default=16)
     parser.add_argument("--rounds", type=int, default=10)
-    parser.add_argument("--threads", default="workers,default",
-                        help="comma-separated settings: workers, default (the BLAS's own) or a number")
-    parser.add_argument("--child", action="store_true", help=argparse.SUPPRESS)  # one setting, in its own process
+    parser.add_argument(
+        "--threads",
+        default="workers,default",
+        help="comma-separated settings: workers, default (the BLAS's own) or a number",
+    )
+    # one setting, in its own process
+    parser.add_argument("--child", action="store_true", help=argparse.SUPPRESS)
     return parser.parse_args()
 
 
@@ -128,8 +158,10 @@ def main() -> None:
     if args.child:
         print(json.dumps({**measure(args), "blas": loaded_blas()}))
         return
-    print(f"{args.preset} ({args.layers} layers), prompt {args.prompt}, gen {args.gen}, {args.rounds} rounds, "
-          f"medians; target fusebench / bare >= {TARGET}")
+    print(
+        f"{args.preset} ({args.layers} layers), prompt {args.prompt}, gen {args.gen}, {args.rounds} rounds, "
+        f"medians; target fusebench / bare >= {TARGET}"
+    )
     for setting in args.threads.split(","):
         print_setting(setting, run_setting(setting, args))
 

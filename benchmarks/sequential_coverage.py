@@ -1,38 +1,45 @@
 """How fusebench's stopping rule and its intervals behave, simulated at both machines' noise.
 
-The rule is the runner's (analysis.stopping, bench.measure.runner.CellStop): a pilot of 6 rounds, then a look
-after every round; a cell stops when each of its rows is decided at the table's Bonferroni level, or at
-max_rounds. The rows are the product's own paired estimates (outlier rule, stall rule, confidence sequence) and
-the verdicts its own Holm table. Each simulated table is one comparison of the default experiment: 4 cells
-(sizes), each with a prefill and a gen row, every row with its own per-round noise.
+The rule is the runner's (analysis.stopping, bench.measure.runner.CellStop): a pilot of 6 rounds,
+then a look after every round; a cell stops when each of its rows is decided at the table's
+Bonferroni level, or at max_rounds. The rows are the product's own paired estimates (outlier rule,
+stall rule, confidence sequence) and the verdicts its own Holm table. Each simulated table is one
+comparison of the default experiment: 4 cells (sizes), each with a prefill and a gen row, every row
+with its own per-round noise.
 
 Noise models (the per-round SD of log(new/baseline) is drawn per row from the machine's range):
 - fast VM: normal, 1.3-2.8% (the AVX-512 VM's measured range)
 - slow VM: normal, 4-11% (the AVX2 VM's, ../shared/data/slow-vm/default.jsonl)
 - slow VM, t(3): the same SDs, Student-t(3) tails
 - slow VM, dips: the same SDs, and 5% of trials (either arm) 40% slower
-- slow VM, replay: every round's log ratio drawn from the slow VM's own, centred per row (tests/fixtures/slow-vm)
+- slow VM, replay: every round's log ratio drawn from the slow VM's own, centred per row
+  (tests/fixtures/slow-vm)
 
 For each model and true effect (0, +3, +5, +10, +20%):
 - false claims: tables (0%) in which any row reads faster or slower; a table-wise rate, α = 5%
-- wrong: rows whose verdict excludes the truth (faster/slower against its sign, or "no change" for an effect
-  beyond the margin)
+- wrong: rows whose verdict excludes the truth (faster/slower against its sign, or "no change" for
+  an effect beyond the margin)
 - coverage: rows whose unadjusted 95% interval, at the round the cell stopped, holds the true effect
-- rounds: median and 90th percentile of the rounds a cell ran, and the share of cells decided before max_rounds
+- rounds: median and 90th percentile of the rounds a cell ran, and the share of cells decided before
+  max_rounds
 
-Also the A/B gate (`gate_table`): 3 variants × 2 metrics of the current build against the reference, decided
-against a −5% limit, and the share of runs that pass, fail and cannot tell, for identical builds and a 10%
-slower one, at max_rounds and at a small round cap.
+Also the A/B gate (`gate_table`): 3 variants × 2 metrics of the current build against the reference,
+decided against a −5% limit, and the share of runs that pass, fail and cannot tell, for identical
+builds and a 10% slower one, at max_rounds and at a small round cap.
 
-And between processes (`process_table`): each build's worker process adds its own offset to every round it
-runs, SD τ (a multiple of the per-round SD); an A/B of identical builds either keeps one pair of workers for the
-whole run (what run --against did before worker_rounds) or starts a fresh pair every 6 rounds and labels the
-rounds with their pair (what it does now, analysis.inference "Between processes"). Per design: coverage of
-the true Δ at the stopping round (95% interval), the gate's outcomes, and the rounds it took.
+And between processes (`process_table`): each build's worker process adds its own offset to every
+round it runs, SD τ (a multiple of the per-round SD); an A/B of identical builds either keeps one
+pair of workers for the whole run (what run --against did before worker_rounds) or starts a fresh
+pair every 6 rounds and labels the rounds with their pair (what it does now, analysis.inference
+"Between processes"). Per design: coverage of the true Δ at the stopping round (95% interval), the
+gate's outcomes, and the rounds it took.
 
-    .venv/bin/python benchmarks/sequential_coverage.py            the full run (about 15 minutes on 2 cores)
-    .venv/bin/python benchmarks/sequential_coverage.py --quick    a small seeded run, as tests/test_sequential.py
-    .venv/bin/python benchmarks/sequential_coverage.py --only processes   the between-process table alone
+    .venv/bin/python benchmarks/sequential_coverage.py
+        the full run (about 15 minutes on 2 cores)
+    .venv/bin/python benchmarks/sequential_coverage.py --quick
+        a small seeded run, as tests/test_sequential.py
+    .venv/bin/python benchmarks/sequential_coverage.py --only processes
+        the between-process table alone
 """
 
 from __future__ import annotations
@@ -74,7 +81,8 @@ def _dips(rng: np.random.Generator, size: tuple[int, ...], sd: float) -> np.ndar
 
 
 def replay_ratios(folder: Path = REPLAY_DIR) -> np.ndarray:
-    """The slow VM's per-round log ratios new/baseline, each row centred on its own mean (its effect removed)."""
+    """The slow VM's per-round log ratios new/baseline, each row centred on its own mean (its effect
+    removed)."""
     rows: dict[tuple, dict[int, dict[str, float]]] = {}
     for name in REPLAY_FILES:
         for line in (folder / name).read_text().splitlines():
@@ -100,13 +108,15 @@ class Model:
     sd_range: tuple[float, float]  # per-round log-ratio SD, drawn per row
     trial_noise: Noise | None  # per trial; None: rounds drawn from the replayed ratios
 
-    def rounds(self, rng: np.random.Generator, n: int, effect: float, replay: np.ndarray | None
-               ) -> tuple[np.ndarray, np.ndarray]:
+    def rounds(
+        self, rng: np.random.Generator, n: int, effect: float, replay: np.ndarray | None
+    ) -> tuple[np.ndarray, np.ndarray]:
         """(baseline, new) throughputs of one row's n rounds at a true ratio 1 + effect."""
         if self.trial_noise is None:
             log_ratio = rng.choice(replay, n)
             return np.ones(n), np.exp(math.log1p(effect) + log_ratio)
-        sd_trial = rng.uniform(*self.sd_range) / math.sqrt(2.0)  # a round's ratio holds two trials' noise
+        # a round's ratio holds two trials' noise
+        sd_trial = rng.uniform(*self.sd_range) / math.sqrt(2.0)
         base = self.trial_noise(rng, (n,), sd_trial)
         new = self.trial_noise(rng, (n,), sd_trial)
         return np.exp(base), np.exp(math.log1p(effect) + new)
@@ -122,10 +132,16 @@ MODELS = (
 EFFECTS = (0.0, 0.03, 0.05, 0.10, 0.20)
 
 
-def stopped_cell(rows: Sequence[tuple[np.ndarray, np.ndarray]], goal: Goal, alpha: float, max_rounds: int,
-                 min_rounds: int = PILOT, labels: np.ndarray | None = None) -> int:
-    """The round at which the runner's rule stops a cell whose rows' rounds are given (each max_rounds long);
-    `labels`: each round's pair of worker processes."""
+def stopped_cell(
+    rows: Sequence[tuple[np.ndarray, np.ndarray]],
+    goal: Goal,
+    alpha: float,
+    max_rounds: int,
+    min_rounds: int = PILOT,
+    labels: np.ndarray | None = None,
+) -> int:
+    """The round at which the runner's rule stops a cell whose rows' rounds are given (each
+    max_rounds long); `labels`: each round's pair of worker processes."""
     for n in range(min_rounds, max_rounds + 1):
         decided = True
         for base, new in rows:
@@ -165,8 +181,7 @@ def _wrong(word: VerdictWord, effect: float) -> bool:
     return word is VerdictWord.NO_CHANGE and abs(effect) * 100.0 > MARGIN_PCT
 
 
-def comparison_tables(model: Model, effect: float, tables: int, max_rounds: int, seed: int
-                      ) -> tuple[Tally, list[int]]:
+def comparison_tables(model: Model, effect: float, tables: int, max_rounds: int, seed: int) -> tuple[Tally, list[int]]:
     """Simulated comparison tables (4 cells × 2 metrics): the tally and every cell's rounds."""
     rng = np.random.default_rng(seed)
     replay = replay_ratios() if model.trial_noise is None else None
@@ -183,7 +198,8 @@ def comparison_tables(model: Model, effect: float, tables: int, max_rounds: int,
             tally.cells += 1
             tally.decided_cells += n < max_rounds or all(
                 Row(e.mean_log, e.sd_log, e.n, alpha, goal).decided
-                for e in (paired_estimate(b[:n], x[:n]) for b, x in rows))
+                for e in (paired_estimate(b[:n], x[:n]) for b, x in rows)
+            )
             for base, new in rows:
                 est = paired_estimate(base[:n], new[:n])
                 estimates.append(est)
@@ -206,7 +222,8 @@ class GateTally(Counts):
 
 
 def gate_runs(model: Model, slowdown: float, runs: int, max_rounds: int, seed: int) -> GateTally:
-    """Simulated A/B gate runs: 3 variants × 2 metrics, current against reference, decided against −5%."""
+    """Simulated A/B gate runs: 3 variants × 2 metrics, current against reference, decided against
+    −5%."""
     rng = np.random.default_rng(seed)
     replay = replay_ratios() if model.trial_noise is None else None
     rows_in_table = (3 + 1) * METRICS  # the variants and the pooled row, as the runner counts them
@@ -243,23 +260,25 @@ class ProcessTally(Counts):
     rounds: int = 0
 
 
-def _process_rows(rng: np.random.Generator, model: Model, tau: float, fresh_every: int, max_rounds: int
-                  ) -> tuple[list[tuple[np.ndarray, np.ndarray]], np.ndarray]:
-    """The gate's 6 rows of identical builds with a process offset per pair of workers: each row's rounds,
-    and each round's pair (one pair throughout when fresh_every is 0)."""
+def _process_rows(
+    rng: np.random.Generator, model: Model, tau: float, fresh_every: int, max_rounds: int
+) -> tuple[list[tuple[np.ndarray, np.ndarray]], np.ndarray]:
+    """The gate's 6 rows of identical builds with a process offset per pair of workers: each row's
+    rounds, and each round's pair (one pair throughout when fresh_every is 0)."""
     pairs = np.arange(max_rounds) // fresh_every if fresh_every else np.zeros(max_rounds, dtype=int)
     rows = []
     for _ in range(3 * METRICS):
         base, new = model.rounds(rng, max_rounds, 0.0, None)
         sd_round = float(np.std(np.log(new / base), ddof=1))
-        offsets = rng.normal(0.0, tau * sd_round, pairs.max() + 1)  # the pair's own offset on this row
+        # the pair's own offset on this row
+        offsets = rng.normal(0.0, tau * sd_round, pairs.max() + 1)
         rows.append((base, new * np.exp(offsets[pairs])))
     return rows, pairs
 
 
-def process_runs(model: Model, tau: float, fresh_every: int, runs: int, max_rounds: int, seed: int
-                 ) -> ProcessTally:
-    """Simulated A/B runs of identical builds with process offsets: coverage and the gate's outcomes."""
+def process_runs(model: Model, tau: float, fresh_every: int, runs: int, max_rounds: int, seed: int) -> ProcessTally:
+    """Simulated A/B runs of identical builds with process offsets: coverage and the gate's
+    outcomes."""
     rng = np.random.default_rng(seed)
     alpha = 1.0 - print_level((3 + 1) * METRICS)
     goal = Goal(MARGIN_PCT, limit_pct=LIMIT_PCT)
@@ -269,8 +288,7 @@ def process_runs(model: Model, tau: float, fresh_every: int, runs: int, max_roun
         rows, pairs = _process_rows(rng, model, tau, fresh_every, max_rounds)
         labels = pairs if fresh_every else None
         n = stopped_cell(rows, goal, alpha, max_rounds, labels=labels)
-        estimates = [paired_estimate(b[:n], x[:n], processes=None if labels is None else labels[:n])
-                     for b, x in rows]
+        estimates = [paired_estimate(b[:n], x[:n], processes=None if labels is None else labels[:n]) for b, x in rows]
         adjusted = adjust(estimates)
         tally.runs += 1
         tally.rounds += n
@@ -289,10 +307,10 @@ def _process_job(args: tuple) -> ProcessTally:
     return process_runs(*args)
 
 
-def run_processes(model: Model, tau: float, fresh_every: int, runs: int, max_rounds: int, seed: int,
-                  workers: int) -> ProcessTally:
-    jobs = [(model, tau, fresh_every, n, max_rounds, seed * 100 + i)
-            for i, n in enumerate(_split(runs, workers)) if n]
+def run_processes(
+    model: Model, tau: float, fresh_every: int, runs: int, max_rounds: int, seed: int, workers: int
+) -> ProcessTally:
+    jobs = [(model, tau, fresh_every, n, max_rounds, seed * 100 + i) for i, n in enumerate(_split(runs, workers)) if n]
     tally = ProcessTally()
     with ProcessPoolExecutor(workers) as pool:
         for part in pool.map(_process_job, jobs):
@@ -301,18 +319,30 @@ def run_processes(model: Model, tau: float, fresh_every: int, runs: int, max_rou
 
 
 def process_table(runs: int, max_rounds: int, workers: int) -> None:
-    print("| noise | process SD τ / round SD | workers | runs | 95% coverage | passed | failed | cannot tell "
-          "| rounds (mean) |")
+    print(
+        "| noise | process SD τ / round SD | workers | runs | 95% coverage | passed | failed | cannot tell "
+        "| rounds (mean) |"
+    )
     print("|---|---|---|---|---|---|---|---|---|")
     for m, model in enumerate(MODELS[:2]):
         for t, tau in enumerate(PROCESS_SDS):
             for fresh_every in (0, WORKER_ROUNDS):
-                r = run_processes(model, tau, fresh_every, runs, max_rounds, seed=5000 + 100 * m + 10 * t
-                                  + fresh_every, workers=workers)
+                r = run_processes(
+                    model,
+                    tau,
+                    fresh_every,
+                    runs,
+                    max_rounds,
+                    seed=5000 + 100 * m + 10 * t + fresh_every,
+                    workers=workers,
+                )
                 design = f"fresh pair every {fresh_every} rounds" if fresh_every else "one pair"
-                print(f"| {model.name} | {tau:g} | {design} | {r.runs} | {r.covered / r.rows:.1%} | "
-                      f"{r.passed / r.runs:.1%} | {r.failed / r.runs:.1%} | {r.cannot_tell / r.runs:.1%} | "
-                      f"{r.rounds / r.runs:.0f} |", flush=True)
+                print(
+                    f"| {model.name} | {tau:g} | {design} | {r.runs} | {r.covered / r.rows:.1%} | "
+                    f"{r.passed / r.runs:.1%} | {r.failed / r.runs:.1%} | {r.cannot_tell / r.runs:.1%} | "
+                    f"{r.rounds / r.runs:.0f} |",
+                    flush=True,
+                )
 
 
 def _split(total: int, parts: int) -> list[int]:
@@ -336,8 +366,9 @@ def run_gate(model: Model, slowdown: float, runs: int, max_rounds: int, seed: in
     return tally
 
 
-def run_tables(model: Model, effect: float, tables: int, max_rounds: int, seed: int, workers: int
-               ) -> tuple[Tally, list[int]]:
+def run_tables(
+    model: Model, effect: float, tables: int, max_rounds: int, seed: int, workers: int
+) -> tuple[Tally, list[int]]:
     jobs = [(model, effect, n, max_rounds, seed * 100 + i) for i, n in enumerate(_split(tables, workers)) if n]
     tally, rounds = Tally(), []
     with ProcessPoolExecutor(workers) as pool:
@@ -358,28 +389,42 @@ def main() -> None:
     if args.only == "processes":
         process_table(gate_n, 60, args.workers)
         return
-    print(f"| noise | true Δ | tables | false claims per table | wrong rows | 95% coverage | rounds (median, "
-          f"p90) | cells decided by {max_rounds} |")
+    print(
+        f"| noise | true Δ | tables | false claims per table | wrong rows | 95% coverage | rounds (median, "
+        f"p90) | cells decided by {max_rounds} |"
+    )
     print("|---|---|---|---|---|---|---|---|")
     for m, model in enumerate(MODELS):
         for e, effect in enumerate(EFFECTS):
             tables = aa_tables if effect == 0.0 else effect_tables
             tally, rounds = run_tables(model, effect, tables, max_rounds, seed=10 * m + e, workers=args.workers)
             false = f"{tally.false_tables / tally.tables:.1%}" if effect == 0.0 else "-"
-            print(f"| {model.name} | {effect:+.0%} | {tally.tables} | {false} | {tally.wrong_rows / tally.rows:.2%} "
-                  f"| {tally.covered / tally.rows:.1%} | {np.median(rounds):.0f}, {np.percentile(rounds, 90):.0f} "
-                  f"| {tally.decided_cells / tally.cells:.0%} |", flush=True)
+            print(
+                f"| {model.name} | {effect:+.0%} | {tally.tables} | {false} | {tally.wrong_rows / tally.rows:.2%} "
+                f"| {tally.covered / tally.rows:.1%} | {np.median(rounds):.0f}, {np.percentile(rounds, 90):.0f} "
+                f"| {tally.decided_cells / tally.cells:.0%} |",
+                flush=True,
+            )
     print()
     print("| noise | build | round cap | runs | passed | failed | cannot tell |")
     print("|---|---|---|---|---|---|---|")
     for m, model in enumerate(MODELS):
         for slowdown in (0.0, 0.10):
             for cap in (max_rounds, 12):
-                t = run_gate(model, slowdown, gate_n, cap, seed=1000 + 10 * m + int(slowdown * 100) + cap,
-                             workers=args.workers)
+                t = run_gate(
+                    model,
+                    slowdown,
+                    gate_n,
+                    cap,
+                    seed=1000 + 10 * m + int(slowdown * 100) + cap,
+                    workers=args.workers,
+                )
                 name = "identical" if slowdown == 0.0 else f"{slowdown:.0%} slower"
-                print(f"| {model.name} | {name} | {cap} | {t.runs} | {t.passed / t.runs:.1%} | "
-                      f"{t.failed / t.runs:.1%} | {t.cannot_tell / t.runs:.1%} |", flush=True)
+                print(
+                    f"| {model.name} | {name} | {cap} | {t.runs} | {t.passed / t.runs:.1%} | "
+                    f"{t.failed / t.runs:.1%} | {t.cannot_tell / t.runs:.1%} |",
+                    flush=True,
+                )
     print()
     process_table(gate_n, 60, args.workers)
 

@@ -1,10 +1,11 @@
-"""Precision per second of each workload in a results file: which prompt length and decode steps decide a row
-soonest on the machine that ran it.
+"""Precision per second of each workload in a results file: which prompt length and decode steps
+decide a row soonest on the machine that ran it.
 
-For every cell and metric: the per-round SD of log(new/baseline) (the outlier rule's pairwise scale, so one wild
-round does not decide), the seconds a round's trials took, and 1 / (SD² · seconds): the rounds a decision needs
-scale with SD², and each round costs its seconds. Relative to the experiment's default workload (pp128 tg3) per
-size, so the column reads "this many times the precision per second".
+For every cell and metric: the per-round SD of log(new/baseline) (the outlier rule's pairwise scale,
+so one wild round does not decide), the seconds a round's trials took, and 1 / (SD² · seconds): the
+rounds a decision needs scale with SD², and each round costs its seconds. Relative to the
+experiment's default workload (pp128 tg3) per size, so the column reads "this many times the
+precision per second".
 
     .venv/bin/fusebench run workload-precision --out results/workload-precision.jsonl
     .venv/bin/python benchmarks/workload_precision.py results/workload-precision.jsonl

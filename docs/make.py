@@ -1,5 +1,6 @@
-"""Regenerates the generated parts of docs/: the key table of experiments.md, from core.spec.KEYS (the table
-`fusebench run --help` prints). Run after changing a key: `.venv/bin/python docs/make.py`."""
+"""Regenerates the generated parts of docs/: the key table of experiments.md, from core.spec.KEYS
+(the table `fusebench run --help` prints). Run after changing a key:
+`.venv/bin/python docs/make.py`."""
 
 from __future__ import annotations
 

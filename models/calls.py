@@ -7,9 +7,9 @@ Each op declares this once, next to its variants, with one decorator on an `OpCa
         def cases(self, args, batch, length):
             return [OpCase("geglu", "mlp", ((batch, length, args.intermediate_size),) * 2)]
 
-and every tool that calls an op on its own asks that declaration: `fusebench ops` times its cases at each size and
-workload of an experiment, `fusebench kernels` (and every run) reads the kernels of its variants at its kernel cases.
-Nothing here knows about timing.
+and every tool that calls an op on its own asks that declaration: `fusebench ops` times its cases at
+each size and workload of an experiment, `fusebench kernels` (and every run) reads the kernels of
+its variants at its kernel cases. Nothing here knows about timing.
 """
 
 from __future__ import annotations
@@ -27,12 +27,14 @@ from .registry import REGISTRY, check_op
 
 @dataclass(frozen=True)
 class OpCase:
-    """One op call at one shape, no values. Hashable, so identical calls from several sizes are timed once.
+    """One op call at one shape, no values. Hashable, so identical calls from several sizes are
+    timed once.
 
-    `arrays` are the shapes of the random array arguments, in order; `positional` the remaining positional
-    arguments; `keywords` the keyword arguments, as (name, value) pairs. The output has the first array's shape.
-    `shown` names the leading arrays the label shows (attention's q and kv); empty, the label shows the first
-    array's shape alone. `phase` says prefill or decode where the op's kernel depends on it.
+    `arrays` are the shapes of the random array arguments, in order; `positional` the remaining
+    positional arguments; `keywords` the keyword arguments, as (name, value) pairs. The output has
+    the first array's shape. `shown` names the leading arrays the label shows (attention's q and
+    kv); empty, the label shows the first array's shape alone. `phase` says prefill or decode where
+    the op's kernel depends on it.
     """
 
     op: str
@@ -91,25 +93,30 @@ class OpCalls(ABC):
 
     @abstractmethod
     def cases(self, args: ModelArgs, batch: int, length: int) -> list[OpCase]:
-        """Every distinct call of the op in a forward pass of `batch` sequences of `length` tokens."""
+        """Every distinct call of the op in a forward pass of `batch` sequences of `length`
+        tokens."""
 
     def kernel_cases(self, args: ModelArgs, prompt_tokens: int) -> list[OpCase]:
-        """The calls whose kernels `fusebench kernels` reads. By default one token's (a decode step's): an elementwise
-        op's graph does not depend on the length, and the tensors stay small. Same calls under other names once."""
+        """The calls whose kernels `fusebench kernels` reads. By default one token's (a decode
+        step's): an elementwise op's graph does not depend on the length, and the tensors stay
+        small. Same calls under other names once."""
         distinct: dict[tuple[object, ...], OpCase] = {}
         for case in self.cases(args, 1, 1):
             distinct.setdefault(case.call, case)
         return list(distinct.values())
 
     def inputs(self, case: OpCase, seed: int) -> Inputs:
-        """Seeded random arrays in the case's dtype, then its other arguments as given. Lazy: nothing is evaluated."""
+        """Seeded random arrays in the case's dtype, then its other arguments as given. Lazy:
+        nothing is evaluated."""
         dtype = getattr(mx, case.dtype)  # the dtype names (models.config.DTYPES) are mlx's own
-        arrays = [mx.random.normal(shape, dtype=dtype, key=mx.random.key(seed + i))
-                  for i, shape in enumerate(case.arrays)]
+        arrays = [
+            mx.random.normal(shape, dtype=dtype, key=mx.random.key(seed + i)) for i, shape in enumerate(case.arrays)
+        ]
         return Inputs([*arrays, *case.positional], dict(case.keywords))
 
     def flops(self, case: OpCase) -> int | None:
-        """FLOPs of one call; None where the op is pure data movement, whose GFLOP/s would only restate its GB/s."""
+        """FLOPs of one call; None where the op is pure data movement, whose GFLOP/s would only
+        restate its GB/s."""
         return None
 
 

@@ -12,8 +12,8 @@ from .errors import ModelConfigError
 
 PRESET_DIR = Path(__file__).parent / "presets"
 
-# The dtype names a model can be built in; models.loading maps them to mlx dtypes (this module stays free of mlx,
-# so that reading an experiment never loads it).
+# The dtype names a model can be built in; models.loading maps them to mlx dtypes (this module stays
+# free of mlx, so that reading an experiment never loads it).
 DTYPES: tuple[str, ...] = ("float32", "bfloat16", "float16")
 # Bytes per element, for memory and roofline estimates made without building anything.
 DTYPE_BYTES: dict[str, int] = {"float32": 4, "bfloat16": 2, "float16": 2}
@@ -56,9 +56,11 @@ class Overrides:
 
 
 def layer_types(num_layers: int, pattern: int) -> list[str]:
-    """Sliding layers in blocks of `pattern`, each block closed by a full-attention layer, and the last layer full.
+    """Sliding layers in blocks of `pattern`, each block closed by a full-attention layer, and the
+    last layer full.
 
-    At full depth this is the real models' layout; truncated, it keeps both attention shapes present.
+    At full depth this is the real models' layout; truncated, it keeps both attention shapes
+    present.
     """
     return [
         "full_attention" if (i + 1) % pattern == 0 or i == num_layers - 1 else "sliding_attention"
@@ -69,9 +71,9 @@ def layer_types(num_layers: int, pattern: int) -> list[str]:
 def truncate(config: dict[str, Any], layers: int) -> dict[str, Any]:
     """Keep `layers` layers with every per-layer shape exact.
 
-    The KV-shared share of the layers is kept (rounded), but the non-shared part holds at least two layers,
-    so that a sliding and a full layer exist for the shared ones to reuse. Each part is laid out by
-    `layer_types`, as the real models are.
+    The KV-shared share of the layers is kept (rounded), but the non-shared part holds at least two
+    layers, so that a sliding and a full layer exist for the shared ones to reuse. Each part is laid
+    out by `layer_types`, as the real models are.
     """
     total, shared = config["num_hidden_layers"], config.get("num_kv_shared_layers", 0)
     pattern = config["sliding_window_pattern"]
@@ -109,8 +111,9 @@ def size_label(config: dict[str, Any], full_layers: int | None = None) -> str:
 
 
 def attention_heads(config: dict[str, Any], layer_type: str) -> tuple[int, int]:
-    """(head_dim, KV heads) of a layer type, as models.gemma4.Attention picks them: the one place the model's
-    attention geometry is read from a config, for the benchmarks' shapes, work counts and memory estimates."""
+    """(head_dim, KV heads) of a layer type, as models.gemma4.Attention picks them: the one place
+    the model's attention geometry is read from a config, for the benchmarks' shapes, work counts
+    and memory estimates."""
     if layer_type == "sliding_attention":
         return config["head_dim"], config["num_key_value_heads"]
     global_heads = config.get("num_global_key_value_heads")

@@ -1,5 +1,5 @@
-"""Errors a user causes by naming a model, an override or an op that does not exist. No mlx here, so the command
-line can recognise them without importing the model."""
+"""Errors a user causes by naming a model, an override or an op that does not exist. No mlx here, so
+the command line can recognise them without importing the model."""
 
 
 class ModelInputError(ValueError):
@@ -7,8 +7,10 @@ class ModelInputError(ValueError):
 
 
 class ModelConfigError(ModelInputError):
-    """A preset, override or checkpoint that cannot be built; the message names the valid choices."""
+    """A preset, override or checkpoint that cannot be built; the message names the valid
+    choices."""
 
 
 class UnknownOpError(ModelInputError):
-    """An op or variant name that the registry does not hold; the message lists the valid choices."""
+    """An op or variant name that the registry does not hold; the message lists the valid
+    choices."""

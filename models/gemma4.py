@@ -1,8 +1,8 @@
 """The Gemma 4 text decoder with every switchable op routed through one shared `OpTable`.
 
-Structure, parameter names and layout follow mlx-lm's `gemma4_text`, so one checkpoint loads in both. mlx-lm's
-own pieces are reused where no switchable op is involved: its ModelArgs, KV caches, RoPE set-up, SwitchGLU,
-attention masks, weight sanitizing and quantization predicate.
+Structure, parameter names and layout follow mlx-lm's `gemma4_text`, so one checkpoint loads in
+both. mlx-lm's own pieces are reused where no switchable op is involved: its ModelArgs, KV caches,
+RoPE set-up, SwitchGLU, attention masks, weight sanitizing and quantization predicate.
 """
 
 from __future__ import annotations
@@ -49,7 +49,8 @@ class MLP(nn.Module):
 
 
 class ExpertActivation(nn.Module):
-    """SwitchGLU's activation slot: it calls activation(up, gate), for the dense and quantized expert paths alike."""
+    """SwitchGLU's activation slot: it calls activation(up, gate), for the dense and quantized
+    expert paths alike."""
 
     def __init__(self, ops: OpTable):
         super().__init__()
@@ -205,8 +206,8 @@ class Gemma4TextModel(nn.Module):
         self._kv_source = self._kv_sources(config)
 
     def _kv_sources(self, config: ModelArgs) -> list[int]:
-        """For each layer, the layer whose K/V it uses: itself, or for a KV-shared layer the last earlier
-        non-shared layer of its type."""
+        """For each layer, the layer whose K/V it uses: itself, or for a KV-shared layer the last
+        earlier non-shared layer of its type."""
         first_shared = config.num_hidden_layers - config.num_kv_shared_layers
         last_of_type = {config.layer_types[i]: i for i in range(first_shared)}
         return [i if i < first_shared else last_of_type[config.layer_types[i]] for i in range(config.num_hidden_layers)]
@@ -242,7 +243,8 @@ class Gemma4TextModel(nn.Module):
 
 
 class Model(nn.Module):
-    """mlx-lm's model protocol: `model(tokens, cache=...)`, `make_cache()`, `layers`, plus switchable ops."""
+    """mlx-lm's model protocol: `model(tokens, cache=...)`, `make_cache()`, `layers`, plus
+    switchable ops."""
 
     def __init__(self, args: ModelArgs, ops: Mapping[str, str] | None = None, config: Mapping | None = None):
         super().__init__()

@@ -1,4 +1,5 @@
-"""Build a model from a preset with seeded weights, or load one from a local mlx-lm checkpoint directory."""
+"""Build a model from a preset with seeded weights, or load one from a local mlx-lm checkpoint
+directory."""
 
 from __future__ import annotations
 
@@ -27,7 +28,11 @@ from .errors import ModelConfigError
 from .gemma4 import Model, ModelArgs
 
 CHECKPOINT_MODEL_TYPES = ("gemma4", "gemma4_text")
-MX_DTYPES: dict[str, mx.Dtype] = {"float32": mx.float32, "bfloat16": mx.bfloat16, "float16": mx.float16}
+MX_DTYPES: dict[str, mx.Dtype] = {
+    "float32": mx.float32,
+    "bfloat16": mx.bfloat16,
+    "float16": mx.float16,
+}
 
 # Seeded weights are cyclic reads of one pool of normal samples rather than fresh draws per tensor:
 # mx.random.normal makes ~25M values/s on a 2-core CPU; copying from a pool is several times faster.
@@ -41,7 +46,8 @@ def build_model(config: Mapping[str, Any], ops: Mapping[str, str] | None = None)
 
 
 def _pool_slice(pool: mx.array, name: str, size: int) -> mx.array:
-    """`size` values of the pool, read cyclically from a start that depends on the parameter's name."""
+    """`size` values of the pool, read cyclically from a start that depends on the parameter's
+    name."""
     start = zlib.crc32(name.encode()) % _POOL_SIZE
     repeats = (start + size) // _POOL_SIZE + 1
     return mx.tile(pool, (repeats,))[start : start + size]
@@ -70,7 +76,8 @@ def seed_weights(model: Model, seed: int, dtype: mx.Dtype) -> None:
 
 
 def quantize_weights(model: Model, mode_name: str) -> None:
-    """Quantize in place as mlx-lm does (its predicate), recording the quantization in the model's config."""
+    """Quantize in place as mlx-lm does (its predicate), recording the quantization in the model's
+    config."""
     params = QUANTIZE_MODES[mode_name]
     # mlx-lm prints a bits-per-weight line; a benchmark's output is not the place for it.
     with contextlib.redirect_stdout(io.StringIO()):
@@ -98,7 +105,8 @@ def load_model(
     seed: int = 0,
     ops: Mapping[str, str] | None = None,
 ) -> Model:
-    """A preset name (seeded weights) or a local mlx-lm checkpoint directory, with its overrides applied."""
+    """A preset name (seeded weights) or a local mlx-lm checkpoint directory, with its overrides
+    applied."""
     overrides = Overrides(layers, dtype, quantize)
     if is_checkpoint_path(source):
         model = _load_checkpoint(Path(source), overrides)
@@ -117,7 +125,8 @@ def is_checkpoint_path(source: str | Path) -> bool:
 
 
 def read_checkpoint_config(path: Path) -> dict[str, Any]:
-    """config.json of a checkpoint directory, checked enough that loading it cannot fail obscurely."""
+    """config.json of a checkpoint directory, checked enough that loading it cannot fail
+    obscurely."""
     if not path.is_dir():
         raise ModelConfigError(f"{path}: no such checkpoint directory")
     config_file = path / "config.json"
@@ -137,14 +146,16 @@ def read_checkpoint_config(path: Path) -> dict[str, Any]:
 
 
 def text_config(config: Mapping[str, Any]) -> dict[str, Any]:
-    """The decoder's config: the checkpoint's own, or its text_config when it is a multimodal gemma4."""
+    """The decoder's config: the checkpoint's own, or its text_config when it is a multimodal
+    gemma4."""
     if config.get("model_type") == "gemma4":
         return {**config.get("text_config", {}), "model_type": "gemma4_text"}
     return dict(config)
 
 
 class _MultimodalShell(nn.Module):
-    """Holds the decoder where a multimodal gemma4 checkpoint keeps it, so mlx-lm's loader can fill it."""
+    """Holds the decoder where a multimodal gemma4 checkpoint keeps it, so mlx-lm's loader can fill
+    it."""
 
     def __init__(self, args: reference_multimodal.ModelArgs):
         super().__init__()
@@ -182,7 +193,8 @@ def _load_checkpoint(path: Path, overrides: Overrides) -> Model:
 
 
 def save_checkpoint(model: Model, path: str | Path) -> Path:
-    """Write an mlx-lm checkpoint directory (config.json + safetensors) that mlx-lm's gemma4_text loads too."""
+    """Write an mlx-lm checkpoint directory (config.json + safetensors) that mlx-lm's gemma4_text
+    loads too."""
     path = Path(path)
     save_model(path, model)
     save_config(dict(model.config), path / "config.json")
@@ -190,7 +202,8 @@ def save_checkpoint(model: Model, path: str | Path) -> Path:
 
 
 def parameter_bytes(config: Mapping[str, Any], dtype: str = "float32", quantize: str | None = None) -> int:
-    """The model's weight bytes, from shapes alone: the lazy model is built but never materialized."""
+    """The model's weight bytes, from shapes alone: the lazy model is built but never
+    materialized."""
     model = build_model(config)
     cast_weights(model, MX_DTYPES[dtype])
     if quantize:

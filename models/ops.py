@@ -1,16 +1,18 @@
 """The ops: every switchable op the model calls goes through the registry (models/registry.py).
 
-Each op's section below holds all that is known about it beside its declaration's light facts: its variants, and
-how it is called (`OpCalls`: its shapes at a model's sizes, for `fusebench ops` and `fusebench kernels`, its inputs
-and its FLOPs). A new fusion candidate is one function with one decorator:
+Each op's section below holds all that is known about it beside its declaration's light facts: its
+variants, and how it is called (`OpCalls`: its shapes at a model's sizes, for `fusebench ops` and
+`fusebench kernels`, its inputs and its FLOPs). A new fusion candidate is one function with one
+decorator:
 
     @register("geglu", "my_variant")
     def geglu_mine(gate, up):
         ...
 
-after which `my_variant` is valid in every YAML experiment, in `fusebench verify`, `fusebench ops` and `fusebench
-kernels`. Every variant of an op takes the same arguments as the op's reference variant and must compute the same
-thing. A new op is declared the same way, from a plugin file as well as here:
+after which `my_variant` is valid in every YAML experiment, in `fusebench verify`, `fusebench ops`
+and `fusebench kernels`. Every variant of an op takes the same arguments as the op's reference
+variant and must compute the same thing. A new op is declared the same way, from a plugin file as
+well as here:
 
     declare("scale2", "x * 2", reference="plain", default="plain")
     register("scale2", "plain")(lambda x: x * 2)
@@ -33,7 +35,8 @@ from mlx_lm.models.base import create_causal_mask
 from mlx_lm.models.gemma4_text import ModelArgs
 from mlx_lm.models.rope_utils import initialize_rope
 
-# The declaring names are re-exported: `from models.ops import register` is the stable import for plugins.
+# The declaring names are re-exported: `from models.ops import register` is the stable import for
+# plugins.
 from .calls import Inputs, OpCalls, OpCase, calls_by_op, register_calls
 from .config import attention_heads
 from .errors import UnknownOpError
@@ -49,16 +52,33 @@ from .registry import (
     register,
 )
 
-__all__ = ["REGISTRY", "Inputs", "OpCalls", "OpCase", "OpSpec", "OpTable", "UnknownOpError", "calls_by_op",
-           "check_op", "check_variant", "complete", "declare", "op_choices", "reference_assignment", "register",
-           "register_calls"]
+__all__ = [
+    "REGISTRY",
+    "Inputs",
+    "OpCalls",
+    "OpCase",
+    "OpSpec",
+    "OpTable",
+    "UnknownOpError",
+    "calls_by_op",
+    "check_op",
+    "check_variant",
+    "complete",
+    "declare",
+    "op_choices",
+    "reference_assignment",
+    "register",
+    "register_calls",
+]
 
-# The two kinds of attention layer, as the config's layer types name them and as case roles name them.
+# The two kinds of attention layer, as the config's layer types name them and as case roles name
+# them.
 LAYER_KINDS = (("sliding_attention", "sliding"), ("full_attention", "full"))
 
 
 class OpTable:
-    """The callables of one assignment. The model's modules share one table, so switching is a dict update."""
+    """The callables of one assignment. The model's modules share one table, so switching is a dict
+    update."""
 
     def __init__(self, assignment: Mapping[str, str] | None = None) -> None:
         self.assignment: dict[str, str] = {}
@@ -82,8 +102,8 @@ def geglu_unfused(gate: mx.array, up: mx.array) -> mx.array:
 geglu_compiled = register("geglu", "compiled")(mx.compile(geglu_unfused, shapeless=True))
 
 # Per-element FLOP counts, with tanh counted as one FLOP as FLOP counts conventionally do:
-# gelu_approx(g) * u = 0.5 * g * (1 + tanh(c * (g + 0.044715 * g^3))) * u -> g^3 (2), * 0.044715, + g, * c,
-# tanh, 1 +, * 0.5, * g, * u: 10.
+# gelu_approx(g) * u = 0.5 * g * (1 + tanh(c * (g + 0.044715 * g^3))) * u -> g^3
+# (2), * 0.044715, + g, * c, tanh, 1 +, * 0.5, * g, * u: 10.
 GEGLU_FLOPS_PER_ELEMENT = 10
 
 
@@ -96,7 +116,8 @@ class GegluCalls(OpCalls):
             wide = (batch, length, 2 * args.intermediate_size)
             cases.append(OpCase("geglu", "mlp double-wide", _pair(wide)))
         if args.enable_moe_block:
-            # SwitchGLU sorts the (token, expert) pairs and runs the activation on [tokens * top_k, 1, width].
+            # SwitchGLU sorts the (token, expert) pairs and runs the activation on [tokens * top_k,
+            # 1, width].
             rows = batch * length * args.top_k_experts
             cases.append(OpCase("geglu", "moe expert", _pair((rows, 1, args.moe_intermediate_size))))
         if args.hidden_size_per_layer_input > 0:
@@ -132,8 +153,9 @@ def softcap_compiled(x: mx.array, cap: float) -> mx.array:
     return _softcap_compiled(x, mx.array(cap, dtype=x.dtype))
 
 
-# [B, L, 262144] fp32 logits are 1 GiB per 1024 positions, and one softcap over 512 of them takes ~2-3 s on a
-# 2-core CPU. The op is elementwise, so a shorter L shows the same per-element cost (once past the caches).
+# [B, L, 262144] fp32 logits are 1 GiB per 1024 positions, and one softcap over 512 of them takes
+# ~2-3 s on a 2-core CPU. The op is elementwise, so a shorter L shows the same per-element cost
+# (once past the caches).
 FULL_LOGITS_MAX_TOKENS = 128
 # tanh(x / cap) * cap, tanh counted as one FLOP.
 SOFTCAP_FLOPS_PER_ELEMENT = 3
@@ -149,12 +171,18 @@ class SoftcapCalls(OpCalls):
         capped = f"; L capped at {full} of {length}: an elementwise op's time scales with L" if full < length else ""
         return [
             OpCase(
-                "softcap", "logits decode", ((batch, 1, vocab),), positional=(cap,),
+                "softcap",
+                "logits decode",
+                ((batch, 1, vocab),),
+                positional=(cap,),
                 note="every decode step, and prefill too: mlx-lm-style prefill computes logits for the last position "
                 "only",
             ),
             OpCase(
-                "softcap", "logits full", ((batch, full, vocab),), positional=(cap,),
+                "softcap",
+                "logits full",
+                ((batch, full, vocab),),
+                positional=(cap,),
                 note=f"logits for every prompt position (scoring, speculative verification){capped}",
             ),
         ]
@@ -164,7 +192,8 @@ class SoftcapCalls(OpCalls):
 
 
 # --- attention -----------------------------------------------------------------------------------
-# q: [B, n_heads, L, D]; k, v: [B, n_kv_heads, S, D]; mask: None, "causal", a boolean or an additive array.
+# q: [B, n_heads, L, D]; k, v: [B, n_kv_heads, S, D]; mask: None, "causal", a boolean or an additive
+# array.
 
 
 def _causal_mask(query_len: int, key_len: int) -> mx.array:
@@ -174,8 +203,8 @@ def _causal_mask(query_len: int, key_len: int) -> mx.array:
 
 @register("attention", "manual")
 def attention_manual(q: mx.array, k: mx.array, v: mx.array, *, scale: float, mask: mx.array | str | None) -> mx.array:
-    # As ollama's manual CUDA path did: repeat the KV heads up to the query heads, then two plain matmuls
-    # around an additive mask and a precise softmax.
+    # As ollama's manual CUDA path did: repeat the KV heads up to the query heads, then two plain
+    # matmuls around an additive mask and a precise softmax.
     n_repeats = q.shape[1] // k.shape[1]
     if n_repeats > 1:
         k = mx.repeat(k, n_repeats, axis=1)
@@ -196,14 +225,16 @@ def attention_sdpa(q: mx.array, k: mx.array, v: mx.array, *, scale: float, mask:
     return mx.fast.scaled_dot_product_attention(q, k, v, scale=scale, mask=mask)
 
 
-# Gemma 4 normalizes q and k instead of scaling the scores, so the model calls attention with scale 1.0.
+# Gemma 4 normalizes q and k instead of scaling the scores, so the model calls attention with scale
+# 1.0.
 ATTENTION_SCALE = 1.0
 
 
 @register_calls("attention")
 class AttentionCalls(OpCalls):
     def cases(self, args: ModelArgs, batch: int, length: int) -> list[OpCase]:
-        """Prefill (causal, the window's mask where the prompt is longer) and decode, for both layer types."""
+        """Prefill (causal, the window's mask where the prompt is longer) and decode, for both layer
+        types."""
         heads, window = args.num_attention_heads, args.sliding_window
         cases = []
         for layer_type, kind in LAYER_KINDS:
@@ -215,21 +246,31 @@ class AttentionCalls(OpCalls):
             decode_kv = (batch, kv_heads, kv_length, head_dim)
             cases += [
                 OpCase(
-                    "attention", f"prefill {kind}", ((batch, heads, length, head_dim), prefill_kv, prefill_kv),
-                    keywords=(("scale", ATTENTION_SCALE), ("mask", "causal"), ("window", layer_window)),
-                    shown=("q", "kv"), phase="prefill",
+                    "attention",
+                    f"prefill {kind}",
+                    ((batch, heads, length, head_dim), prefill_kv, prefill_kv),
+                    keywords=(
+                        ("scale", ATTENTION_SCALE),
+                        ("mask", "causal"),
+                        ("window", layer_window),
+                    ),
+                    shown=("q", "kv"),
+                    phase="prefill",
                 ),
                 OpCase(
-                    "attention", f"decode {kind}", ((batch, heads, 1, head_dim), decode_kv, decode_kv),
+                    "attention",
+                    f"decode {kind}",
+                    ((batch, heads, 1, head_dim), decode_kv, decode_kv),
                     keywords=(("scale", ATTENTION_SCALE), ("mask", None), ("window", None)),
-                    shown=("q", "kv"), phase="decode",
+                    shown=("q", "kv"),
+                    phase="decode",
                 ),
             ]
         return cases
 
     def kernel_cases(self, args: ModelArgs, prompt_tokens: int) -> list[OpCase]:
-        # MLX picks its kernel by the head dim, the query and key lengths, the GQA factor and the mask: only the
-        # prompt's own shapes say which one the model gets.
+        # MLX picks its kernel by the head dim, the query and key lengths, the GQA factor and the
+        # mask: only the prompt's own shapes say which one the model gets.
         return self.cases(args, 1, prompt_tokens)
 
     def inputs(self, case: OpCase, seed: int) -> Inputs:
@@ -241,8 +282,8 @@ class AttentionCalls(OpCalls):
         return inputs
 
     def flops(self, case: OpCase) -> int:
-        # Two matmuls (q k^T, then p v) at 2 FLOPs per multiply-add, over the full L x S score matrix: the masked
-        # half included, as the manual variant computes it.
+        # Two matmuls (q k^T, then p v) at 2 FLOPs per multiply-add, over the full L x S score
+        # matrix: the masked half included, as the manual variant computes it.
         batch, heads, length, head_dim = case.shape
         return 4 * batch * heads * length * case.arrays[1][2] * head_dim
 
@@ -267,12 +308,19 @@ class RmsNormCalls(OpCalls):
     # Pure data movement: no FLOPs counted.
     def cases(self, args: ModelArgs, batch: int, length: int) -> list[OpCase]:
         hidden = args.hidden_size
-        return [OpCase("rms_norm", "hidden", ((batch, length, hidden), (hidden,)), positional=(args.rms_norm_eps,))]
+        return [
+            OpCase(
+                "rms_norm",
+                "hidden",
+                ((batch, length, hidden), (hidden,)),
+                positional=(args.rms_norm_eps,),
+            )
+        ]
 
 
 # --- rope ----------------------------------------------------------------------------------------
-# The arguments are those of mx.fast.rope: `periods` plays the part of its `freqs` (an inf period leaves
-# that pair of dims unrotated), otherwise base ** (2i / dims) is used.
+# The arguments are those of mx.fast.rope: `periods` plays the part of its `freqs` (an inf period
+# leaves that pair of dims unrotated), otherwise base ** (2i / dims) is used.
 
 
 class RopeArguments(TypedDict):
@@ -286,8 +334,11 @@ def layer_rope(args: ModelArgs, layer_type: str, head_dim: int) -> nn.Module:
     """The rope module of a layer type, as mlx-lm's initialize_rope builds it from the config."""
     params = args.rope_parameters.get(layer_type, {})
     return initialize_rope(
-        dims=head_dim, traditional=args.rope_traditional, base=params.get("rope_theta", 10000.0),
-        scaling_config=params, max_position_embeddings=args.max_position_embeddings,
+        dims=head_dim,
+        traditional=args.rope_traditional,
+        base=params.get("rope_theta", 10000.0),
+        scaling_config=params,
+        max_position_embeddings=args.max_position_embeddings,
     )
 
 
@@ -336,19 +387,32 @@ def rope_fast(
 class RopeCalls(OpCalls):
     # Pure data movement: no FLOPs counted.
     def cases(self, args: ModelArgs, batch: int, length: int) -> list[OpCase]:
-        """q's rotation in both layer types: full layers rotate only a quarter of their dims (ProportionalRoPE)."""
+        """q's rotation in both layer types: full layers rotate only a quarter of their dims
+        (ProportionalRoPE)."""
         cases = []
         for layer_type, kind in LAYER_KINDS:
             head_dim, _ = attention_heads(vars(args), layer_type)
             rope = rope_arguments(layer_rope(args, layer_type, head_dim))
-            # A tuple keeps the case hashable; inputs() turns it back into the array the model passes.
+            # A tuple keeps the case hashable; inputs() turns it back into the array the model
+            # passes.
             periods = None if rope["periods"] is None else tuple(rope["periods"].tolist())
             rotated = rope["dims"] if periods is None else 2 * sum(math.isfinite(p) for p in periods)
             role = kind if rotated == head_dim else f"{kind} ({rotated / head_dim:.0%} rotated)"
-            keywords = (("dims", rope["dims"]), ("base", rope["base"]), ("scale", rope["scale"]),
-                        ("periods", periods), ("offset", 0))
-            cases.append(OpCase("rope", role, ((batch, args.num_attention_heads, length, head_dim),),
-                                keywords=keywords))
+            keywords = (
+                ("dims", rope["dims"]),
+                ("base", rope["base"]),
+                ("scale", rope["scale"]),
+                ("periods", periods),
+                ("offset", 0),
+            )
+            cases.append(
+                OpCase(
+                    "rope",
+                    role,
+                    ((batch, args.num_attention_heads, length, head_dim),),
+                    keywords=keywords,
+                )
+            )
         return cases
 
     def inputs(self, case: OpCase, seed: int) -> Inputs:

@@ -1,9 +1,11 @@
-"""The op registry's declarations: which ops are switchable, what each computes, its reference and default variant.
+"""The op registry's declarations: which ops are switchable, what each computes, its reference and
+default variant.
 
-No mlx here: a results file or an experiment can name ops, and a report can describe them, without loading the model.
-An op is declared once, with `declare`; its variants register themselves with `register`, and what the benchmarks
-need to call it (its shapes at a model's sizes, its inputs, its FLOPs: `models.calls.OpCalls`) with `register_calls`.
-The built-in ops are declared below and implemented in `models.ops`; a user plugin declares a new op the same way.
+No mlx here: a results file or an experiment can name ops, and a report can describe them, without
+loading the model. An op is declared once, with `declare`; its variants register themselves with
+`register`, and what the benchmarks need to call it (its shapes at a model's sizes, its inputs, its
+FLOPs: `models.calls.OpCalls`) with `register_calls`. The built-in ops are declared below and
+implemented in `models.ops`; a user plugin declares a new op the same way.
 """
 
 from __future__ import annotations
@@ -20,9 +22,11 @@ if TYPE_CHECKING:
 
 @dataclass
 class OpSpec:
-    """One switchable op: `reference` is the plain composed form, `default` what a variant gets when it omits the op.
+    """One switchable op: `reference` is the plain composed form, `default` what a variant gets when
+    it omits the op.
 
-    `calls` is attached by `models.calls.register_calls`: None until then, and for an op the benchmarks cannot call.
+    `calls` is attached by `models.calls.register_calls`: None until then, and for an op the
+    benchmarks cannot call.
     """
 
     name: str
@@ -37,17 +41,33 @@ REGISTRY: dict[str, OpSpec] = {}
 
 
 def declare(name: str, doc: str, *, reference: str, default: str) -> OpSpec:
-    """Declare a new switchable op; its variants (the reference and default among them) register afterwards."""
+    """Declare a new switchable op; its variants (the reference and default among them) register
+    afterwards."""
     if name in REGISTRY:
         raise ValueError(f"op {name!r} is already declared; declare a new name")
     REGISTRY[name] = OpSpec(name, doc, reference, default)
     return REGISTRY[name]
 
 
-declare("geglu", "gelu_approx(gate) * up in the MLP, MoE experts and PLE gate", reference="unfused", default="unfused")
+declare(
+    "geglu",
+    "gelu_approx(gate) * up in the MLP, MoE experts and PLE gate",
+    reference="unfused",
+    default="unfused",
+)
 declare("softcap", "tanh(x / cap) * cap on the final logits", reference="unfused", default="unfused")
-declare("attention", "softmax(q k^T * scale + mask) v in every layer", reference="manual", default="manual")
-declare("rms_norm", "x * rsqrt(mean(x^2) + eps) * weight in every norm", reference="composed", default="fast")
+declare(
+    "attention",
+    "softmax(q k^T * scale + mask) v in every layer",
+    reference="manual",
+    default="manual",
+)
+declare(
+    "rms_norm",
+    "x * rsqrt(mean(x^2) + eps) * weight in every norm",
+    reference="composed",
+    default="fast",
+)
 declare("rope", "rotary position embedding of q and k", reference="composed", default="fast")
 
 
@@ -83,10 +103,12 @@ def complete(assignment: Mapping[str, str] | None = None) -> dict[str, str]:
 
 
 def reference_assignment() -> dict[str, str]:
-    """Every op at its plain composed form: the ground truth that `fusebench verify` compares against."""
+    """Every op at its plain composed form: the ground truth that `fusebench verify` compares
+    against."""
     return {op: spec.reference for op, spec in REGISTRY.items()}
 
 
 def op_choices() -> dict[str, tuple[list[str], str]]:
-    """op -> (its registered implementations, its default), the form an experiment's variants are checked against."""
+    """op -> (its registered implementations, its default), the form an experiment's variants are
+    checked against."""
     return {op: (list(spec.variants), spec.default) for op, spec in REGISTRY.items()}

@@ -1,8 +1,9 @@
-"""Tools the tests share: one results-file factory, writing run headers and records as `fusebench run` does
-(core.records.run_header through core.results.ResultsWriter), with the cell and trial records it writes, and one way
-to run the `fusebench` CLI in a process of its own, as its user runs it, or in this one where which process runs it
-does not matter (it loads no plugin, needs no environment of its own, and the tree it runs is this one): the second
-of imports each call saves adds up over the suite."""
+"""Tools the tests share: one results-file factory, writing run headers and records as
+`fusebench run` does (core.records.run_header through core.results.ResultsWriter), with the cell and
+trial records it writes, and one way to run the `fusebench` CLI in a process of its own, as its user
+runs it, or in this one where which process runs it does not matter (it loads no plugin, needs no
+environment of its own, and the tree it runs is this one): the second of imports each call saves
+adds up over the suite."""
 
 from __future__ import annotations
 
@@ -24,25 +25,44 @@ from bench.core.results import ResultsWriter
 from bench.measure.env import own_compile_dir
 
 ROOT = Path(__file__).resolve().parent.parent
-# Tests that mx.compile in this process need what the CLI gives its workers: a compile folder this user owns, so
-# the suite passes as a plain user after root has run it.
+# Tests that mx.compile in this process need what the CLI gives its workers: a compile folder this
+# user owns, so the suite passes as a plain user after root has run it.
 own_compile_dir()
 TEST_ENV = {
-    "fusebench": "0.1.0", "mlx": "0.32.4", "mlx_lm": "0.32.2", "python": "3.11.7", "backend": "cpu",
-    "device": "Test CPU", "blas": "openblas (/usr/lib/libopenblas.so)", "cpu": "Test CPU", "cores": 4,
-    "ram_bytes": 2**34, "os": "Linux", "hostname": "vm", "git_commit": "0123456789abcdef", "git_dirty": True,
+    "fusebench": "0.1.0",
+    "mlx": "0.32.4",
+    "mlx_lm": "0.32.2",
+    "python": "3.11.7",
+    "backend": "cpu",
+    "device": "Test CPU",
+    "blas": "openblas (/usr/lib/libopenblas.so)",
+    "cpu": "Test CPU",
+    "cores": 4,
+    "ram_bytes": 2**34,
+    "os": "Linux",
+    "hostname": "vm",
+    "git_commit": "0123456789abcdef",
+    "git_dirty": True,
 }
 
 
-def fusebench(*args: str, cwd: Path, env: Mapping[str, str] | None = None,
-              timeout: float = 600) -> subprocess.CompletedProcess:
+def fusebench(
+    *args: str, cwd: Path, env: Mapping[str, str] | None = None, timeout: float = 600
+) -> subprocess.CompletedProcess:
     """`python -m bench ARGS` in `cwd`: registries, plugins and imports stay in that process."""
-    return subprocess.run([sys.executable, "-m", "bench", *args], cwd=cwd, env=env, capture_output=True, text=True,
-                          timeout=timeout)
+    return subprocess.run(
+        [sys.executable, "-m", "bench", *args],
+        cwd=cwd,
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=timeout,
+    )
 
 
 def fusebench_here(*args: str, cwd: Path) -> subprocess.CompletedProcess:
-    """`fusebench ARGS` run in `cwd` by this process: the exit code and what it printed, as `fusebench` gives them."""
+    """`fusebench ARGS` run in `cwd` by this process: the exit code and what it printed, as
+    `fusebench` gives them."""
     stdout, stderr = io.StringIO(), io.StringIO()
     before = os.getcwd()
     os.chdir(cwd)  # contextlib.chdir needs Python 3.11; fusebench supports 3.10
@@ -57,44 +77,99 @@ def fusebench_here(*args: str, cwd: Path) -> subprocess.CompletedProcess:
     return subprocess.CompletedProcess(["fusebench", *args], code, stdout.getvalue(), stderr.getvalue())
 
 
-def cell(size: str = "E2B (2/35 layers)", *, run_id: str = "run1", prompt: int = 128, gen: int = 4, batch: int = 1,
-         key: str | None = None) -> dict[str, Any]:
+def cell(
+    size: str = "E2B (2/35 layers)",
+    *,
+    run_id: str = "run1",
+    prompt: int = 128,
+    gen: int = 4,
+    batch: int = 1,
+    key: str | None = None,
+) -> dict[str, Any]:
     """The fields a trial record carries for its cell."""
     model = size.split()[0].lower()
     model_key = key or f"{model}:layers=2:float32:none"
     workload = f"pp{prompt} tg{gen} b{batch}"
-    return {"run_id": run_id, "cell": f"{model_key}|{workload}", "model": model, "model_key": model_key,
-            "size": size, "layers": 2, "dtype": "float32", "quantize": None, "prompt_tokens": prompt,
-            "gen_tokens": gen, "batch": batch, "workload": workload}
+    return {
+        "run_id": run_id,
+        "cell": f"{model_key}|{workload}",
+        "model": model,
+        "model_key": model_key,
+        "size": size,
+        "layers": 2,
+        "dtype": "float32",
+        "quantize": None,
+        "prompt_tokens": prompt,
+        "gen_tokens": gen,
+        "batch": batch,
+        "workload": workload,
+    }
 
 
-def trials(of: Mapping[str, Any], throughputs: Mapping[str, Sequence[tuple[float, float | None]]],
-           **extra: Any) -> list[dict[str, Any]]:
-    """One timed trial per variant per round: `throughputs[variant][round]` is (prefill tok/s, gen tok/s)."""
-    return [{"kind": "trial", **of, "variant": variant, "round": round_, "warmup": False, "prefill_tps": prefill,
-             "gen_tps": gen, **extra}
-            for variant, values in throughputs.items() for round_, (prefill, gen) in enumerate(values)]
+def trials(
+    of: Mapping[str, Any],
+    throughputs: Mapping[str, Sequence[tuple[float, float | None]]],
+    **extra: Any,
+) -> list[dict[str, Any]]:
+    """One timed trial per variant per round: `throughputs[variant][round]` is (prefill tok/s, gen
+    tok/s)."""
+    return [
+        {
+            "kind": "trial",
+            **of,
+            "variant": variant,
+            "round": round_,
+            "warmup": False,
+            "prefill_tps": prefill,
+            "gen_tps": gen,
+            **extra,
+        }
+        for variant, values in throughputs.items()
+        for round_, (prefill, gen) in enumerate(values)
+    ]
 
 
-def header(run_id: str, experiment: str, *, env: Mapping[str, Any] | None = None, file: str = "experiment.yaml",
-           name: str | None = None, **extra: Any) -> dict[str, Any]:
-    """The run header today's writer writes: `experiment` is the YAML it stores, as read from `file`, and `name`
-    the experiment's (by default the YAML's; `fusebench ops` names its runs "ops")."""
-    stored = {"name": name or yaml.safe_load(experiment)["name"], "file": file,
-              "sha256": hashlib.sha256(experiment.encode()).hexdigest(), "content": experiment}
+def header(
+    run_id: str,
+    experiment: str,
+    *,
+    env: Mapping[str, Any] | None = None,
+    file: str = "experiment.yaml",
+    name: str | None = None,
+    **extra: Any,
+) -> dict[str, Any]:
+    """The run header today's writer writes: `experiment` is the YAML it stores, as read from
+    `file`, and `name` the experiment's (by default the YAML's; `fusebench ops` names its runs
+    "ops")."""
+    stored = {
+        "name": name or yaml.safe_load(experiment)["name"],
+        "file": file,
+        "sha256": hashlib.sha256(experiment.encode()).hexdigest(),
+        "content": experiment,
+    }
     return run_header(run_id, stored, env or TEST_ENV, **extra)
 
 
 def write_records(path: Path, records: Iterable[Mapping[str, Any]]) -> Path:
-    """`records` as a results file, written as the runner writes them (run headers from `header`)."""
-    path.unlink(missing_ok=True)  # the writer appends, as a resumed run does; a factory's file starts anew
+    """`records` as a results file, written as the runner writes them (run headers from
+    `header`)."""
+    # the writer appends, as a resumed run does; a factory's file starts anew
+    path.unlink(missing_ok=True)
     with ResultsWriter(path) as writer:
         for record in records:
             writer.write(dict(record))
     return path
 
 
-def results_file(path: Path, records: Iterable[Mapping[str, Any]], *, experiment: str, run_id: str = "run1",
-                 env: Mapping[str, Any] | None = None, file: str = "experiment.yaml", **extra: Any) -> Path:
+def results_file(
+    path: Path,
+    records: Iterable[Mapping[str, Any]],
+    *,
+    experiment: str,
+    run_id: str = "run1",
+    env: Mapping[str, Any] | None = None,
+    file: str = "experiment.yaml",
+    **extra: Any,
+) -> Path:
     """A results file of one run: its header (see `header`), then `records`."""
     return write_records(path, [header(run_id, experiment, env=env, file=file, **extra), *records])

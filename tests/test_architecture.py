@@ -1,5 +1,5 @@
-"""The layers of bench/ and the rule their imports follow, checked on the source itself; and the commands that only
-read results, checked to never load mlx."""
+"""The layers of bench/ and the rule their imports follow, checked on the source itself; and the
+commands that only read results, checked to never load mlx."""
 
 from __future__ import annotations
 
@@ -15,25 +15,35 @@ from conftest import results_file as write_results
 
 ROOT = Path(__file__).resolve().parent.parent
 
-# Which packages each layer may import from (itself always). Read top to bottom: records and spec at the bottom,
-# statistics above them, views above those, measuring beside them, commands on top.
+# Which packages each layer may import from (itself always). Read top to bottom: records and spec at
+# the bottom, statistics above them, views above those, measuring beside them, commands on top.
 ALLOWED = {
     "bench.core": {"models.config", "models.errors"},
     "bench.analysis": {"bench.core", "models.config", "models.errors"},
-    "bench.present": {"bench.analysis", "bench.core", "models.config", "models.errors", "models.registry"},
-    # The runner prints progress with numbers formatted as everywhere else: the one view module it may use.
+    "bench.present": {
+        "bench.analysis",
+        "bench.core",
+        "models.config",
+        "models.errors",
+        "models.registry",
+    },
+    # The runner prints progress with numbers formatted as everywhere else: the one view module it
+    # may use.
     "bench.measure": {"bench.analysis", "bench.core", "bench.present.format", "models"},
     "bench.commands": {"bench", "models"},
     "models": set(),
-    "bench": {"bench.commands"},  # the package itself and `python -m bench`: entry points to the commands
+    # the package itself and `python -m bench`: entry points to the commands
+    "bench": {"bench.commands"},
 }
-# Third-party packages a layer must never load: mlx is slow to import, and reading results never needs it.
+# Third-party packages a layer must never load: mlx is slow to import, and reading results never
+# needs it.
 FORBIDDEN = {
     "bench.core": {"mlx", "mlx_lm", "rich", "matplotlib"},
     "bench.analysis": {"mlx", "mlx_lm", "rich", "matplotlib"},
     "bench.present": {"mlx", "mlx_lm"},
 }
-# models/ modules that must stay free of mlx, because the layers above read them without loading the model.
+# models/ modules that must stay free of mlx, because the layers above read them without loading the
+# model.
 LIGHT_MODELS = ("models.config", "models.errors", "models.registry")
 
 
@@ -43,7 +53,8 @@ def module_name(path: Path) -> str:
 
 
 def imports(path: Path) -> set[str]:
-    """Every module a file imports, at any depth (function-level imports too), relative ones resolved."""
+    """Every module a file imports, at any depth (function-level imports too), relative ones
+    resolved."""
     package = module_name(path) if path.name == "__init__.py" else module_name(path).rpartition(".")[0]
     found = set()
     for node in ast.walk(ast.parse(path.read_text())):
@@ -78,8 +89,11 @@ def test_imports_follow_the_layers(path: Path):
     ours = [m for m in imports(path) if m.split(".")[0] in ("bench", "models")]
     wrong = [m for m in ours if not within(m, {layer, *ALLOWED[layer]}) and m not in ("bench", "models")]
     # `from ..x import y` also names y as a module candidate; only real modules or packages count.
-    wrong = [m for m in wrong if (ROOT / m.replace(".", "/")).with_suffix(".py").exists()
-             or (ROOT / m.replace(".", "/")).is_dir()]
+    wrong = [
+        m
+        for m in wrong
+        if (ROOT / m.replace(".", "/")).with_suffix(".py").exists() or (ROOT / m.replace(".", "/")).is_dir()
+    ]
     assert not wrong, f"{me} ({layer}) imports {wrong}"
     banned = [m for m in imports(path) if m.split(".")[0] in FORBIDDEN.get(layer, set())]
     assert not banned, f"{me} ({layer}) imports {banned}"
@@ -93,29 +107,63 @@ def test_light_model_modules_do_not_import_mlx(module: str):
 
 def loaded_after(argv: list[str], cwd: Path) -> set[str]:
     """The top-level packages loaded by running `fusebench ARGV` in a fresh interpreter."""
-    code = (f"import sys, json\nfrom bench.commands import main\ntry:\n    main({argv!r})\nexcept SystemExit:\n"
-            "    pass\nprint(json.dumps(sorted({m.split('.')[0] for m in sys.modules})), file=sys.stderr)")
+    code = (
+        f"import sys, json\nfrom bench.commands import main\ntry:\n    main({argv!r})\nexcept SystemExit:\n"
+        "    pass\nprint(json.dumps(sorted({m.split('.')[0] for m in sys.modules})), file=sys.stderr)"
+    )
     done = subprocess.run([sys.executable, "-c", code], cwd=cwd, capture_output=True, text=True, timeout=300)
     return set(json.loads(done.stderr.strip().splitlines()[-1]))
 
 
-EXPERIMENT = ("name: t\nmodels: [{preset: tiny}]\nvariants: {a: {}, b: {geglu: compiled}}\ncomparisons: [[a, b]]\n"
-              "workloads: {prompt_tokens: 8, gen_tokens: 2}\nexpect: [{all_correct: true}]\n")
+EXPERIMENT = (
+    "name: t\nmodels: [{preset: tiny}]\nvariants: {a: {}, b: {geglu: compiled}}\ncomparisons: [[a, b]]\n"
+    "workloads: {prompt_tokens: 8, gen_tokens: 2}\nexpect: [{all_correct: true}]\n"
+)
 
 
 @pytest.fixture(scope="module")
 def results_file(tmp_path_factory: pytest.TempPathFactory) -> Path:
     of = cell("tiny", prompt=8, gen=2, key="tiny")
-    records = trials(of, {v: [(100.0 + r + (5 if v == "b" else 0), 10.0 + r / 10) for r in range(4)] for v in "ab"})
-    records.append({"kind": "correctness", **of, "variant": "b", "reference": "a", "max_abs_err": 0.0,
-                    "max_rel_err": 0.0, "tokens_checked": 2, "tokens_agree": 2, "atol": 0.01, "passed": True})
-    return write_results(tmp_path_factory.mktemp("results") / "r.jsonl", records, experiment=EXPERIMENT, file="t.yaml")
+    records = trials(
+        of,
+        {v: [(100.0 + r + (5 if v == "b" else 0), 10.0 + r / 10) for r in range(4)] for v in "ab"},
+    )
+    records.append(
+        {
+            "kind": "correctness",
+            **of,
+            "variant": "b",
+            "reference": "a",
+            "max_abs_err": 0.0,
+            "max_rel_err": 0.0,
+            "tokens_checked": 2,
+            "tokens_agree": 2,
+            "atol": 0.01,
+            "passed": True,
+        }
+    )
+    return write_results(
+        tmp_path_factory.mktemp("results") / "r.jsonl",
+        records,
+        experiment=EXPERIMENT,
+        file="t.yaml",
+    )
 
 
-@pytest.mark.parametrize("argv", [
-    ["--help"], ["report", "--help"], ["check", "--help"], ["run", "--help"], ["kernels", "--help"],
-    ["report", "RESULTS", "--out", "OUT"], ["check", "RESULTS"], ["baseline", "save", "RESULTS", "--name", "x"],
-], ids=" ".join)
+@pytest.mark.parametrize(
+    "argv",
+    [
+        ["--help"],
+        ["report", "--help"],
+        ["check", "--help"],
+        ["run", "--help"],
+        ["kernels", "--help"],
+        ["report", "RESULTS", "--out", "OUT"],
+        ["check", "RESULTS"],
+        ["baseline", "save", "RESULTS", "--name", "x"],
+    ],
+    ids=" ".join,
+)
 def test_commands_that_read_results_never_load_mlx(argv: list[str], results_file: Path, tmp_path: Path):
     argv = [str(results_file) if a == "RESULTS" else str(tmp_path / "out") if a == "OUT" else a for a in argv]
     loaded = loaded_after(argv, tmp_path)

@@ -1,6 +1,7 @@
-"""`fusebench bisect` and `run --against-env`: the search logic with a fake step function (no timing), bad input
-(one line, exit 2), and the whole command on a scratch history built here, so a depth-1 clone passes. Slowdowns are
-injected into commits of that scratch history, never through hooks in the product."""
+"""`fusebench bisect` and `run --against-env`: the search logic with a fake step function (no
+timing), bad input (one line, exit 2), and the whole command on a scratch history built here, so a
+depth-1 clone passes. Slowdowns are injected into commits of that scratch history, never through
+hooks in the product."""
 
 from __future__ import annotations
 
@@ -14,7 +15,17 @@ from pathlib import Path
 import pytest
 from conftest import fusebench, fusebench_here
 
-from bench.analysis.bisect import BAD, CANNOT_TELL, CULPRIT, GOOD, REGRESSION, SEARCH, Reading, bisect, regressed
+from bench.analysis.bisect import (
+    BAD,
+    CANNOT_TELL,
+    CULPRIT,
+    GOOD,
+    REGRESSION,
+    SEARCH,
+    Reading,
+    bisect,
+    regressed,
+)
 
 ROOT = Path(__file__).resolve().parent.parent
 LIMIT = 5.0
@@ -29,8 +40,10 @@ trials: 8
 shares: 0
 warmup: 1
 """
-PREFILL = ("    start = time.perf_counter()\n    first = greedy(",
-           "    start = time.perf_counter()\n    time.sleep(0.3)\n    first = greedy(")
+PREFILL = (
+    "    start = time.perf_counter()\n    first = greedy(",
+    "    start = time.perf_counter()\n    time.sleep(0.3)\n    first = greedy(",
+)
 
 
 def reading(delta: float, half: float, variant: str = "all variants", metric: str = "prefill") -> Reading:
@@ -45,7 +58,11 @@ def fake(culprit: int | None, half: float = 2.0, calls: list | None = None):
             calls.append((index, against, runs))
         slow = [culprit is not None and i >= culprit for i in (index, against)]
         delta = -10.0 if slow[0] and not (against >= 0 and slow[1]) else 0.0
-        return [reading(delta, half), reading(delta, half, metric="gen"), reading(0.0, 20.0, "base")]
+        return [
+            reading(delta, half),
+            reading(delta, half, metric="gen"),
+            reading(0.0, 20.0, "base"),
+        ]
 
     return measure
 
@@ -61,7 +78,10 @@ def test_the_search_names_the_culprit_wherever_it_is(culprit: int):
     assert all(s.runs == 1 for s in outcome.steps)  # every step decided on its first run
     assert (culprit, culprit - 1, 1) in calls  # confirmed against its predecessor (-1: GOOD)
     # Both regressed metrics are tracked, the per-variant row (never wholly below the limit) is not.
-    assert {(r.variant, r.metric) for r in outcome.tracked} == {("all variants", "prefill"), ("all variants", "gen")}
+    assert {(r.variant, r.metric) for r in outcome.tracked} == {
+        ("all variants", "prefill"),
+        ("all variants", "gen"),
+    }
 
 
 def test_no_regression_ends_after_the_first_ab():
@@ -95,7 +115,8 @@ def test_an_inconclusive_step_pools_more_runs_and_then_decides():
 
 def test_a_step_that_stays_inconclusive_names_both_sides_never_a_guess():
     def stuck(index: int, against: int, runs: int) -> list[Reading]:
-        return [reading(-5.0 if index == 3 else -10.0 if index > 3 else 0.0, 2.0)]  # index 3 sits on the limit
+        # index 3 sits on the limit
+        return [reading(-5.0 if index == 3 else -10.0 if index > 3 else 0.0, 2.0)]
 
     outcome = bisect(8, stuck, LIMIT, max_runs=2)
     assert outcome.first_bad is None and outcome.undecided == (-1, 7)
@@ -122,13 +143,15 @@ def test_a_first_a_b_that_cannot_tell_says_so_and_exits_3_never_no_regression():
 
 def test_a_regression_spread_over_two_commits_is_named_but_not_confirmed_alone():
     def spread(index: int, against: int, runs: int) -> list[Reading]:
-        def level(i: int) -> float:  # commits 4 and 5 each cost 4%: together beyond the limit, alone within it
+        # commits 4 and 5 each cost 4%: together beyond the limit, alone within it
+        def level(i: int) -> float:
             return (-4.0 if i >= 4 else 0.0) + (-4.0 if i >= 5 else 0.0)
 
         return [reading(level(index) - (level(against) if against >= 0 else 0.0), 0.5)]
 
     outcome = bisect(8, spread, LIMIT, max_runs=1)
-    # Commit 4 alone stays within the limit against GOOD, so 5 is the first beyond it; against 4 it is not.
+    # Commit 4 alone stays within the limit against GOOD, so 5 is the first beyond it; against 4 it
+    # is not.
     assert outcome.first_bad == 5 and not outcome.confirmed and outcome.steps[-1].status == GOOD
 
 
@@ -138,7 +161,7 @@ def test_pooled_rows_stand_for_the_variants_when_they_regressed():
     assert [r.variant for r in regressed(rows[:1], LIMIT)] == ["base"]
 
 
-# --- the command ---------------------------------------------------------------------------------------------------
+# --- the command ----------------------------------------------------------------------------------
 
 
 A_B_TIMEOUT = 900  # for the commands that run A/B runs of the tiny model (a search runs several)
@@ -156,7 +179,8 @@ def commit(repo: Path, message: str) -> str:
 
 @pytest.fixture
 def repo(tmp_path: Path) -> Path:
-    """A scratch repository: a copy of this tree (bench/, models/) and a tiny experiment, one commit."""
+    """A scratch repository: a copy of this tree (bench/, models/) and a tiny experiment, one
+    commit."""
     repo = tmp_path / "repo"
     for part in ("bench", "models"):
         shutil.copytree(ROOT / part, repo / part, ignore=shutil.ignore_patterns("__pycache__"))
@@ -167,9 +191,9 @@ def repo(tmp_path: Path) -> Path:
 
 
 def history(repo: Path, count: int, slow_at: int | None) -> list[str]:
-    """`count` more commits; the one at `slow_at` makes the worker's prefill sleep 300 ms (the tiny model's takes a
-    few ms, tens of ms with both cores busy; at 50 ms a loaded machine left steps undecided): a patch committed to
-    the scratch history, never a hook in the product."""
+    """`count` more commits; the one at `slow_at` makes the worker's prefill sleep 300 ms (the tiny
+    model's takes a few ms, tens of ms with both cores busy; at 50 ms a loaded machine left steps
+    undecided): a patch committed to the scratch history, never a hook in the product."""
     commits = []
     for i in range(count):
         (repo / "NOTES.md").write_text(f"note {i}\n")
@@ -189,25 +213,52 @@ def one_line_exit_2(done: subprocess.CompletedProcess, message: str) -> None:
 
 def test_bisect_names_the_commit_that_slowed_the_model(repo: Path, tmp_path: Path):
     good = git(repo, "rev-parse", "HEAD")
-    # Two commits after GOOD are enough for every kind of step, each its own A/B run (three in all, each costing
-    # seconds): BAD against GOOD, one search step (commit 0, which decides good), and the culprit against its
-    # predecessor. A search step that decides bad is covered by the fake-step tests above, for every position.
-    # The slow commit's prefill sleeps 300 ms against the tiny model's ~10 ms (about -97%), so an 80% limit still
-    # finds it, while an unchanged commit would have to read 5x slower in every round to be called bad: at 50%, two
-    # cores kept busy once made one read 2x slower (under-load run 3 of 5).
+    # Two commits after GOOD are enough for every kind of step, each its own A/B run (three in all,
+    # each costing seconds): BAD against GOOD, one search step (commit 0, which decides good), and
+    # the culprit against its predecessor. A search step that decides bad is covered by the
+    # fake-step tests above, for every position.
+    # The slow commit's prefill sleeps 300 ms against the tiny model's ~10 ms (about -97%), so an
+    # 80% limit still finds it, while an unchanged commit would have to read 5x slower in every
+    # round to be called bad: at 50%, two cores kept busy once made one read 2x slower (under-load
+    # run 3 of 5).
     commits = history(repo, 2, slow_at=1)
-    done = fusebench("bisect", good, commits[-1], "exp.yaml", "--max-regression", "80", "--out",
-                     str(tmp_path / "search"), "--format", "json", cwd=repo, timeout=A_B_TIMEOUT)
+    done = fusebench(
+        "bisect",
+        good,
+        commits[-1],
+        "exp.yaml",
+        "--max-regression",
+        "80",
+        "--out",
+        str(tmp_path / "search"),
+        "--format",
+        "json",
+        cwd=repo,
+        timeout=A_B_TIMEOUT,
+    )
     assert done.returncode == 0, done.stderr
     found = json.loads(done.stdout)
     assert found["first_bad"] == commits[1] and found["confirmed"]
     assert [(step["asks"], step["candidate"], step["against"]) for step in found["steps"]] == [
-        (REGRESSION, commits[1], good), (SEARCH, commits[0], good), (CULPRIT, commits[1], commits[0])]
+        (REGRESSION, commits[1], good),
+        (SEARCH, commits[0], good),
+        (CULPRIT, commits[1], commits[0]),
+    ]
     files = [f for step in found["steps"] for f in step["files"]]
     assert files and all(Path(f).is_file() for f in files)
     # Resumable: a second run reads the finished A/B runs instead of measuring again.
-    again = fusebench("bisect", good, commits[-1], "exp.yaml", "--max-regression", "80", "--out",
-                      str(tmp_path / "search"), cwd=repo, timeout=A_B_TIMEOUT)
+    again = fusebench(
+        "bisect",
+        good,
+        commits[-1],
+        "exp.yaml",
+        "--max-regression",
+        "80",
+        "--out",
+        str(tmp_path / "search"),
+        cwd=repo,
+        timeout=A_B_TIMEOUT,
+    )
     assert again.returncode == 0 and "results -> " not in again.stdout and commits[1] in again.stdout
     assert "first bad" in again.stdout and "bisect steps" in again.stdout
 
@@ -215,11 +266,25 @@ def test_bisect_names_the_commit_that_slowed_the_model(repo: Path, tmp_path: Pat
 def test_bisect_without_a_regression_says_so_or_that_it_cannot_tell(repo: Path, tmp_path: Path):
     good = git(repo, "rev-parse", "HEAD")
     commits = history(repo, 1, slow_at=None)
-    # The tiny model's millisecond trials swing by tens of percent, hence the wide limit (as in test_builds).
-    # Whether one A/B run settles it is a timing outcome; what each answer says is not: "no regression" (exit 1)
-    # only when every interval lies above the limit, "cannot tell" (exit 3) otherwise, never a search.
-    done = fusebench("bisect", good, commits[-1], "exp.yaml", "--max-regression", "60", "--max-runs", "1",
-                     "--out", str(tmp_path / "search"), cwd=repo, timeout=A_B_TIMEOUT)
+    # The tiny model's millisecond trials swing by tens of percent, hence the wide limit (as in
+    # test_builds).
+    # Whether one A/B run settles it is a timing outcome; what each answer says is not: "no
+    # regression" (exit 1) only when every interval lies above the limit, "cannot tell" (exit 3)
+    # otherwise, never a search.
+    done = fusebench(
+        "bisect",
+        good,
+        commits[-1],
+        "exp.yaml",
+        "--max-regression",
+        "60",
+        "--max-runs",
+        "1",
+        "--out",
+        str(tmp_path / "search"),
+        cwd=repo,
+        timeout=A_B_TIMEOUT,
+    )
     assert done.returncode in (1, 3), done.stdout + done.stderr
     said = {1: "no regression beyond -60% to find", 3: "cannot tell whether"}
     assert said[done.returncode] in done.stdout and said[4 - done.returncode] not in done.stdout
@@ -229,8 +294,10 @@ def test_bad_refs_and_a_dirty_tree_are_one_line_and_exit_2(repo: Path):
     good = git(repo, "rev-parse", "HEAD")
     commits = history(repo, 2, slow_at=None)
     # In the scratch tree's own process: bisect searches the repository of the fusebench it runs.
-    one_line_exit_2(fusebench("bisect", "no-such-ref", commits[-1], "exp.yaml", cwd=repo),
-                    "GOOD: 'no-such-ref' is not a git ref")
+    one_line_exit_2(
+        fusebench("bisect", "no-such-ref", commits[-1], "exp.yaml", cwd=repo),
+        "GOOD: 'no-such-ref' is not a git ref",
+    )
     one_line_exit_2(fusebench("bisect", commits[-1], good, "exp.yaml", cwd=repo), "is not an ancestor of BAD")
     one_line_exit_2(fusebench("bisect", good, good, "exp.yaml", cwd=repo), "are the same commit")
     (repo / "NOTES.md").write_text("uncommitted\n")
@@ -238,18 +305,27 @@ def test_bad_refs_and_a_dirty_tree_are_one_line_and_exit_2(repo: Path):
 
 
 def test_unknown_packages_and_versions_are_one_line_and_exit_2(repo: Path):
-    one_line_exit_2(fusebench_here("bisect", "--package", "no-such-package-fusebench", "1.0", "2.0", "exp.yaml",
-                                   cwd=repo), "has no package 'no-such-package-fusebench'")
-    one_line_exit_2(fusebench_here("bisect", "--package", "mlx", "0.0.7", "0.32.4", "exp.yaml", cwd=repo),
-                    "no release 0.0.7")
-    one_line_exit_2(fusebench_here("bisect", "--package", "mlx", "0.32.4", "0.31.2", "exp.yaml", cwd=repo),
-                    "must be an older release")
+    one_line_exit_2(
+        fusebench_here("bisect", "--package", "no-such-package-fusebench", "1.0", "2.0", "exp.yaml", cwd=repo),
+        "has no package 'no-such-package-fusebench'",
+    )
+    one_line_exit_2(
+        fusebench_here("bisect", "--package", "mlx", "0.0.7", "0.32.4", "exp.yaml", cwd=repo),
+        "no release 0.0.7",
+    )
+    one_line_exit_2(
+        fusebench_here("bisect", "--package", "mlx", "0.32.4", "0.31.2", "exp.yaml", cwd=repo),
+        "must be an older release",
+    )
 
 
-@pytest.mark.parametrize(("spec", "message"), [
-    ("/etc/hostname", "is not a Python 3 interpreter"),
-    ("not a requirement!", "neither a Python interpreter"),
-])
+@pytest.mark.parametrize(
+    ("spec", "message"),
+    [
+        ("/etc/hostname", "is not a Python 3 interpreter"),
+        ("not a requirement!", "neither a Python interpreter"),
+    ],
+)
 def test_an_environment_that_cannot_serve_is_one_line_and_exit_2(spec: str, message: str, repo: Path):
     done = fusebench_here("run", "exp.yaml", "--against-env", spec, "--out", "ab.jsonl", cwd=repo)
     one_line_exit_2(done, message)
@@ -257,17 +333,26 @@ def test_an_environment_that_cannot_serve_is_one_line_and_exit_2(spec: str, mess
 
 
 def test_a_version_pip_cannot_install_is_one_line_and_exit_2(repo: Path, tmp_path: Path, monkeypatch):
-    # In a process of its own: bench reads XDG_CACHE_HOME, where environments are built, when it is imported.
+    # In a process of its own: bench reads XDG_CACHE_HOME, where environments are built, when it is
+    # imported.
     monkeypatch.setenv("XDG_CACHE_HOME", str(tmp_path / "cache"))
     done = fusebench("run", "exp.yaml", "--against-env", "mlx==0.0.999", "--out", "ab.jsonl", cwd=repo)
     one_line_exit_2(done, "pip cannot install mlx==0.0.999")
     assert not (repo / "ab.jsonl").exists()
 
 
-def test_an_interpreter_runs_the_reference_workers_and_the_header_names_both_environments(repo: Path,
-                                                                                         tmp_path: Path):
-    done = fusebench("run", "exp.yaml", "--against-env", sys.executable, "--out", "ab.jsonl", "--quiet", cwd=repo,
-                     timeout=A_B_TIMEOUT)
+def test_an_interpreter_runs_the_reference_workers_and_the_header_names_both_environments(repo: Path, tmp_path: Path):
+    done = fusebench(
+        "run",
+        "exp.yaml",
+        "--against-env",
+        sys.executable,
+        "--out",
+        "ab.jsonl",
+        "--quiet",
+        cwd=repo,
+        timeout=A_B_TIMEOUT,
+    )
     assert done.returncode == 0, done.stderr
     header = json.loads((repo / "ab.jsonl").read_text().splitlines()[0])
     builds = header["builds"]

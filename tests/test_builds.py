@@ -1,5 +1,5 @@
-"""`run --against`: two builds interleaved in one job, and the gate that compares them. Faults and slowdowns are
-injected into throwaway copies of the tree, never through hooks in the product."""
+"""`run --against`: two builds interleaved in one job, and the gate that compares them. Faults and
+slowdowns are injected into throwaway copies of the tree, never through hooks in the product."""
 
 from __future__ import annotations
 
@@ -25,7 +25,8 @@ warmup: 1
 
 
 def tree_copy(dest: Path, patch: tuple[str, str] | None = None, file: str = "worker.py") -> Path:
-    """A copy of this fusebench tree (bench/ and models/), with one replacement in bench/measure/`file`."""
+    """A copy of this fusebench tree (bench/ and models/), with one replacement in
+    bench/measure/`file`."""
     for part in ("bench", "models"):
         shutil.copytree(ROOT / part, dest / part, ignore=shutil.ignore_patterns("__pycache__"))
     if patch:
@@ -49,37 +50,56 @@ def records(path: Path) -> list[dict]:
 
 def test_two_identical_builds_interleave_and_the_gate_compares_them(tmp_path: Path, experiment: Path):
     reference = tree_copy(tmp_path / "reference")
-    done = fusebench_here("run", str(experiment), "--against", str(reference), "--out", "ab.jsonl", "--quiet",
-                          cwd=tmp_path)
+    done = fusebench_here(
+        "run",
+        str(experiment),
+        "--against",
+        str(reference),
+        "--out",
+        "ab.jsonl",
+        "--quiet",
+        cwd=tmp_path,
+    )
     assert done.returncode == 0, done.stderr
     results = records(tmp_path / "ab.jsonl")
     assert set(results[0]["builds"]) == {"current", "reference"}
     trials = [r for r in results if r["kind"] == "trial" and not r["warmup"]]
-    # Each variant's two builds run back to back in every round, the order reversed every other round.
+    # Each variant's two builds run back to back in every round, the order reversed every other
+    # round.
     first_round = [(t["build"], t["variant"]) for t in trials if t["round"] == 0]
-    assert first_round == [("current", "base"), ("reference", "base"), ("current", "compiled"),
-                           ("reference", "compiled")]
-    assert {(t["build"], t["variant"]) for t in trials} == {(b, v) for b in ("current", "reference")
-                                                            for v in ("base", "compiled")}
-    # A fresh pair of workers after worker_rounds (6) rounds: each round's trials name the pair that ran them.
+    assert first_round == [
+        ("current", "base"),
+        ("reference", "base"),
+        ("current", "compiled"),
+        ("reference", "compiled"),
+    ]
+    assert {(t["build"], t["variant"]) for t in trials} == {
+        (b, v) for b in ("current", "reference") for v in ("base", "compiled")
+    }
+    # A fresh pair of workers after worker_rounds (6) rounds: each round's trials name the pair that
+    # ran them.
     pairs = {t["round"]: t["process"] for t in trials}
     assert len({t["process"] for t in trials if t["round"] < 6}) == 1
     assert pairs[6] == pairs[7] != pairs[0]
     assert {t["process"] for t in trials if t["round"] == 6} == {pairs[6]}
     warmups = [r for r in results if r["kind"] == "trial" and r["warmup"]]
-    assert {w["process"] for w in warmups} == {pairs[0], pairs[6]}  # each pair warms up before it is timed
-    # The gate's plumbing only, not its verdict: the tiny model's millisecond trials swing by tens of percent, and
-    # with both cores busy one build's process read 79% slower than its identical twin, so whether two identical
-    # builds pass is a timing outcome (benchmarks/ab_gate_power.py measures the gate's false alarms and power).
+    # each pair warms up before it is timed
+    assert {w["process"] for w in warmups} == {pairs[0], pairs[6]}
+    # The gate's plumbing only, not its verdict: the tiny model's millisecond trials swing by tens
+    # of percent, and with both cores busy one build's process read 79% slower than its identical
+    # twin, so whether two identical builds pass is a timing outcome (benchmarks/ab_gate_power.py
+    # measures the gate's false alarms and power).
     check = fusebench_here("check", "ab.jsonl", "--format", "json", cwd=tmp_path)
     assert check.returncode in (0, 1, 3), check.stdout + check.stderr
     document = json.loads(check.stdout)
     verdicts = document["verdicts"]
-    # Whatever the verdict, its words agree with its exit code: "passed" only when every row was within the limit.
+    # Whatever the verdict, its words agree with its exit code: "passed" only when every row was
+    # within the limit.
     assert document["passed"] == (check.returncode == 0) == all(v["verdict"] == "within limit" for v in verdicts)
     assert document["cannot_tell"] == (check.returncode == 3)
     assert {(v["check"], v["variant"], v["metric"]) for v in verdicts} == {
-        ("build", variant, metric) for variant in ("base", "compiled", "all variants") for metric in ("prefill", "gen")}
+        ("build", variant, metric) for variant in ("base", "compiled", "all variants") for metric in ("prefill", "gen")
+    }
     assert all(v["ci_low_pct"] <= v["delta_pct"] <= (v["ci_high_pct"] or float("inf")) for v in verdicts)
     report = fusebench_here("report", "ab.jsonl", "--out", "report", cwd=tmp_path)
     assert report.returncode == 0, report.stderr
@@ -87,30 +107,58 @@ def test_two_identical_builds_interleave_and_the_gate_compares_them(tmp_path: Pa
 
 
 def test_a_slower_current_build_fails_the_gate(tmp_path: Path, experiment: Path):
-    # The current build is a copy whose prefill sleeps 300 ms: tens of times the tiny model's prefill even with both
-    # cores busy (at 50 ms, a loaded machine once brought the interval back inside the 5% limit), so the verdict
-    # does not depend on how quiet the machine is. Being the current build, the copy runs in a process of its own.
-    slow = tree_copy(tmp_path / "slow", ("    start = time.perf_counter()\n    first = greedy(",
-                                         "    start = time.perf_counter()\n    time.sleep(0.3)\n    first = greedy("))
-    done = fusebench("run", str(experiment), "--against", str(ROOT), "--out", str(tmp_path / "ab.jsonl"), "--quiet",
-                     cwd=slow)
+    # The current build is a copy whose prefill sleeps 300 ms: tens of times the tiny model's
+    # prefill even with both cores busy (at 50 ms, a loaded machine once brought the interval back
+    # inside the 5% limit), so the verdict does not depend on how quiet the machine is. Being the
+    # current build, the copy runs in a process of its own.
+    slow = tree_copy(
+        tmp_path / "slow",
+        (
+            "    start = time.perf_counter()\n    first = greedy(",
+            "    start = time.perf_counter()\n    time.sleep(0.3)\n    first = greedy(",
+        ),
+    )
+    done = fusebench(
+        "run",
+        str(experiment),
+        "--against",
+        str(ROOT),
+        "--out",
+        str(tmp_path / "ab.jsonl"),
+        "--quiet",
+        cwd=slow,
+    )
     assert done.returncode == 0, done.stderr
     check = fusebench_here("check", str(tmp_path / "ab.jsonl"), cwd=tmp_path)
     assert check.returncode == 1, check.stdout
     assert "✗ regressed" in check.stdout and "prefill" in check.stdout
-    # --confirm measures the failing model again, the same two builds, and fails only if it fails again.
+    # --confirm measures the failing model again, the same two builds, and fails only if it fails
+    # again.
     confirm = fusebench("check", str(tmp_path / "ab.jsonl"), "--confirm", cwd=slow)
     assert confirm.returncode == 1, confirm.stdout + confirm.stderr
     assert "confirmation run" in confirm.stdout and (tmp_path / "ab-confirm.jsonl").is_file()
 
 
 def test_a_reference_that_crashes_cannot_be_compared(tmp_path: Path, experiment: Path):
-    crashing = tree_copy(tmp_path / "crashing", ("        cell, variant = command.cell, command.variant\n",
-                                                 "        cell, variant = command.cell, command.variant\n"
-                                                 "        if command.round == 2:\n"
-                                                 "            raise RuntimeError('reference build broke')\n"))
-    done = fusebench_here("run", str(experiment), "--against", str(crashing), "--out", "ab.jsonl", "--quiet",
-                          cwd=tmp_path)
+    crashing = tree_copy(
+        tmp_path / "crashing",
+        (
+            "        cell, variant = command.cell, command.variant\n",
+            "        cell, variant = command.cell, command.variant\n"
+            "        if command.round == 2:\n"
+            "            raise RuntimeError('reference build broke')\n",
+        ),
+    )
+    done = fusebench_here(
+        "run",
+        str(experiment),
+        "--against",
+        str(crashing),
+        "--out",
+        "ab.jsonl",
+        "--quiet",
+        cwd=tmp_path,
+    )
     assert done.returncode == 0, done.stderr  # the run records the error and goes on
     errors = [r for r in records(tmp_path / "ab.jsonl") if r["kind"] == "error"]
     assert errors and "reference build's worker" in errors[0]["reason"]
@@ -118,18 +166,32 @@ def test_a_reference_that_crashes_cannot_be_compared(tmp_path: Path, experiment:
     assert check.returncode == 2 and "cannot compare the builds" in check.stderr
 
 
-@pytest.mark.parametrize(("against", "message"), [
-    ("no-such-ref", "neither a git ref of this repository nor a directory holding fusebench"),
-    ("FOLDER", "holds no fusebench tree"),
-    ("PREDATES", "predates run --against"),
-])
-def test_a_reference_that_cannot_serve_is_one_line_and_exit_2(against: str, message: str, tmp_path: Path,
-                                                              experiment: Path):
-    # A tree from before the worker protocol, made here: the test needs no git history (a depth-1 clone passes).
-    named = {"FOLDER": str(tmp_path),
-             "PREDATES": str(tree_copy(tmp_path / "old", ("PROTOCOL = ", "OLD_PROTOCOL = "), file="job.py"))}
-    done = fusebench_here("run", str(experiment), "--against", named.get(against, against), "--out", "ab.jsonl",
-                          cwd=ROOT)
+@pytest.mark.parametrize(
+    ("against", "message"),
+    [
+        ("no-such-ref", "neither a git ref of this repository nor a directory holding fusebench"),
+        ("FOLDER", "holds no fusebench tree"),
+        ("PREDATES", "predates run --against"),
+    ],
+)
+def test_a_reference_that_cannot_serve_is_one_line_and_exit_2(
+    against: str, message: str, tmp_path: Path, experiment: Path
+):
+    # A tree from before the worker protocol, made here: the test needs no git history (a depth-1
+    # clone passes).
+    named = {
+        "FOLDER": str(tmp_path),
+        "PREDATES": str(tree_copy(tmp_path / "old", ("PROTOCOL = ", "OLD_PROTOCOL = "), file="job.py")),
+    }
+    done = fusebench_here(
+        "run",
+        str(experiment),
+        "--against",
+        named.get(against, against),
+        "--out",
+        "ab.jsonl",
+        cwd=ROOT,
+    )
     assert done.returncode == 2, done.stderr
     assert done.stderr.count("\n") == 1 and message in done.stderr
     assert not (ROOT / "ab.jsonl").exists()

@@ -1,4 +1,5 @@
-"""`fusebench check`, `baseline save` and `calibrate` on synthetic results written to tmp_path: no model runs."""
+"""`fusebench check`, `baseline save` and `calibrate` on synthetic results written to tmp_path: no
+model runs."""
 
 from __future__ import annotations
 
@@ -25,12 +26,20 @@ MODEL_KEY = "e2b:layers=2:float32:none"
 SIZE = "E2B (2/35 layers)"
 WORKLOAD = "pp128 tg4 b1"
 CELL = f"{MODEL_KEY}|{WORKLOAD}"
-# Round-to-round jitter of a few percent, the same shape in every file so only the injected factor differs.
+# Round-to-round jitter of a few percent, the same shape in every file so only the injected factor
+# differs.
 JITTER = (1.00, 0.98, 1.02, 0.99, 1.01, 0.97, 1.03, 1.00)
 SPEED = {"baseline": (300.0, 4.0), "compiled": (330.0, 4.4), "sdpa": (310.0, 4.2)}
 ENV = {
-    "fusebench": "0.1.0", "mlx": "0.32.4", "python": "3.11.7", "backend": "cpu", "device": "Test CPU",
-    "blas": "openblas (/usr/lib/libopenblas.so)", "cpu": "Test CPU", "cores": 2, "hostname": "ci-runner-1",
+    "fusebench": "0.1.0",
+    "mlx": "0.32.4",
+    "python": "3.11.7",
+    "backend": "cpu",
+    "device": "Test CPU",
+    "blas": "openblas (/usr/lib/libopenblas.so)",
+    "cpu": "Test CPU",
+    "cores": 2,
+    "hostname": "ci-runner-1",
 }
 EXPERIMENT = """\
 name: ci
@@ -59,23 +68,51 @@ def results_file(
     failing_variant: str | None = None,
     run_id: str = "run1",
 ) -> Path:
-    """A results file as `fusebench run` writes it; `scale[(variant, metric)]` multiplies that variant's tok/s."""
+    """A results file as `fusebench run` writes it; `scale[(variant, metric)]` multiplies that
+    variant's tok/s."""
     scale = scale or {}
     meta = cell(SIZE, run_id=run_id)
     records: list[dict[str, Any]] = []
     for variant in SPEED:
         passed = variant != failing_variant
-        records.append({"kind": "correctness", **meta, "variant": variant, "reference": "baseline",
-                        "max_abs_err": 0.0 if passed else 0.5, "atol": 0.01, "tokens_checked": 4,
-                        "tokens_agree": 4 if passed else 2, "passed": passed})
+        records.append(
+            {
+                "kind": "correctness",
+                **meta,
+                "variant": variant,
+                "reference": "baseline",
+                "max_abs_err": 0.0 if passed else 0.5,
+                "atol": 0.01,
+                "tokens_checked": 4,
+                "tokens_agree": 4 if passed else 2,
+                "passed": passed,
+            }
+        )
     # absurd numbers: a warmup that counted would fail every test below
-    records += [{**trial, "warmup": True} for trial in trials(meta, {v: [(s[0] * 0.01, s[1] * 0.01)] for v, s in
-                                                                     SPEED.items()})]
-    records += trials(meta, {variant: [(prefill * j * scale.get((variant, "prefill"), 1.0),
-                                        gen * j * scale.get((variant, "gen"), 1.0)) for j in JITTER]
-                             for variant, (prefill, gen) in SPEED.items()})
-    return write_results(path, records, experiment=experiment, run_id=run_id, env={**ENV, **(env or {})},
-                         file="experiments/ci.yaml")
+    records += [
+        {**trial, "warmup": True} for trial in trials(meta, {v: [(s[0] * 0.01, s[1] * 0.01)] for v, s in SPEED.items()})
+    ]
+    records += trials(
+        meta,
+        {
+            variant: [
+                (
+                    prefill * j * scale.get((variant, "prefill"), 1.0),
+                    gen * j * scale.get((variant, "gen"), 1.0),
+                )
+                for j in JITTER
+            ]
+            for variant, (prefill, gen) in SPEED.items()
+        },
+    )
+    return write_results(
+        path,
+        records,
+        experiment=experiment,
+        run_id=run_id,
+        env={**ENV, **(env or {})},
+        file="experiments/ci.yaml",
+    )
 
 
 def compact(markdown: str) -> str:
@@ -95,7 +132,8 @@ def run(argv: list[str], capsys: pytest.CaptureFixture[str]) -> tuple[int, str, 
 
 @pytest.fixture
 def workdir(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Path:
-    """Baselines and noise files go to results/baselines/ under the current directory: make that tmp_path."""
+    """Baselines and noise files go to results/baselines/ under the current directory: make that
+    tmp_path."""
     monkeypatch.chdir(tmp_path)
     return tmp_path
 
@@ -106,11 +144,17 @@ def baseline(workdir: Path) -> Path:
 
 
 def noise_file(path: Path, mde_pct: float, machine: dict[str, str] | None = None) -> Path:
-    band = {"mde_pct": mde_pct, "max_aa_slowdown_pct": 2 * mde_pct, "ci_half_width_pct": mde_pct, "comparisons": 10}
+    band = {
+        "mde_pct": mde_pct,
+        "max_aa_slowdown_pct": 2 * mde_pct,
+        "ci_half_width_pct": mde_pct,
+        "comparisons": 10,
+    }
     record = {
         "kind": calibrate.NOISE_KIND,
         "fingerprint": machine or {"backend": "cpu", "device": "Test CPU", "blas": "openblas", "cpu": "Test CPU"},
-        "experiment": {"name": "ci", "file": "experiments/ci.yaml", "sha256": "0" * 64}, "runs": 5,
+        "experiment": {"name": "ci", "file": "experiments/ci.yaml", "sha256": "0" * 64},
+        "runs": 5,
         "bands": {scope: {"prefill": band, "gen": band} for scope in calibrate.SCOPES},
     }
     path.parent.mkdir(parents=True, exist_ok=True)
@@ -118,12 +162,13 @@ def noise_file(path: Path, mde_pct: float, machine: dict[str, str] | None = None
     return path
 
 
-# --- against a baseline ----------------------------------------------------------------------------
+# --- against a baseline ---------------------------------------------------------------------------
 
 
 def test_twenty_percent_slower_cell_fails_and_is_named(workdir: Path, baseline: Path, capsys):
     current = results_file(workdir / "now.jsonl", scale={("compiled", "prefill"): 0.8})
-    noise = noise_file(workdir / "noise.json", mde_pct=3.0)  # this machine calibrated: tok/s may fail
+    # this machine calibrated: tok/s may fail
+    noise = noise_file(workdir / "noise.json", mde_pct=3.0)
     code, out, _ = run(["check", str(current), "--baseline", str(baseline), "--noise", str(noise)], capsys)
     assert code == 1
     assert "FAILED" in out
@@ -153,16 +198,32 @@ def test_identical_file_passes(workdir: Path, baseline: Path, capsys):
 
 def test_one_percent_slowdown_inside_the_noise_passes(workdir: Path, baseline: Path, capsys):
     slower = {(v, m): 0.99 for v in SPEED for m in ("prefill", "gen")}
-    code, out, _ = run(["check", str(results_file(workdir / "now.jsonl", scale=slower)), "--baseline", str(baseline)],
-                       capsys)
+    code, out, _ = run(
+        [
+            "check",
+            str(results_file(workdir / "now.jsonl", scale=slower)),
+            "--baseline",
+            str(baseline),
+        ],
+        capsys,
+    )
     assert code == 0
     assert "-1.0%" in out
 
 
 def test_worst_offenders_come_first(workdir: Path, baseline: Path, capsys):
     scale = {("sdpa", "gen"): 0.9, ("compiled", "prefill"): 0.7, ("baseline", "prefill"): 1.1}
-    code, out, _ = run(["check", str(results_file(workdir / "now.jsonl", scale=scale)), "--baseline", str(baseline),
-                        "--format", "markdown"], capsys)
+    code, out, _ = run(
+        [
+            "check",
+            str(results_file(workdir / "now.jsonl", scale=scale)),
+            "--baseline",
+            str(baseline),
+            "--format",
+            "markdown",
+        ],
+        capsys,
+    )
     assert code == 1
     rows = [compact(line) for line in out.splitlines() if line.startswith("| tok/s")]
     assert [row.split(" | ")[1:3] for row in rows[:2]] == [["compiled", "prefill"], ["sdpa", "gen"]]
@@ -180,8 +241,15 @@ def test_cells_in_one_file_only_are_listed_not_failed(workdir: Path, capsys):
 
 
 def test_other_machine_is_refused_unless_allowed(workdir: Path, baseline: Path, capsys):
-    current = results_file(workdir / "now.jsonl", env={"cpu": "Apple M3 Max", "device": "Apple M3 Max",
-                                                       "backend": "metal", "blas": "accelerate"})
+    current = results_file(
+        workdir / "now.jsonl",
+        env={
+            "cpu": "Apple M3 Max",
+            "device": "Apple M3 Max",
+            "backend": "metal",
+            "blas": "accelerate",
+        },
+    )
     code, out, err = run(["check", str(current), "--baseline", str(baseline)], capsys)
     assert code == 2 and out == ""
     assert err.count("\n") == 1
@@ -226,7 +294,8 @@ def test_malformed_baseline_exits_2_with_one_line(workdir: Path, capsys, content
 
 
 def test_a_plain_run_passes_on_correctness_and_says_speed_was_not_gated(workdir: Path, capsys):
-    # What `fusebench run` suggests after every run: no --against, no --baseline, no calibration, no expect.
+    # What `fusebench run` suggests after every run: no --against, no --baseline, no calibration, no
+    # expect.
     code, out, err = run(["check", str(results_file(workdir / "now.jsonl"))], capsys)
     assert code == 0 and err == ""
     assert "3 correctness checks passed" in out
@@ -264,7 +333,7 @@ def test_threshold_accepts_a_percent_sign(workdir: Path, baseline: Path, capsys)
     assert "limit: -30.0% (threshold) for every check" in out
 
 
-# --- expectations declared in the experiment -------------------------------------------------------
+# --- expectations declared in the experiment ------------------------------------------------------
 
 
 def slowdown_experiment(pct: float) -> str:
@@ -272,14 +341,22 @@ def slowdown_experiment(pct: float) -> str:
 
 
 def test_slowdown_expectation_passes_when_new_is_faster(workdir: Path, capsys):
-    code, out, _ = run(["check", str(results_file(workdir / "now.jsonl", experiment=slowdown_experiment(5)))], capsys)
+    code, out, _ = run(
+        ["check", str(results_file(workdir / "now.jsonl", experiment=slowdown_experiment(5)))],
+        capsys,
+    )
     assert code == 0
     assert "compiled vs baseline" in out and "+10.0%" in out
 
 
 def test_slowdown_expectation_fails_beyond_its_limit(workdir: Path, capsys):
-    # compiled is 10% faster by design; at 0.75x it is 17.5% slower than baseline, beyond the declared 5%.
-    path = results_file(workdir / "now.jsonl", experiment=slowdown_experiment(5), scale={("compiled", "prefill"): 0.75})
+    # compiled is 10% faster by design; at 0.75x it is 17.5% slower than baseline, beyond the
+    # declared 5%.
+    path = results_file(
+        workdir / "now.jsonl",
+        experiment=slowdown_experiment(5),
+        scale={("compiled", "prefill"): 0.75},
+    )
     code, out, _ = run(["check", str(path)], capsys)
     assert code == 1
     assert "expect: E2B (2/35 layers) · pp128 tg4 b1 compiled vs baseline prefill: -17.5%" in out
@@ -294,8 +371,13 @@ def test_slowdown_expectation_inside_its_limit_passes(workdir: Path, capsys):
 
 def test_slowdown_expectation_without_data_fails(workdir: Path, capsys):
     path = results_file(workdir / "now.jsonl", experiment=slowdown_experiment(5))
-    path.write_text("".join(line + "\n" for line in path.read_text().splitlines()
-                            if '"kind": "trial"' not in line or '"variant": "compiled"' not in line))
+    path.write_text(
+        "".join(
+            line + "\n"
+            for line in path.read_text().splitlines()
+            if '"kind": "trial"' not in line or '"variant": "compiled"' not in line
+        )
+    )
     code, out, _ = run(["check", str(path)], capsys)
     assert code == 1
     assert "no round ran both baseline and compiled" in out
@@ -326,20 +408,33 @@ def test_baseline_and_expectations_together(workdir: Path, baseline: Path, capsy
     assert "fusebench check: FAILED, 1 of 11 verdicts failed" in out
 
 
-# --- output formats --------------------------------------------------------------------------------
+# --- output formats -------------------------------------------------------------------------------
 
 
 def test_json_holds_verdicts_and_github_action_benchmark_list(workdir: Path, baseline: Path, capsys):
     current = results_file(workdir / "now.jsonl", scale={("compiled", "prefill"): 0.8}, experiment=ALL_CORRECT)
     noise = noise_file(workdir / "noise.json", mde_pct=3.0)
-    code, out, _ = run(["check", str(current), "--baseline", str(baseline), "--format", "json", "--noise", str(noise)],
-                       capsys)
+    code, out, _ = run(
+        [
+            "check",
+            str(current),
+            "--baseline",
+            str(baseline),
+            "--format",
+            "json",
+            "--noise",
+            str(noise),
+        ],
+        capsys,
+    )
     assert code == 1
     document = json.loads(out)
     assert document["passed"] is False and document["exit_code"] == 1
     failed = [v for v in document["verdicts"] if v["failed"]]
     assert {(v["check"], v["variant"], v["metric"]) for v in failed} == {
-        ("tps", "compiled", "prefill"), ("speedup", "compiled/baseline", "prefill")}
+        ("tps", "compiled", "prefill"),
+        ("speedup", "compiled/baseline", "prefill"),
+    }
     assert document["verdicts"][:2] == failed  # worst first
     worst = next(v for v in failed if v["check"] == "tps")
     assert worst["delta_pct"] == pytest.approx(-20.0) and worst["ci_high_pct"] < -5.0
@@ -358,14 +453,23 @@ def test_json_holds_verdicts_and_github_action_benchmark_list(workdir: Path, bas
 
 
 def test_markdown_is_a_pasteable_table(workdir: Path, baseline: Path, capsys):
-    code, out, _ = run(["check", str(results_file(workdir / "now.jsonl")), "--baseline", str(baseline),
-                        "--format", "markdown"], capsys)
+    code, out, _ = run(
+        [
+            "check",
+            str(results_file(workdir / "now.jsonl")),
+            "--baseline",
+            str(baseline),
+            "--format",
+            "markdown",
+        ],
+        capsys,
+    )
     assert code == 0
     assert out.startswith("## fusebench check: passed")
     assert "| Check | Variant | Metric | Baseline | Current | Δ [95% CI] | Limit | Verdict |" in compact(out)
 
 
-# --- noise calibration -----------------------------------------------------------------------------
+# --- noise calibration ----------------------------------------------------------------------------
 
 
 def test_noise_band_raises_the_limit_and_says_so(workdir: Path, baseline: Path, capsys):
@@ -380,8 +484,19 @@ def test_noise_band_raises_the_limit_and_says_so(workdir: Path, baseline: Path, 
 def test_threshold_binds_when_above_the_noise(workdir: Path, baseline: Path, capsys):
     current = results_file(workdir / "now.jsonl", scale={("compiled", "prefill"): 0.8})
     noise = noise_file(workdir / "noise.json", mde_pct=3.0)
-    code, out, _ = run(["check", str(current), "--baseline", str(baseline), "--noise", str(noise),
-                        "--max-regression", "10"], capsys)
+    code, out, _ = run(
+        [
+            "check",
+            str(current),
+            "--baseline",
+            str(baseline),
+            "--noise",
+            str(noise),
+            "--max-regression",
+            "10",
+        ],
+        capsys,
+    )
     assert code == 1
     assert "beyond the limit -10.0% (threshold)" in out
 
@@ -389,11 +504,36 @@ def test_threshold_binds_when_above_the_noise(workdir: Path, baseline: Path, cap
 def test_a_small_slowdown_fails_a_zero_threshold_but_not_the_noise_band(workdir: Path, baseline: Path, capsys):
     current = results_file(workdir / "now.jsonl", scale={(v, m): 0.95 for v in SPEED for m in ("prefill", "gen")})
     quiet = noise_file(workdir / "quiet.json", mde_pct=0.0)
-    assert run(["check", str(current), "--baseline", str(baseline), "--max-regression", "0", "--noise", str(quiet)],
-               capsys)[0] == 1
+    assert (
+        run(
+            [
+                "check",
+                str(current),
+                "--baseline",
+                str(baseline),
+                "--max-regression",
+                "0",
+                "--noise",
+                str(quiet),
+            ],
+            capsys,
+        )[0]
+        == 1
+    )
     noise = noise_file(workdir / "noise.json", mde_pct=8.0)
-    code, out, _ = run(["check", str(current), "--baseline", str(baseline), "--max-regression", "0",
-                        "--noise", str(noise)], capsys)
+    code, out, _ = run(
+        [
+            "check",
+            str(current),
+            "--baseline",
+            str(baseline),
+            "--max-regression",
+            "0",
+            "--noise",
+            str(noise),
+        ],
+        capsys,
+    )
     assert code == 0
     assert "(noise)" in out
 
@@ -409,8 +549,11 @@ def test_this_machines_noise_file_is_found_automatically(workdir: Path, baseline
 
 
 def test_noise_from_another_machine_is_refused(workdir: Path, baseline: Path, capsys):
-    noise = noise_file(workdir / "noise.json", 5.0, {"backend": "metal", "device": "M3", "blas": "accelerate",
-                                                     "cpu": "M3"})
+    noise = noise_file(
+        workdir / "noise.json",
+        5.0,
+        {"backend": "metal", "device": "M3", "blas": "accelerate", "cpu": "M3"},
+    )
     code, _, err = run(["check", str(baseline), "--baseline", str(baseline), "--noise", str(noise)], capsys)
     assert code == 2
     assert "noise calibrated on metal · M3" in err
@@ -425,7 +568,7 @@ def test_malformed_noise_file_exits_2(workdir: Path, baseline: Path, capsys, tex
     assert str(path) in err
 
 
-# --- baseline save ---------------------------------------------------------------------------------
+# --- baseline save --------------------------------------------------------------------------------
 
 
 def test_baseline_save_writes_header_with_fingerprint_and_timed_trials(workdir: Path, capsys):
@@ -435,10 +578,15 @@ def test_baseline_save_writes_header_with_fingerprint_and_timed_trials(workdir: 
     assert "wrote results/baselines/cpu-ci.jsonl" in out
     records = [json.loads(line) for line in Path("results/baselines/cpu-ci.jsonl").read_text().splitlines()]
     assert records[0]["kind"] == "run"
-    assert records[0]["baseline"]["fingerprint"] == {"backend": "cpu", "device": "Test CPU", "blas": "openblas",
-                                                     "cpu": "Test CPU"}
+    assert records[0]["baseline"]["fingerprint"] == {
+        "backend": "cpu",
+        "device": "Test CPU",
+        "blas": "openblas",
+        "cpu": "Test CPU",
+    }
     assert {r["kind"] for r in records[1:]} == {"trial"}
-    assert len(records) == 1 + len(SPEED) * len(JITTER)  # warmups and correctness records are left behind
+    # warmups and correctness records are left behind
+    assert len(records) == 1 + len(SPEED) * len(JITTER)
 
 
 def test_baseline_save_refuses_to_overwrite_unless_forced(workdir: Path, capsys):
@@ -466,14 +614,20 @@ def test_baseline_save_of_a_file_without_trials_is_bad_input(workdir: Path, caps
     assert "no timed trial records" in err
 
 
-# --- calibrate (the runs themselves stubbed: synthetic files instead of model runs) -----------------
+# --- calibrate (the runs themselves stubbed: synthetic files instead of model runs) ---------------
 
 
 def test_calibrate_writes_noise_bands_from_aa_comparisons(workdir: Path, capsys, monkeypatch: pytest.MonkeyPatch):
-    # Three "runs": the second 4% slower across the board, the third 2% faster: run-to-run noise of up to 6%.
-    runs = [results_file(workdir / f"run-{i}.jsonl", run_id=f"r{i}",
-                         scale={(v, m): factor for v in SPEED for m in ("prefill", "gen")})
-            for i, factor in enumerate((1.0, 0.96, 1.02))]
+    # Three "runs": the second 4% slower across the board, the third 2% faster: run-to-run noise of
+    # up to 6%.
+    runs = [
+        results_file(
+            workdir / f"run-{i}.jsonl",
+            run_id=f"r{i}",
+            scale={(v, m): factor for v in SPEED for m in ("prefill", "gen")},
+        )
+        for i, factor in enumerate((1.0, 0.96, 1.02))
+    ]
     experiment = workdir / "ci.yaml"
     experiment.write_text(EXPERIMENT)
     monkeypatch.setattr(calibrate_command, "run_calibration", lambda exp, count, console: runs[:count])
@@ -496,8 +650,15 @@ def test_calibrate_writes_noise_bands_from_aa_comparisons(workdir: Path, capsys,
 
 
 def test_calibrate_from_existing_runs(workdir: Path, capsys):
-    runs = [results_file(workdir / f"run-{i}.jsonl", run_id=f"r{i}", experiment=ALL_CORRECT,
-                         scale={("compiled", "prefill"): factor}) for i, factor in enumerate((1.0, 0.9))]
+    runs = [
+        results_file(
+            workdir / f"run-{i}.jsonl",
+            run_id=f"r{i}",
+            experiment=ALL_CORRECT,
+            scale={("compiled", "prefill"): factor},
+        )
+        for i, factor in enumerate((1.0, 0.9))
+    ]
     out_file = workdir / "noise.json"
     code, out, _ = run(["calibrate", "--from", *map(str, runs), "--out", str(out_file)], capsys)
     assert code == 0 and f"wrote {out_file}" in out.replace("\n", "")
@@ -510,7 +671,8 @@ def test_calibrate_from_existing_runs(workdir: Path, capsys):
 def test_calibrate_from_refuses_mixed_experiments_and_extra_arguments(workdir: Path, capsys):
     first = results_file(workdir / "a.jsonl")
     other = results_file(workdir / "b.jsonl", experiment=ALL_CORRECT)
-    other.write_text(other.read_text().replace('"0000', '"1111', 1))  # another sha256: another experiment version
+    # another sha256: another experiment version
+    other.write_text(other.read_text().replace('"0000', '"1111', 1))
     code, _, err = run(["calibrate", "--from", str(first), str(other)], capsys)
     assert code == 2 and "runs of different experiments" in err
     code, _, err = run(["calibrate", "--from", str(first), str(first), "--runs", "3"], capsys)
@@ -524,7 +686,8 @@ def test_calibrate_needs_two_runs(workdir: Path, capsys):
 
 
 def test_every_input_error_is_a_user_error():
-    # The command line turns UserError into one line and exit 2; the check's own errors must ride on it.
+    # The command line turns UserError into one line and exit 2; the check's own errors must ride on
+    # it.
     from bench.analysis.gate import CheckError
     from bench.core.fingerprint import MachineMismatchError
 
@@ -532,18 +695,21 @@ def test_every_input_error_is_a_user_error():
         assert issubclass(error, UserError)
 
 
-# --- a fusion's speedup against its calibration history --------------------------------------------
+# --- a fusion's speedup against its calibration history -------------------------------------------
 
 
 def calibration_runs(workdir: Path, factors: list[float]) -> list[Path]:
-    """Runs whose compiled prefill speedup is 1.1 x factor (the variants' jitter is shared, so exactly that)."""
-    return [results_file(workdir / f"cal-{i}.jsonl", run_id=f"cal{i}", scale={("compiled", "prefill"): f})
-            for i, f in enumerate(factors)]
+    """Runs whose compiled prefill speedup is 1.1 x factor (the variants' jitter is shared, so
+    exactly that)."""
+    return [
+        results_file(workdir / f"cal-{i}.jsonl", run_id=f"cal{i}", scale={("compiled", "prefill"): f})
+        for i, f in enumerate(factors)
+    ]
 
 
-# Ten runs whose compiled prefill speedup wanders by about 1% (SD 1.15%): the prediction bound, Bonferroni over the
-# run's 4 rows (2 comparisons x 2 metrics), is 1 - exp(-t(9, 1 - 2.5%/4) * SD * sqrt(1 + 1/10)) = 3.7%, below the 5%
-# threshold, which then binds.
+# Ten runs whose compiled prefill speedup wanders by about 1% (SD 1.15%): the prediction bound,
+# Bonferroni over the run's 4 rows (2 comparisons x 2 metrics), is 1 - exp(-t(9,
+# 1 - 2.5%/4) * SD * sqrt(1 + 1/10)) = 3.7%, below the 5% threshold, which then binds.
 WANDER = [1.00, 0.99, 1.01, 1.00, 0.98, 1.02, 1.00, 0.99, 1.01, 1.00]
 
 
@@ -568,8 +734,11 @@ def test_a_wide_history_sets_the_limit(workdir: Path, capsys):
     assert run(["calibrate", "--from", *map(str, calibration_runs(workdir, wide))], capsys)[0] == 0
     current = results_file(workdir / "now.jsonl", scale={("compiled", "prefill"): 0.9})
     code, out, _ = run(["check", str(current), "--format", "json"], capsys)
-    row = next(v for v in json.loads(out)["verdicts"]
-               if (v["check"], v["variant"], v["metric"]) == ("history", "compiled/baseline", "prefill"))
+    row = next(
+        v
+        for v in json.loads(out)["verdicts"]
+        if (v["check"], v["variant"], v["metric"]) == ("history", "compiled/baseline", "prefill")
+    )
     sd = float(np.std(np.log(wide), ddof=1))
     bound = 100 * (1 - math.exp(-3.1109 * sd * math.sqrt(1.1)))  # t(9, 1 - 0.025 / 4 rows) = 3.1109
     assert row["limit_bound"] == "history" and row["limit_pct"] == pytest.approx(bound, abs=0.01)
@@ -585,12 +754,12 @@ def test_a_short_history_is_reported_never_failed(workdir: Path, capsys):
     assert {v["verdict"] for v in rows} == {"needs more stored runs"}
 
 
-# --- the A/B gate: a current build that stalls -----------------------------------------------------------------------
+# --- the A/B gate: a current build that stalls ----------------------------------------------------
 
 
 def ab_file(path: Path, stalls: dict[str, tuple[int, ...]]) -> Path:
-    """A `run --against` file: 40 rounds, both builds alike (1% noise), except that the build named in `stalls` loses
-    40% of compiled's prefill in the listed rounds."""
+    """A `run --against` file: 40 rounds, both builds alike (1% noise), except that the build named
+    in `stalls` loses 40% of compiled's prefill in the listed rounds."""
     rng = np.random.default_rng(40)
     meta = cell(SIZE, run_id="ab")
     records: list[dict[str, Any]] = []
@@ -599,13 +768,31 @@ def ab_file(path: Path, stalls: dict[str, tuple[int, ...]]) -> Path:
             for build in ("current", "reference"):
                 stalled = variant == "compiled" and round_ in stalls.get(build, ())
                 prefill, gen = SPEED[variant]
-                records.append({"kind": "trial", **meta, "variant": variant, "build": build, "round": round_,
-                                "warmup": False, "prefill_tps": prefill * rng.lognormal(0, 0.01) * (0.6 if stalled
-                                                                                                    else 1.0),
-                                "gen_tps": gen * rng.lognormal(0, 0.01)})
-    builds = {"current": {"commit": "c" * 40, "dirty": False}, "reference": {"commit": "r" * 40, "dirty": False}}
-    return write_results(path, records, experiment=EXPERIMENT, run_id="ab", env=ENV, builds=builds,
-                         file="experiments/ci.yaml")
+                records.append(
+                    {
+                        "kind": "trial",
+                        **meta,
+                        "variant": variant,
+                        "build": build,
+                        "round": round_,
+                        "warmup": False,
+                        "prefill_tps": prefill * rng.lognormal(0, 0.01) * (0.6 if stalled else 1.0),
+                        "gen_tps": gen * rng.lognormal(0, 0.01),
+                    }
+                )
+    builds = {
+        "current": {"commit": "c" * 40, "dirty": False},
+        "reference": {"commit": "r" * 40, "dirty": False},
+    }
+    return write_results(
+        path,
+        records,
+        experiment=EXPERIMENT,
+        run_id="ab",
+        env=ENV,
+        builds=builds,
+        file="experiments/ci.yaml",
+    )
 
 
 def test_a_current_build_that_stalls_fails_the_ab_gate(workdir: Path, capsys):
@@ -615,33 +802,46 @@ def test_a_current_build_that_stalls_fails_the_ab_gate(workdir: Path, capsys):
     rows = {(v["variant"], v["metric"]): v for v in json.loads(out)["verdicts"] if v["check"] == "build"}
     prefill = rows["compiled", "prefill"]
     assert prefill["failed"] and prefill["stalls"] == "new" and prefill["over_all_rounds"] is True
-    assert (prefill["excluded_against_new"], prefill["excluded_against_baseline"], prefill["rounds"]) == (6, 0, 40)
+    assert (
+        prefill["excluded_against_new"],
+        prefill["excluded_against_baseline"],
+        prefill["rounds"],
+    ) == (6, 0, 40)
     # The verdict's Δ is the one over all rounds; the trimmed one (about 0) is carried beside it.
     assert prefill["delta_pct"] == prefill["all_rounds"]["delta_pct"] < prefill["trimmed"]["ci_low_pct"]
     assert abs(prefill["trimmed"]["delta_pct"]) < 2.0 and prefill["trimmed"]["rounds"] == 34
-    assert all(v["stalls"] is None for key, v in rows.items() if key != ("compiled", "prefill")
-               and key[0] != "all variants")
+    assert all(
+        v["stalls"] is None for key, v in rows.items() if key != ("compiled", "prefill") and key[0] != "all variants"
+    )
     _, text, _ = run(["check", str(stalling), "--max-regression", "90"], capsys)
     failed = text.split("Failed:")[1]
     assert "compiled prefill: the current build stalls and the reference build does not: 6 of 40 rounds" in failed
 
 
 def test_a_reference_build_that_stalls_does_not_fail_the_gate(workdir: Path, capsys):
-    code, out, _ = run(["check", str(ab_file(workdir / "ab.jsonl", {"reference": (3, 9, 15, 22, 30, 37)})),
-                        "--format", "json"], capsys)
+    code, out, _ = run(
+        [
+            "check",
+            str(ab_file(workdir / "ab.jsonl", {"reference": (3, 9, 15, 22, 30, 37)})),
+            "--format",
+            "json",
+        ],
+        capsys,
+    )
     rows = {(v["variant"], v["metric"]): v for v in json.loads(out)["verdicts"] if v["check"] == "build"}
     assert rows["compiled", "prefill"]["stalls"] == "baseline" and not rows["compiled", "prefill"]["failed"]
     assert code == 0
 
 
-# --- three outcomes: the slow VM's real gate runs ------------------------------------------------------------------
+# --- three outcomes: the slow VM's real gate runs -------------------------------------------------
 
 SLOW_VM = Path(__file__).resolve().parent / "fixtures" / "slow-vm"
 
 
 @pytest.mark.parametrize("name", ["ab-identical.jsonl", "ab-softcap-sleeps-15ms.jsonl"])
 def test_a_gate_run_too_noisy_to_see_the_limit_cannot_tell_and_never_passes(name: str, capsys):
-    # Real runs from the slow VM that the old gate called "passed": 6-7 rounds at 4-11% noise per round.
+    # Real runs from the slow VM that the old gate called "passed": 6-7 rounds at 4-11% noise per
+    # round.
     code = main(["check", str(SLOW_VM / name)])
     out = capsys.readouterr().out
     assert code == 3, out

@@ -1,5 +1,5 @@
-"""The README and docs/ as a reader follows them: every relative link and anchor resolves, and the experiment
-page's key table is the schema's own (core.spec.KEYS), as `run --help` prints it."""
+"""The README and docs/ as a reader follows them: every relative link and anchor resolves, and the
+experiment page's key table is the schema's own (core.spec.KEYS), as `run --help` prints it."""
 
 from __future__ import annotations
 
@@ -24,8 +24,7 @@ def anchors(page: Path) -> set[str]:
 
 
 def links(page: Path) -> list[str]:
-    return [target for target in LINK.findall(FENCE.sub("", page.read_text()))
-            if not re.match(r"^[a-z]+:", target)]
+    return [target for target in LINK.findall(FENCE.sub("", page.read_text())) if not re.match(r"^[a-z]+:", target)]
 
 
 @pytest.mark.parametrize("page", PAGES, ids=lambda p: p.relative_to(ROOT).as_posix())
@@ -34,9 +33,7 @@ def test_every_relative_link_and_anchor_resolves(page: Path):
     for target in links(page):
         path, _, anchor = target.partition("#")
         where = (page.parent / path).resolve() if path else page
-        if not where.exists():
-            broken.append(target)
-        elif anchor and where.suffix == ".md" and anchor not in anchors(where):
+        if not where.exists() or (anchor and where.suffix == ".md" and anchor not in anchors(where)):
             broken.append(target)
     assert not broken, f"{page.name}: {broken}"
 

@@ -27,7 +27,8 @@ OPENBLAS = "/usr/lib/x86_64-linux-gnu/openblas-pthread/libblas.so.3"
 REFERENCE = "/site-packages/mlx_cpu.libs/libblas-bd8a282c.so.3.10.0"
 linux_only = pytest.mark.skipif(not sys.platform.startswith("linux"), reason="LD_PRELOAD is Linux-only")
 needs_optimized_blas = pytest.mark.skipif(
-    find_optimized_blas() is None, reason="no optimized BLAS installed (apt-get install libopenblas0-pthread)"
+    find_optimized_blas() is None,
+    reason="no optimized BLAS installed (apt-get install libopenblas0-pthread)",
 )
 
 
@@ -123,7 +124,12 @@ def _loaded_blas_in_worker(choice: str) -> str:
     env["PYTHONPATH"] = str(REPO_ROOT)
     code = "import bench.measure.env as e; print(e.loaded_blas())"
     done = subprocess.run(
-        [sys.executable, "-c", code], cwd=REPO_ROOT, env=env, capture_output=True, text=True, timeout=60
+        [sys.executable, "-c", code],
+        cwd=REPO_ROOT,
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=60,
     )
     assert done.returncode == 0, done.stderr
     return done.stdout
@@ -154,8 +160,12 @@ def test_warning_only_for_cpu_with_reference_blas():
 def test_print_env_shows_table_and_warning():
     out = io.StringIO()
     env = {**collect_env(), "backend": "cpu", "blas": f"reference ({REFERENCE})"}
-    probe = {"matmul_gflops": 3.5, "copy_gbps": 4.0, "matmul_shape": "512x512 @ 512x512 fp32",
-             "copy_bytes": 2**28}
+    probe = {
+        "matmul_gflops": 3.5,
+        "copy_gbps": 4.0,
+        "matmul_shape": "512x512 @ 512x512 fp32",
+        "copy_bytes": 2**28,
+    }
     print_env(Console(file=out, width=200), env, probe, blas_warning(env))
     text = out.getvalue()
     assert "git_commit" in text
@@ -165,7 +175,13 @@ def test_print_env_shows_table_and_warning():
 
 def test_probe_peaks_is_quick_and_positive():
     peaks = env_mod.probe_peaks(seconds=0.3)
-    assert set(peaks) == {"matmul_gflops", "copy_gbps", "gemv_read_gbps", "matmul_shape", "copy_bytes"}
+    assert set(peaks) == {
+        "matmul_gflops",
+        "copy_gbps",
+        "gemv_read_gbps",
+        "matmul_shape",
+        "copy_bytes",
+    }
     assert peaks["matmul_gflops"] > 0
     assert peaks["copy_gbps"] > 0
     json.dumps(peaks)
@@ -178,7 +194,8 @@ def test_a_source_checkout_records_its_commit():
     assert collect_env()["git_commit"] == head.stdout.strip()
 
 
-# --- threads: auto, measured (measure.threads) ----------------------------------------------------------------------
+# --- threads: auto, measured (measure.threads) ----------------------------------------------------
+
 
 def test_every_core_wins_only_by_a_clear_margin_of_precision_per_second():
     from bench.measure.threads import MARGIN, Setting, decide
@@ -211,11 +228,13 @@ def test_two_machines_of_one_cpu_name_keep_their_own_cache(monkeypatch, tmp_path
     assert keys[0] != keys[1] and all(k.startswith("cpu-") for k in keys)
 
 
-# --- mx.compile on a shared machine -----------------------------------------------------------------------------
+# --- mx.compile on a shared machine ---------------------------------------------------------------
+
 
 def test_the_cli_gives_mx_compile_a_folder_this_user_owns(tmp_path):
-    # A temp folder in which MLX's compile folder cannot exist (`mlx` is a file), whoever runs the test: before,
-    # every new kernel failed to compile there, as it does for a plain user in a temp folder root used first.
+    # A temp folder in which MLX's compile folder cannot exist (`mlx` is a file), whoever runs the
+    # test: before, every new kernel failed to compile there, as it does for a plain user in a temp
+    # folder root used first.
     blocked = tmp_path / "tmp"
     blocked.mkdir()
     (blocked / "mlx").write_text("not a folder")
@@ -228,8 +247,10 @@ def test_the_cli_gives_mx_compile_a_folder_this_user_owns(tmp_path):
 def test_a_compile_failure_reads_as_one_line_naming_the_cause():
     from bench.measure.env import compile_failure
 
-    lines = ["cc1plus: fatal error: /tmp/mlx/0.32.4/cpu/tmp_ab12.cpp: No such file or directory",
-             "RuntimeError: [Compile::eval_cpu] Failed to compile function Tanh with error code 256."]
+    lines = [
+        "cc1plus: fatal error: /tmp/mlx/0.32.4/cpu/tmp_ab12.cpp: No such file or directory",
+        "RuntimeError: [Compile::eval_cpu] Failed to compile function Tanh with error code 256.",
+    ]
     message = compile_failure(lines)
     assert message and "\n" not in message
     assert "No such file or directory" in message and "writable by this user" in message

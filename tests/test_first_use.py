@@ -1,6 +1,6 @@
-"""A real user's machine: no MLX backend, no root for a BLAS, a folder outside the checkout, a run that was killed.
-Faults are made in fixtures (a stand-in mlx package that fails as a backend-less install does, a dead owner's
-tree), never through hooks in the product."""
+"""A real user's machine: no MLX backend, no root for a BLAS, a folder outside the checkout, a run
+that was killed. Faults are made in fixtures (a stand-in mlx package that fails as a backend-less
+install does, a dead owner's tree), never through hooks in the product."""
 
 from __future__ import annotations
 
@@ -21,12 +21,14 @@ linux_only = pytest.mark.skipif(not sys.platform.startswith("linux"), reason="LD
 
 @pytest.fixture
 def no_backend(tmp_path: Path) -> dict[str, str]:
-    """An environment whose `import mlx.core` fails as it does after `pip install mlx` alone on Linux."""
+    """An environment whose `import mlx.core` fails as it does after `pip install mlx` alone on
+    Linux."""
     fake = tmp_path / "fake" / "mlx"
     fake.mkdir(parents=True)
     (fake / "__init__.py").write_text("")
     (fake / "core.py").write_text(
-        "raise ImportError('libmlx.so: cannot open shared object file: No such file or directory')\n")
+        "raise ImportError('libmlx.so: cannot open shared object file: No such file or directory')\n"
+    )
     return {**os.environ, "PYTHONPATH": os.pathsep.join([str(tmp_path / "fake"), str(ROOT)])}
 
 
@@ -73,11 +75,13 @@ def test_pypi_openblas_behind_the_shim_serves_mlx_matmuls(tmp_path):
     assert shim.is_relative_to(tmp_path) and blas_shim.shim(tmp_path) == shim
     env, described = blas_preload_env(str(shim), os.environ)
     assert described.startswith("openblas")
-    code = ("import mlx.core as mx, numpy as np\nfrom bench.measure.env import loaded_blas\n"
-            "a = mx.random.normal((64, 48), key=mx.random.key(1))\n"
-            "b = mx.random.normal((48, 32), key=mx.random.key(2))\n"
-            "err = float(np.abs(np.array(a @ b) - np.array(a) @ np.array(b)).max())\n"
-            "print(loaded_blas()); print(err)\n")
+    code = (
+        "import mlx.core as mx, numpy as np\nfrom bench.measure.env import loaded_blas\n"
+        "a = mx.random.normal((64, 48), key=mx.random.key(1))\n"
+        "b = mx.random.normal((48, 32), key=mx.random.key(2))\n"
+        "err = float(np.abs(np.array(a @ b) - np.array(a) @ np.array(b)).max())\n"
+        "print(loaded_blas()); print(err)\n"
+    )
     done = subprocess.run([sys.executable, "-c", code], cwd=ROOT, env=env, capture_output=True, text=True, timeout=120)
     assert done.returncode == 0, done.stderr
     label, err = done.stdout.strip().splitlines()
@@ -114,8 +118,14 @@ def _setup_in(folder: Path, python: str) -> subprocess.CompletedProcess:
     """setup.sh alone in a scratch folder: its checks run before it installs anything."""
     shutil.copy(ROOT / "setup.sh", folder / "setup.sh")
     env = {**os.environ, "PYTHON": python}
-    return subprocess.run(["bash", str(folder / "setup.sh")], cwd=folder, env=env, capture_output=True, text=True,
-                          timeout=120)
+    return subprocess.run(
+        ["bash", str(folder / "setup.sh")],
+        cwd=folder,
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=120,
+    )
 
 
 def test_setup_names_a_missing_python_in_one_line(tmp_path):

@@ -1,8 +1,8 @@
-"""Results files of every earlier format still report and check: the reader upgrades each record to today's shape
-in one place (core.records.upgrade). The fixtures are committed results files (or their first lines):
-format 1, the first build's (ci-runs/ci-01.jsonl, and 41 lines of the first ops run); format 2, roofline fields
-and the machine's peak (ci-runs/calibrate-01.jsonl); format 3 before the header named it, a `run --against` file
-(gate-ab/budget-85s/s10-02-confirm.jsonl)."""
+"""Results files of every earlier format still report and check: the reader upgrades each record to
+today's shape in one place (core.records.upgrade). The fixtures are committed results files (or
+their first lines): format 1, the first build's (ci-runs/ci-01.jsonl, and 41 lines of the first ops
+run); format 2, roofline fields and the machine's peak (ci-runs/calibrate-01.jsonl); format 3 before
+the header named it, a `run --against` file (gate-ab/budget-85s/s10-02-confirm.jsonl)."""
 
 from __future__ import annotations
 
@@ -16,8 +16,8 @@ from bench.core.records import FORMAT, ResultsError, header_format
 from bench.core.results import read_results
 
 FIXTURES = Path(__file__).resolve().parent / "fixtures" / "results"
-# fixture -> its format, and the exit `fusebench check` gives it (the A/B file: 3 rounds, every row's interval
-# reaching across the limit: cannot tell, exit 3, never a pass)
+# fixture -> its format, and the exit `fusebench check` gives it (the A/B file: 3 rounds, every
+# row's interval reaching across the limit: cannot tell, exit 3, never a pass)
 RUNS = {"format1-run.jsonl": (1, 0), "format2-run.jsonl": (2, 0), "format3-ab.jsonl": (3, 3)}
 
 
@@ -53,7 +53,8 @@ def test_every_earlier_format_checks(name: str, tmp_path: Path):
 
 
 def test_an_old_experiment_that_todays_parser_rejects_still_reports(tmp_path: Path):
-    """A key the schema no longer knows: the run's trials report, its comparisons taken from the variants."""
+    """A key the schema no longer knows: the run's trials report, its comparisons taken from the
+    variants."""
     lines = (FIXTURES / "format1-run.jsonl").read_text().splitlines()
     header = json.loads(lines[0])
     header["experiment"]["content"] += "retired_key: 1\n"

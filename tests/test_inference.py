@@ -1,4 +1,5 @@
-"""Tests for bench.analysis.inference: hand-checked numbers, PR 15587's rows, and the simulations behind the rules.
+"""Tests for bench.analysis.inference: hand-checked numbers, PR 15587's rows, and the simulations
+behind the rules.
 
 Every simulation is seeded and sized so the whole file runs in seconds; nothing here is timed.
 """
@@ -35,7 +36,8 @@ PR15587_DELTAS_PCT = [16.6, 15.0, 15.8, 11.6, 10.5, 6.1, 11.7, 4.8]
 CLAIMS = ("faster", "slower")
 
 Noise = Callable[[np.random.Generator, tuple[int, ...]], np.ndarray]
-RHO = 0.5  # analysis.sequential.RHO, written out so the closed forms below are checked independently
+# analysis.sequential.RHO, written out so the closed forms below are checked independently
+RHO = 0.5
 
 
 def _sequence(r: np.ndarray, confidence: float) -> tuple[float, float]:
@@ -61,7 +63,8 @@ def _words(baseline: np.ndarray, new: np.ndarray, **kwargs: float) -> list[str]:
 
 
 def _row(p: float, *, df: int = 9, se: float = 0.01) -> PairedEstimate:
-    """An estimate with a chosen anytime-valid p (for Holm checks), consistent with its own interval."""
+    """An estimate with a chosen anytime-valid p (for Holm checks), consistent with its own
+    interval."""
     from scipy.optimize import brentq
 
     from bench.analysis import sequential
@@ -87,7 +90,7 @@ def _row(p: float, *, df: int = 9, se: float = 0.01) -> PairedEstimate:
     )
 
 
-# --- the estimate itself -------------------------------------------------------------------------------------------
+# --- the estimate itself --------------------------------------------------------------------------
 
 
 def test_hand_checked_example() -> None:
@@ -167,12 +170,13 @@ def test_zero_spread_collapses_the_interval() -> None:
     assert paired_estimate(drift, drift * 1.166).p_value == 0.0
 
 
-# --- PR 15587 and other known truths ---------------------------------------------------------------------------------
+# --- PR 15587 and other known truths --------------------------------------------------------------
 
 
 def _pr15587_trials(sigma: float, seed: int = 15587) -> tuple[np.ndarray, np.ndarray]:
-    """Eight rows x 8 rounds with the PR's baselines and deltas, independent lognormal noise on every trial (8: at
-    a table's Bonferroni level the confidence sequence is unbounded below 6 rounds)."""
+    """Eight rows x 8 rounds with the PR's baselines and deltas, independent lognormal noise on
+    every trial (8: at a table's Bonferroni level the confidence sequence is unbounded below 6
+    rounds)."""
     rng = np.random.default_rng(seed)
     base = np.array(PR15587_BASELINES)[:, None] * np.ones((1, 8))
     truth = 1 + np.array(PR15587_DELTAS_PCT)[:, None] / 100
@@ -225,13 +229,14 @@ def test_too_few_rounds() -> None:
         verdict(row, min_rounds=1)
 
 
-# --- Holm ------------------------------------------------------------------------------------------------------------
+# --- Holm -----------------------------------------------------------------------------------------
 
 
 def test_holm_matches_the_step_down_and_keeps_order() -> None:
     p = [0.04, 0.001, 0.5, 0.012, 0.03]
     rows = adjust([_row(x) for x in p])
-    # By hand: sorted 0.001, 0.012, 0.03, 0.04, 0.5 times 5, 4, 3, 2, 1 -> 0.005, 0.048, 0.09, 0.08 -> 0.09, 0.5.
+    # By hand: sorted 0.001, 0.012, 0.03, 0.04, 0.5 times 5, 4, 3, 2, 1 -> 0.005, 0.048, 0.09,
+    # 0.08 -> 0.09, 0.5.
     expected = [0.09, 0.005, 0.5, 0.048, 0.09]
     assert [a.p_holm for a in rows] == pytest.approx(expected)
     assert [a.estimate.p_value for a in rows] == p
@@ -244,7 +249,8 @@ def test_holm_interval_level_and_duality() -> None:
     # No carry-over for the first two: Holm's level for rank k of m = 4 is 1 - alpha / (m - k + 1).
     assert rows[0].level == pytest.approx(1 - 0.05 / 4)
     assert rows[1].level == pytest.approx(1 - 0.05 / 3)
-    # Rank 3 inherits rank 2's 0.09 by monotonicity; its interval widens so it still agrees with p_holm.
+    # Rank 3 inherits rank 2's 0.09 by monotonicity; its interval widens so it still agrees with
+    # p_holm.
     assert rows[2].p_holm == pytest.approx(0.09)
     assert rows[2].level == pytest.approx(1 - 0.05 * 0.04 / 0.09)
     for a in rows:
@@ -260,11 +266,13 @@ def test_rows_without_an_interval_stay_out_of_the_family() -> None:
 
 
 def test_family_wise_false_positives_on_aa_tables() -> None:
-    """A/A tables of 8 rows, 5% per-trial noise, 5-12 rounds: how often does any row claim a difference?
+    """A/A tables of 8 rows, 5% per-trial noise, 5-12 rounds: how often does any row claim a
+    difference?
 
-    With 8 independent exact tests Holm's family-wise rate is 1 - (1 - 0.05/8)^8 = 4.89%, not below 5% with room
-    to spare, so the bound allows Monte Carlo error (3 SE). The second check is sharper: on the same tables, the
-    outlier rule may add at most half a point to what the plain paired t-test with Holm does.
+    With 8 independent exact tests Holm's family-wise rate is 1 - (1 - 0.05/8)^8 = 4.89%, not below
+    5% with room to spare, so the bound allows Monte Carlo error (3 SE). The second check is
+    sharper: on the same tables, the outlier rule may add at most half a point to what the plain
+    paired t-test with Holm does.
     """
     rng = np.random.default_rng(2024)
     tables, claims, reference = 2000, 0, 0
@@ -290,11 +298,12 @@ def _holm_rejects_any(p: np.ndarray, alpha: float = 0.05) -> np.ndarray:
     return (adjusted < alpha).any(axis=-1)
 
 
-# --- coverage under heavy tails -------------------------------------------------------------------------------------
+# --- coverage under heavy tails -------------------------------------------------------------------
 
 
 def _contaminated(rng: np.random.Generator, shape: tuple[int, ...]) -> np.ndarray:
-    """2% lognormal noise; each trial independently loses 40% with probability 5% (same on both sides)."""
+    """2% lognormal noise; each trial independently loses 40% with probability 5% (same on both
+    sides)."""
     return rng.lognormal(0, 0.02, shape) * np.where(rng.random(shape) < 0.05, 0.6, 1.0)
 
 
@@ -316,7 +325,7 @@ def test_coverage_under_heavy_tails(noise: Noise, n: int) -> None:
     assert coverage >= 0.93, f"95% interval covered {coverage:.1%} at n={n} ({reps} replications)"
 
 
-# --- the outlier rule ----------------------------------------------------------------------------------------------
+# --- the outlier rule -----------------------------------------------------------------------------
 
 
 def test_one_bad_trial_cannot_swing_the_row() -> None:
@@ -332,10 +341,17 @@ def test_one_bad_trial_cannot_swing_the_row() -> None:
     assert abs(plain_shift) > 3.0  # what a plain mean would do
     assert abs(est.delta_pct - clean.delta_pct) < 1.0
     assert clean.excluded == 0 and est.excluded == 1 and est.n == 11
-    # A lone wild round says nothing about which arm stalls: it stays trimmed, counted against the arm it hit.
-    assert (est.excluded_new, est.excluded_baseline, est.stalls, est.over_all_rounds) == (1, 0, None, False)
+    # A lone wild round says nothing about which arm stalls: it stays trimmed, counted against the
+    # arm it hit.
+    assert (est.excluded_new, est.excluded_baseline, est.stalls, est.over_all_rounds) == (
+        1,
+        0,
+        None,
+        False,
+    )
     assert outlier_rounds(np.log(hit / baseline)).tolist() == [i == 7 for i in range(12)]
-    # The excluded round leaves the mean but not the spread: the interval widens instead of narrowing.
+    # The excluded round leaves the mean but not the spread: the interval widens instead of
+    # narrowing.
     assert est.sd_log > np.std(np.delete(np.log(hit / baseline), 7), ddof=1)
 
 
@@ -346,13 +362,14 @@ def test_outlier_rule_needs_enough_rounds_and_real_spread() -> None:
     assert not outlier_rounds(np.log([1.10, 1.10, 1.10, 1.10, 1.10, 1.12])).any()
 
 
-# --- helpers for precision and the gate ----------------------------------------------------------------------------
+# --- helpers for precision and the gate -----------------------------------------------------------
 
 
 @pytest.mark.parametrize(("sd_log", "target", "confidence"), [(0.02, 1.0, 0.95), (0.05, 2.0, 0.99), (0.01, 5.0, 0.95)])
 def test_rounds_needed_is_the_smallest_n(sd_log: float, target: float, confidence: float) -> None:
     def half_width_pct(n: int) -> float:
-        r = np.array([sd_log, -sd_log] * n)[:n]  # any rounds with this SD: only n, the SD and the level matter
+        # any rounds with this SD: only n, the SD and the level matter
+        r = np.array([sd_log, -sd_log] * n)[:n]
         r = (r - r.mean()) / r.std(ddof=1) * sd_log
         low, high = _sequence(r, confidence)
         return 100 * math.sinh(math.log(high / low) / 2)
@@ -384,15 +401,25 @@ def test_slower_beyond_needs_the_whole_interval() -> None:
         slower_beyond(clear, -1.0)
 
 
-# --- stalls: one arm loses more rounds to the outlier rule than the other -------------------------------------------
+# --- stalls: one arm loses more rounds to the outlier rule than the other -------------------------
 
 
 def test_sign_test_is_the_exact_binomial() -> None:
-    for against_new, against_baseline in [(0, 0), (1, 0), (5, 0), (6, 0), (5, 1), (3, 3), (0, 7), (9, 2)]:
+    for against_new, against_baseline in [
+        (0, 0),
+        (1, 0),
+        (5, 0),
+        (6, 0),
+        (5, 1),
+        (3, 3),
+        (0, 7),
+        (9, 2),
+    ]:
         k = against_new + against_baseline
         expected = 1.0 if k == 0 else stats.binomtest(against_new, k, 0.5).pvalue
         assert sign_test_p(against_new, against_baseline) == pytest.approx(expected, rel=1e-12)
-    assert sign_test_p(6, 0) == pytest.approx(2 / 64)  # the fewest one-sided exclusions that are significant
+    # the fewest one-sided exclusions that are significant
+    assert sign_test_p(6, 0) == pytest.approx(2 / 64)
 
 
 def _stalling(seed: int, n: int = 40, stalls: tuple[int, ...] = (3, 9, 15, 22, 30, 37)) -> tuple[np.ndarray, ...]:
@@ -411,14 +438,20 @@ def test_a_stalling_new_arm_is_named_and_delta_uses_every_round() -> None:
     assert (est.excluded_new, est.excluded_baseline, est.outliers) == (6, 0, 6)
     assert est.sign_p == pytest.approx(2 / 64)
     assert est.stalls == STALLS_NEW and est.over_all_rounds
-    # The chosen estimate is the plain paired interval over all 40 rounds; the trimmed one is kept beside it.
+    # The chosen estimate is the plain paired interval over all 40 rounds; the trimmed one is kept
+    # beside it.
     assert est.n == 40 and est.excluded == 0 and est.all_rounds is not None and est.trimmed is not None
     assert est.mean_log == pytest.approx(r.mean(), rel=1e-12)
     assert (est.low, est.high) == pytest.approx(_sequence(r, 0.95), rel=1e-12)
     assert est.p_value == pytest.approx(_sequence_p(r), rel=1e-9)
-    assert (est.ratio, est.low, est.high) == (est.all_rounds.ratio, est.all_rounds.low, est.all_rounds.high)
+    assert (est.ratio, est.low, est.high) == (
+        est.all_rounds.ratio,
+        est.all_rounds.low,
+        est.all_rounds.high,
+    )
     assert est.trimmed.n == 34 and est.trimmed.delta_pct == pytest.approx(20.0, abs=1.0)
-    assert est.delta_pct < est.trimmed.low_pct  # the stalls cost real throughput, and the row now says so
+    # the stalls cost real throughput, and the row now says so
+    assert est.delta_pct < est.trimmed.low_pct
     assert est.new_gmean / est.baseline_gmean == pytest.approx(est.ratio, rel=1e-15)
     # Holm and the verdict follow the chosen estimate.
     (adjusted,) = adjust([est])
@@ -438,8 +471,12 @@ def test_clean_rows_keep_the_trimmed_estimate() -> None:
     est = paired_estimate(baseline, 110 * rng.lognormal(0, 0.01, 20))
     assert est.outliers == 0 and est.stalls is None and not est.over_all_rounds
     assert est.trimmed == est.all_rounds
-    assert (est.n, est.ratio, est.low, est.high) == (est.trimmed.n, est.trimmed.ratio, est.trimmed.low,
-                                                     est.trimmed.high)
+    assert (est.n, est.ratio, est.low, est.high) == (
+        est.trimmed.n,
+        est.trimmed.ratio,
+        est.trimmed.low,
+        est.trimmed.high,
+    )
 
 
 def _stalls_of(rng: np.random.Generator, shape: tuple[int, ...]) -> np.ndarray:
@@ -449,8 +486,8 @@ def _stalls_of(rng: np.random.Generator, shape: tuple[int, ...]) -> np.ndarray:
 
 @pytest.mark.parametrize("n", [6, 8, 12, 20, 40])
 def test_aa_with_symmetric_stalls_rarely_names_an_arm(n: int) -> None:
-    """Both arms stall alike (5% of trials 40% slower, 2% lognormal noise): the flag is a false alarm, and the chosen
-    interval must still cover the true all-rounds mean log ratio, 0."""
+    """Both arms stall alike (5% of trials 40% slower, 2% lognormal noise): the flag is a false
+    alarm, and the chosen interval must still cover the true all-rounds mean log ratio, 0."""
     rng = np.random.default_rng(6000 + n)
     reps = 1500
     baseline = 100 * rng.lognormal(0, 0.02, (reps, n)) * _stalls_of(rng, (reps, n))
@@ -464,8 +501,9 @@ def test_aa_with_symmetric_stalls_rarely_names_an_arm(n: int) -> None:
 
 
 def test_one_stalling_arm_is_caught_and_its_delta_covered() -> None:
-    """new is 3% faster but 5% of its trials lose 40%: the true all-rounds Δ is exp(log 1.03 + 0.05 log 0.6) − 1 =
-    +0.4%, which the trimmed mean (≈ +3%) misses. n = 40, 2% lognormal noise on both arms."""
+    """new is 3% faster but 5% of its trials lose 40%: the true all-rounds Δ is exp(log 1.03 + 0.05
+    log 0.6) − 1 = +0.4%, which the trimmed mean (≈ +3%) misses. n = 40, 2% lognormal noise on both
+    arms."""
     rng = np.random.default_rng(4040)
     reps, n = 1500, 40
     truth = math.exp(math.log(1.03) + 0.05 * math.log(0.6))
@@ -477,8 +515,10 @@ def test_one_stalling_arm_is_caught_and_its_delta_covered() -> None:
     over_all = np.mean([e.over_all_rounds for e in ests])
     chosen = np.mean([e.low <= truth <= e.high for e in ests])
     trimmed = np.mean([e.trimmed.low <= truth <= e.trimmed.high for e in ests])
-    message = (f"new named in {named:.1%}, baseline in {wrong:.1%}, Δ over all rounds in {over_all:.1%}; coverage of "
-               f"the all-rounds Δ: chosen {chosen:.1%}, trimmed {trimmed:.1%}")
+    message = (
+        f"new named in {named:.1%}, baseline in {wrong:.1%}, Δ over all rounds in {over_all:.1%}; coverage of "
+        f"the all-rounds Δ: chosen {chosen:.1%}, trimmed {trimmed:.1%}"
+    )
     print(message)
     assert wrong == 0.0, message
     assert chosen >= trimmed + 0.15, message
@@ -487,12 +527,14 @@ def test_one_stalling_arm_is_caught_and_its_delta_covered() -> None:
 def test_rounds_from_processes_that_differ_widen_the_interval_by_their_spread():
     rng = np.random.default_rng(4)
     base = np.exp(rng.normal(0.0, 0.01, 12))
-    new = base * np.exp(rng.normal(0.0, 0.01, 12) + np.repeat([0.05, -0.05], 6))  # two pairs, offsets ±5%
+    # two pairs, offsets ±5%
+    new = base * np.exp(rng.normal(0.0, 0.01, 12) + np.repeat([0.05, -0.05], 6))
     pooled = paired_estimate(base, new)
     by_pair = paired_estimate(base, new, processes=[0] * 6 + [1] * 6)
     assert by_pair.processes == 2 and pooled.processes == 1
     assert by_pair.mean_log == pytest.approx(pooled.mean_log)
-    # MSB = 6 · Σ (pair mean − mean)² / 1 ≈ 6 · 2 · 0.05² = 0.03: an SD near 0.17, not the rounds' 0.05.
+    # MSB = 6 · Σ (pair mean − mean)² / 1 ≈ 6 · 2 · 0.05² = 0.03: an SD near 0.17, not the rounds'
+    # 0.05.
     assert by_pair.sd_log == pytest.approx(math.sqrt(0.03), rel=0.2)
     assert by_pair.high - by_pair.low > 2 * (pooled.high - pooled.low)
 
@@ -501,7 +543,8 @@ def test_rounds_from_processes_that_agree_keep_the_rounds_spread():
     rng = np.random.default_rng(5)
     base = np.exp(rng.normal(0.0, 0.02, 12))
     new = base * np.exp(rng.normal(0.0, 0.02, 12))
-    labels = ["a", "a", "a", "b", "b", "b"] * 2  # any hashable label; the MSB is no bigger than the SD here
+    # any hashable label; the MSB is no bigger than the SD here
+    labels = ["a", "a", "a", "b", "b", "b"] * 2
     same = paired_estimate(base, new, processes=labels)
     assert same.sd_log >= paired_estimate(base, new).sd_log
     with pytest.raises(ValueError, match="process labels"):

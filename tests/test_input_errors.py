@@ -1,4 +1,5 @@
-"""Every error a user can cause is one line and exit code 2, never a traceback: each case through `main([...])`."""
+"""Every error a user can cause is one line and exit code 2, never a traceback: each case through
+`main([...])`."""
 
 from __future__ import annotations
 
@@ -22,8 +23,12 @@ workloads: {prompt_tokens: 8, gen_tokens: 2}
 
 def good_results(path: Path) -> Path:
     of = cell("tiny", prompt=8, gen=2, key="tiny")
-    return results_file(path, trials(of, {v: [(100.0 + r, 10.0) for r in range(3)] for v in "ab"}),
-                        experiment=EXPERIMENT, file="t.yaml")
+    return results_file(
+        path,
+        trials(of, {v: [(100.0 + r, 10.0) for r in range(3)] for v in "ab"}),
+        experiment=EXPERIMENT,
+        file="t.yaml",
+    )
 
 
 @pytest.fixture
@@ -38,29 +43,75 @@ def files(tmp_path: Path) -> dict[str, Path]:
     unknown_op.write_text(EXPERIMENT.replace("{geglu: compiled}", "{gelu: compiled}"))
     noise = tmp_path / "noise.json"
     noise.write_text("[1, 2]")
-    return {"GOOD": good_results(tmp_path / "good.jsonl"), "BINARY": binary, "UTF16": utf16, "DIR": tmp_path,
-            "MISSING": tmp_path / "missing.jsonl", "PLUGIN": bad_plugin, "UNKNOWN_OP": unknown_op, "NOISE": noise,
-            "OUT": tmp_path / "out"}
+    return {
+        "GOOD": good_results(tmp_path / "good.jsonl"),
+        "BINARY": binary,
+        "UTF16": utf16,
+        "DIR": tmp_path,
+        "MISSING": tmp_path / "missing.jsonl",
+        "PLUGIN": bad_plugin,
+        "UNKNOWN_OP": unknown_op,
+        "NOISE": noise,
+        "OUT": tmp_path / "out",
+    }
 
 
 CASES = {
-    "report of a binary file": (["report", "BINARY", "--out", "OUT"], "binary.jsonl: no valid records"),
-    "report of a UTF-16 file": (["report", "UTF16", "--out", "OUT"], "utf16.jsonl: no valid records"),
+    "report of a binary file": (
+        ["report", "BINARY", "--out", "OUT"],
+        "binary.jsonl: no valid records",
+    ),
+    "report of a UTF-16 file": (
+        ["report", "UTF16", "--out", "OUT"],
+        "utf16.jsonl: no valid records",
+    ),
     "report of a folder": (["report", "DIR", "--out", "OUT"], "no such results file"),
-    "report of a missing file": (["report", "MISSING", "--out", "OUT"], "missing.jsonl: no such results file"),
-    "report --compare of an unknown variant": (["report", "GOOD", "--out", "OUT", "--compare", "a:nosuch"],
-                                                "no variant 'nosuch' in the results; variants: a, b"),
-    "report --compare malformed": (["report", "GOOD", "--out", "OUT", "--compare", "a-b"], "BASELINE:NEW"),
-    "report --reference unknown": (["report", "GOOD", "--out", "OUT", "--reference", "nosuch"], "nosuch"),
+    "report of a missing file": (
+        ["report", "MISSING", "--out", "OUT"],
+        "missing.jsonl: no such results file",
+    ),
+    "report --compare of an unknown variant": (
+        ["report", "GOOD", "--out", "OUT", "--compare", "a:nosuch"],
+        "no variant 'nosuch' in the results; variants: a, b",
+    ),
+    "report --compare malformed": (
+        ["report", "GOOD", "--out", "OUT", "--compare", "a-b"],
+        "BASELINE:NEW",
+    ),
+    "report --reference unknown": (
+        ["report", "GOOD", "--out", "OUT", "--reference", "nosuch"],
+        "nosuch",
+    ),
     "check of a binary file": (["check", "BINARY"], "binary.jsonl: no valid records"),
     "check of a UTF-16 file": (["check", "UTF16"], "utf16.jsonl: no valid records"),
-    "check --baseline of a binary file": (["check", "GOOD", "--baseline", "BINARY"], "binary.jsonl: no valid records"),
-    "check --noise of a wrong file": (["check", "GOOD", "--noise", "NOISE"], "noise.json: not a noise file"),
-    "check --max-regression out of range": (["check", "GOOD", "--max-regression", "150"], "below 100%"),
-    "baseline save with a path as name": (["baseline", "save", "GOOD", "--name", "../x"], "--name '../x'"),
-    "kernels of an unknown size": (["kernels", "--sizes", "e9b"], "unknown preset 'e9b'; choose from"),
-    "run with an unknown op": (["run", "UNKNOWN_OP", "--dry-run"], "unknown-op.yaml:5: variants.b.gelu: unknown op"),
-    "verify with a broken plugin": (["verify", "--plugin", "PLUGIN"], "broken.py:3: plugin: RuntimeError: not today"),
+    "check --baseline of a binary file": (
+        ["check", "GOOD", "--baseline", "BINARY"],
+        "binary.jsonl: no valid records",
+    ),
+    "check --noise of a wrong file": (
+        ["check", "GOOD", "--noise", "NOISE"],
+        "noise.json: not a noise file",
+    ),
+    "check --max-regression out of range": (
+        ["check", "GOOD", "--max-regression", "150"],
+        "below 100%",
+    ),
+    "baseline save with a path as name": (
+        ["baseline", "save", "GOOD", "--name", "../x"],
+        "--name '../x'",
+    ),
+    "kernels of an unknown size": (
+        ["kernels", "--sizes", "e9b"],
+        "unknown preset 'e9b'; choose from",
+    ),
+    "run with an unknown op": (
+        ["run", "UNKNOWN_OP", "--dry-run"],
+        "unknown-op.yaml:5: variants.b.gelu: unknown op",
+    ),
+    "verify with a broken plugin": (
+        ["verify", "--plugin", "PLUGIN"],
+        "broken.py:3: plugin: RuntimeError: not today",
+    ),
 }
 
 

@@ -1,4 +1,5 @@
-"""Kernel truth: which kernels really run, read from MLX (force_fused, and the lazy graph after mx.compile)."""
+"""Kernel truth: which kernels really run, read from MLX (force_fused, and the lazy graph after
+mx.compile)."""
 
 from __future__ import annotations
 
@@ -45,10 +46,15 @@ def test_attention_is_probed_at_the_calls_ops_times_at_the_prompt(preset):
     size, config = preset
     args = ModelArgs.from_dict(config)
     probes = calls_by_op()["attention"].kernel_cases(args, 600)
-    assert probes == op_cases(args, size, prompt_tokens=600, only=["attention"])  # the same calls, the same shapes
+    # the same calls, the same shapes
+    assert probes == op_cases(args, size, prompt_tokens=600, only=["attention"])
     by_role = {case.role: case for case in probes}
     assert [case.phase for case in probes] == ["prefill", "decode"] * 2
-    heads, kv_heads, window = config["num_attention_heads"], config["num_key_value_heads"], config["sliding_window"]
+    heads, kv_heads, window = (
+        config["num_attention_heads"],
+        config["num_key_value_heads"],
+        config["sliding_window"],
+    )
     assert by_role["prefill sliding"].label == f"prefill sliding q[1,{heads},600,256] kv[1,{kv_heads},600,256]"
     assert by_role["decode full"].shape == (1, heads, 1, 512)
     # Longer than the sliding window, a prefill gets mlx-lm's band mask.
@@ -60,7 +66,8 @@ def test_attention_is_probed_at_the_calls_ops_times_at_the_prompt(preset):
 def test_the_elementwise_ops_are_probed_at_one_token(facts):
     labels = {(f["op"], f["shape_label"]) for f in facts if f["probe"] == "graph" and f["variant"] == "compiled"}
     assert ("softcap", "logits decode [1,1,262144]") in labels
-    assert not any(label.startswith("logits full") for _, label in labels)  # the same call at one token: probed once
+    # the same call at one token: probed once
+    assert not any(label.startswith("logits full") for _, label in labels)
     assert all(label.split()[-1].startswith("[1,1,") for op, label in labels if op == "geglu" and "moe" not in label)
 
 
@@ -96,9 +103,9 @@ def test_compiled_variants_fuse(facts):
     assert softcap["fused"][0].startswith("Compiled")
     unfused, compiled = _graph(facts, "geglu", "unfused"), _graph(facts, "geglu", "compiled")
     assert unfused["kernels"] > 1
-    # Every kernel of the compiled variant is a Compiled one, and there are fewer of them. (MLX 0.32 splits the
-    # shapeless-compiled gelu chain in two: mx.compile fuses at most 11 nodes deep and, shapeless, each scalar
-    # constant adds two Broadcast nodes to the chain.)
+    # Every kernel of the compiled variant is a Compiled one, and there are fewer of them. (MLX 0.32
+    # splits the shapeless-compiled gelu chain in two: mx.compile fuses at most 11 nodes deep and,
+    # shapeless, each scalar constant adds two Broadcast nodes to the chain.)
     assert compiled["kernels"] == len(compiled["fused"]) >= 1
     assert all(k.startswith("Compiled") for k in compiled["fused"])
     assert compiled["kernels"] < unfused["kernels"]
@@ -107,7 +114,8 @@ def test_compiled_variants_fuse(facts):
 
 @on_cpu
 def test_fast_ops_fall_back_to_composed_on_cpu(facts):
-    # mx.fast.rms_norm and mx.fast.rope have no CPU kernel either: the graph holds their composed ops.
+    # mx.fast.rms_norm and mx.fast.rope have no CPU kernel either: the graph holds their composed
+    # ops.
     for op in ("rms_norm", "rope"):
         fact = _graph(facts, op, "fast")
         assert fact["status"] == "composed" and not fact["fused"]

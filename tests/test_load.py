@@ -1,5 +1,5 @@
-"""The load sampler: what else ran while fusebench measured. Its figures are physical: never more cores than exist,
-even when a worker process exits between two samples."""
+"""The load sampler: what else ran while fusebench measured. Its figures are physical: never more
+cores than exist, even when a worker process exits between two samples."""
 
 from __future__ import annotations
 
@@ -21,13 +21,15 @@ def _short_lived_child() -> None:  # like a worker process between models
 
 @linux_only
 def test_workers_that_come_and_go_are_ours_not_other_processes():
-    # Deterministic: the kernel's own count of the children's CPU time must show up as ours, whatever else runs.
+    # Deterministic: the kernel's own count of the children's CPU time must show up as ours,
+    # whatever else runs.
     before, children_before = _cpu_times(), resource.getrusage(resource.RUSAGE_CHILDREN)
     for _ in range(3):
         _short_lived_child()
     after, children_after = _cpu_times(), resource.getrusage(resource.RUSAGE_CHILDREN)
     children_s = sum(getattr(children_after, f) - getattr(children_before, f) for f in ("ru_utime", "ru_stime"))
-    assert after.ours - before.ours >= children_s - 3 * 0.01  # /proc counts in clock ticks, rusage in µs
+    # /proc counts in clock ticks, rusage in µs
+    assert after.ours - before.ours >= children_s - 3 * 0.01
 
 
 @linux_only

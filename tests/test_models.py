@@ -15,7 +15,8 @@ from models import REGISTRY, ModelConfigError, UnknownOpError, load_model, save_
 from models.config import Overrides, layer_types, preset_config, truncate
 from models.ops import complete
 
-# fp32 parity: logits are O(1)-O(30) after the softcap; fused and reordered ops differ in the last bits only.
+# fp32 parity: logits are O(1)-O(30) after the softcap; fused and reordered ops differ in the last
+# bits only.
 ATOL = {"float32": 2e-4, "bfloat16": 0.15}
 
 ALL_COMBINATIONS = [
@@ -75,7 +76,8 @@ def test_greedy_decoding_is_identical_for_32_steps(pair):
 
 
 def test_stream_generate_accepts_the_model():
-    """mlx-lm's own generation loop drives the model, with a word-level tokenizer built in memory (no hub)."""
+    """mlx-lm's own generation loop drives the model, with a word-level tokenizer built in memory
+    (no hub)."""
     from mlx_lm.tokenizer_utils import TokenizerWrapper
     from tokenizers import Tokenizer
     from tokenizers.models import WordLevel
@@ -92,22 +94,33 @@ def test_stream_generate_accepts_the_model():
 
 @pytest.mark.parametrize("mode", ["affine4", "affine8", "nvfp4"])
 def test_quantized_checkpoint_round_trip(tmp_path, mode):
-    """Quantized as mlx-lm quantizes: the checkpoint loads in mlx-lm and back in fusebench with the same logits."""
+    """Quantized as mlx-lm quantizes: the checkpoint loads in mlx-lm and back in fusebench with the
+    same logits."""
     source = load_model("tiny-moe", quantize=mode, seed=2)
     path = save_checkpoint(source, tmp_path / mode)
-    assert json.loads((path / "config.json").read_text())["quantization"]["mode"] in ("affine", "nvfp4")
+    assert json.loads((path / "config.json").read_text())["quantization"]["mode"] in (
+        "affine",
+        "nvfp4",
+    )
     reloaded = load_model(str(path), ops={"geglu": "compiled", "softcap": "compiled", "attention": "sdpa"})
     theirs, _ = mlx_lm_load_model(path)
     tokens = mx.random.randint(0, 512, (1, 16), key=mx.random.key(2))
     for a, b, c in zip(
-        run_logits(source, tokens, 4), run_logits(reloaded, tokens, 4), run_logits(theirs, tokens, 4), strict=True
+        run_logits(source, tokens, 4),
+        run_logits(reloaded, tokens, 4),
+        run_logits(theirs, tokens, 4),
+        strict=True,
     ):
         assert mx.abs(a - c).max().item() < ATOL["float32"]
         assert mx.abs(b - c).max().item() < ATOL["float32"]
 
 
 def test_bfloat16_matches_within_its_tolerance(tmp_path):
-    ours = load_model("tiny", dtype="bfloat16", ops={"geglu": "compiled", "softcap": "compiled", "attention": "sdpa"})
+    ours = load_model(
+        "tiny",
+        dtype="bfloat16",
+        ops={"geglu": "compiled", "softcap": "compiled", "attention": "sdpa"},
+    )
     theirs, _ = mlx_lm_load_model(save_checkpoint(ours, tmp_path / "bf16"))
     tokens = mx.random.randint(0, 512, (1, 12), key=mx.random.key(4))
     for a, b in zip(run_logits(ours, tokens, 4), run_logits(theirs, tokens, 4), strict=True):
@@ -163,8 +176,14 @@ def test_truncation_rule_matches_the_full_models():
         ({"source": "e3b"}, "unknown preset 'e3b'; choose from 26b, 31b, e2b, e4b, tiny, tiny-moe"),
         ({"source": "tiny", "layers": 0}, "layers=0 is out of range; choose 1..6"),
         ({"source": "tiny", "layers": 7}, "layers=7 is out of range; choose 1..6"),
-        ({"source": "tiny", "dtype": "float8"}, "unknown dtype 'float8'; choose from float32, bfloat16, float16"),
-        ({"source": "tiny", "quantize": "int3"}, "unknown quantize mode 'int3'; choose from affine4"),
+        (
+            {"source": "tiny", "dtype": "float8"},
+            "unknown dtype 'float8'; choose from float32, bfloat16, float16",
+        ),
+        (
+            {"source": "tiny", "quantize": "int3"},
+            "unknown quantize mode 'int3'; choose from affine4",
+        ),
     ],
 )
 def test_bad_overrides_name_the_choices(kwargs, message):
@@ -188,7 +207,10 @@ def test_bad_checkpoint_directories(tmp_path):
     with pytest.raises(ModelConfigError, match=r"config.json:1: malformed JSON"):
         load_model(str(tmp_path))
     (tmp_path / "config.json").write_text('{"model_type": "llama"}')
-    with pytest.raises(ModelConfigError, match="model_type: 'llama' is not supported; choose from gemma4, gemma4_text"):
+    with pytest.raises(
+        ModelConfigError,
+        match="model_type: 'llama' is not supported; choose from gemma4, gemma4_text",
+    ):
         load_model(str(tmp_path))
     (tmp_path / "config.json").write_text('{"model_type": "gemma4_text"}')
     with pytest.raises(ModelConfigError, match=r"no model\*\.safetensors"):

@@ -31,12 +31,16 @@ def cases_of(preset: str, op: str, prompt_tokens: int = L, batch: int = 1):
 # --- shapes --------------------------------------------------------------------------------------
 
 
-
 def preset_plan(sizes: tuple[str, ...], prompt_tokens: int):
     """The op plan of an experiment of these presets at one prompt length."""
     models = "".join(f"  - {{preset: {size}}}\n" for size in sizes)
-    return experiment_plan(parse_experiment(f"name: ops\nmodels:\n{models}variants: {{a: {{}}}}\n"
-                                            f"workloads: {{prompt_tokens: {prompt_tokens}, gen_tokens: 2}}\n"))
+    return experiment_plan(
+        parse_experiment(
+            f"name: ops\nmodels:\n{models}variants: {{a: {{}}}}\n"
+            f"workloads: {{prompt_tokens: {prompt_tokens}, gen_tokens: 2}}\n"
+        )
+    )
+
 
 def test_tiny_geglu_widths():
     cases = cases_of("tiny", "geglu")
@@ -50,12 +54,17 @@ def test_tiny_moe_geglu_widths():
     cases = cases_of("tiny-moe", "geglu", batch=2)
     assert set(cases) == {"mlp", "moe expert"}  # no double-wide MLP (no KV sharing), no PLE
     assert cases["mlp"].shape == (2, L, 96)
-    assert cases["moe expert"].shape == (2 * L * 2, 1, 32)  # tokens x top_k rows of moe_intermediate_size
+    # tokens x top_k rows of moe_intermediate_size
+    assert cases["moe expert"].shape == (2 * L * 2, 1, 32)
 
 
 def test_e2b_geglu_widths():
     cases = cases_of("e2b", "geglu")
-    assert {role: c.shape[-1] for role, c in cases.items()} == {"mlp": 6144, "mlp double-wide": 12288, "ple gate": 256}
+    assert {role: c.shape[-1] for role, c in cases.items()} == {
+        "mlp": 6144,
+        "mlp double-wide": 12288,
+        "ple gate": 256,
+    }
 
 
 @pytest.mark.parametrize(
@@ -72,8 +81,11 @@ def test_attention_head_dims_and_kv_heads(preset, heads, sliding, full, window):
     cases = cases_of(preset, "attention", prompt_tokens=prompt)
     for kind, (head_dim, kv_heads) in (("sliding", sliding), ("full", full)):
         prefill, decode = cases[f"prefill {kind}"], cases[f"decode {kind}"]
-        assert prefill.arrays == ((1, heads, prompt, head_dim), (1, kv_heads, prompt, head_dim),
-                                  (1, kv_heads, prompt, head_dim))
+        assert prefill.arrays == (
+            (1, heads, prompt, head_dim),
+            (1, kv_heads, prompt, head_dim),
+            (1, kv_heads, prompt, head_dim),
+        )
         assert dict(prefill.keywords)["mask"] == "causal"
         kv_length = min(prompt, window) if kind == "sliding" else prompt
         assert decode.arrays[0] == (1, heads, 1, head_dim)
@@ -93,7 +105,8 @@ def test_softcap_rms_norm_and_rope_shapes():
     full = rope["full (25% rotated)"]
     assert full.shape == (1, 8, L, 512)
     periods = dict(full.keywords)["periods"]
-    assert len(periods) == 256 and sum(math.isfinite(p) for p in periods) == 64  # a quarter of 512 dims rotated
+    # a quarter of 512 dims rotated
+    assert len(periods) == 256 and sum(math.isfinite(p) for p in periods) == 64
 
 
 def test_identical_shapes_of_several_sizes_are_timed_once():
@@ -115,12 +128,15 @@ def test_unknown_op_is_a_one_line_error_with_the_choices():
 
 
 def test_unknown_size_is_a_one_line_error_with_the_choices(monkeypatch, tmp_path, capsys):
-    assert main(["ops", "--sizes", "e2b,e9b", "--out", str(tmp_path / "o.jsonl")]) == 2  # the shipped default
+    # the shipped default
+    assert main(["ops", "--sizes", "e2b,e9b", "--out", str(tmp_path / "o.jsonl")]) == 2
     error = capsys.readouterr().err.strip()
     assert "\n" not in error and "e9b" in error and "E4B" in error
     experiment = tmp_path / "exp.yaml"
-    experiment.write_text("name: x\nmodels:\n  - {preset: e2b}\n  - {preset: e4b}\nvariants:\n  a: {}\n"
-                          "workloads: {prompt_tokens: 8, gen_tokens: 2}\n")
+    experiment.write_text(
+        "name: x\nmodels:\n  - {preset: e2b}\n  - {preset: e4b}\nvariants:\n  a: {}\n"
+        "workloads: {prompt_tokens: 8, gen_tokens: 2}\n"
+    )
     assert main(["ops", str(experiment), "--sizes", "31b", "--out", str(tmp_path / "o.jsonl")]) == 2
     assert "--sizes: 31b not in" in capsys.readouterr().err and not (tmp_path / "o.jsonl").exists()
 
@@ -142,11 +158,15 @@ def test_experiment_gives_sizes_and_workloads_and_notes_path_models(tmp_path):
         "workloads:\n  prompt_tokens: [8, 32]\n  gen_tokens: 2\n  batch: 1\n"
     )
     plan = experiment_plan(load_experiment(experiment))
-    assert [(t.preset, t.dtype) for t in plan.targets] == [("tiny", "float32"), ("tiny-moe", "bfloat16")]
+    assert [(t.preset, t.dtype) for t in plan.targets] == [
+        ("tiny", "float32"),
+        ("tiny-moe", "bfloat16"),
+    ]
     assert plan.workloads == ((8, 1), (32, 1))
     assert len(plan.notes) == 1 and "skipped" in plan.notes[0]
     assert plan.experiment["file"] == str(experiment) and plan.experiment["name"] == "ops"
-    # Per-layer shapes are the full preset's: layers: 2 leaves the tiny preset's MLP widths as they are.
+    # Per-layer shapes are the full preset's: layers: 2 leaves the tiny preset's MLP widths as they
+    # are.
     roles = {c.role for c in experiment_plan(select_models(load_experiment(experiment), ["tiny"])).cases(["geglu"])}
     assert roles == {"mlp", "mlp double-wide", "ple gate"}
     assert any(c.label.endswith("bfloat16") for c in plan.cases(["geglu"]))
@@ -158,7 +178,15 @@ def test_experiment_gives_sizes_and_workloads_and_notes_path_models(tmp_path):
 def quick_run(tmp_path, only, rounds=2):
     plan = preset_plan(("tiny",), prompt_tokens=L)
     out = tmp_path / "ops.jsonl"
-    run_ops(plan, plan.cases(only), out, Console(file=io.StringIO()), rounds=rounds, quiet=True, min_sample_s=1e-3)
+    run_ops(
+        plan,
+        plan.cases(only),
+        out,
+        Console(file=io.StringIO()),
+        rounds=rounds,
+        quiet=True,
+        min_sample_s=1e-3,
+    )
     return read_results([out])
 
 
@@ -186,7 +214,10 @@ def test_tiny_run_writes_valid_op_records(tmp_path):
 def test_rounds_alternate_the_variant_order(tmp_path):
     records = quick_run(tmp_path, ["rms_norm"]).of_kind("op")
     assert [(r["round"], r["variant"]) for r in records] == [
-        (0, "composed"), (0, "fast"), (1, "fast"), (1, "composed")
+        (0, "composed"),
+        (0, "fast"),
+        (1, "fast"),
+        (1, "composed"),
     ]
 
 
@@ -207,10 +238,13 @@ def test_a_registered_variant_is_benchmarked_without_other_changes(tmp_path, ext
 
 
 def tiny_ops_args(folder: Path, prompt_tokens: int, *options: str) -> argparse.Namespace:
-    """`fusebench ops` arguments for an experiment of the tiny preset at this prompt length, written to `folder`."""
+    """`fusebench ops` arguments for an experiment of the tiny preset at this prompt length, written
+    to `folder`."""
     experiment = folder / "tiny.yaml"
-    experiment.write_text("name: tiny\nmodels: [{preset: tiny}]\nvariants: {a: {}}\n"
-                          f"workloads: {{prompt_tokens: {prompt_tokens}, gen_tokens: 2}}\n")
+    experiment.write_text(
+        "name: tiny\nmodels: [{preset: tiny}]\nvariants: {a: {}}\n"
+        f"workloads: {{prompt_tokens: {prompt_tokens}, gen_tokens: 2}}\n"
+    )
     parser = argparse.ArgumentParser()
     ops_command.add_arguments(parser)
     return parser.parse_args([str(experiment), *options])

@@ -1,5 +1,6 @@
-"""An op is declared once: a toy op declared in this file alone (two variants, its calls and FLOPs) is planned and
-timed by `fusebench ops`, probed by `fusebench kernels`, switched by the model's op table, with nothing else touched.
+"""An op is declared once: a toy op declared in this file alone (two variants, its calls and FLOPs)
+is planned and timed by `fusebench ops`, probed by `fusebench kernels`, switched by the model's op
+table, with nothing else touched.
 """
 
 from __future__ import annotations
@@ -44,8 +45,12 @@ def scale2():
 
 
 def tiny_plan():
-    return experiment_plan(parse_experiment("name: ops\nmodels: [{preset: tiny}]\nvariants: {a: {}}\n"
-                                            f"workloads: {{prompt_tokens: {L}, gen_tokens: 2}}\n"))
+    return experiment_plan(
+        parse_experiment(
+            "name: ops\nmodels: [{preset: tiny}]\nvariants: {a: {}}\n"
+            f"workloads: {{prompt_tokens: {L}, gen_tokens: 2}}\n"
+        )
+    )
 
 
 def test_ops_plans_its_cases_after_the_built_in_ones(scale2):
@@ -63,14 +68,16 @@ def test_its_variants_time_and_match_the_reference(scale2):
     assert sorted(r["variant"] for r in records) == ["compiled", "plain"]
     for record in records:
         assert record["reference"] == "plain" and record["max_abs_err"] == 0.0
-        assert record["flops"] == L * HIDDEN and record["bytes"] == 2 * L * HIDDEN * 4  # x read, the output written
+        # x read, the output written
+        assert record["flops"] == L * HIDDEN and record["bytes"] == 2 * L * HIDDEN * 4
 
 
 def test_kernels_probe_its_variants_at_its_own_calls(scale2):
     facts = kernel_facts(ModelArgs.from_dict(preset_config("tiny", Overrides(layers=2))), prompt_tokens=L)
     mine = {f.variant: f for f in facts if f.op == scale2}
     assert set(mine) == {"plain", "compiled"}
-    assert {f.shape_label for f in mine.values()} == {f"hidden [1,1,{HIDDEN}]"}  # one token, as the default probes
+    # one token, as the default probes
+    assert {f.shape_label for f in mine.values()} == {f"hidden [1,1,{HIDDEN}]"}
     assert all(f.status != "error" and f.kernels for f in mine.values())
 
 

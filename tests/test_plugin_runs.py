@@ -1,8 +1,9 @@
-"""A plugin file outside the package, end to end: a right variant passes the correctness gate and gets a verdict in
-the report; a wrong one is caught by the gate, by `fusebench verify` (exit 1) and by `fusebench check` (exit 1).
+"""A plugin file outside the package, end to end: a right variant passes the correctness gate and
+gets a verdict in the report; a wrong one is caught by the gate, by `fusebench verify` (exit 1) and
+by `fusebench check` (exit 1).
 
-Each command runs in its own process, as a user runs it, so the variants the plugins register never leak into the
-registry of the tests that follow."""
+Each command runs in its own process, as a user runs it, so the variants the plugins register never
+leak into the registry of the tests that follow."""
 
 from __future__ import annotations
 
@@ -56,8 +57,11 @@ def test_the_report_shows_the_right_one_and_never_calls_the_wrong_one_faster(run
     markdown = (run / "report" / "report.md").read_text()
     assert "### base → reciprocal" in markdown and "### base → forgot" in markdown
     forgot = markdown.split("### base → forgot")[1].split("###")[0]
-    rows = [line for line in forgot.splitlines() if line.startswith("| tiny") and line.split("|")[2].strip() in
-            ("prefill", "gen")]
+    rows = [
+        line
+        for line in forgot.splitlines()
+        if line.startswith("| tiny") and line.split("|")[2].strip() in ("prefill", "gen")
+    ]
     # Its verdict says incorrect, and neither a measured nor an expected Δ is shown for it.
     cells = [[c.strip() for c in row.strip("|").split("|")] for row in rows]
     assert rows and all("✗ incorrect" in row and row[-1] == "—" and row[4] == "—" for row in cells)

@@ -24,7 +24,8 @@ def softcap_plugin(x, cap):
 
 @pytest.fixture(autouse=True)
 def registry():
-    """Whatever a test declares or registers is gone afterwards, so other test files see the built-in ops only."""
+    """Whatever a test declares or registers is gone afterwards, so other test files see the
+    built-in ops only."""
     before = {op: (spec, dict(spec.variants)) for op, spec in REGISTRY.items()}
     yield REGISTRY
     REGISTRY.clear()
@@ -96,7 +97,10 @@ def test_an_unknown_op_is_one_line_with_its_line(tmp_path):
     text = 'from models.ops import register\n\n\n@register("no_such_op", "x")\ndef f(x):\n    return x\n'
     path = write(tmp_path, "unknown.py", text)
     message = one_line_error([path])
-    assert re.fullmatch(rf"{re.escape(str(path))}:[45]: plugin: UnknownOpError: unknown op 'no_such_op'; .+", message)
+    assert re.fullmatch(
+        rf"{re.escape(str(path))}:[45]: plugin: UnknownOpError: unknown op 'no_such_op'; .+",
+        message,
+    )
 
 
 def test_replacing_a_builtin_variant_is_refused(tmp_path, registry):

@@ -1,10 +1,11 @@
-"""The depth projection's 95% intervals (analysis.projection), simulated: E2B's step times exactly linear in its
-layer counts, normal trial noise of 0.3%, each variant fitted on its depths' rounds and projected to its full 35
-layers, and tok/s and the Δ between two variants (the new one's per-layer costs 0.9 of the baseline's) checked
-against the truth. Then the same with several runs per depth, each run's worker process off by its own factor
-(SD 4%, shared by both variants of the run, as a process's speed is): the intervals from the runs' spread.
-Seeded, so the rates are the same on every machine; `python tests/test_projection_coverage.py` prints them (the
-figures in analysis.projection)."""
+"""The depth projection's 95% intervals (analysis.projection), simulated: E2B's step times exactly
+linear in its layer counts, normal trial noise of 0.3%, each variant fitted on its depths' rounds
+and projected to its full 35 layers, and tok/s and the Δ between two variants (the new one's
+per-layer costs 0.9 of the baseline's) checked against the truth. Then the same with several runs
+per depth, each run's worker process off by its own factor (SD 4%, shared by both variants of the
+run, as a process's speed is): the intervals from the runs' spread. Seeded, so the rates are the
+same on every machine; `python tests/test_projection_coverage.py` prints them (the figures in
+analysis.projection)."""
 
 from __future__ import annotations
 
@@ -22,13 +23,14 @@ from bench.analysis.projection import (
     projected_delta,
 )
 
-# Seconds per step of each term (fixed, per sliding layer, per full layer, extra per KV-shared layer), per metric,
-# and the tokens a step makes.
+# Seconds per step of each term (fixed, per sliding layer, per full layer, extra per KV-shared
+# layer), per metric, and the tokens a step makes.
 COSTS = {"prefill": (0.010, 0.003, 0.005, 0.004), "gen": (0.020, 0.001, 0.002, 0.0005)}
 TOKENS = {"prefill": 128, "gen": 1}
 VARIANTS = {"baseline": 1.0, "new": 0.9}  # the per-layer costs' scale; the fixed part is the same
 TRIAL_NOISE = 0.003
-PROCESS_NOISE = 0.04  # a run's worker process: its speed off by this SD, for both variants of the run alike
+# a run's worker process: its speed off by this SD, for both variants of the run alike
+PROCESS_NOISE = 0.04
 SCOPE = FitScope("sim", "e2b", "float32", None, "pp128 tg4 b1", "E2B")
 LAYERS = full_depth("e2b")
 EXACT, ONE_DOF = (2, 4, 6, 8), (2, 4, 6, 8, 12)  # as many depths as terms; one more
@@ -41,10 +43,12 @@ def step_s(depth: int, metric: str, scale: float) -> float:
     return fixed + scale * (sliding * counts.sliding + full * counts.full + shared * counts.shared)
 
 
-def _fits(rng: np.random.Generator, depths: tuple[int, ...], rounds: int, metric: str, runs: int = 1
-          ) -> dict[str, LayerFit]:
-    """Both variants' fits on `rounds` timed rounds per run at each depth, as analysis.projection.measured_series
-    sums them; with several runs each (depth, run) is one process whose speed factor both variants share."""
+def _fits(
+    rng: np.random.Generator, depths: tuple[int, ...], rounds: int, metric: str, runs: int = 1
+) -> dict[str, LayerFit]:
+    """Both variants' fits on `rounds` timed rounds per run at each depth, as
+    analysis.projection.measured_series sums them; with several runs each (depth, run) is one
+    process whose speed factor both variants share."""
     rows: dict[str, list[tuple[float, int, str]]] = {variant: [] for variant in VARIANTS}
     for depth in depths:
         for run in range(runs):
@@ -59,10 +63,11 @@ def _fits(rng: np.random.Generator, depths: tuple[int, ...], rounds: int, metric
     return fits
 
 
-def simulate(depths: tuple[int, ...], rounds: int, replications: int, seed: int = 0, runs: int = 1
-             ) -> tuple[float, float]:
-    """(coverage of the projected tok/s, coverage of the projected Δ): per replication, two metrics, each with two
-    variants' tok/s and one Δ."""
+def simulate(
+    depths: tuple[int, ...], rounds: int, replications: int, seed: int = 0, runs: int = 1
+) -> tuple[float, float]:
+    """(coverage of the projected tok/s, coverage of the projected Δ): per replication, two metrics,
+    each with two variants' tok/s and one Δ."""
     rng = np.random.default_rng(seed)
     rates_covered = deltas_covered = 0
     for _ in range(replications):
@@ -78,32 +83,35 @@ def simulate(depths: tuple[int, ...], rounds: int, replications: int, seed: int 
 
 
 def test_an_exact_fit_covers_95_percent_at_the_fewest_rounds():
-    # 6 rounds per depth, where a normal quantile covered 91% (tok/s) and 93% (Δ). 800 replications: 3 200 tok/s
-    # intervals (coverage's SD 0.4%) and 1 600 Δs (0.5%).
+    # 6 rounds per depth, where a normal quantile covered 91% (tok/s) and 93% (Δ). 800 replications:
+    # 3 200 tok/s intervals (coverage's SD 0.4%) and 1 600 Δs (0.5%).
     rates, deltas = simulate(EXACT, rounds=6, replications=800, seed=1)
     assert 0.94 <= rates <= 0.96
     assert 0.94 <= deltas <= 0.96
 
 
 def test_a_fit_with_a_residual_dof_stays_conservative():
-    # One residual dof: where χ²/dof > 1 (a third of fits, with no model error) the interval is widened, so it
-    # covers more than 95%, never less.
+    # One residual dof: where χ²/dof > 1 (a third of fits, with no model error) the interval is
+    # widened, so it covers more than 95%, never less.
     rates, deltas = simulate(ONE_DOF, rounds=6, replications=800, seed=1)
     assert rates >= 0.945
     assert deltas >= 0.945
 
 
 def test_runs_of_other_processes_cover_95_percent():
-    # Two runs per depth, the processes 4% apart (SD): the rounds alone would claim ±0.2% and cover a fraction of
-    # that. 600 replications: 2 400 tok/s intervals (coverage's SD 0.45%) and 1 200 Δs (0.6%).
+    # Two runs per depth, the processes 4% apart (SD): the rounds alone would claim ±0.2% and cover
+    # a fraction of that. 600 replications: 2 400 tok/s intervals (coverage's SD 0.45%) and 1 200 Δs
+    # (0.6%).
     rates, deltas = simulate(EXACT, rounds=6, replications=600, seed=3, runs=2)
     assert 0.935 <= rates <= 0.97
     assert deltas >= 0.935
 
 
 if __name__ == "__main__":
-    print(f"95% coverage at {LAYERS} layers, {TRIAL_NOISE:.1%} trial noise, 4 000 replications per row "
-          "(16 000 tok/s intervals, 8 000 Δs)")
+    print(
+        f"95% coverage at {LAYERS} layers, {TRIAL_NOISE:.1%} trial noise, 4 000 replications per row "
+        "(16 000 tok/s intervals, 8 000 Δs)"
+    )
     print(f"{'fitted on depths':<18}{'runs':>6}{'rounds per depth':>18}{'tok/s':>9}{'Δ':>9}")
     for depths in (EXACT, ONE_DOF):
         for rounds in ROUNDS:

@@ -13,9 +13,9 @@ from bench.measure.roofline import (
 )
 from models.config import Overrides, preset_config
 
-# The tiny preset by hand: hidden 64, 4 query heads, 2 KV heads, head_dim 32 (sliding) / 64 (full), MLP 128
-# (256 in the 3 KV-shared layers), PLE width 16, vocab 512, tied embeddings. Layers: sliding, sliding, full
-# (own KV), then sliding, sliding, full (sharing it).
+# The tiny preset by hand: hidden 64, 4 query heads, 2 KV heads, head_dim 32 (sliding) / 64 (full),
+# MLP 128 (256 in the 3 KV-shared layers), PLE width 16, vocab 512, tied embeddings. Layers:
+# sliding, sliding, full (own KV), then sliding, sliding, full (sharing it).
 HIDDEN, VOCAB, PLE, LAYERS = 64, 512, 16, 6
 
 
@@ -34,12 +34,11 @@ def _layer(head_dim: int, owns_kv: bool, mlp_width: int) -> int:
     return _attention(head_dim, owns_kv) + mlp + layer_norms + ple + layer_scalar
 
 
-TINY_LAYERS = (
-    2 * _layer(32, True, 128) + _layer(64, True, 128) + 2 * _layer(32, False, 256) + _layer(64, False, 256)
-)
+TINY_LAYERS = 2 * _layer(32, True, 128) + _layer(64, True, 128) + 2 * _layer(32, False, 256) + _layer(64, False, 256)
 TINY_HEAD = VOCAB * HIDDEN  # the tied embedding, used as the LM head
 TINY_PLE_TABLE = VOCAB * LAYERS * PLE  # looked up only
-TINY_OTHER = HIDDEN * LAYERS * PLE + PLE + HIDDEN  # per_layer_model_projection, its norm, the final norm
+# per_layer_model_projection, its norm, the final norm
+TINY_OTHER = HIDDEN * LAYERS * PLE + PLE + HIDDEN
 TINY_TOTAL = TINY_LAYERS + TINY_HEAD + TINY_PLE_TABLE + TINY_OTHER
 TINY_ACTIVE = TINY_TOTAL - TINY_PLE_TABLE
 
@@ -77,7 +76,8 @@ def test_gen_bytes_match_the_hand_count(tiny):
     sliding_kv, full_kv = 2 * 2 * 32 * 4, 2 * 2 * 64 * 4  # K and V, 2 heads, fp32, per token
     weights = TINY_ACTIVE * 4
     written = batch * steps * (2 * sliding_kv + full_kv)  # only the 3 layers that own a cache write
-    # Step j attends to prompt + j keys: the window caps the 4 sliding layers at 8; the 2 full ones see them all.
+    # Step j attends to prompt + j keys: the window caps the 4 sliding layers at 8; the 2 full ones
+    # see them all.
     read = batch * (4 * sliding_kv * 8 * steps + 2 * full_kv * sum(prompt + j for j in range(1, steps + 1)))
     assert work.gen_steps == steps
     assert work.gen_weight_bytes_per_step == weights
@@ -118,20 +118,35 @@ def test_achieved_and_percent_of_peak(tiny):
     rates = achieved({"prefill_s": 4.0, "gen_s": 3.0}, work)
     assert rates == {"prefill_tflops": pytest.approx(0.5), "gen_gbps": pytest.approx(10.0)}
     peak = {"fp32_tflops": 1.0, "bf16_tflops": 2.0, "memory_gbps": 40.0}
-    assert percent_of_peak(rates, peak) == {"prefill_pct_of_peak": pytest.approx(50.0),
-                                            "gen_pct_of_peak": pytest.approx(25.0), "above_peak": []}
+    assert percent_of_peak(rates, peak) == {
+        "prefill_pct_of_peak": pytest.approx(50.0),
+        "gen_pct_of_peak": pytest.approx(25.0),
+        "above_peak": [],
+    }
     assert percent_of_peak(rates, peak, "bfloat16")["prefill_pct_of_peak"] == pytest.approx(25.0)
-    assert percent_of_peak(rates, None) == {"prefill_pct_of_peak": None, "gen_pct_of_peak": None, "above_peak": []}
+    assert percent_of_peak(rates, None) == {
+        "prefill_pct_of_peak": None,
+        "gen_pct_of_peak": None,
+        "above_peak": [],
+    }
 
 
 def test_a_rate_above_the_peak_is_flagged_never_a_percentage_over_100():
     low_peak = {"fp32_tflops": 0.5, "memory_gbps": 10.0}
     shares = percent_of_peak({"prefill_tflops": 1.0, "gen_gbps": 5.0}, low_peak)
-    assert shares == {"prefill_pct_of_peak": None, "gen_pct_of_peak": pytest.approx(50.0), "above_peak": ["prefill"]}
+    assert shares == {
+        "prefill_pct_of_peak": None,
+        "gen_pct_of_peak": pytest.approx(50.0),
+        "above_peak": ["prefill"],
+    }
 
 
-PROBE = {"matmul_gflops": 250.0, "copy_gbps": 12.5, "matmul_shape": "2048x2048 @ 2048x2048 fp32",
-         "copy_bytes": 256 * 2**20}
+PROBE = {
+    "matmul_gflops": 250.0,
+    "copy_gbps": 12.5,
+    "matmul_shape": "2048x2048 @ 2048x2048 fp32",
+    "copy_bytes": 256 * 2**20,
+}
 
 
 def test_peak_for_prefers_the_probe():
@@ -163,7 +178,12 @@ def test_peak_for_matches_known_chips(backend, device, chip):
 
 @pytest.mark.parametrize(
     ("backend", "device"),
-    [("cpu", "Apple M2 Max"), ("cpu", "AMD EPYC 9R14"), ("cuda", "NVIDIA L40S"), ("cuda", "NVIDIA H100 NVL")],
+    [
+        ("cpu", "Apple M2 Max"),
+        ("cpu", "AMD EPYC 9R14"),
+        ("cuda", "NVIDIA L40S"),
+        ("cuda", "NVIDIA H100 NVL"),
+    ],
 )
 def test_peak_for_unknown_device_is_none(backend, device):
     assert peak_for({"backend": backend, "device": device}) is None
@@ -177,4 +197,5 @@ def test_chips_table_is_complete_and_sourced():
         assert chip["fp32_tflops"] > 0 and chip["bf16_tflops"] > 0 and chip["memory_gbps"] > 0
         assert chip.get("confidence", "published") in {"published", "approximate"}
         assert chip.get("confidence") != "approximate" or chip.get("note"), chip["name"]
-        assert match_chip(chip["name"])["name"] == chip["name"]  # every entry is reachable by its own name
+        # every entry is reachable by its own name
+        assert match_chip(chip["name"])["name"] == chip["name"]

@@ -1,4 +1,5 @@
-"""The runner end to end on the tiny presets: records, interleaving, resume, failures, and the CLI's input errors."""
+"""The runner end to end on the tiny presets: records, interleaving, resume, failures, and the CLI's
+input errors."""
 
 from __future__ import annotations
 
@@ -34,7 +35,8 @@ variants:
 comparisons: [[baseline, fused]]
 workloads: {{prompt_tokens: 12, gen_tokens: 3}}
 trials: {trials}
-shares: 0          # op shares cost seconds per cell; tests/test_shares.py and test_plugin_runs.py run them
+shares: 0          # op shares cost seconds per cell; tests/test_shares.py and test_plugin_runs.py \
+run them
 warmup: 1
 timeout_s: {timeout}
 """
@@ -52,8 +54,8 @@ def trial_keys(path: Path) -> list[tuple]:
 
 @pytest.fixture(scope="module")
 def tiny_run(tmp_path_factory: pytest.TempPathFactory) -> Path:
-    """One run of the tiny experiment (3 rounds, both models) for the tests that only read what a run records; its
-    experiment is exp.yaml beside it."""
+    """One run of the tiny experiment (3 rounds, both models) for the tests that only read what a
+    run records; its experiment is exp.yaml beside it."""
     folder = tmp_path_factory.mktemp("tiny-run")
     out = folder / "r.jsonl"
     assert main(["run", str(write_experiment(folder)), "--out", str(out), "--quiet"]) == 0
@@ -82,7 +84,8 @@ def test_run_records_every_trial_with_its_environment(tiny_run: Path):
     # Inter-token latencies: one per decode step, adding up to the generation time.
     for t in trials:
         assert len(t["step_s"]) == 2 and sum(t["step_s"]) == pytest.approx(t["gen_s"], rel=1e-6)
-    # The machine as it was: threads leave a core free, the load before and during the run is on record.
+    # The machine as it was: threads leave a core free, the load before and during the run is on
+    # record.
     cores = os.cpu_count() or 1
     assert header["env"]["threads"] == max(1, cores - 1)
     assert {"loadavg_1m", "other_cores", "steal_cores"} <= set(header["preflight"])
@@ -97,12 +100,25 @@ def test_run_records_every_trial_with_its_environment(tiny_run: Path):
 def test_trials_auto_stops_when_its_rows_are_decided_or_out_of_reach(tmp_path):
     text = TINY.format(trials="auto\nprecision: 50%\nmax_rounds: 8", timeout=120)
     out = tmp_path / "r.jsonl"
-    assert main(["run", str(write_experiment(tmp_path, text=text)), "--out", str(out), "--quiet",
-                 "--only", "tiny"]) == 0
+    assert (
+        main(
+            [
+                "run",
+                str(write_experiment(tmp_path, text=text)),
+                "--out",
+                str(out),
+                "--quiet",
+                "--only",
+                "tiny",
+            ]
+        )
+        == 0
+    )
     results = read_results([out])
     stop = results.of_kind("stop")[0]
-    # Never before the 6-round pilot, never past max_rounds. Which reason a toy model's noise gives is a timing
-    # outcome; what each reason promises is not: "decided" leaves no row undecided, the others name a forecast.
+    # Never before the 6-round pilot, never past max_rounds. Which reason a toy model's noise gives
+    # is a timing outcome; what each reason promises is not: "decided" leaves no row undecided, the
+    # others name a forecast.
     assert stop["reason"] in ("decided", "out of reach", "max_rounds") and 6 <= stop["rounds"] <= 8
     assert (stop["reason"] == "decided") == (not stop["undecided"])
     if stop["reason"] == "out of reach":
@@ -114,22 +130,33 @@ def test_trials_auto_stops_when_its_rows_are_decided_or_out_of_reach(tmp_path):
 
 def test_the_shared_baseline_sits_next_to_every_variant_compared_with_it():
     assert centre_order(["baseline", "compiled", "sdpa"], [("baseline", "compiled"), ("baseline", "sdpa")]) == [
-        "compiled", "baseline", "sdpa"]
+        "compiled",
+        "baseline",
+        "sdpa",
+    ]
     assert centre_order(["a", "b"], [("a", "b")]) == ["a", "b"]
     assert round_plan(["x", "y"], ["current", "reference"], 1) == [
-        ("reference", "y"), ("current", "y"), ("reference", "x"), ("current", "x")]
+        ("reference", "y"),
+        ("current", "y"),
+        ("reference", "x"),
+        ("current", "x"),
+    ]
 
 
 def test_rounds_alternate_the_variant_order(tiny_run: Path):
     # Each cell runs its rounds in turn; three rounds show the order reversed and restored.
-    timed = [(t["round"], t["variant"]) for t in read_results([tiny_run]).of_kind("trial")
-             if not t["warmup"] and t["model"] == "tiny"]
+    timed = [
+        (t["round"], t["variant"])
+        for t in read_results([tiny_run]).of_kind("trial")
+        if not t["warmup"] and t["model"] == "tiny"
+    ]
     assert timed == [(r, v) for r in range(3) for v in round_order(["baseline", "fused"], r)]
     assert round_order(["a", "b", "c"], 1) == ["c", "b", "a"]
 
 
 def test_sigint_then_resume_gives_the_uninterrupted_set_of_trials(tmp_path):
-    # Enough rounds that the run cannot finish between the 10th trial and the signal: with 40 it once did, in CI.
+    # Enough rounds that the run cannot finish between the 10th trial and the signal: with 40 it
+    # once did, in CI.
     rounds = 120
     exp = write_experiment(tmp_path, trials=rounds)
     out = tmp_path / "r.jsonl"
@@ -159,7 +186,8 @@ def test_sigint_then_resume_gives_the_uninterrupted_set_of_trials(tmp_path):
 
 
 def test_resume_refuses_a_changed_experiment(tmp_path, capsys, tiny_run: Path):
-    out = shutil.copy(tiny_run, tmp_path / "r.jsonl")  # a copy: the other readers' file stays as recorded
+    # a copy: the other readers' file stays as recorded
+    out = shutil.copy(tiny_run, tmp_path / "r.jsonl")
     exp = write_experiment(tmp_path, trials=2)  # the recorded run's experiment, but for its trials
     assert main(["run", str(exp), "--resume", str(out), "--quiet"]) == 2
     assert "different version" in capsys.readouterr().err
@@ -167,7 +195,8 @@ def test_resume_refuses_a_changed_experiment(tmp_path, capsys, tiny_run: Path):
 
 @pytest.fixture(scope="module")
 def unrunnable_run(tmp_path_factory: pytest.TempPathFactory) -> Path:
-    """One run of tiny beside a model too big for memory and a checkpoint whose weights do not match its config."""
+    """One run of tiny beside a model too big for memory and a checkpoint whose weights do not match
+    its config."""
     folder = tmp_path_factory.mktemp("unrunnable")
     broken = save_checkpoint(load_model("tiny"), folder / "broken")
     config = json.loads((broken / "config.json").read_text())
@@ -227,8 +256,12 @@ def test_dry_run_with_explicit_trials_promises_exactly_that_many(tmp_path, capsy
 
 def test_dry_run_refuses_a_resume_file_of_another_experiment(tmp_path, capsys):
     other = tmp_path / "other.jsonl"
-    header = {"kind": "run", "run_id": "x", "env": {},
-              "experiment": {"name": "other", "sha256": "0" * 64, "content": "name: other\n"}}
+    header = {
+        "kind": "run",
+        "run_id": "x",
+        "env": {},
+        "experiment": {"name": "other", "sha256": "0" * 64, "content": "name: other\n"},
+    }
     other.write_text(json.dumps(header) + "\n")
     code = main(["run", str(write_experiment(tmp_path)), "--dry-run", "--resume", str(other)])
     err = capsys.readouterr().err
@@ -260,10 +293,15 @@ def test_done_work_only_counts_the_resumed_run(tmp_path):
 
 def test_done_work_tells_each_kind_apart(tmp_path):
     cell = {"run_id": "a", "cell": "c"}
-    done = recorded(tmp_path, {"kind": "run", "run_id": "a"}, {"kind": "load", "run_id": "a", "samples": 0},
-                    {"kind": "correctness", **cell, "build": "reference"}, {"kind": "kernel", **cell},
-                    {"kind": "depth", **cell, "variant": "v", "round": 2},
-                    {"kind": "trial", **cell, "variant": "v", "warmup": True, "round": 0})
+    done = recorded(
+        tmp_path,
+        {"kind": "run", "run_id": "a"},
+        {"kind": "load", "run_id": "a", "samples": 0},
+        {"kind": "correctness", **cell, "build": "reference"},
+        {"kind": "kernel", **cell},
+        {"kind": "depth", **cell, "variant": "v", "round": 2},
+        {"kind": "trial", **cell, "variant": "v", "warmup": True, "round": 0},
+    )
     assert done.has_facts("c", "reference", "correctness") and not done.has_facts("c", "current", "correctness")
     assert done.has_facts("c", "current", "kernel")
     assert done.has_depth("c", "current", "v", 2) and not done.has_depth("c", "current", "v", 0)
@@ -275,15 +313,33 @@ def test_done_work_tells_each_kind_apart(tmp_path):
     ("argv", "message"),
     [
         (["run", "nope.yaml"], "nope.yaml:0: file:"),
-        (["run", "experiments/ci.yaml", "--only", "E9B"], "--only: e9b not in experiments/ci.yaml; choose from E2B"),
+        (
+            ["run", "experiments/ci.yaml", "--only", "E9B"],
+            "--only: e9b not in experiments/ci.yaml; choose from E2B",
+        ),
         (["run", "experiments/ci.yaml", "--shard", "3/2"], "--shard: bad shard '3/2'"),
-        (["run", "experiments/ci.yaml", "--blas", "/nope/libblas.so"], "choose auto, reference, or a path"),
-        (["run", "experiments/ci.yaml", "--resume", "missing.jsonl"], "missing.jsonl: no such results file"),
+        (
+            ["run", "experiments/ci.yaml", "--blas", "/nope/libblas.so"],
+            "choose auto, reference, or a path",
+        ),
+        (
+            ["run", "experiments/ci.yaml", "--resume", "missing.jsonl"],
+            "missing.jsonl: no such results file",
+        ),
         # A dry run refuses what the real run would.
-        (["run", "experiments/ci.yaml", "--dry-run", "--blas", "/nope/libblas.so"], "choose auto, reference, or a"),
-        (["run", "experiments/ci.yaml", "--dry-run", "--resume", "missing.jsonl"], "missing.jsonl: no such results"),
+        (
+            ["run", "experiments/ci.yaml", "--dry-run", "--blas", "/nope/libblas.so"],
+            "choose auto, reference, or a",
+        ),
+        (
+            ["run", "experiments/ci.yaml", "--dry-run", "--resume", "missing.jsonl"],
+            "missing.jsonl: no such results",
+        ),
         (["verify", "--model", "e3b"], "unknown preset 'e3b'; choose from"),
-        (["verify", "--model", "tiny", "--dtype", "int4"], "unknown dtype 'int4'; choose from float32"),
+        (
+            ["verify", "--model", "tiny", "--dtype", "int4"],
+            "unknown dtype 'int4'; choose from float32",
+        ),
         (["verify", "--model", "tiny", "--layers", "9"], "layers=9 is out of range; choose 1..6"),
         (["verify", "--model", "./no/such/dir"], "no such checkpoint directory"),
     ],
@@ -338,7 +394,18 @@ def test_depth_curve_on_tiny(tmp_path):
     text = TINY.format(trials=2, timeout=120).replace("trials: 2", "trials: 2\ndepths: [8, 24, 48]")
     out = tmp_path / "r.jsonl"
     assert (
-        main(["run", str(write_experiment(tmp_path, text=text)), "--out", str(out), "--quiet", "--only", "tiny"]) == 0
+        main(
+            [
+                "run",
+                str(write_experiment(tmp_path, text=text)),
+                "--out",
+                str(out),
+                "--quiet",
+                "--only",
+                "tiny",
+            ]
+        )
+        == 0
     )
     depths = read_results([out]).of_kind("depth")
     assert {(d["variant"], d["round"], d["depth"]) for d in depths} == {

@@ -1,7 +1,8 @@
-"""The confidence sequence (analysis.sequential) and the stopping rule built on it (analysis.stopping), checked
-exactly where a formula allows and by a small seeded run of benchmarks/sequential_coverage.py where it does not:
-the false-claim rate, the coverage at the stopping round, and the gate's three outcomes at the slow VM's noise.
-Seeded, so the figures are the same on every machine; the full run's figures are the benchmark's."""
+"""The confidence sequence (analysis.sequential) and the stopping rule built on it
+(analysis.stopping), checked exactly where a formula allows and by a small seeded run of
+benchmarks/sequential_coverage.py where it does not: the false-claim rate, the coverage at the
+stopping round, and the gate's three outcomes at the slow VM's noise. Seeded, so the figures are the
+same on every machine; the full run's figures are the benchmark's."""
 
 from __future__ import annotations
 
@@ -38,7 +39,8 @@ def test_the_interval_is_where_the_mixture_martingale_stays_below_one_over_alpha
     assert _martingale(x, edge) == pytest.approx(1 / 0.05, rel=1e-9)
     assert _martingale(x, edge - 1e-4) < 20.0 < _martingale(x, edge + 1e-4)
     assert sequential.p_value(x.size, float(x.mean()), float(x.std(ddof=1))) == pytest.approx(
-        min(1.0, 1.0 / _martingale(x, 0.0)), rel=1e-9)
+        min(1.0, 1.0 / _martingale(x, 0.0)), rel=1e-9
+    )
 
 
 def test_the_interval_is_unbounded_early_and_narrows_like_a_t_interval_later():
@@ -48,6 +50,7 @@ def test_the_interval_is_unbounded_early_and_narrows_like_a_t_interval_later():
     assert all(b < a for a, b in itertools.pairwise(widths))
     # Wider than a fixed-n t interval at every n: the price of looking after every round.
     from scipy import stats
+
     for n in (8, 20, 60):
         assert sequential.half_width_log(n, 0.05, 0.05) > stats.t.ppf(0.975, n - 1) * 0.05 / math.sqrt(n)
 
@@ -88,7 +91,8 @@ def test_the_forecast_is_the_round_count_at_which_the_row_would_be_decided():
     row = Row(0.0, 0.08, 6, 0.05 / 8, Goal(5.0))
     n = row.rounds_to_decide()
     assert Row(0.0, 0.08, n, 0.05 / 8, Goal(5.0)).decided and not Row(0.0, 0.08, n - 1, 0.05 / 8, Goal(5.0)).decided
-    assert Row(math.log(0.95), 0.05, 6, 0.05, Goal(5.0, limit_pct=5.0)).rounds_to_decide() is None  # on the limit
+    # on the limit
+    assert Row(math.log(0.95), 0.05, 6, 0.05, Goal(5.0, limit_pct=5.0)).rounds_to_decide() is None
 
 
 def test_the_budget_shares_what_the_run_has_left():
@@ -120,7 +124,8 @@ def test_a_large_effect_is_called_in_the_right_direction():
 
 
 def test_the_gate_never_passes_what_it_could_not_see():
-    # The slow VM's noise with the round cap of a small budget: the answer must be "cannot tell", not "passed".
+    # The slow VM's noise with the round cap of a small budget: the answer must be "cannot tell",
+    # not "passed".
     slowed = sim.gate_runs(sim.MODELS[1], 0.10, runs=10, max_rounds=8, seed=5)
     assert slowed.passed == 0 and slowed.cannot_tell + slowed.failed == 10
     same = sim.gate_runs(sim.MODELS[0], 0.0, runs=10, max_rounds=60, seed=5)
@@ -128,8 +133,9 @@ def test_the_gate_never_passes_what_it_could_not_see():
 
 
 def test_a_fresh_pair_of_workers_every_few_rounds_keeps_coverage_that_one_pair_loses():
-    # A process offset half the per-round SD: with one pair of workers per run nothing can see it, and the
-    # intervals cover less than they say; with a fresh pair every 6 rounds the spread between pairs widens them.
+    # A process offset half the per-round SD: with one pair of workers per run nothing can see it,
+    # and the intervals cover less than they say; with a fresh pair every 6 rounds the spread
+    # between pairs widens them.
     one_pair = sim.process_runs(sim.MODELS[0], 0.5, 0, runs=30, max_rounds=30, seed=7)
     fresh = sim.process_runs(sim.MODELS[0], 0.5, sim.WORKER_ROUNDS, runs=30, max_rounds=30, seed=7)
     assert fresh.covered / fresh.rows >= 0.95

@@ -1,4 +1,5 @@
-"""Pin bench.spec: a valid experiment's values and defaults, matrix expansion, sharding, every user-facing error."""
+"""Pin bench.spec: a valid experiment's values and defaults, matrix expansion, sharding, every
+user-facing error."""
 
 from __future__ import annotations
 
@@ -85,7 +86,8 @@ def replaced(old: str, new: str) -> str:
 
 
 def spec_error(text: str) -> SpecError:
-    """The error of parsing `text` and then binding its op names to the registry, as `fusebench run` does."""
+    """The error of parsing `text` and then binding its op names to the registry, as `fusebench run`
+    does."""
     with pytest.raises(SpecError) as info:
         resolve_ops(parse_experiment(text, "x.yaml"), op_choices())
     return info.value
@@ -100,12 +102,17 @@ def assert_error(err: SpecError, line: int, field: str, *fragments: str) -> None
         assert fragment in text, text
 
 
-# --- valid experiments -----------------------------------------------------------------------------
+# --- valid experiments ----------------------------------------------------------------------------
 
 
 def test_full_experiment_values():
     exp = parse_experiment(FULL, "full.yaml")
-    assert (exp.name, exp.description, exp.file, exp.content) == ("full-1.0", "every key given", "full.yaml", FULL)
+    assert (exp.name, exp.description, exp.file, exp.content) == (
+        "full-1.0",
+        "every key given",
+        "full.yaml",
+        FULL,
+    )
     assert exp.sha256 == hashlib.sha256(FULL.encode()).hexdigest()
     assert exp.models == (
         ModelSpec(preset="e2b", path=None, size="E2B-2L", layers=2, dtype="bfloat16", quantize="nvfp4"),
@@ -134,7 +141,13 @@ def test_defaults():
     assert exp.models == (ModelSpec("tiny", None, "tiny", None, "float32", None),)
     assert exp.workloads == (Workload(16, 4, 1),)
     assert (exp.comparisons, exp.depths, exp.expect) == ((), (), ())
-    assert (exp.trials, exp.warmup, exp.prefill_step_size, exp.seed, exp.timeout_s) == (5, 1, 2048, 0, 1800.0)
+    assert (exp.trials, exp.warmup, exp.prefill_step_size, exp.seed, exp.timeout_s) == (
+        5,
+        1,
+        2048,
+        0,
+        1800.0,
+    )
     assert exp.correctness == Correctness(reference="a", atol=None, tokens=8)
 
 
@@ -215,120 +228,358 @@ def test_path_model(tmp_path):
     ckpt.mkdir()
     exp = parse_experiment(MINIMAL.replace("preset: tiny", f"{{path: '{ckpt}', dtype: float16}}"))
     model = exp.models[0]
-    assert (model.preset, model.path, model.size, model.layers) == (None, str(ckpt), "my-ckpt", None)
+    assert (model.preset, model.path, model.size, model.layers) == (
+        None,
+        str(ckpt),
+        "my-ckpt",
+        None,
+    )
     assert model.source == str(ckpt) and model.key == f"{ckpt}:layers=all:float16:none"
 
 
-# --- errors ----------------------------------------------------------------------------------------
+# --- errors ---------------------------------------------------------------------------------------
 
 
 ERRORS = {
-    "unknown top-level key": (MINIMAL + "colour: red\n", 10, "colour", "unknown key 'colour'",
-                              "valid keys: name, description, models, variants, comparisons, workloads, depths"),
+    "unknown top-level key": (
+        MINIMAL + "colour: red\n",
+        10,
+        "colour",
+        "unknown key 'colour'",
+        "valid keys: name, description, models, variants, comparisons, workloads, depths",
+    ),
     "missing name": (replaced("name: t\n", ""), 1, "name", "required key is missing"),
-    "name is a list": (replaced("name: t", "name: [t]"), 1, "name", "expected a string, got a list"),
+    "name is a list": (
+        replaced("name: t", "name: [t]"),
+        1,
+        "name",
+        "expected a string, got a list",
+    ),
     "name has a space": (replaced("name: t", "name: my exp"), 1, "name", "letters, digits"),
-    "unknown model key": (replaced("preset: tiny", "preset: tiny\n    colour: red"), 4, "models[0].colour",
-                          "valid keys: preset, path, size, layers, dtype, quantize"),
-    "unknown preset": (replaced("preset: tiny", "preset: e3b"), 3, "models[0].preset",
-                       "unknown preset 'e3b'; choose from 26b, 31b, e2b, e4b, tiny, tiny-moe"),
-    "preset and path": (replaced("preset: tiny", "preset: tiny\n    path: /"), 4, "models[0]", "not both"),
-    "neither preset nor path": (replaced("preset: tiny", "size: x"), 3, "models[0]", "give a preset (one of 26b,"),
-    "nonexistent path": (replaced("preset: tiny", "path: /nonexistent/fusebench-ckpt"), 3, "models[0].path",
-                         "does not exist"),
-    "layers 0": (replaced("preset: tiny", "preset: tiny\n    layers: 0"), 4, "models[0].layers", "choose 1..6"),
-    "layers too many": (replaced("preset: tiny", "preset: tiny\n    layers: 7"), 4, "models[0].layers", "choose 1..6"),
-    "layers is a bool": (replaced("preset: tiny", "preset: tiny\n    layers: yes"), 4, "models[0].layers",
-                         "expected an integer, got a boolean"),
-    "depth out of range": (replaced("preset: tiny", "preset: tiny\n    layers: [2,\n      7]"), 5,
-                           "models[0].layers[1]", "7 is out of range; choose 1..6 (tiny has 6)"),
-    "empty depth list": (replaced("preset: tiny", "preset: tiny\n    layers: []"), 4, "models[0].layers",
-                         "empty list"),
-    "repeated depth": (replaced("preset: tiny", "preset: tiny\n    layers: [2, 4, 2]"), 4, "models[0].layers[2]",
-                       "duplicate value 2"),
-    "depth list with a path": (replaced("preset: tiny", "path: /\n    layers: [2, 4]"), 4, "models[0].layers",
-                               "only for presets"),
-    "a depth listed by two models": (replaced("preset: tiny", "{preset: tiny, layers: [2, 4]}\n  - {preset: tiny, "
-                                              "layers: 4}"), 4, "models[1]", "same model as models[0]"),
-    "bad dtype": (replaced("preset: tiny", "preset: tiny\n    dtype: fp32"), 4, "models[0].dtype",
-                  "unknown dtype 'fp32'; choose from float32, bfloat16, float16"),
-    "bad quantize": (replaced("preset: tiny", "preset: tiny\n    quantize: int4"), 4, "models[0].quantize",
-                     "choose from none, affine4, affine8, mxfp4, mxfp8, nvfp4"),
-    "duplicate model": (replaced("preset: tiny", "preset: tiny\n  - {preset: tiny, size: other}"), 4, "models[1]",
-                        "same model as models[0]"),
-    "empty models": (replaced("models:\n  - preset: tiny", "models: []"), 2, "models", "at least one model"),
-    "models not a list": (replaced("models:\n  - preset: tiny", "models: tiny"), 2, "models", "expected a list"),
-    "unknown op": (replaced("{geglu: compiled}", "{gelu: compiled}"), 6, "variants.b.gelu",
-                   "unknown op 'gelu'; choose from geglu, softcap, attention, rms_norm, rope"),
-    "unknown variant": (replaced("{geglu: compiled}", "{geglu: fused}"), 6, "variants.b.geglu",
-                        "unknown geglu variant 'fused'; choose from unfused, compiled"),
-    "duplicate variant": (replaced("  b: {", "  a: {"), 6, "variants.a",
-                          "duplicate variant name 'a' (first defined on line 5)"),
-    "duplicate op": (replaced("{geglu: compiled}", "{geglu: compiled, geglu: unfused}"), 6, "variants.b.geglu",
-                     "duplicate op 'geglu'"),
-    "empty variants": (replaced("variants:\n  a: {}\n  b: {geglu: compiled}", "variants: {}"), 4, "variants",
-                       "no variants"),
-    "variant not a mapping": (replaced("b: {geglu: compiled}", "b: [geglu]"), 6, "variants.b", "expected a mapping"),
-    "comparison to missing variant": (MINIMAL + "comparisons:\n  - [a, c]\n", 11, "comparisons[0][1]",
-                                      "unknown variant 'c'; choose from a, b"),
-    "comparison mapping to missing variant": (MINIMAL + "comparisons:\n  - {baseline: z, new: a}\n", 11,
-                                              "comparisons[0].baseline", "choose from a, b"),
-    "comparison mapping missing new": (MINIMAL + "comparisons:\n  - {baseline: a}\n", 11, "comparisons[0].new",
-                                       "required key is missing"),
-    "comparison of one": (MINIMAL + "comparisons:\n  - [a]\n", 11, "comparisons[0]", "expected [baseline, new]"),
-    "trials is a string": (MINIMAL + "trials: five\n", 10, "trials",
-                           "expected a number of rounds (>= 1) or auto, got a string ('five')"),
-    "precision beside fixed trials": (MINIMAL + "trials: 5\nprecision: 2%\n", 11, "precision",
-                                      "only with trials: auto"),
-    "precision out of range": (MINIMAL + "trials: auto\nprecision: 60%\n", 11, "precision",
-                               "expected a percentage in (0%, 50%]"),
+    "unknown model key": (
+        replaced("preset: tiny", "preset: tiny\n    colour: red"),
+        4,
+        "models[0].colour",
+        "valid keys: preset, path, size, layers, dtype, quantize",
+    ),
+    "unknown preset": (
+        replaced("preset: tiny", "preset: e3b"),
+        3,
+        "models[0].preset",
+        "unknown preset 'e3b'; choose from 26b, 31b, e2b, e4b, tiny, tiny-moe",
+    ),
+    "preset and path": (
+        replaced("preset: tiny", "preset: tiny\n    path: /"),
+        4,
+        "models[0]",
+        "not both",
+    ),
+    "neither preset nor path": (
+        replaced("preset: tiny", "size: x"),
+        3,
+        "models[0]",
+        "give a preset (one of 26b,",
+    ),
+    "nonexistent path": (
+        replaced("preset: tiny", "path: /nonexistent/fusebench-ckpt"),
+        3,
+        "models[0].path",
+        "does not exist",
+    ),
+    "layers 0": (
+        replaced("preset: tiny", "preset: tiny\n    layers: 0"),
+        4,
+        "models[0].layers",
+        "choose 1..6",
+    ),
+    "layers too many": (
+        replaced("preset: tiny", "preset: tiny\n    layers: 7"),
+        4,
+        "models[0].layers",
+        "choose 1..6",
+    ),
+    "layers is a bool": (
+        replaced("preset: tiny", "preset: tiny\n    layers: yes"),
+        4,
+        "models[0].layers",
+        "expected an integer, got a boolean",
+    ),
+    "depth out of range": (
+        replaced("preset: tiny", "preset: tiny\n    layers: [2,\n      7]"),
+        5,
+        "models[0].layers[1]",
+        "7 is out of range; choose 1..6 (tiny has 6)",
+    ),
+    "empty depth list": (
+        replaced("preset: tiny", "preset: tiny\n    layers: []"),
+        4,
+        "models[0].layers",
+        "empty list",
+    ),
+    "repeated depth": (
+        replaced("preset: tiny", "preset: tiny\n    layers: [2, 4, 2]"),
+        4,
+        "models[0].layers[2]",
+        "duplicate value 2",
+    ),
+    "depth list with a path": (
+        replaced("preset: tiny", "path: /\n    layers: [2, 4]"),
+        4,
+        "models[0].layers",
+        "only for presets",
+    ),
+    "a depth listed by two models": (
+        replaced("preset: tiny", "{preset: tiny, layers: [2, 4]}\n  - {preset: tiny, layers: 4}"),
+        4,
+        "models[1]",
+        "same model as models[0]",
+    ),
+    "bad dtype": (
+        replaced("preset: tiny", "preset: tiny\n    dtype: fp32"),
+        4,
+        "models[0].dtype",
+        "unknown dtype 'fp32'; choose from float32, bfloat16, float16",
+    ),
+    "bad quantize": (
+        replaced("preset: tiny", "preset: tiny\n    quantize: int4"),
+        4,
+        "models[0].quantize",
+        "choose from none, affine4, affine8, mxfp4, mxfp8, nvfp4",
+    ),
+    "duplicate model": (
+        replaced("preset: tiny", "preset: tiny\n  - {preset: tiny, size: other}"),
+        4,
+        "models[1]",
+        "same model as models[0]",
+    ),
+    "empty models": (
+        replaced("models:\n  - preset: tiny", "models: []"),
+        2,
+        "models",
+        "at least one model",
+    ),
+    "models not a list": (
+        replaced("models:\n  - preset: tiny", "models: tiny"),
+        2,
+        "models",
+        "expected a list",
+    ),
+    "unknown op": (
+        replaced("{geglu: compiled}", "{gelu: compiled}"),
+        6,
+        "variants.b.gelu",
+        "unknown op 'gelu'; choose from geglu, softcap, attention, rms_norm, rope",
+    ),
+    "unknown variant": (
+        replaced("{geglu: compiled}", "{geglu: fused}"),
+        6,
+        "variants.b.geglu",
+        "unknown geglu variant 'fused'; choose from unfused, compiled",
+    ),
+    "duplicate variant": (
+        replaced("  b: {", "  a: {"),
+        6,
+        "variants.a",
+        "duplicate variant name 'a' (first defined on line 5)",
+    ),
+    "duplicate op": (
+        replaced("{geglu: compiled}", "{geglu: compiled, geglu: unfused}"),
+        6,
+        "variants.b.geglu",
+        "duplicate op 'geglu'",
+    ),
+    "empty variants": (
+        replaced("variants:\n  a: {}\n  b: {geglu: compiled}", "variants: {}"),
+        4,
+        "variants",
+        "no variants",
+    ),
+    "variant not a mapping": (
+        replaced("b: {geglu: compiled}", "b: [geglu]"),
+        6,
+        "variants.b",
+        "expected a mapping",
+    ),
+    "comparison to missing variant": (
+        MINIMAL + "comparisons:\n  - [a, c]\n",
+        11,
+        "comparisons[0][1]",
+        "unknown variant 'c'; choose from a, b",
+    ),
+    "comparison mapping to missing variant": (
+        MINIMAL + "comparisons:\n  - {baseline: z, new: a}\n",
+        11,
+        "comparisons[0].baseline",
+        "choose from a, b",
+    ),
+    "comparison mapping missing new": (
+        MINIMAL + "comparisons:\n  - {baseline: a}\n",
+        11,
+        "comparisons[0].new",
+        "required key is missing",
+    ),
+    "comparison of one": (
+        MINIMAL + "comparisons:\n  - [a]\n",
+        11,
+        "comparisons[0]",
+        "expected [baseline, new]",
+    ),
+    "trials is a string": (
+        MINIMAL + "trials: five\n",
+        10,
+        "trials",
+        "expected a number of rounds (>= 1) or auto, got a string ('five')",
+    ),
+    "precision beside fixed trials": (
+        MINIMAL + "trials: 5\nprecision: 2%\n",
+        11,
+        "precision",
+        "only with trials: auto",
+    ),
+    "precision out of range": (
+        MINIMAL + "trials: auto\nprecision: 60%\n",
+        11,
+        "precision",
+        "expected a percentage in (0%, 50%]",
+    ),
     "precision of zero": (MINIMAL + "trials: auto\nprecision: 0\n", 11, "precision", "(0%, 50%]"),
-    "max_rounds too small": (MINIMAL + "trials: auto\nmax_rounds: 3\n", 11, "max_rounds", "must be >= 6"),
+    "max_rounds too small": (
+        MINIMAL + "trials: auto\nmax_rounds: 3\n",
+        11,
+        "max_rounds",
+        "must be >= 6",
+    ),
     "budget of zero": (MINIMAL + "trials: auto\nbudget_s: 0\n", 11, "budget_s", "must be > 0"),
     "threads below one": (MINIMAL + "threads: 0\n", 10, "threads", "must be >= 1"),
     "threads above the cores": (MINIMAL + "threads: 4096\n", 10, "threads", "choose 1.."),
     "negative margin": (MINIMAL + "margin_pct: -1\n", 10, "margin_pct", "must be >= 0"),
-    "trials is a bool": (MINIMAL + "trials: true\n", 10, "trials", "expected an integer, got a boolean"),
-    "warmup is a float": (MINIMAL + "warmup: 1.0\n", 10, "warmup", "expected an integer, got a float"),
+    "trials is a bool": (
+        MINIMAL + "trials: true\n",
+        10,
+        "trials",
+        "expected an integer, got a boolean",
+    ),
+    "warmup is a float": (
+        MINIMAL + "warmup: 1.0\n",
+        10,
+        "warmup",
+        "expected an integer, got a float",
+    ),
     "trials zero": (MINIMAL + "trials: 0\n", 10, "trials", "must be >= 1, got 0"),
     "warmup negative": (MINIMAL + "warmup: -1\n", 10, "warmup", "must be >= 0, got -1"),
-    "prefill_step_size zero": (MINIMAL + "prefill_step_size: 0\n", 10, "prefill_step_size", "must be >= 1"),
+    "prefill_step_size zero": (
+        MINIMAL + "prefill_step_size: 0\n",
+        10,
+        "prefill_step_size",
+        "must be >= 1",
+    ),
     "timeout zero": (MINIMAL + "timeout_s: 0\n", 10, "timeout_s", "must be > 0"),
     "timeout a string": (MINIMAL + "timeout_s: soon\n", 10, "timeout_s", "expected a number"),
     "depth zero": (MINIMAL + "depths: [512, 0]\n", 10, "depths[1]", "must be >= 1"),
     "shares negative": (MINIMAL + "shares: -1\n", 10, "shares", "must be >= 0, got -1"),
-    "prompt_tokens zero": (replaced("prompt_tokens: 16", "prompt_tokens: 0"), 8, "workloads.prompt_tokens",
-                           "must be >= 1"),
-    "gen_tokens zero in list": (replaced("gen_tokens: 4", "gen_tokens:\n    - 4\n    - 0"), 11,
-                                "workloads.gen_tokens[1]", "must be >= 1"),
+    "prompt_tokens zero": (
+        replaced("prompt_tokens: 16", "prompt_tokens: 0"),
+        8,
+        "workloads.prompt_tokens",
+        "must be >= 1",
+    ),
+    "gen_tokens zero in list": (
+        replaced("gen_tokens: 4", "gen_tokens:\n    - 4\n    - 0"),
+        11,
+        "workloads.gen_tokens[1]",
+        "must be >= 1",
+    ),
     "batch zero": (MINIMAL + "  batch: 0\n", 10, "workloads.batch", "must be >= 1"),
-    "duplicate workload value": (replaced("prompt_tokens: 16", "prompt_tokens: [16, 16]"), 8,
-                                 "workloads.prompt_tokens[1]", "duplicate value 16"),
-    "workloads missing prompt_tokens": (replaced("  prompt_tokens: 16\n", ""), 8, "workloads.prompt_tokens",
-                                        "required key is missing"),
-    "empty workload list": (replaced("prompt_tokens: 16", "prompt_tokens: []"), 8, "workloads.prompt_tokens",
-                            "empty list"),
-    "unknown workload key": (MINIMAL + "  tokens: 3\n", 10, "workloads.tokens",
-                             "valid keys: prompt_tokens, gen_tokens, batch"),
-    "unknown correctness reference": (MINIMAL + "correctness:\n  reference: c\n", 11, "correctness.reference",
-                                      "choose from a, b"),
-    "negative atol": (MINIMAL + "correctness: {atol: -0.1}\n", 10, "correctness.atol", "must be >= 0"),
-    "unknown correctness key": (MINIMAL + "correctness: {rtol: 1}\n", 10, "correctness.rtol",
-                                "valid keys: reference, atol, tokens"),
-    "expect unknown metric": (MINIMAL + "expect:\n  - {comparison: [a, b], metric: decode, max_slowdown_pct: 5}\n",
-                              11, "expect[0].metric", "unknown metric 'decode'; choose from prefill, gen"),
-    "expect missing variant": (MINIMAL + "expect:\n  - {comparison: [a, z], metric: gen, max_slowdown_pct: 5}\n",
-                               11, "expect[0].comparison[1]", "choose from a, b"),
-    "expect negative slowdown": (MINIMAL + "expect:\n  - {comparison: [a, b], metric: gen, max_slowdown_pct: -1}\n",
-                                 11, "expect[0].max_slowdown_pct", "must be >= 0"),
-    "expect unknown key": (MINIMAL + "expect:\n  - {al_correct: true}\n", 11, "expect[0].al_correct",
-                           "valid keys: comparison, metric, max_slowdown_pct, all_correct"),
-    "expect all_correct false": (MINIMAL + "expect:\n  - {all_correct: false}\n", 11, "expect[0].all_correct",
-                                 "expected true"),
-    "expect all_correct mixed": (MINIMAL + "expect:\n  - {all_correct: true, metric: gen}\n", 11, "expect[0].metric",
-                                 "stands alone"),
-    "yaml syntax error": (replaced("  b: {geglu: compiled}", "  b: x: y"), 6, "yaml", "mapping values are not allowed"),
-    "unclosed bracket": (replaced("prompt_tokens: 16", "prompt_tokens: [16"), 9, "yaml", "on line 8"),
+    "duplicate workload value": (
+        replaced("prompt_tokens: 16", "prompt_tokens: [16, 16]"),
+        8,
+        "workloads.prompt_tokens[1]",
+        "duplicate value 16",
+    ),
+    "workloads missing prompt_tokens": (
+        replaced("  prompt_tokens: 16\n", ""),
+        8,
+        "workloads.prompt_tokens",
+        "required key is missing",
+    ),
+    "empty workload list": (
+        replaced("prompt_tokens: 16", "prompt_tokens: []"),
+        8,
+        "workloads.prompt_tokens",
+        "empty list",
+    ),
+    "unknown workload key": (
+        MINIMAL + "  tokens: 3\n",
+        10,
+        "workloads.tokens",
+        "valid keys: prompt_tokens, gen_tokens, batch",
+    ),
+    "unknown correctness reference": (
+        MINIMAL + "correctness:\n  reference: c\n",
+        11,
+        "correctness.reference",
+        "choose from a, b",
+    ),
+    "negative atol": (
+        MINIMAL + "correctness: {atol: -0.1}\n",
+        10,
+        "correctness.atol",
+        "must be >= 0",
+    ),
+    "unknown correctness key": (
+        MINIMAL + "correctness: {rtol: 1}\n",
+        10,
+        "correctness.rtol",
+        "valid keys: reference, atol, tokens",
+    ),
+    "expect unknown metric": (
+        MINIMAL + "expect:\n  - {comparison: [a, b], metric: decode, max_slowdown_pct: 5}\n",
+        11,
+        "expect[0].metric",
+        "unknown metric 'decode'; choose from prefill, gen",
+    ),
+    "expect missing variant": (
+        MINIMAL + "expect:\n  - {comparison: [a, z], metric: gen, max_slowdown_pct: 5}\n",
+        11,
+        "expect[0].comparison[1]",
+        "choose from a, b",
+    ),
+    "expect negative slowdown": (
+        MINIMAL + "expect:\n  - {comparison: [a, b], metric: gen, max_slowdown_pct: -1}\n",
+        11,
+        "expect[0].max_slowdown_pct",
+        "must be >= 0",
+    ),
+    "expect unknown key": (
+        MINIMAL + "expect:\n  - {al_correct: true}\n",
+        11,
+        "expect[0].al_correct",
+        "valid keys: comparison, metric, max_slowdown_pct, all_correct",
+    ),
+    "expect all_correct false": (
+        MINIMAL + "expect:\n  - {all_correct: false}\n",
+        11,
+        "expect[0].all_correct",
+        "expected true",
+    ),
+    "expect all_correct mixed": (
+        MINIMAL + "expect:\n  - {all_correct: true, metric: gen}\n",
+        11,
+        "expect[0].metric",
+        "stands alone",
+    ),
+    "yaml syntax error": (
+        replaced("  b: {geglu: compiled}", "  b: x: y"),
+        6,
+        "yaml",
+        "mapping values are not allowed",
+    ),
+    "unclosed bracket": (
+        replaced("prompt_tokens: 16", "prompt_tokens: [16"),
+        9,
+        "yaml",
+        "on line 8",
+    ),
     "empty file": ("", 1, "experiment", "empty"),
     "only comments": ("# nothing yet\n", 1, "experiment", "empty"),
     "top level is a list": ("- name: t\n", 1, "experiment", "expected a mapping", "got a list"),
@@ -382,7 +633,7 @@ def test_spec_error_is_a_value_error():
     assert (str(copy), copy.line, copy.field) == (str(err), 3, "trials")
 
 
-# --- sharding --------------------------------------------------------------------------------------
+# --- sharding -------------------------------------------------------------------------------------
 
 
 @pytest.mark.parametrize("count", [1, 2, 3, 4])

@@ -21,7 +21,7 @@ from bench.analysis.stats import (
 )
 from bench.present.format import format_ci, format_delta, format_tps, verdict_text
 
-# --- summarize -------------------------------------------------------------------------------------
+# --- summarize ------------------------------------------------------------------------------------
 
 
 def test_summarize_odd_length():
@@ -97,15 +97,24 @@ def test_format_tps(value: float, expected: str):
 
 def _trial(variant: str, round_: int, prefill: float, gen: float | None, **overrides) -> dict:
     row = {
-        "machine": "host · cpu · cpu · openblas", "size": "E2B", "model_key": "e2b:layers=2:float32:none",
-        "workload": "pp128 tg32 b1", "run_id": "run1", "cell": "e2b|pp128", "variant": variant, "round": round_,
-        "warmup": False, "prefill_tps": prefill, "gen_tps": np.nan if gen is None else gen,
+        "machine": "host · cpu · cpu · openblas",
+        "size": "E2B",
+        "model_key": "e2b:layers=2:float32:none",
+        "workload": "pp128 tg32 b1",
+        "run_id": "run1",
+        "cell": "e2b|pp128",
+        "variant": variant,
+        "round": round_,
+        "warmup": False,
+        "prefill_tps": prefill,
+        "gen_tps": np.nan if gen is None else gen,
     }
     return {**row, **overrides}
 
 
 def _grid() -> pd.DataFrame:
-    """Baseline prefill 100..104, new exactly 1.25x per round; gen 10 vs 11 (ratio 1.1); plus a wild warmup."""
+    """Baseline prefill 100..104, new exactly 1.25x per round; gen 10 vs 11 (ratio 1.1); plus a wild
+    warmup."""
     rows = []
     for r in range(5):
         rows.append(_trial("baseline", r, 100.0 + r, 10.0))
@@ -134,15 +143,23 @@ def test_compare_means_and_delta_are_exact_and_agree():
     assert prefill.baseline_gmean == pytest.approx(float(np.exp(np.mean(np.log([100, 101, 102, 103, 104])))))
     assert prefill.new_gmean / prefill.baseline_gmean - 1 == pytest.approx(prefill.delta_pct / 100, abs=1e-12)
     assert prefill.n_pairs == 5 and prefill.excluded == 0
-    # Exactly 1.25x every round: zero spread, so the interval is the point and the verdict is certain.
-    assert (prefill.ratio, prefill.low, prefill.high, prefill.adj_low, prefill.adj_high) == pytest.approx((1.25,) * 5)
+    # Exactly 1.25x every round: zero spread, so the interval is the point and the verdict is
+    # certain.
+    assert (
+        prefill.ratio,
+        prefill.low,
+        prefill.high,
+        prefill.adj_low,
+        prefill.adj_high,
+    ) == pytest.approx((1.25,) * 5)
     assert prefill.delta_pct == pytest.approx(25.0)
     assert gen.delta_pct == pytest.approx(10.0)
     assert [row.verdict.word for row in table] == ["faster", "faster"]
 
 
 def test_compare_pairs_by_round_not_by_sorted_value():
-    # Drift: baseline and new both climb; per-round ratios are exactly 0.9, though new's median beats baseline's.
+    # Drift: baseline and new both climb; per-round ratios are exactly 0.9, though new's median
+    # beats baseline's.
     rows = []
     for r, level in enumerate([100.0, 150.0, 200.0, 250.0]):
         rows += [_trial("a", r, level, None), _trial("b", r, level * 0.9, None)]
@@ -153,20 +170,24 @@ def test_compare_pairs_by_round_not_by_sorted_value():
 
 
 def test_compare_builds_pools_the_variants_round_by_round():
-    # Round r: variant a's current build is 0.9x the reference, variant b's 0.8x (prefill) and 1.0x (gen); round 3
-    # lacks b's current trial, so the pooled row leaves it out while a's own row keeps it.
+    # Round r: variant a's current build is 0.9x the reference, variant b's 0.8x (prefill) and 1.0x
+    # (gen); round 3 lacks b's current trial, so the pooled row leaves it out while a's own row
+    # keeps it.
     rows = []
     for r in range(4):
         level = 100.0 + 10 * r
-        rows += [_trial("a", r, level, level, build="reference"),
-                 _trial("a", r, level * 0.9, level * 0.9, build="current"),
-                 _trial("b", r, level, level, build="reference")]
+        rows += [
+            _trial("a", r, level, level, build="reference"),
+            _trial("a", r, level * 0.9, level * 0.9, build="current"),
+            _trial("b", r, level, level, build="reference"),
+        ]
         if r < 3:
             rows.append(_trial("b", r, level * 0.8, level, build="current"))
     rows = compare_builds(pd.DataFrame(rows))
     table = {(row.variant, row.metric): row for row in rows}
     pooled = table[ALL_VARIANTS, "prefill"]
-    assert pooled.ratio == pytest.approx(math.sqrt(0.9 * 0.8))  # the geometric mean of the variants' ratios
+    # the geometric mean of the variants' ratios
+    assert pooled.ratio == pytest.approx(math.sqrt(0.9 * 0.8))
     assert pooled.n_pairs == 3 and table["a", "prefill"].n_pairs == 4
     assert table[ALL_VARIANTS, "gen"].ratio == pytest.approx(math.sqrt(0.9))
     assert list(dict.fromkeys(row.variant for row in rows)) == ["a", "b", ALL_VARIANTS]
@@ -175,20 +196,26 @@ def test_compare_builds_pools_the_variants_round_by_round():
 def test_compare_never_pools_machines():
     other = _grid().assign(machine="other · cuda · cuda · cublas", prefill_tps=lambda f: f.prefill_tps * 10)
     here, there = compare(pd.concat([_grid(), other]), "baseline", "compiled", "prefill")
-    assert [here.machine, there.machine] == ["host · cpu · cpu · openblas", "other · cuda · cuda · cublas"]
+    assert [here.machine, there.machine] == [
+        "host · cpu · cpu · openblas",
+        "other · cuda · cuda · cublas",
+    ]
     assert there.baseline_gmean == pytest.approx(10 * here.baseline_gmean)
 
 
 def test_compare_holm_widens_every_row_of_a_table():
-    # Four cells, each with the same noisy +5%: alone a row's interval is the plain t-interval; in the table of 8
-    # rows each is widened to its Holm level, and the verdict follows the adjusted interval.
+    # Four cells, each with the same noisy +5%: alone a row's interval is the plain t-interval; in
+    # the table of 8 rows each is widened to its Holm level, and the verdict follows the adjusted
+    # interval.
     rng = np.random.default_rng(3)
     rows = []
     for size in ["E2B", "E4B", "26B", "31B"]:
         for r in range(5):
             base, noise = 100.0 + r, rng.lognormal(0, 0.02, size=2)
-            rows += [_trial("a", r, base, base / 10, size=size),
-                     _trial("b", r, base * 1.05 * noise[0], base / 10 * 1.05 * noise[1], size=size)]
+            rows += [
+                _trial("a", r, base, base / 10, size=size),
+                _trial("b", r, base * 1.05 * noise[0], base / 10 * 1.05 * noise[1], size=size),
+            ]
     table = compare(pd.DataFrame(rows), "a", "b", ["prefill", "gen"])
     assert all(row.adj_high - row.adj_low >= row.high - row.low - 1e-12 for row in table)
     for row in table:
@@ -198,11 +225,15 @@ def test_compare_holm_widens_every_row_of_a_table():
 
 def test_compare_verdict_words():
     rng = np.random.default_rng(7)
+
     def verdict(effect: float, noise: float, rounds: int) -> str:
         rows = []
         for r in range(rounds):
             jitter = rng.lognormal(0, noise, size=2)
-            rows += [_trial("a", r, 100.0 * jitter[0], None), _trial("b", r, 100.0 * effect * jitter[1], None)]
+            rows += [
+                _trial("a", r, 100.0 * jitter[0], None),
+                _trial("b", r, 100.0 * effect * jitter[1], None),
+            ]
         (row,) = compare(pd.DataFrame(rows), "a", "b", "prefill")
         assert row.verdict.half_width_pct == pytest.approx(row.half_width_pct)
         return verdict_text(row.verdict)
@@ -215,7 +246,12 @@ def test_compare_verdict_words():
 def test_compare_missing_side_and_a_a():
     rows = [_trial("a", r, 100.0 + r, None) for r in range(4)]
     (missing,) = compare(pd.DataFrame(rows), "a", "b", "prefill")
-    assert (missing.n_pairs, missing.verdict, missing.stalls, missing.interval) == (0, None, None, None)
+    assert (missing.n_pairs, missing.verdict, missing.stalls, missing.interval) == (
+        0,
+        None,
+        None,
+        None,
+    )
     assert math.isnan(missing.delta_pct) and math.isnan(missing.p_holm)
     (a_a,) = compare(pd.DataFrame(rows), "a", "a", "prefill")
     # Rounds 0/1 and 2/3 pair up: 101/100 and 103/102.
@@ -233,7 +269,8 @@ def test_ratio_of_medians_point_estimate_and_reproducibility():
     a = bootstrap_ratio_of_medians_ci(baseline, new, seed=3)
     assert a == bootstrap_ratio_of_medians_ci(baseline, new, seed=3)
     assert a.ratio == pytest.approx(80.0 / 100.0)
-    # Every resampled median lies within each side's range, so the CI is bounded by the extreme ratios.
+    # Every resampled median lies within each side's range, so the CI is bounded by the extreme
+    # ratios.
     assert 78.0 / 102.0 <= a.low <= a.ratio <= a.high <= 82.0 / 98.0
     assert a.n == 5
 
@@ -264,7 +301,8 @@ def test_ratio_of_medians_ci_coverage():
 
 def test_compare_runs_matches_cells_across_hosts_and_lists_one_sided_cells():
     baseline = _grid()
-    # Today's run on another host name: compiled 20% slower on prefill, gen unchanged; plus a cell the baseline lacks.
+    # Today's run on another host name: compiled 20% slower on prefill, gen unchanged; plus a cell
+    # the baseline lacks.
     today = _grid().assign(machine="ci-runner-7 · cpu · cpu · openblas", run_id="run2")
     today.loc[today["variant"] == "compiled", "prefill_tps"] *= 0.8
     extra = pd.DataFrame([_trial("sdpa", r, 50.0, 5.0, run_id="run2") for r in range(3)])
@@ -285,7 +323,10 @@ def test_paired_speedups_cancel_load_shared_by_a_round():
     rows = []
     for r in range(5):
         load = 0.5 if r == 3 else 1.0
-        rows += [_trial("baseline", r, 100.0 * load, 10.0 * load), _trial("compiled", r, 125.0 * load, None)]
+        rows += [
+            _trial("baseline", r, 100.0 * load, 10.0 * load),
+            _trial("compiled", r, 125.0 * load, None),
+        ]
     rows.append(_trial("compiled", 0, 1e6, 1e6, warmup=True))
     speedups = paired_speedups(pd.DataFrame(rows), "baseline", "compiled")
     assert list(speedups["round"]) == [0, 1, 2, 3, 4]

@@ -1,5 +1,5 @@
-"""mlx-lm's time to first token beside fusebench's prefill: recorded by every trial on the tiny preset, reported
-where trials carry it, and never required of records from before it existed."""
+"""mlx-lm's time to first token beside fusebench's prefill: recorded by every trial on the tiny
+preset, reported where trials carry it, and never required of records from before it existed."""
 
 from __future__ import annotations
 
@@ -42,7 +42,8 @@ def tiny():
 def test_a_trial_records_ttft_at_or_after_the_prefill(tiny):
     prompt = make_prompt(tiny.args.vocab_size, 1, PROMPT, 0, 0)
     record = trial_record(time_trial(tiny, prompt, GEN, 2048), 1, PROMPT, GEN)
-    # By construction: the TTFT clock is read after the prefill's, once the first decode step is queued.
+    # By construction: the TTFT clock is read after the prefill's, once the first decode step is
+    # queued.
     assert record.ttft_s >= record.prefill_s > 0
     assert record.ttft_tps == pytest.approx(PROMPT / record.ttft_s)
     # prefill and gen are measured as before: gen is still every decode step after the first token.
@@ -56,13 +57,33 @@ def test_no_decode_step_means_no_ttft(tiny):
 
 
 def trial(variant: str, round_: int, ttft_s: float | None) -> dict[str, Any]:
-    """A timed trial of the tiny cell: prefill 0.1 s, two decode steps of 0.05 s; `ttft_s` None: an old record."""
+    """A timed trial of the tiny cell: prefill 0.1 s, two decode steps of 0.05 s; `ttft_s` None: an
+    old record."""
     record = {
-        "kind": "trial", "run_id": "run1", "cell": "tiny|pp12 tg3 b1", "model": "tiny", "model_key": "tiny",
-        "size": "tiny", "layers": 2, "dtype": "float32", "quantize": None, "prompt_tokens": PROMPT,
-        "gen_tokens": GEN, "batch": 1, "workload": "pp12 tg3 b1", "variant": variant, "ops": OPS, "round": round_,
-        "warmup": False, "prefill_s": 0.1, "prefill_tps": PROMPT / 0.1, "gen_s": 0.1, "gen_tps": 20.0,
-        "step_s": [0.05, 0.05], "peak_memory_bytes": 1_000_000, "compile_s": None,
+        "kind": "trial",
+        "run_id": "run1",
+        "cell": "tiny|pp12 tg3 b1",
+        "model": "tiny",
+        "model_key": "tiny",
+        "size": "tiny",
+        "layers": 2,
+        "dtype": "float32",
+        "quantize": None,
+        "prompt_tokens": PROMPT,
+        "gen_tokens": GEN,
+        "batch": 1,
+        "workload": "pp12 tg3 b1",
+        "variant": variant,
+        "ops": OPS,
+        "round": round_,
+        "warmup": False,
+        "prefill_s": 0.1,
+        "prefill_tps": PROMPT / 0.1,
+        "gen_s": 0.1,
+        "gen_tps": 20.0,
+        "step_s": [0.05, 0.05],
+        "peak_memory_bytes": 1_000_000,
+        "compile_s": None,
     }
     if ttft_s is not None:
         record |= {"ttft_s": ttft_s, "ttft_tps": PROMPT / ttft_s}

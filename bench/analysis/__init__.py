@@ -1,1 +1,2 @@
-"""Statistics and the data a report or a check is built from. numpy, pandas and scipy only: never mlx, never a view."""
+"""Statistics and the data a report or a check is built from. numpy, pandas and scipy only: never
+mlx, never a view."""

@@ -1,28 +1,34 @@
-"""`fusebench bisect`: which candidate (a commit, a package release) made the build slower, decided by intervals.
+"""`fusebench bisect`: which candidate (a commit, a package release) made the build slower, decided
+by intervals.
 
-Candidates are ordered oldest first; GOOD lies before the first and BAD is the last. Every step is an A/B of one
-candidate (the current build) against a reference, both interleaved round by round in one run (run --against), and
-its verdict comes from the Holm-adjusted intervals of `stats.compare_builds`, the same table `fusebench check` gates:
+Candidates are ordered oldest first; GOOD lies before the first and BAD is the last. Every step is
+an A/B of one candidate (the current build) against a reference, both interleaved round by round in
+one run (run --against), and its verdict comes from the Holm-adjusted intervals of
+`stats.compare_builds`, the same table `fusebench check` gates:
 
-1. BAD against GOOD. The rows whose whole interval lies below -limit (check's rule) are the regression, and the
-   search tracks them. When no row did, but an interval reaches below -limit, the A/B is repeated (the runs
-   pooled, paired within each) until a row regresses or every interval lies above -limit (the pooled rows',
-   when the experiment has several variants): then there is no regression to find.
-2. Binary search, each step the midpoint candidate against GOOD. "bad": some tracked row's interval lies wholly
-   below -limit (the midpoint is already slower than GOOD beyond the limit: the culprit is at or before it);
-   "good": every tracked row's interval lies wholly above -limit (not slower beyond the limit: the culprit is after
-   it). Neither: the step cannot tell and is measured again, pooling its runs, up to `max_runs`; one that still
-   cannot tell ends the search with the two candidates it could not decide between, never with a guess.
-3. The first bad candidate against its predecessor, once more, by the same rule: "confirmed" when it alone is slower
-   beyond the limit (a regression spread over several candidates may be bad against GOOD but not against its
-   predecessor, and the output says so).
+1. BAD against GOOD. The rows whose whole interval lies below -limit (check's rule) are the
+   regression, and the search tracks them. When no row did, but an interval reaches below -limit,
+   the A/B is repeated (the runs pooled, paired within each) until a row regresses or every interval
+   lies above -limit (the pooled rows', when the experiment has several variants): then there is no
+   regression to find.
+2. Binary search, each step the midpoint candidate against GOOD. "bad": some tracked row's interval
+   lies wholly below -limit (the midpoint is already slower than GOOD beyond the limit: the culprit
+   is at or before it); "good": every tracked row's interval lies wholly above -limit (not slower
+   beyond the limit: the culprit is after it). Neither: the step cannot tell and is measured again,
+   pooling its runs, up to `max_runs`; one that still cannot tell ends the search with the two
+   candidates it could not decide between, never with a guess.
+3. The first bad candidate against its predecessor, once more, by the same rule: "confirmed" when it
+   alone is slower beyond the limit (a regression spread over several candidates may be bad against
+   GOOD but not against its predecessor, and the output says so).
 
-A BAD-against-GOOD step that can tell neither is "cannot tell", never "no regression": the command exits 3 and
-says what would settle it (the rounds its widest undecided row would need at the noise it saw).
+A BAD-against-GOOD step that can tell neither is "cannot tell", never "no regression": the command
+exits 3 and says what would settle it (the rounds its widest undecided row would need at the noise
+it saw).
 
-The intervals are confidence sequences (analysis.sequential): pooling a further run into an undecided step is one
-more look at the same sequence, so each decision errs with at most the Holm family's 5% however many runs it
-pooled (simulated: benchmarks/sequential_coverage.py). Runs are capped for time, not for error.
+The intervals are confidence sequences (analysis.sequential): pooling a further run into an
+undecided step is one more look at the same sequence, so each decision errs with at most the Holm
+family's 5% however many runs it pooled (simulated: benchmarks/sequential_coverage.py). Runs are
+capped for time, not for error.
 """
 
 from __future__ import annotations
@@ -43,7 +49,8 @@ MIN_PAIRS = 3  # fewer paired rounds give no interval worth deciding on
 
 @dataclass(frozen=True)
 class Reading:
-    """One row of a step's build table: a variant's (or all variants') metric, current against reference."""
+    """One row of a step's build table: a variant's (or all variants') metric, current against
+    reference."""
 
     model_key: str
     workload: str
@@ -53,7 +60,8 @@ class Reading:
     low_pct: float  # the Holm-adjusted 95% interval
     high_pct: float
     rounds: int
-    settle_rounds: int | None = None  # the rounds that would put this row's interval on one side of -limit
+    # the rounds that would put this row's interval on one side of -limit
+    settle_rounds: int | None = None
 
     @property
     def row(self) -> tuple[str, str, str, str]:
@@ -63,22 +71,37 @@ class Reading:
 def readings(trials: pd.DataFrame, limit_pct: float) -> list[Reading]:
     """A run --against file's (or several pooled ones') build table, as check computes it."""
     goal = Goal(limit_pct, limit_pct=limit_pct)
-    return [Reading(r.model_key, r.workload, r.variant, r.metric, r.delta_pct, (r.adj_low - 1) * 100,
-                    (r.adj_high - 1) * 100, r.n_pairs, r.rounds_to_decide(goal))
-            for r in stats.compare_builds(trials) if r.n_pairs >= MIN_PAIRS and math.isfinite(r.adj_high)]
+    return [
+        Reading(
+            r.model_key,
+            r.workload,
+            r.variant,
+            r.metric,
+            r.delta_pct,
+            (r.adj_low - 1) * 100,
+            (r.adj_high - 1) * 100,
+            r.n_pairs,
+            r.rounds_to_decide(goal),
+        )
+        for r in stats.compare_builds(trials)
+        if r.n_pairs >= MIN_PAIRS and math.isfinite(r.adj_high)
+    ]
 
 
 def regressed(found: Sequence[Reading], limit_pct: float) -> list[Reading]:
-    """The rows a check would fail: the whole interval below -limit. The pooled rows, when any regressed, stand for
-    the rest: a change to shared code moves every variant, and pooling gives the narrowest interval."""
+    """The rows a check would fail: the whole interval below -limit. The pooled rows, when any
+    regressed, stand for the rest: a change to shared code moves every variant, and pooling gives
+    the narrowest interval."""
     rows = [r for r in found if r.high_pct < -limit_pct]
     pooled = [r for r in rows if r.variant == stats.ALL_VARIANTS]
     return sorted(pooled or rows, key=lambda r: r.high_pct)
 
 
-def classify(found: Sequence[Reading], tracked: Sequence[tuple[str, str, str, str]], limit_pct: float
-             ) -> tuple[str, Reading | None]:
-    """A step's verdict on the tracked rows, and the reading that decided it (the first tracked one when none did)."""
+def classify(
+    found: Sequence[Reading], tracked: Sequence[tuple[str, str, str, str]], limit_pct: float
+) -> tuple[str, Reading | None]:
+    """A step's verdict on the tracked rows, and the reading that decided it (the first tracked one
+    when none did)."""
     mine = [r for r in found if r.row in tracked]
     if not mine:
         return CANNOT_TELL, None
@@ -104,20 +127,22 @@ class Outcome:
     steps: tuple[Step, ...]
     tracked: tuple[Reading, ...]  # the regression BAD showed against GOOD; empty: none
     first_bad: int | None = None
-    undecided: tuple[int, int] | None = None  # (last good, first bad) when a step stayed inconclusive
+    # (last good, first bad) when a step stayed inconclusive
+    undecided: tuple[int, int] | None = None
 
     @property
     def confirmed(self) -> bool:
         return bool(self.steps) and self.steps[-1].role == CULPRIT and self.steps[-1].status == BAD
 
 
-# measure(index, against, runs): the readings of candidate `index` against `against` (-1: GOOD), pooled over its
-# first `runs` A/B runs (each run made once, then read again).
+# measure(index, against, runs): the readings of candidate `index` against `against` (-1: GOOD),
+# pooled over its first `runs` A/B runs (each run made once, then read again).
 Measure = Callable[[int, int, int], Sequence[Reading]]
 
 
 def bisect(candidates: int, measure: Measure, limit_pct: float, max_runs: int) -> Outcome:
-    """The search over candidates 0..candidates-1 (the last is BAD), as the module's docstring describes."""
+    """The search over candidates 0..candidates-1 (the last is BAD), as the module's docstring
+    describes."""
     bad = candidates - 1
     first, tracked = regression(bad, measure, limit_pct, max_runs)
     steps = [first]
@@ -137,15 +162,16 @@ def bisect(candidates: int, measure: Measure, limit_pct: float, max_runs: int) -
 
 
 def regression(bad: int, measure: Measure, limit_pct: float, max_runs: int) -> tuple[Step, list[Reading]]:
-    """BAD against GOOD, runs pooled while some row could still be a regression: the step, and the rows that
-    regressed (empty: none did, every interval lying above -limit or the runs spent)."""
+    """BAD against GOOD, runs pooled while some row could still be a regression: the step, and the
+    rows that regressed (empty: none did, every interval lying above -limit or the runs spent)."""
     tracked: list[Reading] = []
     runs, cleared = 0, False
     while runs < max_runs and not tracked and not cleared:
         runs += 1
         found = measure(bad, -1, runs)
         tracked = regressed(found, limit_pct)
-        # The pooled rows, when there are any, clear BAD: single variants' wider intervals may never settle.
+        # The pooled rows, when there are any, clear BAD: single variants' wider intervals may never
+        # settle.
         deciding = [r for r in found if r.variant == stats.ALL_VARIANTS] or found
         cleared = all(r.low_pct > -limit_pct for r in deciding)
     shown = tracked[0] if tracked else min(deciding, key=lambda r: r.low_pct, default=None)
@@ -153,8 +179,15 @@ def regression(bad: int, measure: Measure, limit_pct: float, max_runs: int) -> t
     return Step(REGRESSION, bad, -1, status, shown, runs), tracked
 
 
-def decide(role: str, index: int, against: int, measure: Measure, rows: Sequence[tuple[str, str, str, str]],
-           limit_pct: float, max_runs: int) -> Step:
+def decide(
+    role: str,
+    index: int,
+    against: int,
+    measure: Measure,
+    rows: Sequence[tuple[str, str, str, str]],
+    limit_pct: float,
+    max_runs: int,
+) -> Step:
     """One step: A/B runs pooled until the tracked rows decide, at most max_runs."""
     status, reading, runs = CANNOT_TELL, None, 0
     while status == CANNOT_TELL and runs < max_runs:

@@ -1,39 +1,49 @@
-"""The regression gate's verdicts (`fusebench check`): exit 0 every row within the limit, 1 something regressed,
-2 bad input, 3 cannot tell (no row regressed, but some row's interval straddles the limit).
+"""The regression gate's verdicts (`fusebench check`): exit 0 every row within the limit, 1
+something regressed, 2 bad input, 3 cannot tell (no row regressed, but some row's interval straddles
+the limit).
 
-Three outcomes, never a silent pass (Pinpoint's rule, with fusebench's intervals): a row whose whole interval lies
-beyond the limit regressed; one whose whole interval lies inside it is within the limit; one whose interval reaches
-across the limit is "cannot tell", with the rounds that would settle it at the noise and pace the run showed
-(`Settle`). "passed" means every row was within the limit.
+Three outcomes, never a silent pass (Pinpoint's rule, with fusebench's intervals): a row whose whole
+interval lies beyond the limit regressed; one whose whole interval lies inside it is within the
+limit; one whose interval reaches across the limit is "cannot tell", with the rounds that would
+settle it at the noise and pace the run showed (`Settle`). "passed" means every row was within the
+limit.
 
 The checks, each used when its input is there:
-- Against the reference build of a `run --against` file (the CI gate): every variant and metric, and all variants
-  pooled, paired round by round across the builds (stats.compare_builds), Holm across the table. Nothing stored is
-  needed and the machine does not matter, since both builds ran on it in the same job. A row also fails when the
-  current build stalls (analysis.inference, "Stalls": significantly more outlier rounds against it than against the
-  reference), whatever its Δ: a path that sometimes re-traces or falls back is a regression the mean can hide.
-- Against a stored baseline (`fusebench baseline save`), cell by cell (model x size x workload x variant x metric):
-  - tok/s: the ratio of medians current/baseline with a bootstrap CI, unpaired, since the runs share no rounds. This
-    is information, never a failure, unless the baseline comes from this machine fingerprint and a calibration of it
-    says what it can resolve: run-to-run tok/s on a shared VM moves by tens of percent;
-  - speedup: for each comparison the experiment declares, the per-round speedup new/baseline (paired within a round,
-    so load that slows a whole run cancels) against the baseline file's; this catches a fusion that stops paying off.
-  A cell fails only when its whole CI lies beyond the allowed slowdown; a point estimate alone never fails. Cells in
-  only one of the files are listed as missing or new, never failed. The baseline must come from the same machine
-  fingerprint (backend, device, BLAS, CPU model) unless --allow-other-machine.
-- A fusion's speedup against its history: the speedups of the calibration runs stored in this machine's noise file,
-  from 10 runs on (bench.analysis.history).
-- The expectations the experiment declares (`expect:` in its YAML, read back from the results' run header):
-  "new no more than X% slower than baseline on a metric" (paired rounds, stats.compare), and "all variants correct".
-- Without any check of speed (a plain run: ungated_speed): its correctness records, and a note that speed was not
-  gated and how to gate it.
+- Against the reference build of a `run --against` file (the CI gate): every variant and metric, and
+  all variants pooled, paired round by round across the builds (stats.compare_builds), Holm across
+  the table. Nothing stored is needed and the machine does not matter, since both builds ran on it
+  in the same job. A row also fails when the current build stalls (analysis.inference, "Stalls":
+  significantly more outlier rounds against it than against the reference), whatever its Δ: a path
+  that sometimes re-traces or falls back is a regression the mean can hide.
+- Against a stored baseline (`fusebench baseline save`), cell by cell (model x size x workload x
+  variant x metric):
+  - tok/s: the ratio of medians current/baseline with a bootstrap CI, unpaired, since the runs share
+    no rounds. This is information, never a failure, unless the baseline comes from this machine
+    fingerprint and a calibration of it says what it can resolve: run-to-run tok/s on a shared VM
+    moves by tens of percent;
+  - speedup: for each comparison the experiment declares, the per-round speedup new/baseline (paired
+    within a round, so load that slows a whole run cancels) against the baseline file's; this
+    catches a fusion that stops paying off.
+  A cell fails only when its whole CI lies beyond the allowed slowdown; a point estimate alone never
+  fails. Cells in only one of the files are listed as missing or new, never failed. The baseline
+  must come from the same machine fingerprint (backend, device, BLAS, CPU model) unless
+  --allow-other-machine.
+- A fusion's speedup against its history: the speedups of the calibration runs stored in this
+  machine's noise file, from 10 runs on (bench.analysis.history).
+- The expectations the experiment declares (`expect:` in its YAML, read back from the results' run
+  header):
+  "new no more than X% slower than baseline on a metric" (paired rounds, stats.compare), and "all
+  variants correct".
+- Without any check of speed (a plain run: ungated_speed): its correctness records, and a note that
+  speed was not gated and how to gate it.
 
-Noise: `fusebench calibrate` stores this machine's A/A noise per metric in results/baselines/noise-<machine>.json;
-check picks it up by itself (or takes --noise). A cell then fails only for a slowdown beyond both the requested
-threshold and the calibrated minimum detectable effect, and the Limit column says which of the two bound.
+Noise: `fusebench calibrate` stores this machine's A/A noise per metric in
+results/baselines/noise-<machine>.json; check picks it up by itself (or takes --noise). A cell then
+fails only for a slowdown beyond both the requested threshold and the calibrated minimum detectable
+effect, and the Limit column says which of the two bound.
 
-Every finding is typed (Check, Status, Limit and its Bound, the interval's Verdict); how each reads, in a table or in
-JSON, is bench.present.gate's choice.
+Every finding is typed (Check, Status, Limit and its Bound, the interval's Verdict); how each reads,
+in a table or in JSON, is bench.present.gate's choice.
 """
 
 from __future__ import annotations
@@ -61,12 +71,14 @@ from .stats import SEED, Comparison, Stalls
 from .stopping import Goal
 from .study import CorrectnessCheck, cell_labels, correctness_checks, current_build, ordered_cells
 
-MIN_VALUES_FOR_CI = 3  # fewer values a side give a bootstrap CI that proves nothing, so such a cell never fails
+# fewer values a side give a bootstrap CI that proves nothing, so such a cell never fails
+MIN_VALUES_FOR_CI = 3
 
 
 class Check(StrEnum):
-    """The kinds of check: tok/s and speedup against the baseline file, the experiment's expectations, correctness,
-    the current build against the reference build, and a speedup against its history."""
+    """The kinds of check: tok/s and speedup against the baseline file, the experiment's
+    expectations, correctness, the current build against the reference build, and a speedup against
+    its history."""
 
     TPS = "tps"
     SPEEDUP = "speedup"
@@ -81,7 +93,11 @@ SPEED_CHECKS = (Check.TPS, Check.SPEEDUP, Check.EXPECT, Check.BUILD, Check.HISTO
 # The checks whose baseline and current values are speedups (new / baseline), not tok/s.
 RATIO_CHECKS = (Check.SPEEDUP, Check.HISTORY)
 # Which calibrated noise band bounds each kind of check (see bench.analysis.noise).
-NOISE_SCOPE = {Check.TPS: "run_to_run_tps", Check.SPEEDUP: "run_to_run_speedup", Check.EXPECT: "within_run"}
+NOISE_SCOPE = {
+    Check.TPS: "run_to_run_tps",
+    Check.SPEEDUP: "run_to_run_speedup",
+    Check.EXPECT: "within_run",
+}
 
 
 class Status(StrEnum):
@@ -93,13 +109,15 @@ class Status(StrEnum):
     INCORRECT = "incorrect"
     CORRECT = "correct"
     WITHIN_LIMIT = "within limit"  # `Finding.verdict` says what the interval does show
-    INFORMATION = "slower, information only"  # tok/s beyond the limit that cannot fail here (Finding.note says why)
+    # tok/s beyond the limit that cannot fail here (Finding.note says why)
+    INFORMATION = "slower, information only"
     NEW = "new"  # not in the baseline
     MISSING = "missing"  # not in the current results
     TOO_FEW_VALUES = "too few values"  # fewer than MIN_VALUES_FOR_CI values for a CI
     NEEDS_HISTORY = "needs more stored runs"  # fewer than history.MIN_RUNS calibration runs
     WITHIN_HISTORY = "within history"
-    CANNOT_TELL = "cannot tell"  # the interval reaches across the limit: neither within it nor beyond it
+    # the interval reaches across the limit: neither within it nor beyond it
+    CANNOT_TELL = "cannot tell"
 
 
 FAILING = frozenset({Status.REGRESSED, Status.STALLS, Status.NO_DATA, Status.INCORRECT})
@@ -125,11 +143,13 @@ class Limit:
 
     pct: float
     bound: Bound
-    noise_pct: float = 0.0  # the calibrated MDE: a CI wholly inside ±noise_pct reads "no change", whichever bound won
+    # the calibrated MDE: a CI wholly inside ±noise_pct reads "no change", whichever bound won
+    noise_pct: float = 0.0
 
 
 def limit_for(threshold_pct: float, noise: Noise | None, check: Check, metric: str) -> Limit:
-    """The larger of the threshold and the calibrated MDE: a smaller slowdown cannot be told from noise."""
+    """The larger of the threshold and the calibrated MDE: a smaller slowdown cannot be told from
+    noise."""
     band = noise.band(NOISE_SCOPE[check], metric) if noise else None
     mde = band.mde_pct if band else 0.0
     if mde > threshold_pct:
@@ -146,14 +166,17 @@ class Finding:
     variant: str
     metric: str
     status: Status = Status.WITHIN_LIMIT
-    baseline: float = math.nan  # the reference value: baseline file's median, or the baseline variant's
+    # the reference value: baseline file's median, or the baseline variant's
+    baseline: float = math.nan
     current: float = math.nan
     ci: stats.RatioCI | None = None
     limit: Limit | None = None
-    verdict: Verdict | None = None  # within the limit: what the interval shows (faster, no change, ...)
+    # within the limit: what the interval shows (faster, no change, ...)
+    verdict: Verdict | None = None
     note: str = ""  # the facts behind the status, for a reader
     model_key: str = ""  # which model, for re-measuring the cell (check --confirm)
-    stalls: Stalls | None = None  # paired rows only: the stall rule's figures (analysis.inference, "Stalls")
+    # paired rows only: the stall rule's figures (analysis.inference, "Stalls")
+    stalls: Stalls | None = None
     settle: Settle | None = None  # cannot tell: what would settle it
 
     @property
@@ -167,16 +190,18 @@ class Finding:
 
 @dataclass(frozen=True)
 class Settle:
-    """What would settle an undecided paired row: the rounds its interval would need at this run's estimate and
-    spread (None: none would, the estimate sits on the limit), and their time at the run's pace (None: unknown)."""
+    """What would settle an undecided paired row: the rounds its interval would need at this run's
+    estimate and spread (None: none would, the estimate sits on the limit), and their time at the
+    run's pace (None: unknown)."""
 
     rounds: int | None
     seconds: float | None
 
 
 def stall_failure(finding: Finding) -> Finding:
-    """The A/B gate: the current build's variant stalls where the reference's does not. That fails even when Δ over
-    all rounds stays within the limit: a path that sometimes falls back or re-traces is a regression in itself."""
+    """The A/B gate: the current build's variant stalls where the reference's does not. That fails
+    even when Δ over all rounds stays within the limit: a path that sometimes falls back or
+    re-traces is a regression in itself."""
     if finding.stalls is None or finding.stalls.arm != STALLS_NEW or finding.failed:
         return finding
     return replace(finding, status=Status.STALLS)
@@ -184,8 +209,8 @@ def stall_failure(finding: Finding) -> Finding:
 
 @dataclass(frozen=True)
 class Median:
-    """One cell's median over the timed rounds of a variant's tok/s, or (`speedup`) of a comparison's per-round
-    speedup, whose variant reads "new/baseline"."""
+    """One cell's median over the timed rounds of a variant's tok/s, or (`speedup`) of a
+    comparison's per-round speedup, whose variant reads "new/baseline"."""
 
     cell: str  # the cell's label (cell_names)
     speedup: bool
@@ -213,19 +238,23 @@ class Outcome:
         return EXIT_CANNOT_TELL if self.undecided else EXIT_PASSED
 
 
-# --- findings --------------------------------------------------------------------------------------
+# --- findings -------------------------------------------------------------------------------------
 
 
 def judge(base: Finding, ci: stats.RatioCI | None, n_baseline: int, n_current: int) -> Finding:
-    """Fill in a finding's CI and status: a CI wholly beyond the limit fails, one wholly inside passes, one across
-    the limit cannot tell."""
+    """Fill in a finding's CI and status: a CI wholly beyond the limit fails, one wholly inside
+    passes, one across the limit cannot tell."""
     if n_baseline == 0:
         return replace(base, status=Status.NEW, note="not in the baseline")
     if n_current == 0:
         return replace(base, status=Status.MISSING, note="not in the current results")
     if ci.n < MIN_VALUES_FOR_CI:
-        return replace(base, ci=ci, status=Status.TOO_FEW_VALUES,
-                       note=f"{ci.n} values; {MIN_VALUES_FOR_CI} needed for a CI")
+        return replace(
+            base,
+            ci=ci,
+            status=Status.TOO_FEW_VALUES,
+            note=f"{ci.n} values; {MIN_VALUES_FOR_CI} needed for a CI",
+        )
     if slower_beyond(ci, base.limit.pct):
         return replace(base, ci=ci, status=Status.REGRESSED)
     if ci.low < 1.0 - base.limit.pct / 100.0:
@@ -242,23 +271,35 @@ def _unpaired_ci(row: Any, n: int) -> stats.RatioCI | None:
 
 
 def baseline_findings(
-    current: pd.DataFrame, baseline: pd.DataFrame, comparisons: Sequence[tuple[str, str]], threshold_pct: float,
-    noise: Noise | None, tps_information: str = "",
+    current: pd.DataFrame,
+    baseline: pd.DataFrame,
+    comparisons: Sequence[tuple[str, str]],
+    threshold_pct: float,
+    noise: Noise | None,
+    tps_information: str = "",
 ) -> list[Finding]:
-    """Each cell's tok/s, and each comparison's speedup, against the stored baseline. When `tps_information` says
-    why (no calibration on this machine, another machine), tok/s is information: its finding is shown, never failed."""
+    """Each cell's tok/s, and each comparison's speedup, against the stored baseline. When
+    `tps_information` says why (no calibration on this machine, another machine), tok/s is
+    information: its finding is shown, never failed."""
     labels = cell_names([current, baseline])
     findings = []
     tables = [(Check.TPS, stats.compare_runs(baseline, current, seed=SEED))]
     for pair in comparisons:
-        speedups = stats.compare_runs(stats.paired_speedups(baseline, *pair), stats.paired_speedups(current, *pair),
-                                      seed=SEED)
+        speedups = stats.compare_runs(
+            stats.paired_speedups(baseline, *pair), stats.paired_speedups(current, *pair), seed=SEED
+        )
         tables.append((Check.SPEEDUP, speedups))
     for check, table in tables:
         for row in table.itertuples():
-            base = Finding(check, labels[row.model_key, row.size, row.workload], row.variant, row.metric,
-                           baseline=row.baseline_median, current=row.new_median,
-                           limit=limit_for(threshold_pct, noise, check, row.metric))
+            base = Finding(
+                check,
+                labels[row.model_key, row.size, row.workload],
+                row.variant,
+                row.metric,
+                baseline=row.baseline_median,
+                current=row.new_median,
+                limit=limit_for(threshold_pct, noise, check, row.metric),
+            )
             n = min(row.n_baseline, row.n_new)
             finding = judge(base, _unpaired_ci(row, n), row.n_baseline, row.n_new)
             if check == Check.TPS and tps_information and (finding.failed or finding.undecided):
@@ -269,8 +310,9 @@ def baseline_findings(
 
 
 def tps_information(noise: Noise | None, baseline_machine: Fingerprint, machine: Fingerprint) -> str:
-    """Why absolute tok/s against a stored baseline cannot fail here, or "" when it can: the same machine
-    fingerprint, and a calibration of it, whose noise band then sets the limit (see limit_for)."""
+    """Why absolute tok/s against a stored baseline cannot fail here, or "" when it can: the same
+    machine fingerprint, and a calibration of it, whose noise band then sets the limit (see
+    limit_for)."""
     if baseline_machine != machine:
         return "the baseline comes from another machine"
     if noise is None or noise.fingerprint != machine or noise.band(NOISE_SCOPE[Check.TPS], "prefill") is None:
@@ -278,27 +320,45 @@ def tps_information(noise: Noise | None, baseline_machine: Fingerprint, machine:
     return ""
 
 
-def history_findings(trials: pd.DataFrame, comparisons: Sequence[tuple[str, str]],
-                     history: Sequence[SpeedupHistory], tolerance_pct: float) -> list[Finding]:
-    """Each comparison's speedup in this run against the calibration runs' (bench.analysis.history): it fails when it
-    falls below their geometric mean by more than max(tolerance, the prediction bound, Bonferroni over the rows
-    gated), and only from MIN_RUNS stored runs on."""
+def history_findings(
+    trials: pd.DataFrame,
+    comparisons: Sequence[tuple[str, str]],
+    history: Sequence[SpeedupHistory],
+    tolerance_pct: float,
+) -> list[Finding]:
+    """Each comparison's speedup in this run against the calibration runs' (bench.analysis.history):
+    it fails when it falls below their geometric mean by more than max(tolerance, the prediction
+    bound, Bonferroni over the rows gated), and only from MIN_RUNS stored runs on."""
     stored = {h.key: h for h in history}
     labels = cell_names([trials])
-    measured = [(row, stored.get((row.model_key, row.workload, row.comparison, row.metric)))
-                for row in run_speedups(trials, comparisons).itertuples()]
-    gated = sum(1 for _, past in measured if past and past.runs >= MIN_RUNS)  # Bonferroni over these rows
+    measured = [
+        (row, stored.get((row.model_key, row.workload, row.comparison, row.metric)))
+        for row in run_speedups(trials, comparisons).itertuples()
+    ]
+    # Bonferroni over these rows
+    gated = sum(1 for _, past in measured if past and past.runs >= MIN_RUNS)
     findings = []
     for row, past in measured:
         if past is None:
             continue
-        base = Finding(Check.HISTORY, labels[row.model_key, row.size, row.workload], row.comparison, row.metric,
-                       baseline=past.expected, current=row.speedup)
+        base = Finding(
+            Check.HISTORY,
+            labels[row.model_key, row.size, row.workload],
+            row.comparison,
+            row.metric,
+            baseline=past.expected,
+            current=row.speedup,
+        )
         delta_pct = (row.speedup / past.expected - 1.0) * 100.0
         facts = f"Δ {delta_pct:+.1f}% from the mean of {past.runs} runs (SD {past.sd_pct:.1f}%)"
         if past.runs < MIN_RUNS:
-            findings.append(replace(base, status=Status.NEEDS_HISTORY,
-                                    note=f"{facts}; fusebench calibrate --runs {MIN_RUNS}"))
+            findings.append(
+                replace(
+                    base,
+                    status=Status.NEEDS_HISTORY,
+                    note=f"{facts}; fusebench calibrate --runs {MIN_RUNS}",
+                )
+            )
             continue
         bound = past.prediction_pct(rows=gated)
         limit = Limit(bound, Bound.HISTORY) if bound > tolerance_pct else Limit(tolerance_pct, Bound.THRESHOLD)
@@ -307,8 +367,9 @@ def history_findings(trials: pd.DataFrame, comparisons: Sequence[tuple[str, str]
     return findings
 
 
-def expectation_findings(exp: Experiment, trials: pd.DataFrame, correctness: pd.DataFrame,
-                         noise: Noise | None) -> list[Finding]:
+def expectation_findings(
+    exp: Experiment, trials: pd.DataFrame, correctness: pd.DataFrame, noise: Noise | None
+) -> list[Finding]:
     findings = []
     labels = cell_names([trials, correctness])
     for expectation in exp.expect:
@@ -318,40 +379,82 @@ def expectation_findings(exp: Experiment, trials: pd.DataFrame, correctness: pd.
         pair, metric = expectation.comparison, expectation.metric
         limit = limit_for(expectation.max_slowdown_pct, noise, Check.EXPECT, metric)
         variant = f"{pair.new} vs {pair.baseline}"
-        table = [] if trials.empty else stats.compare(trials, pair.baseline, pair.new, metric,
-                                                      margin_pct=exp.margin_pct)
+        table = (
+            [] if trials.empty else stats.compare(trials, pair.baseline, pair.new, metric, margin_pct=exp.margin_pct)
+        )
         paired = [row for row in table if row.n_pairs > 0]
         if not paired:
-            findings.append(Finding(Check.EXPECT, "", variant, metric, status=Status.NO_DATA, limit=limit,
-                                    note=f"no round ran both {pair.baseline} and {pair.new}"))
+            findings.append(
+                Finding(
+                    Check.EXPECT,
+                    "",
+                    variant,
+                    metric,
+                    status=Status.NO_DATA,
+                    limit=limit,
+                    note=f"no round ran both {pair.baseline} and {pair.new}",
+                )
+            )
             continue
         pace = stats.round_seconds(trials)
         for row in paired:
-            base = Finding(Check.EXPECT, labels[row.model_key, row.size, row.workload], variant, metric,
-                           baseline=row.baseline_gmean, current=row.new_gmean, limit=limit, stalls=row.stalls)
+            base = Finding(
+                Check.EXPECT,
+                labels[row.model_key, row.size, row.workload],
+                variant,
+                metric,
+                baseline=row.baseline_gmean,
+                current=row.new_gmean,
+                limit=limit,
+                stalls=row.stalls,
+            )
             findings.append(with_settle(judge(base, row.interval, row.n_pairs, row.n_pairs), row, pace))
     return findings
 
 
-def correctness_findings(checks: Sequence[CorrectnessCheck], labels: dict[tuple[str, str, str], str]
-                         ) -> list[Finding]:
-    """A failing variant names its cell; an all-clear is one line; no records at all cannot prove anything."""
+def correctness_findings(checks: Sequence[CorrectnessCheck], labels: dict[tuple[str, str, str], str]) -> list[Finding]:
+    """A failing variant names its cell; an all-clear is one line; no records at all cannot prove
+    anything."""
     if not checks:
-        return [Finding(Check.CORRECT, "", "", "", status=Status.NO_DATA, note="no correctness records in the results")]
+        return [
+            Finding(
+                Check.CORRECT,
+                "",
+                "",
+                "",
+                status=Status.NO_DATA,
+                note="no correctness records in the results",
+            )
+        ]
     failing = [c for c in checks if not c.passed]
     if not failing:
-        return [Finding(Check.CORRECT, "", "every variant", "", status=Status.CORRECT,
-                        note=f"{len(checks)} correctness checks passed")]
+        return [
+            Finding(
+                Check.CORRECT,
+                "",
+                "every variant",
+                "",
+                status=Status.CORRECT,
+                note=f"{len(checks)} correctness checks passed",
+            )
+        ]
     return [
-        Finding(Check.CORRECT, labels[c.model_key, c.size, c.workload], c.variant, "", status=Status.INCORRECT,
-                note=f"max |logit err| {c.max_abs_err:.3g} vs atol {c.atol:g} against {c.reference}; "
-                     f"{c.tokens_agree}/{c.tokens_checked} greedy tokens agree")
+        Finding(
+            Check.CORRECT,
+            labels[c.model_key, c.size, c.workload],
+            c.variant,
+            "",
+            status=Status.INCORRECT,
+            note=f"max |logit err| {c.max_abs_err:.3g} vs atol {c.atol:g} against {c.reference}; "
+            f"{c.tokens_agree}/{c.tokens_checked} greedy tokens agree",
+        )
         for c in failing
     ]
 
 
 def cell_names(frames: Sequence[pd.DataFrame]) -> dict[tuple[str, str, str], str]:
-    """(model_key, size, workload) -> "E2B (2/35 layers) · pp128 tg4 b1", the model key added only when sizes clash."""
+    """(model_key, size, workload) -> "E2B (2/35 layers) · pp128 tg4 b1", the model key added only
+    when sizes clash."""
     names = cell_labels(ordered_cells(frames))
     labels = {}
     for frame in frames:
@@ -362,13 +465,14 @@ def cell_names(frames: Sequence[pd.DataFrame]) -> dict[tuple[str, str, str], str
 
 
 def worst_first(findings: list[Finding]) -> list[Finding]:
-    """Failures first, then by Δ, most negative first; rows without a Δ (missing, new, correctness) last."""
+    """Failures first, then by Δ, most negative first; rows without a Δ (missing, new, correctness)
+    last."""
     return sorted(findings, key=lambda f: (not f.failed, f.ci is None, f.ci.delta_pct if f.ci else 0.0))
 
 
 def medians(trials: pd.DataFrame, comparisons: Sequence[tuple[str, str]]) -> list[Median]:
-    """Each cell's median tok/s per variant, then its median speedup per comparison (github-action-benchmark's
-    figures)."""
+    """Each cell's median tok/s per variant, then its median speedup per comparison
+    (github-action-benchmark's figures)."""
     timed = stats.timed_trials(trials)
     labels = cell_names([timed])
     tables = [(stats.summaries(timed), False)]
@@ -376,49 +480,67 @@ def medians(trials: pd.DataFrame, comparisons: Sequence[tuple[str, str]]) -> lis
     return [Median(labels[s.model_key, s.size, s.workload], speedup, s) for table, speedup in tables for s in table]
 
 
-# --- inputs ----------------------------------------------------------------------------------------
+# --- inputs ---------------------------------------------------------------------------------------
 
 
 def experiments_of(results: Results, path: Path) -> list[tuple[Experiment, set[str]]]:
-    """The experiments in the run headers (validated again, as the YAML schema demands), each with its run ids."""
-    by_content: dict[str, tuple[str, set[str]]] = {}  # content -> (the file it was read from, the runs)
+    """The experiments in the run headers (validated again, as the YAML schema demands), each with
+    its run ids."""
+    # content -> (the file it was read from, the runs)
+    by_content: dict[str, tuple[str, set[str]]] = {}
     for run_id, header in results.runs.items():
         experiment = header.get("experiment")
         if experiment and experiment.get("content"):
             file = str(experiment.get("file", "experiment"))
             by_content.setdefault(experiment["content"], (file, set()))[1].add(run_id)
-    return [(parse_experiment(content, f"{path} (run header: {file})", stored=True), run_ids)
-            for content, (file, run_ids) in by_content.items()]
+    return [
+        (parse_experiment(content, f"{path} (run header: {file})", stored=True), run_ids)
+        for content, (file, run_ids) in by_content.items()
+    ]
 
 
 def build_findings(results: Results, trials: pd.DataFrame, args: CheckRequest, notes: list[str]) -> list[Finding]:
-    """`run --against`: every variant and metric of the current build against the reference build, paired round by
-    round (both ran each round back to back), Holm across the table. A cell that failed in either build leaves
-    nothing to compare: that is bad input (exit 2), never a pass."""
+    """`run --against`: every variant and metric of the current build against the reference build,
+    paired round by round (both ran each round back to back), Holm across the table. A cell that
+    failed in either build leaves nothing to compare: that is bad input (exit 2), never a pass."""
     errors = results.of_kind("error")
     if errors:
-        raise CheckError(f"{args.results}: cannot compare the builds: {errors[0].get('cell', '?')}: "
-                         f"{errors[0].get('reason', '?')}")
+        raise CheckError(
+            f"{args.results}: cannot compare the builds: {errors[0].get('cell', '?')}: {errors[0].get('reason', '?')}"
+        )
     builds = next(iter(runs(results).values())).builds
-    notes.append("builds: " + "; ".join(f"{b.name} {b.label or b.commit[:12]}" + (" (dirty)" if b.dirty else "")
-                                        for b in builds))
+    notes.append(
+        "builds: " + "; ".join(f"{b.name} {b.label or b.commit[:12]}" + (" (dirty)" if b.dirty else "") for b in builds)
+    )
     labels = cell_names([trials])
     limit = Limit(args.max_regression, Bound.THRESHOLD)
     pace = stats.round_seconds(trials)
     return [stall_failure(_build_finding(row, labels, limit, pace)) for row in stats.compare_builds(trials)]
 
 
-def _build_finding(row: Comparison, labels: dict[tuple[str, str, str], str], limit: Limit,
-                   pace: dict[tuple[str, str], float]) -> Finding:
-    base = Finding(Check.BUILD, labels[row.model_key, row.size, row.workload], row.variant, row.metric,
-                   baseline=row.baseline_gmean, current=row.new_gmean, limit=limit, model_key=row.model_key,
-                   stalls=row.stalls)
+def _build_finding(
+    row: Comparison,
+    labels: dict[tuple[str, str, str], str],
+    limit: Limit,
+    pace: dict[tuple[str, str], float],
+) -> Finding:
+    base = Finding(
+        Check.BUILD,
+        labels[row.model_key, row.size, row.workload],
+        row.variant,
+        row.metric,
+        baseline=row.baseline_gmean,
+        current=row.new_gmean,
+        limit=limit,
+        model_key=row.model_key,
+        stalls=row.stalls,
+    )
     return with_settle(judge(base, row.interval, row.n_pairs, row.n_pairs), row, pace)
 
 
 def with_settle(finding: Finding, row: Comparison, pace: dict[tuple[str, str], float]) -> Finding:
-    """An undecided paired row with what would settle it: rounds at its estimate and spread, and their time at
-    the cell's pace in this run."""
+    """An undecided paired row with what would settle it: rounds at its estimate and spread, and
+    their time at the cell's pace in this run."""
     if finding.status is not Status.CANNOT_TELL:
         return finding
     rounds = row.rounds_to_decide(Goal(DEFAULT_MARGIN_PCT, limit_pct=finding.limit.pct))
@@ -432,32 +554,40 @@ def resolve_noise(path: Path | None, machine: Fingerprint, allow_other_machine: 
     if path is None:
         path = default_noise_path(machine)
         if not path.is_file():
-            notes.append(f"no noise calibration for this machine ({path}); limits are the threshold alone — "
-                         "run fusebench calibrate")
+            notes.append(
+                f"no noise calibration for this machine ({path}); limits are the threshold alone — "
+                "run fusebench calibrate"
+            )
             return None
     noise = load_noise(path)
     if noise.fingerprint != machine:
         if not allow_other_machine:
-            raise MachineMismatchError(f"{path}: noise calibrated on {noise.fingerprint}, but the results come from "
-                                       f"{machine}; calibrate on this machine or pass --allow-other-machine")
+            raise MachineMismatchError(
+                f"{path}: noise calibrated on {noise.fingerprint}, but the results come from "
+                f"{machine}; calibrate on this machine or pass --allow-other-machine"
+            )
         notes.append(f"noise band from another machine ({noise.fingerprint}), allowed by --allow-other-machine")
     notes.append(f"noise band: {path} ({noise.runs} runs of {noise.experiment})")
     return noise
 
 
 def ungated_speed(results: Results, path: Path, findings: list[Finding], notes: list[str]) -> list[Finding]:
-    """A plain run (no reference build, no baseline, no history, no slowdown expectation): `fusebench run` suggests
-    check after every run, so it checks what such a file can show (correctness, besides any expect: entries) and says
-    in one line how speed would be gated. A file without timed trials holds nothing to check: exit 2."""
+    """A plain run (no reference build, no baseline, no history, no slowdown expectation):
+    `fusebench run` suggests check after every run, so it checks what such a file can show
+    (correctness, besides any expect: entries) and says in one line how speed would be gated. A file
+    without timed trials holds nothing to check: exit 2."""
     require_timed_trials(results, path)
-    notes.append("speed not gated (no reference build, baseline or history to compare with): gate it with "
-                 "run --against REF, or check --baseline FILE")
+    notes.append(
+        "speed not gated (no reference build, baseline or history to compare with): gate it with "
+        "run --against REF, or check --baseline FILE"
+    )
     if any(f.check == Check.CORRECT for f in findings):
         return []  # expect: all_correct already judged them
     correctness = current_build(results.frame("correctness"))
     if correctness.empty:
-        raise CheckError(f"{path}: nothing to check: no correctness records, and speed needs --baseline FILE or a "
-                         "run --against file")
+        raise CheckError(
+            f"{path}: nothing to check: no correctness records, and speed needs --baseline FILE or a run --against file"
+        )
     return correctness_findings(correctness_checks(correctness), cell_names([correctness]))
 
 
@@ -481,8 +611,10 @@ def run_check(args: CheckRequest) -> Outcome:
     noise = resolve_noise(args.noise, machine, args.allow_other_machine, notes)
     experiments = experiments_of(results, args.results)
     if noise and any(exp.name != noise.experiment for exp, _ in experiments):
-        notes.append(f"the noise band was measured on experiment {noise.experiment}; another experiment's noise "
-                     "may differ (calibrate it with fusebench calibrate EXPERIMENT --out FILE, then --noise FILE)")
+        notes.append(
+            f"the noise band was measured on experiment {noise.experiment}; another experiment's noise "
+            "may differ (calibrate it with fusebench calibrate EXPERIMENT --out FILE, then --noise FILE)"
+        )
     comparisons = list(dict.fromkeys((c.baseline, c.new) for exp, _ in experiments for c in exp.comparisons))
     all_trials = results.frame("trial")
     trials = current_build(all_trials)
@@ -494,17 +626,22 @@ def run_check(args: CheckRequest) -> Outcome:
         baseline_machine = results_fingerprint(baseline, args.baseline)
         if baseline_machine != machine:
             if not args.allow_other_machine:
-                raise MachineMismatchError(f"{args.baseline}: baseline measured on {baseline_machine}, but "
-                                           f"{args.results} on {machine}; pass --allow-other-machine to compare anyway")
+                raise MachineMismatchError(
+                    f"{args.baseline}: baseline measured on {baseline_machine}, but "
+                    f"{args.results} on {machine}; pass --allow-other-machine to compare anyway"
+                )
             notes.append(f"baseline from another machine ({baseline_machine}), allowed by --allow-other-machine")
         require_timed_trials(results, args.results)
         information = tps_information(noise, baseline_machine, machine)
-        findings += baseline_findings(trials, baseline.frame("trial"), comparisons, args.max_regression, noise,
-                                      information)
+        findings += baseline_findings(
+            trials, baseline.frame("trial"), comparisons, args.max_regression, noise, information
+        )
         notes.append(f"baseline: {args.baseline}")
     for exp, run_ids in experiments:
-        scoped = [frame[frame["run_id"].isin(run_ids)] if not frame.empty else frame
-                  for frame in (trials, current_build(results.frame("correctness")))]
+        scoped = [
+            frame[frame["run_id"].isin(run_ids)] if not frame.empty else frame
+            for frame in (trials, current_build(results.frame("correctness")))
+        ]
         findings += expectation_findings(exp, *scoped, noise)
     if noise and noise.history:
         if all(exp.name == noise.experiment for exp, _ in experiments):

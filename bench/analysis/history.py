@@ -1,26 +1,29 @@
-"""A fusion's speedup against its own history: how `fusebench check` gates a speedup without a second build.
+"""A fusion's speedup against its own history: how `fusebench check` gates a speedup without a
+second build.
 
-A speedup (new / baseline, paired round by round inside one run) cancels load that moves a whole run, but it still
-wanders from run to run: the machine's state, the workers' heaps, which rounds the outlier rule dropped. So
-`fusebench calibrate` keeps every calibration run's speedup per cell, comparison and metric (`speedup_history` in
-the noise file), and a later run on the same machine fails only when its speedup falls below the history's
-geometric mean by more than
+A speedup (new / baseline, paired round by round inside one run) cancels load that moves a whole
+run, but it still wanders from run to run: the machine's state, the workers' heaps, which rounds the
+outlier rule dropped. So `fusebench calibrate` keeps every calibration run's speedup per cell,
+comparison and metric (`speedup_history` in the noise file), and a later run on the same machine
+fails only when its speedup falls below the history's geometric mean by more than
 
     limit = max(tolerance, 1 - exp(-t · SD · √(1 + 1/K)))
 
-where SD is the standard deviation of the K stored log speedups and t the 97.5% quantile of Student's t with K - 1
-degrees of freedom. t · SD · √(1 + 1/K) is the one-sided 97.5% prediction bound for one more run drawn like the K
-stored ones: √(1 + 1/K) adds the uncertainty of the history's own mean to the spread of a single run, and t (2.26 at
-K = 10, 2.05 at K = 30) replaces the 2 of the rule of thumb so the bound holds at the K used. A new run's speedup is
-a point estimate, and so is each stored one, so the within-run noise is already inside SD: no CI is needed on top.
-A run checks several rows at once (comparisons x metrics x cells), so each row's level is Bonferroni-adjusted to
-1 - 2.5% / rows, and an unchanged run fails any row at most 2.5% of the time. tests/test_history.py simulates it:
-an unchanged run falls below the bound in 2.5% of cases at K = 10 and 30, and below any of 4 independent rows'
-bounds in at most 2.5%.
+where SD is the standard deviation of the K stored log speedups and t the 97.5% quantile of
+Student's t with K - 1 degrees of freedom. t · SD · √(1 + 1/K) is the one-sided 97.5% prediction
+bound for one more run drawn like the K stored ones: √(1 + 1/K) adds the uncertainty of the
+history's own mean to the spread of a single run, and t (2.26 at K = 10, 2.05 at K = 30) replaces
+the 2 of the rule of thumb so the bound holds at the K used. A new run's speedup is a point
+estimate, and so is each stored one, so the within-run noise is already inside SD: no CI is needed
+on top. A run checks several rows at once (comparisons x metrics x cells), so each row's level is
+Bonferroni-adjusted to 1 - 2.5% / rows, and an unchanged run fails any row at most 2.5% of the time.
+tests/test_history.py simulates it: an unchanged run falls below the bound in 2.5% of cases at
+K = 10 and 30, and below any of 4 independent rows' bounds in at most 2.5%.
 
-With fewer than MIN_RUNS stored runs the SD itself is too uncertain (its 95% CI at K = 5 spans 0.6-2.9 x SD), so
-the row is reported and never fails. This check sees what an A/B of two builds cannot when there is only one build,
-but not a slowdown that hits every variant alike (the speedup does not move): that is what `run --against` is for.
+With fewer than MIN_RUNS stored runs the SD itself is too uncertain (its 95% CI at K = 5 spans
+0.6-2.9 x SD), so the row is reported and never fails. This check sees what an A/B of two builds
+cannot when there is only one build, but not a slowdown that hits every variant alike (the speedup
+does not move): that is what `run --against` is for.
 """
 
 from __future__ import annotations
@@ -69,8 +72,8 @@ class SpeedupHistory:
         return 100.0 * float(np.std(np.log(self.speedups), ddof=1)) if self.runs > 1 else math.nan
 
     def prediction_pct(self, rows: int = 1) -> float:
-        """How far below `expected` an unchanged run's speedup can land, in percent: one-sided 97.5% for one row,
-        Bonferroni over `rows` rows checked together (each at 1 - 2.5% / rows)."""
+        """How far below `expected` an unchanged run's speedup can land, in percent: one-sided 97.5%
+        for one row, Bonferroni over `rows` rows checked together (each at 1 - 2.5% / rows)."""
         if self.runs < 2:
             return math.nan
         level = 1.0 - (1.0 - LEVEL) / rows
@@ -79,16 +82,25 @@ class SpeedupHistory:
 
 
 def run_speedups(trials: pd.DataFrame, comparisons: Sequence[tuple[str, str]]) -> pd.DataFrame:
-    """One run's speedups, as `check` measures them (the paired estimate of stats.compare): one row per cell,
-    comparison and metric, with columns model_key, size, workload, comparison, metric, speedup."""
+    """One run's speedups, as `check` measures them (the paired estimate of stats.compare): one row
+    per cell, comparison and metric, with columns model_key, size, workload, comparison, metric,
+    speedup."""
     rows = []
     for baseline, new in comparisons:
         if baseline == new:
             continue
         for row in stats.compare(trials, baseline, new, stats.METRICS):
             if row.n_pairs and math.isfinite(row.ratio):
-                rows.append({"model_key": row.model_key, "size": row.size, "workload": row.workload,
-                             "comparison": f"{new}/{baseline}", "metric": row.metric, "speedup": row.ratio})
+                rows.append(
+                    {
+                        "model_key": row.model_key,
+                        "size": row.size,
+                        "workload": row.workload,
+                        "comparison": f"{new}/{baseline}",
+                        "metric": row.metric,
+                        "speedup": row.ratio,
+                    }
+                )
     return pd.DataFrame(rows, columns=["model_key", "size", "workload", "comparison", "metric", "speedup"])
 
 

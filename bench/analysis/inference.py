@@ -1,7 +1,7 @@
-"""The one paired inference behind the report, the regression gate, op microbenchmarks and calibration: per-round
-log ratios, the outlier and stall rules, the confidence-sequence interval, Holm across a table, and the verdict
-words. Pure numpy. The method, its constants and their simulated coverage: docs/statistics.md ("The paired
-method in full")."""
+"""The one paired inference behind the report, the regression gate, op microbenchmarks and
+calibration: per-round log ratios, the outlier and stall rules, the confidence-sequence interval,
+Holm across a table, and the verdict words. Pure numpy. The method, its constants and their
+simulated coverage: docs/statistics.md ("The paired method in full")."""
 
 from __future__ import annotations
 
@@ -41,19 +41,25 @@ __all__ = [
     "verdict",
 ]
 
-OUTLIER_K = 4.5  # robust SDs from the median log ratio beyond which a round is excluded (docs/statistics.md, "Outlier rule")
-OUTLIER_SCALE_FLOOR = 0.01  # floor on the robust SD, log units: nothing within K * floor = 4.5% is ever excluded
+# robust SDs from the median log ratio beyond which a round is excluded (docs/statistics.md,
+# "Outlier rule")
+OUTLIER_K = 4.5
+# floor on the robust SD, log units: nothing within K * floor = 4.5% is ever excluded
+OUTLIER_SCALE_FLOOR = 0.01
 OUTLIER_MIN_ROUNDS = 6  # the rule applies only from this many valid rounds
 ZERO_SPREAD = 1e-12  # log-ratio SD (and |mean|) at or below this counts as exactly zero
-STALL_ALPHA = 0.05  # two-sided level of the sign test on the excluded rounds' directions (see "Stalls")
-STALL_MIN_LEAN = 2  # net exclusions against one arm before trimmed-away rounds may move Δ to all rounds
-STALLS_NEW, STALLS_BASELINE = "new", "baseline"  # the arm `PairedEstimate.stalls` names (codes, not display words)
+# two-sided level of the sign test on the excluded rounds' directions (see "Stalls")
+STALL_ALPHA = 0.05
+# net exclusions against one arm before trimmed-away rounds may move Δ to all rounds
+STALL_MIN_LEAN = 2
+# the arm `PairedEstimate.stalls` names (codes, not display words)
+STALLS_NEW, STALLS_BASELINE = "new", "baseline"
 _SHAMOS_NORMAL = 0.9538725524089398  # median |X - Y| for X, Y iid N(0, 1): sqrt(2) * Phi^-1(0.75)
 
 
 class VerdictWord(StrEnum):
-    """What a row's interval says, in the order `verdict` decides it (see "Verdict words"); how each reads in a
-    table is bench.present's choice."""
+    """What a row's interval says, in the order `verdict` decides it (see "Verdict words"); how each
+    reads in a table is bench.present's choice."""
 
     NEEDS_ROUNDS = "needs more rounds"
     FASTER = "faster"
@@ -63,7 +69,8 @@ class VerdictWord(StrEnum):
 
 
 class RatioInterval:
-    """A ratio new/baseline with an interval [low, high], read as percentages (Δ, bounds, half-width)."""
+    """A ratio new/baseline with an interval [low, high], read as percentages (Δ, bounds,
+    half-width)."""
 
     ratio: float
     low: float
@@ -90,8 +97,8 @@ class RatioInterval:
 class RoundsMean(RatioInterval):
     """The mean log ratio over one set of rounds, with its t-interval at the estimate's confidence.
 
-    sd_log is the log-ratio SD about mean_log (for the trimmed mean: excluded rounds counted at the fence),
-    se_log = sd_log / sqrt(n), df = n - 1; low/high/p_value are NaN when n < 2.
+    sd_log is the log-ratio SD about mean_log (for the trimmed mean: excluded rounds counted at the
+    fence), se_log = sd_log / sqrt(n), df = n - 1; low/high/p_value are NaN when n < 2.
     """
 
     n: int
@@ -111,16 +118,18 @@ class RoundsMean(RatioInterval):
 
 @dataclass(frozen=True)
 class PairedEstimate(RatioInterval):
-    """Mean-log-ratio estimate of new/baseline with its t-interval at `confidence`: the one Δ, Holm and the verdict
-    use. That is `trimmed` (the kept rounds) unless the stall rule chose `all_rounds` (`over_all_rounds`; see "Stalls"
-    in docs/statistics.md); the flat fields n ... p_value copy the chosen one.
+    """Mean-log-ratio estimate of new/baseline with its t-interval at `confidence`: the one Δ, Holm
+    and the verdict use. That is `trimmed` (the kept rounds) unless the stall rule chose
+    `all_rounds` (`over_all_rounds`; see "Stalls" in docs/statistics.md); the flat fields n ...
+    p_value copy the chosen one.
 
-    excluded counts the rounds left out of the chosen mean (0 when it is over all rounds). excluded_new and
-    excluded_baseline split the outlier rule's exclusions by direction: below the fence (new much slower than
-    baseline in that round) against new, above it against baseline; `outliers` is their sum. sign_p is the exact
-    two-sided sign test of those directions (1.0 with none). stalls is STALLS_NEW or STALLS_BASELINE when that test
-    says one arm took significantly more of the exclusions, else None. baseline_gmean and new_gmean are geometric
-    means over the chosen rounds, and new_gmean / baseline_gmean == ratio.
+    excluded counts the rounds left out of the chosen mean (0 when it is over all rounds).
+    excluded_new and excluded_baseline split the outlier rule's exclusions by direction: below the
+    fence (new much slower than baseline in that round) against new, above it against baseline;
+    `outliers` is their sum. sign_p is the exact two-sided sign test of those directions (1.0 with
+    none). stalls is STALLS_NEW or STALLS_BASELINE when that test says one arm took significantly
+    more of the exclusions, else None. baseline_gmean and new_gmean are geometric means over the
+    chosen rounds, and new_gmean / baseline_gmean == ratio.
     """
 
     n: int
@@ -141,7 +150,8 @@ class PairedEstimate(RatioInterval):
     sign_p: float = 1.0
     stalls: str | None = None
     over_all_rounds: bool = False
-    trimmed: RoundsMean | None = None  # None only for estimates built by hand (tests); paired_estimate sets both
+    # None only for estimates built by hand (tests); paired_estimate sets both
+    trimmed: RoundsMean | None = None
     all_rounds: RoundsMean | None = None
     processes: int = 1  # the worker processes (or pairs of them) the rounds came from
 
@@ -182,11 +192,10 @@ class Adjusted(RatioInterval):
         return self.estimate.ratio
 
 
-
 @dataclass(frozen=True)
 class Verdict:
-    """A row's verdict and the figure its wording states: the interval's half-width (an inconclusive row's
-    precision) and the rounds a row needs before anything is claimed."""
+    """A row's verdict and the figure its wording states: the interval's half-width (an inconclusive
+    row's precision) and the rounds a row needs before anything is claimed."""
 
     word: VerdictWord
     half_width_pct: float
@@ -199,25 +208,32 @@ class Verdict:
 
 
 def outlier_rounds(log_ratios: ArrayLike) -> np.ndarray:
-    """Boolean mask of the rounds the outlier rule excludes (all False below OUTLIER_MIN_ROUNDS rounds).
+    """Boolean mask of the rounds the outlier rule excludes (all False below OUTLIER_MIN_ROUNDS
+    rounds).
 
-    A round is excluded when |r - median| > OUTLIER_K * max(pairwise scale, OUTLIER_SCALE_FLOOR); see
-    docs/statistics.md for why these constants.
+    A round is excluded when |r - median| > OUTLIER_K * max(pairwise scale, OUTLIER_SCALE_FLOOR);
+    see docs/statistics.md for why these constants.
     """
     r = np.asarray(log_ratios, dtype=np.float64).ravel()
     centre, reach = _fence(r)
     return np.abs(r - centre) > reach
 
 
-def paired_estimate(baseline: ArrayLike, new: ArrayLike, *, confidence: float = 0.95,
-                    processes: Iterable[Hashable] | None = None) -> PairedEstimate:
+def paired_estimate(
+    baseline: ArrayLike,
+    new: ArrayLike,
+    *,
+    confidence: float = 0.95,
+    processes: Iterable[Hashable] | None = None,
+) -> PairedEstimate:
     """Estimate new/baseline from per-round throughputs (index i of both arrays is round i).
 
-    Pairs with NaN on either side are dropped, then the outlier rule excludes wild rounds from the trimmed mean (they
-    stay in its spread, pulled in to the fence), and the stall rule picks the trimmed mean or the mean over all
-    rounds. `processes` labels each round with the worker processes that ran it (see "Between processes" in
-    docs/statistics.md); rounds of several processes widen the spread by what those processes' means differ.
-    Raises ValueError for unequal lengths, no valid pair, or a non-positive / infinite throughput.
+    Pairs with NaN on either side are dropped, then the outlier rule excludes wild rounds from the
+    trimmed mean (they stay in its spread, pulled in to the fence), and the stall rule picks the
+    trimmed mean or the mean over all rounds. `processes` labels each round with the worker
+    processes that ran it (see "Between processes" in docs/statistics.md); rounds of several
+    processes widen the spread by what those processes' means differ. Raises ValueError for unequal
+    lengths, no valid pair, or a non-positive / infinite throughput.
     """
     _check_level(confidence, "confidence")
     log_b, log_n, blocks = _valid_log_pairs(baseline, new, processes)
@@ -228,8 +244,7 @@ def paired_estimate(baseline: ArrayLike, new: ArrayLike, *, confidence: float = 
     kept_mean = float(np.mean(r[~drop]))
     winsorized = np.clip(r, centre - reach, centre + reach)
     trimmed = _rounds_mean(kept_mean, _process_sd(winsorized, kept_mean, blocks), int((~drop).sum()), confidence)
-    all_rounds = _rounds_mean(float(np.mean(r)), _process_sd(r, float(np.mean(r)), blocks), int(r.size),
-                              confidence)
+    all_rounds = _rounds_mean(float(np.mean(r)), _process_sd(r, float(np.mean(r)), blocks), int(r.size), confidence)
     low, high = int(below.sum()), int(above.sum())
     call = _stall_call(low, high, trimmed, all_rounds)
     chosen, used = (all_rounds, np.ones_like(drop)) if call.over_all_rounds else (trimmed, ~drop)
@@ -238,7 +253,8 @@ def paired_estimate(baseline: ArrayLike, new: ArrayLike, *, confidence: float = 
         **{f: getattr(chosen, f) for f in _MEAN_FIELDS},
         excluded=int(r.size) - chosen.n,
         baseline_gmean=baseline_gmean,
-        new_gmean=baseline_gmean * chosen.ratio,  # = exp(mean log new); keeps New / Baseline == ratio to the bit
+        # = exp(mean log new); keeps New / Baseline == ratio to the bit
+        new_gmean=baseline_gmean * chosen.ratio,
         confidence=confidence,
         excluded_new=low,
         excluded_baseline=high,
@@ -262,23 +278,25 @@ class _StallCall:
 
 
 def _stall_call(low: int, high: int, trimmed: RoundsMean, all_rounds: RoundsMean) -> _StallCall:
-    """The stall rule (docs/statistics.md, "Stalls"): which arm the exclusions lean to, whether that is significant,
-    and whether Δ must then be taken over all rounds."""
+    """The stall rule (docs/statistics.md, "Stalls"): which arm the exclusions lean to, whether that
+    is significant, and whether Δ must then be taken over all rounds."""
     p = sign_test_p(low, high)
     lean = STALLS_NEW if low > high else STALLS_BASELINE if high > low else None
     significant = lean is not None and p < STALL_ALPHA
-    # The trimmed-away rounds move Δ beyond the trimmed interval: trimming would hide a material share of Δ. A lone
-    # wild round (or a one-round lean) is the outlier rule's own case and cannot say which arm stalls.
+    # The trimmed-away rounds move Δ beyond the trimmed interval: trimming would hide a material
+    # share of Δ. A lone wild round (or a one-round lean) is the outlier rule's own case and cannot
+    # say which arm stalls.
     leaning = abs(low - high) >= STALL_MIN_LEAN
     shifted = leaning and trimmed.has_interval and not trimmed.low <= all_rounds.ratio <= trimmed.high
     return _StallCall(p, lean if significant else None, significant or shifted)
 
 
 def sign_test_p(against_new: int, against_baseline: int) -> float:
-    """Exact two-sided binomial (sign) test of k = against_new + against_baseline excluded rounds, H0 p = 1/2.
+    """Exact two-sided binomial (sign) test of k = against_new + against_baseline excluded rounds,
+    H0 p = 1/2.
 
-    Two-sided as twice the smaller tail, capped at 1 (the binomial is symmetric at p = 1/2, so this equals the
-    "as likely or less likely" definition); 1.0 when nothing was excluded.
+    Two-sided as twice the smaller tail, capped at 1 (the binomial is symmetric at p = 1/2, so this
+    equals the "as likely or less likely" definition); 1.0 when nothing was excluded.
     """
     k = against_new + against_baseline
     if k == 0:
@@ -290,16 +308,26 @@ def sign_test_p(against_new: int, against_baseline: int) -> float:
 def _rounds_mean(mean: float, sd: float, n: int, confidence: float) -> RoundsMean:
     se = sd / math.sqrt(n) if n >= 2 else math.nan
     lo, hi = _log_interval(mean, sd, n, confidence)
-    return RoundsMean(n=n, mean_log=mean, sd_log=sd, se_log=se, df=n - 1, ratio=math.exp(mean), low=math.exp(lo),
-                      high=math.exp(hi), p_value=_p_value(mean, sd, n))
+    return RoundsMean(
+        n=n,
+        mean_log=mean,
+        sd_log=sd,
+        se_log=se,
+        df=n - 1,
+        ratio=math.exp(mean),
+        low=math.exp(lo),
+        high=math.exp(hi),
+        p_value=_p_value(mean, sd, n),
+    )
 
 
 def adjust(estimates: Sequence[PairedEstimate], *, alpha: float = 0.05) -> list[Adjusted]:
     """Holm across the rows of one table; the output keeps the input order.
 
-    p_holm is the step-down adjusted p (monotone in the rank, capped at 1). The row's interval is the t-interval at
-    level 1 - alpha / c with c the multiplier Holm applied to it (m - rank + 1 unless monotonicity raised it), so
-    p_holm < alpha exactly when that interval excludes a ratio of 1. Rows with n < 2 get NaNs and do not count in m.
+    p_holm is the step-down adjusted p (monotone in the rank, capped at 1). The row's interval is
+    the t-interval at level 1 - alpha / c with c the multiplier Holm applied to it (m - rank + 1
+    unless monotonicity raised it), so p_holm < alpha exactly when that interval excludes a ratio
+    of 1. Rows with n < 2 get NaNs and do not count in m.
     """
     _check_level(alpha, "alpha")
     family = sorted((i for i, e in enumerate(estimates) if e.has_interval), key=lambda i: estimates[i].p_value)
@@ -308,7 +336,8 @@ def adjust(estimates: Sequence[PairedEstimate], *, alpha: float = 0.05) -> list[
     running = 0.0
     for rank, i in enumerate(family, start=1):
         est = estimates[i]
-        running = max(running, (m - rank + 1) * est.p_value)  # step-down: never below a better-ranked row
+        # step-down: never below a better-ranked row
+        running = max(running, (m - rank + 1) * est.p_value)
         c = running / est.p_value if est.p_value > 0 else float(m - rank + 1)
         level = 1.0 - alpha / c
         low, high = est.interval(level)
@@ -336,8 +365,9 @@ def verdict(adjusted: Adjusted, *, margin_pct: float = 2.0, min_rounds: int = 3,
 
 
 def interval_verdict(low: float, high: float, n: int, *, margin_pct: float = 2.0, min_rounds: int = 3) -> Verdict:
-    """The same words for an interval that did not come from `adjust` (say, an unpaired comparison of two runs):
-    faster or slower when it excludes a ratio of 1, no change when it lies within ±margin_pct, else inconclusive."""
+    """The same words for an interval that did not come from `adjust` (say, an unpaired comparison
+    of two runs): faster or slower when it excludes a ratio of 1, no change when it lies within
+    ±margin_pct, else inconclusive."""
     if n < min_rounds or math.isnan(low):
         word = VerdictWord.NEEDS_ROUNDS
     elif low > 1.0 or high < 1.0:
@@ -352,8 +382,9 @@ def interval_verdict(low: float, high: float, n: int, *, margin_pct: float = 2.0
 def rounds_needed(sd_log: float, target_half_width_pct: float, confidence: float = 0.95) -> int:
     """Smallest n (≥ 2) whose interval at this log-ratio SD reaches the target half-width.
 
-    The half-width is measured like `half_width_pct` at a ratio of 1: 100 * sinh(half-width in log units). Pass
-    a Holm level as `confidence` to size a row of a table. A target no count reaches raises ValueError.
+    The half-width is measured like `half_width_pct` at a ratio of 1: 100 * sinh(half-width in log
+    units). Pass a Holm level as `confidence` to size a row of a table. A target no count reaches
+    raises ValueError.
     """
     _check_level(confidence, "confidence")
     if not (math.isfinite(sd_log) and sd_log >= 0):
@@ -367,7 +398,8 @@ def rounds_needed(sd_log: float, target_half_width_pct: float, confidence: float
 
 
 def slower_beyond(est_or_adjusted: RatioInterval, limit_pct: float) -> bool:
-    """True only when the whole interval lies below -limit_pct, so a point estimate alone never fails a gate."""
+    """True only when the whole interval lies below -limit_pct, so a point estimate alone never
+    fails a gate."""
     if not limit_pct >= 0:
         raise ValueError(f"limit_pct must be >= 0, got {limit_pct}")
     return bool(est_or_adjusted.high < 1.0 - limit_pct / 100.0)  # NaN (no interval) compares False
@@ -378,14 +410,17 @@ def _check_level(value: float, name: str) -> None:
         raise ValueError(f"{name} must be strictly between 0 and 1, got {value}")
 
 
-def _valid_log_pairs(baseline: ArrayLike, new: ArrayLike, processes: Iterable[Hashable] | None
-                     ) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+def _valid_log_pairs(
+    baseline: ArrayLike, new: ArrayLike, processes: Iterable[Hashable] | None
+) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
     b = np.asarray(baseline, dtype=np.float64).ravel()
     x = np.asarray(new, dtype=np.float64).ravel()
     blocks = np.zeros(b.size, dtype=np.int64) if processes is None else _block_codes(processes)
     if b.shape != x.shape or blocks.shape != b.shape:
-        raise ValueError(f"baseline and new must pair up round by round, got {b.size} and {x.size} values"
-                         + ("" if blocks.shape == b.shape else f" and {blocks.size} process labels"))
+        raise ValueError(
+            f"baseline and new must pair up round by round, got {b.size} and {x.size} values"
+            + ("" if blocks.shape == b.shape else f" and {blocks.size} process labels")
+        )
     ok = ~(np.isnan(b) | np.isnan(x))  # a round missing either side carries no paired evidence
     b, x, blocks = b[ok], x[ok], blocks[ok]
     if b.size == 0:
@@ -402,7 +437,8 @@ def _block_codes(processes: Iterable[Hashable]) -> np.ndarray:
 
 
 def _fence(r: np.ndarray) -> tuple[float, float]:
-    """Centre and reach of the outlier rule: rounds beyond centre ± reach are excluded (reach inf below the minimum)."""
+    """Centre and reach of the outlier rule: rounds beyond centre ± reach are excluded (reach inf
+    below the minimum)."""
     if r.size < OUTLIER_MIN_ROUNDS:
         return 0.0, math.inf
     scale = max(pairwise_scale(r), OUTLIER_SCALE_FLOOR)
@@ -410,28 +446,32 @@ def _fence(r: np.ndarray) -> tuple[float, float]:
 
 
 def pairwise_scale(values: ArrayLike) -> float:
-    """The Shamos scale: median |x_i − x_j| over all pairs / 0.9539, an SD for normal data that one wild value
-    hardly moves. Pairwise differences do not involve a centre, so one wild value spoils only its own n − 1 pairs."""
+    """The Shamos scale: median |x_i − x_j| over all pairs / 0.9539, an SD for normal data that one
+    wild value hardly moves. Pairwise differences do not involve a centre, so one wild value spoils
+    only its own n − 1 pairs."""
     x = np.asarray(values, dtype=np.float64).ravel()
     i, j = np.triu_indices(x.size, 1)
     return float(np.median(np.abs(x[i] - x[j]))) / _SHAMOS_NORMAL
 
 
 def _sd(winsorized: np.ndarray, mean: float) -> float:
-    """SD about the kept rounds' mean over all valid rounds, excluded ones already pulled in to the fence."""
+    """SD about the kept rounds' mean over all valid rounds, excluded ones already pulled in to the
+    fence."""
     if winsorized.size < 2:
         return math.nan
     sd = math.sqrt(float(np.sum((winsorized - mean) ** 2)) / (winsorized.size - 1))
-    return 0.0 if sd <= ZERO_SPREAD else sd  # rounding noise of exactly proportional inputs is no spread
+    # rounding noise of exactly proportional inputs is no spread
+    return 0.0 if sd <= ZERO_SPREAD else sd
 
 
 def _process_sd(values: np.ndarray, mean: float, blocks: np.ndarray) -> float:
-    """The rounds' SD, raised to what the processes' means say when they differ by more than the rounds do.
+    """The rounds' SD, raised to what the processes' means say when they differ by more than the
+    rounds do.
 
-    With B processes of k_j rounds each, the between-process mean square MSB = Σ k_j (m_j − m)² / (B − 1)
-    estimates σ² + k̄τ² (τ: the SD of a process's own offset, σ: a round's), while the rounds' SD estimates
-    σ² + τ². n · Var(mean) is σ² + k̄τ², so sqrt(max(SD², MSB)) is the per-round scale that gives the mean its
-    true spread; with one process it is the SD."""
+    With B processes of k_j rounds each, the between-process mean square MSB = Σ k_j
+    (m_j − m)² / (B − 1) estimates σ² + k̄τ² (τ: the SD of a process's own offset, σ: a round's),
+    while the rounds' SD estimates σ² + τ². n · Var(mean) is σ² + k̄τ², so sqrt(max(SD², MSB)) is
+    the per-round scale that gives the mean its true spread; with one process it is the SD."""
     sd = _sd(values, mean)
     labels = np.unique(blocks)
     if labels.size < 2 or not math.isfinite(sd):

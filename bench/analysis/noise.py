@@ -1,30 +1,31 @@
-"""This machine's noise from A/A comparisons (`fusebench calibrate`), so the gate knows what it can resolve.
+"""This machine's noise from A/A comparisons (`fusebench calibrate`), so the gate knows what it can
+resolve.
 
-`fusebench calibrate` runs the experiment N times as `fusebench run` would (variants interleaved round by round),
-keeping each run in results/scratch/ (or, with --from, takes runs of one experiment already made on this machine),
-then compares every variant with itself in each way `fusebench check` compares, so each of the check's limits gets a
-noise band measured the way the check measures:
-- run_to_run_tps: each run against each other run, cell by cell, unpaired (ratio of medians, bootstrap CI): the check
-  of a variant's tok/s against a stored baseline;
-- run_to_run_speedup: the same for each comparison's per-round speedup (new/baseline paired within a round): the check
-  of a fusion's speedup against the stored baseline's;
-- within_run: inside one run, even rounds against odd rounds, paired (stats.compare's A/A): an expectation such as
-  "compiled no more than 5% slower than baseline".
-Nothing changed between the two sides, so every Δ seen is noise. An A/A pair has no direction, so each is read both
-ways and counted as the slowdown it shows (one run twice as fast as another is the other one 50% slower). Per scope
-and metric the file records:
-- mde_pct, the minimum detectable effect as the gate sees it: the farthest slowdown an A/A CI lay wholly beyond
-  (0 when every CI held 1). The gate fails a cell only when its whole CI lies beyond the limit, so a limit of at
-  least the MDE would have kept every calibration A/A comparison green; a slowdown has to beat it to be told apart
-  from this machine's run-to-run noise;
-- max_aa_slowdown_pct, the largest A/A point estimate read as a slowdown, and ci_half_width_pct, the median A/A CI
-  half-width: how far a point estimate wanders, and how wide the CIs are (a slowdown needs roughly MDE + half-width
-  to fail reliably).
-It goes to results/baselines/noise-<machine>.json with the machine fingerprint, where `fusebench check` finds it.
-Every figure is a maximum or median over N runs' comparisons, so more runs give a safer estimate. Runs made back to
-back share one state of the machine (say, one neighbour's job running throughout); on a shared machine whose load
-changes over the day, calibrate --from runs spread over that day, or the band comes out too narrow and the gate
-cries wolf.
+`fusebench calibrate` runs the experiment N times as `fusebench run` would (variants interleaved
+round by round), keeping each run in results/scratch/ (or, with --from, takes runs of one experiment
+already made on this machine), then compares every variant with itself in each way `fusebench check`
+compares, so each of the check's limits gets a noise band measured the way the check measures:
+- run_to_run_tps: each run against each other run, cell by cell, unpaired (ratio of medians,
+  bootstrap CI): the check of a variant's tok/s against a stored baseline;
+- run_to_run_speedup: the same for each comparison's per-round speedup (new/baseline paired within a
+  round): the check of a fusion's speedup against the stored baseline's;
+- within_run: inside one run, even rounds against odd rounds, paired (stats.compare's A/A): an
+  expectation such as "compiled no more than 5% slower than baseline".
+Nothing changed between the two sides, so every Δ seen is noise. An A/A pair has no direction, so
+each is read both ways and counted as the slowdown it shows (one run twice as fast as another is the
+other one 50% slower). Per scope and metric the file records:
+- mde_pct, the minimum detectable effect as the gate sees it: the farthest slowdown an A/A CI lay
+  wholly beyond (0 when every CI held 1). The gate fails a cell only when its whole CI lies beyond
+  the limit, so a limit of at least the MDE would have kept every calibration A/A comparison green;
+  a slowdown has to beat it to be told apart from this machine's run-to-run noise;
+- max_aa_slowdown_pct, the largest A/A point estimate read as a slowdown, and ci_half_width_pct, the
+  median A/A CI half-width: how far a point estimate wanders, and how wide the CIs are (a slowdown
+  needs roughly MDE + half-width to fail reliably).
+It goes to results/baselines/noise-<machine>.json with the machine fingerprint, where
+`fusebench check` finds it. Every figure is a maximum or median over N runs' comparisons, so more
+runs give a safer estimate. Runs made back to back share one state of the machine (say, one
+neighbour's job running throughout); on a shared machine whose load changes over the day, calibrate
+--from runs spread over that day, or the band comes out too narrow and the gate cries wolf.
 """
 
 from __future__ import annotations
@@ -74,7 +75,8 @@ class Noise:
     experiment: str
     runs: int
     bands: dict[str, dict[str, Band]]  # scope -> metric -> band
-    history: tuple[SpeedupHistory, ...] = ()  # each calibration run's speedups (bench.analysis.history)
+    # each calibration run's speedups (bench.analysis.history)
+    history: tuple[SpeedupHistory, ...] = ()
 
     def band(self, scope: str, metric: str) -> Band | None:
         return self.bands.get(scope, {}).get(metric)
@@ -84,11 +86,12 @@ def default_noise_path(machine: Fingerprint) -> Path:
     return BASELINE_DIR / f"noise-{machine.slug}.json"
 
 
-# --- A/A comparisons -------------------------------------------------------------------------------
+# --- A/A comparisons ------------------------------------------------------------------------------
 
 
 def aa_comparisons(runs: list[pd.DataFrame], comparisons: list[tuple[str, str]]) -> pd.DataFrame:
-    """Every A/A comparison of the runs' trials: one row per scope x run(s) x cell x variant x metric."""
+    """Every A/A comparison of the runs' trials: one row per scope x run(s) x cell x variant x
+    metric."""
     rows = []
     for (i, a), (j, b) in itertools.combinations(enumerate(runs, start=1), 2):
         pairs = [("run_to_run_tps", a, b)]
@@ -108,7 +111,8 @@ def aa_comparisons(runs: list[pd.DataFrame], comparisons: list[tuple[str, str]])
 
 @dataclass(frozen=True)
 class AAComparison:
-    """One A/A comparison: a variant against itself in one scope (SCOPES), cell and metric, as Δ% with its CI."""
+    """One A/A comparison: a variant against itself in one scope (SCOPES), cell and metric, as Δ%
+    with its CI."""
 
     scope: str
     runs: str  # the run compared within ("3"), or the two compared ("1-3")
@@ -124,8 +128,18 @@ class AAComparison:
 
 def _aa_row(scope: str, runs: str, row: Any, variant: str) -> AAComparison:
     """A compare_runs or compare row (ratio, low, high) as an A/A comparison."""
-    return AAComparison(scope, runs, row.model_key, row.size, row.workload, variant, row.metric,
-                        (row.ratio - 1) * 100, (row.low - 1) * 100, (row.high - 1) * 100)
+    return AAComparison(
+        scope,
+        runs,
+        row.model_key,
+        row.size,
+        row.workload,
+        variant,
+        row.metric,
+        (row.ratio - 1) * 100,
+        (row.low - 1) * 100,
+        (row.high - 1) * 100,
+    )
 
 
 def noise_bands(aa: pd.DataFrame) -> dict[str, dict[str, Band]]:
@@ -133,8 +147,8 @@ def noise_bands(aa: pd.DataFrame) -> dict[str, dict[str, Band]]:
     for (scope, metric), group in aa.groupby(["scope", "metric"], sort=False):
         half_widths = (group["high_pct"] - group["low_pct"]) / 2
         ratio, low, high = (1 + group[column] / 100 for column in ("delta_pct", "low_pct", "high_pct"))
-        # Read both ways, a CI [low, high] is [1/high, 1/low]: the slowdown it proves is the larger of 1 - high and
-        # 1 - 1/low, or none when it holds 1.
+        # Read both ways, a CI [low, high] is [1/high, 1/low]: the slowdown it proves is the larger
+        # of 1 - high and 1 - 1/low, or none when it holds 1.
         proven = np.maximum(0.0, np.maximum(1 - high, 1 - 1 / low)) * 100
         bands.setdefault(scope, {})[metric] = Band(
             mde_pct=round(float(proven.max()), 2),
@@ -145,12 +159,13 @@ def noise_bands(aa: pd.DataFrame) -> dict[str, dict[str, Band]]:
     return bands
 
 
-# --- the noise file --------------------------------------------------------------------------------
+# --- the noise file -------------------------------------------------------------------------------
 
 
 @dataclass(frozen=True)
 class Calibration:
-    """What calibrate measured: the runs' machine, their A/A comparisons, and each run's speedups."""
+    """What calibrate measured: the runs' machine, their A/A comparisons, and each run's
+    speedups."""
 
     machine: Fingerprint
     aa: pd.DataFrame
@@ -158,7 +173,8 @@ class Calibration:
 
 
 class NoiseRecord(TypedDict):
-    """The noise file (load_noise reads it back): its bands as Band's fields, its history as SpeedupHistory's."""
+    """The noise file (load_noise reads it back): its bands as Band's fields, its history as
+    SpeedupHistory's."""
 
     kind: str  # NOISE_KIND
     fingerprint: dict[str, str]
@@ -178,14 +194,17 @@ def noise_record(exp: Experiment, sources: list[Path], calibration: Calibration)
         runs=len(sources),
         results=[str(p) for p in sources],
         created_at=utc_now(),
-        bands={scope: {m: asdict(b) for m, b in by_metric.items()}
-               for scope, by_metric in noise_bands(calibration.aa).items()},
+        bands={
+            scope: {m: asdict(b) for m, b in by_metric.items()}
+            for scope, by_metric in noise_bands(calibration.aa).items()
+        },
         speedup_history=[asdict(h) for h in calibration.history],
     )
 
 
 def load_noise(path: Path) -> Noise:
-    """Read a noise file written by `fusebench calibrate`; anything else is a NoiseFileError naming the file."""
+    """Read a noise file written by `fusebench calibrate`; anything else is a NoiseFileError naming
+    the file."""
     try:
         data = json.loads(path.read_text(encoding="utf-8"))
     except FileNotFoundError:
@@ -193,11 +212,10 @@ def load_noise(path: Path) -> Noise:
     except (OSError, UnicodeDecodeError, json.JSONDecodeError) as err:
         raise NoiseFileError(f"{path}: not a noise file ({' '.join(str(err).split())})") from None
     if not isinstance(data, dict) or data.get("kind") != NOISE_KIND:
-        raise NoiseFileError(f"{path}: not a noise file (expected \"kind\": \"{NOISE_KIND}\")")
+        raise NoiseFileError(f'{path}: not a noise file (expected "kind": "{NOISE_KIND}")')
     try:
         bands = {
-            scope: {metric: Band(**band) for metric, band in data["bands"].get(scope, {}).items()}
-            for scope in SCOPES
+            scope: {metric: Band(**band) for metric, band in data["bands"].get(scope, {}).items()} for scope in SCOPES
         }
         return Noise(
             path=path,
@@ -205,8 +223,10 @@ def load_noise(path: Path) -> Noise:
             experiment=str(data["experiment"]["name"]),
             runs=int(data["runs"]),
             bands=bands,
-            history=tuple(SpeedupHistory(**{**h, "speedups": tuple(map(float, h["speedups"]))})
-                          for h in data.get("speedup_history", [])),
+            history=tuple(
+                SpeedupHistory(**{**h, "speedups": tuple(map(float, h["speedups"]))})
+                for h in data.get("speedup_history", [])
+            ),
         )
     except (KeyError, TypeError, AttributeError) as err:
         raise NoiseFileError(f"{path}: malformed noise file ({type(err).__name__}: {err})") from None
@@ -231,8 +251,9 @@ def experiment_of_runs(paths: list[Path]) -> Experiment:
 
 
 def calibrate_from(paths: list[Path], comparisons: list[tuple[str, str]]) -> Calibration:
-    """The machine the runs were measured on, every A/A comparison among them, and each run's speedups. From a
-    run --against file only the current build counts: the reference build is another tree."""
+    """The machine the runs were measured on, every A/A comparison among them, and each run's
+    speedups. From a run --against file only the current build counts: the reference build is
+    another tree."""
     machines = []
     runs = []
     for path in paths:

@@ -1,5 +1,5 @@
-"""The statistics of `fusebench ops` records: per run × op × shape × variant, the median time, the achieved rates,
-and the paired per-round speed ratio against the op's reference variant."""
+"""The statistics of `fusebench ops` records: per run × op × shape × variant, the median time, the
+achieved rates, and the paired per-round speed ratio against the op's reference variant."""
 
 from __future__ import annotations
 
@@ -55,14 +55,15 @@ class VariantSummary:
     gbps: float
     gflops: float | None
     max_abs_err: float
-    # Speed vs the reference, paired per round, Holm-adjusted across the op's table, and what it shows; None for the
-    # reference itself, and for a variant that shares no round with it.
+    # Speed vs the reference, paired per round, Holm-adjusted across the op's table, and what it
+    # shows; None for the reference itself, and for a variant that shares no round with it.
     speed: Adjusted | None = None
     verdict: Verdict | None = None
 
 
 def summarize_ops(records: Iterable[OpRecord]) -> list[VariantSummary]:
-    """Per run × op × shape × variant: medians, and the paired per-round speed ratio against the op's reference.
+    """Per run × op × shape × variant: medians, and the paired per-round speed ratio against the
+    op's reference.
 
     Runs are kept apart: samples from different machines are never paired.
     """
@@ -79,14 +80,21 @@ def _summarize_variant(samples: dict[int, OpRecord]) -> VariantSummary:
     first = next(iter(samples.values()))
     seconds = summarize([r["seconds"] for r in samples.values()]).median
     return VariantSummary(
-        first.get("run_id"), first["op"], first["shape_label"], first["variant"], first["reference"], seconds,
-        first["bytes"] / seconds / 1e9, None if first["flops"] is None else first["flops"] / seconds / 1e9,
+        first.get("run_id"),
+        first["op"],
+        first["shape_label"],
+        first["variant"],
+        first["reference"],
+        seconds,
+        first["bytes"] / seconds / 1e9,
+        None if first["flops"] is None else first["flops"] / seconds / 1e9,
         first["max_abs_err"],
     )
 
 
 def _speed(by_case: dict[CaseKey, dict[str, dict[int, OpRecord]]], s: VariantSummary) -> PairedEstimate | None:
-    """Speed (1 / time, so bigger is better) of a variant against the op's reference, paired per round."""
+    """Speed (1 / time, so bigger is better) of a variant against the op's reference, paired per
+    round."""
     if s.variant == s.reference:
         return None
     variants = by_case[(s.run_id, s.op, s.shape_label)]
@@ -98,7 +106,8 @@ def _speed(by_case: dict[CaseKey, dict[str, dict[int, OpRecord]]], s: VariantSum
 
 
 def _judge(summaries: list[VariantSummary], speeds: dict[tuple, PairedEstimate | None]) -> list[VariantSummary]:
-    """Holm across each run's op table (every shape and variant of one op), then each row's verdict."""
+    """Holm across each run's op table (every shape and variant of one op), then each row's
+    verdict."""
     judged = {}
     for table in dict.fromkeys((s.run_id, s.op) for s in summaries):
         rows = [s for s in summaries if (s.run_id, s.op) == table and speeds[_key(s)] is not None]

@@ -1,7 +1,9 @@
-"""Published reference figures (e.g. ollama PR 15587's table), shown beside measured ones by `fusebench report`.
+"""Published reference figures (e.g. ollama PR 15587's table), shown beside measured ones by
+`fusebench report`.
 
-A reference is a YAML file: its source, the ops it changed, its method and hardware, and rows of size x metric with
-baseline, new and Δ. Shipped references live in bench/data/reference_<name>.yaml and can be named by <name>.
+A reference is a YAML file: its source, the ops it changed, its method and hardware, and rows of
+size x metric with baseline, new and Δ. Shipped references live in bench/data/reference_<name>.yaml
+and can be named by <name>.
 """
 
 from __future__ import annotations
@@ -63,14 +65,16 @@ class Reference:
     rows: tuple[ReferenceRow, ...]
 
     def row(self, size_label: str, metric: str) -> ReferenceRow | None:
-        """The published row for a measured size label ("E2B (2/35 layers)" matches "E2B") and metric."""
+        """The published row for a measured size label ("E2B (2/35 layers)" matches "E2B") and
+        metric."""
         for row in self.rows:
             if row.metric == metric and matches_size(size_label, row.size):
                 return row
         return None
 
     def describe(self) -> str:
-        """Where and how the reference was measured, e.g. "Metal (Apple Silicon ...), nvfp4, pp2048 tg128"."""
+        """Where and how the reference was measured, e.g. "Metal (Apple Silicon ...), nvfp4, pp2048
+        tg128"."""
         hw, method = self.hardware, self.method
         parts = [f"{hw.backend} ({hw.device})", method.quantize or "unquantized"]
         if method.prompt_tokens is not None and method.gen_tokens is not None:
@@ -126,8 +130,13 @@ def _resolve(name_or_path: str) -> Path:
 def _method(node: Any, path: Path) -> Method:
     method = _mapping(node, path, "method")
     quantize = method.get("quantize")
-    return Method(quantize=str(quantize) if quantize else None, prompt_tokens=method.get("prompt_tokens"),
-                  gen_tokens=method.get("gen_tokens"), epochs=method.get("epochs"), warmup=method.get("warmup", 0))
+    return Method(
+        quantize=str(quantize) if quantize else None,
+        prompt_tokens=method.get("prompt_tokens"),
+        gen_tokens=method.get("gen_tokens"),
+        epochs=method.get("epochs"),
+        warmup=method.get("warmup", 0),
+    )
 
 
 def _hardware(node: Any, path: Path) -> Hardware:
@@ -164,7 +173,10 @@ def _row(item: Any, path: Path, index: int) -> ReferenceRow:
         raise ReferenceFileError(f"{path}: {field}: missing key(s) {', '.join(missing)}")
     if row["metric"] not in METRICS:
         raise ReferenceFileError(f"{path}: {field}.metric: expected one of {', '.join(METRICS)}, got {row['metric']!r}")
-    baseline, new = _positive(row["baseline"], path, f"{field}.baseline"), _positive(row["new"], path, f"{field}.new")
+    baseline, new = (
+        _positive(row["baseline"], path, f"{field}.baseline"),
+        _positive(row["new"], path, f"{field}.new"),
+    )
     # Keep the published Δ when given: it is what the source printed, rounding included.
     delta = row.get("delta_pct")
     return ReferenceRow(

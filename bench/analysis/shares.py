@@ -1,24 +1,27 @@
 """Where a step's time goes, and the Δ the ops that differ predict (Amdahl).
 
-Inputs: a run's `share` records (bench.measure.shares: each distinct switchable-op call of one prefill and one
-decode step, timed on its own per implementation, with the calls per step) and its timed trials.
+Inputs: a run's `share` records (bench.measure.shares: each distinct switchable-op call of one
+prefill and one decode step, timed on its own per implementation, with the calls per step) and its
+timed trials.
 
-- **Share of an op** in a step: Σ over its calls of calls per step × seconds per call, the call's median over
-  rounds after subtracting that round's mx.eval fixed cost (which an isolated call pays and a call inside the
-  model's graph does not). **Rest**: the measured step (the median timed trial's, from its prefill or gen tok/s)
-  minus the ops' sum; it holds the matmuls (the LM head above all), the embeddings and whatever is not a
-  switchable op.
-- **Expected Δ** of a comparison A→B: per round r the time the ops that differ add, d_r = Σ calls × (t_B,r −
-  t_A,r) (the eval cost cancels), its mean d and standard error over the rounds (the rounds are interleaved, so
-  each is a paired sample). Against A's measured step T (the median timed trial), the expected
-  tok/s Δ is T / (T + d) − 1, with a 95% interval from the delta method over d's and T's standard errors and the
-  t quantile of the fewer degrees of freedom, widened by the in-model error: the interval's ends are taken at
-  d × (1 ± IN_MODEL_ERROR), since an op does not cost inside the model exactly what it costs alone (below).
+- **Share of an op** in a step: Σ over its calls of calls per step × seconds per call, the call's
+  median over rounds after subtracting that round's mx.eval fixed cost (which an isolated call pays
+  and a call inside the model's graph does not). **Rest**: the measured step (the median timed
+  trial's, from its prefill or gen tok/s) minus the ops' sum; it holds the matmuls (the LM head
+  above all), the embeddings and whatever is not a switchable op.
+- **Expected Δ** of a comparison A→B: per round r the time the ops that differ add, d_r = Σ
+  calls × (t_B,r − t_A,r) (the eval cost cancels), its mean d and standard error over the rounds
+  (the rounds are interleaved, so each is a paired sample). Against A's measured step T (the median
+  timed trial), the expected tok/s Δ is T / (T + d) − 1, with a 95% interval from the delta method
+  over d's and T's standard errors and the t quantile of the fewer degrees of freedom, widened by
+  the in-model error: the interval's ends are taken at d × (1 ± IN_MODEL_ERROR), since an op does
+  not cost inside the model exactly what it costs alone (below).
 
-What it assumes: op times add up and do not overlap, and an op costs inside the model what it costs alone at the
-same shapes. It breaks where a variant changes what runs around it (a fused kernel that also saves a copy, or
-mx.compile fusing across the op's boundary) or where caches and memory behave differently in the full graph; a
-measured Δ outside the expected interval says one of those happened.
+What it assumes: op times add up and do not overlap, and an op costs inside the model what it costs
+alone at the same shapes. It breaks where a variant changes what runs around it (a fused kernel that
+also saves a copy, or mx.compile fusing across the op's boundary) or where caches and memory behave
+differently in the full graph; a measured Δ outside the expected interval says one of those
+happened.
 """
 
 from __future__ import annotations
@@ -37,11 +40,12 @@ from .study import Study
 # Which step a throughput metric is made of.
 PHASE_OF_METRIC = {"prefill": "prefill", "gen": "decode"}
 
-# How far an op's time inside the model may lie from its time alone, as a fraction of it. Calibrated on the one
-# op big enough to measure inside a step here, the tenfold softcap of run 20261130-234739 (E2B, 2 layers, 1
-# OpenBLAS thread): it added 22.9 ms per decode step measured end to end (30 paired rounds) against 17.4 ms
-# alone (+32%), and 17.0 ms per prefill against 17.6 ms (-3%). Why decode differs is not known; page faults,
-# cache flushes and pipelining were ruled out. A later run (README) checks the calibration.
+# How far an op's time inside the model may lie from its time alone, as a fraction of it. Calibrated
+# on the one op big enough to measure inside a step here, the tenfold softcap of run 20261130-234739
+# (E2B, 2 layers, 1 OpenBLAS thread): it added 22.9 ms per decode step measured end to end (30
+# paired rounds) against 17.4 ms alone (+32%), and 17.0 ms per prefill against 17.6 ms (-3%). Why
+# decode differs is not known; page faults, cache flushes and pipelining were ruled out. A later run
+# (README) checks the calibration.
 IN_MODEL_ERROR = 0.35
 
 
@@ -61,8 +65,17 @@ class ShareSample:
 
     @classmethod
     def from_record(cls, record: Mapping[str, Any]) -> ShareSample:
-        return cls(record["cell"], record["phase"], record["op"], record["variant"], record["call"],
-                   int(record["calls"]), int(record["round"]), float(record["seconds"]), float(record["overhead_s"]))
+        return cls(
+            record["cell"],
+            record["phase"],
+            record["op"],
+            record["variant"],
+            record["call"],
+            int(record["calls"]),
+            int(record["round"]),
+            float(record["seconds"]),
+            float(record["overhead_s"]),
+        )
 
 
 @dataclass(frozen=True)
@@ -94,7 +107,8 @@ class StepShares:
 
 @dataclass(frozen=True)
 class ExpectedDelta:
-    """The tok/s Δ that the ops differing between `baseline` and `new` account for, with its 95% interval."""
+    """The tok/s Δ that the ops differing between `baseline` and `new` account for, with its 95%
+    interval."""
 
     cell: str
     baseline: str
@@ -120,9 +134,11 @@ class ShareData:
         steps: dict[tuple[str, str, str], list[float]] = defaultdict(list)
         for trial in trials:
             if trial.get("warmup") or trial.get("build", "current") != "current" or "ops" not in trial:
-                continue  # trials written before runs recorded their op assignment have no shares either
+                # trials written before runs recorded their op assignment have no shares either
+                continue
             self.assignments.setdefault(trial["variant"], dict(trial["ops"]))
-            # A step's time from its rate, as the runner defines the rates: the batch's tokens per second.
+            # A step's time from its rate, as the runner defines the rates: the batch's tokens per
+            # second.
             batch, key = trial["batch"], (trial["cell"], trial["variant"])
             steps[(*key, "prefill")].append(batch * trial["prompt_tokens"] / trial["prefill_tps"])
             if trial.get("gen_tps"):
@@ -139,7 +155,8 @@ class ShareData:
         return {(call, rnd): s for (call, rnd, impl), s in found.items() if impl == implementation}
 
     def op_share(self, cell: str, phase: str, op: str, implementation: str) -> tuple[float, int] | None:
-        """(seconds per step, calls per step) of one implementation of an op, or None where it was not timed."""
+        """(seconds per step, calls per step) of one implementation of an op, or None where it was
+        not timed."""
         samples = self._samples(cell, phase, op, implementation)
         if not samples:
             return None
@@ -168,7 +185,8 @@ class ShareData:
         return StepShares(cell, variant, metric, step_s, tuple(ops), step_s - sum(o.seconds for o in ops))
 
     def expected_delta(self, cell: str, baseline: str, new: str, metric: str) -> ExpectedDelta | None:
-        """None where a variant's ops or the baseline's step are unknown, or a differing op was not timed."""
+        """None where a variant's ops or the baseline's step are unknown, or a differing op was not
+        timed."""
         base_ops, new_ops = self.assignments.get(baseline), self.assignments.get(new)
         steps = self._step_samples.get((cell, baseline, metric))
         if base_ops is None or new_ops is None or not steps:
@@ -179,8 +197,9 @@ class ShareData:
         if added is None:
             return None
         step_s, extra_s = statistics.median(steps), statistics.fmean(added)
-        # Δ = T / (T + d) − 1; its SE by the delta method over d's and T's (the step's trials are independent of
-        # the share rounds), with the t quantile of the fewer degrees of freedom: conservative.
+        # Δ = T / (T + d) − 1; its SE by the delta method over d's and T's (the step's trials are
+        # independent of the share rounds), with the t quantile of the fewer degrees of freedom:
+        # conservative.
         se_extra, se_step = _standard_error(added), _standard_error(steps)
         scale = 100 / (step_s + extra_s) ** 2
         se = scale * math.hypot(step_s * se_extra, extra_s * se_step)
@@ -192,11 +211,26 @@ class ShareData:
 
         # More added time, a lower Δ: the low end takes the op's time at its most inside the model.
         model_error = IN_MODEL_ERROR * abs(extra_s)
-        return ExpectedDelta(cell, baseline, new, metric, tps_delta(extra_s), tps_delta(extra_s + model_error) - half,
-                             tps_delta(extra_s - model_error) + half, differing, len(added))
+        return ExpectedDelta(
+            cell,
+            baseline,
+            new,
+            metric,
+            tps_delta(extra_s),
+            tps_delta(extra_s + model_error) - half,
+            tps_delta(extra_s - model_error) + half,
+            differing,
+            len(added),
+        )
 
-    def _added_per_round(self, cell: str, phase: str, ops: Sequence[str], base_ops: Mapping[str, str],
-                         new_ops: Mapping[str, str]) -> list[float] | None:
+    def _added_per_round(
+        self,
+        cell: str,
+        phase: str,
+        ops: Sequence[str],
+        base_ops: Mapping[str, str],
+        new_ops: Mapping[str, str],
+    ) -> list[float] | None:
         """Per round, the seconds per step that switching `ops` adds (negative: saves)."""
         per_round: dict[int, float] = defaultdict(float)
         rounds: set[int] | None = None
@@ -214,7 +248,8 @@ class ShareData:
 
 
 def shares_on(study: Study, machine: str) -> ShareData:
-    """The share samples and trials of the runs made on one machine (cells of two machines never mix)."""
+    """The share samples and trials of the runs made on one machine (cells of two machines never
+    mix)."""
     runs = {run_id for run_id, run in study.runs.items() if run.machine == machine}
 
     def of(kind: str) -> list[Mapping[str, Any]]:
@@ -225,8 +260,8 @@ def shares_on(study: Study, machine: str) -> ShareData:
 
 
 def disagrees(expected: ExpectedDelta, low_pct: float, high_pct: float) -> bool:
-    """Whether the measured interval [low_pct, high_pct] and the expected one do not overlap: the ops that differ
-    do not account for the measured Δ (or the other way round)."""
+    """Whether the measured interval [low_pct, high_pct] and the expected one do not overlap: the
+    ops that differ do not account for the measured Δ (or the other way round)."""
     return high_pct < expected.low_pct or low_pct > expected.high_pct
 
 

@@ -1,12 +1,13 @@
 """Statistics shared by the report and the regression check.
 
-All throughput metrics (tokens/s) are bigger-is-better, so a ratio new/baseline above 1 means faster.
-Everything here is pure numpy/scipy/pandas so it runs (and is tested) without mlx.
+All throughput metrics (tokens/s) are bigger-is-better, so a ratio new/baseline above 1 means
+faster. Everything here is pure numpy/scipy/pandas so it runs (and is tested) without mlx.
 
-The sample-level functions (summarize, ...) work on arrays; `summaries` and `compare` apply them to the trial
-records of a results file (`Results.frame("trial")`), so the report and the check compute every number the same way.
-What they return is typed rows (CellSummary, Comparison, Latency, ...), the words for a verdict left to
-bench.present; frames stay inside for the computing (and summary.csv's `summary_table`).
+The sample-level functions (summarize, ...) work on arrays; `summaries` and `compare` apply them to
+the trial records of a results file (`Results.frame("trial")`), so the report and the check compute
+every number the same way. What they return is typed rows (CellSummary, Comparison, Latency, ...),
+the words for a verdict left to bench.present; frames stay inside for the computing (and
+summary.csv's `summary_table`).
 """
 
 from __future__ import annotations
@@ -35,10 +36,11 @@ from .inference import (
 from .inference import verdict as inference_verdict
 from .stopping import Goal, Row
 
-# Every bootstrap is seeded with this, so a report or a check rebuilt from the same results gives the same numbers.
+# Every bootstrap is seeded with this, so a report or a check rebuilt from the same results gives
+# the same numbers.
 SEED = 0
-# The family-wise error rate of one table's verdicts, and the equivalence margin of "no change" (experiments may
-# set their own: `margin_pct`).
+# The family-wise error rate of one table's verdicts, and the equivalence margin of "no change"
+# (experiments may set their own: `margin_pct`).
 ALPHA = 0.05
 
 
@@ -136,8 +138,7 @@ class RatioCI(RatioInterval):
     n: int
 
 
-
-# --- tables of trial records -----------------------------------------------------------------------
+# --- tables of trial records ----------------------------------------------------------------------
 
 # What identifies one measured cell on one machine; machines are never pooled.
 CELL_KEYS = ("machine", "size", "model_key", "workload")
@@ -147,10 +148,10 @@ ALL_VARIANTS = "all variants"  # compare_builds' pooled row
 
 @dataclass(frozen=True)
 class Stalls:
-    """A paired row's stall figures (analysis.inference, "Stalls"): the arm the rule flags (STALLS_NEW,
-    STALLS_BASELINE or None), whether Δ is over all rounds, the outlier rounds against each arm, the sign test of
-    their directions, and both candidate Δs with their own (unadjusted) 95% intervals, so a table can show the one
-    it did not choose beside the one it did."""
+    """A paired row's stall figures (analysis.inference, "Stalls"): the arm the rule flags
+    (STALLS_NEW, STALLS_BASELINE or None), whether Δ is over all rounds, the outlier rounds against
+    each arm, the sign test of their directions, and both candidate Δs with their own (unadjusted)
+    95% intervals, so a table can show the one it did not choose beside the one it did."""
 
     arm: str | None
     over_all_rounds: bool
@@ -169,13 +170,15 @@ class Stalls:
 
 @dataclass(frozen=True)
 class Comparison:
-    """One row of `compare` (or `compare_builds`): new against baseline in one cell and metric, paired round by
-    round. Without a paired round the figures are NaN (counts 0) and verdict and stalls are None.
+    """One row of `compare` (or `compare_builds`): new against baseline in one cell and metric,
+    paired round by round. Without a paired round the figures are NaN (counts 0) and verdict and
+    stalls are None.
 
-    baseline_gmean / new_gmean are the geometric means of the rounds Δ is over, so new_gmean / baseline_gmean − 1 =
-    delta_pct; low / high are the row's own 95% interval (a confidence sequence, analysis.sequential), adj_low /
-    adj_high the Holm-adjusted one the verdict is dual to, and half_width_pct that interval's half-width, the
-    smallest effect the row could have detected.
+    baseline_gmean / new_gmean are the geometric means of the rounds Δ is over, so
+    new_gmean / baseline_gmean − 1 = delta_pct; low / high are the row's own 95% interval (a
+    confidence sequence, analysis.sequential), adj_low / adj_high the Holm-adjusted one the verdict
+    is dual to, and half_width_pct that interval's half-width, the smallest effect the row could
+    have detected.
     """
 
     machine: str
@@ -183,7 +186,8 @@ class Comparison:
     model_key: str
     workload: str
     metric: str
-    baseline: str  # the variants compared (for compare_builds, the builds: "reference" and "current")
+    # the variants compared (for compare_builds, the builds: "reference" and "current")
+    baseline: str
     new: str
     variant: str = ""  # compare_builds: the variant compared across the builds, or ALL_VARIANTS
     n_pairs: int = 0
@@ -208,8 +212,8 @@ class Comparison:
         return (self.ratio - 1.0) * 100.0
 
     def rounds_to_decide(self, goal: Goal) -> int | None:
-        """The rounds at which this row would be decided for `goal`, were its estimate and spread to stay
-        (analysis.stopping); None without an interval."""
+        """The rounds at which this row would be decided for `goal`, were its estimate and spread to
+        stay (analysis.stopping); None without an interval."""
         if self.n_pairs < 2 or not math.isfinite(self.level):
             return None
         return Row(self.mean_log, self.sd_log, self.n_pairs, 1.0 - self.level, goal).rounds_to_decide()
@@ -230,7 +234,19 @@ class Comparison:
 
 
 SUMMARY_COLUMNS = (
-    *CELL_KEYS, "metric", "variant", "n", "median", "q1", "q3", "iqr", "cv", "min", "max", "mean", "gmean",
+    *CELL_KEYS,
+    "metric",
+    "variant",
+    "n",
+    "median",
+    "q1",
+    "q3",
+    "iqr",
+    "cv",
+    "min",
+    "max",
+    "mean",
+    "gmean",
 )
 
 
@@ -239,8 +255,8 @@ def timed_trials(trials: pd.DataFrame) -> pd.DataFrame:
     if trials.empty:
         return trials
     timed = trials[~trials["warmup"].astype(bool)]
-    # Which worker processes ran a round (run --against starts a fresh pair every worker_rounds); files
-    # written before it ran each cell in one process per build.
+    # Which worker processes ran a round (run --against starts a fresh pair every worker_rounds);
+    # files written before it ran each cell in one process per build.
     process = timed["process"].fillna(0) if "process" in timed else 0
     return timed.assign(process=process)
 
@@ -291,31 +307,41 @@ def compare(
     alpha: float = ALPHA,
     margin_pct: float = DEFAULT_MARGIN_PCT,
 ) -> list[Comparison]:
-    """Compare two variants cell by cell, with analysis.inference's paired method: one row per machine x size x
-    model x workload x metric, the rows of one table and so one Holm family.
+    """Compare two variants cell by cell, with analysis.inference's paired method: one row per
+    machine x size x model x workload x metric, the rows of one table and so one Holm family.
 
-    - Pairing: within each (run_id, cell, round), the log ratio new/baseline. Δ is exp(mean log ratio) − 1, and
-      baseline_gmean / new_gmean are the geometric means of the kept rounds, so new_gmean / baseline_gmean − 1 = Δ.
-      `excluded` counts rounds the outlier rule set aside. Warmups are excluded.
-    - Stalls: when the stall rule takes Δ over all rounds (`over_all_rounds`), Δ, the intervals, Holm and the
-      verdict use every round and `excluded` is 0; `stalls.arm` names the arm ("new" / "baseline") a significant
-      share of the exclusions went against, and `stalls.trimmed` keeps the trimmed Δ to show beside it.
-    - verdict: faster, slower, no change (within ±margin_pct), inconclusive, or needs more rounds (None without
-      any pair), with the figure its wording states.
-    - A/A (baseline == new): a variant cannot be paired with its own trial, so even rounds play baseline and odd
-      rounds new, pairing round 2k with 2k+1; the spread then measures round-to-round noise.
+    - Pairing: within each (run_id, cell, round), the log ratio new/baseline. Δ is exp(mean log
+      ratio) − 1, and baseline_gmean / new_gmean are the geometric means of the kept rounds, so
+      new_gmean / baseline_gmean − 1 = Δ. `excluded` counts rounds the outlier rule set aside.
+      Warmups are excluded.
+    - Stalls: when the stall rule takes Δ over all rounds (`over_all_rounds`), Δ, the intervals,
+      Holm and the verdict use every round and `excluded` is 0; `stalls.arm` names the arm
+      ("new" / "baseline") a significant share of the exclusions went against, and `stalls.trimmed`
+      keeps the trimmed Δ to show beside it.
+    - verdict: faster, slower, no change (within ±margin_pct), inconclusive, or needs more rounds
+      (None without any pair), with the figure its wording states.
+    - A/A (baseline == new): a variant cannot be paired with its own trial, so even rounds play
+      baseline and odd rounds new, pairing round 2k with 2k+1; the spread then measures
+      round-to-round noise.
     `metric` is "prefill", "gen", or a list of them.
     """
     metrics = [metric] if isinstance(metric, str) else list(metric)
-    return _judge(_paired_rows(trials, baseline, new, metrics), baseline, new, alpha=alpha, margin_pct=margin_pct)
+    return _judge(
+        _paired_rows(trials, baseline, new, metrics),
+        baseline,
+        new,
+        alpha=alpha,
+        margin_pct=margin_pct,
+    )
 
 
-def compare_builds(trials: pd.DataFrame, *, alpha: float = ALPHA, margin_pct: float = DEFAULT_MARGIN_PCT
-                   ) -> list[Comparison]:
-    """`run --against`: every variant's current build against the reference build, paired round by round (both
-    builds ran each round back to back on the same prompt), and all variants pooled (`every_variant`). One table,
-    one Holm family: compare()'s rows, with baseline "reference", new "current" and `variant` naming the variant
-    compared across the builds, or ALL_VARIANTS."""
+def compare_builds(
+    trials: pd.DataFrame, *, alpha: float = ALPHA, margin_pct: float = DEFAULT_MARGIN_PCT
+) -> list[Comparison]:
+    """`run --against`: every variant's current build against the reference build, paired round by
+    round (both builds ran each round back to back on the same prompt), and all variants pooled
+    (`every_variant`). One table, one Holm family: compare()'s rows, with baseline "reference", new
+    "current" and `variant` naming the variant compared across the builds, or ALL_VARIANTS."""
     timed = timed_trials(trials)
     rows: list[_Paired] = []
     if not timed.empty and "build" in timed:
@@ -330,8 +356,9 @@ def compare_builds(trials: pd.DataFrame, *, alpha: float = ALPHA, margin_pct: fl
 
 
 def round_seconds(trials: pd.DataFrame) -> dict[tuple[str, str], float]:
-    """Each cell's (model_key, workload) median time a timed round's trials took, every variant and build of the
-    round together: the pace at which more rounds would come (the worker's own overhead aside)."""
+    """Each cell's (model_key, workload) median time a timed round's trials took, every variant and
+    build of the round together: the pace at which more rounds would come (the worker's own overhead
+    aside)."""
     timed = timed_trials(trials)
     if timed.empty or not {"prefill_s", "gen_s"} <= set(timed.columns):
         return {}
@@ -342,11 +369,13 @@ def round_seconds(trials: pd.DataFrame) -> dict[tuple[str, str], float]:
 
 
 def every_variant(timed: pd.DataFrame, n_variants: int) -> pd.DataFrame:
-    """Each build's geometric mean over the variants, per cell and round, only in rounds where every variant ran.
+    """Each build's geometric mean over the variants, per cell and round, only in rounds where every
+    variant ran.
 
-    A change to shared code (the model, the worker, mlx) moves every variant alike; pooling the variants' paired
-    ratios averages their independent trial noise, so such a change is seen with about √(variants) fewer rounds.
-    The geometric mean of the builds' values is the geometric mean of the variants' current/reference ratios.
+    A change to shared code (the model, the worker, mlx) moves every variant alike; pooling the
+    variants' paired ratios averages their independent trial noise, so such a change is seen with
+    about √(variants) fewer rounds. The geometric mean of the builds' values is the geometric mean
+    of the variants' current/reference ratios.
     """
     keys = [*CELL_KEYS, "run_id", "cell", "round", "process", "build"]
     columns = list(METRIC_COLUMNS.values())
@@ -359,7 +388,8 @@ def every_variant(timed: pd.DataFrame, n_variants: int) -> pd.DataFrame:
 
 @dataclass(frozen=True)
 class _Paired:
-    """A compare() row before Holm: its cell and metric, and the paired estimate (None without a paired round)."""
+    """A compare() row before Holm: its cell and metric, and the paired estimate (None without a
+    paired round)."""
 
     cell: dict[str, str]  # CELL_KEYS -> value
     metric: str
@@ -368,7 +398,8 @@ class _Paired:
 
 
 def _paired_rows(trials: pd.DataFrame, baseline: str, new: str, metrics: Sequence[str]) -> list[_Paired]:
-    """compare()'s rows before Holm: per cell and metric, the paired estimate of new against baseline."""
+    """compare()'s rows before Holm: per cell and metric, the paired estimate of new against
+    baseline."""
     columns = [_metric_column(m) for m in metrics]
     timed = timed_trials(trials)
     rows = []
@@ -380,8 +411,12 @@ def _paired_rows(trials: pd.DataFrame, baseline: str, new: str, metrics: Sequenc
                 if base_side.empty and new_side.empty:
                     continue
                 pairs = base_side.merge(new_side, on=[*_PAIR_KEYS, "process"], suffixes=("_baseline", "_new"))
-                b, n = pairs["value_baseline"].to_numpy(np.float64), pairs["value_new"].to_numpy(np.float64)
-                # A round's processes: its run and its pair of workers (different runs never share one).
+                b, n = (
+                    pairs["value_baseline"].to_numpy(np.float64),
+                    pairs["value_new"].to_numpy(np.float64),
+                )
+                # A round's processes: its run and its pair of workers (different runs never share
+                # one).
                 processes = list(zip(pairs["run_id"], pairs["process"], strict=True))
                 estimate = paired_estimate(b, n, processes=processes) if b.size else None
                 rows.append(_Paired(dict(zip(CELL_KEYS, keys, strict=True)), metric_name, estimate))
@@ -391,21 +426,50 @@ def _paired_rows(trials: pd.DataFrame, baseline: str, new: str, metrics: Sequenc
 def _judge(rows: list[_Paired], baseline: str, new: str, *, alpha: float, margin_pct: float) -> list[Comparison]:
     """Holm across the rows that have an estimate, then each row's verdict."""
     adjusted = iter(adjust([row.estimate for row in rows if row.estimate is not None], alpha=alpha))
-    return [_comparison(row, baseline, new, next(adjusted) if row.estimate else None, alpha=alpha,
-                        margin_pct=margin_pct) for row in rows]
+    return [
+        _comparison(
+            row,
+            baseline,
+            new,
+            next(adjusted) if row.estimate else None,
+            alpha=alpha,
+            margin_pct=margin_pct,
+        )
+        for row in rows
+    ]
 
 
-def _comparison(row: _Paired, baseline: str, new: str, adjusted: Adjusted | None, *, alpha: float,
-                margin_pct: float) -> Comparison:
+def _comparison(
+    row: _Paired,
+    baseline: str,
+    new: str,
+    adjusted: Adjusted | None,
+    *,
+    alpha: float,
+    margin_pct: float,
+) -> Comparison:
     keys = Comparison(**row.cell, metric=row.metric, baseline=baseline, new=new, variant=row.variant)
     est = row.estimate
     if est is None or adjusted is None:
         return keys
     return dataclasses.replace(
-        keys, n_pairs=est.n, excluded=est.excluded, baseline_gmean=est.baseline_gmean, new_gmean=est.new_gmean,
-        ratio=est.ratio, low=est.low, high=est.high, p_value=est.p_value, p_holm=adjusted.p_holm,
-        adj_low=adjusted.low, adj_high=adjusted.high, mean_log=est.mean_log, sd_log=est.sd_log, level=adjusted.level,
-        verdict=inference_verdict(adjusted, margin_pct=margin_pct, alpha=alpha), stalls=_stalls(est),
+        keys,
+        n_pairs=est.n,
+        excluded=est.excluded,
+        baseline_gmean=est.baseline_gmean,
+        new_gmean=est.new_gmean,
+        ratio=est.ratio,
+        low=est.low,
+        high=est.high,
+        p_value=est.p_value,
+        p_holm=adjusted.p_holm,
+        adj_low=adjusted.low,
+        adj_high=adjusted.high,
+        mean_log=est.mean_log,
+        sd_log=est.sd_log,
+        level=adjusted.level,
+        verdict=inference_verdict(adjusted, margin_pct=margin_pct, alpha=alpha),
+        stalls=_stalls(est),
     )
 
 
@@ -422,7 +486,8 @@ def _require_columns(frame: pd.DataFrame, columns: Sequence[str]) -> None:
 
 
 def _sides(group: pd.DataFrame, baseline: str, new: str, column: str) -> tuple[pd.DataFrame, pd.DataFrame]:
-    """Each side's values keyed by (run_id, cell, pair), one value per key (the median if a round repeats)."""
+    """Each side's values keyed by (run_id, cell, pair), one value per key (the median if a round
+    repeats)."""
 
     def side(rows: pd.DataFrame, pair: pd.Series) -> pd.DataFrame:
         keyed = rows.assign(pair=pair, value=rows[column].astype(np.float64)).dropna(subset=["value"])
@@ -440,9 +505,16 @@ def _stalls(est: PairedEstimate) -> Stalls | None:
     """A row's stall figures; an estimate built by hand (tests) has none."""
     if est.trimmed is None or est.all_rounds is None:
         return None
-    return Stalls(arm=est.stalls, over_all_rounds=est.over_all_rounds, rounds=est.all_rounds.n,
-                  against_new=est.excluded_new, against_baseline=est.excluded_baseline, sign_p=est.sign_p,
-                  all_rounds=_ratio_ci(est.all_rounds), trimmed=_ratio_ci(est.trimmed))
+    return Stalls(
+        arm=est.stalls,
+        over_all_rounds=est.over_all_rounds,
+        rounds=est.all_rounds.n,
+        against_new=est.excluded_new,
+        against_baseline=est.excluded_baseline,
+        sign_p=est.sign_p,
+        all_rounds=_ratio_ci(est.all_rounds),
+        trimmed=_ratio_ci(est.trimmed),
+    )
 
 
 def _ratio_ci(mean: RoundsMean) -> RatioCI:
@@ -461,12 +533,13 @@ def bootstrap_ratio_of_medians_ci(
     confidence: float = 0.95,
     resamples: int = 10_000,
 ) -> RatioCI:
-    """median(new) / median(baseline) with a percentile-bootstrap CI, for two samples that are NOT paired.
+    """median(new) / median(baseline) with a percentile-bootstrap CI, for two samples that are NOT
+    paired.
 
-    Two separate runs (a stored baseline and today's run) share no rounds, so each side is resampled on its own;
-    the CI then carries both sides' spread. NaNs are dropped. `n` is the smaller side. With a single value on
-    either side the CI is degenerate (callers should treat it as unproven); an empty side or a zero baseline
-    median raises ValueError.
+    Two separate runs (a stored baseline and today's run) share no rounds, so each side is resampled
+    on its own; the CI then carries both sides' spread. NaNs are dropped. `n` is the smaller side.
+    With a single value on either side the CI is degenerate (callers should treat it as unproven);
+    an empty side or a zero baseline median raises ValueError.
     """
     b, n = _drop_nan(_as_1d(baseline_values)), _drop_nan(_as_1d(new_values))
     if b.size == 0 or n.size == 0:
@@ -488,13 +561,22 @@ def bootstrap_ratio_of_medians_ci(
     return RatioCI(ratio=ratio, low=float(low), high=float(high), n=int(min(b.size, n.size)))
 
 
-# --- one run against another (unpaired) ------------------------------------------------------------
+# --- one run against another (unpaired) -----------------------------------------------------------
 
-# A cell of one run matched with the same cell of another. No machine column: a stored baseline comes from another
-# host name (a CI runner's changes every time); whether the machines match is the caller's fingerprint check.
+# A cell of one run matched with the same cell of another. No machine column: a stored baseline
+# comes from another host name (a CI runner's changes every time); whether the machines match is the
+# caller's fingerprint check.
 RUN_CELL_KEYS = ("model_key", "size", "workload", "variant")
 RUN_COMPARE_COLUMNS = (
-    *RUN_CELL_KEYS, "metric", "baseline_median", "new_median", "n_baseline", "n_new", "ratio", "low", "high",
+    *RUN_CELL_KEYS,
+    "metric",
+    "baseline_median",
+    "new_median",
+    "n_baseline",
+    "n_new",
+    "ratio",
+    "low",
+    "high",
     "delta_pct",
 )
 
@@ -507,29 +589,36 @@ def compare_runs(
     seed: int = 0,
     confidence: float = 0.95,
 ) -> pd.DataFrame:
-    """Each model x size x workload x variant x metric of `new_trials` against the same cell of `baseline_trials`.
+    """Each model x size x workload x variant x metric of `new_trials` against the same cell of
+    `baseline_trials`.
 
-    The two sides come from different runs, so nothing pairs them: the ratio is median(new) / median(baseline) of
-    the timed trials, with bootstrap_ratio_of_medians_ci's CI (seeded). A cell found on one side only gets a row
-    with n = 0 on the other and NaN ratio, so callers can list it as missing or new. Rows: the baseline's cells in
-    order, then cells only the new side has.
+    The two sides come from different runs, so nothing pairs them: the ratio is
+    median(new) / median(baseline) of the timed trials, with bootstrap_ratio_of_medians_ci's CI
+    (seeded). A cell found on one side only gets a row with n = 0 on the other and NaN ratio, so
+    callers can list it as missing or new. Rows: the baseline's cells in order, then cells only the
+    new side has.
     """
-    base, new = _values_by_run_cell(baseline_trials, metrics), _values_by_run_cell(new_trials, metrics)
+    base, new = (
+        _values_by_run_cell(baseline_trials, metrics),
+        _values_by_run_cell(new_trials, metrics),
+    )
     rows = []
     for key in dict.fromkeys([*base, *new]):
         b, n = base.get(key, np.array([])), new.get(key, np.array([]))
         ci = bootstrap_ratio_of_medians_ci(b, n, seed, confidence=confidence) if b.size and n.size else None
-        rows.append({
-            **dict(zip((*RUN_CELL_KEYS, "metric"), key, strict=True)),
-            "baseline_median": _median(b),
-            "new_median": _median(n),
-            "n_baseline": int(b.size),
-            "n_new": int(n.size),
-            "ratio": ci.ratio if ci else math.nan,
-            "low": ci.low if ci else math.nan,
-            "high": ci.high if ci else math.nan,
-            "delta_pct": ci.delta_pct if ci else math.nan,
-        })
+        rows.append(
+            {
+                **dict(zip((*RUN_CELL_KEYS, "metric"), key, strict=True)),
+                "baseline_median": _median(b),
+                "new_median": _median(n),
+                "n_baseline": int(b.size),
+                "n_new": int(n.size),
+                "ratio": ci.ratio if ci else math.nan,
+                "low": ci.low if ci else math.nan,
+                "high": ci.high if ci else math.nan,
+                "delta_pct": ci.delta_pct if ci else math.nan,
+            }
+        )
     return pd.DataFrame(rows, columns=list(RUN_COMPARE_COLUMNS))
 
 
@@ -549,11 +638,13 @@ def _values_by_run_cell(trials: pd.DataFrame, metrics: Sequence[str]) -> dict[tu
 
 
 def paired_speedups(trials: pd.DataFrame, baseline: str, new: str) -> pd.DataFrame:
-    """Per-round speedups new/baseline as trial-like rows (variant "NEW/BASELINE"), ready for compare_runs.
+    """Per-round speedups new/baseline as trial-like rows (variant "NEW/BASELINE"), ready for
+    compare_runs.
 
-    Both variants of a round share whatever the machine was doing at the time, so the paired ratio cancels load that
-    moves the absolute tok/s of a whole run; comparing speedups across runs then resolves a fused path that lost
-    ground even when the runs' absolute speeds differ. Pairs where either side lacks a value stay NaN.
+    Both variants of a round share whatever the machine was doing at the time, so the paired ratio
+    cancels load that moves the absolute tok/s of a whole run; comparing speedups across runs then
+    resolves a fused path that lost ground even when the runs' absolute speeds differ. Pairs where
+    either side lacks a value stay NaN.
     """
     timed = timed_trials(trials)
     columns = list(METRIC_COLUMNS.values())
@@ -575,10 +666,11 @@ def paired_speedups(trials: pd.DataFrame, baseline: str, new: str) -> pd.DataFra
 
 @dataclass(frozen=True)
 class Latency:
-    """Latency as a user feels it, for one cell and variant, in seconds: the median time to first token (the
-    prefill) and the 50th, 90th and 99th percentiles of inter-token latency over every decode step of the timed
-    rounds (NaN without any), and the median first token as mlx-lm's stream_generate reads it (ttft_s, after queuing
-    the first decode step), where the trials recorded it."""
+    """Latency as a user feels it, for one cell and variant, in seconds: the median time to first
+    token (the prefill) and the 50th, 90th and 99th percentiles of inter-token latency over every
+    decode step of the timed rounds (NaN without any), and the median first token as mlx-lm's
+    stream_generate reads it (ttft_s, after queuing the first decode step), where the trials
+    recorded it."""
 
     machine: str
     size: str
@@ -600,13 +692,22 @@ def latencies(trials: pd.DataFrame) -> list[Latency]:
         return []
     found = []
     for keys, group in timed.groupby([*CELL_KEYS, "variant"], sort=False, dropna=False):
-        steps = np.concatenate([np.asarray(s, dtype=np.float64) for s in group["step_s"] if isinstance(s, list)]
-                               or [np.array([])])
+        steps = np.concatenate(
+            [np.asarray(s, dtype=np.float64) for s in group["step_s"] if isinstance(s, list)] or [np.array([])]
+        )
         p50, p90, p99 = np.percentile(steps, [50, 90, 99]) if steps.size else (math.nan,) * 3
         mlx_lm = pd.to_numeric(group["ttft_s"], errors="coerce").median() if "ttft_s" in group else math.nan
-        found.append(Latency(*keys, ttft_p50=float(group["prefill_s"].median()), itl_p50=float(p50),
-                             itl_p90=float(p90), itl_p99=float(p99), steps=int(steps.size),
-                             mlx_lm_ttft_p50=None if math.isnan(mlx_lm) else float(mlx_lm)))
+        found.append(
+            Latency(
+                *keys,
+                ttft_p50=float(group["prefill_s"].median()),
+                itl_p50=float(p50),
+                itl_p90=float(p90),
+                itl_p99=float(p99),
+                steps=int(steps.size),
+                mlx_lm_ttft_p50=None if math.isnan(mlx_lm) else float(mlx_lm),
+            )
+        )
     return found
 
 
@@ -628,8 +729,11 @@ def trial_values(trials: pd.DataFrame, metrics: Sequence[str] = METRICS) -> list
     if timed.empty:
         return []
     keys = list(zip(timed["model_key"], timed["size"], timed["variant"], timed["round"], strict=True))
-    return [TrialValue(key, size, variant, int(round_), metric, float(value))
-            for metric in metrics
-            for (key, size, variant, round_), value in zip(keys, timed[_metric_column(metric)].astype(np.float64),
-                                                          strict=True)
-            if not math.isnan(value)]
+    return [
+        TrialValue(key, size, variant, int(round_), metric, float(value))
+        for metric in metrics
+        for (key, size, variant, round_), value in zip(
+            keys, timed[_metric_column(metric)].astype(np.float64), strict=True
+        )
+        if not math.isnan(value)
+    ]

@@ -1,35 +1,40 @@
-"""When a cell has enough rounds (`trials: auto`): each watched row is decided, or no decision is in reach.
+"""When a cell has enough rounds (`trials: auto`): each watched row is decided, or no decision is in
+reach.
 
 Decided
-    A row of a comparison is decided when its interval, at the level the table prints it, says "faster",
-    "slower" or "no change within ±margin" (analysis.inference, "Verdict words"). A row of the gate (a variant
-    of the current build against the reference build) is decided when its interval lies wholly above or wholly
-    below −limit: within the limit, or beyond it. An experiment's `precision`, when it sets one, asks in
-    addition that the row's half-width be at most that.
-    The level is Bonferroni's over the table's rows (`print_level`); Holm's adjusted interval is never wider, so
-    a row decided here is decided in print.
+    A row of a comparison is decided when its interval, at the level the table prints it, says
+    "faster", "slower" or "no change within ±margin" (analysis.inference, "Verdict words"). A row of
+    the gate (a variant of the current build against the reference build) is decided when its
+    interval lies wholly above or wholly below −limit: within the limit, or beyond it. An
+    experiment's `precision`, when it sets one, asks in addition that the row's half-width be at
+    most that.
+    The level is Bonferroni's over the table's rows (`print_level`); Holm's adjusted interval is
+    never wider, so a row decided here is decided in print.
 
 Looking after every round
-    The intervals are confidence sequences (analysis.sequential): they hold at every round count at once, so the
-    cell may stop at the first round at which its rows are decided without the interval covering less than it
-    says. The rule never needs a plan fixed in advance: the pilot (`MIN_AUTO_ROUNDS` rounds, core.spec) only
-    keeps the first verdict from resting on a handful of rounds, and `max_rounds` and the budget bound it.
-    Simulated at both machines' noise, with heavy tails and dips: benchmarks/sequential_coverage.py.
+    The intervals are confidence sequences (analysis.sequential): they hold at every round count at
+    once, so the cell may stop at the first round at which its rows are decided without the interval
+    covering less than it says. The rule never needs a plan fixed in advance: the pilot
+    (`MIN_AUTO_ROUNDS` rounds, core.spec) only keeps the first verdict from resting on a handful of
+    rounds, and `max_rounds` and the budget bound it. Simulated at both machines' noise, with heavy
+    tails and dips: benchmarks/sequential_coverage.py.
 
 In reach
-    After each round an undecided row's forecast is the rounds at which its interval would be narrow enough if
-    its estimate and spread stayed as they are (`Row.rounds_to_decide`): half-width below the distance from the
-    estimate to the nearest boundary that decides it. A cell stops adding rounds ("out of reach") when no
-    undecided row's forecast fits the rounds and time it has left, so its time goes to the cells after it.
-    The forecast decides only when to stop spending, never what a row reads.
+    After each round an undecided row's forecast is the rounds at which its interval would be narrow
+    enough if its estimate and spread stayed as they are (`Row.rounds_to_decide`): half-width below
+    the distance from the estimate to the nearest boundary that decides it. A cell stops adding
+    rounds ("out of reach") when no undecided row's forecast fits the rounds and time it has left,
+    so its time goes to the cells after it. The forecast decides only when to stop spending, never
+    what a row reads.
 
 Time (`RunBudget`)
-    `budget_s` bounds the whole run's wall time: building weights, warm-up, correctness, the timed rounds and op
-    shares. Each cell gets an even share of what the run has left when it starts (the cells before it may have
-    passed time on), and a round that would not fit its share is not started. One thing lies outside it: a
-    cell's pilot always runs, since before it no row has an interval at all (the sequence is unbounded below 6
-    rounds at a table's α/8); where the pilots alone outrun the budget, the run takes that long and each cell's
-    pilot line says what a larger budget would settle.
+    `budget_s` bounds the whole run's wall time: building weights, warm-up, correctness, the timed
+    rounds and op shares. Each cell gets an even share of what the run has left when it starts (the
+    cells before it may have passed time on), and a round that would not fit its share is not
+    started. One thing lies outside it: a cell's pilot always runs, since before it no row has an
+    interval at all (the sequence is unbounded below 6 rounds at a table's α/8); where the pilots
+    alone outrun the budget, the run takes that long and each cell's pilot line says what a larger
+    budget would settle.
 """
 
 from __future__ import annotations
@@ -48,14 +53,15 @@ def print_level(rows_in_table: int, alpha: float = 0.05) -> float:
 
 
 def target_for_margin(margin_pct: float) -> float:
-    """The largest half-width (percent) at which a row whose interval holds Δ = 0 still reads "no change"."""
+    """The largest half-width (percent) at which a row whose interval holds Δ = 0 still reads "no
+    change"."""
     return 100.0 * math.sinh(math.log1p(margin_pct / 100.0) / 2.0)
 
 
 @dataclass(frozen=True)
 class Goal:
-    """What decides a watched row: the verdict at `margin_pct`, or (`limit_pct` set) which side of −limit its
-    interval lies; `target_pct`, when set, a half-width it must reach as well."""
+    """What decides a watched row: the verdict at `margin_pct`, or (`limit_pct` set) which side of
+    −limit its interval lies; `target_pct`, when set, a half-width it must reach as well."""
 
     margin_pct: float
     limit_pct: float | None = None
@@ -64,8 +70,8 @@ class Goal:
 
 @dataclass(frozen=True)
 class Row:
-    """One watched row after some rounds: its mean log ratio, log-ratio SD and rounds, and its interval's
-    half-width (log units) at `alpha`, Bonferroni's share of the table's 5%."""
+    """One watched row after some rounds: its mean log ratio, log-ratio SD and rounds, and its
+    interval's half-width (log units) at `alpha`, Bonferroni's share of the table's 5%."""
 
     mean_log: float
     sd_log: float
@@ -104,8 +110,8 @@ class Row:
         return m - half > 0.0 or m + half < 0.0 or inside
 
     def rounds_to_decide(self) -> int | None:
-        """The round count at which this row would be decided, were its estimate and spread to stay; None when
-        none would (an estimate on the boundary itself)."""
+        """The round count at which this row would be decided, were its estimate and spread to stay;
+        None when none would (an estimate on the boundary itself)."""
         if self.decided:
             return self.n
         needed = sequential.rounds_to_reach(self._room(), self.sd_log, self.alpha)
@@ -120,6 +126,7 @@ class RunBudget:
     cells: int
 
     def share_s(self, elapsed_s: float, cells_done: int) -> float:
-        """Seconds the next cell may spend: an even share of what the run has left after `elapsed_s`."""
+        """Seconds the next cell may spend: an even share of what the run has left after
+        `elapsed_s`."""
         left = max(0.0, self.total_s - elapsed_s)
         return left / max(1, self.cells - cells_done)

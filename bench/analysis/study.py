@@ -1,7 +1,7 @@
 """The study: everything a report or a check is built from, out of one or more results files.
 
-It also knows how cells are named and ordered (E2B before 26B; a model key added only when two share a size label),
-so tables, plots and the gate label a cell the same way.
+It also knows how cells are named and ordered (E2B before 26B; a model key added only when two share
+a size label), so tables, plots and the gate label a cell the same way.
 """
 
 from __future__ import annotations
@@ -36,10 +36,9 @@ from .runs import Environment, Load, Run, loads, runs
 SIZE_ORDER = ("E2B", "E4B", "26B", "31B")
 
 
-
 def load_results(paths: Sequence[str | Path], warn: Callable[[str], None] | None = None) -> Results:
-    """Read and merge results files. Each must hold timed trials or op records (`fusebench ops`), all well formed;
-    otherwise the error names the file."""
+    """Read and merge results files. Each must hold timed trials or op records (`fusebench ops`),
+    all well formed; otherwise the error names the file."""
     merged = Results()
     for path in _once(paths):
         one = read_results([path], warn=warn)
@@ -48,13 +47,15 @@ def load_results(paths: Sequence[str | Path], warn: Callable[[str], None] | None
         if not any(not r["warmup"] for r in one.of_kind("trial")) and not one.of_kind("op"):
             found = ", ".join(f"{n} {kind}" for kind, n in Counter(r["kind"] for r in one.records).items())
             raise ResultsError(f"{path}: no timed trial or op records to report (found {found})")
-        # A copy of a file, or a baseline saved from it, holds the same records again: merge counts each once.
+        # A copy of a file, or a baseline saved from it, holds the same records again: merge counts
+        # each once.
         merged.merge(one, path, warn=warn)
     return merged
 
 
 def _once(paths: Sequence[str | Path]) -> list[Path]:
-    """The paths in order, a file given twice (by any spelling) only the first time, as its user wrote it."""
+    """The paths in order, a file given twice (by any spelling) only the first time, as its user
+    wrote it."""
     first: dict[Path, Path] = {}
     for path in map(Path, paths):
         first.setdefault(path.resolve(), path)
@@ -78,12 +79,17 @@ class Study:
     machines: list[str]
     runs: dict[str, Run]  # every run header, by run id
     loads: list[Load]  # what else ran on the machine while each run measured
-    op_summaries: list[VariantSummary]  # per run x op x shape x variant statistics (analysis.opstats)
-    margin_pct: float = stats.DEFAULT_MARGIN_PCT  # "no change" means within ± this (the experiments' margin_pct)
-    kernels: pd.DataFrame = dataclasses.field(default_factory=pd.DataFrame)  # which kernels ran (kind "kernel")
-    # every build's trials, warmups included, when a run measured two builds (run --against); else empty
+    # per run x op x shape x variant statistics (analysis.opstats)
+    op_summaries: list[VariantSummary]
+    # "no change" means within ± this (the experiments' margin_pct)
+    margin_pct: float = stats.DEFAULT_MARGIN_PCT
+    # which kernels ran (kind "kernel")
+    kernels: pd.DataFrame = dataclasses.field(default_factory=pd.DataFrame)
+    # every build's trials, warmups included, when a run measured two builds (run --against); else
+    # empty
     build_trials: pd.DataFrame = dataclasses.field(default_factory=pd.DataFrame)
-    # why a run's stored experiment was left unread (today's parser rejects it): its trials still report
+    # why a run's stored experiment was left unread (today's parser rejects it): its trials still
+    # report
     unread_experiments: list[str] = dataclasses.field(default_factory=list)
 
     @property
@@ -96,7 +102,8 @@ class Study:
         return run.env if run else Environment()
 
     def envs(self, machine: str) -> list[Environment]:
-        """The environment of each run on a machine (at least one: a machine no run header names reads as "?")."""
+        """The environment of each run on a machine (at least one: a machine no run header names
+        reads as "?")."""
         return [run.env for run in self.runs.values() if run.machine == machine] or [Environment()]
 
 
@@ -104,7 +111,8 @@ CURRENT_BUILD = "current"
 
 
 def current_build(frame: pd.DataFrame) -> pd.DataFrame:
-    """The records of the build under test; a run of two builds (run --against) holds the reference's too."""
+    """The records of the build under test; a run of two builds (run --against) holds the
+    reference's too."""
     if frame.empty or "build" not in frame:
         return frame
     return frame[frame["build"].fillna(CURRENT_BUILD) == CURRENT_BUILD]
@@ -114,7 +122,8 @@ def build_study(results: Results) -> Study:
     all_trials = results.frame("trial")
     trials = current_build(all_trials)
     op_records = results.frame("op")
-    # An ops run's header stores the experiment it took its shapes from; its variants and comparisons were not run.
+    # An ops run's header stores the experiment it took its shapes from; its variants and
+    # comparisons were not run.
     op_runs = set(op_records["run_id"]) if not op_records.empty else set()
     unread: list[str] = []
     experiments = [stored_experiment(h, unread) for run_id, h in results.runs.items() if run_id not in op_runs]
@@ -151,11 +160,12 @@ def build_study(results: Results) -> Study:
 
 
 def stored_experiment(header: RunHeader, unread: list[str]) -> Experiment | None:
-    """The experiment a run header stores, read by the one spec parser (none for a header without one).
+    """The experiment a run header stores, read by the one spec parser (none for a header without
+    one).
 
-    An experiment that today's parser rejects (written for an older schema) is left out, its error added to
-    `unread`: the trials carry their variants' ops, so the run still reports, with the first variant against each
-    other one in place of its declared comparisons."""
+    An experiment that today's parser rejects (written for an older schema) is left out, its error
+    added to `unread`: the trials carry their variants' ops, so the run still reports, with the
+    first variant against each other one in place of its declared comparisons."""
     experiment = header.get("experiment")
     content = experiment.get("content") if experiment else None
     if not experiment or not content:
@@ -164,8 +174,10 @@ def stored_experiment(header: RunHeader, unread: list[str]) -> Experiment | None
     try:
         return parse_experiment(content, where, stored=True)
     except SpecError as err:
-        unread.append(f"stored experiment not read by this fusebench ({err}): its comparisons, margin and "
-                      "declared variants are not used")
+        unread.append(
+            f"stored experiment not read by this fusebench ({err}): its comparisons, margin and "
+            "declared variants are not used"
+        )
         return None
 
 
@@ -174,8 +186,8 @@ class ComparisonError(UserError):
 
 
 def resolve_comparisons(requested: Sequence[tuple[str, str]], study: Study) -> list[tuple[str, str]]:
-    """The requested (baseline, new) pairs if any, else the experiments' comparisons, else the first variant against
-    each other one."""
+    """The requested (baseline, new) pairs if any, else the experiments' comparisons, else the first
+    variant against each other one."""
     if requested:
         pairs = list(requested)
         for pair in pairs:
@@ -195,7 +207,8 @@ def resolve_comparisons(requested: Sequence[tuple[str, str]], study: Study) -> l
 
 
 def size_rank(label: str) -> int:
-    """E2B, E4B, 26B, 31B first (a truncated "E2B (2/35 layers)" counts as E2B), then everything else."""
+    """E2B, E4B, 26B, 31B first (a truncated "E2B (2/35 layers)" counts as E2B), then everything
+    else."""
     return next((i for i, size in enumerate(SIZE_ORDER) if matches_size(label, size)), len(SIZE_ORDER))
 
 
@@ -210,7 +223,8 @@ def ordered_cells(frames: Sequence[pd.DataFrame]) -> list[tuple[str, str]]:
 
 
 def cell_labels(cells: Sequence[tuple[str, str]]) -> dict[tuple[str, str], str]:
-    """The size label, unless two models share it (say float32 and bfloat16 E2B): then the model key is added."""
+    """The size label, unless two models share it (say float32 and bfloat16 E2B): then the model key
+    is added."""
     counts = Counter(size for _, size in cells)
     return {(key, size): size if counts[size] == 1 else f"{size} · {key}" for key, size in cells}
 
@@ -241,8 +255,8 @@ def compare_scope(study: Study, machine: str, workload: str, pair: tuple[str, st
 
 @dataclass(frozen=True)
 class CorrectnessCheck:
-    """One variant's logits against the reference variant's on one cell (a `correctness` record): it passed when
-    max |Δlogit| <= atol and every decisive greedy token agreed."""
+    """One variant's logits against the reference variant's on one cell (a `correctness` record): it
+    passed when max |Δlogit| <= atol and every decisive greedy token agreed."""
 
     machine: str
     model_key: str
@@ -259,20 +273,37 @@ class CorrectnessCheck:
 
 
 def correctness_checks(records: pd.DataFrame) -> list[CorrectnessCheck]:
-    """The correctness records of a frame (Results.frame("correctness")), in its order; a field the records lack
-    (the gate reads files the report's field check has not seen) reads NaN."""
+    """The correctness records of a frame (Results.frame("correctness")), in its order; a field the
+    records lack (the gate reads files the report's field check has not seen) reads NaN."""
     if records.empty:
         return []
     rows = records.reindex(columns=["machine", *CORRECTNESS_FIELDS])
-    return [CorrectnessCheck(r.machine, r.model_key, r.size, r.workload, r.variant, r.reference,
-                             float(r.max_abs_err), float(r.max_rel_err), int(r.tokens_agree), int(r.tokens_checked),
-                             float(r.atol), bool(r.passed)) for r in rows.itertuples()]
+    return [
+        CorrectnessCheck(
+            r.machine,
+            r.model_key,
+            r.size,
+            r.workload,
+            r.variant,
+            r.reference,
+            float(r.max_abs_err),
+            float(r.max_rel_err),
+            int(r.tokens_agree),
+            int(r.tokens_checked),
+            float(r.atol),
+            bool(r.passed),
+        )
+        for r in rows.itertuples()
+    ]
 
 
 def failed_correctness(study: Study, machine: str, workload: str) -> dict[tuple[str, str], CorrectnessCheck]:
     """(model_key, variant) -> the failing correctness check, for one machine and workload."""
-    return {(c.model_key, c.variant): c for c in correctness_checks(on(study.correctness, machine, workload))
-            if not c.passed}
+    return {
+        (c.model_key, c.variant): c
+        for c in correctness_checks(on(study.correctness, machine, workload))
+        if not c.passed
+    }
 
 
 @dataclass(frozen=True)
@@ -295,13 +326,23 @@ def cell_infos(frames: Sequence[pd.DataFrame]) -> list[CellInfo]:
     if not present:
         return []
     rows = pd.concat(present).drop_duplicates(["model_key", "size", "workload"]).reindex(columns=list(CELL_FIELDS))
-    return [CellInfo(r.model_key, r.size, r.workload, r.prompt_tokens, r.gen_tokens, r.batch,
-                     "?" if pd.isna(r.dtype) else str(r.dtype), r.quantize if isinstance(r.quantize, str) else None)
-            for r in rows.itertuples()]
+    return [
+        CellInfo(
+            r.model_key,
+            r.size,
+            r.workload,
+            r.prompt_tokens,
+            r.gen_tokens,
+            r.batch,
+            "?" if pd.isna(r.dtype) else str(r.dtype),
+            r.quantize if isinstance(r.quantize, str) else None,
+        )
+        for r in rows.itertuples()
+    ]
 
 
 def closed_reason(closed: pd.DataFrame, model_key: str) -> str | None:
-    """"skipped: ..." / "error: ..." for a cell, or None."""
+    """ "skipped: ..." / "error: ..." for a cell, or None."""
     if closed.empty:
         return None
     rows = closed[closed["model_key"] == model_key]
@@ -310,7 +351,8 @@ def closed_reason(closed: pd.DataFrame, model_key: str) -> str | None:
 
 
 def ops_changes(study: Study, baseline: str, new: str) -> dict[str, tuple[str, str]]:
-    """op -> (baseline implementation, new implementation), for the ops the two variants set differently."""
+    """op -> (baseline implementation, new implementation), for the ops the two variants set
+    differently."""
     a, b = study.ops.get(baseline, {}), study.ops.get(new, {})
     ops = dict.fromkeys([*a, *b])
     return {op: (a.get(op, "default"), b.get(op, "default")) for op in ops if a.get(op) != b.get(op)}
@@ -340,18 +382,21 @@ def trial_medians(timed: pd.DataFrame, columns: Sequence[str]) -> pd.DataFrame:
 
 
 def optional_medians(timed: pd.DataFrame, column: str) -> dict[tuple[str, str], float]:
-    """(model_key, variant) -> the median of an optional trial column, for one machine and workload's trials; only
-    the pairs whose trials carry it (records from before the column existed lack it)."""
+    """(model_key, variant) -> the median of an optional trial column, for one machine and
+    workload's trials; only the pairs whose trials carry it (records from before the column existed
+    lack it)."""
     if timed.empty or column not in timed:
         return {}
     medians = trial_medians(timed, [column]).dropna(subset=[column])
-    return {(key, variant): float(value)
-            for key, variant, value in zip(medians["model_key"], medians["variant"], medians[column], strict=True)}
+    return {
+        (key, variant): float(value)
+        for key, variant, value in zip(medians["model_key"], medians["variant"], medians[column], strict=True)
+    }
 
 
 def prompt_sweeps(timed: pd.DataFrame) -> list[tuple[int, int, pd.DataFrame]]:
-    """(gen_tokens, batch, trials) for each gen and batch setting at which some model was measured at several prompt
-    lengths: the trials of those models."""
+    """(gen_tokens, batch, trials) for each gen and batch setting at which some model was measured
+    at several prompt lengths: the trials of those models."""
     sweeps = []
     for (gen, batch), rows in timed.groupby(["gen_tokens", "batch"], sort=True):
         swept = rows[rows.groupby("model_key")["prompt_tokens"].transform("nunique") > 1]
@@ -374,8 +419,8 @@ class DepthSample:
 
 @dataclass(frozen=True)
 class DepthGroup:
-    """A machine's depth records that share a batch and a number of decode steps timed at each depth (a depth
-    record's gen_tokens): one table and one plot."""
+    """A machine's depth records that share a batch and a number of decode steps timed at each depth
+    (a depth record's gen_tokens): one table and one plot."""
 
     batch: int
     steps: int
@@ -403,22 +448,32 @@ def depth_groups(study: Study, machine: str) -> list[DepthGroup]:
     depth = on(study.depth, machine)
     if depth.empty:
         return []
-    return [DepthGroup(int(batch), int(steps), ordered_cells([rows]), variants_in(study, rows),
-                       [DepthSample(r.model_key, r.size, r.variant, int(r.depth), int(r.round), float(r.gen_tps))
-                        for r in rows.itertuples()])
-            for (batch, steps), rows in depth.groupby(["batch", "gen_tokens"], sort=True)]
+    return [
+        DepthGroup(
+            int(batch),
+            int(steps),
+            ordered_cells([rows]),
+            variants_in(study, rows),
+            [
+                DepthSample(r.model_key, r.size, r.variant, int(r.depth), int(r.round), float(r.gen_tps))
+                for r in rows.itertuples()
+            ],
+        )
+        for (batch, steps), rows in depth.groupby(["batch", "gen_tokens"], sort=True)
+    ]
 
 
 @dataclass(frozen=True)
 class Roofline:
-    """A cell and variant's median achieved rates over its timed trials and their share of the machine's peak (NaN
-    where no trial has one)."""
+    """A cell and variant's median achieved rates over its timed trials and their share of the
+    machine's peak (NaN where no trial has one)."""
 
     prefill_tflops: float
     prefill_pct_of_peak: float
     gen_gbps: float
     gen_pct_of_peak: float
-    above_peak: frozenset[str]  # the metrics some trial achieved above the peak (the peak was underestimated)
+    # the metrics some trial achieved above the peak (the peak was underestimated)
+    above_peak: frozenset[str]
 
 
 def has_roofline(timed: pd.DataFrame) -> bool:
@@ -434,14 +489,22 @@ def rooflines(timed: pd.DataFrame) -> dict[tuple[str, str], Roofline]:
         for key, variant, metrics in zip(timed["model_key"], timed["variant"], timed["above_peak"], strict=True):
             if isinstance(metrics, list):
                 above.setdefault((key, variant), set()).update(metrics)
-    return {(r.model_key, r.variant): Roofline(r.prefill_tflops, r.prefill_pct_of_peak, r.gen_gbps,
-                                               r.gen_pct_of_peak, frozenset(above.get((r.model_key, r.variant), ())))
-            for r in medians.itertuples()}
+    return {
+        (r.model_key, r.variant): Roofline(
+            r.prefill_tflops,
+            r.prefill_pct_of_peak,
+            r.gen_gbps,
+            r.gen_pct_of_peak,
+            frozenset(above.get((r.model_key, r.variant), ())),
+        )
+        for r in medians.itertuples()
+    }
 
 
 @dataclass(frozen=True)
 class ColdStart:
-    """A variant's first, cold call on a cell (the trial that carries compile_s) against its steady trials."""
+    """A variant's first, cold call on a cell (the trial that carries compile_s) against its steady
+    trials."""
 
     machine: str
     cell: str
@@ -459,8 +522,19 @@ def cold_starts(study: Study) -> list[ColdStart]:
         return []
     steady = (
         study.timed.assign(total=study.timed["prefill_s"] + study.timed["gen_s"].fillna(0.0))
-        .groupby(["machine", "cell", "variant"])["total"].median()
+        .groupby(["machine", "cell", "variant"])["total"]
+        .median()
     )
-    return [ColdStart(r.machine, r.cell, r.size, r.workload, r.variant, float(r.compile_s),
-                      float(steady.get((r.machine, r.cell, r.variant), math.nan)), not r.warmup)
-            for r in trials[trials["compile_s"].notna()].itertuples()]
+    return [
+        ColdStart(
+            r.machine,
+            r.cell,
+            r.size,
+            r.workload,
+            r.variant,
+            float(r.compile_s),
+            float(steady.get((r.machine, r.cell, r.variant), math.nan)),
+            not r.warmup,
+        )
+        for r in trials[trials["compile_s"].notna()].itertuples()
+    ]

@@ -1,10 +1,11 @@
-"""The `fusebench` command line: one module per subcommand. Exit codes everywhere: 0 ok, 1 a check failed, 2 bad
-input or usage.
+"""The `fusebench` command line: one module per subcommand. Exit codes everywhere: 0 ok, 1 a check
+failed, 2 bad input or usage.
 
-Each command module has `add_arguments(parser)`, which declares its arguments with argparse types that turn text
-into typed values, and `main(args, console)`, which calls the layers below with plain typed arguments (as asv's
-commands do), so no library code ever sees an argparse Namespace. The layers below are imported inside `main`, so
-`fusebench --help` and every `COMMAND --help` answer without loading pandas, matplotlib or mlx.
+Each command module has `add_arguments(parser)`, which declares its arguments with argparse types
+that turn text into typed values, and `main(args, console)`, which calls the layers below with plain
+typed arguments (as asv's commands do), so no library code ever sees an argparse Namespace. The
+layers below are imported inside `main`, so `fusebench --help` and every `COMMAND --help` answer
+without loading pandas, matplotlib or mlx.
 """
 
 from __future__ import annotations
@@ -21,9 +22,12 @@ from . import baseline, bisect, calibrate, check, env, kernels, ops, project, re
 DESCRIPTION = """\
 Is the fused path faster than the unfused one, and does it compute the same thing?
 
-fusebench runs Gemma 4 (E2B, E4B, 26B, 31B, or a local mlx-lm checkpoint) with switchable op variants
-(compiled vs unfused GeGLU and logit softcap, SDPA vs manual attention, ...), times prefill and generation
-tokens/s in interleaved rounds, and reports each Δ with a paired 95% confidence interval and a verdict.
+fusebench runs Gemma 4 (E2B, E4B, 26B, 31B, or a local mlx-lm checkpoint) with switchable op \
+variants
+(compiled vs unfused GeGLU and logit softcap, SDPA vs manual attention, ...), times prefill and \
+generation
+tokens/s in interleaved rounds, and reports each Δ with a paired 95% confidence interval and a \
+verdict.
 
 typical session:
   fusebench env                          what will run: backend, device, BLAS
@@ -56,12 +60,20 @@ class CliParser(argparse.ArgumentParser):
 
 
 def build_parser() -> argparse.ArgumentParser:
-    parser = CliParser(prog="fusebench", description=DESCRIPTION, formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser = CliParser(
+        prog="fusebench",
+        description=DESCRIPTION,
+        formatter_class=argparse.RawDescriptionHelpFormatter,
+    )
     commands = parser.add_subparsers(title="commands", metavar="COMMAND", required=True, parser_class=CliParser)
     for name, module in COMMANDS.items():
         doc = (module.__doc__ or "").strip()
-        sub = commands.add_parser(name, help=doc.splitlines()[0], description=doc,
-                                  formatter_class=argparse.RawDescriptionHelpFormatter)
+        sub = commands.add_parser(
+            name,
+            help=doc.splitlines()[0],
+            description=doc,
+            formatter_class=argparse.RawDescriptionHelpFormatter,
+        )
         module.add_arguments(sub)
         sub.set_defaults(main=module.main)
     return parser
@@ -71,7 +83,8 @@ def main(argv: list[str] | None = None) -> int:
     args = build_parser().parse_args(argv)
     from ..measure.env import own_compile_dir
 
-    own_compile_dir()  # mx.compile's kernels, here and in every worker, go to a folder this user owns
+    # mx.compile's kernels, here and in every worker, go to a folder this user owns
+    own_compile_dir()
     # Piped into a CI log, rich would wrap tables at 80 columns; logs are read wider than that.
     console = Console(width=None if sys.stdout.isatty() else 160)
     try:

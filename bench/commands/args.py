@@ -1,5 +1,5 @@
-"""Argument types shared by the commands: each turns text into a typed value at the edge, or a one-line usage error
-(argparse's exit code 2)."""
+"""Argument types shared by the commands: each turns text into a typed value at the edge, or a
+one-line usage error (argparse's exit code 2)."""
 
 from __future__ import annotations
 

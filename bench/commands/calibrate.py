@@ -1,10 +1,11 @@
 """measure this machine's A/A noise so check fails only beyond it
 
-Runs the experiment N times back to back (or takes runs already made, with --from), compares every variant with
-itself in each way `fusebench check` compares, and stores the noise per scope and metric in
-results/baselines/noise-<machine>.json, where check finds it, with each run's speedup per comparison: from 10 runs
-on, check fails a fusion whose speedup falls below that history's prediction bound. On a shared machine whose load
-changes over the day, calibrate --from runs spread over that day, or the band comes out too narrow.
+Runs the experiment N times back to back (or takes runs already made, with --from), compares every
+variant with itself in each way `fusebench check` compares, and stores the noise per scope and
+metric in results/baselines/noise-<machine>.json, where check finds it, with each run's speedup per
+comparison: from 10 runs on, check fails a fusion whose speedup falls below that history's
+prediction bound. On a shared machine whose load changes over the day, calibrate --from runs spread
+over that day, or the band comes out too narrow.
 
 examples:
   fusebench calibrate                                   the shipped ci experiment, 10 runs, one after another
@@ -28,26 +29,50 @@ if TYPE_CHECKING:
     from ..core.spec import Experiment
 
 DEFAULT_EXPERIMENT = "ci"
-# 45 run-to-run pairs, and the 10 stored speedups a fusion's history needs before check gates on it (MIN_RUNS).
+# 45 run-to-run pairs, and the 10 stored speedups a fusion's history needs before check gates on it
+# (MIN_RUNS).
 DEFAULT_RUNS = 10
 SCRATCH_DIR = Path("results/scratch")
 
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:
-    parser.add_argument("experiment", nargs="?",
-                        help=f"experiment YAML or shipped name (default: {DEFAULT_EXPERIMENT}, the regression gate's)")
-    parser.add_argument("--runs", type=at_least(2, "run-to-run noise needs two runs"), metavar="N",
-                        help=f"runs of the experiment, >= 2 (default {DEFAULT_RUNS}); each pair is one run-to-run A/A")
-    parser.add_argument("--from", dest="sources", nargs="+", type=Path, metavar="RESULTS",
-                        help="calibrate from these results files of one experiment (>= 2) instead of running it")
-    parser.add_argument("--out", type=Path, metavar="FILE",
-                        help="noise file (default: results/baselines/noise-<machine>.json, where check looks)")
+    parser.add_argument(
+        "experiment",
+        nargs="?",
+        help=f"experiment YAML or shipped name (default: {DEFAULT_EXPERIMENT}, the regression gate's)",
+    )
+    parser.add_argument(
+        "--runs",
+        type=at_least(2, "run-to-run noise needs two runs"),
+        metavar="N",
+        help=f"runs of the experiment, >= 2 (default {DEFAULT_RUNS}); each pair is one run-to-run A/A",
+    )
+    parser.add_argument(
+        "--from",
+        dest="sources",
+        nargs="+",
+        type=Path,
+        metavar="RESULTS",
+        help="calibrate from these results files of one experiment (>= 2) instead of running it",
+    )
+    parser.add_argument(
+        "--out",
+        type=Path,
+        metavar="FILE",
+        help="noise file (default: results/baselines/noise-<machine>.json, where check looks)",
+    )
 
 
 def main(args: argparse.Namespace, console: Console) -> int:
     import json
 
-    from ..analysis.noise import calibrate_from, default_noise_path, experiment_of_runs, noise_bands, noise_record
+    from ..analysis.noise import (
+        calibrate_from,
+        default_noise_path,
+        experiment_of_runs,
+        noise_bands,
+        noise_record,
+    )
     from ..core.errors import UserError
     from ..core.spec import load_experiment
     from ..present.document import Paragraph, to_console
@@ -55,8 +80,10 @@ def main(args: argparse.Namespace, console: Console) -> int:
 
     if args.sources:
         if args.experiment or args.runs:
-            raise UserError("--from takes the experiment and the runs from the results files; "
-                            "give EXPERIMENT and --runs, or --from, not both")
+            raise UserError(
+                "--from takes the experiment and the runs from the results files; "
+                "give EXPERIMENT and --runs, or --from, not both"
+            )
         if len(args.sources) < 2:
             raise UserError("--from: run-to-run noise needs at least two results files")
         paths = list(dict.fromkeys(args.sources))
@@ -72,15 +99,26 @@ def main(args: argparse.Namespace, console: Console) -> int:
     out = args.out or default_noise_path(machine)
     out.parent.mkdir(parents=True, exist_ok=True)
     out.write_text(json.dumps(record, indent=1) + "\n", encoding="utf-8")
-    to_console([bands_table(noise_bands(calibration.aa)),
-                Paragraph(f"wrote {out} (machine: {machine}); "
-                          + ("fusebench check uses it on this machine" if out == default_noise_path(machine)
-                             else f"fusebench check uses it with --noise {out}"))], console)
+    to_console(
+        [
+            bands_table(noise_bands(calibration.aa)),
+            Paragraph(
+                f"wrote {out} (machine: {machine}); "
+                + (
+                    "fusebench check uses it on this machine"
+                    if out == default_noise_path(machine)
+                    else f"fusebench check uses it with --noise {out}"
+                )
+            ),
+        ],
+        console,
+    )
     return 0
 
 
 def run_calibration(exp: Experiment, runs: int, console: Console) -> list[Path]:
-    """Run the experiment `runs` times, one after another (never concurrently: that would be noise itself)."""
+    """Run the experiment `runs` times, one after another (never concurrently: that would be noise
+    itself)."""
     from ..core.errors import UserError
     from ..measure.env import require_backend
     from ..measure.plugins import bind_experiment

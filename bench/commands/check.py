@@ -1,23 +1,27 @@
-"""the regression gate: exit 0 passed, 1 a cell's whole CI is slower than allowed, 2 bad input, 3 cannot tell
+"""the regression gate: exit 0 passed, 1 a cell's whole CI is slower than allowed, 2 bad input, 3
+cannot tell
 
 What it checks, each when its input is there:
-- a run --against file (the CI gate): the current build against the reference build, every variant and metric and
-  all variants pooled, paired round by round; --confirm re-measures failing cells once and fails only if they fail
-  again;
-- against a stored baseline (fusebench baseline save): every declared comparison's paired per-round speedup, and
-  every cell's tok/s; tok/s only informs unless the baseline is from this machine and a calibration of it exists;
-  a baseline from another machine fingerprint is refused;
-- with this machine's calibration (fusebench calibrate, 10 runs or more): every declared comparison's speedup
-  against the calibration runs' (limit: max(--max-regression, the runs' 97.5% prediction bound));
-- the experiment's own `expect:` list (read back from the results' run header): paired slowdown limits between
-  variants, and every variant correct;
-- a plain run with none of these: its correctness records, and a note that speed was not gated (gate it with
-  `fusebench run EXPERIMENT --against REF`, or `--baseline FILE`). A file without timed trials exits 2.
-A cell fails only when its whole CI lies beyond the allowed slowdown: a point estimate never fails the gate (the
-history check compares a run's point estimate with a prediction bound that already holds a run's own noise). A
-cell whose CI reaches across the limit is "cannot tell" (exit 3, never "passed"), with the rounds that would
-settle it at the noise and pace the run showed. "passed" means every CI lies inside the limit. The limit is the
-larger of --max-regression and this machine's calibrated noise.
+- a run --against file (the CI gate): the current build against the reference build, every variant
+  and metric and all variants pooled, paired round by round; --confirm re-measures failing cells
+  once and fails only if they fail again;
+- against a stored baseline (fusebench baseline save): every declared comparison's paired per-round
+  speedup, and every cell's tok/s; tok/s only informs unless the baseline is from this machine and a
+  calibration of it exists; a baseline from another machine fingerprint is refused;
+- with this machine's calibration (fusebench calibrate, 10 runs or more): every declared
+  comparison's speedup against the calibration runs' (limit: max(--max-regression, the runs' 97.5%
+  prediction bound));
+- the experiment's own `expect:` list (read back from the results' run header): paired slowdown
+  limits between variants, and every variant correct;
+- a plain run with none of these: its correctness records, and a note that speed was not gated (gate
+  it with `fusebench run EXPERIMENT --against REF`, or `--baseline FILE`). A file without timed
+  trials exits 2.
+A cell fails only when its whole CI lies beyond the allowed slowdown: a point estimate never fails
+the gate (the history check compares a run's point estimate with a prediction bound that already
+holds a run's own noise). A cell whose CI reaches across the limit is "cannot tell" (exit 3, never
+"passed"), with the rounds that would settle it at the noise and pace the run showed. "passed" means
+every CI lies inside the limit. The limit is the larger of --max-regression and this machine's
+calibrated noise.
 
 examples:
   fusebench check results/ci.jsonl
@@ -47,21 +51,43 @@ FORMATS = ("text", "markdown", "json")
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("results", type=Path, metavar="RESULTS.jsonl", help="the results file to judge")
-    parser.add_argument("--baseline", type=Path, metavar="FILE",
-                        help="a baseline saved with fusebench baseline save (results/baselines/NAME.jsonl)")
-    parser.add_argument("--max-regression", type=percent, default=DEFAULT_MAX_REGRESSION_PCT, metavar="PCT",
-                        help=f"allowed slowdown against the baseline, e.g. 10 or 10%% (default "
-                             f"{DEFAULT_MAX_REGRESSION_PCT:g}); a calibrated noise band can only raise it")
-    parser.add_argument("--noise", type=Path, metavar="FILE",
-                        help="noise file from fusebench calibrate (default: results/baselines/noise-<machine>.json "
-                             "when it exists)")
-    parser.add_argument("--format", choices=FORMATS, default="text",
-                        help="text (default), markdown for a PR comment, or json with github-action-benchmark data")
-    parser.add_argument("--confirm", action="store_true",
-                        help="on a run --against file: re-measure the models whose cells failed or could not tell, "
-                        "in a new A/B run against the same reference commit; the verdict is that run's")
-    parser.add_argument("--allow-other-machine", action="store_true",
-                        help="compare against a baseline or noise file from another machine fingerprint")
+    parser.add_argument(
+        "--baseline",
+        type=Path,
+        metavar="FILE",
+        help="a baseline saved with fusebench baseline save (results/baselines/NAME.jsonl)",
+    )
+    parser.add_argument(
+        "--max-regression",
+        type=percent,
+        default=DEFAULT_MAX_REGRESSION_PCT,
+        metavar="PCT",
+        help=f"allowed slowdown against the baseline, e.g. 10 or 10%% (default "
+        f"{DEFAULT_MAX_REGRESSION_PCT:g}); a calibrated noise band can only raise it",
+    )
+    parser.add_argument(
+        "--noise",
+        type=Path,
+        metavar="FILE",
+        help="noise file from fusebench calibrate (default: results/baselines/noise-<machine>.json when it exists)",
+    )
+    parser.add_argument(
+        "--format",
+        choices=FORMATS,
+        default="text",
+        help="text (default), markdown for a PR comment, or json with github-action-benchmark data",
+    )
+    parser.add_argument(
+        "--confirm",
+        action="store_true",
+        help="on a run --against file: re-measure the models whose cells failed or could not tell, "
+        "in a new A/B run against the same reference commit; the verdict is that run's",
+    )
+    parser.add_argument(
+        "--allow-other-machine",
+        action="store_true",
+        help="compare against a baseline or noise file from another machine fingerprint",
+    )
 
 
 def main(args: argparse.Namespace, console: Console) -> int:
@@ -69,11 +95,17 @@ def main(args: argparse.Namespace, console: Console) -> int:
     from ..present.document import to_console, to_markdown
     from ..present.gate import blocks, title, to_json
 
-    request = CheckRequest(results=args.results, baseline=args.baseline, max_regression=args.max_regression,
-                           noise=args.noise, allow_other_machine=args.allow_other_machine)
+    request = CheckRequest(
+        results=args.results,
+        baseline=args.baseline,
+        max_regression=args.max_regression,
+        noise=args.noise,
+        allow_other_machine=args.allow_other_machine,
+    )
     outcome = run_check(request)
     if args.confirm and any(f.model_key for f in (*outcome.failures, *outcome.undecided)):
-        # Progress to stderr: stdout carries only the report (json or markdown may be piped into a PR comment).
+        # Progress to stderr: stdout carries only the report (json or markdown may be piped into a
+        # PR comment).
         outcome = confirmed(outcome, request, Console(stderr=True))
     if args.format == "json":
         console.file.write(to_json(outcome) + "\n")
@@ -87,10 +119,10 @@ def main(args: argparse.Namespace, console: Console) -> int:
 
 
 def confirmed(first: Outcome, request: CheckRequest, console: Console) -> Outcome:
-    """A new A/B run of the models whose build comparison failed or could not tell, against the same reference
-    commit: a noisy moment does not fail CI on its own, and an undecided row gets a second, independent run. The
-    outcome is the confirmation run's alone (choosing to re-run on the first run's outcome does not bias an
-    independent run), with the first run's rows as notes."""
+    """A new A/B run of the models whose build comparison failed or could not tell, against the same
+    reference commit: a noisy moment does not fail CI on its own, and an undecided row gets a
+    second, independent run. The outcome is the confirmation run's alone (choosing to re-run on the
+    first run's outcome does not bias an independent run), with the first run's rows as notes."""
     import dataclasses
     import tempfile
 
@@ -116,11 +148,16 @@ def confirmed(first: Outcome, request: CheckRequest, console: Console) -> Outcom
         experiment.write_text(header["experiment"]["content"])
         exp = load_experiment(experiment)
         exp = bind_experiment(dataclasses.replace(exp, models=tuple(m for m in exp.models if m.key in failing)))
-        console.print(f"confirming {len(first.failures)} failing and {len(first.undecided)} undecided verdict(s): "
-                      f"{', '.join(sorted(failing))} against {ref} -> {out}")
+        console.print(
+            f"confirming {len(first.failures)} failing and {len(first.undecided)} undecided verdict(s): "
+            f"{', '.join(sorted(failing))} against {ref} -> {out}"
+        )
         with reference_build(str(ref), experiment) as reference:
             run_experiment(exp, RunOptions(out=out, quiet=True, reference=reference), console)
     second = run_check(dataclasses.replace(request, results=out))
-    second.notes[:0] = [f"first run ({request.results}): " + "; ".join(
-        f"{f.cell} {f.variant} {f.metric} {f.status.value}" for f in rows), f"confirmation run: {out}"]
+    second.notes[:0] = [
+        f"first run ({request.results}): "
+        + "; ".join(f"{f.cell} {f.variant} {f.metric} {f.status.value}" for f in rows),
+        f"confirmation run: {out}",
+    ]
     return second

@@ -1,7 +1,8 @@
 """show backend, device, BLAS and versions that a run would record
 
-What a run records about this machine, read in a process started as the workers are, so the BLAS shown is the one
-the workers really load. With the stock mlx-cpu wheel's reference BLAS it warns and gives the remedy.
+What a run records about this machine, read in a process started as the workers are, so the BLAS
+shown is the one the workers really load. With the stock mlx-cpu wheel's reference BLAS it warns and
+gives the remedy.
 
 examples:
   fusebench env
@@ -20,9 +21,13 @@ from .args import positive_int
 def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--probe", action="store_true", help="also measure peak fp32 matmul GFLOP/s and copy GB/s")
     parser.add_argument("--blas", default="auto", metavar="auto|reference|PATH", help="BLAS as workers would use it")
-    parser.add_argument("--threads", type=positive_int, metavar="N",
-                        help="BLAS threads as workers would use them (default: measured on this machine, as "
-                        "`threads: auto` does; --probe measures again)")
+    parser.add_argument(
+        "--threads",
+        type=positive_int,
+        metavar="N",
+        help="BLAS threads as workers would use them (default: measured on this machine, as "
+        "`threads: auto` does; --probe measures again)",
+    )
 
 
 def main(args: argparse.Namespace, console: Console) -> int:
@@ -37,6 +42,8 @@ def main(args: argparse.Namespace, console: Console) -> int:
     probe = probe_peaks_in(worker_env) if args.probe else None
     print_env(console, env, probe, blas_warning(env))
     if threads.reason:
-        console.print(f"BLAS threads: {threads.threads}, measured on this machine: {threads.reason}",
-                      highlight=False)
+        console.print(
+            f"BLAS threads: {threads.threads}, measured on this machine: {threads.reason}",
+            highlight=False,
+        )
     return 0

@@ -1,11 +1,12 @@
 """which kernels really run: fused SDPA or its fallback, and what mx.compile made of each variant
 
-An A/B between fused and unfused means something only if the fused kernel really runs, and MLX falls back silently
-when it has none for a shape. For each attention call of each size (sliding head_dim 256 and full 512, prefill and
-decode, with its query and KV heads) this asks MLX for the fused SDPA kernel (force_fused=True) and reports fused,
-or fallback with MLX's reason; for every registered variant of every op it counts the kernels in the lazy graph
-after mx.compile, at the op's calls as its declaration gives them (the shapes `fusebench ops` times). Every
-`fusebench run` records the same facts per cell.
+An A/B between fused and unfused means something only if the fused kernel really runs, and MLX falls
+back silently when it has none for a shape. For each attention call of each size (sliding head_dim
+256 and full 512, prefill and decode, with its query and KV heads) this asks MLX for the fused SDPA
+kernel (force_fused=True) and reports fused, or fallback with MLX's reason; for every registered
+variant of every op it counts the kernels in the lazy graph after mx.compile, at the op's calls as
+its declaration gives them (the shapes `fusebench ops` times). Every `fusebench run` records the
+same facts per cell.
 
 examples:
   fusebench kernels
@@ -26,13 +27,29 @@ DEFAULT_SIZES = ["e2b", "e4b", "26b", "31b"]
 
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:
-    parser.add_argument("--sizes", type=names, default=DEFAULT_SIZES, metavar="PRESETS",
-                        help=f"comma-separated presets (default: {','.join(DEFAULT_SIZES)})")
-    parser.add_argument("--prompt-tokens", type=positive_int, default=128, metavar="N",
-                        help="prompt length of the probed attention calls (default 128); decode ones attend to N keys")
+    parser.add_argument(
+        "--sizes",
+        type=names,
+        default=DEFAULT_SIZES,
+        metavar="PRESETS",
+        help=f"comma-separated presets (default: {','.join(DEFAULT_SIZES)})",
+    )
+    parser.add_argument(
+        "--prompt-tokens",
+        type=positive_int,
+        default=128,
+        metavar="N",
+        help="prompt length of the probed attention calls (default 128); decode ones attend to N keys",
+    )
     parser.add_argument("--dtype", default="float32", help="float32 (default), bfloat16 or float16")
-    parser.add_argument("--plugin", action="append", type=Path, default=[], metavar="FILE",
-                        help="a Python file registering more op variants (repeatable)")
+    parser.add_argument(
+        "--plugin",
+        action="append",
+        type=Path,
+        default=[],
+        metavar="FILE",
+        help="a Python file registering more op variants (repeatable)",
+    )
     parser.add_argument("--out", type=Path, metavar="FILE", help="also append the facts to this results file")
 
 
@@ -55,14 +72,22 @@ def main(args: argparse.Namespace, console: Console) -> int:
     load_plugins(args.plugin)
     facts_by_size = {}
     for size in args.sizes:
-        # Per-layer shapes do not depend on the layer count, so two layers (one sliding, one full) are enough.
+        # Per-layer shapes do not depend on the layer count, so two layers (one sliding, one full)
+        # are enough.
         config = preset_config(size, Overrides(layers=2, dtype=args.dtype))
         probed = kernel_facts(ModelArgs.from_dict(config), prompt_tokens=args.prompt_tokens, dtype=args.dtype)
         facts_by_size[size] = [fact.to_dict() for fact in probed]
     for size, facts in facts_by_size.items():
         note = compile_note(facts)
-        to_console([Heading(f"{size} · {args.dtype} · prompt {args.prompt_tokens}", 3), kernel_table(facts),
-                    Paragraph(summarize_attention(facts)), *([Paragraph(note)] if note else [])], console)
+        to_console(
+            [
+                Heading(f"{size} · {args.dtype} · prompt {args.prompt_tokens}", 3),
+                kernel_table(facts),
+                Paragraph(summarize_attention(facts)),
+                *([Paragraph(note)] if note else []),
+            ],
+            console,
+        )
     if args.out:
         run_id = new_run_id()
         experiment = {"name": "kernels", "file": None, "sha256": None, "content": None}

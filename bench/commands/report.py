@@ -1,9 +1,9 @@
 """turn results files into PR-style delta tables, plots and a report folder
 
-Writes report.md, report.html (self-contained), summary.csv, deltas.csv (the delta tables as data) and the PNG
-plots to reports/<experiment>/, and prints the delta tables. Results files merge (shards of a suite, or one suite
-on several machines); one table is drawn per machine × comparison × workload, so machines and workloads are never
-pooled into one median.
+Writes report.md, report.html (self-contained), summary.csv, deltas.csv (the delta tables as data)
+and the PNG plots to reports/<experiment>/, and prints the delta tables. Results files merge (shards
+of a suite, or one suite on several machines); one table is drawn per
+machine × comparison × workload, so machines and workloads are never pooled into one median.
 
 examples:
   fusebench report results/default-20261130-072314.jsonl
@@ -24,15 +24,33 @@ from .args import variant_pair
 
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:
-    parser.add_argument("results", nargs="+", type=Path, metavar="RESULTS.jsonl",
-                        help="results files to merge (shards of a suite, or one suite on several machines)")
-    parser.add_argument("--out", type=Path, metavar="DIR", help="output folder (default: reports/<experiment name>/)")
-    parser.add_argument("--compare", action="append", type=variant_pair, default=[], metavar="BASELINE:NEW",
-                        help="variants to compare, repeatable (default: the experiment's comparisons, else the first "
-                             "variant against each other one)")
-    parser.add_argument("--reference", metavar="FILE",
-                        help="published figures to show beside the measured Δ: a YAML file, or a shipped name "
-                             "(pr15587)")
+    parser.add_argument(
+        "results",
+        nargs="+",
+        type=Path,
+        metavar="RESULTS.jsonl",
+        help="results files to merge (shards of a suite, or one suite on several machines)",
+    )
+    parser.add_argument(
+        "--out",
+        type=Path,
+        metavar="DIR",
+        help="output folder (default: reports/<experiment name>/)",
+    )
+    parser.add_argument(
+        "--compare",
+        action="append",
+        type=variant_pair,
+        default=[],
+        metavar="BASELINE:NEW",
+        help="variants to compare, repeatable (default: the experiment's comparisons, else the first "
+        "variant against each other one)",
+    )
+    parser.add_argument(
+        "--reference",
+        metavar="FILE",
+        help="published figures to show beside the measured Δ: a YAML file, or a shipped name (pr15587)",
+    )
 
 
 def main(args: argparse.Namespace, console: Console) -> int:
@@ -51,8 +69,10 @@ def main(args: argparse.Namespace, console: Console) -> int:
     for warning in report.warnings:
         warn(console, warning)
     tables = [path.name for path in report.files if path.suffix != ".png"]
-    console.print(f"wrote {len(report.files)} files to {out_dir}/: {', '.join(tables)} and "
-                  f"{len(report.files) - len(tables)} plots")
+    console.print(
+        f"wrote {len(report.files)} files to {out_dir}/: {', '.join(tables)} and "
+        f"{len(report.files) - len(tables)} plots"
+    )
     return 0
 
 

@@ -1,14 +1,15 @@
 """measure an experiment: prefill and gen tok/s per model × workload × variant
 
-Each model runs in its own worker process; variants are interleaved round by round (ABBA) on the same prompt; every
-record is appended to the results file as it completes, so an interrupted run loses nothing.
+Each model runs in its own worker process; variants are interleaved round by round (ABBA) on the
+same prompt; every record is appended to the results file as it completes, so an interrupted run
+loses nothing.
 
 EXPERIMENT is a YAML file or the name of a shipped one (`--list` shows them), from any folder.
 
-With `trials: auto` each cell runs a pilot of 6 rounds, says what it can decide in its share of the run's
-`budget_s`, then adds rounds until every row is decided (faster, slower, or no change within `margin_pct`; with
---against, inside or beyond the limit), no decision is in reach, or the budget is spent. The intervals are
-confidence sequences, valid at whatever round the run stopped.
+With `trials: auto` each cell runs a pilot of 6 rounds, says what it can decide in its share of the
+run's `budget_s`, then adds rounds until every row is decided (faster, slower, or no change within
+`margin_pct`; with --against, inside or beyond the limit), no decision is in reach, or the budget is
+spent. The intervals are confidence sequences, valid at whatever round the run stopped.
 
 examples:
   fusebench run                                   (the shipped `default` experiment)
@@ -44,35 +45,77 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     from ..core.spec import schema_text
 
     parser.epilog = "experiment file:\n" + textwrap.indent(schema_text(), "  ")
-    parser.add_argument("experiment", nargs="?", default=DEFAULT_EXPERIMENT,
-                        help=f"experiment YAML or shipped name (default: {DEFAULT_EXPERIMENT})")
+    parser.add_argument(
+        "experiment",
+        nargs="?",
+        default=DEFAULT_EXPERIMENT,
+        help=f"experiment YAML or shipped name (default: {DEFAULT_EXPERIMENT})",
+    )
     parser.add_argument("--list", action="store_true", help="list the shipped experiments and exit")
     parser.add_argument("--out", type=Path, help="results file (default: results/<experiment>-<timestamp>.jsonl)")
-    parser.add_argument("--resume", type=Path, metavar="FILE",
-                        help="finish an interrupted run: nothing already recorded in FILE is repeated")
-    parser.add_argument("--trials", type=positive_int, metavar="N",
-                        help="exactly N timed rounds per cell (overrides the experiment's trials, and turns a "
-                        "trials: auto rule off)")
-    parser.add_argument("--only", type=names, metavar="SIZES", help="comma-separated size labels or presets to keep, "
-                        "e.g. E2B,26b")
-    parser.add_argument("--shard", type=shard, default=(1, 1), metavar="I/N", help="run shard I of N of the matrix "
-                        "(default 1/1)")
-    parser.add_argument("--blas", default="auto", metavar="auto|reference|PATH",
-                        help="BLAS for CPU workers: auto preloads OpenBLAS/MKL when installed (default auto)")
-    parser.add_argument("--plugin", action="append", type=Path, default=[], metavar="FILE",
-                        help="a Python file registering more op variants (repeatable; adds to the experiment's "
-                        "plugins)")
-    parser.add_argument("--against", metavar="REF",
-                        help="also run a reference build, interleaved trial by trial: a git ref of this repository "
-                        "(checked out into a temporary worktree) or another fusebench checkout's path; "
-                        "fusebench check then compares the builds")
-    parser.add_argument("--against-env", metavar="SPEC",
-                        help="also run this tree in another Python environment, interleaved: a Python interpreter, a "
-                        "virtual environment's folder, or requirement specifiers such as 'mlx==0.31.2' (an "
-                        "environment built once and cached); fusebench check then compares the environments")
-    parser.add_argument("--pin", action="store_true",
-                        help="pin workers to as many cores as they have BLAS threads (Linux), leaving the rest free")
-    parser.add_argument("--dry-run", action="store_true", help="print the expanded matrix and estimates; run nothing")
+    parser.add_argument(
+        "--resume",
+        type=Path,
+        metavar="FILE",
+        help="finish an interrupted run: nothing already recorded in FILE is repeated",
+    )
+    parser.add_argument(
+        "--trials",
+        type=positive_int,
+        metavar="N",
+        help="exactly N timed rounds per cell (overrides the experiment's trials, and turns a trials: auto rule off)",
+    )
+    parser.add_argument(
+        "--only",
+        type=names,
+        metavar="SIZES",
+        help="comma-separated size labels or presets to keep, e.g. E2B,26b",
+    )
+    parser.add_argument(
+        "--shard",
+        type=shard,
+        default=(1, 1),
+        metavar="I/N",
+        help="run shard I of N of the matrix (default 1/1)",
+    )
+    parser.add_argument(
+        "--blas",
+        default="auto",
+        metavar="auto|reference|PATH",
+        help="BLAS for CPU workers: auto preloads OpenBLAS/MKL when installed (default auto)",
+    )
+    parser.add_argument(
+        "--plugin",
+        action="append",
+        type=Path,
+        default=[],
+        metavar="FILE",
+        help="a Python file registering more op variants (repeatable; adds to the experiment's plugins)",
+    )
+    parser.add_argument(
+        "--against",
+        metavar="REF",
+        help="also run a reference build, interleaved trial by trial: a git ref of this repository "
+        "(checked out into a temporary worktree) or another fusebench checkout's path; "
+        "fusebench check then compares the builds",
+    )
+    parser.add_argument(
+        "--against-env",
+        metavar="SPEC",
+        help="also run this tree in another Python environment, interleaved: a Python interpreter, a "
+        "virtual environment's folder, or requirement specifiers such as 'mlx==0.31.2' (an "
+        "environment built once and cached); fusebench check then compares the environments",
+    )
+    parser.add_argument(
+        "--pin",
+        action="store_true",
+        help="pin workers to as many cores as they have BLAS threads (Linux), leaving the rest free",
+    )
+    parser.add_argument(
+        "--dry-run",
+        action="store_true",
+        help="print the expanded matrix and estimates; run nothing",
+    )
     parser.add_argument("--quiet", action="store_true", help="no progress bar (for CI logs)")
 
 
@@ -105,10 +148,19 @@ def main(args: argparse.Namespace, console: Console) -> int:
         if args.against_env and args.against:
             raise ReferenceBuildError("--against and --against-env both name a reference build; give one")
         if args.against_env and not args.dry_run:
-            current, reference = environment_builds(args.against_env, Path(exp.file),
-                                                    lambda text: console.print(text, highlight=False))
-        options = RunOptions(out=out, blas=args.blas, quiet=args.quiet, shard=args.shard, dry_run=args.dry_run,
-                             pin=args.pin, reference=reference, current=current)
+            current, reference = environment_builds(
+                args.against_env, Path(exp.file), lambda text: console.print(text, highlight=False)
+            )
+        options = RunOptions(
+            out=out,
+            blas=args.blas,
+            quiet=args.quiet,
+            shard=args.shard,
+            dry_run=args.dry_run,
+            pin=args.pin,
+            reference=reference,
+            current=current,
+        )
         code = run_experiment(exp, options, console, resume=args.resume)
     if code == 0 and not args.dry_run:
         print_summary(console, read_results([out]), [(c.baseline, c.new) for c in exp.comparisons])
@@ -117,18 +169,23 @@ def main(args: argparse.Namespace, console: Console) -> int:
 
 
 def override_trials(exp: Experiment, trials: int, console: Console) -> Experiment:
-    """--trials N: exactly N timed rounds, said before anything runs when it turns the experiment's target off."""
+    """--trials N: exactly N timed rounds, said before anything runs when it turns the experiment's
+    target off."""
     from ..core.spec import with_trials
 
     if exp.precision is not None:
-        console.print(f"--trials {trials}: exactly {trials} timed rounds per cell; the experiment's trials: auto "
-                      "(rounds until every row is decided) is off", highlight=False)
+        console.print(
+            f"--trials {trials}: exactly {trials} timed rounds per cell; the experiment's trials: auto "
+            "(rounds until every row is decided) is off",
+            highlight=False,
+        )
     return with_trials(exp, trials)
 
 
 def check_like_a_run(exp: Experiment, args: argparse.Namespace) -> None:
-    """A dry run refuses what the real run would (one line, exit 2), so that it can vouch for the command line:
-    the --blas choice, and a --resume file that must belong to this experiment. Neither starts a process."""
+    """A dry run refuses what the real run would (one line, exit 2), so that it can vouch for the
+    command line: the --blas choice, and a --resume file that must belong to this experiment.
+    Neither starts a process."""
     from ..measure.env import blas_preload_env
     from ..measure.resume import resume_state
 
@@ -141,8 +198,10 @@ def list_experiments(console: Console) -> int:
     from ..core.spec import load_experiment, shipped_experiments
     from ..present.document import Table, to_console
 
-    rows = tuple((name, " ".join((load_experiment(path).description or "").split()))
-                 for name, path in shipped_experiments().items())
+    rows = tuple(
+        (name, " ".join((load_experiment(path).description or "").split()))
+        for name, path in shipped_experiments().items()
+    )
     to_console([Table(("name", "what it asks"), rows)], console)
     console.print("run one with: fusebench run NAME (or a path to your own YAML file)")
     return 0

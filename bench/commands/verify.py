@@ -1,8 +1,8 @@
 """check that every op-variant combination computes the same logits
 
-Runs every combination of registered op variants on the same weights and prompt, against the all-reference
-assignment (unfused geglu and softcap, manual attention, composed rms_norm and rope). Prints max abs/rel logit
-error and greedy-token agreement; exits 1 if anything is outside tolerance.
+Runs every combination of registered op variants on the same weights and prompt, against the
+all-reference assignment (unfused geglu and softcap, manual attention, composed rms_norm and rope).
+Prints max abs/rel logit error and greedy-token agreement; exits 1 if anything is outside tolerance.
 
 examples:
   fusebench verify                                  the tiny preset, every combination (seconds)
@@ -29,8 +29,14 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--prompt-tokens", type=positive_int, default=24)
     parser.add_argument("--tokens", type=positive_int, default=16, help="greedy steps compared (default 16)")
     parser.add_argument("--atol", type=float, help="max |logit error| allowed (default by dtype)")
-    parser.add_argument("--plugin", action="append", type=Path, default=[], metavar="FILE",
-                        help="a Python file registering more variants (repeatable)")
+    parser.add_argument(
+        "--plugin",
+        action="append",
+        type=Path,
+        default=[],
+        metavar="FILE",
+        help="a Python file registering more variants (repeatable)",
+    )
 
 
 def main(args: argparse.Namespace, console: Console) -> int:
@@ -41,6 +47,14 @@ def main(args: argparse.Namespace, console: Console) -> int:
     from ..measure.verify import VerifyOptions, run_verify
 
     load_plugins(args.plugin)
-    options = VerifyOptions(model=args.model, layers=args.layers, dtype=args.dtype, quantize=args.quantize,
-                            seed=args.seed, prompt_tokens=args.prompt_tokens, tokens=args.tokens, atol=args.atol)
+    options = VerifyOptions(
+        model=args.model,
+        layers=args.layers,
+        dtype=args.dtype,
+        quantize=args.quantize,
+        seed=args.seed,
+        prompt_tokens=args.prompt_tokens,
+        tokens=args.tokens,
+        atol=args.atol,
+    )
     return run_verify(options, console)

@@ -1,8 +1,9 @@
 """Named baselines: a run's timed trials stored for `fusebench check` (`fusebench baseline save`).
 
-`save_baseline` writes results/baselines/NAME.jsonl: the run header(s), each stamped with its machine fingerprint,
-then the timed trial records. Throughput only means something on the machine that measured it, so `fusebench check`
-refuses a baseline whose fingerprint (backend, device, BLAS, CPU model) differs from the results it is given. """
+`save_baseline` writes results/baselines/NAME.jsonl: the run header(s), each stamped with its
+machine fingerprint, then the timed trial records. Throughput only means something on the machine
+that measured it, so `fusebench check` refuses a baseline whose fingerprint (backend, device, BLAS,
+CPU model) differs from the results it is given."""
 
 from __future__ import annotations
 
@@ -22,7 +23,8 @@ _NAME = re.compile(r"[A-Za-z0-9._-]+")
 
 
 def require_timed_trials(results: Results, path: Path) -> list[dict[str, Any]]:
-    """The timed trial records, each with the fields the comparisons key on; none at all is an error naming the file."""
+    """The timed trial records, each with the fields the comparisons key on; none at all is an error
+    naming the file."""
     trials = results.of_kind("trial")
     require_fields(path, trials, "trial")
     timed = [r for r in trials if not r["warmup"]]
@@ -33,11 +35,13 @@ def require_timed_trials(results: Results, path: Path) -> list[dict[str, Any]]:
 
 
 def load_baseline(path: Path) -> Results:
-    """A baseline must be intact: a corrupt line means it was truncated or hand-edited, so nothing in it is trusted."""
+    """A baseline must be intact: a corrupt line means it was truncated or hand-edited, so nothing
+    in it is trusted."""
     results = read_results([path])
     if results.corrupt_lines:
-        raise ResultsError(f"{results.corrupt_lines[0]}: corrupt line in baseline; save it again with "
-                           "fusebench baseline save")
+        raise ResultsError(
+            f"{results.corrupt_lines[0]}: corrupt line in baseline; save it again with fusebench baseline save"
+        )
     results_fingerprint(results, path)
     require_timed_trials(results, path)
     return results
@@ -57,8 +61,12 @@ def save_baseline(source: Path, name: str, *, force: bool = False) -> Path:
     results = read_results([source])
     machine = results_fingerprint(results, source)
     timed = require_timed_trials(results, source)
-    saved = {"name": name, "source": str(source), "saved_at": utc_now(),
-             "fingerprint": asdict(machine)}
+    saved = {
+        "name": name,
+        "source": str(source),
+        "saved_at": utc_now(),
+        "fingerprint": asdict(machine),
+    }
     records = [{**header, "baseline": saved} for header in results.of_kind("run")] + timed
     out.parent.mkdir(parents=True, exist_ok=True)
     out.write_text("".join(json.dumps(record) + "\n" for record in records), encoding="utf-8")

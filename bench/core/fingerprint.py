@@ -1,4 +1,5 @@
-"""Which machine measured a run. Throughput from two machines is never pooled, and only compared when asked to."""
+"""Which machine measured a run. Throughput from two machines is never pooled, and only compared
+when asked to."""
 
 from __future__ import annotations
 
@@ -15,7 +16,8 @@ if TYPE_CHECKING:
 
 @dataclass(frozen=True)
 class Fingerprint:
-    """What makes two throughput figures comparable. The hostname is left out: CI runners get a new one each time."""
+    """What makes two throughput figures comparable. The hostname is left out: CI runners get a new
+    one each time."""
 
     backend: str
     device: str
@@ -28,12 +30,14 @@ class Fingerprint:
     @property
     def slug(self) -> str:
         """A file-name-safe label, e.g. `cpu-openblas-intel-r-xeon-r-processor-2-80ghz`."""
-        parts = dict.fromkeys([self.backend, self.blas, self.device, self.cpu])  # on CPU, device == cpu
+        # on CPU, device == cpu
+        parts = dict.fromkeys([self.backend, self.blas, self.device, self.cpu])
         return re.sub(r"[^a-z0-9]+", "-", " ".join(parts).lower()).strip("-")
 
 
 class MachineMismatchError(ResultsError):
-    """Two files measured on different machines; comparing their throughput would measure the machines."""
+    """Two files measured on different machines; comparing their throughput would measure the
+    machines."""
 
 
 def blas_name(env: Env) -> str:
@@ -57,11 +61,13 @@ def fingerprint(env: Env) -> Fingerprint:
 
 
 def results_fingerprint(results: Results, path: Path) -> Fingerprint:
-    """The one machine a results file was measured on; no header, or headers from several machines, is an error."""
+    """The one machine a results file was measured on; no header, or headers from several machines,
+    is an error."""
     prints = list(dict.fromkeys(fingerprint(h.get("env", {})) for h in results.runs.values()))
     if not prints:
         raise ResultsError(f"{path}: no run header, so no machine fingerprint; is it a fusebench results file?")
     if len(prints) > 1:
-        raise MachineMismatchError(f"{path}: runs from {len(prints)} machines ({' | '.join(map(str, prints))}); "
-                                   "keep one machine per file")
+        raise MachineMismatchError(
+            f"{path}: runs from {len(prints)} machines ({' | '.join(map(str, prints))}); keep one machine per file"
+        )
     return prints[0]

@@ -1,7 +1,8 @@
-"""What a results file holds: record kinds, the fields each kind must carry, the metrics, the run header.
+"""What a results file holds: record kinds, the fields each kind must carry, the metrics, the run
+header.
 
-Every writer (the runner, `fusebench ops`) builds its header here and every reader (report, check, baseline)
-checks fields here, so the format is defined once.
+Every writer (the runner, `fusebench ops`) builds its header here and every reader (report, check,
+baseline) checks fields here, so the format is defined once.
 """
 
 from __future__ import annotations
@@ -14,43 +15,130 @@ from typing import Any, TypedDict
 
 from .errors import UserError
 
-RECORD_KINDS = ("run", "trial", "correctness", "depth", "op", "share", "kernel", "stop", "load", "skip", "error")
+RECORD_KINDS = (
+    "run",
+    "trial",
+    "correctness",
+    "depth",
+    "op",
+    "share",
+    "kernel",
+    "stop",
+    "load",
+    "skip",
+    "error",
+)
 
 # Throughput metrics, all tokens/s and bigger-is-better, and the trial field holding each.
 METRICS = ("prefill", "gen")
 METRIC_COLUMNS = {"prefill": "prefill_tps", "gen": "gen_tps"}
 
 TRIAL_FIELDS = (
-    "run_id", "cell", "model_key", "size", "workload", "prompt_tokens", "gen_tokens", "batch", "variant", "round",
-    "warmup", "prefill_tps", "gen_tps",
+    "run_id",
+    "cell",
+    "model_key",
+    "size",
+    "workload",
+    "prompt_tokens",
+    "gen_tokens",
+    "batch",
+    "variant",
+    "round",
+    "warmup",
+    "prefill_tps",
+    "gen_tps",
 )
-DEPTH_FIELDS = ("run_id", "model_key", "size", "batch", "variant", "round", "depth", "gen_tokens", "gen_tps")
+DEPTH_FIELDS = (
+    "run_id",
+    "model_key",
+    "size",
+    "batch",
+    "variant",
+    "round",
+    "depth",
+    "gen_tokens",
+    "gen_tps",
+)
 CORRECTNESS_FIELDS = (
-    "run_id", "model_key", "size", "workload", "prompt_tokens", "gen_tokens", "batch", "variant", "reference",
-    "max_abs_err", "max_rel_err", "tokens_checked", "tokens_agree", "atol", "passed",
+    "run_id",
+    "model_key",
+    "size",
+    "workload",
+    "prompt_tokens",
+    "gen_tokens",
+    "batch",
+    "variant",
+    "reference",
+    "max_abs_err",
+    "max_rel_err",
+    "tokens_checked",
+    "tokens_agree",
+    "atol",
+    "passed",
 )
-OP_FIELDS = ("run_id", "op", "variant", "reference", "shape_label", "round", "seconds", "bytes", "flops", "max_abs_err")
-# A trial's time to first token as mlx-lm's stream_generate reads it (after queuing the first decode step), and that
-# as mlx-lm's "prompt_tps". Optional: trials recorded before them (and a `run --against` reference build of an
-# older commit) lack them, so readers show them only where they are present.
+OP_FIELDS = (
+    "run_id",
+    "op",
+    "variant",
+    "reference",
+    "shape_label",
+    "round",
+    "seconds",
+    "bytes",
+    "flops",
+    "max_abs_err",
+)
+# A trial's time to first token as mlx-lm's stream_generate reads it (after queuing the first decode
+# step), and that as mlx-lm's "prompt_tps". Optional: trials recorded before them (and a
+# `run --against` reference build of an older commit) lack them, so readers show them only where
+# they are present.
 TTFT_FIELDS = ("ttft_s", "ttft_tps")
 # A trial's roofline (measure.roofline): achieved rates and their share of the machine's peak.
 ROOFLINE_FIELDS = ("prefill_tflops", "gen_gbps", "prefill_pct_of_peak", "gen_pct_of_peak")
 # What describes a cell, beside its measurements.
-CELL_FIELDS = ("model_key", "size", "workload", "prompt_tokens", "gen_tokens", "batch", "dtype", "quantize")
-# What the readers key on, per kind: a record lacking one is bad input, reported with its file, not a traceback.
+CELL_FIELDS = (
+    "model_key",
+    "size",
+    "workload",
+    "prompt_tokens",
+    "gen_tokens",
+    "batch",
+    "dtype",
+    "quantize",
+)
+# What the readers key on, per kind: a record lacking one is bad input, reported with its file, not
+# a traceback.
 # An op call of a step timed on its own (measure.shares), for the share table and the expected Δ.
-SHARE_FIELDS = ("run_id", "cell", "phase", "op", "variant", "call", "calls", "round", "seconds", "overhead_s")
-REQUIRED_FIELDS = {"trial": TRIAL_FIELDS, "correctness": CORRECTNESS_FIELDS, "depth": DEPTH_FIELDS, "op": OP_FIELDS,
-                   "share": SHARE_FIELDS}
+SHARE_FIELDS = (
+    "run_id",
+    "cell",
+    "phase",
+    "op",
+    "variant",
+    "call",
+    "calls",
+    "round",
+    "seconds",
+    "overhead_s",
+)
+REQUIRED_FIELDS = {
+    "trial": TRIAL_FIELDS,
+    "correctness": CORRECTNESS_FIELDS,
+    "depth": DEPTH_FIELDS,
+    "op": OP_FIELDS,
+    "share": SHARE_FIELDS,
+}
 
 
-# The results format the run header's "format" field names. Each version is what readers must know to upgrade it:
+# The results format the run header's "format" field names. Each version is what readers must know
+# to upgrade it:
 # 1: the first build (no "format" field, no roofline: no "peak" in the header);
 # 2: a trial's roofline fields, and the machine's "peak" in the header (no "format" field either);
-# 3: runs drive workers trial by trial: headers carry "builds", "plugins", "preflight" and the env's BLAS "threads";
-#    trials their "build" (and step_s, above_peak); stop, load and kernel records. Today's writers add "format".
-# Optional fields added since (the TTFT fields) need no version: readers show them only where present.
+# 3: runs drive workers trial by trial: headers carry "builds", "plugins", "preflight" and the env's
+#    BLAS "threads"; trials their "build" (and step_s, above_peak); stop, load and kernel records.
+#    Today's writers add "format".
+# Optional fields added since (the TTFT fields) need no version: readers show them only where
+# present.
 FORMAT = 3
 
 
@@ -58,12 +146,14 @@ class ResultsError(UserError):
     """A results file that cannot be used; the message names the file (and line)."""
 
 
-# --- what today's writers write --------------------------------------------------------------------------------
-# A header read from an older file may lack what these declare (see `upgrade`); readers `.get` what came later.
+# --- what today's writers write -------------------------------------------------------------------
+# A header read from an older file may lack what these declare (see `upgrade`); readers `.get` what
+# came later.
 
 
 class Env(TypedDict, total=False):
-    """The environment the workers ran in (measure.env.collect_env): software, backend, machine, checkout."""
+    """The environment the workers ran in (measure.env.collect_env): software, backend, machine,
+    checkout."""
 
     fusebench: str
     mlx: str | None
@@ -83,8 +173,8 @@ class Env(TypedDict, total=False):
 
 
 class StoredExperiment(TypedDict):
-    """The experiment a run executed, whole, so the results file stands on its own (None: a run of no experiment
-    file, `fusebench kernels`)."""
+    """The experiment a run executed, whole, so the results file stands on its own (None: a run of
+    no experiment file, `fusebench kernels`)."""
 
     name: str
     file: str | None
@@ -98,7 +188,8 @@ class PluginFile(TypedDict):
 
 
 class BuildEnvironment(TypedDict, total=False):
-    """A build's Python environment, where a run compares two (run --against-env, bisect --package)."""
+    """A build's Python environment, where a run compares two (run --against-env, bisect
+    --package)."""
 
     python: str
     packages: dict[str, str]  # the versions that tell the environments apart
@@ -106,7 +197,8 @@ class BuildEnvironment(TypedDict, total=False):
 
 
 class BuildFields(BuildEnvironment):
-    """One build a run measured: the commit (None outside a git checkout), what the user named, uncommitted changes."""
+    """One build a run measured: the commit (None outside a git checkout), what the user named,
+    uncommitted changes."""
 
     commit: str | None
     ref: str | None
@@ -114,8 +206,8 @@ class BuildFields(BuildEnvironment):
 
 
 class MachineLoad(TypedDict):
-    """What else the machine was doing, over a second before the run: load average, and in cores, other processes'
-    busy time and the hypervisor's steal time."""
+    """What else the machine was doing, over a second before the run: load average, and in cores,
+    other processes' busy time and the hypervisor's steal time."""
 
     loadavg_1m: float
     cores: int | None
@@ -148,7 +240,8 @@ class _Header(TypedDict):
 class RunHeader(_Header, total=False):
     """The first record of a run. The runner adds peak ... pinned; `fusebench ops` adds rounds."""
 
-    peak: Mapping[str, object] | None  # a measure.roofline.Peak: the roof its trials are held against
+    # a measure.roofline.Peak: the roof its trials are held against
+    peak: Mapping[str, object] | None
     shard: str  # "I/N"
     resumed: bool
     plugins: list[PluginFile]
@@ -156,7 +249,8 @@ class RunHeader(_Header, total=False):
     preflight: MachineLoad | None  # None off Linux
     pinned: bool
     rounds: int
-    threads_choice: Mapping[str, object]  # measure.threads.ThreadChoice: how `threads: auto` chose, and why
+    # measure.threads.ThreadChoice: how `threads: auto` chose, and why
+    threads_choice: Mapping[str, object]
 
 
 class CellFields(TypedDict):
@@ -185,33 +279,48 @@ def utc_now() -> str:
 
 
 def run_header(run_id: str, experiment: StoredExperiment, env: Env, **extra: object) -> RunHeader:
-    """The first record of a run: what ran (the experiment's name, file, sha256 and content) and where."""
-    return {"kind": "run", "run_id": run_id, "format": FORMAT, "experiment": StoredExperiment(**experiment),
-            "env": Env(**env), "started_at": utc_now(), **extra}
+    """The first record of a run: what ran (the experiment's name, file, sha256 and content) and
+    where."""
+    return {
+        "kind": "run",
+        "run_id": run_id,
+        "format": FORMAT,
+        "experiment": StoredExperiment(**experiment),
+        "env": Env(**env),
+        "started_at": utc_now(),
+        **extra,
+    }
 
 
 def header_format(header: Mapping[str, Any]) -> int:
-    """The format a run header was written in: its "format" field, else inferred from what versions 1 and 2 hold."""
+    """The format a run header was written in: its "format" field, else inferred from what versions
+    1 and 2 hold."""
     if "format" in header:
         if not isinstance(header["format"], int) or isinstance(header["format"], bool):
             raise ResultsError(f"run {header.get('run_id', '?')}: results format {header['format']!r} is not a version")
         return header["format"]
     if "builds" in header or "threads" in (header.get("env") or {}):
-        return 3  # the field came after these (an ops header has no builds, but its env names the threads)
+        # the field came after these (an ops header has no builds, but its env names the threads)
+        return 3
     return 2 if "peak" in header else 1
 
 
 def upgrade(record: dict[str, Any], version: int) -> dict[str, Any]:
-    """A record of a run written in format `version`, in today's shape: the one place readers know old formats.
+    """A record of a run written in format `version`, in today's shape: the one place readers know
+    old formats.
 
-    Fields that old formats lacked get the value today's writer gives when it has nothing to say (a header without a
-    peak, a build with no reference, BLAS threads not set); what an old run never measured (step times, roofline
-    rates of format 1) stays absent, as it is for today's records that lack it."""
+    Fields that old formats lacked get the value today's writer gives when it has nothing to say (a
+    header without a peak, a build with no reference, BLAS threads not set); what an old run never
+    measured (step times, roofline rates of format 1) stays absent, as it is for today's records
+    that lack it."""
     if version > FORMAT:
-        raise ResultsError(f"run {record.get('run_id', '?')}: results format {version} is newer than this fusebench "
-                           f"reads ({FORMAT}); update fusebench")
+        raise ResultsError(
+            f"run {record.get('run_id', '?')}: results format {version} is newer than this fusebench "
+            f"reads ({FORMAT}); update fusebench"
+        )
     if version < 2 and record.get("kind") == "run" and "rounds" not in record:
-        record = {**record, "peak": None}  # `fusebench ops` headers (with "rounds") have no peak in any format
+        # `fusebench ops` headers (with "rounds") have no peak in any format
+        record = {**record, "peak": None}
     if version < 3:
         record = _to_3(record)
     # A header names the format its records are now in, whatever it was written in.
@@ -219,7 +328,8 @@ def upgrade(record: dict[str, Any], version: int) -> dict[str, Any]:
 
 
 def _to_3(record: dict[str, Any]) -> dict[str, Any]:
-    """Format 2 -> 3: one build per run (the checkout that ran it), and BLAS threads left to the library."""
+    """Format 2 -> 3: one build per run (the checkout that ran it), and BLAS threads left to the
+    library."""
     if record.get("kind") == "run":
         env = {"threads": None, **(record.get("env") or {})}
         upgraded = {**record, "env": env}
@@ -232,9 +342,14 @@ def _to_3(record: dict[str, Any]) -> dict[str, Any]:
     return record
 
 
-def require_fields(path: str | Path, records: Iterable[Mapping[str, Any]], kind: str,
-                   fields: Sequence[str] | None = None) -> None:
-    """Every record of `kind` carries `fields` (by default the kind's REQUIRED_FIELDS), or a ResultsError says which."""
+def require_fields(
+    path: str | Path,
+    records: Iterable[Mapping[str, Any]],
+    kind: str,
+    fields: Sequence[str] | None = None,
+) -> None:
+    """Every record of `kind` carries `fields` (by default the kind's REQUIRED_FIELDS), or a
+    ResultsError says which."""
     fields = REQUIRED_FIELDS[kind] if fields is None else fields
     for record in records:
         if record.get("kind", kind) != kind:

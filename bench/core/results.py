@@ -1,9 +1,11 @@
 """The results store: JSON Lines, append-only, one record per line, flushed as each completes.
 
 Record kinds:
-- ``run``: the header, with the experiment (name, file, sha256, content) and the environment the workers ran in;
+- ``run``: the header, with the experiment (name, file, sha256, content) and the environment the
+  workers ran in;
 - ``trial``: one timed (or warmup) prefill + generation;
-- ``correctness``: one variant's logits and greedy tokens against the experiment's reference variant;
+- ``correctness``: one variant's logits and greedy tokens against the experiment's reference
+  variant;
 - ``depth``: decode speed after a prefill to a given KV depth;
 - ``op``: one op microbenchmark sample (``fusebench ops``);
 - ``skip`` / ``error``: a cell that was not measured, and why.
@@ -25,7 +27,8 @@ from .records import FORMAT, RECORD_KINDS, ResultsError, RunHeader, header_forma
 
 
 class ResultsWriter:
-    """Appends records to a JSONL file, flushing and fsyncing each, so an interrupted run loses nothing."""
+    """Appends records to a JSONL file, flushing and fsyncing each, so an interrupted run loses
+    nothing."""
 
     def __init__(self, path: str | Path) -> None:
         self.path = Path(path)
@@ -68,22 +71,26 @@ class Results:
     def merge(self, other: Results, path: str | Path = "", *, warn: Any = None) -> None:
         """Add another file's records, leaving out those this one already holds.
 
-        Duplicates are dropped, not refused: the same file given twice (`report a.jsonl a.jsonl`), a copy of it, or
-        a baseline saved from it (`baseline save` keeps the run_id and the records) holds the same records again,
-        and counting them twice would double every step count and narrow every interval. A record is the same when
-        its JSON is, so the rounds of one run that only one of the files holds (a later resume) are all kept;
-        identical lines inside one file are left alone.
+        Duplicates are dropped, not refused: the same file given twice (`report a.jsonl a.jsonl`), a
+        copy of it, or a baseline saved from it (`baseline save` keeps the run_id and the records)
+        holds the same records again, and counting them twice would double every step count and
+        narrow every interval. A record is the same when its JSON is, so the rounds of one run that
+        only one of the files holds (a later resume) are all kept; identical lines inside one file
+        are left alone.
         """
         held = {_identity(r) for r in self.records}
         kept = [r for r in other.records if _identity(r) not in held]
         if warn and len(kept) < len(other.records):
-            warn(f"{path}: {len(other.records) - len(kept)} record(s) already read from an earlier file (the same "
-                 "file or run given twice) counted once")
+            warn(
+                f"{path}: {len(other.records) - len(kept)} record(s) already read from an earlier file (the same "
+                "file or run given twice) counted once"
+            )
         self.records.extend(kept)
         self.corrupt_lines.extend(line for line in other.corrupt_lines if line not in self.corrupt_lines)
 
     def frame(self, kind: str) -> pd.DataFrame:
-        """One kind of record as a table, with the machine of its run attached (host, device, backend, blas)."""
+        """One kind of record as a table, with the machine of its run attached (host, device,
+        backend, blas)."""
         rows = self.of_kind(kind)
         frame = pd.DataFrame(rows)
         if frame.empty:
@@ -94,8 +101,8 @@ class Results:
 
 
 def read_results(paths: Iterable[str | Path], *, warn: Any = None) -> Results:
-    """Read and merge results files, each record once however often its file or run is given (Results.merge). An
-    empty file, or one with no valid record, is an error naming it."""
+    """Read and merge results files, each record once however often its file or run is given
+    (Results.merge). An empty file, or one with no valid record, is an error naming it."""
     results = Results()
     read: set[Path] = set()
     for path in map(Path, paths):
@@ -109,7 +116,8 @@ def read_results(paths: Iterable[str | Path], *, warn: Any = None) -> Results:
 
 
 def _read_file(path: Path, warn: Any) -> Results:
-    """Every valid record of one file, in today's format: each upgraded from the format its run's header names."""
+    """Every valid record of one file, in today's format: each upgraded from the format its run's
+    header names."""
     if not path.is_file():
         raise ResultsError(f"{path}: no such results file")
     results = Results()
@@ -125,7 +133,8 @@ def _read_file(path: Path, warn: Any) -> Results:
             continue
         if record["kind"] == "run":
             formats.setdefault(record.get("run_id", ""), header_format(record))
-        # A record whose run has no header in this file has nothing to say which format it is: taken as today's.
+        # A record whose run has no header in this file has nothing to say which format it is: taken
+        # as today's.
         try:
             results.records.append(upgrade(record, formats.get(record.get("run_id", ""), FORMAT)))
         except ResultsError as err:
@@ -147,7 +156,8 @@ def _lines(path: Path) -> list[bytes]:
 
 
 def _parse_line(line: bytes) -> dict[str, Any] | None:
-    # Line by line, so one line of binary junk (or a file in another encoding) is a corrupt line, not a traceback.
+    # Line by line, so one line of binary junk (or a file in another encoding) is a corrupt line,
+    # not a traceback.
     try:
         record = json.loads(line.decode("utf-8"))
     except (UnicodeDecodeError, json.JSONDecodeError):

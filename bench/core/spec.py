@@ -1,16 +1,17 @@
-"""Experiment files: parse and validate the YAML, and expand it into the matrix of cells a run executes.
+"""Experiment files: parse and validate the YAML, and expand it into the matrix of cells a run
+executes.
 
-Every error is a `SpecError` that names the file, the 1-based line, the field and what would be valid, so a
-typo in a long sweep is found before any model is built, not an hour into the run.
+Every error is a `SpecError` that names the file, the 1-based line, the field and what would be
+valid, so a typo in a long sweep is found before any model is built, not an hour into the run.
 
-The file's top-level keys are declared once, in `KEYS`: each with its line in the schema, its reader and its
-default. `TOP_KEYS`, the schema text (`schema_text()`, which `fusebench run --help` prints) and the parser all
-derive from that table. Unknown keys at any level are errors; an optional key left empty, `key:`, takes its
-default.
+The file's top-level keys are declared once, in `KEYS`: each with its line in the schema, its reader
+and its default. `TOP_KEYS`, the schema text (`schema_text()`, which `fusebench run --help` prints)
+and the parser all derive from that table. Unknown keys at any level are errors; an optional key
+left empty, `key:`, takes its default.
 
-Validation works on the `yaml.compose` node tree rather than on loaded Python values, because only the nodes
-know their line numbers, and only they can tell a duplicate key (which `yaml.safe_load` silently drops) or
-the bool `yes` from the int `1`.
+Validation works on the `yaml.compose` node tree rather than on loaded Python values, because only
+the nodes know their line numbers, and only they can tell a duplicate key (which `yaml.safe_load`
+silently drops) or the bool `yes` from the int `1`.
 """
 
 from __future__ import annotations
@@ -54,18 +55,21 @@ DEFAULT_BATCH = 1
 DEFAULT_TRIALS = 5
 AUTO = "auto"
 DEFAULT_MAX_ROUNDS = 30
-# trials: auto never stops before this many rounds: the first verdict should not rest on a handful of rounds, and
-# at a table's Bonferroni level (α/8) the confidence sequence is unbounded below 6 (analysis.sequential).
+# trials: auto never stops before this many rounds: the first verdict should not rest on a handful
+# of rounds, and at a table's Bonferroni level (α/8) the confidence sequence is unbounded below 6
+# (analysis.sequential).
 MIN_AUTO_ROUNDS = 6
 DEFAULT_WARMUP = 1
-# run --against: each pair of worker processes runs a pilot's worth of rounds, then a fresh pair takes over, so the
-# interval sees the spread between processes (analysis.inference, "Between processes").
+# run --against: each pair of worker processes runs a pilot's worth of rounds, then a fresh pair
+# takes over, so the interval sees the spread between processes (analysis.inference, "Between
+# processes").
 DEFAULT_WORKER_ROUNDS = MIN_AUTO_ROUNDS
 DEFAULT_PREFILL_STEP_SIZE = 2048
 DEFAULT_SEED = 0
 DEFAULT_TIMEOUT_S = 1800.0
 DEFAULT_CHECK_TOKENS = 8
-# Rounds of the op-share timing (measure.shares): 5 give a t interval of the expected Δ at ~10 s per cell here.
+# Rounds of the op-share timing (measure.shares): 5 give a t interval of the expected Δ at ~10 s per
+# cell here.
 DEFAULT_SHARE_ROUNDS = 5
 DEFAULT_MARGIN_PCT = 2.0
 
@@ -73,7 +77,8 @@ SHARD_FORM = "I/N with 1 <= I <= N"
 
 
 class SpecError(UserError):
-    """An experiment file that cannot be run. `str(err)` is one line: `FILE:LINE: FIELD: MESSAGE`."""
+    """An experiment file that cannot be run. `str(err)` is one line:
+    `FILE:LINE: FIELD: MESSAGE`."""
 
     def __init__(self, file: str, line: int, field: str, message: str) -> None:
         self.file, self.line, self.field = file, line, field
@@ -90,9 +95,10 @@ class SpecError(UserError):
 
 @dataclass(frozen=True)
 class ModelSpec:
-    """A model to run, the one type for it from the experiment file to the worker: a bundled preset (all its layers,
-    or the first `layers`) or a checkpoint directory (`path`), exactly one of the two, at a dtype and quantization.
-    `size` is the label tables show; a worker's job carries everything but it (see measure.job)."""
+    """A model to run, the one type for it from the experiment file to the worker: a bundled preset
+    (all its layers, or the first `layers`) or a checkpoint directory (`path`), exactly one of the
+    two, at a dtype and quantization. `size` is the label tables show; a worker's job carries
+    everything but it (see measure.job)."""
 
     preset: str | None
     path: str | None
@@ -107,18 +113,21 @@ class ModelSpec:
 
     @property
     def source(self) -> str:
-        """What the model is built from, as models.loading.load_model takes it: the preset's name or the path."""
+        """What the model is built from, as models.loading.load_model takes it: the preset's name or
+        the path."""
         return self.preset if self.preset is not None else str(self.path)
 
     @property
     def key(self) -> str:
-        """Stable identity across runs: the label is left out, since renaming a model does not change it."""
+        """Stable identity across runs: the label is left out, since renaming a model does not
+        change it."""
         layers = "all" if self.layers is None else str(self.layers)
         return f"{self.source}:layers={layers}:{self.dtype}:{self.quantize or NO_QUANTIZE}"
 
     @property
     def label(self) -> str:
-        """`E2B`, or `E2B (2/35 layers)` for a truncated preset: never passed off as the real model."""
+        """`E2B`, or `E2B (2/35 layers)` for a truncated preset: never passed off as the real
+        model."""
         if self.preset and self.layers:
             full = _preset_facts(self.preset)[1]
             if self.layers != full:
@@ -126,9 +135,17 @@ class ModelSpec:
         return self.size
 
 
-def model_spec(*, preset: str | None = None, path: str | None = None, size: str | None = None,
-               layers: int | None = None, dtype: str = DEFAULT_DTYPE, quantize: str | None = None) -> ModelSpec:
-    """A ModelSpec, labelled `size` or by default the preset's size, or the checkpoint directory's name."""
+def model_spec(
+    *,
+    preset: str | None = None,
+    path: str | None = None,
+    size: str | None = None,
+    layers: int | None = None,
+    dtype: str = DEFAULT_DTYPE,
+    quantize: str | None = None,
+) -> ModelSpec:
+    """A ModelSpec, labelled `size` or by default the preset's size, or the checkpoint directory's
+    name."""
     if size is None:
         # abspath, not resolve: the label should be the name the user wrote, not a symlink's target.
         size = _preset_facts(preset)[0] if preset is not None else Path(os.path.abspath(str(path))).name
@@ -169,9 +186,10 @@ class Correctness:
 
 @dataclass(frozen=True)
 class Precision:
-    """`trials: auto`: rounds are added to a cell until every watched row is decided (and, with target_pct, its
-    interval within ±target_pct), no decision is in reach, max_rounds, or the run's budget_s (analysis.stopping).
-    The intervals are confidence sequences, so stopping on a decision leaves them valid."""
+    """`trials: auto`: rounds are added to a cell until every watched row is decided (and, with
+    target_pct, its interval within ±target_pct), no decision is in reach, max_rounds, or the run's
+    budget_s (analysis.stopping). The intervals are confidence sequences, so stopping on a decision
+    leaves them valid."""
 
     target_pct: float | None
     max_rounds: int
@@ -192,8 +210,8 @@ class Cell:
 
 @dataclass(frozen=True)
 class Experiment:
-    """A parsed experiment file: the values of its keys (`KEYS`; trials: auto and its keys make `precision`), and
-    the file they came from."""
+    """A parsed experiment file: the values of its keys (`KEYS`; trials: auto and its keys make
+    `precision`), and the file they came from."""
 
     name: str
     description: str
@@ -213,14 +231,18 @@ class Experiment:
     timeout_s: float
     correctness: Correctness
     expect: tuple[Expectation, ...]
-    # Python files that register more op variants, as absolute paths (written relative to the experiment file).
+    # Python files that register more op variants, as absolute paths (written relative to the
+    # experiment file).
     plugins: tuple[str, ...]
     margin_pct: float  # "no change" means the whole CI lies within ± this
     precision: Precision | None  # trials: auto
-    threads: int | None  # BLAS threads on CPU backends; None: auto (measured on the machine: measure.threads)
-    worker_rounds: int  # with a reference build, rounds a pair of workers runs before a fresh pair; 0: one pair
-    # variant -> op -> (line of the op's name, line of its implementation), so that op names checked later, once
-    # the registry and any plugins are loaded, are still reported at their place in the file.
+    # BLAS threads on CPU backends; None: auto (measured on the machine: measure.threads)
+    threads: int | None
+    # with a reference build, rounds a pair of workers runs before a fresh pair; 0: one pair
+    worker_rounds: int
+    # variant -> op -> (line of the op's name, line of its implementation), so that op names checked
+    # later, once the registry and any plugins are loaded, are still reported at their place in the
+    # file.
     variant_lines: dict[str, dict[str, tuple[int, int]]] = dataclasses.field(compare=False, repr=False)
 
     def cells(self) -> list[Cell]:
@@ -233,12 +255,14 @@ class Experiment:
 # --- entry points --------------------------------------------------------------------------------
 
 
-# The experiments that ship with fusebench: the checkout's experiments/, installed as bench/experiments.
+# The experiments that ship with fusebench: the checkout's experiments/, installed as
+# bench/experiments.
 SHIPPED_EXPERIMENTS = Path(__file__).resolve().parents[1] / "experiments"
 
 
 def shipped_experiments() -> dict[str, Path]:
-    """The shipped experiments by name (the file's stem): `fusebench run ci` works from any folder."""
+    """The shipped experiments by name (the file's stem): `fusebench run ci` works from any
+    folder."""
     return {path.stem: path for path in sorted(SHIPPED_EXPERIMENTS.glob("*.yaml"))}
 
 
@@ -252,8 +276,13 @@ def experiment_path(given: str | Path) -> Path:
         found = shipped[path.stem].resolve()
         return found.relative_to(Path.cwd()) if found.is_relative_to(Path.cwd()) else found
     names = ", ".join(shipped)
-    raise SpecError(str(given), 0, "file", f"no such file, nor a shipped experiment of that name; give a path to "
-                    f"a YAML file or one of: {names} (fusebench run --list)")
+    raise SpecError(
+        str(given),
+        0,
+        "file",
+        f"no such file, nor a shipped experiment of that name; give a path to "
+        f"a YAML file or one of: {names} (fusebench run --list)",
+    )
 
 
 def load_experiment(path: str | Path) -> Experiment:
@@ -272,16 +301,17 @@ def load_experiment(path: str | Path) -> Experiment:
 
 
 def parse_experiment(text: str, file: str = "<string>", *, stored: bool = False) -> Experiment:
-    """`stored`: the text comes from a run header, maybe from another machine, so its checkpoint paths are not
-    looked for here."""
+    """`stored`: the text comes from a run header, maybe from another machine, so its checkpoint
+    paths are not looked for here."""
     return _parse(text, file, hashlib.sha256(text.encode("utf-8")).hexdigest(), check_paths=not stored)
 
 
 def resolve_ops(exp: Experiment, ops: Mapping[str, tuple[Sequence[str], str]]) -> Experiment:
     """The experiment with every variant's op names checked and its omitted ops at their default.
 
-    `ops` maps each op to (its implementations, its default), as the registry holds them once plugins are loaded;
-    the spec itself stays free of the model code. A name the registry lacks is a SpecError at its line.
+    `ops` maps each op to (its implementations, its default), as the registry holds them once
+    plugins are loaded; the spec itself stays free of the model code. A name the registry lacks is a
+    SpecError at its line.
     """
     completed = {}
     for name, assignment in exp.variants.items():
@@ -289,22 +319,33 @@ def resolve_ops(exp: Experiment, ops: Mapping[str, tuple[Sequence[str], str]]) -
             op_line, impl_line = exp.variant_lines.get(name, {}).get(op, (0, 0))
             where = _join(_join("variants", name), op)
             if op not in ops:
-                raise SpecError(exp.file, op_line, where, f"unknown op {op!r}; choose from {_choices(list(ops))}")
+                raise SpecError(
+                    exp.file,
+                    op_line,
+                    where,
+                    f"unknown op {op!r}; choose from {_choices(list(ops))}",
+                )
             if impl not in ops[op][0]:
                 choices = _choices(list(ops[op][0]))
-                raise SpecError(exp.file, impl_line, where, f"unknown {op} variant {impl!r}; choose from {choices}")
+                raise SpecError(
+                    exp.file,
+                    impl_line,
+                    where,
+                    f"unknown {op} variant {impl!r}; choose from {choices}",
+                )
         completed[name] = {op: assignment.get(op, default) for op, (_, default) in ops.items()}
     return replace(exp, variants=completed)
 
 
 def with_trials(exp: Experiment, trials: int) -> Experiment:
-    """`run --trials N`: exactly N timed rounds per cell. A `trials: auto` rule is turned off: kept, it would take N
-    for its max_rounds and might stop before N."""
+    """`run --trials N`: exactly N timed rounds per cell. A `trials: auto` rule is turned off: kept,
+    it would take N for its max_rounds and might stop before N."""
     return replace(exp, trials=trials, precision=None)
 
 
 def select_models(exp: Experiment, names: Sequence[str] | None, option: str = "--only") -> Experiment:
-    """Keep the models whose size label or preset is named (case-insensitive), e.g. `--only E2B,26b`."""
+    """Keep the models whose size label or preset is named (case-insensitive), e.g.
+    `--only E2B,26b`."""
     if not names:
         return exp
     wanted = {name.lower() for name in names}
@@ -318,7 +359,8 @@ def select_models(exp: Experiment, names: Sequence[str] | None, option: str = "-
 
 
 def shard_cells(cells: list[Cell], index: int, count: int) -> list[Cell]:
-    """Shard `index` of `count` (1-based). Round-robin, so each shard gets a mix of models and sizes."""
+    """Shard `index` of `count` (1-based). Round-robin, so each shard gets a mix of models and
+    sizes."""
     _check_shard(index, count, f"{index}/{count}")
     return cells[index - 1 :: count]
 
@@ -332,7 +374,8 @@ def _check_shard(index: int, count: int, text: str) -> None:
 
 
 class _Invalid(Exception):
-    """Raised deep in validation, where the file name is not known; `_parse` turns it into a SpecError."""
+    """Raised deep in validation, where the file name is not known; `_parse` turns it into a
+    SpecError."""
 
     def __init__(self, line: int, field: str, message: str) -> None:
         super().__init__(message)
@@ -362,8 +405,13 @@ def _describe(node: Node) -> str:
     if isinstance(node, SequenceNode):
         return "a list"
     value = node.value if len(node.value) <= 40 else node.value[:37] + "..."
-    kinds = {_NULL: "nothing (null)", _BOOL: f"a boolean ({value})", _INT: f"an integer ({value})",
-             _FLOAT: f"a float ({value})", _STR: f"a string ({value!r})"}
+    kinds = {
+        _NULL: "nothing (null)",
+        _BOOL: f"a boolean ({value})",
+        _INT: f"an integer ({value})",
+        _FLOAT: f"a float ({value})",
+        _STR: f"a string ({value!r})",
+    }
     return kinds.get(node.tag, f"a value tagged {node.tag}")
 
 
@@ -383,11 +431,19 @@ def _mapping(node: Node, field: str, valid: Sequence[str] | None, what: str = "k
     items: _Items = {}
     for key_node, value_node in node.value:
         if not isinstance(key_node, ScalarNode) or _is_null(key_node):
-            _fail(key_node, field or "experiment", f"expected a name as {what}, got {_describe(key_node)}")
+            _fail(
+                key_node,
+                field or "experiment",
+                f"expected a name as {what}, got {_describe(key_node)}",
+            )
         key = key_node.value
         if key in items:
             first = _line(items[key][0])
-            _fail(key_node, _join(field, key), f"duplicate {what} {key!r} (first defined on line {first})")
+            _fail(
+                key_node,
+                _join(field, key),
+                f"duplicate {what} {key!r} (first defined on line {first})",
+            )
         if valid is not None and key not in valid:
             _fail(key_node, _join(field, key), f"unknown key {key!r}; valid keys: {_choices(valid)}")
         items[key] = (key_node, value_node)
@@ -436,7 +492,8 @@ def _choice(node: Node, field: str, choices: Sequence[str], what: str) -> str:
 
 
 def _int(node: Node, field: str, minimum: int | None = None) -> int:
-    # Only the int tag: `true` and `2.0` are not counts, even though Python would accept them as such.
+    # Only the int tag: `true` and `2.0` are not counts, even though Python would accept them as
+    # such.
     if not isinstance(node, ScalarNode) or node.tag != _INT:
         _fail(node, field, f"expected an integer, got {_describe(node)}")
     value = _SCALARS.construct_yaml_int(node)
@@ -458,7 +515,8 @@ def _number(node: Node, field: str, minimum: float, exclusive: bool = False) -> 
 
 
 def _int_values(node: Node, field: str, read: Callable[[Node, str], int], allow_empty: bool) -> tuple[int, ...]:
-    """An int or a list of distinct ints, each checked by `read`: repeats would give cells with the same key."""
+    """An int or a list of distinct ints, each checked by `read`: repeats would give cells with the
+    same key."""
     if isinstance(node, ScalarNode):
         return (read(node, field),)
     items = _sequence(node, field)
@@ -499,22 +557,33 @@ def _model(node: Node, field: str, check_paths: bool) -> list[ModelSpec]:
     elif "path" in items:
         preset, path, depths = None, _checkpoint(items, field, check_paths), (None,)
     else:
-        _fail(node, field, f"give a preset (one of {_choices(preset_names())}) or a path to a checkpoint directory")
+        _fail(
+            node,
+            field,
+            f"give a preset (one of {_choices(preset_names())}) or a path to a checkpoint directory",
+        )
     size = _optional(items, "size", field, _text, None)
     dtype = _optional(items, "dtype", field, partial(_choice, choices=list(DTYPES), what="dtype"), DEFAULT_DTYPE)
     quantize = _optional(items, "quantize", field, _quantize, None)
-    return [model_spec(preset=preset, path=path, size=size, layers=layers, dtype=dtype, quantize=quantize)
-            for layers in depths]
+    return [
+        model_spec(preset=preset, path=path, size=size, layers=layers, dtype=dtype, quantize=quantize)
+        for layers in depths
+    ]
 
 
 def _preset_layers(items: _Items, field: str, preset: str) -> tuple[int | None, ...]:
-    """`layers`: a depth or a list of distinct depths, each 1..the preset's layers; absent, all of them (None)."""
+    """`layers`: a depth or a list of distinct depths, each 1..the preset's layers; absent, all of
+    them (None)."""
     max_layers = _preset_facts(preset)[1]
 
     def depth(node: Node, where: str) -> int:
         layers = _int(node, where)
         if not 1 <= layers <= max_layers:
-            _fail(node, where, f"{layers} is out of range; choose 1..{max_layers} ({preset} has {max_layers})")
+            _fail(
+                node,
+                where,
+                f"{layers} is out of range; choose 1..{max_layers} ({preset} has {max_layers})",
+            )
         return layers
 
     return _optional(items, "layers", field, partial(_int_values, read=depth, allow_empty=False), (None,))
@@ -527,7 +596,11 @@ def _checkpoint(items: _Items, field: str, check_paths: bool) -> str:
         problem = "is not a directory" if os.path.exists(path) else "does not exist"
         _fail(path_node, _join(field, "path"), f"{path!r} {problem}; give a checkpoint directory")
     if "layers" in items:
-        _fail(items["layers"][0], _join(field, "layers"), "only for presets; a checkpoint at `path` runs whole")
+        _fail(
+            items["layers"][0],
+            _join(field, "layers"),
+            "only for presets; a checkpoint at `path` runs whole",
+        )
     return path
 
 
@@ -551,11 +624,16 @@ def _models(node: Node, field: str, context: _Context) -> tuple[ModelSpec, ...]:
 
 
 def _variants(node: Node, field: str, context: _Context) -> dict[str, dict[str, str]]:
-    """Each variant's op assignment as written (omitted ops are filled in by `resolve_ops`). The context keeps the
-    names, for the keys that refer to them, and where each op is written, for `resolve_ops`'s errors."""
+    """Each variant's op assignment as written (omitted ops are filled in by `resolve_ops`). The
+    context keeps the names, for the keys that refer to them, and where each op is written, for
+    `resolve_ops`'s errors."""
     items = _mapping(node, field, None, what="variant name")
     if not items:
-        _fail(node, field, "no variants; define at least one (`name: {}` runs every op at its default)")
+        _fail(
+            node,
+            field,
+            "no variants; define at least one (`name: {}` runs every op at its default)",
+        )
     variants: dict[str, dict[str, str]] = {}
     lines: dict[str, dict[str, tuple[int, int]]] = {}
     for name, (key_node, value_node) in items.items():
@@ -577,14 +655,22 @@ def _variant_ref(node: Node, field: str, variants: Sequence[str]) -> str:
 def _comparison(node: Node, field: str, variants: Sequence[str]) -> Comparison:
     if isinstance(node, SequenceNode) and len(node.value) == 2:
         baseline, new = node.value
-        return Comparison(_variant_ref(baseline, f"{field}[0]", variants), _variant_ref(new, f"{field}[1]", variants))
+        return Comparison(
+            _variant_ref(baseline, f"{field}[0]", variants),
+            _variant_ref(new, f"{field}[1]", variants),
+        )
     if isinstance(node, MappingNode):
         items = _mapping(node, field, COMPARISON_KEYS)
         baseline, new = (_required(items, key, node, field) for key in COMPARISON_KEYS)
         return Comparison(
-            _variant_ref(baseline, _join(field, "baseline"), variants), _variant_ref(new, _join(field, "new"), variants)
+            _variant_ref(baseline, _join(field, "baseline"), variants),
+            _variant_ref(new, _join(field, "new"), variants),
         )
-    _fail(node, field, f"expected [baseline, new] or {{baseline: NAME, new: NAME}}, got {_describe(node)}")
+    _fail(
+        node,
+        field,
+        f"expected [baseline, new] or {{baseline: NAME, new: NAME}}, got {_describe(node)}",
+    )
 
 
 def _comparisons(node: Node, field: str, context: _Context) -> tuple[Comparison, ...]:
@@ -610,7 +696,8 @@ def _correctness(node: Node, field: str, context: _Context) -> Correctness:
 
 
 def _trials(node: Node, field: str, context: _Context) -> int | None:
-    """A number of rounds, or `auto` (None); the context keeps it, for the keys only trials: auto allows."""
+    """A number of rounds, or `auto` (None); the context keeps it, for the keys only trials: auto
+    allows."""
     if isinstance(node, ScalarNode) and node.tag == _STR and node.value == AUTO:
         context.trials = None
     elif isinstance(node, ScalarNode) and node.tag == _STR:
@@ -633,23 +720,33 @@ def _percent(node: Node, field: str, low: float, high: float) -> float:
 
 
 def _threads(node: Node, field: str, context: _Context) -> int | None:
-    """BLAS threads: `auto` (None) or 1..the cores this machine has (not checked for a stored experiment)."""
+    """BLAS threads: `auto` (None) or 1..the cores this machine has (not checked for a stored
+    experiment)."""
     if isinstance(node, ScalarNode) and node.tag == _STR and node.value == AUTO:
         return None
     cores = os.cpu_count() or 1
     value = _int(node, field, minimum=1)
     if context.check_paths and value > cores:
-        _fail(node, field, f"{value} is more than this machine's {cores} cores; choose 1..{cores} or {AUTO}")
+        _fail(
+            node,
+            field,
+            f"{value} is more than this machine's {cores} cores; choose 1..{cores} or {AUTO}",
+        )
     return value
 
 
 def _plugins(node: Node, field: str, context: _Context) -> tuple[str, ...]:
-    """Plugin files, relative to the experiment's folder; each must exist (unless read back from a run header)."""
+    """Plugin files, relative to the experiment's folder; each must exist (unless read back from a
+    run header)."""
     paths = []
     for i, item in enumerate(_sequence(node, field)):
         path = Path(context.file).parent / os.path.expanduser(_text(item, f"{field}[{i}]"))
         if context.check_paths and not path.is_file():
-            _fail(item, f"{field}[{i}]", f"{str(path)!r} is not a file; give a Python file that registers variants")
+            _fail(
+                item,
+                f"{field}[{i}]",
+                f"{str(path)!r} is not a file; give a Python file that registers variants",
+            )
         paths.append(str(path.resolve()))
     return tuple(dict.fromkeys(paths))
 
@@ -659,7 +756,11 @@ def _expectation(node: Node, field: str, variants: Sequence[str]) -> Expectation
     if "all_correct" in items:
         others = [key for key in items if key != "all_correct"]
         if others:
-            _fail(items[others[0]][0], _join(field, others[0]), "all_correct stands alone; make this a separate item")
+            _fail(
+                items[others[0]][0],
+                _join(field, others[0]),
+                "all_correct stands alone; make this a separate item",
+            )
         value = items["all_correct"][1]
         if not (isinstance(value, ScalarNode) and value.tag == _BOOL and _SCALARS.construct_yaml_bool(value)):
             _fail(value, _join(field, "all_correct"), f"expected true, got {_describe(value)}")
@@ -707,9 +808,10 @@ def _compose(text: str) -> Node:
 
 @dataclass
 class _Context:
-    """What a key's reader may need beyond its node: the file (plugins are relative to it), whether paths and cores
-    are this machine's to check (not for an experiment read back from a run header), and what earlier keys
-    defined: `variants` the names later keys refer to, `trials` whether the keys of trials: auto may appear."""
+    """What a key's reader may need beyond its node: the file (plugins are relative to it), whether
+    paths and cores are this machine's to check (not for an experiment read back from a run header),
+    and what earlier keys defined: `variants` the names later keys refer to, `trials` whether the
+    keys of trials: auto may appear."""
 
     file: str
     check_paths: bool
@@ -729,14 +831,16 @@ def _plain(read: Callable[..., object], **options: object) -> _Reader:
 
 @dataclass(frozen=True)
 class Key:
-    """A top-level key of an experiment file: how the schema text shows it (`name: example  # doc`, then `nested`
-    (text, doc) lines for what goes inside it), its reader, and its default when it is absent or left empty."""
+    """A top-level key of an experiment file: how the schema text shows it
+    (`name: example  # doc`, then `nested` (text, doc) lines for what goes inside it), its reader,
+    and its default when it is absent or left empty."""
 
     name: str
     example: str
     doc: str
     read: _Reader
-    default: object = _REQUIRED_KEY  # a callable is called with the context: a default made of earlier keys
+    # a callable is called with the context: a default made of earlier keys
+    default: object = _REQUIRED_KEY
     nested: tuple[tuple[str, str], ...] = ()
     auto_only: bool = False  # allowed only beside trials: auto
 
@@ -746,7 +850,11 @@ class Key:
 
     def value(self, items: _Items, context: _Context) -> object:
         if self.auto_only and self.name in items and context.trials is not None:
-            _fail(items[self.name][0], self.name, f"only with trials: {AUTO} (trials is {context.trials} here)")
+            _fail(
+                items[self.name][0],
+                self.name,
+                f"only with trials: {AUTO} (trials is {context.trials} here)",
+            )
         if self.required:
             return self.read(items[self.name][1], self.name, context)
         default = self.default(context) if callable(self.default) else self.default
@@ -754,72 +862,176 @@ class Key:
 
     def schema_lines(self) -> list[str]:
         head = f"{self.name}: {self.example}".rstrip()
-        return [_schema_line(head, self.doc), *(_schema_line(f"  {text}", doc) for text, doc in self.nested)]
+        return [
+            _schema_line(head, self.doc),
+            *(_schema_line(f"  {text}", doc) for text, doc in self.nested),
+        ]
 
 
 def _schema_line(text: str, doc: str) -> str:
     return f"{text:<29} # {doc}" if doc else text
 
 
-# The table every top-level key is declared in, in the order the file is read (each key may refer to those before
-# it) and the schema lists them.
+# The table every top-level key is declared in, in the order the file is read (each key may refer to
+# those before it) and the schema lists them.
 KEYS = (
     Key("name", "default", "required; letters, digits, '-', '_', '.'", _plain(_name)),
     Key("description", '"..."', "optional", _plain(_text, allow_empty=True), ""),
-    Key("models", "", "required, non-empty list", _models, nested=(
-        ("- preset: e2b", "exactly one of `preset` (a bundled preset) or `path` (a checkpoint directory)"),
-        ("  size: E2B", "display label; default: the preset's size, or the directory name"),
-        ("  layers: 2", "presets only: 1..num_hidden_layers, or a list ([2, 4, 8]): a model per depth; default: all"),
-        ("  dtype: float32", "one of models.DTYPES; default float32"),
-        ("  quantize: nvfp4", "one of models.QUANTIZE_MODES, or none/null (the default)"),
-    )),
-    Key("variants", "", "required, >= 1 entry: name -> {op: variant}; omitted ops take their default", _variants,
-        nested=(("baseline: {geglu: unfused}", ""), ("compiled: {geglu: compiled}", ""))),
-    Key("comparisons", "", "optional: [baseline, new] or {baseline: a, new: b}; a == b is an A/A test", _comparisons,
-        (), nested=(("- [baseline, compiled]", ""),)),
-    Key("workloads", "", "required; each an int or a non-empty list; the Cartesian product is run",
-        _plain(_workloads), nested=(
+    Key(
+        "models",
+        "",
+        "required, non-empty list",
+        _models,
+        nested=(
+            (
+                "- preset: e2b",
+                "exactly one of `preset` (a bundled preset) or `path` (a checkpoint directory)",
+            ),
+            ("  size: E2B", "display label; default: the preset's size, or the directory name"),
+            (
+                "  layers: 2",
+                "presets only: 1..num_hidden_layers, or a list ([2, 4, 8]): a model per depth; default: all",
+            ),
+            ("  dtype: float32", "one of models.DTYPES; default float32"),
+            ("  quantize: nvfp4", "one of models.QUANTIZE_MODES, or none/null (the default)"),
+        ),
+    ),
+    Key(
+        "variants",
+        "",
+        "required, >= 1 entry: name -> {op: variant}; omitted ops take their default",
+        _variants,
+        nested=(("baseline: {geglu: unfused}", ""), ("compiled: {geglu: compiled}", "")),
+    ),
+    Key(
+        "comparisons",
+        "",
+        "optional: [baseline, new] or {baseline: a, new: b}; a == b is an A/A test",
+        _comparisons,
+        (),
+        nested=(("- [baseline, compiled]", ""),),
+    ),
+    Key(
+        "workloads",
+        "",
+        "required; each an int or a non-empty list; the Cartesian product is run",
+        _plain(_workloads),
+        nested=(
             ("prompt_tokens: [128, 512]", "required, >= 1 (outermost)"),
             ("gen_tokens: 32", "required, >= 1"),
             ("batch: [1, 2]", "optional, >= 1, default 1 (innermost)"),
-        )),
-    Key("depths", "[512, 2048]", "optional KV depths for the decode-speed curve, >= 1; default []",
-        _plain(_counts, allow_empty=True), ()),
-    Key("shares", "5", "rounds timing each switchable op's share of a step (the expected Δ), >= 0; 0: off",
-        _plain(_int, minimum=0), DEFAULT_SHARE_ROUNDS),
-    Key("trials", "5", f"timed rounds, >= 1; or {AUTO}: add rounds until every row is decided", _trials,
-        DEFAULT_TRIALS),
+        ),
+    ),
+    Key(
+        "depths",
+        "[512, 2048]",
+        "optional KV depths for the decode-speed curve, >= 1; default []",
+        _plain(_counts, allow_empty=True),
+        (),
+    ),
+    Key(
+        "shares",
+        "5",
+        "rounds timing each switchable op's share of a step (the expected Δ), >= 0; 0: off",
+        _plain(_int, minimum=0),
+        DEFAULT_SHARE_ROUNDS,
+    ),
+    Key(
+        "trials",
+        "5",
+        f"timed rounds, >= 1; or {AUTO}: add rounds until every row is decided",
+        _trials,
+        DEFAULT_TRIALS,
+    ),
     Key("warmup", "1", "untimed rounds, >= 0", _plain(_int, minimum=0), DEFAULT_WARMUP),
     Key("prefill_step_size", "2048", ">= 1", _plain(_int, minimum=1), DEFAULT_PREFILL_STEP_SIZE),
     Key("seed", "0", "", _plain(_int), DEFAULT_SEED),
-    Key("timeout_s", "1800", "per-cell timeout, > 0", _plain(_number, minimum=0.0, exclusive=True),
-        DEFAULT_TIMEOUT_S),
-    Key("correctness", "", "", _correctness,
-        lambda context: Correctness(reference=context.variants[0], atol=None, tokens=DEFAULT_CHECK_TOKENS), nested=(
+    Key(
+        "timeout_s",
+        "1800",
+        "per-cell timeout, > 0",
+        _plain(_number, minimum=0.0, exclusive=True),
+        DEFAULT_TIMEOUT_S,
+    ),
+    Key(
+        "correctness",
+        "",
+        "",
+        _correctness,
+        lambda context: Correctness(reference=context.variants[0], atol=None, tokens=DEFAULT_CHECK_TOKENS),
+        nested=(
             ("reference: baseline", "default: the first variant"),
             ("atol: 0.05", "max abs logit error, >= 0; default null: chosen by dtype"),
             ("tokens: 8", "greedy tokens that must agree, >= 0"),
-        )),
-    Key("expect", "", "checked by `fusebench check`", _expectations, (), nested=(
-        ("- {comparison: [baseline, compiled], metric: prefill, max_slowdown_pct: 5}", "metric: prefill or gen"),
-        ("- {all_correct: true}", ""),
-    )),
-    Key("plugins", "[my_fusions.py]", "optional: Python files (relative to this file) that register more variants",
-        _plugins, ()),
-    Key("margin_pct", "2", '"no change" means the whole CI within ± this many percent, >= 0; default 2',
-        _plain(_number, minimum=0.0), DEFAULT_MARGIN_PCT),
-    Key("precision", "2%", f"with trials: {AUTO}, optional: each decided row also narrowed to this half-width,"
-        " (0, 50]%", _plain(_percent, low=0.0, high=50.0), None, auto_only=True),
-    Key("max_rounds", "30", f"with trials: {AUTO}, the most rounds a cell gets, >= {MIN_AUTO_ROUNDS}",
-        _plain(_int, minimum=MIN_AUTO_ROUNDS), DEFAULT_MAX_ROUNDS, auto_only=True),
-    Key("budget_s", "600", f"with trials: {AUTO}, the whole run's wall time in seconds, shared by its cells, > 0",
-        _plain(_number, minimum=0.0, exclusive=True), None, auto_only=True),
-    Key("worker_rounds", "6", "with run --against: rounds each pair of worker processes runs before a fresh pair "
+        ),
+    ),
+    Key(
+        "expect",
+        "",
+        "checked by `fusebench check`",
+        _expectations,
+        (),
+        nested=(
+            (
+                "- {comparison: [baseline, compiled], metric: prefill, max_slowdown_pct: 5}",
+                "metric: prefill or gen",
+            ),
+            ("- {all_correct: true}", ""),
+        ),
+    ),
+    Key(
+        "plugins",
+        "[my_fusions.py]",
+        "optional: Python files (relative to this file) that register more variants",
+        _plugins,
+        (),
+    ),
+    Key(
+        "margin_pct",
+        "2",
+        '"no change" means the whole CI within ± this many percent, >= 0; default 2',
+        _plain(_number, minimum=0.0),
+        DEFAULT_MARGIN_PCT,
+    ),
+    Key(
+        "precision",
+        "2%",
+        f"with trials: {AUTO}, optional: each decided row also narrowed to this half-width, (0, 50]%",
+        _plain(_percent, low=0.0, high=50.0),
+        None,
+        auto_only=True,
+    ),
+    Key(
+        "max_rounds",
+        "30",
+        f"with trials: {AUTO}, the most rounds a cell gets, >= {MIN_AUTO_ROUNDS}",
+        _plain(_int, minimum=MIN_AUTO_ROUNDS),
+        DEFAULT_MAX_ROUNDS,
+        auto_only=True,
+    ),
+    Key(
+        "budget_s",
+        "600",
+        f"with trials: {AUTO}, the whole run's wall time in seconds, shared by its cells, > 0",
+        _plain(_number, minimum=0.0, exclusive=True),
+        None,
+        auto_only=True,
+    ),
+    Key(
+        "worker_rounds",
+        "6",
+        "with run --against: rounds each pair of worker processes runs before a fresh pair "
         "takes over (the interval then holds the spread between processes), >= 0; 0: one pair a cell",
-        _plain(_int, minimum=0), DEFAULT_WORKER_ROUNDS),
-    Key("threads", AUTO, f"CPU backends: BLAS threads; {AUTO}: 1 or every core, whichever measured more precise "
-        "per second here", _threads,
-        None),
+        _plain(_int, minimum=0),
+        DEFAULT_WORKER_ROUNDS,
+    ),
+    Key(
+        "threads",
+        AUTO,
+        f"CPU backends: BLAS threads; {AUTO}: 1 or every core, whichever measured more precise per second here",
+        _threads,
+        None,
+    ),
 )
 TOP_KEYS = tuple(key.name for key in KEYS)
 _REQUIRED = tuple(key.name for key in KEYS if key.required)
@@ -842,5 +1054,12 @@ def _experiment(root: Node, text: str, file: str, sha256: str, check_paths: bool
     trials = values.pop("trials")
     target_pct, max_rounds, budget_s = (values.pop(name) for name in _AUTO_ONLY)
     precision = Precision(target_pct, max_rounds, budget_s) if trials is None else None
-    return Experiment(file=file, content=text, sha256=sha256, trials=max_rounds if precision else trials,
-                      precision=precision, variant_lines=context.variant_lines, **values)
+    return Experiment(
+        file=file,
+        content=text,
+        sha256=sha256,
+        trials=max_rounds if precision else trials,
+        precision=precision,
+        variant_lines=context.variant_lines,
+        **values,
+    )

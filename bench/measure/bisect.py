@@ -1,10 +1,11 @@
 """`fusebench bisect`: the A/B runs a search asks for (analysis.bisect decides what they mean).
 
-A candidate is a commit between two git refs (each build a temporary worktree of it, as `run --against` makes) or a
-package release between two versions (each build this tree run by an environment with that release, as
-`run --against-env` makes). Every A/B run is one results file under OUT, named by its two candidates and its
-repetition; a file whose every cell has finished is read again instead of re-run, so an interrupted search picks up
-where it stopped, and an unfinished one is measured anew.
+A candidate is a commit between two git refs (each build a temporary worktree of it, as
+`run --against` makes) or a package release between two versions (each build this tree run by an
+environment with that release, as `run --against-env` makes). Every A/B run is one results file
+under OUT, named by its two candidates and its repetition; a file whose every cell has finished is
+read again instead of re-run, so an interrupted search picks up where it stopped, and an unfinished
+one is measured anew.
 """
 
 from __future__ import annotations
@@ -28,7 +29,8 @@ from .session import Build
 
 
 class BisectError(UserError):
-    """Input a search cannot start from (refs, versions, a dirty tree), or a step that cannot be compared."""
+    """Input a search cannot start from (refs, versions, a dirty tree), or a step that cannot be
+    compared."""
 
 
 @dataclass(frozen=True)
@@ -62,8 +64,11 @@ class PackageSides:
     @contextlib.contextmanager
     def build(self, name: str, candidate: Candidate) -> Iterator[Build]:
         what = f"bisect --package {self.package}: {candidate.key}"
-        environment = envs.resolve(f"{self.package}=={candidate.key}", what,
-                                   lambda text: self.console.print(text, highlight=False))
+        environment = envs.resolve(
+            f"{self.package}=={candidate.key}",
+            what,
+            lambda text: self.console.print(text, highlight=False),
+        )
         yield environment_build(name, environment, self.experiment, what)
 
 
@@ -73,19 +78,34 @@ def commit_candidates(good: str, bad: str) -> tuple[Candidate, list[Candidate]]:
     if good_hash == bad_hash:
         raise BisectError(f"bisect: GOOD {good} and BAD {bad} are the same commit {good_hash[:12]}")
     if git_output("merge-base", "--is-ancestor", good_hash, bad_hash) is None:
-        raise BisectError(f"bisect: GOOD {good} ({good_hash[:12]}) is not an ancestor of BAD {bad} "
-                          f"({bad_hash[:12]}); give the older, good commit first")
+        raise BisectError(
+            f"bisect: GOOD {good} ({good_hash[:12]}) is not an ancestor of BAD {bad} "
+            f"({bad_hash[:12]}); give the older, good commit first"
+        )
     head = git_output("rev-parse", "HEAD")
     if head in (good_hash, bad_hash) and git_output("status", "--porcelain", "--untracked-files=no"):
         named = good if head == good_hash else bad
-        raise BisectError(f"bisect: {named} is HEAD, but the working tree has uncommitted changes that bisect would "
-                          "not measure (it measures commits); commit or stash them, or name another commit")
-    lines = git_output("log", "--reverse", "--first-parent", "--ancestry-path", "--format=%H %s",
-                       f"{good_hash}..{bad_hash}") or ""
+        raise BisectError(
+            f"bisect: {named} is HEAD, but the working tree has uncommitted changes that bisect would "
+            "not measure (it measures commits); commit or stash them, or name another commit"
+        )
+    lines = (
+        git_output(
+            "log",
+            "--reverse",
+            "--first-parent",
+            "--ancestry-path",
+            "--format=%H %s",
+            f"{good_hash}..{bad_hash}",
+        )
+        or ""
+    )
     commits = [Candidate(*line.partition(" ")[::2]) for line in lines.splitlines()]
     if not commits or commits[-1].key != bad_hash:
-        raise BisectError(f"bisect: {bad} does not reach {good} along its first parents (GOOD is on a merged side "
-                          "branch); give a GOOD on BAD's first-parent line")
+        raise BisectError(
+            f"bisect: {bad} does not reach {good} along its first parents (GOOD is on a merged side "
+            "branch); give a GOOD on BAD's first-parent line"
+        )
     subject = git_output("log", "-1", "--format=%s", good_hash) or ""
     return Candidate(good_hash, subject), commits
 
@@ -99,10 +119,19 @@ def package_candidates(package: str, good: str, bad: str) -> tuple[Candidate, li
 
 
 class StepRuns:
-    """The measure function of analysis.bisect: each A/B run made once, into its own file under OUT."""
+    """The measure function of analysis.bisect: each A/B run made once, into its own file under
+    OUT."""
 
-    def __init__(self, exp: Experiment, good: Candidate, candidates: Sequence[Candidate], sides: Sides, out: Path,
-                 console: Console, limit_pct: float) -> None:
+    def __init__(
+        self,
+        exp: Experiment,
+        good: Candidate,
+        candidates: Sequence[Candidate],
+        sides: Sides,
+        out: Path,
+        console: Console,
+        limit_pct: float,
+    ) -> None:
         self.exp, self.good, self.candidates, self.sides = exp, good, list(candidates), sides
         self.limit_pct = limit_pct
         self.out, self.console = out, console
@@ -120,8 +149,10 @@ class StepRuns:
         self.files[index, against] = paths
         results = read_results(paths)
         if errors := results.of_kind("error"):
-            raise BisectError(f"bisect: cannot compare {current.title} with {reference.title}: "
-                              f"{errors[0].get('cell', '?')}: {errors[0].get('reason', '?')} ({paths[-1]})")
+            raise BisectError(
+                f"bisect: cannot compare {current.title} with {reference.title}: "
+                f"{errors[0].get('cell', '?')}: {errors[0].get('reason', '?')} ({paths[-1]})"
+            )
         return readings(results.frame("trial"), self.limit_pct)
 
     def _complete(self, path: Path) -> bool:
@@ -132,16 +163,23 @@ class StepRuns:
         if header is None:
             return False
         if header["experiment"]["sha256"] != self.exp.sha256:
-            raise BisectError(f"bisect: {path} was measured with another version of {self.exp.file}; "
-                              "resume with the same experiment, or give a new --out")
+            raise BisectError(
+                f"bisect: {path} was measured with another version of {self.exp.file}; "
+                "resume with the same experiment, or give a new --out"
+            )
         closed = {r.get("cell") for r in results.records if r["kind"] in ("stop", "skip", "error")}
         return all(cell.key in closed for cell in self.exp.cells())
 
     def _run(self, path: Path, current: Candidate, reference: Candidate) -> None:
         path.unlink(missing_ok=True)  # an unfinished run is measured anew
-        self.console.print(f"A/B {current.title} ({current.short}) against {reference.title} ({reference.short}) "
-                           f"-> {path}", highlight=False)
-        with self.sides.build("current", current) as mine, self.sides.build("reference", reference) as theirs:
+        self.console.print(
+            f"A/B {current.title} ({current.short}) against {reference.title} ({reference.short}) -> {path}",
+            highlight=False,
+        )
+        with (
+            self.sides.build("current", current) as mine,
+            self.sides.build("reference", reference) as theirs,
+        ):
             options = RunOptions(out=path, quiet=True, current=mine, reference=theirs)
             if run_experiment(self.exp, options, self.console) == 130:
                 raise KeyboardInterrupt

@@ -1,10 +1,12 @@
-"""`run --against REF`: the reference build, a second fusebench tree whose workers run beside the current ones.
+"""`run --against REF`: the reference build, a second fusebench tree whose workers run beside the
+current ones.
 
-REF is a git ref of this repository (checked out into a temporary worktree, removed afterwards) or the path of
-another fusebench checkout. Its workers import the reference tree's own `bench` and `models` (its path goes first
-on their module search path), so what is compared is really the two trees; the Python packages (mlx, mlx-lm, ...)
-are this environment's. Before anything is measured the reference must speak this worker protocol, import, and
-read the experiment with its own spec parser; otherwise the run stops with one line and exit 2.
+REF is a git ref of this repository (checked out into a temporary worktree, removed afterwards) or
+the path of another fusebench checkout. Its workers import the reference tree's own `bench` and
+`models` (its path goes first on their module search path), so what is compared is really the two
+trees; the Python packages (mlx, mlx-lm, ...) are this environment's. Before anything is measured
+the reference must speak this worker protocol, import, and read the experiment with its own spec
+parser; otherwise the run stops with one line and exit 2.
 """
 
 from __future__ import annotations
@@ -32,7 +34,8 @@ _OWNER_FILE = "owner.pid"
 
 
 class ReferenceBuildError(UserError):
-    """A reference build that cannot be compared with this one; the message says why, in one line."""
+    """A reference build that cannot be compared with this one; the message says why, in one
+    line."""
 
 
 def git_output(*args: str, cwd: Path = PACKAGE_ROOT) -> str | None:
@@ -42,18 +45,30 @@ def git_output(*args: str, cwd: Path = PACKAGE_ROOT) -> str | None:
 
 @contextlib.contextmanager
 def reference_build(ref: str, experiment: Path) -> Iterator[Build]:
-    """The build REF names, checked; a temporary worktree for a git ref lives as long as the context."""
+    """The build REF names, checked; a temporary worktree for a git ref lives as long as the
+    context."""
     path = Path(ref).expanduser()
     if path.is_dir():
         if not (path / "bench").is_dir():
             raise ReferenceBuildError(f"--against {ref}: {path} holds no fusebench tree (no bench/ folder)")
-        build = _checked(Build("reference", path.resolve(), git_output("rev-parse", "HEAD", cwd=path), _dirty(path),
-                               str(path.resolve())), f"--against {ref}", experiment)
+        build = _checked(
+            Build(
+                "reference",
+                path.resolve(),
+                git_output("rev-parse", "HEAD", cwd=path),
+                _dirty(path),
+                str(path.resolve()),
+            ),
+            f"--against {ref}",
+            experiment,
+        )
         yield build
         return
     if git_output("rev-parse", "--verify", "--quiet", f"{ref}^{{commit}}") is None:
-        raise ReferenceBuildError(f"--against {ref}: neither a git ref of this repository nor a directory holding "
-                                  "fusebench; give a ref such as HEAD~1 or main, or a checkout's path")
+        raise ReferenceBuildError(
+            f"--against {ref}: neither a git ref of this repository nor a directory holding "
+            "fusebench; give a ref such as HEAD~1 or main, or a checkout's path"
+        )
     with commit_build("reference", ref, experiment, f"--against {ref}") as build:
         yield build
 
@@ -62,17 +77,22 @@ def resolve_commit(ref: str, what: str) -> str:
     """The full hash of the commit REF names in this repository."""
     commit = git_output("rev-parse", "--verify", "--quiet", f"{ref}^{{commit}}")
     if commit is None:
-        raise ReferenceBuildError(f"{what}: {ref!r} is not a git ref of this repository (a commit, branch or tag, "
-                                  "such as HEAD~3 or main)")
+        raise ReferenceBuildError(
+            f"{what}: {ref!r} is not a git ref of this repository (a commit, branch or tag, such as HEAD~3 or main)"
+        )
     return commit
 
 
 @contextlib.contextmanager
 def commit_build(name: str, ref: str, experiment: Path, what: str) -> Iterator[Build]:
-    """Build NAME at the commit REF names, checked out into a temporary worktree that lives as long as the context."""
+    """Build NAME at the commit REF names, checked out into a temporary worktree that lives as long
+    as the context."""
     commit = resolve_commit(ref, what)
     for left in remove_abandoned_trees():
-        print(f"fusebench: removed a reference tree that an interrupted run left behind: {left}", file=sys.stderr)
+        print(
+            f"fusebench: removed a reference tree that an interrupted run left behind: {left}",
+            file=sys.stderr,
+        )
     folder = Path(tempfile.mkdtemp(prefix=_TREE_PREFIX))
     (folder / _OWNER_FILE).write_text(str(os.getpid()))
     try:
@@ -86,16 +106,24 @@ def commit_build(name: str, ref: str, experiment: Path, what: str) -> Iterator[B
 
 def environment_build(name: str, environment: envs.Environment, experiment: Path, what: str) -> Build:
     """Build NAME: this tree's code run by the environment's Python."""
-    build = Build(name, PACKAGE_ROOT, git_output("rev-parse", "HEAD"), _dirty(PACKAGE_ROOT), environment.spec,
-                  python=environment.python, label=environment.label)
+    build = Build(
+        name,
+        PACKAGE_ROOT,
+        git_output("rev-parse", "HEAD"),
+        _dirty(PACKAGE_ROOT),
+        environment.spec,
+        python=environment.python,
+        label=environment.label,
+    )
     checked = _checked(build, what, experiment)
-    # Read in the worker's own environment (this tree first on its path): the mlx its workers will import.
+    # Read in the worker's own environment (this tree first on its path): the mlx its workers will
+    # import.
     return replace(checked, packages=envs.versions(build.interpreter, build.worker_env(dict(os.environ))))
 
 
 def environment_builds(spec: str, experiment: Path, say=print) -> tuple[Build, Build]:
-    """`run --against-env SPEC`: this environment (current) and SPEC's (reference), each labelled by the versions
-    of the packages SPEC names, e.g. "mlx 0.32.4" against "mlx 0.31.2"."""
+    """`run --against-env SPEC`: this environment (current) and SPEC's (reference), each labelled by
+    the versions of the packages SPEC names, e.g. "mlx 0.32.4" against "mlx 0.31.2"."""
     what = f"--against-env {spec}"
     environment = envs.resolve(spec, what, say)
     mine = envs.versions(sys.executable, dict(os.environ))
@@ -104,8 +132,9 @@ def environment_builds(spec: str, experiment: Path, say=print) -> tuple[Build, B
 
 
 def remove_abandoned_trees() -> list[Path]:
-    """Remove the reference trees of runs that are gone (killed, or stopped before their cleanup), and git's
-    records of them; the folders removed. A SIGKILL leaves both the folder and the worktree registration."""
+    """Remove the reference trees of runs that are gone (killed, or stopped before their cleanup),
+    and git's records of them; the folders removed. A SIGKILL leaves both the folder and the
+    worktree registration."""
     removed = []
     for folder in Path(tempfile.gettempdir()).glob(f"{_TREE_PREFIX}*"):
         if _owner_alive(folder):
@@ -122,7 +151,8 @@ def _owner_alive(folder: Path) -> bool:
     try:
         pid = int((folder / _OWNER_FILE).read_text())
     except (OSError, ValueError):
-        # No pid yet: a run that is just starting (seconds old) or one killed before it wrote the pid.
+        # No pid yet: a run that is just starting (seconds old) or one killed before it wrote the
+        # pid.
         return _age_s(folder) < 60
     try:
         os.kill(pid, 0)
@@ -151,14 +181,23 @@ def _checked(build: Build, what: str, experiment: Path) -> Build:
     found = re.search(r"^PROTOCOL = (\d+)", job.read_text(), re.MULTILINE) if job.is_file() else None
     if not found or int(found.group(1)) != PROTOCOL:
         theirs = f"protocol {found.group(1)}" if found else "no worker protocol (it predates run --against)"
-        raise ReferenceBuildError(f"{what}: the {build.name} build speaks {theirs}, this one protocol "
-                                  f"{PROTOCOL}; choose a reference from after the protocol changed")
-    check = ("import sys\nfrom bench.measure import worker\nfrom bench.core.spec import load_experiment\n"
-             "load_experiment(sys.argv[1])\n")
-    done = subprocess.run([build.interpreter, "-c", check, str(experiment.resolve())], cwd=build.root,
-                          env=build.worker_env(dict(os.environ)), capture_output=True, text=True, check=False)
+        raise ReferenceBuildError(
+            f"{what}: the {build.name} build speaks {theirs}, this one protocol "
+            f"{PROTOCOL}; choose a reference from after the protocol changed"
+        )
+    check = (
+        "import sys\nfrom bench.measure import worker\nfrom bench.core.spec import load_experiment\n"
+        "load_experiment(sys.argv[1])\n"
+    )
+    done = subprocess.run(
+        [build.interpreter, "-c", check, str(experiment.resolve())],
+        cwd=build.root,
+        env=build.worker_env(dict(os.environ)),
+        capture_output=True,
+        text=True,
+        check=False,
+    )
     if done.returncode != 0:
         last = (done.stderr.strip().splitlines() or ["no output"])[-1]
-        raise ReferenceBuildError(f"{what}: the {build.name} build cannot import or cannot read "
-                                  f"{experiment}: {last}")
+        raise ReferenceBuildError(f"{what}: the {build.name} build cannot import or cannot read {experiment}: {last}")
     return build

@@ -3,9 +3,9 @@
 What fusebench records about the machine a benchmark ran on, which BLAS mlx is really using, and how
 worker processes get an optimized BLAS preloaded. Nothing here knows about models or timing of them.
 
-Why BLAS matters: the mlx-cpu wheel bundles the reference (netlib) BLAS in ``mlx_cpu.libs``. libmlx only
-imports ``cblas_sgemm/dgemm/cgemm``, so an optimized BLAS put in front with ``LD_PRELOAD`` takes over every
-fp32 matmul, about 30x faster.
+Why BLAS matters: the mlx-cpu wheel bundles the reference (netlib) BLAS in ``mlx_cpu.libs``. libmlx
+only imports ``cblas_sgemm/dgemm/cgemm``, so an optimized BLAS put in front with ``LD_PRELOAD``
+takes over every fp32 matmul, about 30x faster.
 """
 
 from __future__ import annotations
@@ -31,18 +31,25 @@ from ..core.fingerprint import fingerprint
 from ..core.records import Env
 from . import blas_shim
 
-if TYPE_CHECKING:  # roofline loads mlx-lm; this module answers before anything may (require_backend)
+# roofline loads mlx-lm; this module answers before anything may (require_backend)
+if TYPE_CHECKING:
     from .roofline import PeakProbe
 
 ENV_KEYS = tuple(Env.__annotations__)  # in the order collect_env writes them
 # Every BLAS reads its own variable; set them all, so whichever the workers load obeys.
-THREAD_VARIABLES = ("OPENBLAS_NUM_THREADS", "MKL_NUM_THREADS", "OMP_NUM_THREADS", "VECLIB_MAXIMUM_THREADS")
+THREAD_VARIABLES = (
+    "OPENBLAS_NUM_THREADS",
+    "MKL_NUM_THREADS",
+    "OMP_NUM_THREADS",
+    "VECLIB_MAXIMUM_THREADS",
+)
 BLAS_KINDS = ("openblas", "mkl", "reference", "accelerate", "gpu", "unknown")
 BLAS_CHOICES = "auto, reference, or a path to a BLAS .so"
 DEBIAN_OPENBLAS = "/usr/lib/x86_64-linux-gnu/openblas-pthread/libblas.so.3"
 
-# Order matters: Debian's OpenBLAS ships a ``libblas.so.3`` shim inside ``openblas-pthread/``, so the
-# specific names must be tried before the generic ``libblas`` that marks the reference implementation.
+# Order matters: Debian's OpenBLAS ships a ``libblas.so.3`` shim inside ``openblas-pthread/``, so
+# the specific names must be tried before the generic ``libblas`` that marks the reference
+# implementation.
 # The lookbehind keeps "blis"/"atlas" from matching inside ordinary words ("publish").
 _BLAS_PATTERNS = (
     ("mkl", re.compile(r"mkl")),
@@ -52,14 +59,15 @@ _BLAS_PATTERNS = (
     ("accelerate", re.compile(r"accelerate|veclib")),
     ("reference", re.compile(r"libblas|refblas|netlib|reference")),
 )
-# numpy/scipy wheels bundle an OpenBLAS whose symbols are renamed (scipy_cblas_sgemm64_...), so it can
-# never serve libmlx's cblas_sgemm even when mapped into the same process.
+# numpy/scipy wheels bundle an OpenBLAS whose symbols are renamed (scipy_cblas_sgemm64_...), so it
+# can never serve libmlx's cblas_sgemm even when mapped into the same process.
 _NOT_FOR_MLX = re.compile(r"scipy_openblas|numpy\.libs|scipy\.libs")
 _MLX_BUNDLE = re.compile(r"/mlx(_\w+)?(\.libs)?/")  # mlx_cpu.libs/ (wheel) or mlx/lib/
 _SUBPROCESS_TIMEOUT_S = 5
 _COPY_BYTES = 256 * 2**20
 _MATMUL_SIZES = (256, 2048)  # clamp for the adaptive matmul size
-_LM_HEAD_ROWS, _LM_HEAD_COLS = 262144, 1536  # Gemma 4's vocabulary by E2B's hidden size: the LM head's read
+# Gemma 4's vocabulary by E2B's hidden size: the LM head's read
+_LM_HEAD_ROWS, _LM_HEAD_COLS = 262144, 1536
 
 
 class BlasChoiceError(UserError):
@@ -67,7 +75,8 @@ class BlasChoiceError(UserError):
 
 
 class MissingBackendError(UserError):
-    """mlx cannot load a backend (on Linux, `pip install mlx` alone brings none): nothing can be measured."""
+    """mlx cannot load a backend (on Linux, `pip install mlx` alone brings none): nothing can be
+    measured."""
 
 
 def backend_problem() -> str | None:
@@ -78,8 +87,10 @@ def backend_problem() -> str | None:
         cause = str(err).splitlines()[0] if str(err) else type(err).__name__
         if sys.platform == "darwin":
             return f"mlx cannot load ({cause}); reinstall it: pip install --force-reinstall mlx"
-        return (f"mlx has no backend here ({cause}); install one: pip install 'fusebench[cpu]' (CPU), "
-                "'fusebench[cuda13]' or 'fusebench[cuda12]' (NVIDIA GPU); in a checkout ./setup.sh does it")
+        return (
+            f"mlx has no backend here ({cause}); install one: pip install 'fusebench[cpu]' (CPU), "
+            "'fusebench[cuda13]' or 'fusebench[cuda12]' (NVIDIA GPU); in a checkout ./setup.sh does it"
+        )
     return None
 
 
@@ -95,9 +106,9 @@ def cache_dir() -> Path:
 
 
 def machine_key(env: Env) -> str:
-    """A cache key for this machine: the fingerprint's slug and a hash of what sets the CPU's speed. Two VMs of
-    one CPU family can differ by 3x (AVX-512 or not) under the same name, so a figure measured on one must not
-    be read back on the other."""
+    """A cache key for this machine: the fingerprint's slug and a hash of what sets the CPU's speed.
+    Two VMs of one CPU family can differ by 3x (AVX-512 or not) under the same name, so a figure
+    measured on one must not be read back on the other."""
     try:
         info = Path("/proc/cpuinfo").read_text()
         cpu = "\n".join(sorted({line for line in info.splitlines() if line.startswith(("model name", "flags"))}))
@@ -110,11 +121,12 @@ def machine_key(env: Env) -> str:
 def own_compile_dir() -> Path | None:
     """Point TMPDIR, for this process and every worker it starts, at a folder this user owns.
 
-    MLX's CPU backend writes the C++ of each mx.compile kernel, and the library it builds from it, under
-    $TMPDIR/mlx/<version>/cpu. In the system temp folder that folder belongs to whoever ran mlx first: after root
-    (or another user) has, every new kernel of this user's fails to compile (cc1plus: No such file or directory).
-    The folder is the user's cache (~/.cache/fusebench/tmp), so kernels compiled once are found again. None (and
-    TMPDIR left as it is) where the cache cannot be created."""
+    MLX's CPU backend writes the C++ of each mx.compile kernel, and the library it builds from it,
+    under $TMPDIR/mlx/<version>/cpu. In the system temp folder that folder belongs to whoever ran
+    mlx first: after root (or another user) has, every new kernel of this user's fails to compile
+    (cc1plus: No such file or directory). The folder is the user's cache (~/.cache/fusebench/tmp),
+    so kernels compiled once are found again. None (and TMPDIR left as it is) where the cache cannot
+    be created."""
     folder = cache_dir() / "tmp"
     try:
         folder.mkdir(parents=True, exist_ok=True)
@@ -128,14 +140,17 @@ COMPILE_FAILURE = re.compile(r"Compile::eval_cpu|cc1plus: fatal error|Failed to 
 
 
 def compile_failure(lines: list[str]) -> str | None:
-    """One line for a worker that died because mx.compile could not build a CPU kernel, naming the cause."""
+    """One line for a worker that died because mx.compile could not build a CPU kernel, naming the
+    cause."""
     found = [line for line in lines if COMPILE_FAILURE.search(line)]
     if not found:
         return None
     fatal = next((line for line in found if "fatal error" in line), found[-1])
-    return (f"mx.compile could not build a CPU kernel ({fatal.strip()[:200]}): MLX compiles into "
-            f"$TMPDIR/mlx/<version>/cpu (TMPDIR here: {os.environ.get('TMPDIR', 'unset')}), which must be "
-            "writable by this user, with a C++ compiler on the path")
+    return (
+        f"mx.compile could not build a CPU kernel ({fatal.strip()[:200]}): MLX compiles into "
+        f"$TMPDIR/mlx/<version>/cpu (TMPDIR here: {os.environ.get('TMPDIR', 'unset')}), which must be "
+        "writable by this user, with a C++ compiler on the path"
+    )
 
 
 # ---------------------------------------------------------------- small helpers
@@ -152,16 +167,15 @@ def _safe(fn: Callable[[], Any], default: Any = None) -> Any:
 def _run(cmd: list[str], cwd: Path | None = None) -> str | None:
     """stdout of a command, stripped; None if it is missing, fails or hangs."""
     try:
-        done = subprocess.run(
-            cmd, cwd=cwd, capture_output=True, text=True, timeout=_SUBPROCESS_TIMEOUT_S, check=True
-        )
+        done = subprocess.run(cmd, cwd=cwd, capture_output=True, text=True, timeout=_SUBPROCESS_TIMEOUT_S, check=True)
     except (OSError, subprocess.SubprocessError):
         return None
     return done.stdout.strip()
 
 
 def _mlx() -> Any:
-    """mlx.core, or None if it cannot be imported (a broken install should still print an env table)."""
+    """mlx.core, or None if it cannot be imported (a broken install should still print an env
+    table)."""
     try:
         import mlx.core as mx
     except Exception:
@@ -245,18 +259,21 @@ def _git_info() -> tuple[str | None, bool | None]:
     """(commit, dirty) of the checkout fusebench runs from; (None, None) if it is not one."""
     root = Path(__file__).resolve().parents[2]  # bench/measure/env.py -> the folder holding bench/
     top = _run(["git", "rev-parse", "--show-toplevel"], cwd=root)
-    # Only a source checkout has the package at the repo root; an installed copy that merely sits inside
-    # some other repository (a venv within a project) would otherwise report that project's commit.
+    # Only a source checkout has the package at the repo root; an installed copy that merely sits
+    # inside some other repository (a venv within a project) would otherwise report that project's
+    # commit.
     if not top or Path(top).resolve() != root:
         return None, None
     commit = _run(["git", "rev-parse", "HEAD"], cwd=root) or None
-    # Untracked files are ignored, like `git describe --dirty`: scratch files do not change the code.
+    # Untracked files are ignored, like `git describe --dirty`: scratch files do not change the
+    # code.
     status = _run(["git", "status", "--porcelain", "--untracked-files=no"], cwd=root)
     return commit, (None if status is None else bool(status))
 
 
 def collect_env() -> Env:
-    """Facts about this machine and software, JSON-serializable, keys as in ENV_KEYS; never raises."""
+    """Facts about this machine and software, JSON-serializable, keys as in ENV_KEYS; never
+    raises."""
     backend = _safe(detect_backend, "cpu")
     commit, dirty = _safe(_git_info, (None, None))
     return {
@@ -310,17 +327,19 @@ def _split_preload(value: str) -> list[str]:
 
 
 def _resolution_rank(path: str) -> tuple[bool, bool, str]:
-    # With an optimized BLAS LD_PRELOADed, both it and the reference BLAS bundled in mlx_cpu.libs are
-    # mapped, but the dynamic linker resolves libmlx's cblas_sgemm in the global scope (where preloads come
-    # first) before libmlx's own dependencies, so the preloaded one wins. Failing that, libmlx's own
-    # dependency (the bundled one) serves it, not some library another extension loaded privately.
+    # With an optimized BLAS LD_PRELOADed, both it and the reference BLAS bundled in mlx_cpu.libs
+    # are mapped, but the dynamic linker resolves libmlx's cblas_sgemm in the global scope (where
+    # preloads come first) before libmlx's own dependencies, so the preloaded one wins. Failing
+    # that, libmlx's own dependency (the bundled one) serves it, not some library another extension
+    # loaded privately.
     preloaded = {os.path.realpath(p) for p in _split_preload(os.environ.get("LD_PRELOAD", ""))}
     bundled_with_mlx = _MLX_BUNDLE.search(path) is not None
     return (os.path.realpath(path) not in preloaded, not bundled_with_mlx, path)
 
 
 def loaded_blas() -> str:
-    """Label and path of the BLAS serving mlx's matmuls in this process, e.g. "openblas (/usr/...)"."""
+    """Label and path of the BLAS serving mlx's matmuls in this process, e.g. "openblas
+    (/usr/...)"."""
     if sys.platform == "darwin":
         return "accelerate (Accelerate.framework)"  # mlx on macOS always links Apple's Accelerate
     _mlx()  # the BLAS is a dependency of libmlx, so it is only mapped once mlx.core is imported
@@ -339,7 +358,8 @@ def blas_kind(label: str, backend: str | None = None) -> str:
     if head in BLAS_KINDS:
         return head
     kind = _classify(head) or _classify(label)
-    return kind if kind in BLAS_KINDS else "unknown"  # blis, atlas: optimized but not tracked by name
+    # blis, atlas: optimized but not tracked by name
+    return kind if kind in BLAS_KINDS else "unknown"
 
 
 def blas_warning(env: Mapping[str, Any]) -> str | None:
@@ -362,8 +382,8 @@ def blas_warning(env: Mapping[str, Any]) -> str | None:
 
 def _blas_search_patterns() -> list[str]:
     arch = sysconfig.get_config_var("MULTIARCH") or f"{platform.machine()}-linux-gnu"
-    # pip puts MKL's libraries in <prefix>/lib, i.e. two levels above site-packages. That also covers
-    # --user installs and Debian's pip, whose /usr/local prefix differs from sys.prefix.
+    # pip puts MKL's libraries in <prefix>/lib, i.e. two levels above site-packages. That also
+    # covers --user installs and Debian's pip, whose /usr/local prefix differs from sys.prefix.
     site_dirs = [*_safe(site.getsitepackages, []), _safe(site.getusersitepackages, "")]
     lib_dirs = dict.fromkeys([f"{sys.prefix}/lib", *(str(Path(d).parent.parent) for d in site_dirs if d)])
     return [
@@ -371,8 +391,8 @@ def _blas_search_patterns() -> list[str]:
         f"/usr/lib/{arch}/openblas-pthread/libblas.so.3",
         f"/usr/lib/{arch}/openblas-openmp/libblas.so.3",
         f"/usr/lib/{arch}/libopenblas.so.0",
-        # Fedora/RHEL/Arch. Named explicitly: the libopenblas64* variants use 64-bit integers and would
-        # corrupt libmlx's 32-bit-int cblas calls.
+        # Fedora/RHEL/Arch. Named explicitly: the libopenblas64* variants use 64-bit integers and
+        # would corrupt libmlx's 32-bit-int cblas calls.
         "/usr/lib64/libopenblasp.so.0",
         "/usr/lib64/libopenblas.so.0",
         "/usr/lib/libopenblas.so.0",
@@ -381,8 +401,9 @@ def _blas_search_patterns() -> list[str]:
 
 
 def find_optimized_blas() -> str | None:
-    """Path of an optimized BLAS suitable for LD_PRELOAD, or None: a system OpenBLAS or MKL, else PyPI's
-    OpenBLAS behind the shim (measure.blas_shim), built into this user's cache on first use."""
+    """Path of an optimized BLAS suitable for LD_PRELOAD, or None: a system OpenBLAS or MKL, else
+    PyPI's OpenBLAS behind the shim (measure.blas_shim), built into this user's cache on first
+    use."""
     return _optimized_blas()[0]
 
 
@@ -416,15 +437,18 @@ def _auto_preload(env: dict[str, str], others: list[str], blas: list[str]) -> tu
         return env, f"no preload: the {backend} backend does not use BLAS for matmuls"
     path, why = _optimized_blas()
     if path is None:
-        return env, f"no optimized BLAS found ({why}): workers use the reference BLAS bundled with mlx"
+        return (
+            env,
+            f"no optimized BLAS found ({why}): workers use the reference BLAS bundled with mlx",
+        )
     return _with_preload(env, [path, *others]), f"{_classify(path)} preloaded ({path})"
 
 
 def blas_preload_env(choice: str, base_env: Mapping[str, str] | None = None) -> tuple[dict[str, str], str]:
     """Environment for a worker subprocess using the BLAS picked by ``choice``, and what was picked.
 
-    choice: "auto" (an optimized BLAS if installed and the CPU backend is used), "reference" (the BLAS
-    bundled with mlx: no BLAS in LD_PRELOAD) or a path to a BLAS shared library.
+    choice: "auto" (an optimized BLAS if installed and the CPU backend is used), "reference" (the
+    BLAS bundled with mlx: no BLAS in LD_PRELOAD) or a path to a BLAS shared library.
     """
     env = dict(os.environ if base_env is None else base_env)
     entries = _split_preload(env.get("LD_PRELOAD", ""))
@@ -449,10 +473,12 @@ def thread_env(env: Mapping[str, str], threads: int) -> dict[str, str]:
 
 
 def _best_seconds(mx: Any, make: Callable[[], Any], budget_s: float, min_reps: int = 3) -> float:
-    """Fastest of repeated evaluations: noise only ever slows a run down, so the minimum is the peak."""
+    """Fastest of repeated evaluations: noise only ever slows a run down, so the minimum is the
+    peak."""
     start = time.perf_counter()
     mx.eval(make())  # warmup: first use pays for allocation and page faults
-    best, spent, reps = float("inf"), time.perf_counter() - start, 0  # warmup counts against the budget
+    # warmup counts against the budget
+    best, spent, reps = float("inf"), time.perf_counter() - start, 0
     while reps < min_reps or spent < budget_s:
         start = time.perf_counter()
         mx.eval(make())
@@ -475,7 +501,8 @@ def _matmul_size(mx: Any, target_s: float) -> int:
 
 
 def probe_peaks(seconds: float = 3.0) -> PeakProbe:
-    """fp32 matmul GFLOP/s and memory copy GB/s under the current backend and BLAS, in about `seconds`."""
+    """fp32 matmul GFLOP/s and memory copy GB/s under the current backend and BLAS, in about
+    `seconds`."""
     import mlx.core as mx
 
     # ~40% of the budget each for matmul and copy; the rest goes to sizing and allocation.
@@ -484,13 +511,18 @@ def probe_peaks(seconds: float = 3.0) -> PeakProbe:
     x = mx.ones((_COPY_BYTES // 4,), dtype=mx.float32)
     mx.eval(a, b, x)
     # Decode streams each weight matrix once through a matrix-vector product: that read rate, not an
-    # elementwise copy, is the bandwidth roof a generation step can reach. Its biggest read is the tied LM head,
-    # 262144 x hidden (1.5 GiB at E2B's 1536 in fp32), which streams faster than a small matrix (a 256 MiB probe
-    # read less than E2B's decode steps achieved), so the probe reads one of that size, as `v @ w.T` like the head.
-    w, v = mx.ones((_LM_HEAD_ROWS, _LM_HEAD_COLS), dtype=mx.float32), mx.ones((1, _LM_HEAD_COLS), dtype=mx.float32)
+    # elementwise copy, is the bandwidth roof a generation step can reach. Its biggest read is the
+    # tied LM head, 262144 x hidden (1.5 GiB at E2B's 1536 in fp32), which streams faster than a
+    # small matrix (a 256 MiB probe read less than E2B's decode steps achieved), so the probe reads
+    # one of that size, as `v @ w.T` like the head.
+    w, v = (
+        mx.ones((_LM_HEAD_ROWS, _LM_HEAD_COLS), dtype=mx.float32),
+        mx.ones((1, _LM_HEAD_COLS), dtype=mx.float32),
+    )
     mx.eval(w, v)
     matmul_s = _best_seconds(mx, lambda: a @ b, 0.3 * seconds, min_reps=5)
-    copy_s = _best_seconds(mx, lambda: x + 0, 0.25 * seconds, min_reps=5)  # `+ 0` reads x and writes a new array
+    # `+ 0` reads x and writes a new array
+    copy_s = _best_seconds(mx, lambda: x + 0, 0.25 * seconds, min_reps=5)
     gemv_s = _best_seconds(mx, lambda: v @ w.T, 0.25 * seconds, min_reps=5)
     return {
         "matmul_gflops": round(2 * n**3 / matmul_s / 1e9, 1),

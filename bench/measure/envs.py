@@ -1,12 +1,13 @@
 """Other Python environments for a reference build (`run --against-env SPEC`, `bisect --package`).
 
-SPEC is a Python interpreter, a virtual environment's folder, or requirement specifiers ("mlx==0.31.2"). For
-specifiers fusebench builds a virtual environment once and caches it by the exact requirement list. What goes into
-it, and why: the named specifiers; with `mlx==V` on a machine whose mlx backend is the `mlx-cpu` wheel, `mlx-cpu==V`
-too (the two wheels must match); and fusebench's own dependencies that SPEC does not name, pinned to this
-environment's versions. So the environment is self-contained (nothing leaks in from this one), and the two builds
-differ only in what SPEC names and what pip must change to satisfy it; the run header records both sides'
-versions. A given interpreter is used as it is: it must import fusebench's dependencies itself.
+SPEC is a Python interpreter, a virtual environment's folder, or requirement specifiers
+("mlx==0.31.2"). For specifiers fusebench builds a virtual environment once and caches it by the
+exact requirement list. What goes into it, and why: the named specifiers; with `mlx==V` on a machine
+whose mlx backend is the `mlx-cpu` wheel, `mlx-cpu==V` too (the two wheels must match); and
+fusebench's own dependencies that SPEC does not name, pinned to this environment's versions. So the
+environment is self-contained (nothing leaks in from this one), and the two builds differ only in
+what SPEC names and what pip must change to satisfy it; the run header records both sides' versions.
+A given interpreter is used as it is: it must import fusebench's dependencies itself.
 """
 
 from __future__ import annotations
@@ -32,7 +33,8 @@ _READY = "fusebench-env.json"
 
 
 class EnvSpecError(UserError):
-    """An environment that cannot serve as a build: not a Python, a package or version pip cannot install."""
+    """An environment that cannot serve as a build: not a Python, a package or version pip cannot
+    install."""
 
 
 @dataclass(frozen=True)
@@ -61,8 +63,10 @@ def requirements_of(spec: str, what: str) -> list[str]:
     items = [item for item in re.split(r"[\s;]+", spec.strip()) if item]
     bad = [item for item in items if not _REQUIREMENT.fullmatch(item)]
     if not items or bad:
-        raise EnvSpecError(f"{what}: {bad[0] if bad else repr(spec)} is neither a Python interpreter, a virtual "
-                           "environment's folder, nor requirement specifiers such as 'mlx==0.31.2 mlx-cpu==0.31.2'")
+        raise EnvSpecError(
+            f"{what}: {bad[0] if bad else repr(spec)} is neither a Python interpreter, a virtual "
+            "environment's folder, nor requirement specifiers such as 'mlx==0.31.2 mlx-cpu==0.31.2'"
+        )
     return items
 
 
@@ -74,11 +78,14 @@ def installed(name: str) -> str | None:
 
 
 def full_requirements(named: list[str]) -> list[str]:
-    """SPEC's specifiers, the matching mlx-cpu, and fusebench's other dependencies pinned to this environment's."""
+    """SPEC's specifiers, the matching mlx-cpu, and fusebench's other dependencies pinned to this
+    environment's."""
     names = names_of(named)
     extra = []
-    mlx_pin = next((r for r in named if canonical(_REQUIREMENT.fullmatch(r).group(1)) == "mlx"
-                    and "==" in r), None)
+    mlx_pin = next(
+        (r for r in named if canonical(_REQUIREMENT.fullmatch(r).group(1)) == "mlx" and "==" in r),
+        None,
+    )
     if mlx_pin and "mlx-cpu" not in names and installed("mlx-cpu"):
         extra.append(f"mlx-cpu=={mlx_pin.split('==', 1)[1]}")
         names.add("mlx-cpu")
@@ -110,8 +117,11 @@ def resolve(spec: str, what: str, say=print) -> Environment:
     python = folder / "bin" / "python"
     packages = versions(python)
     # mlx-cpu goes with mlx; naming both in the label would say the same version twice.
-    shown = tuple(n for n in (canonical(_REQUIREMENT.fullmatch(r).group(1)) for r in named)
-                  if n != "mlx-cpu" or "mlx" not in names_of(named))
+    shown = tuple(
+        n
+        for n in (canonical(_REQUIREMENT.fullmatch(r).group(1)) for r in named)
+        if n != "mlx-cpu" or "mlx" not in names_of(named)
+    )
     return Environment(str(python), spec, label(packages, shown), requirements, shown, packages)
 
 
@@ -120,20 +130,26 @@ def names_of(requirements: list[str]) -> set[str]:
 
 
 def label(packages: dict[str, str], names: tuple[str, ...]) -> str:
-    """"mlx 0.31.2, mlx-lm 0.32.2": how a table names a build by its environment."""
+    """ "mlx 0.31.2, mlx-lm 0.32.2": how a table names a build by its environment."""
     return ", ".join(f"{n} {packages.get(n, '?')}" for n in names)
 
 
 def _interpreter(path: Path, what: str) -> Path:
     python = path / "bin" / "python" if path.is_dir() else path
     try:
-        done = subprocess.run([str(python), "-c", "import sys; print(sys.version_info[0])"], capture_output=True,
-                              text=True, timeout=60, check=False)
+        done = subprocess.run(
+            [str(python), "-c", "import sys; print(sys.version_info[0])"],
+            capture_output=True,
+            text=True,
+            timeout=60,
+            check=False,
+        )
     except (OSError, subprocess.TimeoutExpired):
         done = None
     if done is None or done.returncode != 0 or done.stdout.strip() != "3":
-        raise EnvSpecError(f"{what}: {path} is not a Python 3 interpreter (nor a virtual environment's folder "
-                           "holding bin/python)")
+        raise EnvSpecError(
+            f"{what}: {path} is not a Python 3 interpreter (nor a virtual environment's folder holding bin/python)"
+        )
     return python
 
 
@@ -141,8 +157,12 @@ def _build(folder: Path, requirements: tuple[str, ...], what: str) -> None:
     shutil.rmtree(folder, ignore_errors=True)  # a build that was interrupted
     folder.parent.mkdir(parents=True, exist_ok=True)
     subprocess.run([sys.executable, "-m", "venv", str(folder)], check=True, capture_output=True)
-    done = subprocess.run([str(folder / "bin" / "python"), "-m", "pip", "install", "--quiet", *requirements],
-                          capture_output=True, text=True, check=False)
+    done = subprocess.run(
+        [str(folder / "bin" / "python"), "-m", "pip", "install", "--quiet", *requirements],
+        capture_output=True,
+        text=True,
+        check=False,
+    )
     if done.returncode != 0:
         shutil.rmtree(folder, ignore_errors=True)
         errors = [line for line in done.stderr.splitlines() if line.startswith("ERROR:")]
@@ -152,19 +172,27 @@ def _build(folder: Path, requirements: tuple[str, ...], what: str) -> None:
 
 
 def versions(python: Path | str, env: dict[str, str] | None = None) -> dict[str, str]:
-    """The REPORTED packages' versions as that interpreter sees them, mlx's read from `mlx.core` itself."""
-    script = ("import importlib.metadata as m, json, sys\nout = {}\nfor n in sys.argv[1:]:\n"
-              "    try: out[n] = m.version(n)\n    except m.PackageNotFoundError: pass\n"
-              "try:\n    import mlx.core as mx; out['mlx'] = mx.__version__\nexcept Exception: pass\n"
-              "print(json.dumps(out))\n")
+    """The REPORTED packages' versions as that interpreter sees them, mlx's read from `mlx.core`
+    itself."""
+    script = (
+        "import importlib.metadata as m, json, sys\nout = {}\nfor n in sys.argv[1:]:\n"
+        "    try: out[n] = m.version(n)\n    except m.PackageNotFoundError: pass\n"
+        "try:\n    import mlx.core as mx; out['mlx'] = mx.__version__\nexcept Exception: pass\n"
+        "print(json.dumps(out))\n"
+    )
     done = subprocess.run([str(python), "-c", script, *REPORTED], capture_output=True, text=True, check=False, env=env)
     return json.loads(done.stdout) if done.returncode == 0 else {}
 
 
 def package_versions(name: str, what: str) -> list[str]:
     """The released versions of NAME on the package index, oldest first."""
-    done = subprocess.run([sys.executable, "-m", "pip", "index", "versions", name], capture_output=True, text=True,
-                          check=False, timeout=300)
+    done = subprocess.run(
+        [sys.executable, "-m", "pip", "index", "versions", name],
+        capture_output=True,
+        text=True,
+        check=False,
+        timeout=300,
+    )
     line = next((x for x in done.stdout.splitlines() if x.startswith("Available versions:")), None)
     if line is None:
         raise EnvSpecError(f"{what}: the package index has no package {name!r}")
@@ -179,9 +207,11 @@ def between(versions_: list[str], good: str, bad: str, what: str) -> list[str]:
     """The versions from GOOD to BAD, both included, oldest first."""
     for version in (good, bad):
         if version not in versions_:
-            raise EnvSpecError(f"{what}: no release {version} on the package index; it has "
-                               f"{', '.join(versions_[-12:])}{' ...' if len(versions_) > 12 else ''}")
+            raise EnvSpecError(
+                f"{what}: no release {version} on the package index; it has "
+                f"{', '.join(versions_[-12:])}{' ...' if len(versions_) > 12 else ''}"
+            )
     low, high = versions_.index(good), versions_.index(bad)
     if low >= high:
         raise EnvSpecError(f"{what}: GOOD_VERSION {good} must be an older release than BAD_VERSION {bad}")
-    return versions_[low:high + 1]
+    return versions_[low : high + 1]

@@ -1,17 +1,20 @@
 """The conversation between the runner and a worker process.
 
-The runner starts a worker with a `WorkerJob` (one JSON line on its stdin): the model and everything that stays
-fixed. Then it drives the worker one command at a time (`Command`, one JSON line each) and reads back events (one
-JSON line each on the worker's stdout): `Recorded` for every result a command produces, then `Done`. The runner, not
-the worker, decides the order of trials, so it can interleave two builds' workers trial by trial (`run --against`)
-and stop a cell as soon as its confidence intervals are narrow enough (`trials: auto`).
+The runner starts a worker with a `WorkerJob` (one JSON line on its stdin): the model and everything
+that stays fixed. Then it drives the worker one command at a time (`Command`, one JSON line each)
+and reads back events (one JSON line each on the worker's stdout): `Recorded` for every result a
+command produces, then `Done`. The runner, not the worker, decides the order of trials, so it can
+interleave two builds' workers trial by trial (`run --against`) and stop a cell as soon as its
+confidence intervals are narrow enough (`trials: auto`).
 
-Each side holds typed values; JSON exists only on the pipe, written and read here. A result is one of the
-`Result` dataclasses, on the pipe as `{"event": "record", "record": {"kind": KIND, FIELD: VALUE, ...}}`: the
-fields of the record the runner writes to the results file, without the cell's common ones.
+Each side holds typed values; JSON exists only on the pipe, written and read here. A result is one
+of the `Result` dataclasses, on the pipe as `{"event": "record", "record": {"kind": KIND, FIELD:
+VALUE, ...}}`: the fields of the record the runner writes to the results file, without the cell's
+common ones.
 
-PROTOCOL is bumped whenever this conversation changes; a reference build that speaks another one is refused. A field
-added to a result without bumping it needs a default: a build of the same protocol from before the field lacks it.
+PROTOCOL is bumped whenever this conversation changes; a reference build that speaks another one is
+refused. A field added to a result without bumping it needs a default: a build of the same protocol
+from before the field lacks it.
 """
 
 from __future__ import annotations
@@ -26,8 +29,8 @@ from .kernels import KernelFact
 
 PROTOCOL = 2
 
-# The model as a job carries it: what a worker builds it from. Its label stays with the runner (the worker needs
-# none, and protocol 2 has no field for it).
+# The model as a job carries it: what a worker builds it from. Its label stays with the runner (the
+# worker needs none, and protocol 2 has no field for it).
 _MODEL_FIELDS = ("preset", "path", "layers", "dtype", "quantize")
 
 
@@ -47,7 +50,8 @@ class WorkerJob:
     prefill_step_size: int
     seed: int
     correctness: Gate
-    plugins: tuple[str, ...] = ()  # files that register variants; imported before the model is built
+    # files that register variants; imported before the model is built
+    plugins: tuple[str, ...] = ()
     protocol: int = PROTOCOL
 
     def to_json(self) -> str:
@@ -80,9 +84,10 @@ class CellShape:
 
 @dataclass(frozen=True)
 class Command:
-    """One thing for the worker to do. `do`: "correctness" or "kernels" (for a cell), "trial" (one variant at one
-    round), "depth" (one variant's decode speed at each KV depth, from one long prefill), "shares" (one round of
-    timing every switchable op call of a prefill and a decode step, for each implementation the variants use)."""
+    """One thing for the worker to do. `do`: "correctness" or "kernels" (for a cell), "trial" (one
+    variant at one round), "depth" (one variant's decode speed at each KV depth, from one long
+    prefill), "shares" (one round of timing every switchable op call of a prefill and a decode step,
+    for each implementation the variants use)."""
 
     do: str
     cell: CellShape
@@ -105,8 +110,9 @@ class Command:
 
 @dataclass(frozen=True)
 class Measured:
-    """What one trial measured: prefill and generation times and rates (tokens/s of the whole batch), each decode
-    step's inter-token latency, the peak memory, and mlx-lm's own clock of the first token (see worker's docstring)."""
+    """What one trial measured: prefill and generation times and rates (tokens/s of the whole
+    batch), each decode step's inter-token latency, the peak memory, and mlx-lm's own clock of the
+    first token (see worker's docstring)."""
 
     prefill_s: float
     prefill_tps: float
@@ -114,16 +120,16 @@ class Measured:
     gen_tps: float | None
     step_s: list[float]
     peak_memory_bytes: int
-    # mlx-lm's time to first token and its "prompt_tps"; None with no decode step queued, and from a build of this
-    # protocol that predates them.
+    # mlx-lm's time to first token and its "prompt_tps"; None with no decode step queued, and from a
+    # build of this protocol that predates them.
     ttft_s: float | None = None
     ttft_tps: float | None = None
 
 
 @dataclass(frozen=True)
 class Trial:
-    """One trial of one variant: a timed round, or a warmup. `compile_s`: the whole trial's time when it was the
-    variant's first (JIT and compile included), else None."""
+    """One trial of one variant: a timed round, or a warmup. `compile_s`: the whole trial's time
+    when it was the variant's first (JIT and compile included), else None."""
 
     KIND: ClassVar[str] = "trial"
 
@@ -136,7 +142,12 @@ class Trial:
 
     def record_fields(self) -> dict[str, object]:
         """Its fields as a record holds them: the measurements among the trial's own."""
-        head = {"variant": self.variant, "ops": self.ops, "round": self.round, "warmup": self.warmup}
+        head = {
+            "variant": self.variant,
+            "ops": self.ops,
+            "round": self.round,
+            "warmup": self.warmup,
+        }
         return {**head, **asdict(self.measured), "compile_s": self.compile_s}
 
     @classmethod
@@ -151,7 +162,8 @@ _MEASURED_FIELDS = frozenset(f.name for f in fields(Measured))
 
 @dataclass(frozen=True)
 class Agreement:
-    """One variant's logits and greedy tokens against the reference variant's, on the same prompt."""
+    """One variant's logits and greedy tokens against the reference variant's, on the same
+    prompt."""
 
     KIND: ClassVar[str] = "correctness"
 
@@ -181,8 +193,9 @@ class DepthSpeed:
 
 @dataclass(frozen=True)
 class ShareTime:
-    """One op call of a step (`phase`: prefill or decode) timed on its own: seconds per call of one implementation
-    (`variant`), the calls per step, and mx.eval's fixed cost measured in the same round (measure.shares)."""
+    """One op call of a step (`phase`: prefill or decode) timed on its own: seconds per call of one
+    implementation (`variant`), the calls per step, and mx.eval's fixed cost measured in the same
+    round (measure.shares)."""
 
     KIND: ClassVar[str] = "share"
 
@@ -205,7 +218,8 @@ def result_kind(result: Result) -> str:
 
 
 def result_fields(result: Result) -> dict[str, object]:
-    """A result's fields as its record in the results file holds them, after its kind and the cell's own fields."""
+    """A result's fields as its record in the results file holds them, after its kind and the cell's
+    own fields."""
     found = result.record_fields() if isinstance(result, Trial) else asdict(result)
     return {name: value for name, value in found.items() if name != "kind"}
 

@@ -1,21 +1,23 @@
-"""Kernel truth: which kernels really run for each op variant, so that a fused-vs-unfused A/B means something.
+"""Kernel truth: which kernels really run for each op variant, so that a fused-vs-unfused A/B means
+something.
 
 Two probes, both reading MLX rather than trusting names:
 
-- `probe_sdpa` calls `mx.fast.scaled_dot_product_attention(..., force_fused=True)` at one of the model's attention
-  calls. MLX silently falls back to composed ops when it has no fused kernel for a shape; with force_fused it raises
-  instead and says why. The shape must be the one the model really uses: MLX's choice depends on the head dim, the
-  query length (Metal: vector kernel for L <= 8, full kernel above), the key length (recent Metal sources: head
-  dim 512 only for one query, GQA factor 8 and >= 1024 keys; the 2-pass kernel from 1024 keys), the GQA factor and
-  the mask. So nothing here is shortened; the inputs are not even evaluated unless the fused kernel exists.
-- `probe_compiled` builds one variant's lazy graph and lists the primitives `mx.eval` would run, read with
-  `mx.export_to_dot`. After `mx.compile`, the graph holds `Compiled...` primitives in place of the fused ops; an
-  `mx.fast` op that fell back shows its composed ops instead of its own primitive (RMSNorm, RoPE,
-  ScaledDotProductAttention). Nothing is evaluated but the inputs.
+- `probe_sdpa` calls `mx.fast.scaled_dot_product_attention(..., force_fused=True)` at one of the
+  model's attention calls. MLX silently falls back to composed ops when it has no fused kernel for a
+  shape; with force_fused it raises instead and says why. The shape must be the one the model really
+  uses: MLX's choice depends on the head dim, the query length (Metal: vector kernel for L <= 8,
+  full kernel above), the key length (recent Metal sources: head dim 512 only for one query, GQA
+  factor 8 and >= 1024 keys; the 2-pass kernel from 1024 keys), the GQA factor and the mask. So
+  nothing here is shortened; the inputs are not even evaluated unless the fused kernel exists.
+- `probe_compiled` builds one variant's lazy graph and lists the primitives `mx.eval` would run,
+  read with `mx.export_to_dot`. After `mx.compile`, the graph holds `Compiled...` primitives in
+  place of the fused ops; an `mx.fast` op that fell back shows its composed ops instead of its own
+  primitive (RMSNorm, RoPE, ScaledDotProductAttention). Nothing is evaluated but the inputs.
 
-The calls probed are each op's kernel cases, from its declaration (`models.calls.OpCalls.kernel_cases`): the same
-shapes `fusebench ops` times, at one prompt. Only mlx and models are imported, so the facts can be gathered inside
-a worker process.
+The calls probed are each op's kernel cases, from its declaration
+(`models.calls.OpCalls.kernel_cases`): the same shapes `fusebench ops` times, at one prompt. Only
+mlx and models are imported, so the facts can be gathered inside a worker process.
 """
 
 from __future__ import annotations
@@ -33,8 +35,9 @@ from mlx_lm.models.gemma4_text import ModelArgs
 
 from models.ops import REGISTRY, OpCase, calls_by_op
 
-# Primitives that only re-describe memory (strides, shape, a view): they launch no kernel. A consumer that needs
-# contiguous input may still copy inside its own evaluation; that copy is part of the consumer's kernel count.
+# Primitives that only re-describe memory (strides, shape, a view): they launch no kernel. A
+# consumer that needs contiguous input may still copy inside its own evaluation; that copy is part
+# of the consumer's kernel count.
 VIEW_PRIMITIVES = frozenset(
     {
         "AsStrided",
@@ -52,16 +55,23 @@ VIEW_PRIMITIVES = frozenset(
     }
 )
 
-# A reshape that merges axes is a view only when the strides allow; of a broadcast or transposed input MLX makes a
-# contiguous copy (this is what mx.repeat of the KV heads costs in the manual attention path). Unflatten only splits
-# an axis, which any strides allow, so it stays a view. A heuristic: a merge that happens to be expressible is
-# still counted as a copy.
+# A reshape that merges axes is a view only when the strides allow; of a broadcast or transposed
+# input MLX makes a contiguous copy (this is what mx.repeat of the KV heads costs in the manual
+# attention path). Unflatten only splits an axis, which any strides allow, so it stays a view. A
+# heuristic: a merge that happens to be expressible is still counted as a copy.
 RESHAPES = frozenset({"Reshape", "Flatten"})
 NON_CONTIGUOUS = frozenset({"Broadcast", "BroadcastAxes", "Transpose"})
 
 # Primitives that are one fused kernel by construction: mx.compile's output and the mx.fast kernels.
 FUSED_PRIMITIVES = frozenset(
-    {"RMSNorm", "LayerNorm", "RoPE", "ScaledDotProductAttention", "CustomKernel", "CustomMetalKernel"}
+    {
+        "RMSNorm",
+        "LayerNorm",
+        "RoPE",
+        "ScaledDotProductAttention",
+        "CustomKernel",
+        "CustomMetalKernel",
+    }
 )
 
 _SDPA_FALLBACK = re.compile(r"force_fused|fused kernel", re.IGNORECASE)
@@ -110,9 +120,9 @@ def current_backend() -> Backend:
 class KernelFact:
     """One observed fact about the kernels behind an (op, variant) at one shape.
 
-    status: for probe "force_fused", "fused", "fallback" or "unknown" (an mlx without force_fused); for probe
-    "graph", "single kernel", "N kernels", or "composed" when the graph has several kernels and none of them fused
-    (no Compiled or mx.fast primitive).
+    status: for probe "force_fused", "fused", "fallback" or "unknown" (an mlx without force_fused);
+    for probe "graph", "single kernel", "N kernels", or "composed" when the graph has several
+    kernels and none of them fused (no Compiled or mx.fast primitive).
     """
 
     op: str
@@ -123,9 +133,11 @@ class KernelFact:
     reason: str
     phase: str | None = None
     head_dim: int | None = None
-    primitives: list[str] = field(default_factory=list)  # every primitive in the graph, in evaluation order
+    # every primitive in the graph, in evaluation order
+    primitives: list[str] = field(default_factory=list)
     kernels: int | None = None  # primitives that launch work (views left out)
-    fused: list[str] = field(default_factory=list)  # the primitives among them that are fused kernels
+    # the primitives among them that are fused kernels
+    fused: list[str] = field(default_factory=list)
     backend: str = ""
     device: str = ""
     mlx_version: str = ""
@@ -150,17 +162,19 @@ def _mlx_reason(message: str) -> str:
 
 
 def probe_sdpa(case: OpCase) -> KernelFact:
-    """Whether MLX has a fused kernel for this attention call: "fused" (it ran, output evaluated) or "fallback"
-    with MLX's own reason. Other errors propagate: they are not an answer to the question."""
-    # MLX decides at graph construction, from shapes, dtypes and the mask alone: the inputs need no values unless
-    # the fused kernel exists and is run.
+    """Whether MLX has a fused kernel for this attention call: "fused" (it ran, output evaluated) or
+    "fallback" with MLX's own reason. Other errors propagate: they are not an answer to the
+    question."""
+    # MLX decides at graph construction, from shapes, dtypes and the mask alone: the inputs need no
+    # values unless the fused kernel exists and is run.
     inputs = calls_by_op()[case.op].inputs(case, seed=0)
     head_dim = case.shape[-1]  # q: [B, heads, L, head_dim]
     fact = KernelFact("attention", "sdpa", "force_fused", case.label, "", "", case.phase, head_dim)
     try:
         mx.fast.scaled_dot_product_attention(*inputs.args, **inputs.kwargs, force_fused=True)
     except TypeError:
-        # An mlx before force_fused (run --against-env, bisect --package) cannot answer; the run goes on.
+        # An mlx before force_fused (run --against-env, bisect --package) cannot answer; the run
+        # goes on.
         fact.status, fact.reason = "unknown", f"mlx {mx.__version__} has no force_fused to ask"
         return _stamp(fact)
     except ValueError as err:
@@ -181,7 +195,7 @@ def probe_sdpa(case: OpCase) -> KernelFact:
     return _stamp(fact)
 
 
-# --------------------------------------------------------------------------------------- graph probe
+# -------------------------------------------------------------------------------------- graph probe
 
 
 def _flat_arrays(value: Any) -> list[mx.array]:
@@ -196,14 +210,16 @@ def _flat_arrays(value: Any) -> list[mx.array]:
 
 @dataclass(frozen=True)
 class GraphNode:
-    """One primitive of a lazy graph, with the primitives that produce its inputs (None for an evaluated input)."""
+    """One primitive of a lazy graph, with the primitives that produce its inputs (None for an
+    evaluated input)."""
 
     primitive: str
     inputs_from: tuple[str | None, ...]
 
     @property
     def copies(self) -> bool:
-        """A reshape of a broadcast or transposed array: MLX cannot express it as a view and copies."""
+        """A reshape of a broadcast or transposed array: MLX cannot express it as a view and
+        copies."""
         return self.primitive in RESHAPES and any(p in NON_CONTIGUOUS for p in self.inputs_from if p)
 
     @property
@@ -230,10 +246,12 @@ def _export_dot(arrays: Sequence[mx.array]) -> str:
 
 
 def graph_nodes(*outputs: Any) -> list[GraphNode]:
-    """The primitives that evaluating `outputs` would run, in evaluation order: the nodes of mx.export_to_dot.
+    """The primitives that evaluating `outputs` would run, in evaluation order: the nodes of
+    mx.export_to_dot.
 
-    Evaluated arrays are leaves (no primitive), so evaluate the inputs first to see only the op's own graph.
-    A `Compiled` primitive's name is "Compiled" followed by the names of the ops it fused.
+    Evaluated arrays are leaves (no primitive), so evaluate the inputs first to see only the op's
+    own graph. A `Compiled` primitive's name is "Compiled" followed by the names of the ops it
+    fused.
     """
     dot = _export_dot(_flat_arrays(outputs))
     labels: dict[str, str] = {}
@@ -256,7 +274,8 @@ def _is_fused(primitive: str) -> bool:
 
 
 def kernel_names(nodes: Sequence[GraphNode]) -> list[str]:
-    """The nodes that launch work: views left out, a reshape that must copy named "Reshape(copy)"."""
+    """The nodes that launch work: views left out, a reshape that must copy named
+    "Reshape(copy)"."""
     return [n.kernel_name for n in nodes if n.works]
 
 
@@ -269,10 +288,11 @@ def probe_compiled(
     shape_label: str = "",
     phase: str | None = None,
 ) -> KernelFact:
-    """Call a registered variant on `args` (evaluated first) and read the kernels in its lazy output graph.
+    """Call a registered variant on `args` (evaluated first) and read the kernels in its lazy output
+    graph.
 
-    "single kernel" when exactly one primitive does work; "composed" when several do and none is fused (no
-    Compiled and no mx.fast primitive); otherwise "N kernels".
+    "single kernel" when exactly one primitive does work; "composed" when several do and none is
+    fused (no Compiled and no mx.fast primitive); otherwise "N kernels".
     """
     fn = REGISTRY[op].variants[variant]
     kwargs = dict(kwargs or {})
@@ -291,7 +311,19 @@ def probe_compiled(
     else:
         status = f"{len(kernels)} kernels"
         reason = f"{len(fused)} of {len(kernels)} fused: {', '.join(kernels)}" if kernels else "no kernel"
-    fact = KernelFact(op, variant, "graph", shape_label, status, reason, phase, None, primitives, len(kernels), fused)
+    fact = KernelFact(
+        op,
+        variant,
+        "graph",
+        shape_label,
+        status,
+        reason,
+        phase,
+        None,
+        primitives,
+        len(kernels),
+        fused,
+    )
     return _stamp(fact)
 
 
@@ -299,16 +331,20 @@ def probe_compiled(
 
 
 def kernel_facts(args: ModelArgs, *, prompt_tokens: int = 128, dtype: str = "float32") -> list[KernelFact]:
-    """Every kernel fact for one model: the sdpa force_fused probe at each of attention's kernel cases, then the
-    graph of every registered variant of every op at each of its kernel cases."""
+    """Every kernel fact for one model: the sdpa force_fused probe at each of attention's kernel
+    cases, then the graph of every registered variant of every op at each of its kernel cases."""
     calls = calls_by_op()
-    cases = {op: [replace(case, dtype=dtype) for case in op_calls.kernel_cases(args, prompt_tokens)]
-             for op, op_calls in calls.items()}
+    cases = {
+        op: [replace(case, dtype=dtype) for case in op_calls.kernel_cases(args, prompt_tokens)]
+        for op, op_calls in calls.items()
+    }
     facts = [probe_sdpa(case) for case in cases.get("attention", [])]
     for op, spec in REGISTRY.items():
         if not cases.get(op):
-            facts += [_stamp(KernelFact(op, variant, "graph", "", "not probed", f"{op} declares no call to probe"))
-                      for variant in spec.variants]
+            facts += [
+                _stamp(KernelFact(op, variant, "graph", "", "not probed", f"{op} declares no call to probe"))
+                for variant in spec.variants
+            ]
         for case in cases.get(op, []):
             inputs = calls[op].inputs(case, seed=0)
             facts += [_probe_variant(case, variant, inputs.args, inputs.kwargs) for variant in spec.variants]
@@ -320,5 +356,14 @@ def _probe_variant(case: OpCase, variant: str, args: Sequence[Any], kwargs: Mapp
         return probe_compiled(case.op, variant, args, kwargs, shape_label=case.label, phase=case.phase)
     except Exception as err:  # a plugin variant that cannot run at this shape is a fact too
         message = " ".join(str(err).split())
-        return _stamp(KernelFact(case.op, variant, "graph", case.label, "error", f"{type(err).__name__}: {message}",
-                                 case.phase))
+        return _stamp(
+            KernelFact(
+                case.op,
+                variant,
+                "graph",
+                case.label,
+                "error",
+                f"{type(err).__name__}: {message}",
+                case.phase,
+            )
+        )

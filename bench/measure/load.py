@@ -1,7 +1,9 @@
-"""What else the machine was doing while fusebench measured: load average, other processes' CPU, steal time.
+"""What else the machine was doing while fusebench measured: load average, other processes' CPU,
+steal time.
 
-A benchmark on a shared machine can only be judged next to this. `preflight()` looks before the run starts; a
-`LoadSampler` thread samples /proc every second while it runs. Both read Linux's /proc and return None elsewhere.
+A benchmark on a shared machine can only be judged next to this. `preflight()` looks before the run
+starts; a `LoadSampler` thread samples /proc every second while it runs. Both read Linux's /proc and
+return None elsewhere.
 """
 
 from __future__ import annotations
@@ -41,8 +43,9 @@ def _stat(pid: int | str) -> list[str]:
 
 
 def _our_seconds() -> float:
-    """CPU seconds of this process, of its reaped children (cutime, cstime), and of its live children (the
-    workers). A worker that exits moves its time from the last term to the second, so the sum never jumps."""
+    """CPU seconds of this process, of its reaped children (cutime, cstime), and of its live
+    children (the workers). A worker that exits moves its time from the last term to the second, so
+    the sum never jumps."""
     me = _stat("self")
     total = sum(float(v) for v in me[11:15])  # utime, stime, cutime, cstime
     parent = str(os.getpid())
@@ -59,15 +62,17 @@ def _our_seconds() -> float:
 
 @dataclass(frozen=True)
 class Share:
-    """Over an interval, in cores: other processes' busy time, and the steal time, per second of wall time."""
+    """Over an interval, in cores: other processes' busy time, and the steal time, per second of
+    wall time."""
 
     other_cores: float
     steal_cores: float
 
     @classmethod
     def between(cls, before: CpuTimes, after: CpuTimes) -> Share:
-        """Bounded by the machine's cores: /proc/stat counts in clock ticks, and a child's time is ours only once
-        it is reaped, so over a short interval the raw difference can read more cores than there are."""
+        """Bounded by the machine's cores: /proc/stat counts in clock ticks, and a child's time is
+        ours only once it is reaped, so over a short interval the raw difference can read more cores
+        than there are."""
         wall = max(after.at - before.at, 1e-6)
         cores = float(os.cpu_count() or 1)
         others = max(0.0, (after.busy - before.busy) - (after.ours - before.ours))
@@ -81,18 +86,24 @@ class Sample:
 
 
 def preflight(seconds: float = 1.0) -> MachineLoad | None:
-    """The machine before the run: load average, and what other processes and the hypervisor took for `seconds`."""
+    """The machine before the run: load average, and what other processes and the hypervisor took
+    for `seconds`."""
     before = _cpu_times()
     if before is None:
         return None
     time.sleep(seconds)
     share = Share.between(before, _cpu_times())
-    return MachineLoad(loadavg_1m=os.getloadavg()[0], cores=os.cpu_count(), other_cores=share.other_cores,
-                       steal_cores=share.steal_cores)
+    return MachineLoad(
+        loadavg_1m=os.getloadavg()[0],
+        cores=os.cpu_count(),
+        other_cores=share.other_cores,
+        steal_cores=share.steal_cores,
+    )
 
 
 class LoadSampler:
-    """Samples every `interval_s` in a thread while the run measures; `summary()` gives means and maxima."""
+    """Samples every `interval_s` in a thread while the run measures; `summary()` gives means and
+    maxima."""
 
     def __init__(self, interval_s: float = 1.0) -> None:
         self.interval_s = interval_s
@@ -124,9 +135,13 @@ class LoadSampler:
         steal = [s.share.steal_cores for s in self.samples]
         loadavg = [s.loadavg_1m for s in self.samples]
         return LoadSummary(
-            samples=len(self.samples), interval_s=self.interval_s,
-            other_cores_mean=_mean(others), steal_cores_mean=_mean(steal), loadavg_1m_mean=_mean(loadavg),
-            other_cores_max=round(max(others), 3), steal_cores_max=round(max(steal), 3),
+            samples=len(self.samples),
+            interval_s=self.interval_s,
+            other_cores_mean=_mean(others),
+            steal_cores_mean=_mean(steal),
+            loadavg_1m_mean=_mean(loadavg),
+            other_cores_max=round(max(others), 3),
+            steal_cores_max=round(max(steal), 3),
             loadavg_1m_max=round(max(loadavg), 3),
         )
 

@@ -1,7 +1,8 @@
-"""The memory guard: estimate what a model will need before loading it, and skip it if that will not fit.
+"""The memory guard: estimate what a model will need before loading it, and skip it if that will not
+fit.
 
-Loading a model that does not fit would swap the machine to a crawl or get the worker killed; a `skip` record
-with the estimate says the same thing honestly and costs nothing.
+Loading a model that does not fit would swap the machine to a crawl or get the worker killed; a
+`skip` record with the estimate says the same thing honestly and costs nothing.
 """
 
 from __future__ import annotations
@@ -18,7 +19,8 @@ from models.loading import parameter_bytes, read_checkpoint_config, text_config
 
 from ..core.spec import Experiment, ModelSpec
 
-# Below this fraction of available memory a model is run; the rest is left to the OS and the interpreter.
+# Below this fraction of available memory a model is run; the rest is left to the OS and the
+# interpreter.
 HEADROOM = 0.85
 
 
@@ -40,14 +42,16 @@ def weight_bytes(spec: ModelSpec) -> int:
 
 
 def working_bytes(config: dict[str, Any], spec: ModelSpec, exp: Experiment) -> int:
-    """KV cache at the longest context, plus the largest transient of one prefill chunk: the attention scores
-    of the manual path or the MLP's intermediate activations, whichever is bigger."""
+    """KV cache at the longest context, plus the largest transient of one prefill chunk: the
+    attention scores of the manual path or the MLP's intermediate activations, whichever is
+    bigger."""
     width = DTYPE_BYTES[spec.dtype]
     longest = max([w.prompt_tokens + w.gen_tokens for w in exp.workloads] + list(exp.depths))
     batch = max(w.batch for w in exp.workloads)
     chunk = min(exp.prefill_step_size, longest)
     owners = full_config(config)["layer_types"][: config["num_hidden_layers"] - config.get("num_kv_shared_layers", 0)]
-    # K and V of every layer that owns a cache, over the whole context (an upper bound for the sliding ones).
+    # K and V of every layer that owns a cache, over the whole context (an upper bound for the
+    # sliding ones).
     kv = 2 * sum(math.prod(attention_heads(config, kind)) for kind in owners) * longest * batch * width
     scores = batch * config["num_attention_heads"] * chunk * longest * 4 * 2
     mlp_width = config["intermediate_size"] * (2 if config.get("use_double_wide_mlp") else 1)
@@ -75,8 +79,8 @@ def estimate_bytes(spec: ModelSpec, exp: Experiment) -> int:
 
 
 def memory_verdict(spec: ModelSpec, exp: Experiment, copies: int = 1) -> tuple[bool, str]:
-    """(fits, reason): whether `copies` of the model (one per build, side by side) fit in available memory, and the
-    figures either way."""
+    """(fits, reason): whether `copies` of the model (one per build, side by side) fit in available
+    memory, and the figures either way."""
     need, have = copies * estimate_bytes(spec, exp), available_bytes()
     figures = f"needs ~{need / 2**30:.1f} GiB" + (f" for {copies} builds" if copies > 1 else "")
     figures += f", {have / 2**30:.1f} GiB available"

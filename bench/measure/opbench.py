@@ -1,14 +1,17 @@
-"""`fusebench ops`: every registered op variant timed on its own, at the exact shapes each Gemma 4 size produces.
+"""`fusebench ops`: every registered op variant timed on its own, at the exact shapes each Gemma 4
+size produces.
 
-An end-to-end Δ says that a fusion helped; this says where. Each op × shape is one case. Its variants are warmed
-up once (which pays mx.compile's JIT), then timed in rounds interleaved ABBA as `fusebench run` does, and every
-sample is appended to the results store as a `kind: "op"` record. The table gives, per case and variant, the
-median time, achieved GB/s and GFLOP/s, the largest deviation from the op's reference variant, and the paired
-speed Δ against that reference with its bootstrap 95% CI (bench.analysis.stats).
+An end-to-end Δ says that a fusion helped; this says where. Each op × shape is one case. Its
+variants are warmed up once (which pays mx.compile's JIT), then timed in rounds interleaved ABBA as
+`fusebench run` does, and every sample is appended to the results store as a `kind: "op"` record.
+The table gives, per case and variant, the median time, achieved GB/s and GFLOP/s, the largest
+deviation from the op's reference variant, and the paired speed Δ against that reference with its
+bootstrap 95% CI (bench.analysis.stats).
 
-Shapes come from each op's declaration (`models.calls.OpCalls`, beside its variants in models/ops.py or in a plugin),
-asked at the presets at full depth (per-layer shapes do not depend on the layer count) and at the experiment's
-workloads. A shape shared by several sizes (the logits, E2B's and E4B's PLE gate) is timed once.
+Shapes come from each op's declaration (`models.calls.OpCalls`, beside its variants in models/ops.py
+or in a plugin), asked at the presets at full depth (per-layer shapes do not depend on the layer
+count) and at the experiment's workloads. A shape shared by several sizes (the logits, E2B's and
+E4B's PLE gate) is timed once.
 """
 
 from __future__ import annotations
@@ -39,7 +42,8 @@ from ..core.spec import Experiment
 from .env import blas_kind, blas_preload_env, collect_env, loaded_blas, thread_env
 from .schedule import round_order
 
-# Each sample runs enough calls to take this long, so timer resolution and dispatch jitter stay small.
+# Each sample runs enough calls to take this long, so timer resolution and dispatch jitter stay
+# small.
 MIN_SAMPLE_S = 0.02
 SEED = 0
 REEXEC_MARKER = "FUSEBENCH_OPS_BLAS_REEXEC"
@@ -49,16 +53,19 @@ REEXEC_MARKER = "FUSEBENCH_OPS_BLAS_REEXEC"
 
 
 def op_cases(
-    args: ModelArgs, size: str, *, prompt_tokens: int, batch: int = 1, dtype: str = "float32",
+    args: ModelArgs,
+    size: str,
+    *,
+    prompt_tokens: int,
+    batch: int = 1,
+    dtype: str = "float32",
     only: Iterable[str] | None = None,
 ) -> list[OpCase]:
     """Every case of one size at one workload, in op order, as each op's declaration gives them."""
     calls = calls_by_op()
     ops = list(only) if only is not None else list(calls)
     return [
-        replace(case, sizes=(size,), dtype=dtype)
-        for op in ops
-        for case in calls[op].cases(args, batch, prompt_tokens)
+        replace(case, sizes=(size,), dtype=dtype) for op in ops for case in calls[op].cases(args, batch, prompt_tokens)
     ]
 
 
@@ -99,8 +106,14 @@ class Plan:
             case
             for target in self.targets
             for prompt_tokens, batch in self.workloads
-            for case in op_cases(target.args, target.size, prompt_tokens=prompt_tokens, batch=batch,
-                                 dtype=target.dtype, only=ops)
+            for case in op_cases(
+                target.args,
+                target.size,
+                prompt_tokens=prompt_tokens,
+                batch=batch,
+                dtype=target.dtype,
+                only=ops,
+            )
         )
 
 
@@ -111,17 +124,27 @@ def _preset_target(name: str, dtype: str = "float32") -> Target:
 
 def experiment_plan(exp: Experiment) -> Plan:
     """The sizes (preset models only) and workloads of an experiment."""
-    targets = tuple(dict.fromkeys(
-        replace(_preset_target(m.preset, m.dtype), size=m.size) for m in exp.models if m.preset is not None
-    ))
-    notes = tuple(f"skipped {m.size}: checkpoint models ({m.path}) have no preset shapes to derive"
-                  for m in exp.models if m.preset is None)
+    targets = tuple(
+        dict.fromkeys(
+            replace(_preset_target(m.preset, m.dtype), size=m.size) for m in exp.models if m.preset is not None
+        )
+    )
+    notes = tuple(
+        f"skipped {m.size}: checkpoint models ({m.path}) have no preset shapes to derive"
+        for m in exp.models
+        if m.preset is None
+    )
     workloads = tuple(dict.fromkeys((w.prompt_tokens, w.batch) for w in exp.workloads))
     return Plan(targets, workloads, _experiment_header(exp.file, exp.content), notes)
 
 
 def _experiment_header(file: str, content: str) -> dict[str, Any]:
-    return {"name": "ops", "file": file, "sha256": hashlib.sha256(content.encode()).hexdigest(), "content": content}
+    return {
+        "name": "ops",
+        "file": file,
+        "sha256": hashlib.sha256(content.encode()).hexdigest(),
+        "content": content,
+    }
 
 
 def check_ops(ops: Sequence[str] | None) -> list[str] | None:
@@ -146,9 +169,9 @@ def prepare_inputs(case: OpCase, seed: int = SEED) -> Inputs:
 def time_calls(fn: Callable[..., mx.array], inputs: Inputs, iterations: int) -> float:
     """Seconds per call, over `iterations` calls each evaluated on its own.
 
-    Evaluating many calls at once would let mlx schedule them breadth-first, so all their intermediates (manual
-    attention's repeated K/V, say) live at once and thrash the caches, which no model does; each call pays
-    mx.eval's fixed cost (~20 µs on a 2-core CPU) instead.
+    Evaluating many calls at once would let mlx schedule them breadth-first, so all their
+    intermediates (manual attention's repeated K/V, say) live at once and thrash the caches, which
+    no model does; each call pays mx.eval's fixed cost (~20 µs on a 2-core CPU) instead.
     """
     start = time.perf_counter()
     for _ in range(iterations):
@@ -158,17 +181,23 @@ def time_calls(fn: Callable[..., mx.array], inputs: Inputs, iterations: int) -> 
 
 @dataclass
 class Warm:
-    """What the warmup established for a case: outputs' deviation from the reference, and calls per sample."""
+    """What the warmup established for a case: outputs' deviation from the reference, and calls per
+    sample."""
 
     max_abs_err: dict[str, float]
     iterations: int
     bytes: int
 
 
-def warm_up(inputs: Inputs, variants: dict[str, Callable[..., mx.array]], reference: str,
-            min_sample_s: float) -> Warm:
-    """One call per variant (paying any JIT), its deviation from the reference, then one timed call to size
-    the samples: the same call count for every variant, so each sample spans >= min_sample_s."""
+def warm_up(
+    inputs: Inputs,
+    variants: dict[str, Callable[..., mx.array]],
+    reference: str,
+    min_sample_s: float,
+) -> Warm:
+    """One call per variant (paying any JIT), its deviation from the reference, then one timed call
+    to size the samples: the same call count for every variant, so each sample
+    spans >= min_sample_s."""
     outputs = {name: fn(*inputs.args, **inputs.kwargs) for name, fn in variants.items()}
     mx.eval(list(outputs.values()))
     ref = outputs[reference].astype(mx.float32)
@@ -180,9 +209,15 @@ def warm_up(inputs: Inputs, variants: dict[str, Callable[..., mx.array]], refere
     return Warm(errors, iterations, inputs.nbytes + written)
 
 
-def bench_case(case: OpCase, rounds: int, emit: Callable[[OpRecord], None],
-               min_sample_s: float = MIN_SAMPLE_S, advance: Callable[[], None] = lambda: None) -> None:
-    """Warm up, then `rounds` ABBA-interleaved rounds of every registered variant of the case's op."""
+def bench_case(
+    case: OpCase,
+    rounds: int,
+    emit: Callable[[OpRecord], None],
+    min_sample_s: float = MIN_SAMPLE_S,
+    advance: Callable[[], None] = lambda: None,
+) -> None:
+    """Warm up, then `rounds` ABBA-interleaved rounds of every registered variant of the case's
+    op."""
     spec = REGISTRY[case.op]
     variants = dict(spec.variants)
     names = [spec.reference, *(name for name in variants if name != spec.reference)]
@@ -196,22 +231,35 @@ def bench_case(case: OpCase, rounds: int, emit: Callable[[OpRecord], None],
             advance()
 
 
-def op_record(case: OpCase, variant: str, round_index: int, seconds: float, warm: Warm,
-              flops: int | None) -> OpRecord:
+def op_record(case: OpCase, variant: str, round_index: int, seconds: float, warm: Warm, flops: int | None) -> OpRecord:
     return {
-        "kind": "op", "op": case.op, "variant": variant, "reference": REGISTRY[case.op].reference,
-        "shape_label": case.label, "size": "/".join(case.sizes), "sizes": list(case.sizes), "role": case.role,
-        "shape": list(case.shape), "arg_shapes": [list(s) for s in case.arrays], "dtype": case.dtype,
-        "round": round_index, "iterations": warm.iterations, "seconds": seconds,
-        "bytes": warm.bytes, "flops": flops, "gbps": warm.bytes / seconds / 1e9,
+        "kind": "op",
+        "op": case.op,
+        "variant": variant,
+        "reference": REGISTRY[case.op].reference,
+        "shape_label": case.label,
+        "size": "/".join(case.sizes),
+        "sizes": list(case.sizes),
+        "role": case.role,
+        "shape": list(case.shape),
+        "arg_shapes": [list(s) for s in case.arrays],
+        "dtype": case.dtype,
+        "round": round_index,
+        "iterations": warm.iterations,
+        "seconds": seconds,
+        "bytes": warm.bytes,
+        "flops": flops,
+        "gbps": warm.bytes / seconds / 1e9,
         "gflops": None if flops is None else flops / seconds / 1e9,
-        "max_abs_err": warm.max_abs_err[variant], "note": case.note,
+        "max_abs_err": warm.max_abs_err[variant],
+        "note": case.note,
     }
 
 
 def worker_like_env(threads: int, environ: dict[str, str] | None = None) -> tuple[dict[str, str], str | None]:
-    """The environment a run's workers would get: an optimized BLAS preloaded when mlx would use the reference one,
-    and every BLAS limited to `threads` threads. Returns it and the BLAS it preloads (None: the preload is kept)."""
+    """The environment a run's workers would get: an optimized BLAS preloaded when mlx would use the
+    reference one, and every BLAS limited to `threads` threads. Returns it and the BLAS it preloads
+    (None: the preload is kept)."""
     env, picked = dict(os.environ if environ is None else environ), None
     if blas_kind(loaded_blas()) == "reference":
         preloaded, label = blas_preload_env("auto", env)
@@ -221,10 +269,12 @@ def worker_like_env(threads: int, environ: dict[str, str] | None = None) -> tupl
 
 
 def ensure_worker_env(console: Console, threads: int) -> None:
-    """Re-exec this process once in the environment a run's workers get (worker_like_env), unless it has it.
+    """Re-exec this process once in the environment a run's workers get (worker_like_env), unless it
+    has it.
 
-    Ops run in this process (no worker), and both LD_PRELOAD and a BLAS's thread count act only at process start
-    (OpenBLAS reads OPENBLAS_NUM_THREADS when it loads), so setting them now would change nothing.
+    Ops run in this process (no worker), and both LD_PRELOAD and a BLAS's thread count act only at
+    process start (OpenBLAS reads OPENBLAS_NUM_THREADS when it loads), so setting them now would
+    change nothing.
     """
     if os.environ.get(REEXEC_MARKER):
         return
@@ -237,16 +287,32 @@ def ensure_worker_env(console: Console, threads: int) -> None:
     os.execve(sys.executable, sys.orig_argv, {**env, REEXEC_MARKER: "1"})
 
 
-def run_ops(plan: Plan, cases: Sequence[OpCase], out: Path, console: Console, *, rounds: int,
-            quiet: bool = False, min_sample_s: float = MIN_SAMPLE_S,
-            env: dict[str, Any] | None = None) -> list[OpRecord]:
-    """Time every case into `out` (a run header, then one record per sample); returns the op records. The header's
-    env records the BLAS threads as a run's does (its `threads`, read from the environment ensure_worker_env set)."""
+def run_ops(
+    plan: Plan,
+    cases: Sequence[OpCase],
+    out: Path,
+    console: Console,
+    *,
+    rounds: int,
+    quiet: bool = False,
+    min_sample_s: float = MIN_SAMPLE_S,
+    env: dict[str, Any] | None = None,
+) -> list[OpRecord]:
+    """Time every case into `out` (a run header, then one record per sample); returns the op
+    records. The header's env records the BLAS threads as a run's does (its `threads`, read from the
+    environment ensure_worker_env set)."""
     run_id = new_run_id()
     records: list[OpRecord] = []
     total = sum(len(REGISTRY[c.op].variants) for c in cases) * rounds
-    progress = Progress(TextColumn("{task.description}"), BarColumn(), MofNCompleteColumn(), TextColumn("samples"),
-                        TimeElapsedColumn(), console=console, disable=quiet)
+    progress = Progress(
+        TextColumn("{task.description}"),
+        BarColumn(),
+        MofNCompleteColumn(),
+        TextColumn("samples"),
+        TimeElapsedColumn(),
+        console=console,
+        disable=quiet,
+    )
     with ResultsWriter(out) as writer, progress:
         writer.write(run_header(run_id, plan.experiment, env or collect_env(), rounds=rounds))
         task = progress.add_task("ops", total=total)

@@ -8,15 +8,17 @@ A plugin is a plain file that uses the stable import:
     def softcap_mine(x, cap):
         ...
 
-A new op is declared as models/ops.py declares the built-in ones: `declare` it, `register` its variants (its
-reference and default among them) and, for `fusebench ops` and `fusebench kernels`, `register_calls` its calls.
+A new op is declared as models/ops.py declares the built-in ones: `declare` it, `register` its
+variants (its reference and default among them) and, for `fusebench ops` and `fusebench kernels`,
+`register_calls` its calls.
 
-`load_plugins` imports each file by path and reports its sha256, so a result can name exactly which code ran.
-Anything that goes wrong while importing, a syntax error, an exception at import time, a variant for an op that does
-not exist, becomes one `PluginError` line: `FILE:LINE: plugin: <ExceptionType>: <message>`. A failed plugin leaves
-the registry as it found it. Loading the same file again is harmless: unchanged, it is not re-imported; changed, it
-replaces the variants (and ops) it registered before. A plugin may not replace a variant that it does not own (a
-built-in or another plugin's), nor declare an op that exists: that would silently change what an existing name
+`load_plugins` imports each file by path and reports its sha256, so a result can name exactly which
+code ran. Anything that goes wrong while importing, a syntax error, an exception at import time, a
+variant for an op that does not exist, becomes one `PluginError` line: `FILE:LINE: plugin:
+<ExceptionType>: <message>`. A failed plugin leaves the registry as it found it. Loading the same
+file again is harmless: unchanged, it is not re-imported; changed, it replaces the variants (and
+ops) it registered before. A plugin may not replace a variant that it does not own (a built-in or
+another plugin's), nor declare an op that exists: that would silently change what an existing name
 measures.
 """
 
@@ -39,7 +41,8 @@ from ..core.spec import Experiment, resolve_ops
 
 
 class PluginError(UserError):
-    """A plugin file that could not be loaded; the message is one line, `FILE:LINE: plugin: Type: message`."""
+    """A plugin file that could not be loaded; the message is one line,
+    `FILE:LINE: plugin: Type: message`."""
 
 
 @dataclass(frozen=True)
@@ -51,11 +54,17 @@ class PluginInfo:
     ops: tuple[str, ...] = ()  # the ops the file declared
 
     def to_dict(self) -> dict[str, Any]:
-        return {"path": str(self.path), "sha256": self.sha256, "module": self.module, "variants": list(self.variants),
-                "ops": list(self.ops)}
+        return {
+            "path": str(self.path),
+            "sha256": self.sha256,
+            "module": self.module,
+            "variants": list(self.variants),
+            "ops": list(self.ops),
+        }
 
 
-# What this process has loaded: by resolved path, and which plugin owns each (op, variant) it registered.
+# What this process has loaded: by resolved path, and which plugin owns each (op, variant) it
+# registered.
 _LOADED: dict[Path, PluginInfo] = {}
 _OWNERS: dict[tuple[str, str], Path] = {}
 
@@ -72,7 +81,8 @@ def _snapshot() -> dict[str, _Saved]:
 
 
 def _restore(snapshot: dict[str, _Saved]) -> None:
-    """The registry as the snapshot found it: the same ops in the same order, each with its variants and calls."""
+    """The registry as the snapshot found it: the same ops in the same order, each with its variants
+    and calls."""
     REGISTRY.clear()
     for op, saved in snapshot.items():
         saved.spec.variants.clear()
@@ -86,8 +96,8 @@ def _one_line(text: str) -> str:
 
 
 def _failing_line(err: BaseException, location: str) -> int | None:
-    """The line of the plugin file where `err` happened: a syntax error's own line, else the deepest traceback frame
-    that is in the plugin file."""
+    """The line of the plugin file where `err` happened: a syntax error's own line, else the deepest
+    traceback frame that is in the plugin file."""
     if isinstance(err, SyntaxError) and err.filename == location and err.lineno:
         return err.lineno
     line = None
@@ -115,8 +125,8 @@ def _module_name(path: Path) -> str:
 
 
 def _still_registered(info: PluginInfo) -> bool:
-    """Whether the plugin's module and every variant it registered are still in place (nobody removed them since),
-    so that an unchanged file need not be imported again."""
+    """Whether the plugin's module and every variant it registered are still in place (nobody
+    removed them since), so that an unchanged file need not be imported again."""
     if info.module not in sys.modules or not all(op in REGISTRY for op in info.ops):
         return False
     return all(
@@ -126,7 +136,8 @@ def _still_registered(info: PluginInfo) -> bool:
 
 
 def _variant_line(source: str, variant: str, fn: Callable[..., Any]) -> int:
-    """The line that names the variant (its register call), else the function's first line, else 1."""
+    """The line that names the variant (its register call), else the function's first line, else
+    1."""
     for number, text in enumerate(source.splitlines(), start=1):
         if f'"{variant}"' in text or f"'{variant}'" in text:
             return number
@@ -186,7 +197,8 @@ def load_plugin(path: Path | str) -> PluginInfo:
                 )
             registered.append((op, variant))
 
-    # A changed file that no longer registers a variant it registered before takes that variant away.
+    # A changed file that no longer registers a variant it registered before takes that variant
+    # away.
     if previous is not None:
         for op, variant in previous.variants:
             if (op, variant) not in registered and _OWNERS.get((op, variant)) == resolved:
@@ -202,13 +214,15 @@ def load_plugin(path: Path | str) -> PluginInfo:
 
 
 def load_plugins(paths: Sequence[Path | str]) -> list[PluginInfo]:
-    """Import every plugin file in order; the first that fails raises `PluginError` (those before it stay loaded)."""
+    """Import every plugin file in order; the first that fails raises `PluginError` (those before it
+    stay loaded)."""
     return [load_plugin(path) for path in paths]
 
 
 def bind_experiment(exp: Experiment, extra: Sequence[Path | str] = ()) -> Experiment:
-    """The experiment ready to run: its plugins (and `extra` ones, e.g. from --plugin) loaded, then every variant's op
-    names checked against the registry they complete, and omitted ops filled in with their defaults."""
+    """The experiment ready to run: its plugins (and `extra` ones, e.g. from --plugin) loaded, then
+    every variant's op names checked against the registry they complete, and omitted ops filled in
+    with their defaults."""
     plugins = tuple(dict.fromkeys([*exp.plugins, *(str(Path(path).resolve()) for path in extra)]))
     load_plugins(plugins)
     return resolve_ops(replace(exp, plugins=plugins), op_choices())

@@ -1,8 +1,8 @@
-"""Facts about the workers' environment, measured in a process started exactly as a worker is (same interpreter,
-same BLAS preload): `python -m bench.measure.probe env|peaks` prints one JSON object.
+"""Facts about the workers' environment, measured in a process started exactly as a worker is (same
+interpreter, same BLAS preload): `python -m bench.measure.probe env|peaks` prints one JSON object.
 
-The parent process cannot measure these itself: LD_PRELOAD acts only at process start, so the BLAS the parent
-maps is not the one its workers use.
+The parent process cannot measure these itself: LD_PRELOAD acts only at process start, so the BLAS
+the parent maps is not the one its workers use.
 """
 
 from __future__ import annotations
@@ -36,15 +36,18 @@ def probe_env(env: dict[str, str]) -> Env:
 
 
 def probe_peaks_in(env: dict[str, str]) -> PeakProbe:
-    """This machine's matmul and memory peaks under environment `env`'s BLAS and threads (probe_peaks there)."""
+    """This machine's matmul and memory peaks under environment `env`'s BLAS and threads
+    (probe_peaks there)."""
     return _probe_in(env, "peaks")
 
 
-def worker_environment(blas: str, threads: int | None = None, fresh: bool = False
-                       ) -> tuple[dict[str, str], Env, ThreadChoice]:
-    """The workers' environment (an optimized BLAS preloaded when there is one, its threads limited to `threads`,
-    or with None to the count measure.threads chooses on this machine, measured again when `fresh`), what a
-    process started with it really loads, and how the thread count was chosen."""
+def worker_environment(
+    blas: str, threads: int | None = None, fresh: bool = False
+) -> tuple[dict[str, str], Env, ThreadChoice]:
+    """The workers' environment (an optimized BLAS preloaded when there is one, its threads limited
+    to `threads`, or with None to the count measure.threads chooses on this machine, measured again
+    when `fresh`), what a process started with it really loads, and how the thread count was
+    chosen."""
     env, _ = blas_preload_env(blas, os.environ)
     if threads is not None:
         env = thread_env(env, threads)
@@ -55,7 +58,8 @@ def worker_environment(blas: str, threads: int | None = None, fresh: bool = Fals
 
 
 def auto_threads(blas: str = "auto") -> int:
-    """The thread count `threads: auto` gives workers on this machine (measured once, then cached)."""
+    """The thread count `threads: auto` gives workers on this machine (measured once, then
+    cached)."""
     env, _ = blas_preload_env(blas, os.environ)
     return choose_threads(env, probe_env(env)).threads
 

@@ -1,4 +1,5 @@
-"""`run --resume FILE`: what the interrupted run already recorded, so that the resumed one measures nothing twice."""
+"""`run --resume FILE`: what the interrupted run already recorded, so that the resumed one measures
+nothing twice."""
 
 from __future__ import annotations
 
@@ -13,20 +14,23 @@ from .session import CURRENT
 
 
 class DoneWork:
-    """The work a run has recorded: cells it closed (skipped, failed) or stopped adding rounds to, and per cell and
-    build its correctness and kernel facts, its trials, its depth rounds and its op-share rounds. A fresh run has
-    done nothing."""
+    """The work a run has recorded: cells it closed (skipped, failed) or stopped adding rounds to,
+    and per cell and build its correctness and kernel facts, its trials, its depth rounds and its
+    op-share rounds. A fresh run has done nothing."""
 
     def __init__(self) -> None:
         self._finished: set[str] = set()  # cell
         self._facts: set[tuple[str, str, str]] = set()  # (cell, build, "correctness" or "kernel")
-        self._trials: set[tuple[str, str, str, bool, int]] = set()  # (cell, build, variant, warmup, round)
+        # (cell, build, variant, warmup, round)
+        self._trials: set[tuple[str, str, str, bool, int]] = set()
         self._depths: set[tuple[str, str, str, int]] = set()  # (cell, build, variant, round)
-        self._shares: set[tuple[str, int]] = set()  # (cell, round): the current build's op-share rounds
+        # (cell, round): the current build's op-share rounds
+        self._shares: set[tuple[str, int]] = set()
 
     @classmethod
     def recorded(cls, results: Results, run_id: str) -> DoneWork:
-        """What run `run_id` recorded in `results` (records of other runs in the file do not count)."""
+        """What run `run_id` recorded in `results` (records of other runs in the file do not
+        count)."""
         done = cls()
         for record in results.records:
             if record.get("run_id") == run_id:
@@ -48,7 +52,8 @@ class DoneWork:
             self._finished.add(record["cell"])
 
     def finished(self, cell: str) -> bool:
-        """Whether the cell is closed or has stopped adding rounds: nothing of it is planned again."""
+        """Whether the cell is closed or has stopped adding rounds: nothing of it is planned
+        again."""
         return cell in self._finished
 
     def has_facts(self, cell: str, build: str, kind: str) -> bool:
@@ -66,8 +71,8 @@ class DoneWork:
 
 
 def resume_state(path: Path, exp: Experiment) -> tuple[str, DoneWork]:
-    """The run id of the run FILE holds, and what it recorded; a ResultsError if FILE holds no run of `exp` as it is
-    now (another experiment, or another version of its file)."""
+    """The run id of the run FILE holds, and what it recorded; a ResultsError if FILE holds no run
+    of `exp` as it is now (another experiment, or another version of its file)."""
     results = read_results([path])
     runs = results.runs
     if not runs:
@@ -75,8 +80,10 @@ def resume_state(path: Path, exp: Experiment) -> tuple[str, DoneWork]:
     run_id, header = next(iter(runs.items()))
     recorded = header["experiment"].get("name")
     if recorded != exp.name:
-        raise ResultsError(f"{path}: holds a run of experiment {recorded!r}, not {exp.name!r}; resume it with "
-                           f"fusebench run {recorded} --resume {path}, or start a new run")
+        raise ResultsError(
+            f"{path}: holds a run of experiment {recorded!r}, not {exp.name!r}; resume it with "
+            f"fusebench run {recorded} --resume {path}, or start a new run"
+        )
     if header["experiment"]["sha256"] != exp.sha256:
         raise ResultsError(
             f"{path}: was recorded from a different version of {exp.file} (sha256 differs); "

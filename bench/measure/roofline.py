@@ -1,17 +1,19 @@
-"""Roofline: the work one benchmark cell does, what a trial achieved, and how close that came to the machine's peak.
+"""Roofline: the work one benchmark cell does, what a trial achieved, and how close that came to the
+machine's peak.
 
-Work is counted from the model's exact parameter shapes (the lazily built model: nothing is computed) and its
-attention layout:
-- prefill FLOPs: 2 per parameter and token for every matmul weight in the path, plus the attention FLOPs over
-  the (query, key) pairs the causal and sliding-window masks leave. The LM head runs on the last position of
-  each sequence only, as in mlx-lm's prefill, which bench.measure.worker times;
-- gen bytes per decode step: the active weights read once, plus the KV cache read and the new K/V written.
-Active parameters are all parameters, less the embedding tables that are only looked up (the token table when it
-is not the tied LM head, and the per-layer-input table), with the MoE experts counted at their top_k/num_experts
-share.
+Work is counted from the model's exact parameter shapes (the lazily built model: nothing is
+computed) and its attention layout:
+- prefill FLOPs: 2 per parameter and token for every matmul weight in the path, plus the attention
+  FLOPs over the (query, key) pairs the causal and sliding-window masks leave. The LM head runs on
+  the last position of each sequence only, as in mlx-lm's prefill, which bench.measure.worker times;
+- gen bytes per decode step: the active weights read once, plus the KV cache read and the new K/V
+  written.
+Active parameters are all parameters, less the embedding tables that are only looked up (the token
+table when it is not the tied LM head, and the per-layer-input table), with the MoE experts counted
+at their top_k/num_experts share.
 
-Peaks come from a measurement (bench.measure.env.probe_peaks) or from the shipped table of known chips
-(bench/data/chips.yaml).
+Peaks come from a measurement (bench.measure.env.probe_peaks) or from the shipped table of known
+chips (bench/data/chips.yaml).
 """
 
 from __future__ import annotations
@@ -44,7 +46,8 @@ class _PeakFigures(TypedDict):
 
 
 class Peak(_PeakFigures, total=False):
-    """A machine's peak, as chips.yaml lists a known chip's and as the run header's `peak` records it."""
+    """A machine's peak, as chips.yaml lists a known chip's and as the run header's `peak` records
+    it."""
 
     match: list[str]  # a known chip's patterns for the device name
     confidence: str  # "published" or "approximate" (chips.yaml), "measured"
@@ -107,7 +110,8 @@ def parameter_role(name: str, tied: bool) -> str:
 
 @dataclass(frozen=True)
 class RoleTotals:
-    """Per role (ROLES): parameter count (of the float model) and bytes (in the model's dtype, quantized if asked)."""
+    """Per role (ROLES): parameter count (of the float model) and bytes (in the model's dtype,
+    quantized if asked)."""
 
     params: dict[str, int]
     nbytes: dict[str, int]
@@ -131,7 +135,8 @@ def _role_totals(config_json: str, dtype: str, quantize: str | None) -> RoleTota
 
 
 def role_totals(config: dict[str, Any], dtype: str = "float32", quantize: str | None = None) -> RoleTotals:
-    """Cached per config: building even the lazy 31B takes a moment, and a report asks once per cell."""
+    """Cached per config: building even the lazy 31B takes a moment, and a report asks once per
+    cell."""
     return _role_totals(json.dumps(config, sort_keys=True), dtype, quantize)
 
 
@@ -139,8 +144,8 @@ def role_totals(config: dict[str, Any], dtype: str = "float32", quantize: str | 
 
 
 def attended_pairs(length: int, window: int | None = None) -> int:
-    """(query, key) pairs a causal prefill of `length` tokens attends to, each query seeing at most `window` keys
-    (itself included), as mlx-lm's create_causal_mask(window_size=...) allows."""
+    """(query, key) pairs a causal prefill of `length` tokens attends to, each query seeing at most
+    `window` keys (itself included), as mlx-lm's create_causal_mask(window_size=...) allows."""
     if window is None or length <= window:
         return length * (length + 1) // 2
     return window * (window + 1) // 2 + (length - window) * window
@@ -148,7 +153,8 @@ def attended_pairs(length: int, window: int | None = None) -> int:
 
 @dataclass(frozen=True)
 class LayerAttention:
-    """One layer's attention: its window is None for full attention; owns_kv: it has a cache of its own."""
+    """One layer's attention: its window is None for full attention; owns_kv: it has a cache of its
+    own."""
 
     heads: int
     head_dim: int
@@ -172,7 +178,8 @@ def _layers(args: ModelArgs) -> list[LayerAttention]:
 
 
 def _keys_read(prompt_tokens: int, steps: int, window: int | None) -> int:
-    """Keys one sequence's decode steps read in a layer: step j attends to prompt + j keys, capped by the window."""
+    """Keys one sequence's decode steps read in a layer: step j attends to prompt + j keys, capped
+    by the window."""
     return sum(min(prompt_tokens + j, window or prompt_tokens + j) for j in range(1, steps + 1))
 
 
@@ -201,13 +208,18 @@ class CellWork:
 
 
 def cell_work(
-    config: dict[str, Any], prompt_tokens: int, gen_tokens: int, batch: int, *, dtype: str = "float32",
+    config: dict[str, Any],
+    prompt_tokens: int,
+    gen_tokens: int,
+    batch: int,
+    *,
+    dtype: str = "float32",
     quantize: str | None = None,
 ) -> CellWork:
     """FLOPs of the prefill and bytes moved by the generation of one trial of a cell.
 
-    `gen_tokens - 1` decode steps follow the prefill (its first token comes with the prefill), as bench.measure.worker
-    times them.
+    `gen_tokens - 1` decode steps follow the prefill (its first token comes with the prefill), as
+    bench.measure.worker times them.
     """
     args = ModelArgs.from_dict(config)
     totals = role_totals(config, dtype, quantize)
@@ -220,7 +232,8 @@ def cell_work(
     )
     matmul_flops = 2 * per_token_params * batch * prompt_tokens + 2 * params["head"] * batch
     steps = max(0, gen_tokens - 1)
-    # A decode step of `batch` sequences reads every expert any of them routes to: at most all of them.
+    # A decode step of `batch` sequences reads every expert any of them routes to: at most all of
+    # them.
     step_expert_share = min(1.0, batch * expert_share)
     weight_bytes = nbytes["body"] + nbytes["head"] + round(nbytes["experts"] * step_expert_share)
     itemsize = DTYPE_BYTES[dtype]
@@ -260,9 +273,10 @@ def achieved(trial: TrialTimes, work: CellWork) -> Rates:
 def percent_of_peak(rates: Rates, peak: Peak | None, dtype: str = "float32") -> PeakShares:
     """achieved() as % of a peak_for() peak; None where either side is unknown.
 
-    A rate above the peak means the peak is wrong, not that the machine beat physics: its percentage is None and
-    `above_peak` names the metric, so a report says "peak underestimated" instead of printing 150%. 16-bit dtypes are
-    held against the chip's bf16 figure (fp16 runs at the same rate on every chip listed).
+    A rate above the peak means the peak is wrong, not that the machine beat physics: its percentage
+    is None and `above_peak` names the metric, so a report says "peak underestimated" instead of
+    printing 150%. 16-bit dtypes are held against the chip's bf16 figure (fp16 runs at the same rate
+    on every chip listed).
     """
     compute_roof = memory_roof = None
     if peak is not None:
@@ -297,8 +311,8 @@ def load_chips(path: Path = CHIPS_FILE) -> tuple[Peak, ...]:
 
 
 def match_chip(device: str, chips: tuple[Peak, ...] | None = None) -> Peak | None:
-    """The chip whose pattern matches the longest part of the device name ("Apple M2 Max" is the M2 Max, not the
-    M2), or None."""
+    """The chip whose pattern matches the longest part of the device name ("Apple M2 Max" is the M2
+    Max, not the M2), or None."""
     best, best_length = None, 0
     for chip in chips or load_chips():
         for pattern in chip["match"]:
@@ -323,7 +337,8 @@ def probe_peak(probe: PeakProbe) -> Peak:
 
 
 def peak_for(env: DeviceEnv, probe: PeakProbe | None = None) -> Peak | None:
-    """The peak to compare with: the probe's if given, else the known chip env["device"] names, else None.
+    """The peak to compare with: the probe's if given, else the known chip env["device"] names, else
+    None.
 
     The table lists GPUs only, so a CPU-backend run (even on an Apple chip) matches nothing there.
     """

@@ -1,10 +1,11 @@
-"""The runner: expands an experiment into per-model work, drives one worker process per model (and per build, with
-`run --against`) one trial at a time, and appends every record to the results file as it arrives.
+"""The runner: expands an experiment into per-model work, drives one worker process per model (and
+per build, with `run --against`) one trial at a time, and appends every record to the results file
+as it arrives.
 
-The runner decides the order of trials (measure.schedule) and, with `trials: auto`, when a cell has enough rounds
-(`CellStop`). A model that will not fit is skipped before anything is loaded; a worker that crashes, runs out
-of memory or passes the per-cell timeout costs an `error` record for that cell, and the suite goes on with a fresh
-worker.
+The runner decides the order of trials (measure.schedule) and, with `trials: auto`, when a cell has
+enough rounds (`CellStop`). A model that will not fit is skipped before anything is loaded; a worker
+that crashes, runs out of memory or passes the per-cell timeout costs an `error` record for that
+cell, and the suite goes on with a fresh worker.
 """
 
 from __future__ import annotations
@@ -19,7 +20,14 @@ from datetime import datetime
 from pathlib import Path
 
 from rich.console import Console
-from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn, TimeRemainingColumn
+from rich.progress import (
+    BarColumn,
+    MofNCompleteColumn,
+    Progress,
+    TextColumn,
+    TimeElapsedColumn,
+    TimeRemainingColumn,
+)
 from rich.table import Table
 
 from ..analysis.inference import PairedEstimate, paired_estimate
@@ -39,13 +47,34 @@ from ..core.results import ResultsWriter
 from ..core.spec import MIN_AUTO_ROUNDS, Cell, Experiment, ModelSpec, shard_cells
 from ..present.format import format_count, format_duration
 from .env import blas_warning, cache_dir, machine_key
-from .job import Agreement, CellShape, Command, Gate, Measured, Result, Trial, WorkerJob, result_fields, result_kind
+from .job import (
+    Agreement,
+    CellShape,
+    Command,
+    Gate,
+    Measured,
+    Result,
+    Trial,
+    WorkerJob,
+    result_fields,
+    result_kind,
+)
 from .load import LoadSampler, preflight
 from .memory import memory_verdict, model_config
 from .plugins import load_plugins
 from .probe import probe_peaks_in, worker_environment
 from .resume import DoneWork, resume_state
-from .roofline import CellWork, Peak, PeakProbe, PeakShares, Rates, achieved, cell_work, peak_for, percent_of_peak
+from .roofline import (
+    CellWork,
+    Peak,
+    PeakProbe,
+    PeakShares,
+    Rates,
+    achieved,
+    cell_work,
+    peak_for,
+    percent_of_peak,
+)
 from .schedule import centre_order, round_plan
 from .session import CURRENT, Build, WorkerFailed, WorkerSession
 from .worker import ATOL_BY_DTYPE
@@ -65,13 +94,16 @@ class RunOptions:
     quiet: bool = False
     shard: tuple[int, int] = (1, 1)
     dry_run: bool = False
-    pin: bool = False  # pin workers to the cores their BLAS threads use, leaving the others to the runner and OS
-    reference: Build | None = None  # run --against: this build's workers run beside the current one's
+    # pin workers to the cores their BLAS threads use, leaving the others to the runner and OS
+    pin: bool = False
+    # run --against: this build's workers run beside the current one's
+    reference: Build | None = None
     current: Build = CURRENT  # another tree or environment under test (bisect, run --against-env)
 
 
 def cell_meta(cell: Cell, run_id: str) -> CellFields:
-    """The fields every record of a cell carries, so each line of the results file stands on its own."""
+    """The fields every record of a cell carries, so each line of the results file stands on its
+    own."""
     m, w = cell.model, cell.workload
     return CellFields(
         run_id=run_id,
@@ -113,9 +145,9 @@ def worker_job(model: ModelSpec, exp: Experiment) -> WorkerJob:
 
 
 def comparison_pairs(exp: Experiment, builds: Sequence[str]) -> list[tuple[tuple[str, str], tuple[str, str]]]:
-    """The ((build, variant), (build, variant)) pairs a cell's stopping rule watches: with one build the
-    experiment's comparisons (or the first variant against each other one); with a reference build, each variant
-    across the builds, which is what the gate judges."""
+    """The ((build, variant), (build, variant)) pairs a cell's stopping rule watches: with one build
+    the experiment's comparisons (or the first variant against each other one); with a reference
+    build, each variant across the builds, which is what the gate judges."""
     if len(builds) > 1:
         return [((builds[1], v), (builds[0], v)) for v in exp.variants]
     pairs = [(c.baseline, c.new) for c in exp.comparisons if c.baseline != c.new]
@@ -127,19 +159,20 @@ def comparison_pairs(exp: Experiment, builds: Sequence[str]) -> list[tuple[tuple
 
 @dataclass(frozen=True)
 class Forecast:
-    """An undecided row after some rounds: the rounds that would decide it at its present estimate and spread
-    (None: none would), and what they would take at this cell's pace."""
+    """An undecided row after some rounds: the rounds that would decide it at its present estimate
+    and spread (None: none would), and what they would take at this cell's pace."""
 
     rounds: int | None
     seconds: float | None
 
 
 class CellStop:
-    """When a cell has enough rounds (analysis.stopping). With `trials: auto`: after a pilot of MIN_AUTO_ROUNDS
-    rounds, every round, stop when every watched row is decided at the level the table prints it (Bonferroni over
-    the table's rows, which Holm never exceeds), when no undecided row's decision is in reach of the rounds and time
-    left, at max_rounds, or before a round that would not fit the cell's share of the run's budget. The intervals
-    are confidence sequences, so stopping on a decision leaves them valid."""
+    """When a cell has enough rounds (analysis.stopping). With `trials: auto`: after a pilot of
+    MIN_AUTO_ROUNDS rounds, every round, stop when every watched row is decided at the level the
+    table prints it (Bonferroni over the table's rows, which Holm never exceeds), when no undecided
+    row's decision is in reach of the rounds and time left, at max_rounds, or before a round that
+    would not fit the cell's share of the run's budget. The intervals are confidence sequences, so
+    stopping on a decision leaves them valid."""
 
     def __init__(self, exp: Experiment, builds: Sequence[str], share_s: float | None) -> None:
         self.exp = exp
@@ -147,7 +180,8 @@ class CellStop:
         across = len(builds) > 1
         self.alpha = 1.0 - print_level(table_rows(exp, builds))
         target = exp.precision.target_pct if exp.precision else None
-        # A gate row is decided against the experiment's margin as the limit (ci.yaml's 5%: check's default).
+        # A gate row is decided against the experiment's margin as the limit (ci.yaml's 5%: check's
+        # default).
         self.goal = Goal(exp.margin_pct, limit_pct=exp.margin_pct if across else None, target_pct=target)
         self.values: dict[tuple[str, str], dict[int, tuple[float, float | None]]] = {}
         self.process_of: dict[int, int] = {}  # round -> the worker process (pair) that ran it
@@ -161,7 +195,10 @@ class CellStop:
             measured = trial.measured
             if self.first_round_at is None:
                 self.first_round_at = time.monotonic() - measured.prefill_s - (measured.gen_s or 0.0)
-            self.values.setdefault((build, trial.variant), {})[trial.round] = (measured.prefill_tps, measured.gen_tps)
+            self.values.setdefault((build, trial.variant), {})[trial.round] = (
+                measured.prefill_tps,
+                measured.gen_tps,
+            )
 
     def _estimates(self) -> dict[str, PairedEstimate]:
         estimates = {}
@@ -208,8 +245,11 @@ class CellStop:
         return found
 
     def _in_reach(self, forecast: Forecast) -> bool:
-        return (forecast.rounds is not None and forecast.rounds <= self.exp.trials
-                and (forecast.seconds or 0.0) <= self.time_left_s())
+        return (
+            forecast.rounds is not None
+            and forecast.rounds <= self.exp.trials
+            and (forecast.seconds or 0.0) <= self.time_left_s()
+        )
 
     def stop_reason(self, rounds: int) -> str | None:
         """Why the cell stops after `rounds` timed rounds, or None to go on."""
@@ -234,16 +274,20 @@ class CellStop:
         forecasts = self.forecasts(rounds)
         rows = len(self.rows())
         pace = self.round_s(rounds)
-        head = (f"after {rounds} rounds ({pace:.1f} s a round): {rows - len(forecasts)} of {rows} rows decided"
-                if pace else f"after {rounds} rounds: {rows - len(forecasts)} of {rows} rows decided")
+        head = (
+            f"after {rounds} rounds ({pace:.1f} s a round): {rows - len(forecasts)} of {rows} rows decided"
+            if pace
+            else f"after {rounds} rounds: {rows - len(forecasts)} of {rows} rows decided"
+        )
         left = self.time_left_s()
         allows = (rounds + max(0, int(left // pace))) if pace and math.isfinite(left) else self.exp.trials
         allows = min(allows, self.exp.trials)
         far = {label: f for label, f in forecasts.items() if not self._in_reach(f)}
         out = [f"{label} {settle_text(f)}" for label, f in far.items()]
         reach = len(forecasts) - len(out)
-        beyond = [f"out of reach (this size's share of the budget allows {allows} rounds): " + ", ".join(out)] \
-            if out else []
+        beyond = (
+            [f"out of reach (this size's share of the budget allows {allows} rounds): " + ", ".join(out)] if out else []
+        )
         more = [f.seconds for f in far.values() if f.seconds is not None]
         if more and all(f.rounds is not None for f in far.values()):
             beyond.append(f"about {format_duration(max(more))} more budget for this size would settle them")
@@ -251,7 +295,7 @@ class CellStop:
 
 
 def settle_text(forecast: Forecast) -> str:
-    """"about 60 rounds (9 min) would settle it"."""
+    """ "about 60 rounds (9 min) would settle it"."""
     if forecast.rounds is None:
         return "cannot be settled at this estimate"
     took = f" ({format_duration(forecast.seconds)} more)" if forecast.seconds is not None else ""
@@ -259,15 +303,23 @@ def settle_text(forecast: Forecast) -> str:
 
 
 def table_rows(exp: Experiment, builds: Sequence[str]) -> int:
-    """Rows of the largest table a cell's comparisons appear in: every model at this workload, both metrics, and
-    with a reference build every variant plus the pooled row."""
+    """Rows of the largest table a cell's comparisons appear in: every model at this workload, both
+    metrics, and with a reference build every variant plus the pooled row."""
     per_metric = len(exp.models) * ((len(exp.variants) + 1) if len(builds) > 1 else 1)
     return per_metric * len(METRICS)
 
 
 class Runner:
-    def __init__(self, exp: Experiment, options: RunOptions, run_id: str, console: Console,
-                 peak: Peak | None, env: dict[str, str], started: float) -> None:
+    def __init__(
+        self,
+        exp: Experiment,
+        options: RunOptions,
+        run_id: str,
+        console: Console,
+        peak: Peak | None,
+        env: dict[str, str],
+        started: float,
+    ) -> None:
         self.exp = exp
         self.peak = peak
         self.env = env
@@ -280,7 +332,8 @@ class Runner:
         self.console = console
         self.meta = {cell.key: cell_meta(cell, run_id) for cell in exp.cells()}
         self.above_peak: set[str] = set()
-        self.best: dict[str, float] = {}  # the highest prefill TFLOP/s and gen GB/s any trial achieved
+        # the highest prefill TFLOP/s and gen GB/s any trial achieved
+        self.best: dict[str, float] = {}
         self.budget: RunBudget | None = None  # the run's wall time, shared by its cells in turn
         self.started = started  # time.monotonic() when the run began: the budget counts from here
         self.cells_done = 0
@@ -301,18 +354,26 @@ class Runner:
 
     def _progress(self) -> Progress:
         return Progress(
-            TextColumn("{task.description}"), BarColumn(), MofNCompleteColumn(), TextColumn("trials"),
-            TimeElapsedColumn(), TextColumn("ETA"), TimeRemainingColumn(),
-            console=self.console, disable=self.options.quiet, transient=False,
+            TextColumn("{task.description}"),
+            BarColumn(),
+            MofNCompleteColumn(),
+            TextColumn("trials"),
+            TimeElapsedColumn(),
+            TextColumn("ETA"),
+            TimeRemainingColumn(),
+            console=self.console,
+            disable=self.options.quiet,
+            transient=False,
         )
 
     def write_record(self, writer: ResultsWriter, cell_key: str, kind: str, fields: Mapping[str, object]) -> None:
-        """A record of a cell: its kind, the fields every record of the cell carries, then its own."""
+        """A record of a cell: its kind, the fields every record of the cell carries, then its
+        own."""
         writer.write({"kind": kind, **self.meta[cell_key], **fields})
 
-    def write_result(self, writer: ResultsWriter, cell_key: str, build: str, result: Result,
-                     process: int) -> None:
-        """What a build's worker found, with a trial's roofline and the worker process (pair) that ran it."""
+    def write_result(self, writer: ResultsWriter, cell_key: str, build: str, result: Result, process: int) -> None:
+        """What a build's worker found, with a trial's roofline and the worker process (pair) that
+        ran it."""
         fields = {**result_fields(result), "build": build}
         if isinstance(result, Trial):
             rates, shares = self._roofline(cell_key, result.measured)
@@ -323,7 +384,12 @@ class Runner:
         if cell_key not in self.work:
             m, w = self.cells[cell_key].model, self.cells[cell_key].workload
             self.work[cell_key] = cell_work(
-                model_config(m), w.prompt_tokens, w.gen_tokens, w.batch, dtype=m.dtype, quantize=m.quantize
+                model_config(m),
+                w.prompt_tokens,
+                w.gen_tokens,
+                w.batch,
+                dtype=m.dtype,
+                quantize=m.quantize,
             )
         return self.work[cell_key]
 
@@ -380,9 +446,11 @@ class Runner:
                 loaded = session.loaded(deadline, self.exp.timeout_s)
                 if not self.options.quiet:
                     where = "" if len(sessions) == 1 else f" ({name} build)"
-                    self.console.print(f"{job.model.label}{where}: loaded {format_count(loaded.parameters)} "
-                                       f"parameters ({loaded.weight_bytes / 2**30:.2f} GiB) in {loaded.load_s:.1f} s",
-                                       highlight=False)
+                    self.console.print(
+                        f"{job.model.label}{where}: loaded {format_count(loaded.parameters)} "
+                        f"parameters ({loaded.weight_bytes / 2**30:.2f} GiB) in {loaded.load_s:.1f} s",
+                        highlight=False,
+                    )
             for cell in job.cells:
                 CellRun(self, cell, sessions, job.done, writer, update).run(first=cell is job.cells[0])
         except BaseException:
@@ -394,17 +462,26 @@ class Runner:
 
 
 class CellRun:
-    """One cell: correctness and kernel facts per build, warmups, timed rounds until the cell stops, depth rounds."""
+    """One cell: correctness and kernel facts per build, warmups, timed rounds until the cell stops,
+    depth rounds."""
 
-    def __init__(self, runner: Runner, cell: Cell, sessions: dict[str, WorkerSession], done: DoneWork,
-                 writer: ResultsWriter, update: Callable) -> None:
+    def __init__(
+        self,
+        runner: Runner,
+        cell: Cell,
+        sessions: dict[str, WorkerSession],
+        done: DoneWork,
+        writer: ResultsWriter,
+        update: Callable,
+    ) -> None:
         self.runner, self.exp, self.cell, self.sessions = runner, runner.exp, cell, sessions
         self.done, self.writer, self.update = done, writer, update
         w = cell.workload
         self.shape = CellShape(cell.key, w.prompt_tokens, w.gen_tokens, w.batch)
         self.deadline = time.monotonic() + self.exp.timeout_s
         share = runner.cell_share_s()
-        # The cell's deadline (timeout_s) counts from here too: a share past it would end in a timeout, not a stop.
+        # The cell's deadline (timeout_s) counts from here too: a share past it would end in a
+        # timeout, not a stop.
         self.target = CellStop(self.exp, list(sessions), None if share is None else min(share, self.exp.timeout_s))
 
     def run(self, first: bool) -> None:
@@ -422,20 +499,30 @@ class CellRun:
             rounds += 1
             reason = self.target.stop_reason(rounds)
             if rounds == MIN_AUTO_ROUNDS and self.exp.precision and not self.runner.options.quiet:
-                self.runner.console.print(f"{self.cell.model.label} {self.cell.workload.label}: "
-                                          f"{self.target.plan_line(rounds)}", highlight=False)
+                self.runner.console.print(
+                    f"{self.cell.model.label} {self.cell.workload.label}: {self.target.plan_line(rounds)}",
+                    highlight=False,
+                )
         per_round = len(self.exp.variants) * len(self.sessions)
-        self.update(f"{self.cell.model.label} {self.cell.workload.label}: {reason}",
-                    drop=(self.exp.trials - rounds) * per_round)
+        self.update(
+            f"{self.cell.model.label} {self.cell.workload.label}: {reason}",
+            drop=(self.exp.trials - rounds) * per_round,
+        )
         forecasts = self.target.forecasts(rounds)
-        stop = {"rounds": rounds, "reason": reason, "half_width_pct": self.target.half_widths(),
-                "round_s": self.target.round_s(rounds),
-                "undecided": {label: {"rounds": f.rounds, "seconds": f.seconds} for label, f in forecasts.items()}}
+        stop = {
+            "rounds": rounds,
+            "reason": reason,
+            "half_width_pct": self.target.half_widths(),
+            "round_s": self.target.round_s(rounds),
+            "undecided": {label: {"rounds": f.rounds, "seconds": f.seconds} for label, f in forecasts.items()},
+        }
         self.runner.write_record(self.writer, self.cell.key, "stop", stop)
         self.runner.cell_finished()
-        # Op shares explain a Δ; where the budget left rows undecided, their time went to rounds instead.
+        # Op shares explain a Δ; where the budget left rows undecided, their time went to rounds
+        # instead.
         self.shares_wanted = not (forecasts and self.runner.budget)
-        # One depth curve per model: it depends on the KV depth, not on the workload's prompt length.
+        # One depth curve per model: it depends on the KV depth, not on the workload's prompt
+        # length.
         if self.exp.depths and first:
             for r in range(rounds):
                 for build, variant in round_plan(self.runner.order, list(self.sessions), r):
@@ -444,13 +531,17 @@ class CellRun:
         self._shares()
 
     def _shares(self) -> None:
-        """Each switchable op's time in a prefill and a decode step of this cell, for the expected Δ. The current
-        build only: its ops are the variants' (a reference build's may differ, and may not know the command)."""
+        """Each switchable op's time in a prefill and a decode step of this cell, for the expected
+        Δ. The current build only: its ops are the variants' (a reference build's may differ, and
+        may not know the command)."""
         if CURRENT.name not in self.sessions:
             return
         if not self.shares_wanted and self.exp.shares:
-            self.runner.console.print(f"{self.cell.model.label} {self.cell.workload.label}: op shares skipped: "
-                                      "rows are undecided, and the budget went to their rounds", highlight=False)
+            self.runner.console.print(
+                f"{self.cell.model.label} {self.cell.workload.label}: op shares skipped: "
+                "rows are undecided, and the budget went to their rounds",
+                highlight=False,
+            )
             return
         for r in range(self.exp.shares):
             if not self.done.has_share(self.cell.key, r):
@@ -458,16 +549,19 @@ class CellRun:
                 self._request(CURRENT.name, Command("shares", self.shape, round=r))
 
     def _pair_served(self, rounds: int) -> bool:
-        """Whether the workers of an A/B across builds have run their worker_rounds (a fresh pair is due)."""
+        """Whether the workers of an A/B across builds have run their worker_rounds (a fresh pair is
+        due)."""
         every = self.exp.worker_rounds
         return len(self.sessions) > 1 and every > 0 and rounds > 0 and rounds % every == 0
 
     def _fresh_workers(self) -> None:
-        """A fresh worker for each build, loaded and warmed up, so the next rounds come from other processes."""
+        """A fresh worker for each build, loaded and warmed up, so the next rounds come from other
+        processes."""
         self.update(f"{self.cell.model.label} {self.cell.workload.label}: fresh workers")
         for session in self.sessions.values():
             session.stop()
-        self.sessions.update(self.runner.start_sessions(self.cell.model))  # in place: the runner stops these
+        # in place: the runner stops these
+        self.sessions.update(self.runner.start_sessions(self.cell.model))
         for session in self.sessions.values():
             session.loaded(self.deadline, self.exp.timeout_s)
         for w in range(self.exp.warmup):
@@ -487,8 +581,10 @@ class CellRun:
                     self.target.add(build, trial, self.process)
                 label = "warmup" if warmup else f"round {index + 1}"
                 where = "" if len(self.sessions) == 1 else f" [{build}]"
-                self.update(f"{self.cell.model.label} {self.cell.workload.label} {variant}{where} {label}",
-                            advance=1)
+                self.update(
+                    f"{self.cell.model.label} {self.cell.workload.label} {variant}{where} {label}",
+                    advance=1,
+                )
 
     def _request(self, build: str, command: Command) -> list[Result]:
         results = self.sessions[build].request(command, self.deadline, self.exp.timeout_s)
@@ -497,12 +593,14 @@ class CellRun:
             if isinstance(result, Agreement) and not result.passed:
                 self.runner.console.print(
                     f"[red]correctness[/]: {result.variant} differs from {result.reference} on "
-                    f"{self.cell.key} ({build} build): max |Δlogit| {result.max_abs_err:.3g} > {result.atol:.3g}")
+                    f"{self.cell.key} ({build} build): max |Δlogit| {result.max_abs_err:.3g} > {result.atol:.3g}"
+                )
         return results
 
 
 def pinned_cpus(env: dict[str, str]) -> list[int] | None:
-    """The last `threads` cores this process may use, for the workers; the others stay with the runner and OS."""
+    """The last `threads` cores this process may use, for the workers; the others stay with the
+    runner and OS."""
     if not hasattr(os, "sched_getaffinity"):
         return None
     cores = sorted(os.sched_getaffinity(0))
@@ -521,9 +619,9 @@ def peak_cache_path(env: Env) -> Path:
 
 
 def measured_peak(worker_env: dict[str, str], env: Env) -> Peak | None:
-    """The roof to hold each cell against. On a GPU, the known chip. On a CPU, measured under the workers' BLAS and
-    thread count, best of several repeats, and cached per machine fingerprint and thread count (the cache is raised
-    when a run achieves more: see raise_cached_peak)."""
+    """The roof to hold each cell against. On a GPU, the known chip. On a CPU, measured under the
+    workers' BLAS and thread count, best of several repeats, and cached per machine fingerprint and
+    thread count (the cache is raised when a run achieves more: see raise_cached_peak)."""
     if env["backend"] != "cpu":
         return peak_for(env)
     path = peak_cache_path(env)
@@ -537,8 +635,8 @@ def measured_peak(worker_env: dict[str, str], env: Env) -> Peak | None:
 
 
 def raise_cached_peak(env: Env, best: dict[str, float], metrics: set[str]) -> str:
-    """After a run that achieved more than the cached peak: the machine can do at least what it did, so the cached
-    peak is raised to it, and later runs hold their trials against that."""
+    """After a run that achieved more than the cached peak: the machine can do at least what it did,
+    so the cached peak is raised to it, and later runs hold their trials against that."""
     path = peak_cache_path(env)
     try:
         probe = json.loads(path.read_text())
@@ -548,8 +646,10 @@ def raise_cached_peak(env: Env, best: dict[str, float], metrics: set[str]) -> st
     probe["gemv_read_gbps"] = max(probe.get("gemv_read_gbps", 0.0), best.get("gen_gbps", 0.0))
     probe["raised_by_a_run"] = True
     path.write_text(json.dumps(probe))
-    return (f"peak underestimated: {', '.join(sorted(metrics))} exceeded this machine's measured peak; those trials "
-            f"show no percentage, and the cached peak ({path}) is raised to what this run achieved")
+    return (
+        f"peak underestimated: {', '.join(sorted(metrics))} exceeded this machine's measured peak; those trials "
+        f"show no percentage, and the cached peak ({path}) is raised to what this run achieved"
+    )
 
 
 def print_dry_run(exp: Experiment, cells: list[Cell], console: Console) -> None:
@@ -559,18 +659,27 @@ def print_dry_run(exp: Experiment, cells: list[Cell], console: Console) -> None:
     for cell in cells:
         m = cell.model
         fits, reason = memory_verdict(m, exp)
-        table.add_row(m.size, m.source, str(m.layers or "all"), m.dtype, m.quantize or "-", cell.workload.label,
-                      reason if fits else f"[yellow]skip: {reason}[/]")
+        table.add_row(
+            m.size,
+            m.source,
+            str(m.layers or "all"),
+            m.dtype,
+            m.quantize or "-",
+            cell.workload.label,
+            reason if fits else f"[yellow]skip: {reason}[/]",
+        )
     console.print(table)
     for name, ops in exp.variants.items():
         console.print(f"variant [bold]{name}[/]: " + ", ".join(f"{op}={v}" for op, v in ops.items()))
-    rounds = (auto_rounds_text(exp) if exp.precision else f"{exp.trials} timed rounds")
+    rounds = auto_rounds_text(exp) if exp.precision else f"{exp.trials} timed rounds"
     trials = len(cells) * len(exp.variants) * (exp.trials + exp.warmup)
-    console.print(f"{trials} trials{' at most' if exp.precision else ''}: per variant and cell, {exp.warmup} warmup "
-                  f"round(s), then {rounds}; order "
-                  f"{' '.join(centre_order(list(exp.variants), [(c.baseline, c.new) for c in exp.comparisons]))}, "
-                  "reversed every other round; BLAS threads: "
-                  f"{exp.threads or 'auto (measured on this machine when the run starts, then cached)'}")
+    order = " ".join(centre_order(list(exp.variants), [(c.baseline, c.new) for c in exp.comparisons]))
+    console.print(
+        f"{trials} trials{' at most' if exp.precision else ''}: per variant and cell, {exp.warmup} warmup "
+        f"round(s), then {rounds}; order {order}, "
+        "reversed every other round; BLAS threads: "
+        f"{exp.threads or 'auto (measured on this machine when the run starts, then cached)'}"
+    )
 
 
 def auto_rounds_text(exp: Experiment) -> str:
@@ -578,8 +687,10 @@ def auto_rounds_text(exp: Experiment) -> str:
     auto = exp.precision
     target = f", each interval within ±{auto.target_pct:g}%" if auto.target_pct else ""
     budget = f", the whole run within {auto.budget_s:g} s" if auto.budget_s else ""
-    return (f"rounds until every row is decided (faster, slower, or no change within ±{exp.margin_pct:g}%"
-            f"{target}; a pilot of {MIN_AUTO_ROUNDS}, at most {exp.trials}{budget})")
+    return (
+        f"rounds until every row is decided (faster, slower, or no change within ±{exp.margin_pct:g}%"
+        f"{target}; a pilot of {MIN_AUTO_ROUNDS}, at most {exp.trials}{budget})"
+    )
 
 
 def honest_warnings(exp: Experiment) -> list[str]:
@@ -589,22 +700,33 @@ def honest_warnings(exp: Experiment) -> list[str]:
     if exp.precision is None and exp.trials < 3:
         warnings.append(f"trials is {exp.trials}: fewer than 3 paired rounds give no verdict")
     if (os.cpu_count() or 1) > 1 and exp.threads == os.cpu_count():
-        warnings.append(f"threads is {exp.threads}, every core: anything else on the machine stalls a BLAS thread "
-                        "and the whole matmul waits (threads: auto measures which count pays here)")
+        warnings.append(
+            f"threads is {exp.threads}, every core: anything else on the machine stalls a BLAS thread "
+            "and the whole matmul waits (threads: auto measures which count pays here)"
+        )
     return warnings
 
 
 def build_environment(build: Build) -> BuildEnvironment:
-    """What the run header says of a build's environment, when it is one of two (run --against-env, bisect)."""
+    """What the run header says of a build's environment, when it is one of two (run --against-env,
+    bisect)."""
     if not build.packages:
         return {}
-    return {"python": build.interpreter, "packages": build.packages, **({"label": build.label} if build.label else {})}
+    return {
+        "python": build.interpreter,
+        "packages": build.packages,
+        **({"label": build.label} if build.label else {}),
+    }
 
 
 def build_fields(build: Build, env: Env) -> BuildFields:
     """A build as the run header records it; the current checkout's commit is the env's."""
-    return BuildFields(commit=build.commit or env.get("git_commit"), ref=build.ref,
-                       dirty=build.dirty if build.root else env.get("git_dirty"), **build_environment(build))
+    return BuildFields(
+        commit=build.commit or env.get("git_commit"),
+        ref=build.ref,
+        dirty=build.dirty if build.root else env.get("git_dirty"),
+        **build_environment(build),
+    )
 
 
 def run_experiment(exp: Experiment, options: RunOptions, console: Console, resume: Path | None = None) -> int:
@@ -628,11 +750,25 @@ def run_experiment(exp: Experiment, options: RunOptions, console: Console, resum
         experiment = StoredExperiment(name=exp.name, file=exp.file, sha256=exp.sha256, content=exp.content)
         plugins = [PluginFile(path=str(p.path), sha256=p.sha256) for p in load_plugins(exp.plugins)]
         builds = {b.name: build_fields(b, env) for b in runner.builds}
-        writer.write(run_header(run_id, experiment, env, peak=peak, shard=f"{options.shard[0]}/{options.shard[1]}",
-                                resumed=resume is not None, plugins=plugins, builds=builds,
-                                preflight=before, pinned=options.pin, threads_choice=threads.to_json()))
-        console.print(f"results -> {options.out}  ({env['backend']}, {env['device']}, BLAS {env['blas']}, "
-                      f"{env['threads']} thread(s))")
+        writer.write(
+            run_header(
+                run_id,
+                experiment,
+                env,
+                peak=peak,
+                shard=f"{options.shard[0]}/{options.shard[1]}",
+                resumed=resume is not None,
+                plugins=plugins,
+                builds=builds,
+                preflight=before,
+                pinned=options.pin,
+                threads_choice=threads.to_json(),
+            )
+        )
+        console.print(
+            f"results -> {options.out}  ({env['backend']}, {env['device']}, BLAS {env['blas']}, "
+            f"{env['threads']} thread(s))"
+        )
         with LoadSampler() as sampler:
             try:
                 runner.run(plan_jobs(cells, done), writer)

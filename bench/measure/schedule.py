@@ -1,12 +1,12 @@
 """The order of trials: who runs next to whom. The paired statistics are only as good as this order.
 
 - Rounds alternate direction (ABBA): drift and position effects land on every variant alike.
-- The shared baseline sits in the middle (`centre_order`): with three variants, `compiled baseline sdpa` and then
-  the reverse, so each variant compared with the baseline runs right next to it in every round. Measured on this
-  machine's committed runs: the baseline and a variant two slots away paired worse (SD of the log ratio 0.18 vs
-  0.14 for adjacent trials).
-- Builds (`run --against`) are interleaved inside the round: each variant runs in every build back to back, so a
-  variant's current/reference pair is as close as two trials can be.
+- The shared baseline sits in the middle (`centre_order`): with three variants,
+  `compiled baseline sdpa` and then the reverse, so each variant compared with the baseline runs
+  right next to it in every round. Measured on this machine's committed runs: the baseline and a
+  variant two slots away paired worse (SD of the log ratio 0.18 vs 0.14 for adjacent trials).
+- Builds (`run --against`) are interleaved inside the round: each variant runs in every build back
+  to back, so a variant's current/reference pair is as close as two trials can be.
 """
 
 from __future__ import annotations
@@ -21,7 +21,8 @@ def round_order(names: Sequence[str], round_index: int) -> list[str]:
 
 
 def centre_order(variants: Sequence[str], comparisons: Sequence[tuple[str, str]]) -> list[str]:
-    """The variants with the most-compared one (the shared baseline) in the middle, the rest around it in order."""
+    """The variants with the most-compared one (the shared baseline) in the middle, the rest around
+    it in order."""
     counts = Counter(name for pair in comparisons for name in pair if pair[0] != pair[1])
     if len(variants) < 3 or not counts:
         return list(variants)
@@ -32,5 +33,6 @@ def centre_order(variants: Sequence[str], comparisons: Sequence[tuple[str, str]]
 
 
 def round_plan(order: Sequence[str], builds: Sequence[str], round_index: int) -> list[tuple[str, str]]:
-    """(build, variant) in the order one round runs them: each variant in every build back to back, then ABBA."""
+    """(build, variant) in the order one round runs them: each variant in every build back to back,
+    then ABBA."""
     return round_order([(build, variant) for variant in order for build in builds], round_index)

@@ -1,4 +1,5 @@
-"""One worker process, driven one command at a time (see job.py), with its stderr kept for a failure message."""
+"""One worker process, driven one command at a time (see job.py), with its stderr kept for a failure
+message."""
 
 from __future__ import annotations
 
@@ -20,18 +21,22 @@ from .job import Command, Done, Loaded, Recorded, Result, WorkerJob, decode_even
 
 @dataclass(frozen=True)
 class Build:
-    """The fusebench tree a worker imports: this one ("current"), or another checkout (`run --against`), and the
-    Python that runs it: this one, or another environment's (`run --against-env`)."""
+    """The fusebench tree a worker imports: this one ("current"), or another checkout
+    (`run --against`), and the Python that runs it: this one, or another environment's
+    (`run --against-env`)."""
 
     name: str
-    root: Path | None = None  # None: the installed fusebench; else a checkout whose code goes first on sys.path
+    # None: the installed fusebench; else a checkout whose code goes first on sys.path
+    root: Path | None = None
     commit: str | None = None
     dirty: bool | None = None
     ref: str | None = None  # what the user named: a git ref or a path (run --against REF)
     env: dict[str, str] = field(default_factory=dict, compare=False, repr=False)
-    python: str | None = None  # None: this interpreter; else another environment's (run --against-env)
+    # None: this interpreter; else another environment's (run --against-env)
+    python: str | None = None
     label: str | None = None  # how tables name the build when a commit does not, e.g. "mlx 0.31.2"
-    packages: dict[str, str] = field(default_factory=dict, compare=False)  # the versions that tell environments apart
+    # the versions that tell environments apart
+    packages: dict[str, str] = field(default_factory=dict, compare=False)
 
     @property
     def interpreter(self) -> str:
@@ -55,7 +60,8 @@ class WorkerFailed(Exception):
 
 
 class WorkerSession:
-    """A worker process for one model and build: `loaded()` once, then `request(command)` for each command."""
+    """A worker process for one model and build: `loaded()` once, then `request(command)` for each
+    command."""
 
     def __init__(self, job: WorkerJob, build: Build, env: dict[str, str], cpus: Sequence[int] | None = None) -> None:
         self.build = build
@@ -114,7 +120,8 @@ class WorkerSession:
         return event
 
     def request(self, command: Command, deadline: float, timeout_s: float) -> list[Result]:
-        """The results one command produces; WorkerFailed if the worker dies or the cell's time runs out."""
+        """The results one command produces; WorkerFailed if the worker dies or the cell's time runs
+        out."""
         self._send(command.to_json())
         results = []
         while not isinstance(event := self._next(command.cell.key, deadline, timeout_s), Done):
@@ -134,7 +141,8 @@ class WorkerSession:
         return f"{prefix} {what}" + (f": {last.strip()}" if last else "")
 
     def stop(self, *, kill: bool = False) -> None:
-        """End the worker: by closing its input (it finishes and exits), or at once with `kill` (after a failure)."""
+        """End the worker: by closing its input (it finishes and exits), or at once with `kill`
+        (after a failure)."""
         if self.process.poll() is not None:
             return
         if not kill:

@@ -1,18 +1,19 @@
 """Where a step's time goes: each switchable op's seconds in one prefill and in one decode step.
 
-The calls are not declared but traced: one prefill and one decode step run with every op of the model's op table
-wrapped by a recorder, so the shapes, arguments and calls per step are the ones the model really makes at the cell's
-depth and workload (KV-shared layers, PLE gates, the logits of the last position only). A recorded call counts only
-if its output was computed: the prefill evaluates just the KV cache for all but the last prompt token, as mlx-lm
-does, so calls whose outputs reach only the unevaluated logits (the softcap over 127 positions, and KV-shared
-layers, which feed no cache) never run and are left out. Liveness is read from the graph itself: an evaluated
-array is a leaf of mx.export_to_dot, one never computed still has its primitive.
+The calls are not declared but traced: one prefill and one decode step run with every op of the
+model's op table wrapped by a recorder, so the shapes, arguments and calls per step are the ones the
+model really makes at the cell's depth and workload (KV-shared layers, PLE gates, the logits of the
+last position only). A recorded call counts only if its output was computed: the prefill evaluates
+just the KV cache for all but the last prompt token, as mlx-lm does, so calls whose outputs reach
+only the unevaluated logits (the softcap over 127 positions, and KV-shared layers, which feed no
+cache) never run and are left out. Liveness is read from the graph itself: an evaluated array is a
+leaf of mx.export_to_dot, one never computed still has its primitive.
 
-Each distinct call (op, argument shapes and static arguments) is then timed on its own with the captured inputs,
-for every implementation of its op that the experiment's variants use, in interleaved rounds as `fusebench ops`
-times (opbench.time_calls: each call evaluated on its own). Each sample also pays mx.eval's fixed cost, which a
-call inside the model's one graph does not; every round measures that cost on a one-element add (`overhead_s`) so
-the analysis can subtract it.
+Each distinct call (op, argument shapes and static arguments) is then timed on its own with the
+captured inputs, for every implementation of its op that the experiment's variants use, in
+interleaved rounds as `fusebench ops` times (opbench.time_calls: each call evaluated on its own).
+Each sample also pays mx.eval's fixed cost, which a call inside the model's one graph does not;
+every round measures that cost on a one-element add (`overhead_s`) so the analysis can subtract it.
 """
 
 from __future__ import annotations
@@ -32,7 +33,8 @@ from .job import ShareTime
 from .opbench import MIN_SAMPLE_S, Inputs, time_calls
 from .schedule import round_order
 
-# What one mx.eval costs on a 2-core CPU, to size the overhead's sample like the others (~min_sample_s long).
+# What one mx.eval costs on a 2-core CPU, to size the overhead's sample like the others
+# (~min_sample_s long).
 EVAL_COST_GUESS_S = 20e-6
 
 
@@ -63,7 +65,8 @@ def _label(inputs: Inputs) -> str:
 
 
 def _computed(array: mx.array) -> bool:
-    """Whether the array has been evaluated: an evaluated array is a leaf, with no primitive left in its graph."""
+    """Whether the array has been evaluated: an evaluated array is a leaf, with no primitive left in
+    its graph."""
     buffer = io.StringIO()
     mx.export_to_dot(buffer, array)
     return "label" not in buffer.getvalue()
@@ -97,7 +100,8 @@ class _Recorder:
         return record
 
     def computed_calls(self) -> list[TracedCall]:
-        """The distinct calls whose output was evaluated, in first-call order, each with its count."""
+        """The distinct calls whose output was evaluated, in first-call order, each with its
+        count."""
         distinct: dict[tuple[Any, ...], TracedCall] = {}
         labels: set[tuple[str, str]] = set()
         for op, inputs, out in self.seen:
@@ -107,7 +111,8 @@ class _Recorder:
             if key in distinct:
                 distinct[key].calls += 1
                 continue
-            # Calls that differ only in what the label leaves out (a weight or none, an eps) stay apart.
+            # Calls that differ only in what the label leaves out (a weight or none, an eps) stay
+            # apart.
             label, copy = _label(inputs), 1
             while (op, label if copy == 1 else f"{label} #{copy}") in labels:
                 copy += 1
@@ -118,7 +123,9 @@ class _Recorder:
 
 
 def trace_steps(
-    model: Model, prompt: mx.array, run_prefill: Callable[[Model, mx.array, list], mx.array],
+    model: Model,
+    prompt: mx.array,
+    run_prefill: Callable[[Model, mx.array, list], mx.array],
 ) -> dict[str, list[TracedCall]]:
     """The computed op calls of one prefill of `prompt` and of the decode step after it."""
     cache = model.make_cache()
@@ -140,14 +147,22 @@ def _eval_overhead(iterations: int) -> float:
 
 
 class ShareTimer:
-    """The traced calls of a cell, each warmed up once for every implementation of its op that the experiment's
-    variants use (which pays mx.compile's JIT) and given one call count per sample for all of them, so each
-    sample spans >= min_sample_s; then timed round by round, implementations interleaved as in `fusebench ops`."""
+    """The traced calls of a cell, each warmed up once for every implementation of its op that the
+    experiment's variants use (which pays mx.compile's JIT) and given one call count per sample for
+    all of them, so each sample spans >= min_sample_s; then timed round by round, implementations
+    interleaved as in `fusebench ops`."""
 
-    def __init__(self, traced: Mapping[str, list[TracedCall]], implementations: Mapping[str, Iterable[str]],
-                 min_sample_s: float = MIN_SAMPLE_S) -> None:
-        self.plans = [_Plan.warm(phase, call, list(dict.fromkeys(implementations[call.op])), min_sample_s)
-                      for phase, calls in traced.items() for call in calls]
+    def __init__(
+        self,
+        traced: Mapping[str, list[TracedCall]],
+        implementations: Mapping[str, Iterable[str]],
+        min_sample_s: float = MIN_SAMPLE_S,
+    ) -> None:
+        self.plans = [
+            _Plan.warm(phase, call, list(dict.fromkeys(implementations[call.op])), min_sample_s)
+            for phase, calls in traced.items()
+            for call in calls
+        ]
         self.overhead_iterations = max(1, round(min_sample_s / EVAL_COST_GUESS_S))
 
     def time_round(self, round_index: int) -> Iterator[ShareTime]:
@@ -155,8 +170,16 @@ class ShareTimer:
         for plan in self.plans:
             for name in round_order(plan.names, round_index):
                 seconds = time_calls(REGISTRY[plan.call.op].variants[name], plan.call.inputs, plan.iterations)
-                yield ShareTime(plan.phase, plan.call.op, name, plan.call.label, plan.call.calls, round_index,
-                                seconds, overhead)
+                yield ShareTime(
+                    plan.phase,
+                    plan.call.op,
+                    name,
+                    plan.call.label,
+                    plan.call.calls,
+                    round_index,
+                    seconds,
+                    overhead,
+                )
 
 
 @dataclass(frozen=True)

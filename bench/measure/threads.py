@@ -1,19 +1,21 @@
-"""`threads: auto`: the BLAS thread count that buys the most precision per second on this machine, measured.
+"""`threads: auto`: the BLAS thread count that buys the most precision per second on this machine,
+measured.
 
 How
-    Two sampler processes start as workers do (same interpreter and BLAS preload), one limited to 1 thread and
-    one to every core. They take turns, SAMPLES times each, timing one step-shaped piece of work: an fp32 matmul
-    of a 128-token prompt through a 1536 x 16384 projection and a matrix-vector read of the same weights, the two
-    halves of a trial. A setting's precision per second is 1 / (s² · t): t its mean sample time, s the spread of
-    its log sample times (the pairwise scale of analysis.inference's outlier rule, so one stalled sample does not
-    decide, as one wild round does not decide a row). Every core wins only when it buys at least
-    MARGIN times the precision per second of one thread: more threads also means a worker that any other process
+    Two sampler processes start as workers do (same interpreter and BLAS preload), one limited to 1
+    thread and one to every core. They take turns, SAMPLES times each, timing one step-shaped piece
+    of work: an fp32 matmul of a 128-token prompt through a 1536 x 16384 projection and a
+    matrix-vector read of the same weights, the two halves of a trial. A setting's precision per
+    second is 1 / (s² · t): t its mean sample time, s the spread of its log sample times (the
+    pairwise scale of analysis.inference's outlier rule, so one stalled sample does not decide, as
+    one wild round does not decide a row). Every core wins only when it buys at least MARGIN times
+    the precision per second of one thread: more threads also means a worker that any other process
     on the machine can stall, which a short probe sees only in part.
     Turns, not one block after the other, so a slow minute of the machine hits both settings alike.
 
-Cached per machine (the fingerprint and a hash of the CPU's model, flags and cores, `machine_key`), as the peak
-probe is, so the probe runs once; `fusebench env --probe` measures again. The run header records the choice and
-its figures (`ThreadChoice`), and the report says what was chosen and why.
+Cached per machine (the fingerprint and a hash of the CPU's model, flags and cores, `machine_key`),
+as the peak probe is, so the probe runs once; `fusebench env --probe` measures again. The run header
+records the choice and its figures (`ThreadChoice`), and the report says what was chosen and why.
 """
 
 from __future__ import annotations
@@ -41,7 +43,8 @@ SAMPLE_TOKENS, SAMPLE_IN, SAMPLE_OUT = 128, 1536, 16384
 
 @dataclass(frozen=True)
 class Setting:
-    """One thread count's probe: mean sample seconds, SD of log sample times, precision per second."""
+    """One thread count's probe: mean sample seconds, SD of log sample times, precision per
+    second."""
 
     threads: int
     mean_s: float
@@ -54,7 +57,8 @@ class Setting:
 
 @dataclass(frozen=True)
 class ThreadChoice:
-    """What `threads: auto` chose and why: the settings it measured (empty: it measured nothing) and the rule."""
+    """What `threads: auto` chose and why: the settings it measured (empty: it measured nothing) and
+    the rule."""
 
     threads: int
     settings: tuple[Setting, ...] = ()
@@ -65,16 +69,18 @@ class ThreadChoice:
 
     @classmethod
     def from_json(cls, data: dict) -> ThreadChoice:
-        return cls(int(data["threads"]), tuple(Setting(**s) for s in data.get("settings", ())),
-                   str(data.get("reason", "")))
+        return cls(
+            int(data["threads"]),
+            tuple(Setting(**s) for s in data.get("settings", ())),
+            str(data.get("reason", "")),
+        )
 
 
 def cache_path(env: Env) -> Path:
     return cache_dir() / f"threads-v1-{machine_key(env)}.json"
 
 
-def choose_threads(worker_env: dict[str, str], env: Env, cores: int | None = None, fresh: bool = False
-                   ) -> ThreadChoice:
+def choose_threads(worker_env: dict[str, str], env: Env, cores: int | None = None, fresh: bool = False) -> ThreadChoice:
     """The measured choice for this machine, from the cache unless `fresh` (or none is cached)."""
     cores = cores or os.cpu_count() or 1
     if cores == 1:
@@ -98,17 +104,32 @@ def decide(settings: tuple[Setting, ...]) -> ThreadChoice:
     one, every = settings[0], settings[-1]
     gain = every.precision_per_s / one.precision_per_s
     if gain >= MARGIN:
-        return ThreadChoice(every.threads, settings, f"{every.threads} threads gave {gain:.2f}x the precision per "
-                                                     f"second of 1 (at least {MARGIN:g}x needed)")
-    return ThreadChoice(one.threads, settings, f"{every.threads} threads gave {gain:.2f}x the precision per second "
-                                               f"of 1, less than the {MARGIN:g}x that would pay for a worker any "
-                                               "other process can stall")
+        return ThreadChoice(
+            every.threads,
+            settings,
+            f"{every.threads} threads gave {gain:.2f}x the precision per second of 1 (at least {MARGIN:g}x needed)",
+        )
+    return ThreadChoice(
+        one.threads,
+        settings,
+        f"{every.threads} threads gave {gain:.2f}x the precision per second "
+        f"of 1, less than the {MARGIN:g}x that would pay for a worker any "
+        "other process can stall",
+    )
 
 
 def measure(worker_env: dict[str, str], counts: tuple[int, ...]) -> tuple[Setting, ...]:
     """Each thread count's samples, the sampler processes taking turns."""
-    samplers = [subprocess.Popen([sys.executable, "-m", __name__], env=thread_env(worker_env, n), text=True,
-                                 stdin=subprocess.PIPE, stdout=subprocess.PIPE) for n in counts]
+    samplers = [
+        subprocess.Popen(
+            [sys.executable, "-m", __name__],
+            env=thread_env(worker_env, n),
+            text=True,
+            stdin=subprocess.PIPE,
+            stdout=subprocess.PIPE,
+        )
+        for n in counts
+    ]
     try:
         times: list[list[float]] = [[] for _ in counts]
         for turn in range(WARMUP + SAMPLES):

@@ -1,5 +1,5 @@
-"""`fusebench verify`: every combination of op variants against the all-reference assignment, on the same
-weights and prompt. A fusion that is fast but wrong fails here before anyone times it."""
+"""`fusebench verify`: every combination of op variants against the all-reference assignment, on the
+same weights and prompt. A fusion that is fast but wrong fails here before anyone times it."""
 
 from __future__ import annotations
 
@@ -43,17 +43,28 @@ def all_assignments() -> dict[str, dict[str, str]]:
 
 def verify(options: VerifyOptions) -> list[Agreement]:
     model = load_model(
-        options.model, layers=options.layers, dtype=options.dtype, quantize=options.quantize, seed=options.seed
+        options.model,
+        layers=options.layers,
+        dtype=options.dtype,
+        quantize=options.quantize,
+        seed=options.seed,
     )
     prompt = make_prompt(model.args.vocab_size, 1, options.prompt_tokens, options.seed, 0)
     atol = options.atol if options.atol is not None else ATOL_BY_DTYPE[options.dtype]
     return agreements(
-        model, all_assignments(), "reference", prompt, atol, options.tokens, step=max(1, options.prompt_tokens // 3)
+        model,
+        all_assignments(),
+        "reference",
+        prompt,
+        atol,
+        options.tokens,
+        step=max(1, options.prompt_tokens // 3),
     )
 
 
 def verify_table(found: list[Agreement], title: str) -> Table:
-    """One row per combination, one column per op, so the variant that breaks a row is plain to see."""
+    """One row per combination, one column per op, so the variant that breaks a row is plain to
+    see."""
     assignments = all_assignments()
     table = Table(title=title)
     for op in REGISTRY:

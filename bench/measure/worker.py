@@ -1,38 +1,43 @@
-"""The worker: one process per model (and build). It builds or loads the weights once, then carries out the
-runner's commands one by one: a correctness check, the kernel facts, one trial of one variant, a depth sweep. The
-variants are switched with `set_ops`; the runner decides their order.
+"""The worker: one process per model (and build). It builds or loads the weights once, then carries
+out the runner's commands one by one: a correctness check, the kernel facts, one trial of one
+variant, a depth sweep. The variants are switched with `set_ops`; the runner decides their order.
 
-It reads a job (`job.WorkerJob`) and then commands (`job.Command`), one JSON line each, on stdin, and writes events
-(`job.Event`, JSON lines) on stdout; anything else that prints goes to stderr, so a chatty library cannot corrupt
-the stream. The parent (runner.py) stores the records.
+It reads a job (`job.WorkerJob`) and then commands (`job.Command`), one JSON line each, on stdin,
+and writes events (`job.Event`, JSON lines) on stdout; anything else that prints goes to stderr, so
+a chatty library cannot corrupt the stream. The parent (runner.py) stores the records.
 
-Timing follows mlx-lm's generate_step, so the figures compare with mlx_lm.benchmark and ollama's bench:
-- prefill: the prompt but its last token in chunks of prefill_step_size, evaluating only the KV cache (as
-  mlx-lm does, no logits for those positions), then the last token with logits, until the first generated
-  token is evaluated;
-- gen: the remaining gen_tokens - 1 greedy steps, each step queued with async_eval before the previous token
-  is waited for;
-- ttft: mlx-lm's own "prompt_tps" clock (stream_generate's time to its first token), read in the same trial: the
-  prefill's token as mlx-lm's loop reads it, after the first decode step has been queued (see `decode`).
+Timing follows mlx-lm's generate_step, so the figures compare with mlx_lm.benchmark and ollama's
+bench:
+- prefill: the prompt but its last token in chunks of prefill_step_size, evaluating only the KV
+  cache (as mlx-lm does, no logits for those positions), then the last token with logits, until the
+  first generated token is evaluated;
+- gen: the remaining gen_tokens - 1 greedy steps, each step queued with async_eval before the
+  previous token is waited for;
+- ttft: mlx-lm's own "prompt_tps" clock (stream_generate's time to its first token), read in the
+  same trial: the prefill's token as mlx-lm's loop reads it, after the first decode step has been
+  queued (see `decode`).
 
-Why prefill and ttft differ, and why one trial gives both. generate_step queues step 1 with async_eval before it
-waits for the prefill's token, and stream_generate stops its prompt clock only then, so its TTFT holds whatever
-that async_eval call blocks for. On Metal/CUDA it returns once the step is encoded and committed (unless more than
-MAX_ACTIVE_TASKS command buffers are in flight): ttft is prefill plus building and encoding one step. On the CPU
-backend the calling thread walks the graph and hands each kernel to the stream's worker thread, and blocks
-(mlx transforms.cpp: scheduler::wait_for_one while more than MAX_ACTIVE_TASKS = 10 tasks of DISPATCHES_PER_TASK =
-10 kernels are in flight) until that thread is within ~100 kernels of it. So async_eval returns when all of step 1
-but its last ~100 kernels has run; the tail, here the tied lm_head over the whole vocabulary, is not in TTFT.
-Measured on E2B 2 layers, 2-core CPU: async_eval(step 1) 41-49 ms of a 300 ms step, the rest in the next eval;
-ttft_tps 5-10% below prefill_tps, and within noise of mlx-lm's own generate_step on the same model in the same
-process. Reading the clock where that wait ends costs one perf_counter call and leaves prefill_s and gen_s as they
-were: prefill stops at the first token, gen starts there and still counts step 1.
+Why prefill and ttft differ, and why one trial gives both. generate_step queues step 1 with
+async_eval before it waits for the prefill's token, and stream_generate stops its prompt clock only
+then, so its TTFT holds whatever that async_eval call blocks for. On Metal/CUDA it returns once the
+step is encoded and committed (unless more than MAX_ACTIVE_TASKS command buffers are in flight):
+ttft is prefill plus building and encoding one step. On the CPU backend the calling thread walks the
+graph and hands each kernel to the stream's worker thread, and blocks (mlx transforms.cpp:
+scheduler::wait_for_one while more than MAX_ACTIVE_TASKS = 10 tasks of DISPATCHES_PER_TASK = 10
+kernels are in flight) until that thread is within ~100 kernels of it. So async_eval returns when
+all of step 1 but its last ~100 kernels has run; the tail, here the tied lm_head over the whole
+vocabulary, is not in TTFT. Measured on E2B 2 layers, 2-core CPU: async_eval(step 1) 41-49 ms of a
+300 ms step, the rest in the next eval; ttft_tps 5-10% below prefill_tps, and within noise of
+mlx-lm's own generate_step on the same model in the same process. Reading the clock where that wait
+ends costs one perf_counter call and leaves prefill_s and gen_s as they were: prefill stops at the
+first token, gen starts there and still counts step 1.
 
-mlx_lm.benchmark's prompt_tps reads lower still, for another reason: generate_step queues one step past max_tokens
-that nobody waits for, and the benchmark starts its next trial at once, so each trial's prompt clock also runs while
-the previous trial's orphaned step finishes (on a GPU all of it, on CPU its tail). Measured (E2B 2 layers, 1
-thread): stream_generate back to back 246-248 prompt tok/s, the same call after mx.synchronize 351-366. A trial
-here starts with mx.synchronize and leaves no step queued, so ttft excludes that leftover on purpose.
+mlx_lm.benchmark's prompt_tps reads lower still, for another reason: generate_step queues one step
+past max_tokens that nobody waits for, and the benchmark starts its next trial at once, so each
+trial's prompt clock also runs while the previous trial's orphaned step finishes (on a GPU all of
+it, on CPU its tail). Measured (E2B 2 layers, 1 thread): stream_generate back to back 246-248 prompt
+tok/s, the same call after mx.synchronize 351-366. A trial here starts with mx.synchronize and
+leaves no step queued, so ttft excludes that leftover on purpose.
 """
 
 from __future__ import annotations
@@ -50,7 +55,19 @@ from mlx.utils import tree_flatten
 from models.gemma4 import Model
 from models.loading import load_model
 
-from .job import Agreement, Command, DepthSpeed, Done, Event, Loaded, Measured, Recorded, Trial, WorkerJob, encode_event
+from .job import (
+    Agreement,
+    Command,
+    DepthSpeed,
+    Done,
+    Event,
+    Loaded,
+    Measured,
+    Recorded,
+    Trial,
+    WorkerJob,
+    encode_event,
+)
 from .kernels import kernel_facts
 from .plugins import load_plugins
 from .shares import ShareTimer, trace_steps
@@ -73,11 +90,13 @@ class TrialTiming:
     gen_s: float
     peak_memory_bytes: int
     step_s: list[float]  # each decode step's inter-token latency, in order
-    ttft_s: float | None = None  # mlx-lm stream_generate's time to first token; None with no decode step queued
+    # mlx-lm stream_generate's time to first token; None with no decode step queued
+    ttft_s: float | None = None
 
 
 def make_prompt(vocab_size: int, batch: int, length: int, seed: int, round_id: int) -> mx.array:
-    """The same prompt for every variant of a round; a different one each round (and for warmups)."""
+    """The same prompt for every variant of a round; a different one each round (and for
+    warmups)."""
     key = mx.random.key(seed * 1_000_003 + round_id)
     return mx.random.randint(0, vocab_size, (batch, length), key=key)
 
@@ -97,12 +116,14 @@ def greedy(logits: mx.array) -> mx.array:
 
 
 def decode(model: Model, token: mx.array, cache: list, steps: int) -> list[float]:
-    """`steps` greedy steps, pipelined as mlx-lm does: the next step is queued before the current token is read.
+    """`steps` greedy steps, pipelined as mlx-lm does: the next step is queued before the current
+    token is read.
 
-    Returns when each token became available (perf_counter): first `token` itself as mlx-lm's generate_step
-    yields it, after step 1 was queued (stream_generate's time to first token; see the module docstring), then each
-    generated token, whose gaps are the inter-token latencies a streaming user sees. Empty when steps is 0. The
-    clock is read only where mlx-lm's loop waits anyway, so the timing is unchanged.
+    Returns when each token became available (perf_counter): first `token` itself as mlx-lm's
+    generate_step yields it, after step 1 was queued (stream_generate's time to first token; see the
+    module docstring), then each generated token, whose gaps are the inter-token latencies a
+    streaming user sees. Empty when steps is 0. The clock is read only where mlx-lm's loop waits
+    anyway, so the timing is unchanged.
     """
     ready = []
     for _ in range(steps):
@@ -149,8 +170,8 @@ def trial_record(timing: TrialTiming, batch: int, prompt_tokens: int, gen_tokens
 
 
 def teacher_forced_logits(model: Model, prompt: mx.array, tokens: list[int], step: int) -> list[mx.array]:
-    """Logits after the prompt and after each given token: every variant is judged on the same inputs,
-    so one near-tie cannot send the variants down different continuations."""
+    """Logits after the prompt and after each given token: every variant is judged on the same
+    inputs, so one near-tie cannot send the variants down different continuations."""
     cache = model.make_cache()
     logits = [prefill(model, prompt, cache, step)]
     for token in tokens:
@@ -172,20 +193,27 @@ def greedy_logits(model: Model, prompt: mx.array, n_tokens: int, step: int) -> t
 
 
 def agreements(
-    model: Model, variants: Mapping[str, dict], reference: str, prompt: mx.array, atol: float, tokens: int, step: int
+    model: Model,
+    variants: Mapping[str, dict],
+    reference: str,
+    prompt: mx.array,
+    atol: float,
+    tokens: int,
+    step: int,
 ) -> list[Agreement]:
     """Each variant's logits and greedy tokens against the reference variant's, on the same prompt.
 
-    The gate uses the prompt's first row and at most CORRECTNESS_PROMPT tokens: agreement of the logits does
-    not need the full length, and a long prompt would cost more than the timing."""
+    The gate uses the prompt's first row and at most CORRECTNESS_PROMPT tokens: agreement of the
+    logits does not need the full length, and a long prompt would cost more than the timing."""
     prompt = prompt[:1, :CORRECTNESS_PROMPT]
     model.set_ops(variants[reference])
     greedy_tokens, ref_logits = greedy_logits(model, prompt, max(1, tokens), step)
     found = []
     for name, ops in variants.items():
         model.set_ops(ops)
-        logits = (ref_logits if ops == variants[reference]
-                  else teacher_forced_logits(model, prompt, greedy_tokens[:-1], step))
+        logits = (
+            ref_logits if ops == variants[reference] else teacher_forced_logits(model, prompt, greedy_tokens[:-1], step)
+        )
         found.append(_compare_logits(name, reference, ref_logits, logits, atol))
     return found
 
@@ -195,7 +223,8 @@ def _compare_logits(name: str, reference: str, ref: list[mx.array], new: list[mx
         mx.abs(a.astype(mx.float32) - b.astype(mx.float32)).max().item() for a, b in zip(ref, new, strict=True)
     )
     scale = max(mx.abs(a.astype(mx.float32)).max().item() for a in ref) or 1.0
-    # A token disagreement only counts where the reference's choice is not itself within tolerance of a tie.
+    # A token disagreement only counts where the reference's choice is not itself within tolerance
+    # of a tie.
     disagreements = sum(_decisive_disagreement(a, b, atol) for a, b in zip(ref, new, strict=True))
     return Agreement(
         variant=name,
@@ -234,30 +263,45 @@ class CommandRunner:
         gate, cell = self.job.correctness, command.cell
         prompt = make_prompt(self.vocab, cell.batch, cell.prompt_tokens, self.job.seed, 0)
         for agreement in agreements(
-            self.model, self.job.variants, gate.reference, prompt, gate.atol, gate.tokens, self.job.prefill_step_size
+            self.model,
+            self.job.variants,
+            gate.reference,
+            prompt,
+            gate.atol,
+            gate.tokens,
+            self.job.prefill_step_size,
         ):
             self.emit(Recorded(agreement))
 
     def _kernels(self, command: Command) -> None:
-        # Which kernels this cell's variants really run (fused or fallback): the A/B means something only then.
+        # Which kernels this cell's variants really run (fused or fallback): the A/B means something
+        # only then.
         facts = kernel_facts(self.model.args, prompt_tokens=command.cell.prompt_tokens, dtype=self.job.model.dtype)
         for fact in facts:
             self.emit(Recorded(fact))
 
     def _trial(self, command: Command) -> None:
         cell, variant = command.cell, command.variant
-        # The same prompt for every variant (and build) of a round; warmup prompts never repeat a timed round's.
+        # The same prompt for every variant (and build) of a round; warmup prompts never repeat a
+        # timed round's.
         round_id = WARMUP_STREAM + command.round if command.warmup else command.round
         prompt = make_prompt(self.vocab, cell.batch, cell.prompt_tokens, self.job.seed, round_id)
         self.model.set_ops(self.job.variants[variant])
         timing = time_trial(self.model, prompt, cell.gen_tokens, self.job.prefill_step_size)
         cold = variant in self.cold_variants
         self.cold_variants.discard(variant)
-        self.emit(Recorded(Trial(
-            variant=variant, ops=self.job.variants[variant], round=command.round, warmup=command.warmup,
-            measured=trial_record(timing, cell.batch, cell.prompt_tokens, cell.gen_tokens),
-            compile_s=timing.prefill_s + timing.gen_s if cold else None,
-        )))
+        self.emit(
+            Recorded(
+                Trial(
+                    variant=variant,
+                    ops=self.job.variants[variant],
+                    round=command.round,
+                    warmup=command.warmup,
+                    measured=trial_record(timing, cell.batch, cell.prompt_tokens, cell.gen_tokens),
+                    compile_s=timing.prefill_s + timing.gen_s if cold else None,
+                )
+            )
+        )
 
     def _depth(self, command: Command) -> None:
         cell, steps = command.cell, max(1, command.cell.gen_tokens - 1)
@@ -265,14 +309,25 @@ class CommandRunner:
         prompt = make_prompt(self.vocab, cell.batch, depths[-1], self.job.seed, DEPTH_STREAM + command.round)
         self.model.set_ops(self.job.variants[command.variant])
         for depth, gen_s in self._depth_sweep(prompt, depths, steps):
-            self.emit(Recorded(DepthSpeed(variant=command.variant, round=command.round, depth=depth,
-                                          gen_tokens=steps, gen_s=gen_s, gen_tps=cell.batch * steps / gen_s)))
+            self.emit(
+                Recorded(
+                    DepthSpeed(
+                        variant=command.variant,
+                        round=command.round,
+                        depth=depth,
+                        gen_tokens=steps,
+                        gen_s=gen_s,
+                        gen_tps=cell.batch * steps / gen_s,
+                    )
+                )
+            )
 
     def _shares(self, command: Command) -> None:
         cell = command.cell
         if cell.key not in self.share_timers:
             prompt = make_prompt(self.vocab, cell.batch, cell.prompt_tokens, self.job.seed, 0)
-            # The calls do not depend on the variant (every implementation takes its op's arguments): trace any.
+            # The calls do not depend on the variant (every implementation takes its op's
+            # arguments): trace any.
             self.model.set_ops(next(iter(self.job.variants.values())))
             traced = trace_steps(self.model, prompt, partial(prefill, step=self.job.prefill_step_size))
             implementations = {op: [ops[op] for ops in self.job.variants.values()] for op in self.model.ops}
@@ -296,7 +351,11 @@ class CommandRunner:
 
 def loaded(model: Model, load_s: float) -> Loaded:
     params = tree_flatten(model.parameters())
-    return Loaded(load_s, parameters=sum(v.size for _, v in params), weight_bytes=sum(v.nbytes for _, v in params))
+    return Loaded(
+        load_s,
+        parameters=sum(v.size for _, v in params),
+        weight_bytes=sum(v.nbytes for _, v in params),
+    )
 
 
 def serve(job: WorkerJob, commands: Iterable[str], emit: Emit) -> None:
@@ -313,7 +372,8 @@ def serve(job: WorkerJob, commands: Iterable[str], emit: Emit) -> None:
 
 
 def _event_stream() -> Emit:
-    """Events go to the real stdout; fd 1 is pointed at stderr so stray prints from libraries cannot mix in."""
+    """Events go to the real stdout; fd 1 is pointed at stderr so stray prints from libraries cannot
+    mix in."""
     stream = os.fdopen(os.dup(1), "w", encoding="utf-8")
     os.dup2(2, 1)
     sys.stdout = sys.stderr

@@ -1,1 +1,2 @@
-"""Views: number formatting, document blocks, tables, plots, report sections and the terminal summaries."""
+"""Views: number formatting, document blocks, tables, plots, report sections and the terminal
+summaries."""

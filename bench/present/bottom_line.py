@@ -1,8 +1,9 @@
 """The answer first: one sentence per comparison, opening the run's closing screen and the report.
 
-A sentence gives the verdict most of the comparison's rows share, then every row that differs, with its Δ or its
-interval; for an inconclusive row it says about how many rounds would settle it at the estimate and noise this run
-saw (analysis.stopping, "In reach"), and what they would take at the run's pace.
+A sentence gives the verdict most of the comparison's rows share, then every row that differs, with
+its Δ or its interval; for an inconclusive row it says about how many rounds would settle it at the
+estimate and noise this run saw (analysis.stopping, "In reach"), and what they would take at the
+run's pace.
 """
 
 from __future__ import annotations
@@ -47,13 +48,23 @@ def _rows(study: Study, machine: str, workload: str, pair: tuple[str, str]) -> l
         settle = r.rounds_to_decide(Goal(study.margin_pct))
         seconds = pace.get((r.model_key, r.workload))
         more = None if settle is None or seconds is None else (settle - r.n_pairs) * seconds
-        found.append(_Row(f"{name} {r.metric}", r.verdict.word if r.verdict else None, r.delta_pct,
-                          r.half_width_pct, r.n_pairs, settle, more))
+        found.append(
+            _Row(
+                f"{name} {r.metric}",
+                r.verdict.word if r.verdict else None,
+                r.delta_pct,
+                r.half_width_pct,
+                r.n_pairs,
+                settle,
+                more,
+            )
+        )
     return found
 
 
 def _short_sizes(sizes: Sequence[str]) -> list[str]:
-    """"E2B" for "E2B (2/35 layers)", unless another row is E2B at another depth (a depth study): then the whole."""
+    """ "E2B" for "E2B (2/35 layers)", unless another row is E2B at another depth (a depth study):
+    then the whole."""
     short = {size: size.split(" (")[0] for size in dict.fromkeys(sizes)}
     names = list(short.values())
     return [size if names.count(short[size]) > 1 else short[size] for size in sizes]
@@ -78,7 +89,7 @@ def _sentence(rows: list[_Row], margin_pct: float) -> str:
 
 
 def _settle_all(rows: list[_Row]) -> str:
-    """" (about 12-176 rounds would settle them, up to 42 min more at this run's pace)"."""
+    """ " (about 12-176 rounds would settle them, up to 42 min more at this run's pace)"."""
     needed = [row.settle_rounds for row in rows if row.settle_rounds is not None]
     if not needed:
         return ""
@@ -102,6 +113,8 @@ def _exception(row: _Row, margin_pct: float) -> str:
         if row.settle_rounds is None:
             return f"{row.where} inconclusive ({width} after {row.rounds} rounds)"
         took = f" ({format_duration(row.settle_s)} more)" if row.settle_s is not None else ""
-        return (f"{row.where} inconclusive ({width} after {row.rounds} rounds; about {row.settle_rounds} rounds"
-                f"{took} would settle it at this noise)")
+        return (
+            f"{row.where} inconclusive ({width} after {row.rounds} rounds; about {row.settle_rounds} rounds"
+            f"{took} would settle it at this noise)"
+        )
     return f"{row.where} {_phrase(row.word, margin_pct)}"

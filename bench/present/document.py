@@ -1,6 +1,8 @@
-"""The report as a list of blocks, rendered three ways: GitHub-flavoured markdown, self-contained HTML, the terminal.
+"""The report as a list of blocks, rendered three ways: GitHub-flavoured markdown, self-contained
+HTML, the terminal.
 
-Building the content once and rendering it per format keeps report.md, report.html and the console in agreement.
+Building the content once and rendering it per format keeps report.md, report.html and the console
+in agreement.
 """
 
 from __future__ import annotations
@@ -50,11 +52,12 @@ class Figure:
 Block = Heading | Paragraph | Bullets | Table | Figure
 
 
-# --- markdown --------------------------------------------------------------------------------------
+# --- markdown -------------------------------------------------------------------------------------
 
 
 def to_markdown(blocks: Sequence[Block], base: Path) -> str:
-    """GitHub-flavoured markdown; figures are linked relative to `base`, the folder the file is written to."""
+    """GitHub-flavoured markdown; figures are linked relative to `base`, the folder the file is
+    written to."""
     return "\n\n".join(_markdown_block(block, base) for block in blocks) + "\n"
 
 
@@ -72,20 +75,27 @@ def _markdown_block(block: Block, base: Path) -> str:
 
 
 def markdown_table(table: Table) -> str:
-    """A pipe table, numbers right-aligned, as GitHub renders it; a literal '|' in a cell is escaped."""
+    """A pipe table, numbers right-aligned, as GitHub renders it; a literal '|' in a cell is
+    escaped."""
     rows = [[cell.replace("|", "\\|") for cell in row] for row in table.rows]
-    return tabulate(rows, headers=list(table.columns), tablefmt="pipe", colalign=_alignment(table),
-                    disable_numparse=True)
+    return tabulate(
+        rows,
+        headers=list(table.columns),
+        tablefmt="pipe",
+        colalign=_alignment(table),
+        disable_numparse=True,
+    )
 
 
 def _alignment(table: Table) -> list[str]:
     return ["right" if i in table.numeric else "left" for i in range(len(table.columns))]
 
 
-# --- html ------------------------------------------------------------------------------------------
+# --- html -----------------------------------------------------------------------------------------
 
 _CSS = """
-body { font-family: -apple-system, "Segoe UI", Helvetica, Arial, sans-serif; margin: 2rem auto; max-width: 1100px;
+body { font-family: -apple-system, "Segoe UI", Helvetica, Arial, sans-serif; margin: 2rem auto; \
+max-width: 1100px;
        padding: 0 1rem; color: #1f2328; line-height: 1.45; }
 h1 { border-bottom: 1px solid #d0d7de; padding-bottom: .3rem; }
 h2 { border-bottom: 1px solid #d0d7de; padding-bottom: .2rem; margin-top: 2.2rem; }
@@ -105,7 +115,7 @@ def to_html(blocks: Sequence[Block], title: str) -> str:
     """One self-contained page: the CSS inline and every figure embedded as a base64 PNG."""
     body = "\n".join(_html_block(block) for block in blocks)
     return (
-        "<!DOCTYPE html>\n<html lang=\"en\">\n<head>\n<meta charset=\"utf-8\">\n"
+        '<!DOCTYPE html>\n<html lang="en">\n<head>\n<meta charset="utf-8">\n'
         f"<title>{html.escape(title)}</title>\n<style>{_CSS}</style>\n</head>\n<body>\n{body}\n</body>\n</html>\n"
     )
 
@@ -127,15 +137,21 @@ def _html_block(block: Block) -> str:
 
 def _html_table(table: Table) -> str:
     # tabulate's html format escapes every cell and header.
-    return tabulate([list(row) for row in table.rows], headers=list(table.columns), tablefmt="html",
-                    colalign=_alignment(table), disable_numparse=True)
+    return tabulate(
+        [list(row) for row in table.rows],
+        headers=list(table.columns),
+        tablefmt="html",
+        colalign=_alignment(table),
+        disable_numparse=True,
+    )
 
 
-# --- terminal --------------------------------------------------------------------------------------
+# --- terminal -------------------------------------------------------------------------------------
 
 
 def to_console(blocks: Sequence[Block], console: Console) -> None:
-    """Print blocks with rich; figures are listed by path. Text is never parsed as rich markup ("[+1.2%, ...]")."""
+    """Print blocks with rich; figures are listed by path. Text is never parsed as rich markup
+    ("[+1.2%, ...]")."""
     for block in blocks:
         if isinstance(block, Heading):
             console.print(Text(block.text, style="bold" if block.level > 1 else "bold underline"))

@@ -1,4 +1,5 @@
-"""`fusebench env`'s table: what a run records about this machine, and the slow-BLAS warning with its remedy."""
+"""`fusebench env`'s table: what a run records about this machine, and the slow-BLAS warning with
+its remedy."""
 
 from __future__ import annotations
 
@@ -35,9 +36,15 @@ def render_env(env: Mapping[str, Any], probe: Mapping[str, Any] | None = None) -
     return table
 
 
-def print_env(console: Console, env: Mapping[str, Any], probe: Mapping[str, Any] | None = None,
-              warning: str | None = None, title: str = "warning: slow BLAS") -> None:
-    """Print the environment table, then the warning (by default the slow-BLAS one) when there is one."""
+def print_env(
+    console: Console,
+    env: Mapping[str, Any],
+    probe: Mapping[str, Any] | None = None,
+    warning: str | None = None,
+    title: str = "warning: slow BLAS",
+) -> None:
+    """Print the environment table, then the warning (by default the slow-BLAS one) when there is
+    one."""
     console.print(render_env(env, probe))
     if warning:
         console.print(Panel(Text(warning), title=title, border_style="yellow"))

@@ -1,4 +1,5 @@
-"""Every number a human reads, formatted in one place (as pyperf does), so tables, plots and logs agree."""
+"""Every number a human reads, formatted in one place (as pyperf does), so tables, plots and logs
+agree."""
 
 from __future__ import annotations
 
@@ -9,7 +10,7 @@ from ..analysis.opstats import VariantSummary
 
 
 def signed_pct(pct: float) -> str:
-    """"+16.6%"; never "-0.0%" for a change that rounds to zero."""
+    """ "+16.6%"; never "-0.0%" for a change that rounds to zero."""
     rounded = round(pct, 1)
     return f"{0.0 if rounded == 0 else rounded:+.1f}%"
 
@@ -20,16 +21,16 @@ def format_delta(ci: RatioInterval) -> str:
 
 
 def format_ci(ci: RatioInterval) -> str:
-    """CI bounds as signed percentages, e.g. "[+12.1%, +20.3%]"; "[unbounded]" for a confidence sequence that is
-    still unbounded after few rounds at its level."""
+    """CI bounds as signed percentages, e.g. "[+12.1%, +20.3%]"; "[unbounded]" for a confidence
+    sequence that is still unbounded after few rounds at its level."""
     if math.isinf(ci.high):
         return "[unbounded]"
     return f"[{signed_pct(ci.low_pct)}, {signed_pct(ci.high_pct)}]"
 
 
 def verdict_text(verdict: Verdict) -> str:
-    """"faster", "slower", "no change", "inconclusive (±3.1%)" (the interval's half-width: what the row could have
-    detected) or "needs ≥ 3 rounds"."""
+    """ "faster", "slower", "no change", "inconclusive (±3.1%)" (the interval's half-width: what the
+    row could have detected) or "needs ≥ 3 rounds"."""
     if verdict.word is VerdictWord.NEEDS_ROUNDS:
         return f"needs ≥ {verdict.min_rounds} rounds"
     if verdict.word is VerdictWord.INCONCLUSIVE:
@@ -40,16 +41,16 @@ def verdict_text(verdict: Verdict) -> str:
 
 
 def op_verdict_text(s: VariantSummary) -> str:
-    """An op variant's verdict against its op's reference variant: "reference" for that variant itself, "n/a" for
-    one that shares no round with it."""
+    """An op variant's verdict against its op's reference variant: "reference" for that variant
+    itself, "n/a" for one that shares no round with it."""
     if s.variant == s.reference:
         return "reference"
     return verdict_text(s.verdict) if s.verdict else "n/a"
 
 
 def format_tps(x: float) -> str:
-    """Throughput for tables: "18,777" from 1,000 up (no decimals), "153.8" below, "2.63" below 10 (a full-depth
-    decode on a CPU), so a few percent still show in the digits."""
+    """Throughput for tables: "18,777" from 1,000 up (no decimals), "153.8" below, "2.63" below 10
+    (a full-depth decode on a CPU), so a few percent still show in the digits."""
     if not math.isfinite(x):
         return "n/a"
     # Decide on the rounded value so 999.96 prints "1,000" rather than "1000.0", and 9.996 "10.0".
@@ -68,7 +69,7 @@ def format_rate(value: float) -> str:
 
 
 def format_seconds(seconds: float) -> str:
-    """"1.23 s", "4.56 ms" or "7.8 µs"."""
+    """ "1.23 s", "4.56 ms" or "7.8 µs"."""
     if seconds >= 1:
         return f"{seconds:.2f} s"
     if seconds >= 1e-3:
@@ -82,5 +83,5 @@ def format_count(n: int) -> str:
 
 
 def format_duration(seconds: float) -> str:
-    """"43 s", or "5 min" from two minutes on."""
+    """ "43 s", or "5 min" from two minutes on."""
     return f"{seconds:.0f} s" if seconds < 120 else f"{seconds / 60:.0f} min"

@@ -1,5 +1,6 @@
-"""Kernel truth: which kernel each variant really ran (`kind: "kernel"` records, from `fusebench kernels` and from
-every run), as a table and as the plain sentence that goes beside a comparison whose arms ran the same kind of kernel.
+"""Kernel truth: which kernel each variant really ran (`kind: "kernel"` records, from
+`fusebench kernels` and from every run), as a table and as the plain sentence that goes beside a
+comparison whose arms ran the same kind of kernel.
 """
 
 from __future__ import annotations
@@ -13,10 +14,17 @@ KERNEL_COLUMNS = ("Op", "Variant", "Shape", "Status", "Kernels", "Reason")
 
 
 def kernel_table(facts: Sequence[Mapping[str, Any]]) -> Table:
-    """One row per op × variant × shape: fused, fallback (with MLX's reason), or how many kernels its graph holds."""
+    """One row per op × variant × shape: fused, fallback (with MLX's reason), or how many kernels
+    its graph holds."""
     rows = tuple(
-        (f["op"], f["variant"], f.get("shape_label", ""), f["status"],
-         _count(f.get("kernels")), f.get("reason") or "")
+        (
+            f["op"],
+            f["variant"],
+            f.get("shape_label", ""),
+            f["status"],
+            _count(f.get("kernels")),
+            f.get("reason") or "",
+        )
         for f in facts
     )
     return Table(KERNEL_COLUMNS, rows, frozenset({4}))
@@ -34,14 +42,25 @@ def _span(facts: Sequence[Mapping[str, Any]]) -> str:
 
 
 def compile_note(facts: Sequence[Mapping[str, Any]]) -> str | None:
-    """Why a compiled variant can be several fused kernels, said where the table shows one that is."""
-    split = sorted({f"{f['op']} {f['variant']}" for f in facts if f.get("probe") == "graph" and f.get("fused")
-                    and len(f["fused"]) > 1 and len(f["fused"]) == f.get("kernels")})
+    """Why a compiled variant can be several fused kernels, said where the table shows one that
+    is."""
+    split = sorted(
+        {
+            f"{f['op']} {f['variant']}"
+            for f in facts
+            if f.get("probe") == "graph"
+            and f.get("fused")
+            and len(f["fused"]) > 1
+            and len(f["fused"]) == f.get("kernels")
+        }
+    )
     if not split:
         return None
-    return (f"{', '.join(split)}: several fused kernels, not one. mx.compile fuses a chain of elementwise ops only up "
-            "to a depth of 11 (MLX's max_compile_depth), and under shapeless=True every scalar constant adds two "
-            "broadcasts to the chain; the rest goes into another fused kernel.")
+    return (
+        f"{', '.join(split)}: several fused kernels, not one. mx.compile fuses a chain of elementwise ops only up "
+        "to a depth of 11 (MLX's max_compile_depth), and under shapeless=True every scalar constant adds two "
+        "broadcasts to the chain; the rest goes into another fused kernel."
+    )
 
 
 def _count(value: Any) -> str:
@@ -50,7 +69,8 @@ def _count(value: Any) -> str:
 
 
 def summarize_attention(facts: Sequence[Mapping[str, Any]]) -> str:
-    """One plain sentence per backend on whether `sdpa` got a fused kernel, for beside a manual-vs-sdpa result."""
+    """One plain sentence per backend on whether `sdpa` got a fused kernel, for beside a
+    manual-vs-sdpa result."""
     probes = [f for f in facts if f.get("op") == "attention" and f.get("probe") == "force_fused"]
     if not probes:
         return "no sdpa kernel probe was recorded"

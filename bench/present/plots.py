@@ -1,7 +1,8 @@
-"""The report's PNG plots, drawn headless with matplotlib's object API (no pyplot state, no display needed).
+"""The report's PNG plots, drawn headless with matplotlib's object API (no pyplot state, no display
+needed).
 
-Every plot gets a title, axis labels with units, and a caption naming the machine it was measured on; each
-function takes typed points (the dataclasses below), so it knows nothing of results files.
+Every plot gets a title, axis labels with units, and a caption naming the machine it was measured
+on; each function takes typed points (the dataclasses below), so it knows nothing of results files.
 """
 
 from __future__ import annotations
@@ -25,11 +26,13 @@ DPI = 120
 METRICS = ("prefill", "gen")
 METRIC_TITLES = {"prefill": "prefill", "gen": "generation (decode)"}
 METRIC_COLORS = {"prefill": "#4C72B0", "gen": "#DD8452"}
-# Bars spanning more than this factor are drawn on a log axis, so a 31B's 500 tok/s still shows beside E2B's 20k.
+# Bars spanning more than this factor are drawn on a log axis, so a 31B's 500 tok/s still shows
+# beside E2B's 20k.
 LOG_SCALE_SPAN = 20.0
 # Speed ratios beyond these go on a log axis, so a +5% shows beside a fused kernel's +900%.
 LOG_RATIO_LOW, LOG_RATIO_HIGH = 0.5, 2.0
-# Where a log axis of speed ratios is ticked: round Δs from -90% to +4,900%, spaced so the labels never touch.
+# Where a log axis of speed ratios is ticked: round Δs from -90% to +4,900%, spaced so the labels
+# never touch.
 RATIO_TICKS = (0.1, 0.25, 0.5, 1.0, 2.0, 4.0, 10.0, 20.0, 50.0)
 
 
@@ -93,13 +96,22 @@ class DepthPoint:
 
 def variant_colors(variants: Sequence[str]) -> dict[str, str]:
     """One color per variant, stable across every plot of a report."""
-    palette = ["#4C72B0", "#DD8452", "#55A868", "#C44E52", "#8172B3", "#937860", "#DA8BC3", "#8C8C8C"]
+    palette = [
+        "#4C72B0",
+        "#DD8452",
+        "#55A868",
+        "#C44E52",
+        "#8172B3",
+        "#937860",
+        "#DA8BC3",
+        "#8C8C8C",
+    ]
     return {v: palette[i % len(palette)] for i, v in enumerate(variants)}
 
 
 def delta_plot(bars: Sequence[DeltaBar], sizes: Sequence[str], *, title: str, caption: str, path: Path) -> Path:
-    """Δ% per size with 95% CI error bars, prefill and gen side by side: the PR table as a picture. A bar without a
-    verdict of faster or slower is drawn faint."""
+    """Δ% per size with 95% CI error bars, prefill and gen side by side: the PR table as a picture.
+    A bar without a verdict of faster or slower is drawn faint."""
     fig = _figure(max(6.0, 1.5 * len(sizes) + 3), 4.6)
     ax = fig.add_subplot()
     x = np.arange(len(sizes))
@@ -108,29 +120,66 @@ def delta_plot(bars: Sequence[DeltaBar], sizes: Sequence[str], *, title: str, ca
     for offset, metric in zip((-width / 2, width / 2), METRICS, strict=True):
         by_size = {bar.size: bar for bar in bars if bar.metric == metric}
         slots = [by_size.get(size) for size in sizes]
-        shown = [(xi + offset, bar) for xi, bar in zip(x, slots, strict=True)
-                 if bar and not math.isnan(bar.delta_pct) and not bar.incorrect]
+        shown = [
+            (xi + offset, bar)
+            for xi, bar in zip(x, slots, strict=True)
+            if bar and not math.isnan(bar.delta_pct) and not bar.incorrect
+        ]
         pos = np.array([xi for xi, _ in shown])
         deltas = np.array([bar.delta_pct for _, bar in shown])
-        lows, highs = np.array([bar.low_pct for _, bar in shown]), np.array([bar.high_pct for _, bar in shown])
+        lows, highs = (
+            np.array([bar.low_pct for _, bar in shown]),
+            np.array([bar.high_pct for _, bar in shown]),
+        )
         color = METRIC_COLORS[metric]
         fills = [to_rgba(color, 1.0 if bar.decided else 0.35) for _, bar in shown]
-        ax.bar(pos, deltas, width, yerr=[deltas - lows, highs - deltas], capsize=4, color=fills, edgecolor=color,
-               label=METRIC_TITLES[metric], error_kw={"elinewidth": 1.2, "ecolor": "#333333"})
+        ax.bar(
+            pos,
+            deltas,
+            width,
+            yerr=[deltas - lows, highs - deltas],
+            capsize=4,
+            color=fills,
+            edgecolor=color,
+            label=METRIC_TITLES[metric],
+            error_kw={"elinewidth": 1.2, "ecolor": "#333333"},
+        )
         # Label beyond the end of the CI, so the number never sits on the error bar.
         for xi, bar in shown:
             above = bar.delta_pct >= 0
-            ax.annotate(f"{bar.delta_pct:+.1f}%", (xi, bar.high_pct if above else bar.low_pct),
-                        xytext=(0, 4 if above else -4), textcoords="offset points", ha="center",
-                        va="bottom" if above else "top", fontsize=8)
+            ax.annotate(
+                f"{bar.delta_pct:+.1f}%",
+                (xi, bar.high_pct if above else bar.low_pct),
+                xytext=(0, 4 if above else -4),
+                textcoords="offset points",
+                ha="center",
+                va="bottom" if above else "top",
+                fontsize=8,
+            )
         for xi, bar in zip(x, slots, strict=True):
             if bar and bar.incorrect:
-                ax.text(xi + offset, 0, "incorrect", rotation=90, ha="center", va="bottom", fontsize=8,
-                        color="#C44E52")
+                ax.text(
+                    xi + offset,
+                    0,
+                    "incorrect",
+                    rotation=90,
+                    ha="center",
+                    va="bottom",
+                    fontsize=8,
+                    color="#C44E52",
+                )
         if has_reference:
             published = [bar.reference_pct if bar and bar.reference_pct is not None else np.nan for bar in slots]
-            ax.scatter(x + offset, published, marker="_", s=320, linewidths=2.5, color="black", zorder=3,
-                       label="reference Δ" if metric == "prefill" else None)
+            ax.scatter(
+                x + offset,
+                published,
+                marker="_",
+                s=320,
+                linewidths=2.5,
+                color="black",
+                zorder=3,
+                label="reference Δ" if metric == "prefill" else None,
+            )
     ax.axhline(0, color="#333333", linewidth=0.8)
     ax.set_xticks(x, sizes)
     ax.set_xlim(-0.7, len(sizes) - 0.3)
@@ -143,7 +192,13 @@ def delta_plot(bars: Sequence[DeltaBar], sizes: Sequence[str], *, title: str, ca
 
 
 def throughput_plot(
-    spreads: Sequence[Spread], sizes: Sequence[str], variants: Sequence[str], *, title: str, caption: str, path: Path
+    spreads: Sequence[Spread],
+    sizes: Sequence[str],
+    variants: Sequence[str],
+    *,
+    title: str,
+    caption: str,
+    path: Path,
 ) -> Path:
     """Median tok/s per variant per size (grouped bars, IQR whiskers), one panel per metric."""
     metrics = [m for m in METRICS if any(s.metric == m for s in spreads)]
@@ -157,7 +212,10 @@ def throughput_plot(
             by_size = {s.size: s for s in panel if s.variant == variant}
             slots = [by_size.get(size) for size in sizes]
             median = np.array([s.median if s else np.nan for s in slots])
-            q1, q3 = np.array([s.q1 if s else np.nan for s in slots]), np.array([s.q3 if s else np.nan for s in slots])
+            q1, q3 = (
+                np.array([s.q1 if s else np.nan for s in slots]),
+                np.array([s.q3 if s else np.nan for s in slots]),
+            )
             pos = np.arange(len(sizes)) + (j - (len(variants) - 1) / 2) * width
             errors = [np.nan_to_num(median - q1), np.nan_to_num(q3 - median)]
             ax.bar(pos, median, width, yerr=errors, capsize=3, color=colors[variant], label=variant)
@@ -172,10 +230,16 @@ def throughput_plot(
 
 
 def prompt_sweep_plot(
-    spreads: Sequence[Spread], sizes: Sequence[str], variants: Sequence[str], *, title: str, caption: str, path: Path
+    spreads: Sequence[Spread],
+    sizes: Sequence[str],
+    variants: Sequence[str],
+    *,
+    title: str,
+    caption: str,
+    path: Path,
 ) -> Path:
-    """Median tok/s against prompt length (Spread.prompt_tokens): color per variant, marker per size, one panel per
-    metric."""
+    """Median tok/s against prompt length (Spread.prompt_tokens): color per variant, marker per
+    size, one panel per metric."""
     metrics = [m for m in METRICS if any(s.metric == m for s in spreads)]
     fig = _figure(6.0 * len(metrics), 4.6)
     colors = variant_colors(variants)
@@ -185,15 +249,22 @@ def prompt_sweep_plot(
         panel = [s for s in spreads if s.metric == metric]
         for size in sizes:
             for variant in variants:
-                line = sorted((s for s in panel if (s.size, s.variant) == (size, variant)),
-                              key=lambda s: s.prompt_tokens)
+                line = sorted(
+                    (s for s in panel if (s.size, s.variant) == (size, variant)),
+                    key=lambda s: s.prompt_tokens,
+                )
                 if not line:
                     continue
                 medians = np.array([s.median for s in line])
-                ax.errorbar([s.prompt_tokens for s in line], medians,
-                            yerr=[medians - [s.q1 for s in line], [s.q3 for s in line] - medians],
-                            color=colors[variant], marker=markers.get(size, "o"), capsize=3,
-                            label=f"{size} · {variant}")
+                ax.errorbar(
+                    [s.prompt_tokens for s in line],
+                    medians,
+                    yerr=[medians - [s.q1 for s in line], [s.q3 for s in line] - medians],
+                    color=colors[variant],
+                    marker=markers.get(size, "o"),
+                    capsize=3,
+                    label=f"{size} · {variant}",
+                )
         _token_axis(ax, [s.prompt_tokens for s in panel])
         _tps_axis(ax, [s.median for s in panel])
         ax.set_title(METRIC_TITLES[metric], fontsize=10)
@@ -205,11 +276,16 @@ def prompt_sweep_plot(
 
 
 def rounds_plot(
-    points: Sequence[TrialPoint], sizes: Sequence[str], variants: Sequence[str], *, title: str, caption: str,
+    points: Sequence[TrialPoint],
+    sizes: Sequence[str],
+    variants: Sequence[str],
+    *,
+    title: str,
+    caption: str,
     path: Path,
 ) -> Path:
-    """Every timed trial's tok/s in round order, one small panel per size x metric, a line per variant, so drift
-    (a trend) and noise (scatter) are visible."""
+    """Every timed trial's tok/s in round order, one small panel per size x metric, a line per
+    variant, so drift (a trend) and noise (scatter) are visible."""
     metrics = [m for m in METRICS if any(p.metric == m for p in points)]
     fig = _figure(5.0 * len(metrics) + 0.5, 2.3 * len(sizes) + 1.2)
     colors = variant_colors(variants)
@@ -220,8 +296,15 @@ def rounds_plot(
             panel = [p for p in points if (p.size, p.metric) == (size, metric)]
             for variant in dict.fromkeys(p.variant for p in panel):
                 line = sorted((p for p in panel if p.variant == variant), key=lambda p: p.round)
-                ax.plot([p.round + 1 for p in line], [p.tps for p in line], marker="o", markersize=4,
-                        linewidth=1.2, color=colors.get(variant, "gray"), label=variant)
+                ax.plot(
+                    [p.round + 1 for p in line],
+                    [p.tps for p in line],
+                    marker="o",
+                    markersize=4,
+                    linewidth=1.2,
+                    color=colors.get(variant, "gray"),
+                    label=variant,
+                )
             ax.set_title(f"{size} · {METRIC_TITLES[metric]}", fontsize=9)
             ax.set_xlabel("round")
             ax.set_ylabel("tokens/s")
@@ -233,10 +316,16 @@ def rounds_plot(
 
 
 def depth_plot(
-    points: Sequence[DepthPoint], sizes: Sequence[str], variants: Sequence[str], *, title: str, caption: str,
+    points: Sequence[DepthPoint],
+    sizes: Sequence[str],
+    variants: Sequence[str],
+    *,
+    title: str,
+    caption: str,
     path: Path,
 ) -> Path:
-    """Decode tok/s against KV depth: the median over rounds, with the IQR as a band; one panel per size."""
+    """Decode tok/s against KV depth: the median over rounds, with the IQR as a band; one panel per
+    size."""
     fig = _figure(max(6.0, 4.2 * len(sizes)), 4.4)
     colors = variant_colors(variants)
     for i, size in enumerate(sizes):
@@ -247,8 +336,9 @@ def depth_plot(
             if not mine:
                 continue
             depths = sorted({p.depth for p in mine})
-            q1, median, q3 = np.array([np.quantile([p.gen_tps for p in mine if p.depth == d], [0.25, 0.5, 0.75])
-                                       for d in depths]).T
+            q1, median, q3 = np.array(
+                [np.quantile([p.gen_tps for p in mine if p.depth == d], [0.25, 0.5, 0.75]) for d in depths]
+            ).T
             ax.plot(depths, median, marker="o", color=colors[variant], label=variant)
             ax.fill_between(depths, q1, q3, color=colors[variant], alpha=0.2)
         _token_axis(ax, [p.depth for p in panel])
@@ -262,9 +352,10 @@ def depth_plot(
 
 
 def op_delta_plot(bars: Sequence[OpBar], *, title: str, caption: str, path: Path) -> Path:
-    """Δ speed of each op variant against its op's reference variant, one horizontal bar per OpBar, top to bottom,
-    with 95% CI error bars and one color per op; a bar without a verdict of faster or slower is faint. Bars grow from
-    ratio 1 (Δ 0%); the axis is labelled in Δ% and turns logarithmic when the ratios span widely."""
+    """Δ speed of each op variant against its op's reference variant, one horizontal bar per OpBar,
+    top to bottom, with 95% CI error bars and one color per op; a bar without a verdict of faster or
+    slower is faint. Bars grow from ratio 1 (Δ 0%); the axis is labelled in Δ% and turns logarithmic
+    when the ratios span widely."""
     ops = list(dict.fromkeys(bar.op for bar in bars))
     colors = variant_colors(ops)
     # A gap between ops groups each op's bars under its color.
@@ -272,15 +363,34 @@ def op_delta_plot(bars: Sequence[OpBar], *, title: str, caption: str, path: Path
     fig = _figure(10.0, 0.28 * len(bars) + 0.2 * len(ops) + 1.6)
     ax = fig.add_subplot()
     ratio = np.array([bar.speed.ratio for bar in bars])
-    low, high = np.array([bar.speed.low for bar in bars]), np.array([bar.speed.high for bar in bars])
+    low, high = (
+        np.array([bar.speed.low for bar in bars]),
+        np.array([bar.speed.high for bar in bars]),
+    )
     fills = [to_rgba(colors[bar.op], 1.0 if bar.decided else 0.35) for bar in bars]
-    ax.barh(y, ratio - 1, left=1, height=0.75, color=fills, edgecolor=[colors[bar.op] for bar in bars],
-            xerr=[ratio - low, high - ratio], capsize=2, error_kw={"elinewidth": 1.0, "ecolor": "#333333"})
+    ax.barh(
+        y,
+        ratio - 1,
+        left=1,
+        height=0.75,
+        color=fills,
+        edgecolor=[colors[bar.op] for bar in bars],
+        xerr=[ratio - low, high - ratio],
+        capsize=2,
+        error_kw={"elinewidth": 1.0, "ecolor": "#333333"},
+    )
     # Label beyond the end of the CI, so the number never sits on the error bar.
     for yi, r, lo, hi in zip(y, ratio, low, high, strict=True):
         right = r >= 1
-        ax.annotate(f"{(r - 1) * 100:+.1f}%", (hi if right else lo, yi), xytext=(3 if right else -3, 0),
-                    textcoords="offset points", ha="left" if right else "right", va="center", fontsize=7)
+        ax.annotate(
+            f"{(r - 1) * 100:+.1f}%",
+            (hi if right else lo, yi),
+            xytext=(3 if right else -3, 0),
+            textcoords="offset points",
+            ha="left" if right else "right",
+            va="center",
+            fontsize=7,
+        )
     ax.axvline(1, color="#333333", linewidth=0.8)
     log = _ratio_axis(ax, [*low, *high])
     ax.set_yticks(y, [bar.label for bar in bars], fontsize=7)
@@ -288,14 +398,20 @@ def op_delta_plot(bars: Sequence[OpBar], *, title: str, caption: str, path: Path
     ax.set_xlabel("Δ speed vs the op's reference variant (%" + (", log scale of the speed ratio)" if log else ")"))
     ax.grid(axis="x", alpha=0.3)
     handles = [Patch(color=colors[op], label=op) for op in ops]
-    handles.append(Patch(facecolor=to_rgba("#8C8C8C", 0.35), edgecolor="#8C8C8C", label="no verdict (CI includes 0)"))
+    handles.append(
+        Patch(
+            facecolor=to_rgba("#8C8C8C", 0.35),
+            edgecolor="#8C8C8C",
+            label="no verdict (CI includes 0)",
+        )
+    )
     fig.legend(handles=handles, loc="outside right center", fontsize=8, frameon=False)
     return _save(fig, title, caption, path)
 
 
 def _ratio_axis(ax: Axes, ratios: Sequence[float]) -> bool:
-    """An x axis of speed ratios labelled as Δ%, with room beyond the extremes for the bars' labels; logarithmic
-    (True) when they span widely, so 2x faster and 2x slower lie equally far from 0%."""
+    """An x axis of speed ratios labelled as Δ%, with room beyond the extremes for the bars' labels;
+    logarithmic (True) when they span widely, so 2x faster and 2x slower lie equally far from 0%."""
     values = np.asarray(ratios, dtype=np.float64)
     finite = values[np.isfinite(values)]  # a row of one round has no interval
     low, high = float(finite.min(initial=1.0)), float(finite.max(initial=1.0))
@@ -329,7 +445,8 @@ def _legend(fig: Figure, ax: Axes) -> None:
 
 
 def _token_axis(ax: Axes, values: Sequence[int]) -> None:
-    """A log2 axis of token counts, ticked at the measured values and labelled in plain numbers (2048, not 2^11)."""
+    """A log2 axis of token counts, ticked at the measured values and labelled in plain numbers
+    (2048, not 2^11)."""
     ticks = sorted(set(int(v) for v in values))
     ax.set_xscale("log", base=2)
     ax.set_xticks(ticks, [f"{t:,}" for t in ticks])
@@ -337,22 +454,25 @@ def _token_axis(ax: Axes, values: Sequence[int]) -> None:
 
 
 def _tps_axis(ax: Axes, values: Sequence[float]) -> None:
-    """A tok/s axis that never exaggerates a gap: linear from 0, so a 4% difference looks like 4% (autoscaling
-    started pr18809's decode panels at 2.80 tok/s, and a gap inside the IQR filled the panel); logarithmic only when
-    the values span more than LOG_SCALE_SPAN, where a linear axis would flatten the small sizes' bars."""
+    """A tok/s axis that never exaggerates a gap: linear from 0, so a 4% difference looks like 4%
+    (autoscaling started pr18809's decode panels at 2.80 tok/s, and a gap inside the IQR filled the
+    panel); logarithmic only when the values span more than LOG_SCALE_SPAN, where a linear axis
+    would flatten the small sizes' bars."""
     finite = np.asarray(values, dtype=np.float64)
     positive = finite[finite > 0]  # NaN compares False
     if positive.size and positive.max() / positive.min() > LOG_SCALE_SPAN:
         ax.set_yscale("log")
     else:
-        # Autoscaling left a margin of the narrow data range only; above a zero-based axis, caps and bands need more.
+        # Autoscaling left a margin of the narrow data range only; above a zero-based axis, caps and
+        # bands need more.
         ax.set_ylim(0, ax.get_ylim()[1] * 1.05)
 
 
 def _save(fig: Figure, title: str, caption: str, path: Path) -> Path:
     fig.suptitle(title, fontsize=12)
-    # The caption sits under the panels, where constrained layout leaves room for it; wrapped to the figure's
-    # width (about 14 characters per inch at 8 pt), since a long device name would otherwise be cut off.
+    # The caption sits under the panels, where constrained layout leaves room for it; wrapped to the
+    # figure's width (about 14 characters per inch at 8 pt), since a long device name would
+    # otherwise be cut off.
     fig.supxlabel(textwrap.fill(caption, width=int(fig.get_figwidth() * 14)), fontsize=8, color="#57606a")
     path.parent.mkdir(parents=True, exist_ok=True)
     fig.savefig(path, dpi=DPI)

@@ -1,12 +1,12 @@
-"""`fusebench report`: the report built once as blocks, then written as report.md, report.html and summary.csv with
-its plots, into `reports/<experiment>/`.
+"""`fusebench report`: the report built once as blocks, then written as report.md, report.html and
+summary.csv with its plots, into `reports/<experiment>/`.
 
-Results files merge (shards of a suite, or one suite on several machines); one table is drawn per machine x
-comparison x workload, so machines and workloads are never pooled into one median. Every number comes from
-bench.analysis, which `fusebench check` uses too.
+Results files merge (shards of a suite, or one suite on several machines); one table is drawn per
+machine x comparison x workload, so machines and workloads are never pooled into one median. Every
+number comes from bench.analysis, which `fusebench check` uses too.
 
-The report is SECTIONS, in order: each a Section (bench.present.sections) taking the one ReportContext. A new
-section is a function of that context, registered here by one line.
+The report is SECTIONS, in order: each a Section (bench.present.sections) taking the one
+ReportContext. A new section is a function of that context, registered here by one line.
 """
 
 from __future__ import annotations
@@ -65,22 +65,34 @@ SECTIONS = (
 
 @dataclass
 class Report:
-    terminal_blocks: list[Block]  # what the terminal shows: the bottom line, the delta and op tables
+    # what the terminal shows: the bottom line, the delta and op tables
+    terminal_blocks: list[Block]
     warnings: list[str]
     files: list[Path]
 
 
 def write_report(
-    study: Study, comparisons: Sequence[tuple[str, str]], out_dir: Path, reference: Reference | None = None,
+    study: Study,
+    comparisons: Sequence[tuple[str, str]],
+    out_dir: Path,
+    reference: Reference | None = None,
     sources: Sequence[str | Path] = (),
 ) -> Report:
-    """Write report.md, report.html, summary.csv, deltas.csv (with comparisons) and the PNGs into out_dir."""
+    """Write report.md, report.html, summary.csv, deltas.csv (with comparisons) and the PNGs into
+    out_dir."""
     out_dir.mkdir(parents=True, exist_ok=True)
     corrupt = study.results.corrupt_lines
-    context = ReportContext(study, list(comparisons), out_dir, reference, sources, warnings=[
-        *([f"{len(corrupt)} corrupt line(s) skipped: {', '.join(corrupt)}"] if corrupt else []),
-        *study.unread_experiments,
-    ])
+    context = ReportContext(
+        study,
+        list(comparisons),
+        out_dir,
+        reference,
+        sources,
+        warnings=[
+            *([f"{len(corrupt)} corrupt line(s) skipped: {', '.join(corrupt)}"] if corrupt else []),
+            *study.unread_experiments,
+        ],
+    )
     built = [(entry, entry.section(context)) for entry in SECTIONS]
     blocks = [block for _, section in built for block in section]
     files = [out_dir / "report.md", out_dir / "report.html", out_dir / "summary.csv"]

@@ -1,5 +1,5 @@
-"""The table `fusebench run` prints when it ends: medians per size, metric and variant, and each comparison's Δ.
-"""
+"""The table `fusebench run` prints when it ends: medians per size, metric and variant, and each
+comparison's Δ."""
 
 from __future__ import annotations
 
@@ -24,8 +24,8 @@ from .sections.throughput import median_rows
 
 
 def print_summary(console: Console, results: Results, comparisons: list[tuple[str, str]] | None = None) -> None:
-    """A compact table for the end of `fusebench run`: medians per size x metric x variant, then each comparison's
-    Δ with its CI and verdict (the same numbers the report shows)."""
+    """A compact table for the end of `fusebench run`: medians per size x metric x variant, then
+    each comparison's Δ with its CI and verdict (the same numbers the report shows)."""
     study = build_study(results)
     if study.timed.empty and study.closed.empty:
         console.print("no trials recorded")
@@ -35,11 +35,15 @@ def print_summary(console: Console, results: Results, comparisons: list[tuple[st
         for workload in ordered_workloads([on(study.timed, machine), on(study.closed, machine)]):
             where = workload if len(study.machines) == 1 else f"{workload} · {machine}"
             answers = [Paragraph(line) for line in bottom_lines(study, machine, workload, pairs)]
-            to_console([Heading(where, 3), *answers, run_summary_table(study, machine, workload, pairs)], console)
+            to_console(
+                [Heading(where, 3), *answers, run_summary_table(study, machine, workload, pairs)],
+                console,
+            )
 
 
 def run_summary_table(study: Study, machine: str, workload: str, pairs: Sequence[tuple[str, str]]) -> Table:
-    # Geometric means, as the Δ columns' Baseline and New: each Δ then reads off the variant columns.
+    # Geometric means, as the Δ columns' Baseline and New: each Δ then reads off the variant
+    # columns.
     variants, rows = median_rows(study, machine, workload, geometric=True, with_cv=False)
     failing = failed_correctness(study, machine, workload)
     scoped = {pair: compare_scope(study, machine, workload, pair) for pair in pairs}
@@ -47,7 +51,10 @@ def run_summary_table(study: Study, machine: str, workload: str, pairs: Sequence
     for row in rows:
         deltas = []
         for (baseline, new), comparison in scoped.items():
-            match = next((c for c in comparison if (c.model_key, c.metric) == (row.cell[0], row.metric)), None)
+            match = next(
+                (c for c in comparison if (c.model_key, c.metric) == (row.cell[0], row.metric)),
+                None,
+            )
             if match is None:
                 deltas.append("—")
                 continue

@@ -1,5 +1,5 @@
-"""summary.csv: the figures behind the report's tables, one row per machine x cell x metric x variant of the trials,
-then one per `fusebench ops` run x op x shape x variant."""
+"""summary.csv: the figures behind the report's tables, one row per machine x cell x metric x
+variant of the trials, then one per `fusebench ops` run x op x shape x variant."""
 
 from __future__ import annotations
 
@@ -14,8 +14,8 @@ from .format import op_verdict_text
 def summary_frame(study: Study) -> pd.DataFrame:
     """One row per machine x size x workload x metric x variant: median, quartiles, IQR, CV, n.
 
-    Peak memory is added as its median, and so are the TTFT and roofline fields (TTFT_FIELDS, ROOFLINE_FIELDS) of
-    trials that carry them.
+    Peak memory is added as its median, and so are the TTFT and roofline fields (TTFT_FIELDS,
+    ROOFLINE_FIELDS) of trials that carry them.
     """
     timed = study.timed
     summary = stats.summary_table(timed)
@@ -31,27 +31,45 @@ def summary_frame(study: Study) -> pd.DataFrame:
     machine_rank = {m: i for i, m in enumerate(study.machines)}
     variant_rank = {v: i for i, v in enumerate(study.variants)}
     summary = summary.assign(
-        _m=summary["machine"].map(machine_rank), _s=summary["size"].map(size_rank),
-        _metric=summary["metric"].map(stats.METRICS.index), _v=summary["variant"].map(variant_rank),
+        _m=summary["machine"].map(machine_rank),
+        _s=summary["size"].map(size_rank),
+        _metric=summary["metric"].map(stats.METRICS.index),
+        _v=summary["variant"].map(variant_rank),
     ).sort_values(["_m", "_s", "size", "prompt_tokens", "gen_tokens", "batch", "_metric", "_v"], kind="stable")
     return summary.drop(columns=["_m", "_s", "_metric", "_v"]).reset_index(drop=True)
 
 
 def op_summary_frame(study: Study) -> pd.DataFrame:
-    """One row per `fusebench ops` run x op x shape x variant: the op table's figures (median time, GB/s, GFLOP/s,
-    max abs err, and the Holm-adjusted Δ speed against the op's reference variant), so that an ops file's
-    summary.csv holds its measurements rather than a header alone."""
+    """One row per `fusebench ops` run x op x shape x variant: the op table's figures (median time,
+    GB/s, GFLOP/s, max abs err, and the Holm-adjusted Δ speed against the op's reference variant),
+    so that an ops file's summary.csv holds its measurements rather than a header alone."""
     machines = {run_id: run.machine for run_id, run in study.runs.items()}
-    return pd.DataFrame([{
-        "machine": machines.get(s.run_id or "", "unknown machine"), "run_id": s.run_id, "op": s.op,
-        "shape": s.shape_label, "variant": s.variant, "reference": s.reference, "median_s": s.median_s,
-        "gbps": s.gbps, "gflops": s.gflops, "max_abs_err": s.max_abs_err, "n": s.speed.n if s.speed else None,
-        "delta_pct": s.speed.delta_pct if s.speed else None, "ci_low_pct": s.speed.low_pct if s.speed else None,
-        "ci_high_pct": s.speed.high_pct if s.speed else None, "verdict": op_verdict_text(s),
-    } for s in study.op_summaries])
+    return pd.DataFrame(
+        [
+            {
+                "machine": machines.get(s.run_id or "", "unknown machine"),
+                "run_id": s.run_id,
+                "op": s.op,
+                "shape": s.shape_label,
+                "variant": s.variant,
+                "reference": s.reference,
+                "median_s": s.median_s,
+                "gbps": s.gbps,
+                "gflops": s.gflops,
+                "max_abs_err": s.max_abs_err,
+                "n": s.speed.n if s.speed else None,
+                "delta_pct": s.speed.delta_pct if s.speed else None,
+                "ci_low_pct": s.speed.low_pct if s.speed else None,
+                "ci_high_pct": s.speed.high_pct if s.speed else None,
+                "verdict": op_verdict_text(s),
+            }
+            for s in study.op_summaries
+        ]
+    )
 
 
 def summary_csv(study: Study) -> pd.DataFrame:
-    """summary.csv: the trial rows, then the op rows (an ops file has only those; the columns are their union)."""
+    """summary.csv: the trial rows, then the op rows (an ops file has only those; the columns are
+    their union)."""
     frames = [f for f in (summary_frame(study), op_summary_frame(study)) if not f.empty]
     return pd.concat(frames, ignore_index=True) if len(frames) > 1 else (frames[0] if frames else summary_frame(study))

@@ -1,7 +1,9 @@
-"""A fusion candidate as a plugin: softcap as one compiled kernel that multiplies by 1/cap instead of dividing.
+"""A fusion candidate as a plugin: softcap as one compiled kernel that multiplies by 1/cap instead
+of dividing.
 
-Use it without touching fusebench: `fusebench verify --plugin examples/plugins/fast_softcap.py`, or in an experiment
-`plugins: [examples/plugins/fast_softcap.py]` (paths relative to the YAML file) and `{softcap: reciprocal}`.
+Use it without touching fusebench: `fusebench verify --plugin examples/plugins/fast_softcap.py`, or
+in an experiment `plugins: [examples/plugins/fast_softcap.py]` (paths relative to the YAML file) and
+`{softcap: reciprocal}`.
 """
 
 import mlx.core as mx

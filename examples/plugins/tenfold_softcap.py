@@ -1,8 +1,10 @@
-"""A variant that is slower by a known cause: the unfused softcap computed ten times over, then averaged.
+"""A variant that is slower by a known cause: the unfused softcap computed ten times over, then
+averaged.
 
-It computes the same logits as the reference (ten equal terms, divided by ten), so `fusebench verify` passes, and
-it only adds work to the one op: the check that the expected Δ (from the op's share of a step) predicts the
-measured end-to-end Δ. experiments/tenfold-softcap.yaml runs it.
+It computes the same logits as the reference (ten equal terms, divided by ten), so
+`fusebench verify` passes, and it only adds work to the one op: the check that the expected Δ (from
+the op's share of a step) predicts the measured end-to-end Δ. experiments/tenfold-softcap.yaml runs
+it.
 """
 
 import mlx.core as mx

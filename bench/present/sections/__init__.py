@@ -1,5 +1,6 @@
-"""The report's sections, one module each. Every section is a `Section`: it takes the one ReportContext and returns
-its blocks (none when the results hold nothing for it); bench.present.report lists them, in report order."""
+"""The report's sections, one module each. Every section is a `Section`: it takes the one
+ReportContext and returns its blocks (none when the results hold nothing for it);
+bench.present.report lists them, in report order."""
 
 from __future__ import annotations
 
@@ -15,8 +16,8 @@ from ..document import Block
 
 @dataclass
 class ReportContext:
-    """What every section is built from. A section may add to `warnings`; the Warnings section lists those raised
-    before it, and the terminal shows them all."""
+    """What every section is built from. A section may add to `warnings`; the Warnings section lists
+    those raised before it, and the terminal shows them all."""
 
     study: Study
     comparisons: list[tuple[str, str]]  # (baseline, new) pairs

@@ -1,4 +1,5 @@
-"""`run --against`: the current build against the reference build, variant by variant, paired round by round."""
+"""`run --against`: the current build against the reference build, variant by variant, paired round
+by round."""
 
 from __future__ import annotations
 
@@ -15,7 +16,18 @@ from . import ReportContext
 from .context import machine_suffix, plot_caption, slug
 from .delta import delta_cells, stall_warnings
 
-BUILD_COLUMNS = ("Size", "Metric", "Variant", "Reference", "Current", "Δ", "95% CI (Holm)", "±", "Rounds", "Verdict")
+BUILD_COLUMNS = (
+    "Size",
+    "Metric",
+    "Variant",
+    "Reference",
+    "Current",
+    "Δ",
+    "95% CI (Holm)",
+    "±",
+    "Rounds",
+    "Verdict",
+)
 
 
 def builds_section(context: ReportContext) -> list[Block]:
@@ -23,34 +35,49 @@ def builds_section(context: ReportContext) -> list[Block]:
     if study.build_trials.empty:
         return []
     commits = [build_line(build) for build in next(iter(study.runs.values())).builds]
-    blocks: list[Block] = [Heading("Current build vs reference build"), Bullets((
-        *commits,
-        "Both builds ran every round back to back on the same prompt and weights (trials interleaved, order "
-        "reversed each round), so Δ is paired; Holm across all rows of a table.",
-        f"{stats.ALL_VARIANTS}: per round, the geometric mean of the variants' current/reference ratios (tok/s "
-        "columns: the geometric mean over variants). A change to shared code moves every variant alike, and pooling "
-        "averages their independent trial noise, so it is seen with fewer rounds than any one variant's row.",
-    ))]
+    blocks: list[Block] = [
+        Heading("Current build vs reference build"),
+        Bullets(
+            (
+                *commits,
+                "Both builds ran every round back to back on the same prompt and weights (trials interleaved, order "
+                "reversed each round), so Δ is paired; Holm across all rows of a table.",
+                f"{stats.ALL_VARIANTS}: per round, the geometric mean of the variants' "
+                "current/reference ratios (tok/s columns: the geometric mean over variants). A "
+                "change to shared code moves every variant alike, and pooling averages their "
+                "independent trial noise, so it is seen with fewer rounds than any one variant's "
+                "row.",
+            )
+        ),
+    ]
     for machine in study.machines:
         trials = on(study.build_trials, machine)
         for workload in ordered_workloads([trials]):
             table = stats.compare_builds(on(trials, machine, workload), margin_pct=study.margin_pct)
             labels = cell_labels(list(dict.fromkeys((r.model_key, r.size) for r in table)))
             rows = tuple(
-                (labels[(r.model_key, r.size)], r.metric, r.variant, format_tps(r.baseline_gmean),
-                 format_tps(r.new_gmean), *delta_cells(r, [], "current"))
+                (
+                    labels[(r.model_key, r.size)],
+                    r.metric,
+                    r.variant,
+                    format_tps(r.baseline_gmean),
+                    format_tps(r.new_gmean),
+                    *delta_cells(r, [], "current"),
+                )
                 for r in table
             )
             where = workload if len(study.machines) == 1 else f"{workload} · {machine}"
             blocks += [Heading(where, 3), Table(BUILD_COLUMNS, rows, frozenset(range(3, 9)))]
-            if stalls := stall_warnings(table, where):  # the arm is "current" or "reference": the build that stalls
+            # the arm is "current" or "reference": the build that stalls
+            if stalls := stall_warnings(table, where):
                 blocks.append(Bullets(tuple(stalls)))
             blocks.append(_figure(study, machine, workload, table, labels, context.out_dir))
     return blocks
 
 
 def build_line(build: Build) -> str:
-    """"reference: mlx 0.31.2 (/path/python), commit abc": a build of another environment is named by it."""
+    """ "reference: mlx 0.31.2 (/path/python), commit abc": a build of another environment is named
+    by it."""
     commit = f"commit {build.commit[:12]}" + (" (uncommitted changes)" if build.dirty else "")
     if not build.packages:
         return f"{build.name}: {commit}"
@@ -58,11 +85,25 @@ def build_line(build: Build) -> str:
     return f"{build.name}: {build.label or versions} ({versions}; {build.python}), {commit}"
 
 
-def _figure(study: Study, machine: str, workload: str, table: Sequence[stats.Comparison],
-            labels: dict[tuple[str, str], str], out_dir: Path) -> Figure:
-    bars = [plots.DeltaBar(f"{labels[(r.model_key, r.size)]} · {r.variant}", r.metric, r.delta_pct,
-                           (r.adj_low - 1) * 100, (r.adj_high - 1) * 100, decided=bool(r.verdict and r.verdict.decided))
-            for r in table]
+def _figure(
+    study: Study,
+    machine: str,
+    workload: str,
+    table: Sequence[stats.Comparison],
+    labels: dict[tuple[str, str], str],
+    out_dir: Path,
+) -> Figure:
+    bars = [
+        plots.DeltaBar(
+            f"{labels[(r.model_key, r.size)]} · {r.variant}",
+            r.metric,
+            r.delta_pct,
+            (r.adj_low - 1) * 100,
+            (r.adj_high - 1) * 100,
+            decided=bool(r.verdict and r.verdict.decided),
+        )
+        for r in table
+    ]
     title = f"Δ throughput, current vs reference build · {workload}"
     name = f"builds-{slug(workload)}{machine_suffix(study, machine)}.png"
     sizes = list(dict.fromkeys(bar.size for bar in bars))

@@ -1,5 +1,4 @@
-"""What every section says about where and how it was measured, and how its files are named.
-"""
+"""What every section says about where and how it was measured, and how its files are named."""
 
 from __future__ import annotations
 
@@ -15,7 +14,8 @@ def slug(text: str) -> str:
 
 
 def environment_line(envs: Sequence[Environment]) -> str:
-    """device, backend, BLAS, mlx version and commit; values that differ between runs are all listed."""
+    """device, backend, BLAS, mlx version and commit; values that differ between runs are all
+    listed."""
 
     def values(render: Callable[[Environment], str]) -> str:
         return " / ".join(dict.fromkeys(render(env) for env in envs)) or "?"
@@ -34,8 +34,8 @@ def environment_line(envs: Sequence[Environment]) -> str:
 
 
 def threads_note(runs: Sequence[Run]) -> str | None:
-    """How a CPU run's BLAS thread count was chosen: measured on its machine (`threads: auto`, with the figures
-    that decided it), or set by the experiment."""
+    """How a CPU run's BLAS thread count was chosen: measured on its machine (`threads: auto`, with
+    the figures that decided it), or set by the experiment."""
     run = runs[0] if runs else None
     if run is None or run.env.backend != "cpu" or not run.env.threads or not run.env.cores:
         return None
@@ -47,8 +47,10 @@ def threads_note(runs: Sequence[Run]) -> str | None:
     else:
         return None
     lower = " tok/s are lower than at mlx's default (every core);" if threads < cores else ""
-    return (f"BLAS threads: {threads} of {cores} cores, {how}.{lower} the Δs are what this setting shows. "
-            "Set `threads:` in the experiment to measure at another count.")
+    return (
+        f"BLAS threads: {threads} of {cores} cores, {how}.{lower} the Δs are what this setting shows. "
+        "Set `threads:` in the experiment to measure at another count."
+    )
 
 
 def plot_caption(study: Study, machine: str) -> str:

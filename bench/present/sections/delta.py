@@ -1,6 +1,7 @@
-"""The PR-style delta tables, `Size | Metric | Baseline | New | Δ | 95% CI (Holm) | ± | Rounds | Verdict`, with
-context, notes and plots. Baseline and New are geometric means over the paired rounds, so New / Baseline − 1 = Δ on
-every row; the interval is the one the verdict is dual to.
+"""The PR-style delta tables, `Size | Metric | Baseline | New | Δ | 95% CI
+(Holm) | ± | Rounds | Verdict`, with context, notes and plots. Baseline and New are geometric means
+over the paired rounds, so New / Baseline − 1 = Δ on every row; the interval is the one the verdict
+is dual to.
 """
 
 from __future__ import annotations
@@ -11,7 +12,13 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import NamedTuple
 
-from ...analysis.inference import OUTLIER_K, OUTLIER_MIN_ROUNDS, STALL_ALPHA, STALLS_NEW, VerdictWord
+from ...analysis.inference import (
+    OUTLIER_K,
+    OUTLIER_MIN_ROUNDS,
+    STALL_ALPHA,
+    STALLS_NEW,
+    VerdictWord,
+)
 from ...analysis.reference import Reference
 from ...analysis.shares import IN_MODEL_ERROR, ExpectedDelta, disagrees, shares_on
 from ...analysis.stats import ALPHA, Comparison
@@ -38,7 +45,17 @@ from . import ReportContext
 from .context import environment_line, machine_suffix, plot_caption, slug, threads_note
 from .kernels import attention_note
 
-DELTA_COLUMNS = ("Size", "Metric", "Baseline", "New", "Δ", "95% CI (Holm)", "±", "Rounds", "Verdict")
+DELTA_COLUMNS = (
+    "Size",
+    "Metric",
+    "Baseline",
+    "New",
+    "Δ",
+    "95% CI (Holm)",
+    "±",
+    "Rounds",
+    "Verdict",
+)
 REF_COLUMN = "Ref Δ"
 EXPECTED_COLUMN = "Expected Δ (ops)"
 INCORRECT = "✗ incorrect"
@@ -65,12 +82,22 @@ class DeltaRow:
     new: str
     shown: DeltaCells
     reference: str | None  # the published Δ, in a table with a reference column
-    expected: str | None = None  # the Δ the ops that differ account for, in a table of a run that timed op shares
+    # the Δ the ops that differ account for, in a table of a run that timed op shares
+    expected: str | None = None
 
     def cells(self) -> tuple[str, ...]:
         ref = () if self.reference is None else (self.reference,)
         expected = () if self.expected is None else (self.expected,)
-        return (self.label, self.metric, self.baseline, self.new, self.shown.delta, *ref, *self.shown[1:], *expected)
+        return (
+            self.label,
+            self.metric,
+            self.baseline,
+            self.new,
+            self.shown.delta,
+            *ref,
+            *self.shown[1:],
+            *expected,
+        )
 
 
 @dataclass
@@ -82,21 +109,35 @@ class DeltaSection:
 
 
 def delta_cells(row: Comparison, failed: Sequence[str], new: str) -> DeltaCells:
-    """The cells of one compare() row; a variant that failed correctness is never shown as a speed-up."""
+    """The cells of one compare() row; a variant that failed correctness is never shown as a
+    speed-up."""
     if failed:
-        return DeltaCells(NOTHING, NOTHING, NOTHING, NOTHING, INCORRECT if new in failed else f"{INCORRECT} (baseline)")
+        return DeltaCells(
+            NOTHING,
+            NOTHING,
+            NOTHING,
+            NOTHING,
+            INCORRECT if new in failed else f"{INCORRECT} (baseline)",
+        )
     if row.verdict is None:
         return DeltaCells(NOTHING, NOTHING, NOTHING, "0", "no paired rounds")
     rounds, delta = _rounds_cell(row), signed_pct(row.delta_pct)
-    if row.stalls and row.stalls.over_all_rounds:  # Δ is over all rounds: the trimmed Δ goes beside it
+    # Δ is over all rounds: the trimmed Δ goes beside it
+    if row.stalls and row.stalls.over_all_rounds:
         delta += f" (trimmed {format_delta(row.stalls.trimmed)})"
     if math.isnan(row.adj_low):
         return DeltaCells(delta, NOTHING, NOTHING, rounds, verdict_text(row.verdict))
-    return DeltaCells(delta, format_ci(row.interval), f"±{row.half_width_pct:.1f}%", rounds, verdict_text(row.verdict))
+    return DeltaCells(
+        delta,
+        format_ci(row.interval),
+        f"±{row.half_width_pct:.1f}%",
+        rounds,
+        verdict_text(row.verdict),
+    )
 
 
 def _rounds_cell(row: Comparison) -> str:
-    """"40", "38 (2 outliers)", "40 (compiled stalls in 6)" or "40 (all; 2 outliers kept)"."""
+    """ "40", "38 (2 outliers)", "40 (compiled stalls in 6)" or "40 (all; 2 outliers kept)"."""
     if row.stalls and row.stalls.arm:
         return f"{row.n_pairs} ({stalling_arm(row)} stalls in {row.stalls.against_arm})"
     if row.stalls and row.stalls.over_all_rounds:
@@ -106,12 +147,14 @@ def _rounds_cell(row: Comparison) -> str:
 
 
 def stalling_arm(row: Comparison) -> str:
-    """The name of the arm the stall rule flags, as the table names it (a variant, or "current" for a build)."""
+    """The name of the arm the stall rule flags, as the table names it (a variant, or "current" for
+    a build)."""
     return row.new if row.stalls and row.stalls.arm == STALLS_NEW else row.baseline
 
 
 def stall_warnings(comparison: Sequence[Comparison], where: str) -> list[str]:
-    """Rows whose Δ the stall rule took over all rounds, naming the arm that stalls when the sign test says which."""
+    """Rows whose Δ the stall rule took over all rounds, naming the arm that stalls when the sign
+    test says which."""
     warnings = []
     for r in comparison:
         s = r.stalls
@@ -139,7 +182,8 @@ def stall_warnings(comparison: Sequence[Comparison], where: str) -> list[str]:
 def delta_table(
     study: Study, machine: str, workload: str, pair: tuple[str, str], reference: Reference | None
 ) -> tuple[Table, list[Comparison], list[str]]:
-    """The PR-style table for one machine x comparison x workload, its stats, and notes for under it."""
+    """The PR-style table for one machine x comparison x workload, its stats, and notes for under
+    it."""
     new = pair[1]
     timed, closed = on(study.timed, machine, workload), on(study.closed, machine, workload)
     comparison = compare_scope(study, machine, workload, pair)
@@ -156,8 +200,17 @@ def delta_table(
         cell_rows = [row for row in comparison if row.model_key == cell[0]]
         if not cell_rows or (reason and not any(row.n_pairs for row in cell_rows)):
             shown = DeltaCells(NOTHING, NOTHING, NOTHING, NOTHING, reason or "no trials")
-            rows.append(DeltaRow(label, NOTHING, NOTHING, NOTHING, shown, NOTHING if reference else None,
-                                 NOTHING if with_shares else None))
+            rows.append(
+                DeltaRow(
+                    label,
+                    NOTHING,
+                    NOTHING,
+                    NOTHING,
+                    shown,
+                    NOTHING if reference else None,
+                    NOTHING if with_shares else None,
+                )
+            )
             continue
         if reason:
             rounds = max(row.n_pairs for row in cell_rows)
@@ -167,15 +220,30 @@ def delta_table(
         for row in cell_rows:
             ref = _ref_delta(fitting, cell[1], row.metric) if reference else None
             # A variant that fails correctness gets no expected speed-up either.
-            expected = (shares.expected_delta(f"{cell[0]}|{workload}", *pair, row.metric)
-                        if with_shares and not failed else None)
+            expected = (
+                shares.expected_delta(f"{cell[0]}|{workload}", *pair, row.metric)
+                if with_shares and not failed
+                else None
+            )
             if expected and not math.isnan(row.adj_low) and disagrees(expected, *_adjusted_pct(row)):
                 notes.append(_disagreement_note(label, row, expected))
-            rows.append(DeltaRow(label, row.metric, format_tps(row.baseline_gmean), format_tps(row.new_gmean),
-                                 delta_cells(row, failed, new), ref,
-                                 (_expected_cell(expected) if with_shares else None)))
-    columns = (*DELTA_COLUMNS[:5], *([REF_COLUMN] if reference else []), *DELTA_COLUMNS[5:],
-               *([EXPECTED_COLUMN] if with_shares else []))
+            rows.append(
+                DeltaRow(
+                    label,
+                    row.metric,
+                    format_tps(row.baseline_gmean),
+                    format_tps(row.new_gmean),
+                    delta_cells(row, failed, new),
+                    ref,
+                    (_expected_cell(expected) if with_shares else None),
+                )
+            )
+    columns = (
+        *DELTA_COLUMNS[:5],
+        *([REF_COLUMN] if reference else []),
+        *DELTA_COLUMNS[5:],
+        *([EXPECTED_COLUMN] if with_shares else []),
+    )
     verdict_index = columns.index("Verdict")
     numeric = frozenset(i for i in range(2, len(columns)) if i != verdict_index)
     return Table(columns, tuple(row.cells() for row in rows), numeric), comparison, notes
@@ -218,7 +286,8 @@ def _incorrect_note(label: str, check: CorrectnessCheck, cell_rows: Sequence[Com
 
 
 def reference_fits(reference: Reference, study: Study, pair: tuple[str, str]) -> bool:
-    """A reference's figures belong beside a comparison only when both change the same ops the same way."""
+    """A reference's figures belong beside a comparison only when both change the same ops the same
+    way."""
     return not reference.ops or reference.ops == ops_changes(study, *pair)
 
 
@@ -228,18 +297,26 @@ def _workload_line(cells: Sequence[CellInfo]) -> str:
 
 
 def _models_line(cells: Sequence[CellInfo], labels: dict[tuple[str, str], str]) -> str:
-    """Each row label with its precision, in table order: "E2B (2/35 layers): float32; 26B: bfloat16, nvfp4"."""
+    """Each row label with its precision, in table order: "E2B (2/35 layers): float32; 26B:
+    bfloat16, nvfp4"."""
     precision = {}
     for cell in cells:
-        precision.setdefault((cell.model_key, cell.size),
-                             cell.dtype + (f", {cell.quantize}" if cell.quantize else ""))
+        precision.setdefault(
+            (cell.model_key, cell.size),
+            cell.dtype + (f", {cell.quantize}" if cell.quantize else ""),
+        )
     return "; ".join(f"{label}: {precision[cell]}" for cell, label in labels.items())
 
 
 def reference_note(
-    reference: Reference, study: Study, machine: str, cells: Sequence[CellInfo], pair: tuple[str, str]
+    reference: Reference,
+    study: Study,
+    machine: str,
+    cells: Sequence[CellInfo],
+    pair: tuple[str, str],
 ) -> str:
-    """Where the reference and this table were measured, side by side, so the difference is in plain view."""
+    """Where the reference and this table were measured, side by side, so the difference is in plain
+    view."""
     env = study.envs(machine)[0]
     precision = ", ".join(dict.fromkeys(cell.quantize or cell.dtype for cell in cells))
     measured = f"{env.backend} ({env.device}), {precision}, {cells[0].workload}"
@@ -249,15 +326,23 @@ def reference_note(
         "direction and rough size, not the digits."
     )
     if not reference_fits(reference, study, pair):
-        note += (f" {REF_COLUMN} is left blank here: the reference changed {describe_changes(reference.ops)}, "
-                 f"this comparison changes {ops_difference(study, *pair)}.")
+        note += (
+            f" {REF_COLUMN} is left blank here: the reference changed {describe_changes(reference.ops)}, "
+            f"this comparison changes {ops_difference(study, *pair)}."
+        )
     return note
 
 
 def delta_section(
-    study: Study, pair: tuple[str, str], machine: str, workload: str, reference: Reference | None, out_dir: Path
+    study: Study,
+    pair: tuple[str, str],
+    machine: str,
+    workload: str,
+    reference: Reference | None,
+    out_dir: Path,
 ) -> DeltaSection:
-    """Heading, context lines, the table, notes and the Δ plot for one machine x comparison x workload."""
+    """Heading, context lines, the table, notes and the Δ plot for one machine x comparison x
+    workload."""
     timed, closed = on(study.timed, machine, workload), on(study.closed, machine, workload)
     table, comparison, notes = delta_table(study, machine, workload, pair, reference)
     labels = cell_labels(ordered_cells([timed, closed]))
@@ -275,7 +360,11 @@ def delta_section(
     if note := threads_note([run for run in study.runs.values() if run.machine == machine]):
         context.append(note)
     where = workload if len(study.machines) == 1 else f"{workload} · {machine}"
-    blocks: list[Block] = [Heading(f"{pair[0]} → {pair[1]} · {where}", 3), Bullets(tuple(context)), table]
+    blocks: list[Block] = [
+        Heading(f"{pair[0]} → {pair[1]} · {where}", 3),
+        Bullets(tuple(context)),
+        table,
+    ]
     if notes:
         blocks.append(Bullets(tuple(notes)))
     plotted = [row for row in comparison if row.n_pairs > 0]
@@ -285,44 +374,63 @@ def delta_section(
 
 
 def _delta_figure(
-    study: Study, pair: tuple[str, str], machine: str, workload: str, comparison: Sequence[Comparison],
-    labels: dict[tuple[str, str], str], reference: Reference | None, out_dir: Path,
+    study: Study,
+    pair: tuple[str, str],
+    machine: str,
+    workload: str,
+    comparison: Sequence[Comparison],
+    labels: dict[tuple[str, str], str],
+    reference: Reference | None,
+    out_dir: Path,
 ) -> Figure:
     failing = failed_correctness(study, machine, workload)
     incorrect = {key for key, variant in failing if variant in pair}
     fitting = reference if reference and reference_fits(reference, study, pair) else None
-    bars = [plots.DeltaBar(
-        size=labels[(row.model_key, row.size)], metric=row.metric, delta_pct=row.delta_pct,
-        low_pct=(row.adj_low - 1) * 100, high_pct=(row.adj_high - 1) * 100,
-        decided=bool(row.verdict and row.verdict.decided), incorrect=row.model_key in incorrect,
-        reference_pct=published.delta_pct if fitting and (published := fitting.row(row.size, row.metric)) else None,
-    ) for row in comparison]
+    bars = [
+        plots.DeltaBar(
+            size=labels[(row.model_key, row.size)],
+            metric=row.metric,
+            delta_pct=row.delta_pct,
+            low_pct=(row.adj_low - 1) * 100,
+            high_pct=(row.adj_high - 1) * 100,
+            decided=bool(row.verdict and row.verdict.decided),
+            incorrect=row.model_key in incorrect,
+            reference_pct=published.delta_pct if fitting and (published := fitting.row(row.size, row.metric)) else None,
+        )
+        for row in comparison
+    ]
     shown = {bar.size for bar in bars}
     sizes = [label for label in labels.values() if label in shown]
     name = f"delta-{slug(pair[0])}-vs-{slug(pair[1])}-{slug(workload)}{machine_suffix(study, machine)}.png"
     title = f"Δ throughput, {pair[1]} vs {pair[0]} · {workload}"
     path = plots.delta_plot(bars, sizes, title=title, caption=plot_caption(study, machine), path=out_dir / name)
-    return Figure(path, f"{title}: mean of the paired per-round log ratios, with its Holm-adjusted 95% CI; faint "
-                        "bars: no verdict of faster or slower")
+    return Figure(
+        path,
+        f"{title}: mean of the paired per-round log ratios, with its Holm-adjusted 95% CI; faint "
+        "bars: no verdict of faster or slower",
+    )
 
 
 def _table_warnings(comparison: Sequence[Comparison], where: str) -> list[str]:
     """Rows with too few rounds for a verdict, and rounds the outlier rule set aside."""
     warnings = [
         f"too few rounds: {where}: {r.size} {r.metric} has {r.n_pairs} paired round(s): {verdict_text(r.verdict)}"
-        for r in comparison if r.verdict and r.verdict.word is VerdictWord.NEEDS_ROUNDS
+        for r in comparison
+        if r.verdict and r.verdict.word is VerdictWord.NEEDS_ROUNDS
     ]
     warnings += [
         f"outlier rounds: {where}: {r.size} {r.metric}: {r.excluded} of {r.n_pairs + r.excluded} round(s) lay more "
         f"than {OUTLIER_K:g} robust SDs from the median ratio ({r.stalls.against_new} against {r.new}, "
         f"{r.stalls.against_baseline} against {r.baseline}) and were left out of Δ (their spread still counts)"
-        for r in comparison if r.excluded and r.stalls
+        for r in comparison
+        if r.excluded and r.stalls
     ]
     return warnings + stall_warnings(comparison, where)
 
 
 def deltas_section(context: ReportContext) -> list[Block]:
-    """Every comparison's tables, one per machine x workload; their warnings go to the Warnings section."""
+    """Every comparison's tables, one per machine x workload; their warnings go to the Warnings
+    section."""
     study = context.study
     blocks: list[Block] = []
     for pair in context.comparisons:
@@ -339,29 +447,42 @@ def method_section(context: ReportContext) -> list[Block]:
     if not context.study.has_trials:
         return []
     margin_pct = context.study.margin_pct
-    return [Heading("Method"), Bullets((
-        "Warmup trials are excluded from every statistic. Variants share each round's prompt and run in alternating "
-        "order, so drift common to a round cancels in its ratio new/baseline.",
-        "Δ = exp(mean of the per-round log ratios) − 1; Baseline and New are the geometric means of the same rounds, "
-        "so New / Baseline − 1 = Δ on every row. tok/s with a thousands separator from 1,000, one decimal below, "
-        "two below 10.",
-        f"One bad trial cannot swing a row: from {OUTLIER_MIN_ROUNDS} rounds on, a round whose log ratio lies more "
-        f"than {OUTLIER_K:g} robust SDs (pairwise scale) from the median is left out of Δ; its spread still counts, "
-        "and the Rounds column names it.",
-        "Unless one arm stalls: when the left-out rounds go against one arm more often than chance allows (exact sign "
-        f"test, p < {STALL_ALPHA:g}) or would move Δ outside its own interval, Δ, its interval and the verdict use "
-        "every round, the trimmed Δ is shown beside it, and the Rounds column names the arm that stalls.",
-        "95% CI (Holm): the Student t interval on the mean log ratio, widened to Holm's level for its rank among the "
-        f"rows of its table, so the whole table holds a {1 - ALPHA:.0%} family-wise guarantee; ± is its half-width, "
-        "the smallest effect this row could have detected.",
-        f"Verdict: faster or slower when that interval excludes 0; no change when it lies within ±{margin_pct:g}%; "
-        "inconclusive (±X%) otherwise; needs ≥ N rounds when too few rounds were paired. A variant that failed its "
-        f"correctness check shows {INCORRECT} instead of a Δ.",
-        "Machines and workloads are never pooled: each has its own table.",
-        f"{EXPECTED_COLUMN} (runs that timed op shares): the tok/s Δ the ops that differ between the two variants "
-        "account for (Amdahl): the seconds per step those ops add or save, each distinct call of a prefill or decode "
-        "step timed alone per implementation times its calls per step, paired round by round, over the baseline's "
-        "measured step, with a Student t 95% interval over the share rounds, its ends taken with those ops costing "
-        f"{IN_MODEL_ERROR:.0%} more and less inside the model than alone (the in-model error calibrated here). It "
-        "assumes op times add up; a note says where the measured interval misses it.",
-    ))]
+    return [
+        Heading("Method"),
+        Bullets(
+            (
+                "Warmup trials are excluded from every statistic. Variants share each round's "
+                "prompt and run in alternating order, so drift common to a round cancels in its "
+                "ratio new/baseline.",
+                "Δ = exp(mean of the per-round log ratios) − 1; Baseline and New are the "
+                "geometric means of the same rounds, so New / Baseline − 1 = Δ on every row. "
+                "tok/s with a thousands separator from 1,000, one decimal below, two below 10.",
+                f"One bad trial cannot swing a row: from {OUTLIER_MIN_ROUNDS} rounds on, "
+                f"a round whose log ratio lies more than {OUTLIER_K:g} robust SDs (pairwise "
+                "scale) from the median is left out of Δ; its spread still counts, "
+                "and the Rounds column names it.",
+                "Unless one arm stalls: when the left-out rounds go against one arm more often "
+                f"than chance allows (exact sign test, p < {STALL_ALPHA:g}) or would move Δ "
+                "outside its own interval, Δ, its interval and the verdict use every round, "
+                "the trimmed Δ is shown beside it, and the Rounds column names the arm that "
+                "stalls.",
+                "95% CI (Holm): the Student t interval on the mean log ratio, widened to Holm's "
+                "level for its rank among the rows of its table, so the whole table holds a "
+                f"{1 - ALPHA:.0%} family-wise guarantee; ± is its half-width, the smallest effect "
+                "this row could have detected.",
+                "Verdict: faster or slower when that interval excludes 0; no change when it lies "
+                f"within ±{margin_pct:g}%; inconclusive (±X%) otherwise; needs ≥ N rounds when "
+                "too few rounds were paired. A variant that failed its correctness check shows "
+                f"{INCORRECT} instead of a Δ.",
+                "Machines and workloads are never pooled: each has its own table.",
+                f"{EXPECTED_COLUMN} (runs that timed op shares): the tok/s Δ the ops that differ "
+                "between the two variants account for (Amdahl): the seconds per step those ops "
+                "add or save, each distinct call of a prefill or decode step timed alone per "
+                "implementation times its calls per step, paired round by round, "
+                "over the baseline's measured step, with a Student t 95% interval over the share "
+                f"rounds, its ends taken with those ops costing {IN_MODEL_ERROR:.0%} more and "
+                "less inside the model than alone (the in-model error calibrated here). It "
+                "assumes op times add up; a note says where the measured interval misses it.",
+            )
+        ),
+    ]

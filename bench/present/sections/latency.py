@@ -1,4 +1,5 @@
-"""Latency as users feel it: time to first token, and inter-token latency percentiles, per variant."""
+"""Latency as users feel it: time to first token, and inter-token latency percentiles, per
+variant."""
 
 from __future__ import annotations
 
@@ -19,19 +20,26 @@ def latency_section(context: ReportContext) -> list[Block]:
     latencies = stats.latencies(study.timed)
     if not any(r.steps for r in latencies):
         return []
-    blocks: list[Block] = [Heading("Latency"), Paragraph(
-        "TTFT is the prefill's time to the first generated token (median over timed rounds); ITL is the time between "
-        "consecutive generated tokens, every decode step of every timed round pooled, read where mlx-lm's pipelined "
-        "loop waits for each token. Tail percentiles need many steps: p99 of fewer than 100 is the maximum. "
-        f"{MLX_LM_TTFT_COLUMN}, where the trials recorded it, is the first token as mlx-lm's stream_generate reads "
-        "it, after queuing the first decode step (its prompt_tps clock): on a GPU close to TTFT, on the CPU backend "
-        "later by the part of that step the queuing waits for."
-    )]
+    blocks: list[Block] = [
+        Heading("Latency"),
+        Paragraph(
+            "TTFT is the prefill's time to the first generated token (median over timed rounds); "
+            "ITL is the time between consecutive generated tokens, every decode step of every "
+            "timed round pooled, read where mlx-lm's pipelined loop waits for each token. Tail "
+            "percentiles need many steps: p99 of fewer than 100 is the maximum. "
+            f"{MLX_LM_TTFT_COLUMN}, where the trials recorded it, is the first token as mlx-lm's "
+            "stream_generate reads it, after queuing the first decode step (its prompt_tps "
+            "clock): on a GPU close to TTFT, on the CPU backend later by the part of that step "
+            "the queuing waits for."
+        ),
+    ]
     for machine in study.machines:
         for workload in ordered_workloads([on(study.timed, machine)]):
             rows = [r for r in latencies if (r.machine, r.workload) == (machine, workload)]
-            blocks += [Heading(workload if len(study.machines) == 1 else f"{workload} · {machine}", 3),
-                       _latency_table(rows, cell_labels(ordered_cells([on(study.timed, machine, workload)])))]
+            blocks += [
+                Heading(workload if len(study.machines) == 1 else f"{workload} · {machine}", 3),
+                _latency_table(rows, cell_labels(ordered_cells([on(study.timed, machine, workload)]))),
+            ]
     return blocks
 
 
@@ -44,6 +52,14 @@ def _latency_table(rows: Sequence[stats.Latency], labels: dict[tuple[str, str], 
         if not r.steps:
             continue
         mlx_lm = (("—" if r.mlx_lm_ttft_p50 is None else format_seconds(r.mlx_lm_ttft_p50)),) if with_mlx_lm else ()
-        body.append((labels[(r.model_key, r.size)], r.variant, format_seconds(r.ttft_p50), *mlx_lm,
-                     *(format_seconds(v) for v in (r.itl_p50, r.itl_p90, r.itl_p99)), str(r.steps)))
+        body.append(
+            (
+                labels[(r.model_key, r.size)],
+                r.variant,
+                format_seconds(r.ttft_p50),
+                *mlx_lm,
+                *(format_seconds(v) for v in (r.itl_p50, r.itl_p90, r.itl_p99)),
+                str(r.steps),
+            )
+        )
     return Table(columns, tuple(body), frozenset(range(2, len(columns))))

@@ -1,5 +1,4 @@
-"""`fusebench ops` records: each op variant on its own, at the exact shapes each size produces.
-"""
+"""`fusebench ops` records: each op variant on its own, at the exact shapes each size produces."""
 
 from __future__ import annotations
 
@@ -17,21 +16,37 @@ from ..format import format_ci, format_delta, format_rate, format_seconds, op_ve
 from . import ReportContext
 from .context import environment_line, envs_caption
 
-OP_COLUMNS = ("Shape", "Variant", "Median time", "GB/s", "GFLOP/s", "max abs err", "Δ speed", "95% CI", "Verdict")
+OP_COLUMNS = (
+    "Shape",
+    "Variant",
+    "Median time",
+    "GB/s",
+    "GFLOP/s",
+    "max abs err",
+    "Δ speed",
+    "95% CI",
+    "Verdict",
+)
 
 
 def op_section(context: ReportContext) -> list[Block]:
-    """`fusebench ops` records: per op a table of every shape and variant, and per run one plot of the Δs."""
+    """`fusebench ops` records: per op a table of every shape and variant, and per run one plot of
+    the Δs."""
     study, out_dir = context.study, context.out_dir
     if not study.op_summaries:
         return []
-    blocks: list[Block] = [Heading("Op microbenchmarks"), Paragraph(
-        "Each op variant timed on its own at the exact shapes each size produces (fusebench ops), in rounds "
-        "interleaved ABBA: median time per call; GB/s counts the bytes read and written, GFLOP/s the arithmetic "
-        "(— for pure data movement); max abs err is the output's largest deviation from the reference variant's. Δ "
-        "speed is the geometric mean of the paired per-round speed ratios against the op's reference variant, with its "
-        "Holm-adjusted 95% CI (the same paired method as the delta tables, each op's table one Holm family)."
-    )]
+    blocks: list[Block] = [
+        Heading("Op microbenchmarks"),
+        Paragraph(
+            "Each op variant timed on its own at the exact shapes each size produces (fusebench "
+            "ops), in rounds interleaved ABBA: median time per call; GB/s counts the bytes read "
+            "and written, GFLOP/s the arithmetic (— for pure data movement); max abs err is the "
+            "output's largest deviation from the reference variant's. Δ speed is the geometric "
+            "mean of the paired per-round speed ratios against the op's reference variant, "
+            "with its Holm-adjusted 95% CI (the same paired method as the delta tables, "
+            "each op's table one Holm family)."
+        ),
+    ]
     runs = list(dict.fromkeys(s.run_id for s in study.op_summaries))
     notes = {r["shape_label"]: r["note"] for r in study.results.of_kind("op") if r.get("note")}
     for index, run_id in enumerate(runs):
@@ -40,8 +55,14 @@ def op_section(context: ReportContext) -> list[Block]:
     return blocks
 
 
-def _op_run(study: Study, run_id: str | None, summaries: list[VariantSummary], notes: dict[str, str], suffix: str,
-            out_dir: Path) -> list[Block]:
+def _op_run(
+    study: Study,
+    run_id: str | None,
+    summaries: list[VariantSummary],
+    notes: dict[str, str],
+    suffix: str,
+    out_dir: Path,
+) -> list[Block]:
     env = study.run_env(run_id)
     rounds = len({r["round"] for r in study.results.of_kind("op") if r.get("run_id") == run_id})
     where = "" if not suffix else f" · run {run_id}"
@@ -54,14 +75,16 @@ def _op_run(study: Study, run_id: str | None, summaries: list[VariantSummary], n
 
 
 def op_tables(summaries: Sequence[VariantSummary], notes: dict[str, str], where: str = "") -> list[Block]:
-    """Per op: its heading, its table and the notes on its shapes (also what `fusebench ops` prints at the end)."""
+    """Per op: its heading, its table and the notes on its shapes (also what `fusebench ops` prints
+    at the end)."""
     blocks: list[Block] = []
     for op in dict.fromkeys(s.op for s in summaries):
         rows = [s for s in summaries if s.op == op]
         title = f"{op}: {REGISTRY[op].doc}" if op in REGISTRY else op
         blocks += [Heading(f"{title}{where}", 3), op_table(rows)]
-        shape_notes = [f"{label}: {notes[label]}" for label in dict.fromkeys(s.shape_label for s in rows)
-                       if label in notes]
+        shape_notes = [
+            f"{label}: {notes[label]}" for label in dict.fromkeys(s.shape_label for s in rows) if label in notes
+        ]
         if shape_notes:
             blocks.append(Bullets(tuple(shape_notes)))
     return blocks
@@ -73,11 +96,20 @@ def op_table(summaries: Sequence[VariantSummary]) -> Table:
     for label in dict.fromkeys(s.shape_label for s in summaries):
         group = sorted((s for s in summaries if s.shape_label == label), key=lambda s: s.variant != s.reference)
         for i, s in enumerate(group):
-            delta, interval = ("—", "—") if s.speed is None else (format_delta(s.speed),
-                                                                  format_ci(s.speed))
-            rows.append((label if i == 0 else "", s.variant, format_seconds(s.median_s), format_rate(s.gbps),
-                         "—" if s.gflops is None else format_rate(s.gflops), f"{s.max_abs_err:.2g}", delta, interval,
-                         op_verdict_text(s)))
+            delta, interval = ("—", "—") if s.speed is None else (format_delta(s.speed), format_ci(s.speed))
+            rows.append(
+                (
+                    label if i == 0 else "",
+                    s.variant,
+                    format_seconds(s.median_s),
+                    format_rate(s.gbps),
+                    "—" if s.gflops is None else format_rate(s.gflops),
+                    f"{s.max_abs_err:.2g}",
+                    delta,
+                    interval,
+                    op_verdict_text(s),
+                )
+            )
     return Table(OP_COLUMNS, tuple(rows), frozenset(range(2, 8)))
 
 
@@ -85,9 +117,20 @@ def _op_figure(summaries: Sequence[VariantSummary], caption: str, where: str, pa
     # A variant is named on its bar only where its op has several besides the reference.
     variants_per_op = Counter(op for op, _ in {(s.op, s.variant) for s in summaries})
     several = {op for op, n in variants_per_op.items() if n > 1}
-    bars = [plots.OpBar(s.shape_label + (f" · {s.variant}" if s.op in several else ""), s.op, s.speed,
-                        bool(s.verdict and s.verdict.decided)) for s in summaries if s.speed]
+    bars = [
+        plots.OpBar(
+            s.shape_label + (f" · {s.variant}" if s.op in several else ""),
+            s.op,
+            s.speed,
+            bool(s.verdict and s.verdict.decided),
+        )
+        for s in summaries
+        if s.speed
+    ]
     title = f"Op microbenchmarks: speed vs each op's reference variant{where}"
     plots.op_delta_plot(bars, title=title, caption=caption, path=path)
-    return Figure(path, f"{title}: geometric mean of the paired per-round speed ratios, with its Holm-adjusted 95% "
-                        "CI; faint bars: no verdict of faster or slower")
+    return Figure(
+        path,
+        f"{title}: geometric mean of the paired per-round speed ratios, with its Holm-adjusted 95% "
+        "CI; faint bars: no verdict of faster or slower",
+    )

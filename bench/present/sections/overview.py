@@ -1,4 +1,5 @@
-"""The report's opening: its title, the answer (a sentence per comparison), and what the results hold."""
+"""The report's opening: its title, the answer (a sentence per comparison), and what the results
+hold."""
 
 from __future__ import annotations
 
@@ -20,7 +21,10 @@ def bottom_line_section(context: ReportContext) -> list[Block]:
         for workload in ordered_workloads([on(study.timed, machine)]):
             lines = bottom_lines(study, machine, workload, context.comparisons)
             if lines:
-                blocks += [Heading(f"Bottom line: {workload} on {machine}", 2), *map(Paragraph, lines)]
+                blocks += [
+                    Heading(f"Bottom line: {workload} on {machine}", 2),
+                    *map(Paragraph, lines),
+                ]
     return blocks
 
 
@@ -32,8 +36,10 @@ def overview_section(context: ReportContext) -> list[Block]:
         cases = {(s.run_id, s.op, s.shape_label) for s in study.op_summaries}
         ops = dict.fromkeys(s.op for s in study.op_summaries)
         measured.append(f"{len(study.results.of_kind('op'))} op samples ({len(cases)} shapes of {', '.join(ops)})")
-    text = (f"From {len(sources) or '?'} results file(s) ({', '.join(str(s) for s in sources) or 'in memory'}): "
-            f"{len(study.runs)} run(s) on {len(study.machines)} machine(s), {', '.join(measured)}")
+    text = (
+        f"From {len(sources) or '?'} results file(s) ({', '.join(str(s) for s in sources) or 'in memory'}): "
+        f"{len(study.runs)} run(s) on {len(study.machines)} machine(s), {', '.join(measured)}"
+    )
     text += f", variants {', '.join(study.variants)}." if study.variants else "."
     if study.results.corrupt_lines:
         text += f" {len(study.results.corrupt_lines)} corrupt line(s) were skipped (see Warnings)."

@@ -1,5 +1,4 @@
-"""Achieved prefill TFLOP/s and gen GB/s against the machine's peak.
-"""
+"""Achieved prefill TFLOP/s and gen GB/s against the machine's peak."""
 
 from __future__ import annotations
 
@@ -30,11 +29,15 @@ ROOFLINE_MEANING = (
 
 
 def roofline_section(context: ReportContext) -> list[Block]:
-    """Achieved prefill TFLOP/s and gen GB/s per cell and variant, with their share of the machine's peak."""
+    """Achieved prefill TFLOP/s and gen GB/s per cell and variant, with their share of the machine's
+    peak."""
     study = context.study
     if not has_roofline(study.timed):
         return []
-    blocks: list[Block] = [Heading("Roofline"), Paragraph(f"Medians of the timed trials. {ROOFLINE_MEANING}")]
+    blocks: list[Block] = [
+        Heading("Roofline"),
+        Paragraph(f"Medians of the timed trials. {ROOFLINE_MEANING}"),
+    ]
     for machine in study.machines:
         timed = on(study.timed, machine)
         if timed.empty:
@@ -42,41 +45,62 @@ def roofline_section(context: ReportContext) -> list[Block]:
         suffix = "" if len(study.machines) == 1 else f" · {machine}"
         blocks.append(Bullets(tuple(f"Peak{suffix}: {describe_peak(peak)}" for peak in _peaks(study, timed))))
         for workload in ordered_workloads([timed]):
-            blocks += [Heading(f"{workload}{suffix}", 3), roofline_table(study, on(timed, machine, workload))]
+            blocks += [
+                Heading(f"{workload}{suffix}", 3),
+                roofline_table(study, on(timed, machine, workload)),
+            ]
     return blocks
 
 
 def _peaks(study: Study, timed: pd.DataFrame) -> list[Peak | None]:
-    """The distinct peaks the runs of these trials were held against (one, unless runs measured it apart)."""
-    return list(dict.fromkeys(study.runs[run_id].peak if run_id in study.runs else None
-                              for run_id in dict.fromkeys(timed["run_id"])))
+    """The distinct peaks the runs of these trials were held against (one, unless runs measured it
+    apart)."""
+    return list(
+        dict.fromkeys(
+            study.runs[run_id].peak if run_id in study.runs else None for run_id in dict.fromkeys(timed["run_id"])
+        )
+    )
 
 
 def describe_peak(peak: Peak | None) -> str:
     if not peak:
-        return ("none known (a CPU run without a probe, or a device missing from the chip table): achieved rates "
-                "only, no percentages")
-    figures = [f"{format_rate(value)} {unit}" for value, unit in (
-        (peak.fp32_tflops, "TFLOP/s fp32"), (peak.bf16_tflops, "TFLOP/s bf16"), (peak.memory_gbps, "GB/s memory")
-    ) if value]
+        return (
+            "none known (a CPU run without a probe, or a device missing from the chip table): achieved rates "
+            "only, no percentages"
+        )
+    figures = [
+        f"{format_rate(value)} {unit}"
+        for value, unit in (
+            (peak.fp32_tflops, "TFLOP/s fp32"),
+            (peak.bf16_tflops, "TFLOP/s bf16"),
+            (peak.memory_gbps, "GB/s memory"),
+        )
+        if value
+    ]
     return f"{peak.name}: {', '.join(figures) or 'no figures'} (source: {peak.source}; confidence: {peak.confidence})"
 
 
 def roofline_table(study: Study, timed: pd.DataFrame) -> Table:
-    """Size | Variant | prefill TFLOP/s (% of peak) | gen GB/s (% of peak), for one machine and workload."""
+    """Size | Variant | prefill TFLOP/s (% of peak) | gen GB/s (% of peak), for one machine and
+    workload."""
     labels = cell_labels(ordered_cells([timed]))
     found = rooflines(timed)
     rows = []
     for cell, label in labels.items():
         for variant in (v for v in study.variants if (cell[0], v) in found):
             rows.append((label, variant, *_rates(found[(cell[0], variant)])))
-    return Table(("Size", "Variant", "Prefill TFLOP/s (% of peak)", "Gen GB/s (% of peak)"), tuple(rows),
-                 frozenset({2, 3}))
+    return Table(
+        ("Size", "Variant", "Prefill TFLOP/s (% of peak)", "Gen GB/s (% of peak)"),
+        tuple(rows),
+        frozenset({2, 3}),
+    )
 
 
 def _rates(r: Roofline) -> tuple[str, str]:
-    return (_with_percent(r.prefill_tflops, r.prefill_pct_of_peak, "prefill" in r.above_peak),
-            _with_percent(r.gen_gbps, r.gen_pct_of_peak, "gen" in r.above_peak))
+    return (
+        _with_percent(r.prefill_tflops, r.prefill_pct_of_peak, "prefill" in r.above_peak),
+        _with_percent(r.gen_gbps, r.gen_pct_of_peak, "gen" in r.above_peak),
+    )
 
 
 def _with_percent(value: float, share: float, above_peak: bool) -> str:

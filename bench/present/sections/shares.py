@@ -1,5 +1,6 @@
-"""Where the time goes: per cell, each switchable op's time in a prefill and in one decode step of every variant,
-and the rest of the step, from the run's op shares (bench.analysis.shares). Only for runs that timed them."""
+"""Where the time goes: per cell, each switchable op's time in a prefill and in one decode step of
+every variant, and the rest of the step, from the run's op shares (bench.analysis.shares). Only for
+runs that timed them."""
 
 from __future__ import annotations
 
@@ -41,7 +42,8 @@ def shares_section(context: ReportContext) -> list[Block]:
 
 
 def share_table(data: ShareData, cell: str, variants: list[str]) -> Table | None:
-    """Op | each variant's prefill and decode step: the op's time and its share of the step; then rest and step."""
+    """Op | each variant's prefill and decode step: the op's time and its share of the step; then
+    rest and step."""
     steps = {(v, m): step for v in variants for m in METRICS if (step := data.step_shares(cell, v, m)) is not None}
     if not steps:
         return None

@@ -1,5 +1,4 @@
-"""Honest warnings, as hyperfine gives them: what makes a number shaky, said next to it.
-"""
+"""Honest warnings, as hyperfine gives them: what makes a number shaky, said next to it."""
 
 from __future__ import annotations
 
@@ -13,12 +12,14 @@ NOISY_CV = 0.05  # hyperfine's rule of thumb: beyond this the machine is too bus
 
 COLD_FACTOR = 2.0  # warn when the cold first call takes this many times a steady trial
 
-BUSY_CORES = 0.25  # other processes' CPU, in cores, above which a timing shares its machine noticeably
+# other processes' CPU, in cores, above which a timing shares its machine noticeably
+BUSY_CORES = 0.25
 STEAL_CORES = 0.05  # hypervisor steal, in cores, above which the VM's neighbours took real time
 
 
 def warnings_section(context: ReportContext) -> list[Block]:
-    """The warnings the sections above raised, then the trials' own: noise, cold starts, a busy machine."""
+    """The warnings the sections above raised, then the trials' own: noise, cold starts, a busy
+    machine."""
     study = context.study
     context.warnings += noisy_warnings(study) + cold_start_warnings(study) + load_warnings(study)
     if context.warnings:
@@ -29,7 +30,8 @@ def warnings_section(context: ReportContext) -> list[Block]:
 
 
 def noisy_warnings(study: Study) -> list[str]:
-    """One line per cell whose rounds scatter by more than NOISY_CV, naming each noisy variant and metric."""
+    """One line per cell whose rounds scatter by more than NOISY_CV, naming each noisy variant and
+    metric."""
     noisy: dict[tuple[str, str, str], list[stats.CellSummary]] = {}
     for s in stats.summaries(study.timed):
         if s.summary.cv > NOISY_CV:
@@ -56,13 +58,19 @@ def cold_start_warnings(study: Study) -> list[str]:
         slow = [c for c in colds if c.steady_s > 0 and c.compile_s > COLD_FACTOR * c.steady_s]
         if not slow:
             continue
-        consequence = ("it ran as a timed round, so it is in the statistics: set warmup to 1 or more"
-                       if any(c.timed for c in slow) else "a warmup round absorbed it")
-        facts = "; ".join(f"{c.variant} {c.compile_s:.2f} s vs {c.steady_s:.2f} s ({c.compile_s / c.steady_s:.1f}×)"
-                          for c in slow)
+        consequence = (
+            "it ran as a timed round, so it is in the statistics: set warmup to 1 or more"
+            if any(c.timed for c in slow)
+            else "a warmup round absorbed it"
+        )
+        facts = "; ".join(
+            f"{c.variant} {c.compile_s:.2f} s vs {c.steady_s:.2f} s ({c.compile_s / c.steady_s:.1f}×)" for c in slow
+        )
         first = colds[0]
-        warnings.append(f"slow cold start: {cell_where(study, first.size, first.workload, first.machine)}: first "
-                        f"call vs steady trial: {facts}; kernels compile on first use, and {consequence}")
+        warnings.append(
+            f"slow cold start: {cell_where(study, first.size, first.workload, first.machine)}: first "
+            f"call vs steady trial: {facts}; kernels compile on first use, and {consequence}"
+        )
     return warnings
 
 
@@ -71,8 +79,10 @@ def load_warnings(study: Study) -> list[str]:
     warnings = []
     for run in study.runs.values():
         if run.preflight and run.preflight.other_cores > BUSY_CORES:
-            warnings.append(f"busy machine: run {run.run_id}: before it started, other processes used "
-                            f"{run.preflight.other_cores:.2f} cores (load average {run.preflight.loadavg_1m:.2f})")
+            warnings.append(
+                f"busy machine: run {run.run_id}: before it started, other processes used "
+                f"{run.preflight.other_cores:.2f} cores (load average {run.preflight.loadavg_1m:.2f})"
+            )
     for during in study.loads:
         if during.other_cores_mean > BUSY_CORES or during.steal_cores_mean > STEAL_CORES:
             warnings.append(
