@@ -360,4 +360,4 @@ def test_an_interpreter_runs_the_reference_workers_and_the_header_names_both_env
     assert builds["current"]["packages"]["mlx"] == builds["reference"]["packages"]["mlx"]
     assert "mlx " in builds["reference"]["label"]
     check = fusebench_here("check", "ab.jsonl", "--max-regression", "60", cwd=repo)
-    assert check.returncode in (0, 1) and "reference mlx " in check.stdout
+    assert check.returncode in (0, 1, 3) and "reference mlx " in check.stdout  # any outcome: plumbing
