@@ -101,15 +101,6 @@ def preset_config(name: str, overrides: Overrides) -> dict[str, Any]:
     return full_config(config)
 
 
-def size_label(config: dict[str, Any], full_layers: int | None = None) -> str:
-    """`E2B`, or `E2B (2/35 layers)` for a truncated model."""
-    label = config.get("size", config.get("model_type", "model"))
-    layers = config["num_hidden_layers"]
-    if full_layers and layers != full_layers:
-        return f"{label} ({layers}/{full_layers} layers)"
-    return label
-
-
 def attention_heads(config: dict[str, Any], layer_type: str) -> tuple[int, int]:
     """(head_dim, KV heads) of a layer type, as models.gemma4.Attention picks them: the one place
     the model's attention geometry is read from a config, for the benchmarks' shapes, work counts

@@ -122,7 +122,8 @@ def test_bad_input_is_one_line_and_exit_2(case: str, files: dict[str, Path], cap
         code = main([str(files.get(arg, arg)) for arg in argv])
     except SystemExit as usage:  # argparse's own usage errors
         code = usage.code
-    err = capsys.readouterr().err
+    out, err = capsys.readouterr()
     assert code == 2, err
     assert err.count("\n") == 1 and "Traceback" not in err, err
     assert message in err, err
+    assert out.count("\n") + err.count("\n") <= 4, out  # no screen of warnings before the one line

@@ -570,7 +570,7 @@ def test_corrupt_line_is_skipped_warned_and_counted(tmp_path: Path):
     path.write_text("\n".join(lines) + "\n")
     code, out, terminal = run_report(tmp_path, path)
     assert code == 0
-    assert f"{path}:4: corrupt JSON line skipped" in terminal
+    assert f"{path}: 1 corrupt JSON line skipped (line 4)" in terminal
     markdown = read_md(out / "report.md")
     assert "1 corrupt line(s) skipped" in markdown
     assert f"{path}:4" in markdown

@@ -19,6 +19,7 @@ from models.config import Overrides, preset_config, preset_names, truncate
 
 from ..core.errors import UserError
 from ..core.records import METRIC_COLUMNS, METRICS
+from ..core.text import join_words
 from .inference import RatioInterval
 from .study import Study, ordered_workloads, size_rank
 
@@ -321,7 +322,7 @@ def check_separable(preset: str, what: str, depths: Sequence[int]) -> None:
     if len(depths) < 2:
         example = sorted([*depths, *separating_depths(preset, depths)])
         raise ProjectionError(
-            f"{what} has only depth {_join(depths)}: a projection needs at least {len(terms)} depths, e.g. "
+            f"{what} has only depth {join_words(depths)}: a projection needs at least {len(terms)} depths, e.g. "
             f"`layers: [{', '.join(map(str, example))}]`"
         )
     x = design(preset, depths)
@@ -333,15 +334,15 @@ def check_separable(preset: str, what: str, depths: Sequence[int]) -> None:
     null = np.linalg.svd(x)[2][rank:]
     confounded = [TERM_NAMES[t] for t, column in zip(terms, null.T, strict=True) if np.abs(column).max() > 1e-9]
     added = separating_depths(preset, depths)
-    joined = _join(confounded, "from" if len(confounded) == 2 else "and")
+    joined = join_words(confounded, "from" if len(confounded) == 2 else "and")
     why = (
         f"{len(depths)} depths for {len(terms)} terms"
         if len(depths) < len(terms)
         else "their layer counts vary together at these depths"
     )
     raise ProjectionError(
-        f"{what} at depths {_join(depths)} cannot separate {joined} ({why}); add "
-        f"depth{'s' if len(added) > 1 else ''} {_join(added)}, where they differ"
+        f"{what} at depths {join_words(depths)} cannot separate {joined} ({why}); add "
+        f"depth{'s' if len(added) > 1 else ''} {join_words(added)}, where they differ"
     )
 
 
@@ -361,11 +362,6 @@ def separating_depths(preset: str, depths: Sequence[int]) -> list[int]:
             chosen, rank = [*chosen, depth], more
             added.append(depth)
     return added
-
-
-def _join(items: Sequence[Any], last: str = "and") -> str:
-    items = [str(i) for i in items]
-    return items[0] if len(items) == 1 else f"{', '.join(items[:-1])} {last} {items[-1]}"
 
 
 # --- from a study ---------------------------------------------------------------------------------
@@ -660,7 +656,7 @@ def _fit_depths(series: Series, fit_layers: Collection[int] | None) -> list[int]
     if missing:
         raise ProjectionError(
             f"--fit-layers: {series.scope.size} {series.variant} was not measured at depth "
-            f"{_join(missing)} (measured: {_join(series.depths)})"
+            f"{join_words(missing)} (measured: {join_words(series.depths)})"
         )
     return sorted(fit_layers)
 
@@ -678,7 +674,9 @@ def _what(series: Series, every: Sequence[Series]) -> str:
         for d in s.depths
     } - set(series.depths)
     if apart:
-        notes.append(f"depth {_join(sorted(apart))} ran in another dtype or quantization, fitted apart: never mixed")
+        notes.append(
+            f"depth {join_words(sorted(apart))} ran in another dtype or quantization, fitted apart: never mixed"
+        )
     what = f"{scope.size} ({'; '.join(notes)})"
     return what if len({s.depths for s in every if s.scope == scope}) == 1 else f"{what} {series.variant}"
 

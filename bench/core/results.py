@@ -128,8 +128,6 @@ def _read_file(path: Path, warn: Any) -> Results:
         record = _parse_line(line)
         if record is None:
             results.corrupt_lines.append(f"{path}:{number}")
-            if warn:
-                warn(f"{path}:{number}: corrupt JSON line skipped")
             continue
         if record["kind"] == "run":
             formats.setdefault(record.get("run_id", ""), header_format(record))
@@ -141,7 +139,18 @@ def _read_file(path: Path, warn: Any) -> Results:
             raise ResultsError(f"{path}:{number}: {err}") from None
     if not results.records:
         raise ResultsError(f"{path}: no valid records (empty or corrupt file)")
+    if warn and results.corrupt_lines:
+        warn(_corrupt_summary(path, results.corrupt_lines))
     return results
+
+
+def _corrupt_summary(path: Path, where: list[str]) -> str:
+    """One warning for a file's corrupt lines, however many: "r.jsonl: 2 corrupt JSON lines skipped
+    (lines 4, 9)", the first few named."""
+    numbers = [spot.rsplit(":", 1)[1] for spot in where]
+    shown = ", ".join(numbers[:5]) + (f" and {len(numbers) - 5} more" if len(numbers) > 5 else "")
+    lines = "line" if len(numbers) == 1 else "lines"
+    return f"{path}: {len(numbers)} corrupt JSON {lines} skipped ({lines} {shown})"
 
 
 def _identity(record: dict[str, Any]) -> str:

@@ -248,8 +248,10 @@ class Experiment:
     def cells(self) -> list[Cell]:
         return [Cell(model, workload) for model in self.models for workload in self.workloads]
 
-    def trial_count(self) -> int:
-        return len(self.cells()) * len(self.variants) * (self.trials + self.warmup)
+    def trial_count(self, cells: int | None = None, builds: int = 1) -> int:
+        """Trials of `cells` cells (default: all of them) at most, warm-ups included, each build's."""
+        count = len(self.cells()) if cells is None else cells
+        return count * builds * len(self.variants) * (self.trials + self.warmup)
 
 
 # --- entry points --------------------------------------------------------------------------------

@@ -341,8 +341,8 @@ class Runner:
     def run(self, jobs: list[ModelJob], writer: ResultsWriter) -> None:
         if self.exp.precision and self.exp.precision.budget_s:
             self.budget = RunBudget(self.exp.precision.budget_s, sum(len(job.cells) for job in jobs))
-        per_round = len(self.exp.variants) * len(self.builds)
-        total = sum(len(job.cells) * per_round * (self.exp.warmup + self.exp.trials) for job in jobs)
+        cells = sum(len(job.cells) for job in jobs)
+        total = self.exp.trial_count(cells, builds=len(self.builds))
         with self._progress() as progress:
             task = progress.add_task("starting", total=total)
 

@@ -85,3 +85,9 @@ def format_count(n: int) -> str:
 def format_duration(seconds: float) -> str:
     """ "43 s", or "5 min" from two minutes on."""
     return f"{seconds:.0f} s" if seconds < 120 else f"{seconds / 60:.0f} min"
+
+
+def json_number(value: float) -> float | None:
+    """A figure for JSON output: rounded to 4 places, None where it is not finite (JSON has no inf or
+    NaN)."""
+    return round(float(value), 4) if math.isfinite(value) else None

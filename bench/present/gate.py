@@ -25,7 +25,7 @@ from ..analysis.history import MIN_RUNS
 from ..analysis.inference import STALLS_NEW, slower_beyond
 from ..analysis.stats import Stalls
 from .document import Block, Bullets, Heading, Paragraph, Table
-from .format import format_ci, format_delta, format_duration, format_tps, verdict_text
+from .format import format_ci, format_delta, format_duration, format_tps, json_number, verdict_text
 
 COLUMNS = (
     "Check",
@@ -291,11 +291,11 @@ def finding_json(f: Finding) -> FindingJson:
         variant=f.variant,
         metric=f.metric,
         unit="ratio" if f.check in RATIO_CHECKS else "tok/s",
-        baseline=_finite(f.baseline),
-        current=_finite(f.current),
-        delta_pct=_finite(f.ci.delta_pct) if f.ci else None,
-        ci_low_pct=_finite(f.ci.low_pct) if f.ci else None,
-        ci_high_pct=_finite(f.ci.high_pct) if f.ci else None,
+        baseline=json_number(f.baseline),
+        current=json_number(f.current),
+        delta_pct=json_number(f.ci.delta_pct) if f.ci else None,
+        ci_low_pct=json_number(f.ci.low_pct) if f.ci else None,
+        ci_high_pct=json_number(f.ci.high_pct) if f.ci else None,
         limit_pct=f.limit.pct if f.limit else None,
         limit_bound=f.limit.bound.value if f.limit else None,
         verdict=f.status.value,
@@ -307,22 +307,18 @@ def finding_json(f: Finding) -> FindingJson:
         rounds=s.rounds if s else None,
         excluded_against_new=s.against_new if s else None,
         excluded_against_baseline=s.against_baseline if s else None,
-        stall_sign_p=_finite(s.sign_p) if s else None,
+        stall_sign_p=json_number(s.sign_p) if s else None,
         all_rounds=_interval_json(s.all_rounds) if s else None,
         trimmed=_interval_json(s.trimmed) if s else None,
         settle_rounds=f.settle.rounds if f.settle else None,
-        settle_seconds=_finite(f.settle.seconds) if f.settle and f.settle.seconds is not None else None,
+        settle_seconds=json_number(f.settle.seconds) if f.settle and f.settle.seconds is not None else None,
     )
 
 
 def _interval_json(ci: stats.RatioCI) -> IntervalJson:
     return IntervalJson(
         rounds=ci.n,
-        delta_pct=_finite(ci.delta_pct),
-        ci_low_pct=_finite(ci.low_pct),
-        ci_high_pct=_finite(ci.high_pct),
+        delta_pct=json_number(ci.delta_pct),
+        ci_low_pct=json_number(ci.low_pct),
+        ci_high_pct=json_number(ci.high_pct),
     )
-
-
-def _finite(value: float) -> float | None:
-    return round(float(value), 4) if math.isfinite(value) else None

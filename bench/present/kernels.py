@@ -8,6 +8,7 @@ from __future__ import annotations
 from collections.abc import Mapping, Sequence
 from typing import Any
 
+from ..core.text import join_words
 from .document import Table
 
 KERNEL_COLUMNS = ("Op", "Variant", "Shape", "Status", "Kernels", "Reason")
@@ -30,15 +31,10 @@ def kernel_table(facts: Sequence[Mapping[str, Any]]) -> Table:
     return Table(KERNEL_COLUMNS, rows, frozenset({4}))
 
 
-def _join(items: Sequence[Any]) -> str:
-    items = [str(i) for i in items]
-    return items[0] if len(items) == 1 else f"{', '.join(items[:-1])} and {items[-1]}"
-
-
 def _span(facts: Sequence[Mapping[str, Any]]) -> str:
     head_dims = sorted({int(f["head_dim"]) for f in facts if _count(f.get("head_dim")) != "—"})
     phases = [p for p in ("prefill", "decode") if any(f.get("phase") == p for f in facts)]
-    return f"head_dim {_join(head_dims)}, {_join(phases)}"
+    return f"head_dim {join_words(head_dims)}, {join_words(phases)}"
 
 
 def compile_note(facts: Sequence[Mapping[str, Any]]) -> str | None:
@@ -86,7 +82,7 @@ def summarize_attention(facts: Sequence[Mapping[str, Any]]) -> str:
             sentence = f"on {backend} `sdpa` fell back to composed ops for every attention shape ({_span(mine)})"
             sentences.append(f"{sentence}: MLX says: {'; '.join(reasons)}")
         else:
-            fused_part = f"ran a fused kernel for {_join([f['shape_label'] for f in fused])}"
+            fused_part = f"ran a fused kernel for {join_words([f['shape_label'] for f in fused])}"
             fell = "; ".join(f"{f['shape_label']} (MLX says: {f['reason'].rstrip('.')})" for f in fallen)
             sentences.append(f"on {backend} `sdpa` {fused_part}, and fell back to composed ops for {fell}")
     return "; ".join(sentences)

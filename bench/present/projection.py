@@ -26,7 +26,7 @@ from ..analysis.projection import (
     RateInterval,
 )
 from .document import Block, Heading, Paragraph, Table
-from .format import format_ci, format_delta, format_rate, format_tps
+from .format import format_ci, format_delta, format_rate, format_tps, json_number
 
 COST_COLUMNS = {
     "fixed": "Fixed ms",
@@ -205,9 +205,9 @@ def _row_json(row: ProjectedRow, deltas: Sequence[ProjectedDelta]) -> dict[str, 
             {
                 "baseline": d.baseline,
                 "metric": d.metric,
-                "delta_pct": _finite(d.delta_pct),
-                "ci_low_pct": _finite(d.low_pct),
-                "ci_high_pct": _finite(d.high_pct),
+                "delta_pct": json_number(d.delta_pct),
+                "ci_low_pct": json_number(d.low_pct),
+                "ci_high_pct": json_number(d.high_pct),
             }
             for d in deltas
             if d.scope == scope and d.new == row.variant
@@ -219,9 +219,9 @@ def _rate_json(metric: str, rate: RateInterval | None) -> dict[str, float | None
     if rate is None:
         return {f"{metric}_tps": None, f"{metric}_low": None, f"{metric}_high": None}
     return {
-        f"{metric}_tps": _finite(rate.tps),
-        f"{metric}_low": _finite(rate.low),
-        f"{metric}_high": _finite(rate.high),
+        f"{metric}_tps": json_number(rate.tps),
+        f"{metric}_low": json_number(rate.low),
+        f"{metric}_high": json_number(rate.high),
     }
 
 
@@ -233,7 +233,3 @@ def _fit_json(fit: LayerFit) -> dict[str, Any]:
         "dof": fit.dof,
         "reduced_chi2": fit.reduced_chi2,
     }
-
-
-def _finite(value: float) -> float | None:
-    return round(float(value), 4) if math.isfinite(value) else None
