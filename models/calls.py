@@ -123,15 +123,18 @@ class OpCalls(ABC):
 CallsClass = TypeVar("CallsClass", bound=type[OpCalls])
 
 
+# Each declared op's calls, by op name (`register_calls`); an op the benchmarks cannot call has none.
+CALLS: dict[str, OpCalls] = {}
+
+
 def register_calls(op: str) -> Callable[[CallsClass], CallsClass]:
     """Attach the class's `OpCalls` to the declared `op`; an op's calls are declared once."""
 
     def attach(cls: CallsClass) -> CallsClass:
         check_op(op)
-        spec = REGISTRY[op]
-        if spec.calls is not None:
-            raise ValueError(f"{op} already has its calls ({type(spec.calls).__name__}); they are declared once")
-        spec.calls = cls()
+        if op in CALLS:
+            raise ValueError(f"{op} already has its calls ({type(CALLS[op]).__name__}); they are declared once")
+        CALLS[op] = cls()
         return cls
 
     return attach
@@ -139,4 +142,4 @@ def register_calls(op: str) -> Callable[[CallsClass], CallsClass]:
 
 def calls_by_op() -> dict[str, OpCalls]:
     """Every op that declared its calls, in declaration order."""
-    return {op: spec.calls for op, spec in REGISTRY.items() if spec.calls is not None}
+    return {op: CALLS[op] for op in REGISTRY if op in CALLS}

@@ -12,21 +12,15 @@ from __future__ import annotations
 
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
-from typing import TYPE_CHECKING, Any
+from typing import Any
 
 from .errors import UnknownOpError
-
-if TYPE_CHECKING:
-    from .calls import OpCalls
 
 
 @dataclass
 class OpSpec:
     """One switchable op: `reference` is the plain composed form, `default` what a variant gets when
     it omits the op.
-
-    `calls` is attached by `models.calls.register_calls`: None until then, and for an op the
-    benchmarks cannot call.
     """
 
     name: str
@@ -34,7 +28,6 @@ class OpSpec:
     reference: str
     default: str
     variants: dict[str, Callable[..., Any]] = field(default_factory=dict)
-    calls: OpCalls | None = None
 
 
 REGISTRY: dict[str, OpSpec] = {}

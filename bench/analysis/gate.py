@@ -58,9 +58,9 @@ from typing import Any
 import pandas as pd
 
 from ..core.baselines import load_baseline, require_timed_trials
-from ..core.fingerprint import Fingerprint, MachineMismatchError, results_fingerprint
+from ..core.fingerprint import Fingerprint, MachineMismatchError
 from ..core.records import ResultsError
-from ..core.results import Results, read_results
+from ..core.results import Results, read_results, results_fingerprint
 from ..core.spec import DEFAULT_MARGIN_PCT, Experiment, parse_experiment
 from . import stats
 from .history import MIN_RUNS, SpeedupHistory, run_speedups

@@ -41,9 +41,9 @@ import numpy as np
 import pandas as pd
 
 from ..core.baselines import BASELINE_DIR
-from ..core.fingerprint import Fingerprint, results_fingerprint
+from ..core.fingerprint import Fingerprint
 from ..core.records import ResultsError, utc_now
-from ..core.results import read_results
+from ..core.results import read_results, results_fingerprint
 from ..core.spec import Experiment, parse_experiment
 from . import stats
 from .history import SpeedupHistory, histories

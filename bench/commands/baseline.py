@@ -31,8 +31,7 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
 
 def main(args: argparse.Namespace, console: Console) -> int:
     from ..core.baselines import save_baseline
-    from ..core.fingerprint import results_fingerprint
-    from ..core.results import read_results
+    from ..core.results import read_results, results_fingerprint
 
     out = save_baseline(args.results, args.name, force=args.force)
     machine = results_fingerprint(read_results([out]), out)

@@ -14,9 +14,8 @@ from dataclasses import asdict
 from pathlib import Path
 from typing import Any
 
-from .fingerprint import results_fingerprint
 from .records import ResultsError, require_fields, utc_now
-from .results import Results, read_results
+from .results import Results, read_results, results_fingerprint
 
 BASELINE_DIR = Path("results/baselines")
 _NAME = re.compile(r"[A-Za-z0-9._-]+")

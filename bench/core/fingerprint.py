@@ -5,13 +5,8 @@ from __future__ import annotations
 
 import re
 from dataclasses import dataclass
-from pathlib import Path
-from typing import TYPE_CHECKING
 
 from .records import Env, ResultsError
-
-if TYPE_CHECKING:
-    from .results import Results
 
 
 @dataclass(frozen=True)
@@ -58,16 +53,3 @@ def fingerprint(env: Env) -> Fingerprint:
         blas=blas_name(env),
         cpu=str(env.get("cpu", "?")),
     )
-
-
-def results_fingerprint(results: Results, path: Path) -> Fingerprint:
-    """The one machine a results file was measured on; no header, or headers from several machines,
-    is an error."""
-    prints = list(dict.fromkeys(fingerprint(h.get("env", {})) for h in results.runs.values()))
-    if not prints:
-        raise ResultsError(f"{path}: no run header, so no machine fingerprint; is it a fusebench results file?")
-    if len(prints) > 1:
-        raise MachineMismatchError(
-            f"{path}: runs from {len(prints)} machines ({' | '.join(map(str, prints))}); keep one machine per file"
-        )
-    return prints[0]

@@ -22,7 +22,7 @@ from typing import Any
 
 import pandas as pd
 
-from .fingerprint import machine_label
+from .fingerprint import Fingerprint, MachineMismatchError, fingerprint, machine_label
 from .records import FORMAT, RECORD_KINDS, ResultsError, RunHeader, header_format, upgrade
 
 
@@ -174,3 +174,16 @@ def _parse_line(line: bytes) -> dict[str, Any] | None:
     if not isinstance(record, dict) or record.get("kind") not in RECORD_KINDS:
         return None
     return record
+
+
+def results_fingerprint(results: Results, path: Path) -> Fingerprint:
+    """The one machine a results file was measured on; no header, or headers from several machines,
+    is an error."""
+    prints = list(dict.fromkeys(fingerprint(h.get("env", {})) for h in results.runs.values()))
+    if not prints:
+        raise ResultsError(f"{path}: no run header, so no machine fingerprint; is it a fusebench results file?")
+    if len(prints) > 1:
+        raise MachineMismatchError(
+            f"{path}: runs from {len(prints)} machines ({' | '.join(map(str, prints))}); keep one machine per file"
+        )
+    return prints[0]

@@ -34,6 +34,7 @@ from pathlib import Path
 from types import TracebackType
 from typing import Any
 
+from models.calls import CALLS
 from models.ops import REGISTRY, OpCalls, OpSpec, op_choices
 
 from ..core.errors import UserError
@@ -77,18 +78,20 @@ class _Saved:
 
 
 def _snapshot() -> dict[str, _Saved]:
-    return {op: _Saved(spec, dict(spec.variants), spec.calls) for op, spec in REGISTRY.items()}
+    return {op: _Saved(spec, dict(spec.variants), CALLS.get(op)) for op, spec in REGISTRY.items()}
 
 
 def _restore(snapshot: dict[str, _Saved]) -> None:
     """The registry as the snapshot found it: the same ops in the same order, each with its variants
     and calls."""
     REGISTRY.clear()
+    CALLS.clear()
     for op, saved in snapshot.items():
         saved.spec.variants.clear()
         saved.spec.variants.update(saved.variants)
-        saved.spec.calls = saved.calls
         REGISTRY[op] = saved.spec
+        if saved.calls is not None:
+            CALLS[op] = saved.calls
 
 
 def _one_line(text: str) -> str:
