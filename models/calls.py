@@ -17,7 +17,7 @@ from __future__ import annotations
 from abc import ABC, abstractmethod
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
-from typing import Any, TypeVar
+from typing import Any, ClassVar, TypeVar
 
 import mlx.core as mx
 from mlx_lm.models.gemma4_text import ModelArgs
@@ -55,7 +55,10 @@ class OpCase:
     @property
     def label(self) -> str:
         if self.shown:
-            shapes = " ".join(f"{name}{_dims(shape)}" for name, shape in zip(self.shown, self.arrays, strict=False))
+            shapes = " ".join(
+                f"{name}{_dims(shape)}"
+                for name, shape in zip(self.shown, self.arrays, strict=False)
+            )
         else:
             shapes = _dims(self.shape)
         dtype = "" if self.dtype == "float32" else f" {self.dtype}"
@@ -88,8 +91,26 @@ class Inputs:
         return [v for v in [*self.args, *self.kwargs.values()] if isinstance(v, mx.array)]
 
 
+@dataclass
+class ProbeOutcome:
+    """What an op's fused-kernel probe found at one call: `status` "fused" (with the output to read
+    the kernels from, its inputs already evaluated), "fallback" or "unknown", and why."""
+
+    variant: str
+    status: str
+    reason: str
+    output: mx.array | None = None
+
+
 class OpCalls(ABC):
     """What the tools that call an op on its own need of it, beyond its variants."""
+
+    # The name of this op's fused-kernel probe, as kernel facts record it; None: the op has none.
+    probe_name: ClassVar[str | None] = None
+
+    def probe_fused(self, inputs: Inputs) -> ProbeOutcome:
+        """Whether the backend has a fused kernel for this call (ops with a `probe_name`)."""
+        raise NotImplementedError(f"{type(self).__name__} declares no fused-kernel probe")
 
     @abstractmethod
     def cases(self, args: ModelArgs, batch: int, length: int) -> list[OpCase]:
@@ -110,7 +131,8 @@ class OpCalls(ABC):
         nothing is evaluated."""
         dtype = getattr(mx, case.dtype)  # the dtype names (models.config.DTYPES) are mlx's own
         arrays = [
-            mx.random.normal(shape, dtype=dtype, key=mx.random.key(seed + i)) for i, shape in enumerate(case.arrays)
+            mx.random.normal(shape, dtype=dtype, key=mx.random.key(seed + i))
+            for i, shape in enumerate(case.arrays)
         ]
         return Inputs([*arrays, *case.positional], dict(case.keywords))
 
@@ -123,7 +145,8 @@ class OpCalls(ABC):
 CallsClass = TypeVar("CallsClass", bound=type[OpCalls])
 
 
-# Each declared op's calls, by op name (`register_calls`); an op the benchmarks cannot call has none.
+# Each declared op's calls, by op name (`register_calls`); an op the benchmarks cannot call has
+# none.
 CALLS: dict[str, OpCalls] = {}
 
 
@@ -133,7 +156,9 @@ def register_calls(op: str) -> Callable[[CallsClass], CallsClass]:
     def attach(cls: CallsClass) -> CallsClass:
         check_op(op)
         if op in CALLS:
-            raise ValueError(f"{op} already has its calls ({type(CALLS[op]).__name__}); they are declared once")
+            raise ValueError(
+                f"{op} already has its calls ({type(CALLS[op]).__name__}); they are declared once"
+            )
         CALLS[op] = cls()
         return cls
 

@@ -52,7 +52,9 @@ class Overrides:
             raise ModelConfigError(f"unknown dtype {self.dtype!r}; choose from {', '.join(DTYPES)}")
         if self.quantize is not None and self.quantize not in QUANTIZE_MODES:
             choices = ", ".join(QUANTIZE_MODES)
-            raise ModelConfigError(f"unknown quantize mode {self.quantize!r}; choose from {choices}")
+            raise ModelConfigError(
+                f"unknown quantize mode {self.quantize!r}; choose from {choices}"
+            )
 
 
 def layer_types(num_layers: int, pattern: int) -> list[str]:
@@ -108,5 +110,9 @@ def attention_heads(config: dict[str, Any], layer_type: str) -> tuple[int, int]:
     if layer_type == "sliding_attention":
         return config["head_dim"], config["num_key_value_heads"]
     global_heads = config.get("num_global_key_value_heads")
-    kv_heads = global_heads if config.get("attention_k_eq_v") and global_heads else config["num_key_value_heads"]
+    kv_heads = (
+        global_heads
+        if config.get("attention_k_eq_v") and global_heads
+        else config["num_key_value_heads"]
+    )
     return config["global_head_dim"], kv_heads

@@ -74,7 +74,9 @@ class Router(nn.Module):
     def __call__(self, x: mx.array) -> tuple[mx.array, mx.array]:
         x = self.op_table.rms_norm(x, self.scale * self.root_size, self.eps)
         scores = self.proj(x)
-        top_k = mx.stop_gradient(mx.argpartition(scores, kth=-self.top_k, axis=-1)[..., -self.top_k :])
+        top_k = mx.stop_gradient(
+            mx.argpartition(scores, kth=-self.top_k, axis=-1)[..., -self.top_k :]
+        )
         weights = mx.softmax(mx.take_along_axis(scores, top_k, axis=-1), axis=-1)
         return top_k, weights * self.per_expert_scale[top_k]
 
@@ -104,7 +106,9 @@ class Attention(nn.Module):
         self.n_heads = config.num_attention_heads
         self.use_k_eq_v = config.attention_k_eq_v and not self.is_sliding
         use_global_heads = self.use_k_eq_v and config.num_global_key_value_heads is not None
-        self.n_kv_heads = config.num_global_key_value_heads if use_global_heads else config.num_key_value_heads
+        self.n_kv_heads = (
+            config.num_global_key_value_heads if use_global_heads else config.num_key_value_heads
+        )
         self.op_table = ops
 
         dim, eps = config.hidden_size, config.rms_norm_eps
@@ -132,7 +136,11 @@ class Attention(nn.Module):
             keys, values = shared_kv
         else:
             keys = self.k_proj(x).reshape(B, L, self.n_kv_heads, self.head_dim)
-            values = keys if self.use_k_eq_v else self.v_proj(x).reshape(B, L, self.n_kv_heads, self.head_dim)
+            values = (
+                keys
+                if self.use_k_eq_v
+                else self.v_proj(x).reshape(B, L, self.n_kv_heads, self.head_dim)
+            )
             offset = mx.array(cache.offset) if cache is not None else 0
             keys = self._rotate(self.k_norm(keys).transpose(0, 2, 1, 3), offset)
             values = self.v_norm(values).transpose(0, 2, 1, 3)
@@ -165,8 +173,12 @@ class DecoderLayer(nn.Module):
             self.pre_feedforward_layernorm_2 = RMSNorm(dim, eps, ops)
         self.has_ple = bool(config.hidden_size_per_layer_input)
         if self.has_ple:
-            self.per_layer_input_gate = nn.Linear(dim, config.hidden_size_per_layer_input, bias=False)
-            self.per_layer_projection = nn.Linear(config.hidden_size_per_layer_input, dim, bias=False)
+            self.per_layer_input_gate = nn.Linear(
+                dim, config.hidden_size_per_layer_input, bias=False
+            )
+            self.per_layer_projection = nn.Linear(
+                config.hidden_size_per_layer_input, dim, bias=False
+            )
             self.post_per_layer_input_norm = RMSNorm(dim, eps, ops)
         self.layer_scalar = mx.ones((1,))
         self.op_table = ops
@@ -180,7 +192,9 @@ class DecoderLayer(nn.Module):
         return dense + self.post_feedforward_layernorm_2(sparse)
 
     def __call__(self, x, mask=None, cache=None, per_layer_input=None, shared_kv=None, offset=None):
-        attn, shared_kv, offset = self.self_attn(self.input_layernorm(x), mask, cache, shared_kv, offset)
+        attn, shared_kv, offset = self.self_attn(
+            self.input_layernorm(x), mask, cache, shared_kv, offset
+        )
         h = x + self.post_attention_layernorm(attn)
         h = h + self.post_feedforward_layernorm(self._feed_forward(h))
         if self.has_ple:
@@ -210,14 +224,19 @@ class Gemma4TextModel(nn.Module):
         earlier non-shared layer of its type."""
         first_shared = config.num_hidden_layers - config.num_kv_shared_layers
         last_of_type = {config.layer_types[i]: i for i in range(first_shared)}
-        return [i if i < first_shared else last_of_type[config.layer_types[i]] for i in range(config.num_hidden_layers)]
+        return [
+            i if i < first_shared else last_of_type[config.layer_types[i]]
+            for i in range(config.num_hidden_layers)
+        ]
 
     def _per_layer_inputs(self, tokens: mx.array, h: mx.array) -> list[mx.array]:
         n_layers = len(self.layers)
         table = self.embed_tokens_per_layer(tokens) * (self.ple_dim**0.5)
         table = mx.unflatten(table, -1, (n_layers, self.ple_dim))
         projected = self.per_layer_model_projection(h) * (self.config.hidden_size**-0.5)
-        projected = self.per_layer_projection_norm(mx.unflatten(projected, -1, (n_layers, self.ple_dim)))
+        projected = self.per_layer_projection_norm(
+            mx.unflatten(projected, -1, (n_layers, self.ple_dim))
+        )
         combined = (projected + table) * (2.0**-0.5)
         return [combined[:, :, i, :] for i in range(n_layers)]
 
@@ -225,7 +244,9 @@ class Gemma4TextModel(nn.Module):
         by_type: dict[str, Any] = {}
         for layer, c in zip(self.layers, cache, strict=True):
             if layer.layer_type not in by_type:
-                window = self.config.sliding_window if layer.layer_type == "sliding_attention" else None
+                window = (
+                    self.config.sliding_window if layer.layer_type == "sliding_attention" else None
+                )
                 by_type[layer.layer_type] = create_attention_mask(h, c, window_size=window)
         return [by_type[layer.layer_type] for layer in self.layers]
 
@@ -246,7 +267,9 @@ class Model(nn.Module):
     """mlx-lm's model protocol: `model(tokens, cache=...)`, `make_cache()`, `layers`, plus
     switchable ops."""
 
-    def __init__(self, args: ModelArgs, ops: Mapping[str, str] | None = None, config: Mapping | None = None):
+    def __init__(
+        self, args: ModelArgs, ops: Mapping[str, str] | None = None, config: Mapping | None = None
+    ):
         super().__init__()
         self.args = args
         self._config = dict(config or {})
@@ -258,7 +281,11 @@ class Model(nn.Module):
 
     def __call__(self, inputs: mx.array, cache: list | None = None, **_: Any) -> mx.array:
         out = self.model(inputs, cache)
-        out = self.model.embed_tokens.as_linear(out) if self.args.tie_word_embeddings else self.lm_head(out)
+        out = (
+            self.model.embed_tokens.as_linear(out)
+            if self.args.tie_word_embeddings
+            else self.lm_head(out)
+        )
         cap = self.args.final_logit_softcapping
         return out if cap is None else self.op_table.softcap(out, cap)
 

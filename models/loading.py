@@ -93,7 +93,11 @@ def quantize_weights(model: Model, mode_name: str) -> None:
 
 def cast_weights(model: Model, dtype: mx.Dtype) -> None:
     floats = tree_flatten(model.parameters())
-    model.update(tree_unflatten([(k, v.astype(dtype)) for k, v in floats if mx.issubdtype(v.dtype, mx.floating)]))
+    model.update(
+        tree_unflatten(
+            [(k, v.astype(dtype)) for k, v in floats if mx.issubdtype(v.dtype, mx.floating)]
+        )
+    )
 
 
 def load_model(
@@ -131,7 +135,9 @@ def read_checkpoint_config(path: Path) -> dict[str, Any]:
         raise ModelConfigError(f"{path}: no such checkpoint directory")
     config_file = path / "config.json"
     if not config_file.is_file():
-        raise ModelConfigError(f"{config_file}: missing; a checkpoint directory needs config.json and *.safetensors")
+        raise ModelConfigError(
+            f"{config_file}: missing; a checkpoint directory needs config.json and *.safetensors"
+        )
     try:
         config = json.loads(config_file.read_text())
     except json.JSONDecodeError as err:
@@ -139,7 +145,9 @@ def read_checkpoint_config(path: Path) -> dict[str, Any]:
     model_type = config.get("model_type") if isinstance(config, dict) else None
     if model_type not in CHECKPOINT_MODEL_TYPES:
         choices = ", ".join(CHECKPOINT_MODEL_TYPES)
-        raise ModelConfigError(f"{config_file}: model_type: {model_type!r} is not supported; choose from {choices}")
+        raise ModelConfigError(
+            f"{config_file}: model_type: {model_type!r} is not supported; choose from {choices}"
+        )
     if not list(path.glob("model*.safetensors")):
         raise ModelConfigError(f"{path}: no model*.safetensors weight files")
     return config
@@ -176,7 +184,8 @@ def _load_checkpoint(path: Path, overrides: Overrides) -> Model:
     layers = text_config(config).get("num_hidden_layers", 0)
     if overrides.layers not in (None, layers):
         raise ModelConfigError(
-            f"{path}: layers={overrides.layers} applies to presets only; this checkpoint has {layers} layers"
+            f"{path}: layers={overrides.layers} applies to "
+            f"presets only; this checkpoint has {layers} layers"
         )
     overrides.validate(layers)
     try:
@@ -201,7 +210,9 @@ def save_checkpoint(model: Model, path: str | Path) -> Path:
     return path
 
 
-def parameter_bytes(config: Mapping[str, Any], dtype: str = "float32", quantize: str | None = None) -> int:
+def parameter_bytes(
+    config: Mapping[str, Any], dtype: str = "float32", quantize: str | None = None
+) -> int:
     """The model's weight bytes, from shapes alone: the lazy model is built but never
     materialized."""
     model = build_model(config)

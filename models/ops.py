@@ -26,6 +26,7 @@ well as here:
 from __future__ import annotations
 
 import math
+import re
 from collections.abc import Mapping
 from typing import TypedDict
 
@@ -37,7 +38,7 @@ from mlx_lm.models.rope_utils import initialize_rope
 
 # The declaring names are re-exported: `from models.ops import register` is the stable import for
 # plugins.
-from .calls import Inputs, OpCalls, OpCase, calls_by_op, register_calls
+from .calls import Inputs, OpCalls, OpCase, ProbeOutcome, calls_by_op, register_calls
 from .config import attention_heads
 from .errors import UnknownOpError
 from .registry import (
@@ -119,9 +120,15 @@ class GegluCalls(OpCalls):
             # SwitchGLU sorts the (token, expert) pairs and runs the activation on [tokens * top_k,
             # 1, width].
             rows = batch * length * args.top_k_experts
-            cases.append(OpCase("geglu", "moe expert", _pair((rows, 1, args.moe_intermediate_size))))
+            cases.append(
+                OpCase("geglu", "moe expert", _pair((rows, 1, args.moe_intermediate_size)))
+            )
         if args.hidden_size_per_layer_input > 0:
-            cases.append(OpCase("geglu", "ple gate", _pair((batch, length, args.hidden_size_per_layer_input))))
+            cases.append(
+                OpCase(
+                    "geglu", "ple gate", _pair((batch, length, args.hidden_size_per_layer_input))
+                )
+            )
         return cases
 
     def flops(self, case: OpCase) -> int:
@@ -168,22 +175,27 @@ class SoftcapCalls(OpCalls):
         if cap is None:  # the model leaves its logits uncapped
             return []
         full = min(length, FULL_LOGITS_MAX_TOKENS)
-        capped = f"; L capped at {full} of {length}: an elementwise op's time scales with L" if full < length else ""
+        capped = (
+            f"; L capped at {full} of {length}: an elementwise op's time scales with L"
+            if full < length
+            else ""
+        )
         return [
             OpCase(
                 "softcap",
                 "logits decode",
                 ((batch, 1, vocab),),
                 positional=(cap,),
-                note="every decode step, and prefill too: mlx-lm-style prefill computes logits for the last position "
-                "only",
+                note="every decode step, and prefill too: mlx-lm-style "
+                "prefill computes logits for the last position only",
             ),
             OpCase(
                 "softcap",
                 "logits full",
                 ((batch, full, vocab),),
                 positional=(cap,),
-                note=f"logits for every prompt position (scoring, speculative verification){capped}",
+                note="logits for every prompt position (scoring, "
+                f"speculative verification){capped}",
             ),
         ]
 
@@ -202,7 +214,9 @@ def _causal_mask(query_len: int, key_len: int) -> mx.array:
 
 
 @register("attention", "manual")
-def attention_manual(q: mx.array, k: mx.array, v: mx.array, *, scale: float, mask: mx.array | str | None) -> mx.array:
+def attention_manual(
+    q: mx.array, k: mx.array, v: mx.array, *, scale: float, mask: mx.array | str | None
+) -> mx.array:
     # As ollama's manual CUDA path did: repeat the KV heads up to the query heads, then two plain
     # matmuls around an additive mask and a precise softmax.
     n_repeats = q.shape[1] // k.shape[1]
@@ -221,7 +235,9 @@ def attention_manual(q: mx.array, k: mx.array, v: mx.array, *, scale: float, mas
 
 
 @register("attention", "sdpa")
-def attention_sdpa(q: mx.array, k: mx.array, v: mx.array, *, scale: float, mask: mx.array | str | None) -> mx.array:
+def attention_sdpa(
+    q: mx.array, k: mx.array, v: mx.array, *, scale: float, mask: mx.array | str | None
+) -> mx.array:
     return mx.fast.scaled_dot_product_attention(q, k, v, scale=scale, mask=mask)
 
 
@@ -230,8 +246,38 @@ def attention_sdpa(q: mx.array, k: mx.array, v: mx.array, *, scale: float, mask:
 ATTENTION_SCALE = 1.0
 
 
+# MLX's force_fused answer: a fallback's message, and its preamble, which the reason leaves out.
+_SDPA_FALLBACK = re.compile(r"force_fused|fused kernel", re.IGNORECASE)
+_SDPA_PREFIX = re.compile(
+    r"^\[scaled_dot_product_attention\]\s*(force_fused=True but\s*)?", re.IGNORECASE
+)
+
+
 @register_calls("attention")
 class AttentionCalls(OpCalls):
+    probe_name = "force_fused"
+
+    def probe_fused(self, inputs: Inputs) -> ProbeOutcome:
+        """Whether MLX has a fused SDPA kernel for this call. MLX silently falls back to composed
+        ops when it has none for a shape; with force_fused it raises instead and says why, deciding
+        at graph construction from shapes, dtypes and the mask alone, so the inputs need no values
+        unless the kernel exists. Other errors propagate: they are not an answer."""
+        try:
+            mx.fast.scaled_dot_product_attention(*inputs.args, **inputs.kwargs, force_fused=True)
+        except TypeError:
+            # An mlx before force_fused (run --against-env, bisect --package) cannot answer.
+            return ProbeOutcome(
+                "sdpa", "unknown", f"mlx {mx.__version__} has no force_fused to ask"
+            )
+        except ValueError as err:
+            if not _SDPA_FALLBACK.search(str(err)):
+                raise
+            reason = _SDPA_PREFIX.sub("", " ".join(str(err).split())).strip()
+            return ProbeOutcome("sdpa", "fallback", reason)
+        mx.eval(inputs.arrays)
+        out = mx.fast.scaled_dot_product_attention(*inputs.args, **inputs.kwargs, force_fused=True)
+        return ProbeOutcome("sdpa", "fused", "force_fused=True ran", out)
+
     def cases(self, args: ModelArgs, batch: int, length: int) -> list[OpCase]:
         """Prefill (causal, the window's mask where the prompt is longer) and decode, for both layer
         types."""
@@ -380,7 +426,9 @@ def rope_fast(
     offset: int | mx.array,
     periods: mx.array | None,
 ) -> mx.array:
-    return mx.fast.rope(x, dims, traditional=False, base=base, scale=scale, offset=offset, freqs=periods)
+    return mx.fast.rope(
+        x, dims, traditional=False, base=base, scale=scale, offset=offset, freqs=periods
+    )
 
 
 @register_calls("rope")
@@ -396,7 +444,9 @@ class RopeCalls(OpCalls):
             # A tuple keeps the case hashable; inputs() turns it back into the array the model
             # passes.
             periods = None if rope["periods"] is None else tuple(rope["periods"].tolist())
-            rotated = rope["dims"] if periods is None else 2 * sum(math.isfinite(p) for p in periods)
+            rotated = (
+                rope["dims"] if periods is None else 2 * sum(math.isfinite(p) for p in periods)
+            )
             role = kind if rotated == head_dim else f"{kind} ({rotated / head_dim:.0%} rotated)"
             keywords = (
                 ("dims", rope["dims"]),

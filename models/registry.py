@@ -28,17 +28,31 @@ class OpSpec:
     reference: str
     default: str
     variants: dict[str, Callable[..., Any]] = field(default_factory=dict)
+    # An op whose calls probe for a fused kernel (models.calls.OpCalls.probe_fused): what the probe
+    # asks, for the report's kernel section, and what a Δ means when the kernel fell back.
+    probe_doc: str = ""
+    fallback_note: str = ""
 
 
 REGISTRY: dict[str, OpSpec] = {}
 
 
-def declare(name: str, doc: str, *, reference: str, default: str) -> OpSpec:
+def declare(
+    name: str,
+    doc: str,
+    *,
+    reference: str,
+    default: str,
+    probe_doc: str = "",
+    fallback_note: str = "",
+) -> OpSpec:
     """Declare a new switchable op; its variants (the reference and default among them) register
     afterwards."""
     if name in REGISTRY:
         raise ValueError(f"op {name!r} is already declared; declare a new name")
-    REGISTRY[name] = OpSpec(name, doc, reference, default)
+    REGISTRY[name] = OpSpec(
+        name, doc, reference, default, probe_doc=probe_doc, fallback_note=fallback_note
+    )
     return REGISTRY[name]
 
 
@@ -48,12 +62,18 @@ declare(
     reference="unfused",
     default="unfused",
 )
-declare("softcap", "tanh(x / cap) * cap on the final logits", reference="unfused", default="unfused")
+declare(
+    "softcap", "tanh(x / cap) * cap on the final logits", reference="unfused", default="unfused"
+)
 declare(
     "attention",
     "softmax(q k^T * scale + mask) v in every layer",
     reference="manual",
     default="manual",
+    probe_doc="For each attention shape, MLX was asked for its fused SDPA kernel (force_fused): "
+    "fused, or fallback with MLX's reason.",
+    fallback_note="This Δ measures the manual path (K/V repeated per query head, additive mask) "
+    "against MLX's composed fallback, not against a fused kernel.",
 )
 declare(
     "rms_norm",

@@ -74,7 +74,9 @@ def fusebench_here(*args: str, cwd: Path) -> subprocess.CompletedProcess:
                 code = usage.code
     finally:
         os.chdir(before)
-    return subprocess.CompletedProcess(["fusebench", *args], code, stdout.getvalue(), stderr.getvalue())
+    return subprocess.CompletedProcess(
+        ["fusebench", *args], code, stdout.getvalue(), stderr.getvalue()
+    )
 
 
 def cell(

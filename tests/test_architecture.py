@@ -55,7 +55,9 @@ def module_name(path: Path) -> str:
 def imports(path: Path) -> set[str]:
     """Every module a file imports, at any depth (function-level imports too), relative ones
     resolved."""
-    package = module_name(path) if path.name == "__init__.py" else module_name(path).rpartition(".")[0]
+    package = (
+        module_name(path) if path.name == "__init__.py" else module_name(path).rpartition(".")[0]
+    )
     found = set()
     for node in ast.walk(ast.parse(path.read_text())):
         if isinstance(node, ast.Import):
@@ -71,7 +73,9 @@ def imports(path: Path) -> set[str]:
 
 
 def layer_of(module: str) -> str | None:
-    return next((layer for layer in ALLOWED if module == layer or module.startswith(layer + ".")), None)
+    return next(
+        (layer for layer in ALLOWED if module == layer or module.startswith(layer + ".")), None
+    )
 
 
 def within(module: str, packages: set[str]) -> bool:
@@ -87,12 +91,15 @@ def test_imports_follow_the_layers(path: Path):
     layer = layer_of(me)
     assert layer, f"{me} belongs to no layer"
     ours = [m for m in imports(path) if m.split(".")[0] in ("bench", "models")]
-    wrong = [m for m in ours if not within(m, {layer, *ALLOWED[layer]}) and m not in ("bench", "models")]
+    wrong = [
+        m for m in ours if not within(m, {layer, *ALLOWED[layer]}) and m not in ("bench", "models")
+    ]
     # `from ..x import y` also names y as a module candidate; only real modules or packages count.
     wrong = [
         m
         for m in wrong
-        if (ROOT / m.replace(".", "/")).with_suffix(".py").exists() or (ROOT / m.replace(".", "/")).is_dir()
+        if (ROOT / m.replace(".", "/")).with_suffix(".py").exists()
+        or (ROOT / m.replace(".", "/")).is_dir()
     ]
     assert not wrong, f"{me} ({layer}) imports {wrong}"
     banned = [m for m in imports(path) if m.split(".")[0] in FORBIDDEN.get(layer, set())]
@@ -108,16 +115,21 @@ def test_light_model_modules_do_not_import_mlx(module: str):
 def loaded_after(argv: list[str], cwd: Path) -> set[str]:
     """The top-level packages loaded by running `fusebench ARGV` in a fresh interpreter."""
     code = (
-        f"import sys, json\nfrom bench.commands import main\ntry:\n    main({argv!r})\nexcept SystemExit:\n"
-        "    pass\nprint(json.dumps(sorted({m.split('.')[0] for m in sys.modules})), file=sys.stderr)"
+        "import sys, json\nfrom bench.commands import main\n"
+        f"try:\n    main({argv!r})\nexcept SystemExit:\n"
+        "    pass\n"
+        "print(json.dumps(sorted({m.split('.')[0] for m in sys.modules})), file=sys.stderr)"
     )
-    done = subprocess.run([sys.executable, "-c", code], cwd=cwd, capture_output=True, text=True, timeout=300)
+    done = subprocess.run(
+        [sys.executable, "-c", code], cwd=cwd, capture_output=True, text=True, timeout=300
+    )
     return set(json.loads(done.stderr.strip().splitlines()[-1]))
 
 
 EXPERIMENT = (
-    "name: t\nmodels: [{preset: tiny}]\nvariants: {a: {}, b: {geglu: compiled}}\ncomparisons: [[a, b]]\n"
-    "workloads: {prompt_tokens: 8, gen_tokens: 2}\nexpect: [{all_correct: true}]\n"
+    "name: t\nmodels: [{preset: tiny}]\nvariants: {a: {}, b: {geglu: compiled}}\n"
+    "comparisons: [[a, b]]\nworkloads: {prompt_tokens: 8, gen_tokens: 2}\n"
+    "expect: [{all_correct: true}]\n"
 )
 
 
@@ -164,8 +176,45 @@ def results_file(tmp_path_factory: pytest.TempPathFactory) -> Path:
     ],
     ids=" ".join,
 )
-def test_commands_that_read_results_never_load_mlx(argv: list[str], results_file: Path, tmp_path: Path):
-    argv = [str(results_file) if a == "RESULTS" else str(tmp_path / "out") if a == "OUT" else a for a in argv]
+def test_commands_that_read_results_never_load_mlx(
+    argv: list[str], results_file: Path, tmp_path: Path
+):
+    argv = [
+        str(results_file) if a == "RESULTS" else str(tmp_path / "out") if a == "OUT" else a
+        for a in argv
+    ]
     loaded = loaded_after(argv, tmp_path)
     assert "bench" in loaded
     assert not {"mlx", "mlx_lm"} & loaded
+
+
+def _code_strings(path: Path) -> set[str]:
+    """The string constants of a module's code: docstrings left out (they may name an op in prose)."""
+    tree = ast.parse(path.read_text())
+    docs = {
+        id(node.body[0].value)
+        for node in ast.walk(tree)
+        if isinstance(node, (ast.Module, ast.ClassDef, ast.FunctionDef, ast.AsyncFunctionDef))
+        and node.body
+        and isinstance(node.body[0], ast.Expr)
+        and isinstance(node.body[0].value, ast.Constant)
+    }
+    return {
+        node.value
+        for node in ast.walk(tree)
+        if isinstance(node, ast.Constant) and isinstance(node.value, str) and id(node) not in docs
+    }
+
+
+def test_no_op_is_special_cased_in_measuring_or_presenting():
+    # An op's knowledge lives in its declaration (models/): what it probes, what its report says.
+    from models.ops import REGISTRY  # with the built-in variants registered
+
+    names = set(REGISTRY) | {"sdpa", "manual"}  # the ops, and the variant names only one op has
+    found = {
+        f"{path.relative_to(ROOT)}: {text!r}"
+        for folder in ("bench/measure", "bench/present")
+        for path in sorted((ROOT / folder).rglob("*.py"))
+        for text in _code_strings(path) & names
+    }
+    assert not found

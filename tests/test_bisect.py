@@ -46,7 +46,9 @@ PREFILL = (
 )
 
 
-def reading(delta: float, half: float, variant: str = "all variants", metric: str = "prefill") -> Reading:
+def reading(
+    delta: float, half: float, variant: str = "all variants", metric: str = "prefill"
+) -> Reading:
     return Reading("tiny", "pp12", variant, metric, delta, delta - half, delta + half, 8)
 
 
@@ -99,14 +101,18 @@ def test_a_first_ab_that_cannot_tell_is_repeated_then_reports_no_confirmed_regre
         return [reading(-4.0, 3.0)]  # [-7%, -1%]: reaches below -5% but not wholly
 
     outcome = bisect(4, straddles, LIMIT, max_runs=3)
-    assert calls == [1, 2, 3] and outcome.first_bad is None and outcome.steps[0].status == CANNOT_TELL
+    assert (
+        calls == [1, 2, 3] and outcome.first_bad is None and outcome.steps[0].status == CANNOT_TELL
+    )
 
 
 def test_an_inconclusive_step_pools_more_runs_and_then_decides():
     def narrowing(index: int, against: int, runs: int) -> list[Reading]:
         if index == 3:  # the midpoint: wide at first, then pooled runs settle it as bad
             return [reading(-9.0, 6.0 / runs)]
-        return [reading(-10.0 if index >= 2 else 0.0, 2.0)] if against < 0 else [reading(-10.0, 2.0)]
+        return (
+            [reading(-10.0 if index >= 2 else 0.0, 2.0)] if against < 0 else [reading(-10.0, 2.0)]
+        )
 
     outcome = bisect(8, narrowing, LIMIT, max_runs=3)
     mid = next(s for s in outcome.steps if s.index == 3)
@@ -129,16 +135,25 @@ def test_a_first_a_b_that_cannot_tell_says_so_and_exits_3_never_no_regression():
     from bench.commands.bisect import exit_code, verdict_line
 
     def across(index: int, against: int, runs: int) -> list[Reading]:
-        return [Reading("tiny", "pp12", "all variants", "prefill", -4.0, -12.0, 4.0, 8, settle_rounds=31)]
+        return [
+            Reading(
+                "tiny", "pp12", "all variants", "prefill", -4.0, -12.0, 4.0, 8, settle_rounds=31
+            )
+        ]
 
     outcome = bisect(8, across, LIMIT, max_runs=2)
     assert outcome.steps[0].status == CANNOT_TELL and not outcome.tracked
     names = SimpleNamespace(side=lambda i: SimpleNamespace(short=f"c{i}", title=f"commit {i}"))
     line = verdict_line(outcome, names, LIMIT)
     assert exit_code(outcome) == 3 and line.startswith("cannot tell whether")
-    assert "about 31 rounds (8 ran) would settle all variants prefill" in line and "no regression" not in line
+    assert (
+        "about 31 rounds (8 ran) would settle all variants prefill" in line
+        and "no regression" not in line
+    )
     clear = bisect(8, lambda index, against, runs: [reading(0.0, 2.0)], LIMIT, max_runs=1)
-    assert exit_code(clear) == 1 and verdict_line(clear, names, LIMIT).startswith("no regression beyond -5%")
+    assert exit_code(clear) == 1 and verdict_line(clear, names, LIMIT).startswith(
+        "no regression beyond -5%"
+    )
 
 
 def test_a_regression_spread_over_two_commits_is_named_but_not_confirmed_alone():
@@ -168,7 +183,9 @@ A_B_TIMEOUT = 900  # for the commands that run A/B runs of the tiny model (a sea
 
 
 def git(repo: Path, *args: str) -> str:
-    return subprocess.run(["git", *args], cwd=repo, capture_output=True, text=True, check=True).stdout.strip()
+    return subprocess.run(
+        ["git", *args], cwd=repo, capture_output=True, text=True, check=True
+    ).stdout.strip()
 
 
 def commit(repo: Path, message: str) -> str:
@@ -259,7 +276,9 @@ def test_bisect_names_the_commit_that_slowed_the_model(repo: Path, tmp_path: Pat
         cwd=repo,
         timeout=A_B_TIMEOUT,
     )
-    assert again.returncode == 0 and "results -> " not in again.stdout and commits[1] in again.stdout
+    assert (
+        again.returncode == 0 and "results -> " not in again.stdout and commits[1] in again.stdout
+    )
     assert "first bad" in again.stdout and "bisect steps" in again.stdout
 
 
@@ -298,7 +317,9 @@ def test_bad_refs_and_a_dirty_tree_are_one_line_and_exit_2(repo: Path):
         fusebench("bisect", "no-such-ref", commits[-1], "exp.yaml", cwd=repo),
         "GOOD: 'no-such-ref' is not a git ref",
     )
-    one_line_exit_2(fusebench("bisect", commits[-1], good, "exp.yaml", cwd=repo), "is not an ancestor of BAD")
+    one_line_exit_2(
+        fusebench("bisect", commits[-1], good, "exp.yaml", cwd=repo), "is not an ancestor of BAD"
+    )
     one_line_exit_2(fusebench("bisect", good, good, "exp.yaml", cwd=repo), "are the same commit")
     (repo / "NOTES.md").write_text("uncommitted\n")
     one_line_exit_2(fusebench("bisect", good, "HEAD", "exp.yaml", cwd=repo), "uncommitted changes")
@@ -306,7 +327,9 @@ def test_bad_refs_and_a_dirty_tree_are_one_line_and_exit_2(repo: Path):
 
 def test_unknown_packages_and_versions_are_one_line_and_exit_2(repo: Path):
     one_line_exit_2(
-        fusebench_here("bisect", "--package", "no-such-package-fusebench", "1.0", "2.0", "exp.yaml", cwd=repo),
+        fusebench_here(
+            "bisect", "--package", "no-such-package-fusebench", "1.0", "2.0", "exp.yaml", cwd=repo
+        ),
         "has no package 'no-such-package-fusebench'",
     )
     one_line_exit_2(
@@ -326,22 +349,30 @@ def test_unknown_packages_and_versions_are_one_line_and_exit_2(repo: Path):
         ("not a requirement!", "neither a Python interpreter"),
     ],
 )
-def test_an_environment_that_cannot_serve_is_one_line_and_exit_2(spec: str, message: str, repo: Path):
+def test_an_environment_that_cannot_serve_is_one_line_and_exit_2(
+    spec: str, message: str, repo: Path
+):
     done = fusebench_here("run", "exp.yaml", "--against-env", spec, "--out", "ab.jsonl", cwd=repo)
     one_line_exit_2(done, message)
     assert not (repo / "ab.jsonl").exists()
 
 
-def test_a_version_pip_cannot_install_is_one_line_and_exit_2(repo: Path, tmp_path: Path, monkeypatch):
+def test_a_version_pip_cannot_install_is_one_line_and_exit_2(
+    repo: Path, tmp_path: Path, monkeypatch
+):
     # In a process of its own: bench reads XDG_CACHE_HOME, where environments are built, when it is
     # imported.
     monkeypatch.setenv("XDG_CACHE_HOME", str(tmp_path / "cache"))
-    done = fusebench("run", "exp.yaml", "--against-env", "mlx==0.0.999", "--out", "ab.jsonl", cwd=repo)
+    done = fusebench(
+        "run", "exp.yaml", "--against-env", "mlx==0.0.999", "--out", "ab.jsonl", cwd=repo
+    )
     one_line_exit_2(done, "pip cannot install mlx==0.0.999")
     assert not (repo / "ab.jsonl").exists()
 
 
-def test_an_interpreter_runs_the_reference_workers_and_the_header_names_both_environments(repo: Path, tmp_path: Path):
+def test_an_interpreter_runs_the_reference_workers_and_the_header_names_both_environments(
+    repo: Path, tmp_path: Path
+):
     done = fusebench(
         "run",
         "exp.yaml",
@@ -356,8 +387,12 @@ def test_an_interpreter_runs_the_reference_workers_and_the_header_names_both_env
     assert done.returncode == 0, done.stderr
     header = json.loads((repo / "ab.jsonl").read_text().splitlines()[0])
     builds = header["builds"]
-    assert builds["reference"]["python"] == sys.executable and "mlx" in builds["reference"]["packages"]
+    assert (
+        builds["reference"]["python"] == sys.executable and "mlx" in builds["reference"]["packages"]
+    )
     assert builds["current"]["packages"]["mlx"] == builds["reference"]["packages"]["mlx"]
     assert "mlx " in builds["reference"]["label"]
     check = fusebench_here("check", "ab.jsonl", "--max-regression", "60", cwd=repo)
-    assert check.returncode in (0, 1, 3) and "reference mlx " in check.stdout  # any outcome: plumbing
+    assert (
+        check.returncode in (0, 1, 3) and "reference mlx " in check.stdout
+    )  # any outcome: plumbing

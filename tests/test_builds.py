@@ -48,7 +48,9 @@ def records(path: Path) -> list[dict]:
     return [json.loads(line) for line in path.read_text().splitlines()]
 
 
-def test_two_identical_builds_interleave_and_the_gate_compares_them(tmp_path: Path, experiment: Path):
+def test_two_identical_builds_interleave_and_the_gate_compares_them(
+    tmp_path: Path, experiment: Path
+):
     reference = tree_copy(tmp_path / "reference")
     done = fusebench_here(
         "run",
@@ -95,12 +97,20 @@ def test_two_identical_builds_interleave_and_the_gate_compares_them(tmp_path: Pa
     verdicts = document["verdicts"]
     # Whatever the verdict, its words agree with its exit code: "passed" only when every row was
     # within the limit.
-    assert document["passed"] == (check.returncode == 0) == all(v["verdict"] == "within limit" for v in verdicts)
+    assert (
+        document["passed"]
+        == (check.returncode == 0)
+        == all(v["verdict"] == "within limit" for v in verdicts)
+    )
     assert document["cannot_tell"] == (check.returncode == 3)
     assert {(v["check"], v["variant"], v["metric"]) for v in verdicts} == {
-        ("build", variant, metric) for variant in ("base", "compiled", "all variants") for metric in ("prefill", "gen")
+        ("build", variant, metric)
+        for variant in ("base", "compiled", "all variants")
+        for metric in ("prefill", "gen")
     }
-    assert all(v["ci_low_pct"] <= v["delta_pct"] <= (v["ci_high_pct"] or float("inf")) for v in verdicts)
+    assert all(
+        v["ci_low_pct"] <= v["delta_pct"] <= (v["ci_high_pct"] or float("inf")) for v in verdicts
+    )
     report = fusebench_here("report", "ab.jsonl", "--out", "report", cwd=tmp_path)
     assert report.returncode == 0, report.stderr
     assert "## Current build vs reference build" in (tmp_path / "report" / "report.md").read_text()
@@ -181,7 +191,9 @@ def test_a_reference_that_cannot_serve_is_one_line_and_exit_2(
     # clone passes).
     named = {
         "FOLDER": str(tmp_path),
-        "PREDATES": str(tree_copy(tmp_path / "old", ("PROTOCOL = ", "OLD_PROTOCOL = "), file="job.py")),
+        "PREDATES": str(
+            tree_copy(tmp_path / "old", ("PROTOCOL = ", "OLD_PROTOCOL = "), file="job.py")
+        ),
     }
     done = fusebench_here(
         "run",

@@ -90,7 +90,8 @@ def results_file(
         )
     # absurd numbers: a warmup that counted would fail every test below
     records += [
-        {**trial, "warmup": True} for trial in trials(meta, {v: [(s[0] * 0.01, s[1] * 0.01)] for v, s in SPEED.items()})
+        {**trial, "warmup": True}
+        for trial in trials(meta, {v: [(s[0] * 0.01, s[1] * 0.01)] for v, s in SPEED.items()})
     ]
     records += trials(
         meta,
@@ -152,7 +153,8 @@ def noise_file(path: Path, mde_pct: float, machine: dict[str, str] | None = None
     }
     record = {
         "kind": calibrate.NOISE_KIND,
-        "fingerprint": machine or {"backend": "cpu", "device": "Test CPU", "blas": "openblas", "cpu": "Test CPU"},
+        "fingerprint": machine
+        or {"backend": "cpu", "device": "Test CPU", "blas": "openblas", "cpu": "Test CPU"},
         "experiment": {"name": "ci", "file": "experiments/ci.yaml", "sha256": "0" * 64},
         "runs": 5,
         "bands": {scope: {"prefill": band, "gen": band} for scope in calibrate.SCOPES},
@@ -169,7 +171,9 @@ def test_twenty_percent_slower_cell_fails_and_is_named(workdir: Path, baseline: 
     current = results_file(workdir / "now.jsonl", scale={("compiled", "prefill"): 0.8})
     # this machine calibrated: tok/s may fail
     noise = noise_file(workdir / "noise.json", mde_pct=3.0)
-    code, out, _ = run(["check", str(current), "--baseline", str(baseline), "--noise", str(noise)], capsys)
+    code, out, _ = run(
+        ["check", str(current), "--baseline", str(baseline), "--noise", str(noise)], capsys
+    )
     assert code == 1
     assert "FAILED" in out
     failed = out.split("Failed:")[1]
@@ -181,7 +185,9 @@ def test_twenty_percent_slower_cell_fails_and_is_named(workdir: Path, baseline: 
 
 def test_tok_s_without_a_calibration_is_information_only(workdir: Path, baseline: Path, capsys):
     current = results_file(workdir / "now.jsonl", scale={("compiled", "prefill"): 0.8})
-    code, out, _ = run(["check", str(current), "--baseline", str(baseline), "--format", "json"], capsys)
+    code, out, _ = run(
+        ["check", str(current), "--baseline", str(baseline), "--format", "json"], capsys
+    )
     verdicts = {(v["check"], v["variant"], v["metric"]): v for v in json.loads(out)["verdicts"]}
     tps = verdicts["tps", "compiled", "prefill"]
     assert not tps["failed"] and tps["ci_high_pct"] < -5.0
@@ -191,7 +197,9 @@ def test_tok_s_without_a_calibration_is_information_only(workdir: Path, baseline
 
 
 def test_identical_file_passes(workdir: Path, baseline: Path, capsys):
-    code, out, _ = run(["check", str(results_file(workdir / "now.jsonl")), "--baseline", str(baseline)], capsys)
+    code, out, _ = run(
+        ["check", str(results_file(workdir / "now.jsonl")), "--baseline", str(baseline)], capsys
+    )
     assert code == 0
     assert "fusebench check: passed, 0 of 10 verdicts failed" in out
 
@@ -235,7 +243,9 @@ def test_cells_in_one_file_only_are_listed_not_failed(workdir: Path, capsys):
     lines = [line for line in base_path.read_text().splitlines() if '"variant": "sdpa"' not in line]
     base_path.write_text("\n".join(lines) + "\n")
     baseline = save_baseline(base_path, "no-sdpa")
-    code, out, _ = run(["check", str(results_file(workdir / "now.jsonl")), "--baseline", str(baseline)], capsys)
+    code, out, _ = run(
+        ["check", str(results_file(workdir / "now.jsonl")), "--baseline", str(baseline)], capsys
+    )
     assert code == 0
     assert "new (not in the baseline)" in out
 
@@ -253,9 +263,13 @@ def test_other_machine_is_refused_unless_allowed(workdir: Path, baseline: Path, 
     code, out, err = run(["check", str(current), "--baseline", str(baseline)], capsys)
     assert code == 2 and out == ""
     assert err.count("\n") == 1
-    assert "cpu · Test CPU · openblas · Test CPU" in err and "metal · Apple M3 Max · accelerate" in err
+    assert (
+        "cpu · Test CPU · openblas · Test CPU" in err and "metal · Apple M3 Max · accelerate" in err
+    )
     assert "--allow-other-machine" in err
-    code, out, _ = run(["check", str(current), "--baseline", str(baseline), "--allow-other-machine"], capsys)
+    code, out, _ = run(
+        ["check", str(current), "--baseline", str(baseline), "--allow-other-machine"], capsys
+    )
     assert code == 0
     assert "baseline from another machine" in out
 
@@ -276,7 +290,9 @@ def test_a_new_hostname_is_the_same_machine(workdir: Path, baseline: Path, capsy
         ("NO_HEADER", "no run header"),
     ],
 )
-def test_malformed_baseline_exits_2_with_one_line(workdir: Path, capsys, content: str | None, message: str):
+def test_malformed_baseline_exits_2_with_one_line(
+    workdir: Path, capsys, content: str | None, message: str
+):
     good = results_file(workdir / "good.jsonl").read_text().splitlines()
     bad = workdir / "bad.jsonl"
     if content == "RUN_ONLY":
@@ -299,7 +315,9 @@ def test_a_plain_run_passes_on_correctness_and_says_speed_was_not_gated(workdir:
     code, out, err = run(["check", str(results_file(workdir / "now.jsonl"))], capsys)
     assert code == 0 and err == ""
     assert "3 correctness checks passed" in out
-    code, out, _ = run(["check", str(results_file(workdir / "now.jsonl")), "--format", "json"], capsys)
+    code, out, _ = run(
+        ["check", str(results_file(workdir / "now.jsonl")), "--format", "json"], capsys
+    )
     (note,) = [note for note in json.loads(out)["notes"] if "speed not gated" in note]
     assert "run --against REF" in note and "--baseline FILE" in note
     bad = results_file(workdir / "bad.jsonl", failing_variant="sdpa")
@@ -307,13 +325,19 @@ def test_a_plain_run_passes_on_correctness_and_says_speed_was_not_gated(workdir:
 
 
 def test_all_correct_is_not_judged_twice_on_a_plain_run(workdir: Path, capsys):
-    code, out, _ = run(["check", str(results_file(workdir / "ok.jsonl", experiment=ALL_CORRECT))], capsys)
+    code, out, _ = run(
+        ["check", str(results_file(workdir / "ok.jsonl", experiment=ALL_CORRECT))], capsys
+    )
     assert code == 0 and out.count("correctness checks passed") == 1 and "speed not gated" in out
 
 
 def test_a_file_without_trials_is_still_nothing_to_check(workdir: Path, capsys):
     path = results_file(workdir / "now.jsonl")
-    path.write_text("".join(line + "\n" for line in path.read_text().splitlines() if '"kind": "trial"' not in line))
+    path.write_text(
+        "".join(
+            line + "\n" for line in path.read_text().splitlines() if '"kind": "trial"' not in line
+        )
+    )
     code, _, err = run(["check", str(path)], capsys)
     assert code == 2 and err.count("\n") == 1
     assert "no timed trial records" in err
@@ -321,14 +345,18 @@ def test_a_file_without_trials_is_still_nothing_to_check(workdir: Path, capsys):
 
 @pytest.mark.parametrize("threshold", ["abc", "-1", "100", "150%"])
 def test_bad_threshold_is_usage_error(workdir: Path, baseline: Path, capsys, threshold: str):
-    code, _, err = run(["check", str(baseline), "--baseline", str(baseline), "--max-regression", threshold], capsys)
+    code, _, err = run(
+        ["check", str(baseline), "--baseline", str(baseline), "--max-regression", threshold], capsys
+    )
     assert code == 2
     assert "--max-regression" in err
 
 
 def test_threshold_accepts_a_percent_sign(workdir: Path, baseline: Path, capsys):
     current = results_file(workdir / "now.jsonl", scale={("compiled", "prefill"): 0.8})
-    code, out, _ = run(["check", str(current), "--baseline", str(baseline), "--max-regression", "30%"], capsys)
+    code, out, _ = run(
+        ["check", str(current), "--baseline", str(baseline), "--max-regression", "30%"], capsys
+    )
     assert code == 0
     assert "limit: -30.0% (threshold) for every check" in out
 
@@ -337,7 +365,10 @@ def test_threshold_accepts_a_percent_sign(workdir: Path, baseline: Path, capsys)
 
 
 def slowdown_experiment(pct: float) -> str:
-    return EXPERIMENT + f"expect:\n  - {{comparison: [baseline, compiled], metric: prefill, max_slowdown_pct: {pct}}}\n"
+    return (
+        EXPERIMENT + "expect:\n"
+        f"  - {{comparison: [baseline, compiled], metric: prefill, max_slowdown_pct: {pct}}}\n"
+    )
 
 
 def test_slowdown_expectation_passes_when_new_is_faster(workdir: Path, capsys):
@@ -384,7 +415,9 @@ def test_slowdown_expectation_without_data_fails(workdir: Path, capsys):
 
 
 def test_all_correct_passes_and_fails_naming_cell_and_variant(workdir: Path, capsys):
-    code, out, _ = run(["check", str(results_file(workdir / "ok.jsonl", experiment=ALL_CORRECT))], capsys)
+    code, out, _ = run(
+        ["check", str(results_file(workdir / "ok.jsonl", experiment=ALL_CORRECT))], capsys
+    )
     assert code == 0
     assert "3 correctness checks passed" in out
     bad = results_file(workdir / "bad.jsonl", experiment=ALL_CORRECT, failing_variant="sdpa")
@@ -395,8 +428,13 @@ def test_all_correct_passes_and_fails_naming_cell_and_variant(workdir: Path, cap
 
 
 def test_invalid_expectation_in_the_header_is_bad_input(workdir: Path, capsys):
-    broken = EXPERIMENT + "expect:\n  - {comparison: [baseline, nosuch], metric: prefill, max_slowdown_pct: 5}\n"
-    code, _, err = run(["check", str(results_file(workdir / "now.jsonl", experiment=broken))], capsys)
+    broken = (
+        EXPERIMENT
+        + "expect:\n  - {comparison: [baseline, nosuch], metric: prefill, max_slowdown_pct: 5}\n"
+    )
+    code, _, err = run(
+        ["check", str(results_file(workdir / "now.jsonl", experiment=broken))], capsys
+    )
     assert code == 2
     assert "now.jsonl (run header: experiments/ci.yaml):" in err and "nosuch" in err
 
@@ -411,8 +449,12 @@ def test_baseline_and_expectations_together(workdir: Path, baseline: Path, capsy
 # --- output formats -------------------------------------------------------------------------------
 
 
-def test_json_holds_verdicts_and_github_action_benchmark_list(workdir: Path, baseline: Path, capsys):
-    current = results_file(workdir / "now.jsonl", scale={("compiled", "prefill"): 0.8}, experiment=ALL_CORRECT)
+def test_json_holds_verdicts_and_github_action_benchmark_list(
+    workdir: Path, baseline: Path, capsys
+):
+    current = results_file(
+        workdir / "now.jsonl", scale={("compiled", "prefill"): 0.8}, experiment=ALL_CORRECT
+    )
     noise = noise_file(workdir / "noise.json", mde_pct=3.0)
     code, out, _ = run(
         [
@@ -466,7 +508,10 @@ def test_markdown_is_a_pasteable_table(workdir: Path, baseline: Path, capsys):
     )
     assert code == 0
     assert out.startswith("## fusebench check: passed")
-    assert "| Check | Variant | Metric | Baseline | Current | Δ [95% CI] | Limit | Verdict |" in compact(out)
+    assert (
+        "| Check | Variant | Metric | Baseline | Current | Δ [95% CI] | Limit | Verdict |"
+        in compact(out)
+    )
 
 
 # --- noise calibration ----------------------------------------------------------------------------
@@ -475,7 +520,9 @@ def test_markdown_is_a_pasteable_table(workdir: Path, baseline: Path, capsys):
 def test_noise_band_raises_the_limit_and_says_so(workdir: Path, baseline: Path, capsys):
     current = results_file(workdir / "now.jsonl", scale={("compiled", "prefill"): 0.8})
     noise = noise_file(workdir / "noise.json", mde_pct=25.0)
-    code, out, _ = run(["check", str(current), "--baseline", str(baseline), "--noise", str(noise)], capsys)
+    code, out, _ = run(
+        ["check", str(current), "--baseline", str(baseline), "--noise", str(noise)], capsys
+    )
     assert code == 0
     assert "limit: -25.0% (noise) for every check" in out
     assert f"noise band: {noise} (5 runs of ci)" in out
@@ -501,8 +548,12 @@ def test_threshold_binds_when_above_the_noise(workdir: Path, baseline: Path, cap
     assert "beyond the limit -10.0% (threshold)" in out
 
 
-def test_a_small_slowdown_fails_a_zero_threshold_but_not_the_noise_band(workdir: Path, baseline: Path, capsys):
-    current = results_file(workdir / "now.jsonl", scale={(v, m): 0.95 for v in SPEED for m in ("prefill", "gen")})
+def test_a_small_slowdown_fails_a_zero_threshold_but_not_the_noise_band(
+    workdir: Path, baseline: Path, capsys
+):
+    current = results_file(
+        workdir / "now.jsonl", scale={(v, m): 0.95 for v in SPEED for m in ("prefill", "gen")}
+    )
     quiet = noise_file(workdir / "quiet.json", mde_pct=0.0)
     assert (
         run(
@@ -554,7 +605,9 @@ def test_noise_from_another_machine_is_refused(workdir: Path, baseline: Path, ca
         5.0,
         {"backend": "metal", "device": "M3", "blas": "accelerate", "cpu": "M3"},
     )
-    code, _, err = run(["check", str(baseline), "--baseline", str(baseline), "--noise", str(noise)], capsys)
+    code, _, err = run(
+        ["check", str(baseline), "--baseline", str(baseline), "--noise", str(noise)], capsys
+    )
     assert code == 2
     assert "noise calibrated on metal · M3" in err
 
@@ -563,7 +616,9 @@ def test_noise_from_another_machine_is_refused(workdir: Path, baseline: Path, ca
 def test_malformed_noise_file_exits_2(workdir: Path, baseline: Path, capsys, text: str):
     path = workdir / "noise.json"
     path.write_text(text)
-    code, _, err = run(["check", str(baseline), "--baseline", str(baseline), "--noise", str(path)], capsys)
+    code, _, err = run(
+        ["check", str(baseline), "--baseline", str(baseline), "--noise", str(path)], capsys
+    )
     assert code == 2 and err.count("\n") == 1
     assert str(path) in err
 
@@ -576,7 +631,9 @@ def test_baseline_save_writes_header_with_fingerprint_and_timed_trials(workdir: 
     code, out, _ = run(["baseline", "save", str(source), "--name", "cpu-ci"], capsys)
     assert code == 0
     assert "wrote results/baselines/cpu-ci.jsonl" in out
-    records = [json.loads(line) for line in Path("results/baselines/cpu-ci.jsonl").read_text().splitlines()]
+    records = [
+        json.loads(line) for line in Path("results/baselines/cpu-ci.jsonl").read_text().splitlines()
+    ]
     assert records[0]["kind"] == "run"
     assert records[0]["baseline"]["fingerprint"] == {
         "backend": "cpu",
@@ -600,7 +657,9 @@ def test_baseline_save_refuses_to_overwrite_unless_forced(workdir: Path, capsys)
 
 @pytest.mark.parametrize("name", ["../evil", "a/b", "..", ""])
 def test_baseline_name_with_path_separators_is_bad_input(workdir: Path, capsys, name: str):
-    code, _, err = run(["baseline", "save", str(results_file(workdir / "run.jsonl")), "--name", name], capsys)
+    code, _, err = run(
+        ["baseline", "save", str(results_file(workdir / "run.jsonl")), "--name", name], capsys
+    )
     assert code == 2
     assert "no path separators" in err
     assert not Path("results/baselines").exists() or not any(Path("results/baselines").iterdir())
@@ -617,7 +676,9 @@ def test_baseline_save_of_a_file_without_trials_is_bad_input(workdir: Path, caps
 # --- calibrate (the runs themselves stubbed: synthetic files instead of model runs) ---------------
 
 
-def test_calibrate_writes_noise_bands_from_aa_comparisons(workdir: Path, capsys, monkeypatch: pytest.MonkeyPatch):
+def test_calibrate_writes_noise_bands_from_aa_comparisons(
+    workdir: Path, capsys, monkeypatch: pytest.MonkeyPatch
+):
     # Three "runs": the second 4% slower across the board, the third 2% faster: run-to-run noise of
     # up to 6%.
     runs = [
@@ -630,7 +691,9 @@ def test_calibrate_writes_noise_bands_from_aa_comparisons(workdir: Path, capsys,
     ]
     experiment = workdir / "ci.yaml"
     experiment.write_text(EXPERIMENT)
-    monkeypatch.setattr(calibrate_command, "run_calibration", lambda exp, count, console: runs[:count])
+    monkeypatch.setattr(
+        calibrate_command, "run_calibration", lambda exp, count, console: runs[:count]
+    )
     code, out, _ = run(["calibrate", str(experiment), "--runs", "3"], capsys)
     assert code == 0
     path = Path("results/baselines/noise-cpu-openblas-test-cpu.json")
@@ -702,7 +765,9 @@ def calibration_runs(workdir: Path, factors: list[float]) -> list[Path]:
     """Runs whose compiled prefill speedup is 1.1 x factor (the variants' jitter is shared, so
     exactly that)."""
     return [
-        results_file(workdir / f"cal-{i}.jsonl", run_id=f"cal{i}", scale={("compiled", "prefill"): f})
+        results_file(
+            workdir / f"cal-{i}.jsonl", run_id=f"cal{i}", scale={("compiled", "prefill"): f}
+        )
         for i, f in enumerate(factors)
     ]
 
@@ -720,12 +785,22 @@ def test_a_speedup_is_gated_against_its_history(workdir: Path, capsys, factor: f
     current = results_file(workdir / "now.jsonl", scale={("compiled", "prefill"): factor})
     code, out, _ = run(["check", str(current), "--format", "json"], capsys)
     assert code == (1 if failed else 0)
-    rows = {(v["variant"], v["metric"]): v for v in json.loads(out)["verdicts"] if v["check"] == "history"}
-    assert set(rows) == {(c, m) for c in ("compiled/baseline", "sdpa/baseline") for m in ("prefill", "gen")}
+    rows = {
+        (v["variant"], v["metric"]): v
+        for v in json.loads(out)["verdicts"]
+        if v["check"] == "history"
+    }
+    assert set(rows) == {
+        (c, m) for c in ("compiled/baseline", "sdpa/baseline") for m in ("prefill", "gen")
+    }
     row = rows["compiled/baseline", "prefill"]
-    assert row["baseline"] == pytest.approx(1.1, rel=1e-3) and row["current"] == pytest.approx(1.1 * factor)
+    assert row["baseline"] == pytest.approx(1.1, rel=1e-3) and row["current"] == pytest.approx(
+        1.1 * factor
+    )
     assert (row["limit_pct"], row["limit_bound"]) == (5.0, "threshold")
-    assert row["failed"] is failed and row["verdict"] == ("regressed" if failed else "within history")
+    assert row["failed"] is failed and row["verdict"] == (
+        "regressed" if failed else "within history"
+    )
     assert "from the mean of 10 runs" in row["note"]
 
 
@@ -746,7 +821,12 @@ def test_a_wide_history_sets_the_limit(workdir: Path, capsys):
 
 
 def test_a_short_history_is_reported_never_failed(workdir: Path, capsys):
-    assert run(["calibrate", "--from", *map(str, calibration_runs(workdir, [1.0, 0.99, 1.01]))], capsys)[0] == 0
+    assert (
+        run(
+            ["calibrate", "--from", *map(str, calibration_runs(workdir, [1.0, 0.99, 1.01]))], capsys
+        )[0]
+        == 0
+    )
     current = results_file(workdir / "now.jsonl", scale={("compiled", "prefill"): 0.5})
     code, out, _ = run(["check", str(current), "--format", "json"], capsys)
     rows = [v for v in json.loads(out)["verdicts"] if v["check"] == "history"]
@@ -799,7 +879,9 @@ def test_a_current_build_that_stalls_fails_the_ab_gate(workdir: Path, capsys):
     stalling = ab_file(workdir / "ab.jsonl", {"current": (3, 9, 15, 22, 30, 37)})
     code, out, _ = run(["check", str(stalling), "--format", "json"], capsys)
     assert code == 1
-    rows = {(v["variant"], v["metric"]): v for v in json.loads(out)["verdicts"] if v["check"] == "build"}
+    rows = {
+        (v["variant"], v["metric"]): v for v in json.loads(out)["verdicts"] if v["check"] == "build"
+    }
     prefill = rows["compiled", "prefill"]
     assert prefill["failed"] and prefill["stalls"] == "new" and prefill["over_all_rounds"] is True
     assert (
@@ -808,14 +890,23 @@ def test_a_current_build_that_stalls_fails_the_ab_gate(workdir: Path, capsys):
         prefill["rounds"],
     ) == (6, 0, 40)
     # The verdict's Δ is the one over all rounds; the trimmed one (about 0) is carried beside it.
-    assert prefill["delta_pct"] == prefill["all_rounds"]["delta_pct"] < prefill["trimmed"]["ci_low_pct"]
+    assert (
+        prefill["delta_pct"]
+        == prefill["all_rounds"]["delta_pct"]
+        < prefill["trimmed"]["ci_low_pct"]
+    )
     assert abs(prefill["trimmed"]["delta_pct"]) < 2.0 and prefill["trimmed"]["rounds"] == 34
     assert all(
-        v["stalls"] is None for key, v in rows.items() if key != ("compiled", "prefill") and key[0] != "all variants"
+        v["stalls"] is None
+        for key, v in rows.items()
+        if key != ("compiled", "prefill") and key[0] != "all variants"
     )
     _, text, _ = run(["check", str(stalling), "--max-regression", "90"], capsys)
     failed = text.split("Failed:")[1]
-    assert "compiled prefill: the current build stalls and the reference build does not: 6 of 40 rounds" in failed
+    assert (
+        "compiled prefill: the current build stalls and "
+        "the reference build does not: 6 of 40 rounds" in failed
+    )
 
 
 def test_a_reference_build_that_stalls_does_not_fail_the_gate(workdir: Path, capsys):
@@ -828,8 +919,13 @@ def test_a_reference_build_that_stalls_does_not_fail_the_gate(workdir: Path, cap
         ],
         capsys,
     )
-    rows = {(v["variant"], v["metric"]): v for v in json.loads(out)["verdicts"] if v["check"] == "build"}
-    assert rows["compiled", "prefill"]["stalls"] == "baseline" and not rows["compiled", "prefill"]["failed"]
+    rows = {
+        (v["variant"], v["metric"]): v for v in json.loads(out)["verdicts"] if v["check"] == "build"
+    }
+    assert (
+        rows["compiled", "prefill"]["stalls"] == "baseline"
+        and not rows["compiled", "prefill"]["failed"]
+    )
     assert code == 0
 
 
@@ -847,7 +943,9 @@ def test_a_gate_run_too_noisy_to_see_the_limit_cannot_tell_and_never_passes(name
     assert code == 3, out
     assert out.splitlines()[-1] == "cannot tell" and "check: passed" not in out
     flat = " ".join(out.split())  # the console wraps long lines
-    assert re.search(r"about \d+ rounds \(\d ran, [\d.]+ (s|min) more at this run's pace\) would settle it", flat)
+    assert re.search(
+        r"about \d+ rounds \(\d ran, [\d.]+ (s|min) more at this run's pace\) would settle it", flat
+    )
 
 
 def test_the_json_of_an_undecided_gate_says_what_would_settle_each_row(capsys):
@@ -855,6 +953,8 @@ def test_the_json_of_an_undecided_gate_says_what_would_settle_each_row(capsys):
     document = json.loads(capsys.readouterr().out)
     assert (document["passed"], document["cannot_tell"], document["exit_code"]) == (False, True, 3)
     undecided = [v for v in document["verdicts"] if v["verdict"] == Status.CANNOT_TELL.value]
-    assert undecided and all(v["settle_rounds"] > v["rounds"] for v in undecided if v["settle_rounds"])
+    assert undecided and all(
+        v["settle_rounds"] > v["rounds"] for v in undecided if v["settle_rounds"]
+    )
     # Each undecided row's interval reaches across the -5% limit.
     assert all(v["ci_low_pct"] < -5.0 <= (v["ci_high_pct"] or math.inf) for v in undecided)

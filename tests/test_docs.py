@@ -24,7 +24,11 @@ def anchors(page: Path) -> set[str]:
 
 
 def links(page: Path) -> list[str]:
-    return [target for target in LINK.findall(FENCE.sub("", page.read_text())) if not re.match(r"^[a-z]+:", target)]
+    return [
+        target
+        for target in LINK.findall(FENCE.sub("", page.read_text()))
+        if not re.match(r"^[a-z]+:", target)
+    ]
 
 
 @pytest.mark.parametrize("page", PAGES, ids=lambda p: p.relative_to(ROOT).as_posix())
@@ -33,7 +37,9 @@ def test_every_relative_link_and_anchor_resolves(page: Path):
     for target in links(page):
         path, _, anchor = target.partition("#")
         where = (page.parent / path).resolve() if path else page
-        if not where.exists() or (anchor and where.suffix == ".md" and anchor not in anchors(where)):
+        if not where.exists() or (
+            anchor and where.suffix == ".md" and anchor not in anchors(where)
+        ):
             broken.append(target)
     assert not broken, f"{page.name}: {broken}"
 

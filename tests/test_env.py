@@ -25,7 +25,9 @@ from bench.present.env import print_env
 REPO_ROOT = Path(__file__).resolve().parent.parent
 OPENBLAS = "/usr/lib/x86_64-linux-gnu/openblas-pthread/libblas.so.3"
 REFERENCE = "/site-packages/mlx_cpu.libs/libblas-bd8a282c.so.3.10.0"
-linux_only = pytest.mark.skipif(not sys.platform.startswith("linux"), reason="LD_PRELOAD is Linux-only")
+linux_only = pytest.mark.skipif(
+    not sys.platform.startswith("linux"), reason="LD_PRELOAD is Linux-only"
+)
 needs_optimized_blas = pytest.mark.skipif(
     find_optimized_blas() is None,
     reason="no optimized BLAS installed (apt-get install libopenblas0-pthread)",
@@ -39,7 +41,9 @@ def test_collect_env_has_exactly_the_keys_and_serializes():
     assert env["cores"] >= 1
 
 
-@pytest.mark.skipif(not sys.platform.startswith("linux"), reason="this machine class runs mlx on CPU")
+@pytest.mark.skipif(
+    not sys.platform.startswith("linux"), reason="this machine class runs mlx on CPU"
+)
 def test_backend_is_cpu_here():
     assert collect_env()["backend"] == "cpu"
 
@@ -188,7 +192,9 @@ def test_probe_peaks_is_quick_and_positive():
 
 
 def test_a_source_checkout_records_its_commit():
-    head = subprocess.run(["git", "rev-parse", "HEAD"], cwd=REPO_ROOT, capture_output=True, text=True)
+    head = subprocess.run(
+        ["git", "rev-parse", "HEAD"], cwd=REPO_ROOT, capture_output=True, text=True
+    )
     if head.returncode != 0:
         pytest.skip("not a git checkout")
     assert collect_env()["git_commit"] == head.stdout.strip()
@@ -223,8 +229,12 @@ def test_two_machines_of_one_cpu_name_keep_their_own_cache(monkeypatch, tmp_path
     keys = []
     for flags in ("fpu avx2", "fpu avx2 avx512f"):
         info.write_text(f"model name\t: AMD EPYC\nflags\t\t: {flags}\n")
-        monkeypatch.setattr(env_module, "Path", lambda p, _info=info: _info if p == "/proc/cpuinfo" else Path(p))
-        keys.append(env_module.machine_key({"backend": "cpu", "device": "AMD EPYC", "cpu": "AMD EPYC"}))
+        monkeypatch.setattr(
+            env_module, "Path", lambda p, _info=info: _info if p == "/proc/cpuinfo" else Path(p)
+        )
+        keys.append(
+            env_module.machine_key({"backend": "cpu", "device": "AMD EPYC", "cpu": "AMD EPYC"})
+        )
     assert keys[0] != keys[1] and all(k.startswith("cpu-") for k in keys)
 
 

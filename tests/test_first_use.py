@@ -16,7 +16,9 @@ from conftest import ROOT, fusebench, fusebench_here
 from bench.measure import builds
 from bench.measure.env import blas_preload_env
 
-linux_only = pytest.mark.skipif(not sys.platform.startswith("linux"), reason="LD_PRELOAD and the shim are Linux's")
+linux_only = pytest.mark.skipif(
+    not sys.platform.startswith("linux"), reason="LD_PRELOAD and the shim are Linux's"
+)
 
 
 @pytest.fixture
@@ -27,17 +29,26 @@ def no_backend(tmp_path: Path) -> dict[str, str]:
     fake.mkdir(parents=True)
     (fake / "__init__.py").write_text("")
     (fake / "core.py").write_text(
-        "raise ImportError('libmlx.so: cannot open shared object file: No such file or directory')\n"
+        "raise ImportError('libmlx.so: cannot open shared "
+        "object file: No such file or directory')\n"
     )
     return {**os.environ, "PYTHONPATH": os.pathsep.join([str(tmp_path / "fake"), str(ROOT)])}
 
 
-@pytest.mark.parametrize("args", [("run", "--dry-run"), ("run", "ci"), ("verify",), ("kernels",), ("ops",)])
-def test_a_command_that_needs_mlx_names_the_extra_when_there_is_no_backend(args, no_backend, tmp_path):
+@pytest.mark.parametrize(
+    "args", [("run", "--dry-run"), ("run", "ci"), ("verify",), ("kernels",), ("ops",)]
+)
+def test_a_command_that_needs_mlx_names_the_extra_when_there_is_no_backend(
+    args, no_backend, tmp_path
+):
     done = fusebench(*args, cwd=tmp_path, env=no_backend)
     assert done.returncode == 2, done.stderr
     assert done.stderr.count("\n") == 1 and "Traceback" not in done.stderr
-    assert "no backend" in done.stderr and "fusebench[cpu]" in done.stderr and "libmlx.so" in done.stderr
+    assert (
+        "no backend" in done.stderr
+        and "fusebench[cpu]" in done.stderr
+        and "libmlx.so" in done.stderr
+    )
 
 
 def test_env_flags_a_missing_backend(no_backend, tmp_path):
@@ -71,7 +82,9 @@ def test_an_unknown_experiment_name_lists_the_shipped_ones(tmp_path):
 def test_pypi_openblas_behind_the_shim_serves_mlx_matmuls(tmp_path):
     blas_shim = pytest.importorskip("bench.measure.blas_shim")
     pytest.importorskip("scipy_openblas32", reason="setup.sh --dev installs it on Linux")
-    shim = blas_shim.shim(tmp_path)  # built on first use into the cache it is given, found there afterwards
+    shim = blas_shim.shim(
+        tmp_path
+    )  # built on first use into the cache it is given, found there afterwards
     assert shim.is_relative_to(tmp_path) and blas_shim.shim(tmp_path) == shim
     env, described = blas_preload_env(str(shim), os.environ)
     assert described.startswith("openblas")
@@ -82,7 +95,9 @@ def test_pypi_openblas_behind_the_shim_serves_mlx_matmuls(tmp_path):
         "err = float(np.abs(np.array(a @ b) - np.array(a) @ np.array(b)).max())\n"
         "print(loaded_blas()); print(err)\n"
     )
-    done = subprocess.run([sys.executable, "-c", code], cwd=ROOT, env=env, capture_output=True, text=True, timeout=120)
+    done = subprocess.run(
+        [sys.executable, "-c", code], cwd=ROOT, env=env, capture_output=True, text=True, timeout=120
+    )
     assert done.returncode == 0, done.stderr
     label, err = done.stdout.strip().splitlines()
     assert label.startswith("openblas") and str(shim) in label
@@ -96,7 +111,9 @@ def _dead_pid() -> int:
 
 
 def _git(*args: str) -> str:
-    return subprocess.run(["git", *args], cwd=ROOT, capture_output=True, text=True, check=True).stdout
+    return subprocess.run(
+        ["git", *args], cwd=ROOT, capture_output=True, text=True, check=True
+    ).stdout
 
 
 def test_a_killed_runs_reference_tree_is_removed_with_its_worktree_record(tmp_path, monkeypatch):
@@ -137,7 +154,9 @@ def test_setup_names_a_missing_python_in_one_line(tmp_path):
 def test_setup_names_a_missing_venv_module_in_one_line(tmp_path):
     # A Python whose venv cannot be made, as on Debian/Ubuntu without the python3-venv package.
     fake = tmp_path / "python3"
-    fake.write_text(f'#!/bin/sh\n[ "$1" = "-m" ] && [ "$2" = venv ] && exit 1\nexec {sys.executable} "$@"\n')
+    fake.write_text(
+        f'#!/bin/sh\n[ "$1" = "-m" ] && [ "$2" = venv ] && exit 1\nexec {sys.executable} "$@"\n'
+    )
     fake.chmod(0o755)
     done = _setup_in(tmp_path, str(fake))
     assert done.returncode == 1 and done.stderr.count("\n") == 1

@@ -67,8 +67,13 @@ def test_an_old_experiment_that_todays_parser_rejects_still_reports(tmp_path: Pa
 
 
 def test_the_writer_names_todays_format_and_a_newer_one_is_refused(tmp_path: Path):
-    experiment = "name: t\nmodels: [{preset: tiny}]\nvariants: {a: {}}\nworkloads: {prompt_tokens: 4, gen_tokens: 2}\n"
-    path = results_file(tmp_path / "r.jsonl", trials(cell(), {"a": [(10.0, 1.0)]}), experiment=experiment)
+    experiment = (
+        "name: t\nmodels: [{preset: tiny}]\nvariants: {a: {}}\n"
+        "workloads: {prompt_tokens: 4, gen_tokens: 2}\n"
+    )
+    path = results_file(
+        tmp_path / "r.jsonl", trials(cell(), {"a": [(10.0, 1.0)]}), experiment=experiment
+    )
     assert header_of(path)["format"] == FORMAT
     newer = tmp_path / "newer.jsonl"
     newer.write_text(json.dumps({**header_of(path), "format": FORMAT + 1}) + "\n")

@@ -13,7 +13,9 @@ from bench.analysis.history import SpeedupHistory, histories, run_speedups
 
 
 def history(speedups: list[float]) -> SpeedupHistory:
-    return SpeedupHistory("m", "E2B", "pp128 tg4 b1", "compiled/baseline", "prefill", tuple(speedups))
+    return SpeedupHistory(
+        "m", "E2B", "pp128 tg4 b1", "compiled/baseline", "prefill", tuple(speedups)
+    )
 
 
 def test_expected_and_bound_by_hand():

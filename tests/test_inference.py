@@ -53,7 +53,9 @@ def _sequence(r: np.ndarray, confidence: float) -> tuple[float, float]:
 def _sequence_p(r: np.ndarray) -> float:
     """1 / M_n(0), the mixture martingale at a ratio of 1."""
     n, s, v = r.size, float(r.sum()), float((r**2).sum())
-    return min(1.0, 1.0 / (math.sqrt(RHO / (n + RHO)) * (1.0 - s * s / ((n + RHO) * v)) ** (-n / 2.0)))
+    return min(
+        1.0, 1.0 / (math.sqrt(RHO / (n + RHO)) * (1.0 - s * s / ((n + RHO) * v)) ** (-n / 2.0))
+    )
 
 
 def _words(baseline: np.ndarray, new: np.ndarray, **kwargs: float) -> list[str]:
@@ -70,7 +72,9 @@ def _row(p: float, *, df: int = 9, se: float = 0.01) -> PairedEstimate:
     from bench.analysis import sequential
 
     n, sd = df + 1, se * math.sqrt(df + 1)
-    mean = brentq(lambda m: sequential.p_value(n, m, sd) - p, 0.0, 1.0, xtol=1e-14) if p < 1 else 0.0
+    mean = (
+        brentq(lambda m: sequential.p_value(n, m, sd) - p, 0.0, 1.0, xtol=1e-14) if p < 1 else 0.0
+    )
     half = sequential.half_width_log(n, sd, 0.05)
     low, high = math.exp(mean - half), math.exp(mean + half)
     return PairedEstimate(
@@ -180,7 +184,9 @@ def _pr15587_trials(sigma: float, seed: int = 15587) -> tuple[np.ndarray, np.nda
     rng = np.random.default_rng(seed)
     base = np.array(PR15587_BASELINES)[:, None] * np.ones((1, 8))
     truth = 1 + np.array(PR15587_DELTAS_PCT)[:, None] / 100
-    return base * rng.lognormal(0, sigma, base.shape), base * truth * rng.lognormal(0, sigma, base.shape)
+    return base * rng.lognormal(0, sigma, base.shape), base * truth * rng.lognormal(
+        0, sigma, base.shape
+    )
 
 
 def test_pr15587_rows_are_all_faster_after_holm() -> None:
@@ -286,7 +292,10 @@ def test_family_wise_false_positives_on_aa_tables() -> None:
         reference += int(np.sum(_holm_rejects_any(plain_p)))
     rate, plain = claims / tables, reference / tables
     se = math.sqrt(0.05 * 0.95 / tables)
-    message = f"A/A family-wise rate {rate:.2%} over {tables} tables (plain t + Holm: {plain:.2%}, SE {se:.2%})"
+    message = (
+        f"A/A family-wise rate {rate:.2%} over {tables} "
+        f"tables (plain t + Holm: {plain:.2%}, SE {se:.2%})"
+    )
     assert rate <= 0.05 + 3 * se, message
     assert rate <= plain + 0.005, message
 
@@ -365,7 +374,9 @@ def test_outlier_rule_needs_enough_rounds_and_real_spread() -> None:
 # --- helpers for precision and the gate -----------------------------------------------------------
 
 
-@pytest.mark.parametrize(("sd_log", "target", "confidence"), [(0.02, 1.0, 0.95), (0.05, 2.0, 0.99), (0.01, 5.0, 0.95)])
+@pytest.mark.parametrize(
+    ("sd_log", "target", "confidence"), [(0.02, 1.0, 0.95), (0.05, 2.0, 0.99), (0.01, 5.0, 0.95)]
+)
 def test_rounds_needed_is_the_smallest_n(sd_log: float, target: float, confidence: float) -> None:
     def half_width_pct(n: int) -> float:
         # any rounds with this SD: only n, the SD and the level matter
@@ -422,7 +433,9 @@ def test_sign_test_is_the_exact_binomial() -> None:
     assert sign_test_p(6, 0) == pytest.approx(2 / 64)
 
 
-def _stalling(seed: int, n: int = 40, stalls: tuple[int, ...] = (3, 9, 15, 22, 30, 37)) -> tuple[np.ndarray, ...]:
+def _stalling(
+    seed: int, n: int = 40, stalls: tuple[int, ...] = (3, 9, 15, 22, 30, 37)
+) -> tuple[np.ndarray, ...]:
     """n rounds, new 20% faster with 1% noise, except the listed rounds where new loses 40%."""
     rng = np.random.default_rng(seed)
     baseline = 100 * rng.lognormal(0, 0.01, n)
@@ -440,7 +453,9 @@ def test_a_stalling_new_arm_is_named_and_delta_uses_every_round() -> None:
     assert est.stalls == STALLS_NEW and est.over_all_rounds
     # The chosen estimate is the plain paired interval over all 40 rounds; the trimmed one is kept
     # beside it.
-    assert est.n == 40 and est.excluded == 0 and est.all_rounds is not None and est.trimmed is not None
+    assert (
+        est.n == 40 and est.excluded == 0 and est.all_rounds is not None and est.trimmed is not None
+    )
     assert est.mean_log == pytest.approx(r.mean(), rel=1e-12)
     assert (est.low, est.high) == pytest.approx(_sequence(r, 0.95), rel=1e-12)
     assert est.p_value == pytest.approx(_sequence_p(r), rel=1e-9)
@@ -495,7 +510,10 @@ def test_aa_with_symmetric_stalls_rarely_names_an_arm(n: int) -> None:
     ests = [paired_estimate(b, x) for b, x in zip(baseline, new, strict=True)]
     flagged = np.mean([e.stalls is not None for e in ests])
     coverage = np.mean([e.low <= 1.0 <= e.high for e in ests])
-    message = f"n={n}: an arm named in {flagged:.1%} of {reps} A/A rows, chosen interval covered 0 in {coverage:.1%}"
+    message = (
+        f"n={n}: an arm named in {flagged:.1%} of {reps} A/A "
+        f"rows, chosen interval covered 0 in {coverage:.1%}"
+    )
     assert flagged <= STALL_ALPHA, message
     assert coverage >= 0.94, message
 
@@ -516,8 +534,8 @@ def test_one_stalling_arm_is_caught_and_its_delta_covered() -> None:
     chosen = np.mean([e.low <= truth <= e.high for e in ests])
     trimmed = np.mean([e.trimmed.low <= truth <= e.trimmed.high for e in ests])
     message = (
-        f"new named in {named:.1%}, baseline in {wrong:.1%}, Δ over all rounds in {over_all:.1%}; coverage of "
-        f"the all-rounds Δ: chosen {chosen:.1%}, trimmed {trimmed:.1%}"
+        f"new named in {named:.1%}, baseline in {wrong:.1%}, Δ over all rounds in {over_all:.1%}; "
+        f"coverage of the all-rounds Δ: chosen {chosen:.1%}, trimmed {trimmed:.1%}"
     )
     print(message)
     assert wrong == 0.0, message

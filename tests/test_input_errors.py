@@ -116,7 +116,9 @@ CASES = {
 
 
 @pytest.mark.parametrize("case", list(CASES))
-def test_bad_input_is_one_line_and_exit_2(case: str, files: dict[str, Path], capsys: pytest.CaptureFixture):
+def test_bad_input_is_one_line_and_exit_2(
+    case: str, files: dict[str, Path], capsys: pytest.CaptureFixture
+):
     argv, message = CASES[case]
     try:
         code = main([str(files.get(arg, arg)) for arg in argv])

@@ -15,14 +15,16 @@ from bench.measure.kernels import (
     kernel_facts,
     kernel_names,
     probe_compiled,
-    probe_sdpa,
+    probe_fused,
 )
 from bench.measure.opbench import op_cases
-from bench.present.kernels import compile_note, summarize_attention
+from bench.present.kernels import compile_note, summarize_probes
 from models.config import Overrides, preset_config
 from models.ops import calls_by_op
 
-on_cpu = pytest.mark.skipif(current_backend().name != "cpu", reason="these facts are the CPU backend's")
+on_cpu = pytest.mark.skipif(
+    current_backend().name != "cpu", reason="these facts are the CPU backend's"
+)
 
 PROMPT = 16  # short: the probes build the real shapes, and the CPU only raises or builds graphs
 
@@ -34,7 +36,10 @@ def preset(request):
 
 def probed(config, prompt_tokens=PROMPT):
     """The kernel facts of a config, as the records carry them."""
-    return [fact.to_dict() for fact in kernel_facts(ModelArgs.from_dict(config), prompt_tokens=prompt_tokens)]
+    return [
+        fact.to_dict()
+        for fact in kernel_facts(ModelArgs.from_dict(config), prompt_tokens=prompt_tokens)
+    ]
 
 
 @pytest.fixture(scope="module")
@@ -55,20 +60,34 @@ def test_attention_is_probed_at_the_calls_ops_times_at_the_prompt(preset):
         config["num_key_value_heads"],
         config["sliding_window"],
     )
-    assert by_role["prefill sliding"].label == f"prefill sliding q[1,{heads},600,256] kv[1,{kv_heads},600,256]"
+    assert (
+        by_role["prefill sliding"].label
+        == f"prefill sliding q[1,{heads},600,256] kv[1,{kv_heads},600,256]"
+    )
     assert by_role["decode full"].shape == (1, heads, 1, 512)
     # Longer than the sliding window, a prefill gets mlx-lm's band mask.
     mask = calls_by_op()["attention"].inputs(by_role["prefill sliding"], seed=0).kwargs["mask"]
     assert isinstance(mask, mx.array) == (window < 600)
-    assert calls_by_op()["attention"].inputs(by_role["prefill full"], seed=0).kwargs["mask"] == "causal"
+    assert (
+        calls_by_op()["attention"].inputs(by_role["prefill full"], seed=0).kwargs["mask"]
+        == "causal"
+    )
 
 
 def test_the_elementwise_ops_are_probed_at_one_token(facts):
-    labels = {(f["op"], f["shape_label"]) for f in facts if f["probe"] == "graph" and f["variant"] == "compiled"}
+    labels = {
+        (f["op"], f["shape_label"])
+        for f in facts
+        if f["probe"] == "graph" and f["variant"] == "compiled"
+    }
     assert ("softcap", "logits decode [1,1,262144]") in labels
     # the same call at one token: probed once
     assert not any(label.startswith("logits full") for _, label in labels)
-    assert all(label.split()[-1].startswith("[1,1,") for op, label in labels if op == "geglu" and "moe" not in label)
+    assert all(
+        label.split()[-1].startswith("[1,1,")
+        for op, label in labels
+        if op == "geglu" and "moe" not in label
+    )
 
 
 @on_cpu
@@ -81,20 +100,27 @@ def test_every_attention_shape_falls_back_on_cpu(preset, facts):
         assert fact["status"] == "fallback", fact
         assert "no fused kernel is available" in fact["reason"] and "CPU" in fact["reason"]
         assert fact["backend"] == "cpu" and fact["mlx_version"] == mx.__version__
-    sentence = summarize_attention(facts)
+    sentence = summarize_probes(facts)
     assert sentence.startswith("on cpu `sdpa` fell back to composed ops for every attention shape")
-    assert "head_dim 256 and 512, prefill and decode" in sentence and "MLX says: no fused kernel" in sentence
+    assert (
+        "head_dim 256 and 512, prefill and decode" in sentence
+        and "MLX says: no fused kernel" in sentence
+    )
 
 
 @on_cpu
 def test_window_mask_prefill_falls_back_too():
     args = ModelArgs.from_dict(preset_config("e2b", Overrides(layers=2)))
-    case = next(c for c in calls_by_op()["attention"].kernel_cases(args, 520) if c.role == "prefill sliding")
-    assert probe_sdpa(case).status == "fallback"
+    case = next(
+        c for c in calls_by_op()["attention"].kernel_cases(args, 520) if c.role == "prefill sliding"
+    )
+    assert probe_fused(case).status == "fallback"
 
 
 def _graph(facts, op, variant):
-    return next(f for f in facts if f["probe"] == "graph" and f["op"] == op and f["variant"] == variant)
+    return next(
+        f for f in facts if f["probe"] == "graph" and f["op"] == op and f["variant"] == variant
+    )
 
 
 def test_compiled_variants_fuse(facts):
@@ -153,4 +179,8 @@ def test_probe_compiled_reads_a_registered_variant():
 def test_the_table_says_why_compiled_geglu_is_two_kernels():
     facts = probed(preset_config("e2b", Overrides(layers=2)))
     note = compile_note([f for f in facts if f["probe"] == "graph"])
-    assert note and note.startswith("geglu compiled: several fused kernels") and "max_compile_depth" in note
+    assert (
+        note
+        and note.startswith("geglu compiled: several fused kernels")
+        and "max_compile_depth" in note
+    )

@@ -27,7 +27,9 @@ def test_workers_that_come_and_go_are_ours_not_other_processes():
     for _ in range(3):
         _short_lived_child()
     after, children_after = _cpu_times(), resource.getrusage(resource.RUSAGE_CHILDREN)
-    children_s = sum(getattr(children_after, f) - getattr(children_before, f) for f in ("ru_utime", "ru_stime"))
+    children_s = sum(
+        getattr(children_after, f) - getattr(children_before, f) for f in ("ru_utime", "ru_stime")
+    )
     # /proc counts in clock ticks, rusage in µs
     assert after.ours - before.ours >= children_s - 3 * 0.01
 

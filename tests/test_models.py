@@ -102,7 +102,9 @@ def test_quantized_checkpoint_round_trip(tmp_path, mode):
         "affine",
         "nvfp4",
     )
-    reloaded = load_model(str(path), ops={"geglu": "compiled", "softcap": "compiled", "attention": "sdpa"})
+    reloaded = load_model(
+        str(path), ops={"geglu": "compiled", "softcap": "compiled", "attention": "sdpa"}
+    )
     theirs, _ = mlx_lm_load_model(path)
     tokens = mx.random.randint(0, 512, (1, 16), key=mx.random.key(2))
     for a, b, c in zip(
@@ -194,7 +196,9 @@ def test_bad_overrides_name_the_choices(kwargs, message):
 def test_unknown_op_or_variant_names_the_choices():
     with pytest.raises(UnknownOpError, match="unknown op 'gelu'; choose from geglu, softcap"):
         load_model("tiny", ops={"gelu": "compiled"})
-    with pytest.raises(UnknownOpError, match="unknown geglu variant 'fused'; choose from unfused, compiled"):
+    with pytest.raises(
+        UnknownOpError, match="unknown geglu variant 'fused'; choose from unfused, compiled"
+    ):
         load_model("tiny", ops={"geglu": "fused"})
 
 
@@ -236,7 +240,9 @@ def test_multimodal_gemma4_checkpoint_loads_its_text_decoder(tmp_path):
         | {"model.vision_tower.dummy": mx.zeros((2,))},
     )
     config = json.loads((path / "config.json").read_text())
-    (path / "config.json").write_text(json.dumps({"model_type": "gemma4", "text_config": config, "vocab_size": 512}))
+    (path / "config.json").write_text(
+        json.dumps({"model_type": "gemma4", "text_config": config, "vocab_size": 512})
+    )
     loaded = load_model(str(path))
     tokens = mx.array([[1, 2, 3, 4]])
     assert mx.abs(loaded(tokens) - text(tokens)).max().item() == 0

@@ -25,7 +25,10 @@ L = 16
 def cases_of(preset: str, op: str, prompt_tokens: int = L, batch: int = 1):
     config = preset_config(preset, Overrides())
     args = ModelArgs.from_dict(config)
-    return {c.role: c for c in op_cases(args, config["size"], prompt_tokens=prompt_tokens, batch=batch, only=[op])}
+    return {
+        c.role: c
+        for c in op_cases(args, config["size"], prompt_tokens=prompt_tokens, batch=batch, only=[op])
+    }
 
 
 # --- shapes --------------------------------------------------------------------------------------
@@ -124,7 +127,11 @@ def test_unknown_op_is_a_one_line_error_with_the_choices():
     with pytest.raises(UnknownOpError) as err:
         check_ops(["geglu", "swiglu"])
     message = str(err.value)
-    assert "\n" not in message and "'swiglu'" in message and "geglu, softcap, attention, rms_norm, rope" in message
+    assert (
+        "\n" not in message
+        and "'swiglu'" in message
+        and "geglu, softcap, attention, rms_norm, rope" in message
+    )
 
 
 def test_unknown_size_is_a_one_line_error_with_the_choices(monkeypatch, tmp_path, capsys):
@@ -153,7 +160,8 @@ def test_experiment_gives_sizes_and_workloads_and_notes_path_models(tmp_path):
     checkpoint.mkdir()
     experiment = tmp_path / "exp.yaml"
     experiment.write_text(
-        "name: small\nmodels:\n  - {preset: tiny, layers: 2}\n  - {preset: tiny-moe, dtype: bfloat16}\n"
+        "name: small\nmodels:\n  - {preset: tiny, layers: 2}\n"
+        "  - {preset: tiny-moe, dtype: bfloat16}\n"
         f"  - {{path: {checkpoint}}}\nvariants:\n  base: {{}}\n"
         "workloads:\n  prompt_tokens: [8, 32]\n  gen_tokens: 2\n  batch: 1\n"
     )
@@ -167,7 +175,12 @@ def test_experiment_gives_sizes_and_workloads_and_notes_path_models(tmp_path):
     assert plan.experiment["file"] == str(experiment) and plan.experiment["name"] == "ops"
     # Per-layer shapes are the full preset's: layers: 2 leaves the tiny preset's MLP widths as they
     # are.
-    roles = {c.role for c in experiment_plan(select_models(load_experiment(experiment), ["tiny"])).cases(["geglu"])}
+    roles = {
+        c.role
+        for c in experiment_plan(select_models(load_experiment(experiment), ["tiny"])).cases(
+            ["geglu"]
+        )
+    }
     assert roles == {"mlp", "mlp double-wide", "ple gate"}
     assert any(c.label.endswith("bfloat16") for c in plan.cases(["geglu"]))
 
@@ -253,7 +266,9 @@ def tiny_ops_args(folder: Path, prompt_tokens: int, *options: str) -> argparse.N
 def test_command_prints_a_table_per_op(tmp_path, monkeypatch):
     monkeypatch.setenv(REEXEC_MARKER, "1")  # never re-exec the test process
     out = tmp_path / "ops.jsonl"
-    args = tiny_ops_args(tmp_path, 512, "--only", "rms_norm,softcap", "--rounds", "2", "--out", str(out), "--quiet")
+    args = tiny_ops_args(
+        tmp_path, 512, "--only", "rms_norm,softcap", "--rounds", "2", "--out", str(out), "--quiet"
+    )
     buffer = io.StringIO()
     assert ops_command.main(args, Console(file=buffer, width=200)) == 0
     text = buffer.getvalue()
@@ -280,7 +295,9 @@ def test_ops_restarts_with_the_threads_a_run_would_give_its_workers(monkeypatch)
 
 
 @pytest.mark.parametrize(("flag", "threads"), [([], None), (["--threads", "1"], 1)])
-def test_ops_command_asks_for_the_run_thread_setting_and_records_it(tmp_path, monkeypatch, flag, threads):
+def test_ops_command_asks_for_the_run_thread_setting_and_records_it(
+    tmp_path, monkeypatch, flag, threads
+):
     asked = []
     monkeypatch.setattr(opbench, "ensure_worker_env", lambda console, n: asked.append(n))
     measured = 2  # what `threads: auto` measured here: a timing outcome, so the test gives it
@@ -288,7 +305,9 @@ def test_ops_command_asks_for_the_run_thread_setting_and_records_it(tmp_path, mo
     for name in THREAD_VARIABLES:  # as ensure_worker_env would have set them before the re-exec
         monkeypatch.setenv(name, str(threads or measured))
     out = tmp_path / "ops.jsonl"
-    args = tiny_ops_args(tmp_path, 16, "--only", "rms_norm", "--rounds", "1", "--out", str(out), "--quiet", *flag)
+    args = tiny_ops_args(
+        tmp_path, 16, "--only", "rms_norm", "--rounds", "1", "--out", str(out), "--quiet", *flag
+    )
     assert ops_command.main(args, Console(file=io.StringIO(), width=200)) == 0
     assert asked == [threads or measured]
     assert read_results([out]).of_kind("run")[0]["env"]["threads"] == (threads or measured)

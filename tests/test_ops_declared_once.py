@@ -73,7 +73,9 @@ def test_its_variants_time_and_match_the_reference(scale2):
 
 
 def test_kernels_probe_its_variants_at_its_own_calls(scale2):
-    facts = kernel_facts(ModelArgs.from_dict(preset_config("tiny", Overrides(layers=2))), prompt_tokens=L)
+    facts = kernel_facts(
+        ModelArgs.from_dict(preset_config("tiny", Overrides(layers=2))), prompt_tokens=L
+    )
     mine = {f.variant: f for f in facts if f.op == scale2}
     assert set(mine) == {"plain", "compiled"}
     # one token, as the default probes

@@ -66,7 +66,10 @@ def test_a_changed_file_replaces_its_own_variants(tmp_path, registry):
     path.write_text(GOOD.replace("plugin_ok", "plugin_two"))
     [info] = load_plugins([path])
     assert info.variants == (("softcap", "plugin_two"),)
-    assert "plugin_two" in registry["softcap"].variants and "plugin_ok" not in registry["softcap"].variants
+    assert (
+        "plugin_two" in registry["softcap"].variants
+        and "plugin_ok" not in registry["softcap"].variants
+    )
 
 
 def one_line_error(paths):
@@ -78,7 +81,9 @@ def one_line_error(paths):
 
 
 def test_a_syntax_error_is_one_line_with_its_line(tmp_path):
-    path = write(tmp_path, "broken.py", "from models.ops import register\n\n\ndef oops(:\n    pass\n")
+    path = write(
+        tmp_path, "broken.py", "from models.ops import register\n\n\ndef oops(:\n    pass\n"
+    )
     message = one_line_error([path])
     assert re.fullmatch(rf"{re.escape(str(path))}:4: plugin: SyntaxError: .+", message), message
 
@@ -94,7 +99,10 @@ def test_a_runtime_error_is_one_line_with_its_line(tmp_path, registry):
 
 
 def test_an_unknown_op_is_one_line_with_its_line(tmp_path):
-    text = 'from models.ops import register\n\n\n@register("no_such_op", "x")\ndef f(x):\n    return x\n'
+    text = (
+        "from models.ops import register\n\n\n"
+        '@register("no_such_op", "x")\ndef f(x):\n    return x\n'
+    )
     path = write(tmp_path, "unknown.py", text)
     message = one_line_error([path])
     assert re.fullmatch(
@@ -105,10 +113,15 @@ def test_an_unknown_op_is_one_line_with_its_line(tmp_path):
 
 def test_replacing_a_builtin_variant_is_refused(tmp_path, registry):
     builtin = registry["geglu"].variants["compiled"]
-    text = 'from models.ops import register\n\n\n@register("geglu", "compiled")\ndef g(gate, up):\n    return gate\n'
+    text = (
+        "from models.ops import register\n\n\n"
+        '@register("geglu", "compiled")\ndef g(gate, up):\n    return gate\n'
+    )
     path = write(tmp_path, "hijack.py", text)
     message = one_line_error([path])
-    assert message.startswith(f"{path}:4: plugin: ValueError: geglu variant 'compiled' is already registered")
+    assert message.startswith(
+        f"{path}:4: plugin: ValueError: geglu variant 'compiled' is already registered"
+    )
     assert registry["geglu"].variants["compiled"] is builtin
 
 
@@ -144,7 +157,10 @@ def test_a_plugin_declares_a_new_op_with_its_variants_and_calls(tmp_path, regist
     [info] = load_plugins([path])
     assert info.ops == ("plugin_double",)
     assert info.variants == (("plugin_double", "plain"), ("plugin_double", "compiled"))
-    assert list(registry)[-1] == "plugin_double" and registry["plugin_double"].calls is calls_by_op()["plugin_double"]
+    assert (
+        list(registry)[-1] == "plugin_double"
+        and registry["plugin_double"].calls is calls_by_op()["plugin_double"]
+    )
     assert load_plugins([path]) == [info]  # unchanged: not imported again
     path.write_text(NEW_OP.replace('"x * 2"', '"twice x"'))
     [changed] = load_plugins([path])  # changed: it declares its op anew
@@ -153,9 +169,13 @@ def test_a_plugin_declares_a_new_op_with_its_variants_and_calls(tmp_path, regist
 
 def test_declaring_an_existing_op_is_refused(tmp_path, registry):
     builtin = registry["geglu"]
-    text = 'from models.ops import declare\n\ndeclare("geglu", "mine", reference="a", default="a")\n'
+    text = (
+        'from models.ops import declare\n\ndeclare("geglu", "mine", reference="a", default="a")\n'
+    )
     message = one_line_error([write(tmp_path, "redeclare.py", text)])
-    assert message.startswith(f"{tmp_path / 'redeclare.py'}:3: plugin: ValueError: op 'geglu' is already declared")
+    assert message.startswith(
+        f"{tmp_path / 'redeclare.py'}:3: plugin: ValueError: op 'geglu' is already declared"
+    )
     assert registry["geglu"] is builtin
 
 

@@ -78,20 +78,28 @@ def depth_records(
         times = {
             variant: [
                 (
-                    step_s(preset, depth, "prefill", scale) * process * (1 + noise * rng.standard_normal()),
-                    step_s(preset, depth, "gen", scale) * process * (1 + noise * rng.standard_normal()),
+                    step_s(preset, depth, "prefill", scale)
+                    * process
+                    * (1 + noise * rng.standard_normal()),
+                    step_s(preset, depth, "gen", scale)
+                    * process
+                    * (1 + noise * rng.standard_normal()),
                 )
                 for _ in range(rounds)
             ]
             for variant, scale in (("baseline", 1.0), ("compiled", NEW_SCALE))
         }
-        records += trials(of, {v: [(PROMPT / p, 1 / g) for p, g in values] for v, values in times.items()})
+        records += trials(
+            of, {v: [(PROMPT / p, 1 / g) for p, g in values] for v, values in times.items()}
+        )
     return records
 
 
 @pytest.fixture
 def e2b_file(tmp_path: Path) -> Path:
-    return results_file(tmp_path / "e2b.jsonl", depth_records("e2b", "E2B", [2, 4, 6, 8, 12]), experiment=EXPERIMENT)
+    return results_file(
+        tmp_path / "e2b.jsonl", depth_records("e2b", "E2B", [2, 4, 6, 8, 12]), experiment=EXPERIMENT
+    )
 
 
 def projected(path: Path, **options):
@@ -165,7 +173,8 @@ def test_the_fit_recovers_each_terms_cost(e2b_file: Path):
     for fit in fits_of(projection):
         scale = NEW_SCALE if fit.series.variant == "compiled" else 1.0
         truth = [
-            cost * (1 if term == "fixed" else scale) for term, cost in zip(TERMS, COSTS[fit.series.metric], strict=True)
+            cost * (1 if term == "fixed" else scale)
+            for term, cost in zip(TERMS, COSTS[fit.series.metric], strict=True)
         ]
         assert fit.terms == TERMS and fit.depths == (2, 4, 6, 8, 12) and fit.dof == 1
         for term, true in zip(TERMS, truth, strict=True):
@@ -196,10 +205,14 @@ def test_the_projection_at_full_depth_covers_the_truth(e2b_file: Path):
         assert delta.low <= true <= delta.high
         # At 2 layers the fixed part dominates; at 35 the Δ is the per-layer one's larger share of
         # it.
-        assert delta.ratio > step_s("e2b", 2, delta.metric) / step_s("e2b", 2, delta.metric, NEW_SCALE)
+        assert delta.ratio > step_s("e2b", 2, delta.metric) / step_s(
+            "e2b", 2, delta.metric, NEW_SCALE
+        )
 
 
-def _runs_files(tmp_path: Path, runs: int, depths: list[int], process_sd: float = 0.05) -> list[Path]:
+def _runs_files(
+    tmp_path: Path, runs: int, depths: list[int], process_sd: float = 0.05
+) -> list[Path]:
     return [
         results_file(
             tmp_path / f"run{r}.jsonl",
@@ -268,7 +281,9 @@ def test_a_depth_held_out_of_the_fit_is_checked_against_it(e2b_file: Path):
     projection = projected(e2b_file, layers=12, fit_layers=[2, 4, 6, 8])
     assert {row.size for row in projection.rows} == {"E2B (12/35 layers, projected)"}
     held_out = [c for c in projection.checks if not c.in_fit]
-    assert {(c.depth, c.size) for c in held_out} == {(12, "E2B (12/35 layers)")} and len(held_out) == 4
+    assert {(c.depth, c.size) for c in held_out} == {(12, "E2B (12/35 layers)")} and len(
+        held_out
+    ) == 4
     assert all(abs(c.error_pct) < 1 for c in held_out)
     # four depths, four terms: an exact fit
     assert all(f.reduced_chi2 is None for f in fits_of(projection))
@@ -283,8 +298,12 @@ def test_project_prints_json_rows_and_text(e2b_file: Path, tmp_path: Path):
         assert row["size"] == "E2B (35/35 layers, projected)" and row["layers"] == 35
         assert row["prefill_low"] < row["prefill_tps"] < row["prefill_high"]
         assert row["gen_low"] < row["gen_tps"] < row["gen_high"]
-    assert [d["baseline"] for d in rows[1]["deltas"]] == ["baseline", "baseline"] and not rows[0]["deltas"]
-    text = fusebench_here("project", str(e2b_file), "--fit-layers", "2,4,6,8", "--layers", "12", cwd=tmp_path)
+    assert [d["baseline"] for d in rows[1]["deltas"]] == ["baseline", "baseline"] and not rows[0][
+        "deltas"
+    ]
+    text = fusebench_here(
+        "project", str(e2b_file), "--fit-layers", "2,4,6,8", "--layers", "12", cwd=tmp_path
+    )
     assert text.returncode == 0, text.stderr
     assert "E2B (12/35 layers, projected)" in text.stdout and "Held out of the fit" in text.stdout
 
@@ -293,7 +312,11 @@ def test_depths_that_cannot_separate_the_terms_are_refused():
     with pytest.raises(ProjectionError) as refused:
         check_separable("26b", "26B", [2, 4, 6])
     message = str(refused.value)
-    assert "the fixed part" in message and "full-attention layers" in message and "add depth 8" in message
+    assert (
+        "the fixed part" in message
+        and "full-attention layers" in message
+        and "add depth 8" in message
+    )
     with pytest.raises(ProjectionError, match="add depths 6 and 8"):
         check_separable("e2b", "E2B", [2, 4])
     check_separable("26b", "26B", [2, 4, 6, 8])
@@ -307,7 +330,9 @@ def test_projection_section_only_for_results_at_several_depths(e2b_file: Path, t
 
     blocks = section(e2b_file)
     assert blocks[0].text == "At full depth (projected)" and "not measured" in blocks[1].text
-    one_depth = results_file(tmp_path / "one.jsonl", depth_records("e2b", "E2B", [2]), experiment=EXPERIMENT)
+    one_depth = results_file(
+        tmp_path / "one.jsonl", depth_records("e2b", "E2B", [2]), experiment=EXPERIMENT
+    )
     assert section(one_depth) == []
 
 
@@ -318,14 +343,17 @@ def _checkpoint_records() -> list[dict]:
         "model_key": "/models/x:layers=all:float32:none",
         "layers": None,
     }
-    return trials(of, {"baseline": [(100.0, 10.0), (101.0, 10.1)], "compiled": [(110.0, 11.0), (111.0, 11.1)]})
+    return trials(
+        of, {"baseline": [(100.0, 10.0), (101.0, 10.1)], "compiled": [(110.0, 11.0), (111.0, 11.1)]}
+    )
 
 
 BAD_INPUTS = {
     "one depth": (
         [("r.jsonl", depth_records("e2b", "E2B", [2]), TEST_ENV)],
         (),
-        "E2B (pp128 tg4 b1) has only depth 2: a projection needs at least 4 depths, e.g. `layers: [2, 4, 6, 8]`",
+        "E2B (pp128 tg4 b1) has only depth 2: a projection "
+        "needs at least 4 depths, e.g. `layers: [2, 4, 6, 8]`",
     ),
     "26b at 2, 4, 6": (
         [("r.jsonl", depth_records("26b", "26B", [2, 4, 6]), TEST_ENV)],
@@ -348,7 +376,8 @@ BAD_INPUTS = {
         [
             (
                 "r.jsonl",
-                depth_records("e2b", "E2B", [2]) + depth_records("e2b", "E2B", [4, 6, 8], dtype="bfloat16"),
+                depth_records("e2b", "E2B", [2])
+                + depth_records("e2b", "E2B", [4, 6, 8], dtype="bfloat16"),
                 TEST_ENV,
             )
         ],
@@ -379,5 +408,11 @@ def test_bad_input_is_one_line_and_exit_2(case: str, tmp_path: Path):
     paths = []
     for name, records, env in files:
         run_id = records[0]["run_id"]
-        paths.append(str(results_file(tmp_path / name, records, experiment=EXPERIMENT, run_id=run_id, env=env)))
+        paths.append(
+            str(
+                results_file(
+                    tmp_path / name, records, experiment=EXPERIMENT, run_id=run_id, env=env
+                )
+            )
+        )
     one_line_exit_2(fusebench_here("project", *paths, *options, cwd=tmp_path), expected)

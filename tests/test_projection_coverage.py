@@ -55,7 +55,9 @@ def _fits(
             process = 1 + (PROCESS_NOISE * rng.standard_normal() if runs > 1 else 0.0)
             for variant, scale in VARIANTS.items():
                 noise = 1 + TRIAL_NOISE * rng.standard_normal(rounds)
-                rows[variant] += [(t, depth, f"run{run}") for t in step_s(depth, metric, scale) * process * noise]
+                rows[variant] += [
+                    (t, depth, f"run{run}") for t in step_s(depth, metric, scale) * process * noise
+                ]
     fits = {}
     for variant, samples in rows.items():
         points, spread = depth_means(pd.DataFrame(samples, columns=["seconds", "depth", "run"]))
@@ -75,11 +77,21 @@ def simulate(
             fits = _fits(rng, depths, rounds, metric, runs)
             for variant, fit in fits.items():
                 rate = fit.rate_at(LAYERS)
-                rates_covered += rate.low <= TOKENS[metric] / step_s(LAYERS, metric, VARIANTS[variant]) <= rate.high
-            delta = projected_delta(SCOPE.label(LAYERS, projected=True), fits["baseline"], fits["new"], LAYERS)
-            true_ratio = step_s(LAYERS, metric, VARIANTS["baseline"]) / step_s(LAYERS, metric, VARIANTS["new"])
+                rates_covered += (
+                    rate.low
+                    <= TOKENS[metric] / step_s(LAYERS, metric, VARIANTS[variant])
+                    <= rate.high
+                )
+            delta = projected_delta(
+                SCOPE.label(LAYERS, projected=True), fits["baseline"], fits["new"], LAYERS
+            )
+            true_ratio = step_s(LAYERS, metric, VARIANTS["baseline"]) / step_s(
+                LAYERS, metric, VARIANTS["new"]
+            )
             deltas_covered += delta.low <= true_ratio <= delta.high
-    return rates_covered / (replications * len(COSTS) * len(VARIANTS)), deltas_covered / (replications * len(COSTS))
+    return rates_covered / (replications * len(COSTS) * len(VARIANTS)), deltas_covered / (
+        replications * len(COSTS)
+    )
 
 
 def test_an_exact_fit_covers_95_percent_at_the_fewest_rounds():
@@ -109,8 +121,8 @@ def test_runs_of_other_processes_cover_95_percent():
 
 if __name__ == "__main__":
     print(
-        f"95% coverage at {LAYERS} layers, {TRIAL_NOISE:.1%} trial noise, 4 000 replications per row "
-        "(16 000 tok/s intervals, 8 000 Δs)"
+        f"95% coverage at {LAYERS} layers, {TRIAL_NOISE:.1%} trial noise, "
+        "4 000 replications per row (16 000 tok/s intervals, 8 000 Δs)"
     )
     print(f"{'fitted on depths':<18}{'runs':>6}{'rounds per depth':>18}{'tok/s':>9}{'Δ':>9}")
     for depths in (EXACT, ONE_DOF):

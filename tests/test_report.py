@@ -70,7 +70,9 @@ def with_timings(trial: dict[str, Any]) -> dict[str, Any]:
     }
 
 
-def rounds(of: dict[str, Any], prefill: dict[str, list[float]], gen: dict[str, list[float]]) -> list[dict]:
+def rounds(
+    of: dict[str, Any], prefill: dict[str, list[float]], gen: dict[str, list[float]]
+) -> list[dict]:
     """Timed trials, one per variant per round, plus a warmup with absurd numbers that must never
     count."""
     warmups = trials(of, {v: [(1.0, 1.0)] for v in prefill}, warmup=True, compile_s=9.0)
@@ -161,11 +163,15 @@ def full_suite(run_id: str = "run1") -> list[dict[str, Any]]:
         {"baseline": E2B_BASE_PREFILL, "compiled": [p * E2B_RATIO for p in E2B_BASE_PREFILL]},
         {"baseline": E2B_BASE_GEN, "compiled": [g * GEN_RATIO for g in E2B_BASE_GEN]},
     )
-    records.append({"kind": "error", **meta("26B", run_id=run_id), "reason": "worker ran out of memory"})
+    records.append(
+        {"kind": "error", **meta("26B", run_id=run_id), "reason": "worker ran out of memory"}
+    )
     return records
 
 
-def run_report(tmp_path: Path, *files: Path, extra: list[str] | None = None) -> tuple[int, Path, str]:
+def run_report(
+    tmp_path: Path, *files: Path, extra: list[str] | None = None
+) -> tuple[int, Path, str]:
     parser = argparse.ArgumentParser()
     add_arguments(parser)
     out = tmp_path / "report"
@@ -180,7 +186,8 @@ def read_md(path: Path) -> str:
     text."""
     return (
         "\n".join(
-            re.sub(r" {2,}", " ", line) if line.startswith("|") else line for line in path.read_text().splitlines()
+            re.sub(r" {2,}", " ", line) if line.startswith("|") else line
+            for line in path.read_text().splitlines()
         )
         + "\n"
     )
@@ -217,7 +224,9 @@ def test_delta_table_medians_delta_and_order(tmp_path: Path, suite: Path):
     code, out, _ = run_report(tmp_path, suite)
     assert code == 0
     markdown = read_md(out / "report.md")
-    assert "| Size | Metric | Baseline | New | Δ | 95% CI (Holm) | ± | Rounds | Verdict |" in markdown
+    assert (
+        "| Size | Metric | Baseline | New | Δ | 95% CI (Holm) | ± | Rounds | Verdict |" in markdown
+    )
     rows = md_table_rows(markdown, "baseline → compiled")
     assert [(r[0], r[1]) for r in rows] == [
         ("E2B (2/35 layers)", "prefill"),
@@ -258,7 +267,9 @@ def test_every_row_reads_new_over_baseline_as_its_delta(tmp_path: Path, suite: P
 
 def test_delta_numbers_match_the_stats_module(tmp_path: Path, suite: Path):
     study = report.build_study(read_results([suite]))
-    table = report.compare_scope(study, study.machines[0], "pp128 tg32 b1", ("baseline", "compiled"))
+    table = report.compare_scope(
+        study, study.machines[0], "pp128 tg32 b1", ("baseline", "compiled")
+    )
     e2b = {row.metric: row for row in table if row.size == "E2B (2/35 layers)"}
     expected = paired_estimate(E2B_BASE_PREFILL, [p * E2B_RATIO for p in E2B_BASE_PREFILL])
     assert e2b["prefill"].baseline_gmean == pytest.approx(expected.baseline_gmean)
@@ -304,23 +315,30 @@ def test_context_lines_above_the_table(tmp_path: Path, suite: Path):
     assert "Ops that differ: geglu: unfused → compiled, softcap: unfused → compiled" in markdown
     assert "Workload: pp128 tg32 b1 (prompt 128 tokens, gen 32 tokens, batch 1)" in markdown
     environment = (
-        "Environment: device Test CPU · backend cpu · BLAS openblas on ? of 4 cores · mlx 0.32.4 · commit "
-        "0123456 (dirty)"
+        "Environment: device Test CPU · backend cpu · BLAS openblas "
+        "on ? of 4 cores · mlx 0.32.4 · commit 0123456 (dirty)"
     )
     assert environment in markdown
-    models = "E2B (2/35 layers): float32; E4B (2/42 layers): float32; 26B: float32; 31B: float32; tiny: float32"
+    models = (
+        "E2B (2/35 layers): float32; E4B (2/42 layers): "
+        "float32; 26B: float32; 31B: float32; tiny: float32"
+    )
     assert f"Models: {models}" in markdown
 
 
 def test_holm_is_applied_across_the_rows_of_a_table(suite: Path):
     study = report.build_study(read_results([suite]))
-    table = report.compare_scope(study, study.machines[0], "pp128 tg32 b1", ("baseline", "compiled"))
+    table = report.compare_scope(
+        study, study.machines[0], "pp128 tg32 b1", ("baseline", "compiled")
+    )
     tested = [row for row in table if not math.isnan(row.p_value)]
     assert len(tested) == 6  # E2B, E4B, tiny x prefill, gen
     by_size = {f"{row.size.split()[0]} {row.metric}": row for row in tested}
     # Exactly proportional rounds: zero spread, so E2B and E4B are certain (p = 0) and tiny's Δ of 0
     # has p = 1.
-    assert [by_size[r].p_value for r in ("E2B prefill", "E2B gen", "E4B prefill", "E4B gen")] == [0.0] * 4
+    assert [by_size[r].p_value for r in ("E2B prefill", "E2B gen", "E4B prefill", "E4B gen")] == [
+        0.0
+    ] * 4
     assert [by_size[r].p_value for r in ("tiny prefill", "tiny gen")] == [1.0, 1.0]
     estimates = [paired_estimate([1.0, 1.0], [row.ratio, row.ratio]) for row in tested]
     assert [row.p_holm for row in tested] == pytest.approx([a.p_holm for a in adjust(estimates)])
@@ -341,7 +359,9 @@ def test_the_prs_own_method_can_say_faster(tmp_path: Path):
     base = [100.0 + r for r in range(8)]
     for size in ("E2B", "E4B", "26B", "31B"):
         new = [b * 1.2 * rng.lognormal(0, 0.01) for b in base]
-        records += rounds(meta(size), {"baseline": base, "compiled": new}, {"baseline": base, "compiled": new})
+        records += rounds(
+            meta(size), {"baseline": base, "compiled": new}, {"baseline": base, "compiled": new}
+        )
     _, out, _ = run_report(tmp_path, write(tmp_path / "r.jsonl", records))
     rows = md_table_rows(read_md(out / "report.md"), "baseline → compiled")
     assert {r[-1] for r in rows} == {"faster"}
@@ -358,7 +378,10 @@ def test_too_few_rounds_ask_for_more(tmp_path: Path):
     _, out, _ = run_report(tmp_path, write(tmp_path / "r.jsonl", records))
     markdown = read_md(out / "report.md")
     assert {r[-1] for r in md_table_rows(markdown, "baseline → compiled")} == {"needs ≥ 3 rounds"}
-    assert "too few rounds: baseline → compiled · pp128 tg32 b1: E2B prefill has 2 paired round(s)" in markdown
+    assert (
+        "too few rounds: baseline → compiled · pp128 tg32 b1: E2B prefill has 2 paired round(s)"
+        in markdown
+    )
 
 
 def test_more_rounds_earn_a_faster_verdict(tmp_path: Path):
@@ -386,14 +409,18 @@ def test_machines_are_never_pooled(tmp_path: Path):
     b = write(tmp_path / "b.jsonl", b_records, "run-b", "host-b")
     _, out, _ = run_report(tmp_path, a, b)
     markdown = read_md(out / "report.md")
-    headings = [line for line in markdown.splitlines() if line.startswith("### baseline → compiled")]
+    headings = [
+        line for line in markdown.splitlines() if line.startswith("### baseline → compiled")
+    ]
     assert len(headings) == 2
     assert "host-a" in headings[0] and "host-b" in headings[1]
     host_a, host_b = (
         md_table_rows(markdown, "host-a")[0][2],
         md_table_rows(markdown, "host-b")[0][2],
     )
-    assert float(host_b.replace(",", "")) == pytest.approx(10 * float(host_a.replace(",", "")), abs=10)
+    assert float(host_b.replace(",", "")) == pytest.approx(
+        10 * float(host_a.replace(",", "")), abs=10
+    )
 
 
 def test_workloads_get_their_own_tables(tmp_path: Path):
@@ -434,7 +461,11 @@ def test_every_file_is_written_and_pngs_are_valid(tmp_path: Path, suite: Path):
 def test_summary_csv_rows(tmp_path: Path, suite: Path):
     _, out, _ = run_report(tmp_path, suite)
     csv = pd.read_csv(out / "summary.csv")
-    e2b = csv[(csv["size"] == "E2B (2/35 layers)") & (csv["metric"] == "prefill") & (csv["variant"] == "baseline")]
+    e2b = csv[
+        (csv["size"] == "E2B (2/35 layers)")
+        & (csv["metric"] == "prefill")
+        & (csv["variant"] == "baseline")
+    ]
     assert e2b[["n", "median", "iqr"]].iloc[0].tolist() == [5, 18777.0, 300.0]
     assert {
         "machine",
@@ -449,7 +480,9 @@ def test_summary_csv_rows(tmp_path: Path, suite: Path):
     assert list(dict.fromkeys(csv["size"])) == ["E2B (2/35 layers)", "E4B (2/42 layers)", "tiny"]
 
 
-def depth_records(cell: dict[str, Any], steps: int, depths: tuple[int, ...], level: float) -> list[dict]:
+def depth_records(
+    cell: dict[str, Any], steps: int, depths: tuple[int, ...], level: float
+) -> list[dict]:
     """Depth records as the runner writes them: the cell's fields, then gen_tokens = the decode
     steps timed per depth (the workload's gen_tokens - 1); compiled decodes 1 tok/s faster at every
     depth, round r r tok/s faster."""
@@ -484,12 +517,16 @@ def test_depth_section_one_curve_per_model_with_its_decode_steps(tmp_path: Path)
                 {"baseline": [100.0] * 3, "compiled": [110.0] * 3},
                 {"baseline": [10.0] * 3, "compiled": [11.0] * 3},
             )
-        records += depth_records(meta(size, prompt=128), 31, (512, 2048, 8192), 30.0 if "E2B" in size else 20.0)
+        records += depth_records(
+            meta(size, prompt=128), 31, (512, 2048, 8192), 30.0 if "E2B" in size else 20.0
+        )
     _, out, _ = run_report(tmp_path, write(tmp_path / "r.jsonl", records))
     markdown = read_md(out / "report.md")
     assert "## Decode speed vs KV depth" in markdown
     assert "Timed at each depth: 31 decode steps (batch 1), in 3 round(s)" in markdown
-    rows = md_table_rows(markdown.replace("| Size | KV depth |", "| Size |"), "31 decode steps per depth")
+    rows = md_table_rows(
+        markdown.replace("| Size | KV depth |", "| Size |"), "31 decode steps per depth"
+    )
     # Medians over rounds 0, 1, 2 (+0, +1, +2): the middle round's value, for each model, depth and
     # variant.
     assert rows[:3] == [
@@ -510,7 +547,10 @@ def test_depth_section_one_curve_per_model_with_its_decode_steps(tmp_path: Path)
 def test_reference_column_and_backend_note(tmp_path: Path, suite: Path):
     _, out, _ = run_report(tmp_path, suite, extra=["--reference", "pr15587"])
     markdown = read_md(out / "report.md")
-    assert "| Size | Metric | Baseline | New | Δ | Ref Δ | 95% CI (Holm) | ± | Rounds | Verdict |" in markdown
+    assert (
+        "| Size | Metric | Baseline | New | Δ | Ref Δ | 95% CI (Holm) | ± | Rounds | Verdict |"
+        in markdown
+    )
     rows = {(r[0], r[1]): r for r in md_table_rows(markdown, "baseline → compiled")}
     assert rows[("E2B (2/35 layers)", "prefill")][5] == "+16.6%"
     assert rows[("E4B (2/42 layers)", "gen")][5] == "+11.6%"
@@ -543,7 +583,10 @@ def test_bad_reference(tmp_path: Path):
     with pytest.raises(ReferenceFileError, match="pr15587"):
         load_reference("nope")
     bad = tmp_path / "ref.yaml"
-    bad.write_text("name: x\nsource: y\nmethod: {}\nhardware: {}\nrows: [{size: E2B, metric: tg, baseline: 1, new: 2}]")
+    bad.write_text(
+        "name: x\nsource: y\nmethod: {}\nhardware: {}\n"
+        "rows: [{size: E2B, metric: tg, baseline: 1, new: 2}]"
+    )
     with pytest.raises(ReferenceFileError, match=r"rows\[0\]\.metric"):
         load_reference(str(bad))
 
@@ -629,8 +672,9 @@ def test_compare_flag_overrides_and_defaults(tmp_path: Path):
     _, out, _ = run_report(tmp_path, path, extra=["--compare", "sdpa:compiled"])
     markdown = read_md(out / "report.md")
     assert "### sdpa → compiled" in markdown
-    assert "Ops that differ: geglu: unfused → compiled, softcap: unfused → compiled, attention: sdpa → manual" in (
-        markdown
+    assert (
+        "Ops that differ: geglu: unfused → compiled, softcap: "
+        "unfused → compiled, attention: sdpa → manual" in (markdown)
     )
 
 
@@ -660,7 +704,9 @@ def test_warnings_noisy_few_rounds_cold_start(tmp_path: Path):
 
 def test_print_summary(suite: Path):
     buffer = io.StringIO()
-    print_summary(Console(file=buffer, width=220), read_results([suite]), [("baseline", "compiled")])
+    print_summary(
+        Console(file=buffer, width=220), read_results([suite]), [("baseline", "compiled")]
+    )
     text = buffer.getvalue()
     assert "Δ compiled vs baseline" in text
     base = float(np.exp(np.mean(np.log(E2B_BASE_PREFILL))))
@@ -731,8 +777,8 @@ def test_roofline_section_with_the_peak(tmp_path: Path):
     markdown = read_md(out / "report.md")
     assert "## Roofline" in markdown
     assert (
-        "Peak: measured on this machine: 0.117 TFLOP/s fp32, 3.93 GB/s memory (source: fusebench env --probe: "
-        "2048x2048 matmul; confidence: measured)"
+        "Peak: measured on this machine: 0.117 TFLOP/s fp32, 3.93 GB/s memory "
+        "(source: fusebench env --probe: 2048x2048 matmul; confidence: measured)"
     ) in markdown
     assert "against the memory-read peak" in markdown and "moves gen toward its roof" in markdown
     lines = markdown.splitlines()
@@ -904,13 +950,17 @@ def test_trials_and_ops_in_one_file(tmp_path: Path):
     # same host: one machine, not pooled apart
     assert study.machines == ["vm · Test CPU · cpu · openblas"]
     assert study.variants == ["baseline", "compiled"] and study.name == "fusion+ops"
-    assert {"delta", "throughput", "rounds", "op"} <= {p.name.split("-")[0] for p in out.glob("*.png")}
+    assert {"delta", "throughput", "rounds", "op"} <= {
+        p.name.split("-")[0] for p in out.glob("*.png")
+    }
 
 
 def test_two_ops_runs_are_kept_apart(tmp_path: Path):
     other = [
         ops_header("ops2"),
-        *op_records("geglu", "E2B mlp [1,128,6144]", "unfused", "compiled", REF_SECONDS, 0.5, run_id="ops2"),
+        *op_records(
+            "geglu", "E2B mlp [1,128,6144]", "unfused", "compiled", REF_SECONDS, 0.5, run_id="ops2"
+        ),
     ]
     _, out, _ = run_report(
         tmp_path,
@@ -918,7 +968,10 @@ def test_two_ops_runs_are_kept_apart(tmp_path: Path):
         write_records(tmp_path / "b.jsonl", other),
     )
     markdown = read_md(out / "report.md")
-    assert "### geglu: gelu_approx(gate) * up in the MLP, MoE experts and PLE gate · run ops2" in markdown
+    assert (
+        "### geglu: gelu_approx(gate) * up in the MLP, MoE experts and PLE gate · run ops2"
+        in markdown
+    )
     assert (out / "op-deltas-r1.png").is_file() and (out / "op-deltas-r2.png").is_file()
     assert "-50.0%" in markdown and "+25.0%" in markdown
 
@@ -975,9 +1028,13 @@ def test_an_ops_files_summary_csv_holds_the_op_rows(tmp_path: Path):
     _, out, _ = run_report(tmp_path, write_records(tmp_path / "ops.jsonl", ops_suite()))
     csv = pd.read_csv(out / "summary.csv")
     assert len(csv) == 6  # 3 shapes x (reference + variant)
-    compiled = csv[(csv["shape"] == "E2B mlp [1,128,6144]") & (csv["variant"] == "compiled")].iloc[0]
+    compiled = csv[(csv["shape"] == "E2B mlp [1,128,6144]") & (csv["variant"] == "compiled")].iloc[
+        0
+    ]
     assert compiled["op"] == "geglu" and compiled["verdict"] == "faster"
-    assert compiled["delta_pct"] == pytest.approx(25.0) and compiled["median_s"] == pytest.approx(0.8e-3)
+    assert compiled["delta_pct"] == pytest.approx(25.0) and compiled["median_s"] == pytest.approx(
+        0.8e-3
+    )
 
 
 @pytest.mark.parametrize("again", ["same path", "other spelling", "copy"])
@@ -1013,7 +1070,8 @@ def test_a_variant_that_stalls_is_named_and_its_delta_uses_every_round(tmp_path:
     rng = np.random.default_rng(16)
     base = list(100.0 * rng.lognormal(0, 0.01, 40))
     compiled = [
-        b * 1.2 * rng.lognormal(0, 0.01) * (0.6 if r in (3, 9, 15, 22, 30, 37) else 1.0) for r, b in enumerate(base)
+        b * 1.2 * rng.lognormal(0, 0.01) * (0.6 if r in (3, 9, 15, 22, 30, 37) else 1.0)
+        for r, b in enumerate(base)
     ]
     records = [
         *rounds(
@@ -1057,8 +1115,8 @@ def test_a_bottom_line_names_the_rows_that_differ_and_what_would_settle_them():
         _Row("26B prefill", VerdictWord.FASTER, 6.1, 2.0, 12),
     ]
     assert _sentence(rows, 5.0) == (
-        "no change within ±5% on 4 of 6 rows; 31B gen inconclusive (±4.8% after 6 rounds; about 24 rounds (9 min"
-        " more) would settle it at this noise); 26B prefill faster +6.1%"
+        "no change within ±5% on 4 of 6 rows; 31B gen inconclusive (±4.8% after 6 rounds; "
+        "about 24 rounds (9 min more) would settle it at this noise); 26B prefill faster +6.1%"
     )
     assert _sentence(rows[:4], 5.0) == "no change within ±5% on all 4 rows"
 

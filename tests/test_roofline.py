@@ -34,7 +34,12 @@ def _layer(head_dim: int, owns_kv: bool, mlp_width: int) -> int:
     return _attention(head_dim, owns_kv) + mlp + layer_norms + ple + layer_scalar
 
 
-TINY_LAYERS = 2 * _layer(32, True, 128) + _layer(64, True, 128) + 2 * _layer(32, False, 256) + _layer(64, False, 256)
+TINY_LAYERS = (
+    2 * _layer(32, True, 128)
+    + _layer(64, True, 128)
+    + 2 * _layer(32, False, 256)
+    + _layer(64, False, 256)
+)
 TINY_HEAD = VOCAB * HIDDEN  # the tied embedding, used as the LM head
 TINY_PLE_TABLE = VOCAB * LAYERS * PLE  # looked up only
 # per_layer_model_projection, its norm, the final norm
@@ -78,7 +83,9 @@ def test_gen_bytes_match_the_hand_count(tiny):
     written = batch * steps * (2 * sliding_kv + full_kv)  # only the 3 layers that own a cache write
     # Step j attends to prompt + j keys: the window caps the 4 sliding layers at 8; the 2 full ones
     # see them all.
-    read = batch * (4 * sliding_kv * 8 * steps + 2 * full_kv * sum(prompt + j for j in range(1, steps + 1)))
+    read = batch * (
+        4 * sliding_kv * 8 * steps + 2 * full_kv * sum(prompt + j for j in range(1, steps + 1))
+    )
     assert work.gen_steps == steps
     assert work.gen_weight_bytes_per_step == weights
     assert work.gen_kv_write_bytes == written
@@ -108,7 +115,9 @@ def test_prefill_only_cell_moves_no_gen_bytes(tiny):
     assert achieved({"prefill_s": 0.5, "gen_s": None}, work)["gen_gbps"] is None
 
 
-@pytest.mark.parametrize(("length", "window", "pairs"), [(4, None, 10), (4, 8, 10), (10, 3, 6 + 7 * 3), (1, 1, 1)])
+@pytest.mark.parametrize(
+    ("length", "window", "pairs"), [(4, None, 10), (4, 8, 10), (10, 3, 6 + 7 * 3), (1, 1, 1)]
+)
 def test_attended_pairs(length, window, pairs):
     assert attended_pairs(length, window) == pairs
 

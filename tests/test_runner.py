@@ -42,14 +42,19 @@ timeout_s: {timeout}
 """
 
 
-def write_experiment(tmp_path: Path, trials: int = 3, timeout: float = 120, text: str | None = None) -> Path:
+def write_experiment(
+    tmp_path: Path, trials: int = 3, timeout: float = 120, text: str | None = None
+) -> Path:
     path = tmp_path / "exp.yaml"
     path.write_text(text or TINY.format(trials=trials, timeout=timeout))
     return path
 
 
 def trial_keys(path: Path) -> list[tuple]:
-    return [(r["cell"], r["variant"], r["warmup"], r["round"]) for r in read_results([path]).of_kind("trial")]
+    return [
+        (r["cell"], r["variant"], r["warmup"], r["round"])
+        for r in read_results([path]).of_kind("trial")
+    ]
 
 
 @pytest.fixture(scope="module")
@@ -91,7 +96,9 @@ def test_run_records_every_trial_with_its_environment(tiny_run: Path):
     assert {"loadavg_1m", "other_cores", "steal_cores"} <= set(header["preflight"])
     assert results.of_kind("load")[0]["samples"] >= 1
     stops = results.of_kind("stop")
-    assert [s["reason"] for s in stops] == ["trials", "trials"] and all(s["rounds"] == 3 for s in stops)
+    assert [s["reason"] for s in stops] == ["trials", "trials"] and all(
+        s["rounds"] == 3 for s in stops
+    )
     # Kernel facts for every cell: on this CPU, sdpa has no fused kernel.
     kernels = [k for k in results.of_kind("kernel") if k["probe"] == "force_fused"]
     assert kernels and all(k["cell"] in {t["cell"] for t in trials} for k in kernels)
@@ -129,7 +136,9 @@ def test_trials_auto_stops_when_its_rows_are_decided_or_out_of_reach(tmp_path):
 
 
 def test_the_shared_baseline_sits_next_to_every_variant_compared_with_it():
-    assert centre_order(["baseline", "compiled", "sdpa"], [("baseline", "compiled"), ("baseline", "sdpa")]) == [
+    assert centre_order(
+        ["baseline", "compiled", "sdpa"], [("baseline", "compiled"), ("baseline", "sdpa")]
+    ) == [
         "compiled",
         "baseline",
         "sdpa",
@@ -201,9 +210,13 @@ def unrunnable_run(tmp_path_factory: pytest.TempPathFactory) -> Path:
     broken = save_checkpoint(load_model("tiny"), folder / "broken")
     config = json.loads((broken / "config.json").read_text())
     (broken / "config.json").write_text(json.dumps({**config, "hidden_size": 32}))
-    text = TINY.format(trials=1, timeout=60).replace("{preset: tiny-moe}", f"{{preset: 31b}}\n  - {{path: {broken}}}")
+    text = TINY.format(trials=1, timeout=60).replace(
+        "{preset: tiny-moe}", f"{{preset: 31b}}\n  - {{path: {broken}}}"
+    )
     out = folder / "r.jsonl"
-    assert main(["run", str(write_experiment(folder, text=text)), "--out", str(out), "--quiet"]) == 0
+    assert (
+        main(["run", str(write_experiment(folder, text=text)), "--out", str(out), "--quiet"]) == 0
+    )
     return out
 
 
@@ -223,7 +236,9 @@ def test_a_failing_model_is_an_error_record_and_the_suite_goes_on(unrunnable_run
 def test_per_cell_timeout_records_an_error(tmp_path):
     text = TINY.format(trials=100000, timeout=1).replace("  - {preset: tiny-moe}\n", "")
     out = tmp_path / "r.jsonl"
-    assert main(["run", str(write_experiment(tmp_path, text=text)), "--out", str(out), "--quiet"]) == 0
+    assert (
+        main(["run", str(write_experiment(tmp_path, text=text)), "--out", str(out), "--quiet"]) == 0
+    )
     errors = read_results([out]).of_kind("error")
     assert len(errors) == 1 and errors[0]["reason"] == "timed out after 1 s"
 
@@ -248,9 +263,13 @@ def test_dry_run_prints_the_matrix_and_runs_nothing(tmp_path, capsys):
 
 def test_dry_run_with_explicit_trials_promises_exactly_that_many(tmp_path, capsys):
     text = TINY.format(trials="auto\nprecision: 5%", timeout=120)
-    assert main(["run", str(write_experiment(tmp_path, text=text)), "--dry-run", "--trials", "3"]) == 0
+    assert (
+        main(["run", str(write_experiment(tmp_path, text=text)), "--dry-run", "--trials", "3"]) == 0
+    )
     printed = " ".join(capsys.readouterr().out.split())
-    assert "then 3 timed rounds" in printed and "at least" not in printed and "at most" not in printed
+    assert (
+        "then 3 timed rounds" in printed and "at least" not in printed and "at most" not in printed
+    )
     assert "--trials 3: exactly 3 timed rounds per cell" in printed  # and the target it turned off
 
 
@@ -286,9 +305,13 @@ def test_plan_skips_closed_and_stopped_cells(tmp_path, kind):
 
 def test_done_work_only_counts_the_resumed_run(tmp_path):
     trial = {"kind": "trial", "cell": "c", "variant": "v", "warmup": False}
-    done = recorded(tmp_path, {**trial, "run_id": "a", "round": 0}, {**trial, "run_id": "b", "round": 1})
+    done = recorded(
+        tmp_path, {**trial, "run_id": "a", "round": 0}, {**trial, "run_id": "b", "round": 1}
+    )
     assert done.has_trial("c", "current", "v", False, 0)
-    assert not done.has_trial("c", "current", "v", False, 1) and not done.has_trial("c", "reference", "v", False, 0)
+    assert not done.has_trial("c", "current", "v", False, 1) and not done.has_trial(
+        "c", "reference", "v", False, 0
+    )
 
 
 def test_done_work_tells_each_kind_apart(tmp_path):
@@ -302,10 +325,14 @@ def test_done_work_tells_each_kind_apart(tmp_path):
         {"kind": "depth", **cell, "variant": "v", "round": 2},
         {"kind": "trial", **cell, "variant": "v", "warmup": True, "round": 0},
     )
-    assert done.has_facts("c", "reference", "correctness") and not done.has_facts("c", "current", "correctness")
+    assert done.has_facts("c", "reference", "correctness") and not done.has_facts(
+        "c", "current", "correctness"
+    )
     assert done.has_facts("c", "current", "kernel")
     assert done.has_depth("c", "current", "v", 2) and not done.has_depth("c", "current", "v", 0)
-    assert done.has_trial("c", "current", "v", True, 0) and not done.has_trial("c", "current", "v", False, 0)
+    assert done.has_trial("c", "current", "v", True, 0) and not done.has_trial(
+        "c", "current", "v", False, 0
+    )
     assert not done.finished("c")
 
 
@@ -386,7 +413,9 @@ def test_env_names_backend_and_blas(capsys):
 
 
 def test_python_dash_m_bench_shows_help():
-    result = subprocess.run([sys.executable, "-m", "bench", "--help"], capture_output=True, text=True, env=os.environ)
+    result = subprocess.run(
+        [sys.executable, "-m", "bench", "--help"], capture_output=True, text=True, env=os.environ
+    )
     assert result.returncode == 0 and "fusebench run" in result.stdout
 
 
@@ -418,4 +447,6 @@ def test_trials_carry_the_roofline(tiny_run: Path):
     results = read_results([tiny_run])
     assert results.of_kind("run")[0]["peak"]["fp32_tflops"] > 0
     trial = results.of_kind("trial")[0]
-    assert trial["prefill_tflops"] > 0 and trial["gen_gbps"] > 0 and trial["prefill_pct_of_peak"] > 0
+    assert (
+        trial["prefill_tflops"] > 0 and trial["gen_gbps"] > 0 and trial["prefill_pct_of_peak"] > 0
+    )

@@ -19,7 +19,9 @@ from bench.analysis import sequential
 from bench.analysis.inference import paired_estimate, rounds_needed
 from bench.analysis.stopping import Goal, Row, RunBudget, print_level, target_for_margin
 
-spec = importlib.util.spec_from_file_location("sequential_coverage", ROOT / "benchmarks" / "sequential_coverage.py")
+spec = importlib.util.spec_from_file_location(
+    "sequential_coverage", ROOT / "benchmarks" / "sequential_coverage.py"
+)
 sim = importlib.util.module_from_spec(spec)
 sys.modules["sequential_coverage"] = sim  # the process pool pickles its functions by module name
 spec.loader.exec_module(sim)
@@ -52,7 +54,9 @@ def test_the_interval_is_unbounded_early_and_narrows_like_a_t_interval_later():
     from scipy import stats
 
     for n in (8, 20, 60):
-        assert sequential.half_width_log(n, 0.05, 0.05) > stats.t.ppf(0.975, n - 1) * 0.05 / math.sqrt(n)
+        assert sequential.half_width_log(n, 0.05, 0.05) > stats.t.ppf(
+            0.975, n - 1
+        ) * 0.05 / math.sqrt(n)
 
 
 def test_the_paired_estimate_prints_the_sequence_and_its_p_value_is_dual_to_it():
@@ -61,7 +65,9 @@ def test_the_paired_estimate_prints_the_sequence_and_its_p_value_is_dual_to_it()
     new = base * np.exp(rng.normal(0.02, 0.02, 12))
     est = paired_estimate(base, new)
     half = sequential.half_width_log(est.n, est.sd_log, 0.05)
-    assert (est.low, est.high) == pytest.approx((math.exp(est.mean_log - half), math.exp(est.mean_log + half)))
+    assert (est.low, est.high) == pytest.approx(
+        (math.exp(est.mean_log - half), math.exp(est.mean_log + half))
+    )
     level = 1.0 - est.p_value
     low, high = est.interval(min(level + 1e-9, 1 - 1e-12))
     assert low == pytest.approx(1.0, abs=1e-6) or high == pytest.approx(1.0, abs=1e-6)
@@ -70,8 +76,14 @@ def test_the_paired_estimate_prints_the_sequence_and_its_p_value_is_dual_to_it()
 def test_rounds_to_reach_is_the_first_round_count_narrow_enough():
     for sd, target in ((0.02, 0.01), (0.08, 0.045), (0.11, 0.02)):
         n = sequential.rounds_to_reach(target, sd, 0.05 / 8)
-        assert sequential.half_width_log(n, sd, 0.05 / 8) <= target < sequential.half_width_log(n - 1, sd, 0.05 / 8)
-    assert rounds_needed(0.05, 2.0, 0.95) == sequential.rounds_to_reach(math.asinh(0.02), 0.05, 0.05)
+        assert (
+            sequential.half_width_log(n, sd, 0.05 / 8)
+            <= target
+            < sequential.half_width_log(n - 1, sd, 0.05 / 8)
+        )
+    assert rounds_needed(0.05, 2.0, 0.95) == sequential.rounds_to_reach(
+        math.asinh(0.02), 0.05, 0.05
+    )
 
 
 def test_a_row_is_decided_by_a_verdict_or_by_the_side_of_the_limit():
@@ -90,7 +102,10 @@ def test_a_row_is_decided_by_a_verdict_or_by_the_side_of_the_limit():
 def test_the_forecast_is_the_round_count_at_which_the_row_would_be_decided():
     row = Row(0.0, 0.08, 6, 0.05 / 8, Goal(5.0))
     n = row.rounds_to_decide()
-    assert Row(0.0, 0.08, n, 0.05 / 8, Goal(5.0)).decided and not Row(0.0, 0.08, n - 1, 0.05 / 8, Goal(5.0)).decided
+    assert (
+        Row(0.0, 0.08, n, 0.05 / 8, Goal(5.0)).decided
+        and not Row(0.0, 0.08, n - 1, 0.05 / 8, Goal(5.0)).decided
+    )
     # on the limit
     assert Row(math.log(0.95), 0.05, 6, 0.05, Goal(5.0, limit_pct=5.0)).rounds_to_decide() is None
 
@@ -110,7 +125,9 @@ def test_the_replayed_rounds_are_the_slow_vms_own():
     assert 0.04 < ratios.std() < 0.12  # the 4-11% per-round SD the slow VM showed
 
 
-@pytest.mark.parametrize("model", [sim.MODELS[1], sim.MODELS[3], sim.MODELS[4]], ids=lambda m: m.name)
+@pytest.mark.parametrize(
+    "model", [sim.MODELS[1], sim.MODELS[3], sim.MODELS[4]], ids=lambda m: m.name
+)
 def test_a_a_tables_claim_little_and_the_stopped_intervals_cover(model):
     tally, rounds = sim.comparison_tables(model, 0.0, tables=15, max_rounds=60, seed=7)
     assert tally.false_tables <= 2  # of 15 tables; at α = 5% the full run's rate is the benchmark's

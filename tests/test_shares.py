@@ -117,14 +117,19 @@ def _records(slow_softcap_s: float, measured_gen_tps: float = 1 / 0.110) -> list
             ]
     prefill_tps = {"baseline": 128 / 1.0, "slow": 128 / (1.0 + slow_softcap_s - 0.001)}
     gen_tps = {"baseline": 10.0, "slow": measured_gen_tps}
-    runs = {v: [(prefill_tps[v], gen_tps[v] * (1 + d)) for d in (-0.001, 0.0, 0.001, 0.0005)] for v in OPS}
+    runs = {
+        v: [(prefill_tps[v], gen_tps[v] * (1 + d)) for d in (-0.001, 0.0, 0.001, 0.0005)]
+        for v in OPS
+    }
     records += [{**t, "ops": OPS[t["variant"]]} for t in trials(CELL, runs)]
     return records
 
 
 def test_shares_and_expected_delta_follow_amdahl() -> None:
     records = _records(slow_softcap_s=0.011)
-    data = ShareData([r for r in records if r["kind"] == "share"], [r for r in records if r["kind"] == "trial"])
+    data = ShareData(
+        [r for r in records if r["kind"] == "share"], [r for r in records if r["kind"] == "trial"]
+    )
     key = CELL["cell"]
     gen = data.step_shares(key, "baseline", "gen")
     assert gen is not None
@@ -132,7 +137,9 @@ def test_shares_and_expected_delta_follow_amdahl() -> None:
     by_op = {o.op: o for o in gen.ops}
     # the eval overhead subtracted
     assert by_op["softcap"].seconds == pytest.approx(0.001, rel=0.05)
-    assert by_op["geglu"].seconds == pytest.approx(2 * 0.002, rel=0.01) and by_op["geglu"].calls == 2
+    assert (
+        by_op["geglu"].seconds == pytest.approx(2 * 0.002, rel=0.01) and by_op["geglu"].calls == 2
+    )
     assert gen.rest_s == pytest.approx(0.1 - 0.005, rel=0.01)
     expected = data.expected_delta(key, "baseline", "slow", "gen")
     assert expected is not None and expected.ops == ("softcap",)
@@ -140,8 +147,12 @@ def test_shares_and_expected_delta_follow_amdahl() -> None:
     assert expected.low_pct < expected.delta_pct < expected.high_pct
     # The interval's ends: the 10 ms the slow softcap adds, 35% more and less inside the model, plus
     # the noise.
-    assert expected.low_pct == pytest.approx(100 * (0.1 / (0.1 + 0.01 * (1 + IN_MODEL_ERROR)) - 1), abs=0.3)
-    assert expected.high_pct == pytest.approx(100 * (0.1 / (0.1 + 0.01 * (1 - IN_MODEL_ERROR)) - 1), abs=0.3)
+    assert expected.low_pct == pytest.approx(
+        100 * (0.1 / (0.1 + 0.01 * (1 + IN_MODEL_ERROR)) - 1), abs=0.3
+    )
+    assert expected.high_pct == pytest.approx(
+        100 * (0.1 / (0.1 + 0.01 * (1 - IN_MODEL_ERROR)) - 1), abs=0.3
+    )
     assert not disagrees(expected, expected.delta_pct - 1, expected.delta_pct + 1)
     assert disagrees(expected, expected.high_pct + 0.5, expected.high_pct + 2)
     assert math.isclose(data.expected_delta(key, "baseline", "baseline", "gen").delta_pct, 0.0)
@@ -162,7 +173,9 @@ workloads: {prompt_tokens: 128, gen_tokens: 4}
 def test_report_shows_shares_expected_delta_and_deltas_csv(tmp_path: Path) -> None:
     # The measured gen Δ (-25%) is far beyond what the softcap accounts for (-9%): the report says
     # so.
-    path = results_file(tmp_path / "r.jsonl", _records(0.011, measured_gen_tps=7.5), experiment=EXPERIMENT)
+    path = results_file(
+        tmp_path / "r.jsonl", _records(0.011, measured_gen_tps=7.5), experiment=EXPERIMENT
+    )
     done = fusebench_here("report", str(path), "--out", str(tmp_path / "out"), cwd=tmp_path)
     assert done.returncode == 0, done.stderr
     report = (tmp_path / "out" / "report.md").read_text()

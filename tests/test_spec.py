@@ -115,8 +115,12 @@ def test_full_experiment_values():
     )
     assert exp.sha256 == hashlib.sha256(FULL.encode()).hexdigest()
     assert exp.models == (
-        ModelSpec(preset="e2b", path=None, size="E2B-2L", layers=2, dtype="bfloat16", quantize="nvfp4"),
-        ModelSpec(preset="tiny", path=None, size="tiny", layers=None, dtype="float32", quantize=None),
+        ModelSpec(
+            preset="e2b", path=None, size="E2B-2L", layers=2, dtype="bfloat16", quantize="nvfp4"
+        ),
+        ModelSpec(
+            preset="tiny", path=None, size="tiny", layers=None, dtype="float32", quantize=None
+        ),
     )
     assert list(exp.variants) == ["baseline", "compiled", "sdpa"]
     assert exp.comparisons == (
@@ -201,10 +205,16 @@ def test_load_experiment_reads_file(tmp_path):
 
 
 def test_a_list_of_depths_makes_a_model_of_each():
-    exp = parse_experiment(replaced("preset: tiny", "{preset: e2b, layers: [2, 4, 35], size: E2B, dtype: bfloat16}"))
-    assert exp.models == tuple(ModelSpec("e2b", None, "E2B", depth, "bfloat16", None) for depth in (2, 4, 35))
+    exp = parse_experiment(
+        replaced("preset: tiny", "{preset: e2b, layers: [2, 4, 35], size: E2B, dtype: bfloat16}")
+    )
+    assert exp.models == tuple(
+        ModelSpec("e2b", None, "E2B", depth, "bfloat16", None) for depth in (2, 4, 35)
+    )
     assert [m.label for m in exp.models] == ["E2B (2/35 layers)", "E2B (4/35 layers)", "E2B"]
-    assert [cell.key for cell in exp.cells()] == [f"e2b:layers={d}:bfloat16:none|pp16 tg4 b1" for d in (2, 4, 35)]
+    assert [cell.key for cell in exp.cells()] == [
+        f"e2b:layers={d}:bfloat16:none|pp16 tg4 b1" for d in (2, 4, 35)
+    ]
     assert select_models(exp, ["e2b"]).models == exp.models
 
 

@@ -140,8 +140,12 @@ def test_compare_means_and_delta_are_exact_and_agree():
     table = compare(_grid(), "baseline", "compiled", ["prefill", "gen"])
     prefill, gen = table
     assert (prefill.metric, gen.metric) == ("prefill", "gen")
-    assert prefill.baseline_gmean == pytest.approx(float(np.exp(np.mean(np.log([100, 101, 102, 103, 104])))))
-    assert prefill.new_gmean / prefill.baseline_gmean - 1 == pytest.approx(prefill.delta_pct / 100, abs=1e-12)
+    assert prefill.baseline_gmean == pytest.approx(
+        float(np.exp(np.mean(np.log([100, 101, 102, 103, 104]))))
+    )
+    assert prefill.new_gmean / prefill.baseline_gmean - 1 == pytest.approx(
+        prefill.delta_pct / 100, abs=1e-12
+    )
     assert prefill.n_pairs == 5 and prefill.excluded == 0
     # Exactly 1.25x every round: zero spread, so the interval is the point and the verdict is
     # certain.
@@ -194,7 +198,9 @@ def test_compare_builds_pools_the_variants_round_by_round():
 
 
 def test_compare_never_pools_machines():
-    other = _grid().assign(machine="other · cuda · cuda · cublas", prefill_tps=lambda f: f.prefill_tps * 10)
+    other = _grid().assign(
+        machine="other · cuda · cuda · cublas", prefill_tps=lambda f: f.prefill_tps * 10
+    )
     here, there = compare(pd.concat([_grid(), other]), "baseline", "compiled", "prefill")
     assert [here.machine, there.machine] == [
         "host · cpu · cpu · openblas",

@@ -47,7 +47,9 @@ def test_a_trial_records_ttft_at_or_after_the_prefill(tiny):
     assert record.ttft_s >= record.prefill_s > 0
     assert record.ttft_tps == pytest.approx(PROMPT / record.ttft_s)
     # prefill and gen are measured as before: gen is still every decode step after the first token.
-    assert len(record.step_s) == GEN - 1 and sum(record.step_s) == pytest.approx(record.gen_s, rel=1e-6)
+    assert len(record.step_s) == GEN - 1 and sum(record.step_s) == pytest.approx(
+        record.gen_s, rel=1e-6
+    )
 
 
 def test_no_decode_step_means_no_ttft(tiny):
@@ -95,7 +97,9 @@ def report(tmp_path: Path, trials: list[dict[str, Any]]) -> tuple[str, pd.DataFr
     path = results_file(path, trials, experiment=EXPERIMENT)
     out = tmp_path / "report"
     write_report(build_study(read_results([path])), [], out)
-    markdown = "\n".join(re.sub(r" {2,}", " ", line) for line in (out / "report.md").read_text().splitlines())
+    markdown = "\n".join(
+        re.sub(r" {2,}", " ", line) for line in (out / "report.md").read_text().splitlines()
+    )
     return markdown, pd.read_csv(out / "summary.csv")
 
 

@@ -57,13 +57,17 @@ RESULTS = [
         passed=True,
     ),
     DepthSpeed(variant="base", round=0, depth=512, gen_tokens=2, gen_s=0.1, gen_tps=20.0),
-    KernelFact("attention", "sdpa", "force_fused", "q 1x8x12x64", "fallback", "mask", "prefill", 64),
+    KernelFact(
+        "attention", "sdpa", "force_fused", "q 1x8x12x64", "fallback", "mask", "prefill", 64
+    ),
 ]
 
 
 def test_a_job_carries_the_model_as_protocol_2_always_has():
     model = model_spec(preset="tiny", size="my label", layers=2, dtype="bfloat16", quantize="nvfp4")
-    job = WorkerJob(model, {"base": {"geglu": "unfused"}}, 512, 3, Gate("base", 0.01, 8), ("/p.py",))
+    job = WorkerJob(
+        model, {"base": {"geglu": "unfused"}}, 512, 3, Gate("base", 0.01, 8), ("/p.py",)
+    )
     sent = json.loads(job.to_json())
     # No label on the pipe: a worker of an earlier commit builds its model from exactly these
     # fields.
@@ -90,7 +94,10 @@ def test_every_result_crosses_the_pipe_unchanged(result):
     line = encode_event(Recorded(result))
     assert decode_event(line) == Recorded(result)
     record = json.loads(line)["record"]
-    assert record == {"kind": result_kind(result), **result_fields(result)} and next(iter(record)) == "kind"
+    assert (
+        record == {"kind": result_kind(result), **result_fields(result)}
+        and next(iter(record)) == "kind"
+    )
 
 
 def test_a_trial_record_holds_its_measurements_among_its_own_fields():

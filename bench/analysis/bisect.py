@@ -161,7 +161,9 @@ def bisect(candidates: int, measure: Measure, limit_pct: float, max_runs: int) -
     return Outcome(tuple(steps), tuple(tracked), first_bad=high)
 
 
-def regression(bad: int, measure: Measure, limit_pct: float, max_runs: int) -> tuple[Step, list[Reading]]:
+def regression(
+    bad: int, measure: Measure, limit_pct: float, max_runs: int
+) -> tuple[Step, list[Reading]]:
     """BAD against GOOD, runs pooled while some row could still be a regression: the step, and the
     rows that regressed (empty: none did, every interval lying above -limit or the runs spent)."""
     tracked: list[Reading] = []

@@ -259,7 +259,9 @@ def judge(base: Finding, ci: stats.RatioCI | None, n_baseline: int, n_current: i
         return replace(base, ci=ci, status=Status.REGRESSED)
     if ci.low < 1.0 - base.limit.pct / 100.0:
         return replace(base, ci=ci, status=Status.CANNOT_TELL)
-    words = interval_verdict(ci.low, ci.high, ci.n, margin_pct=max(base.limit.noise_pct, DEFAULT_MARGIN_PCT))
+    words = interval_verdict(
+        ci.low, ci.high, ci.n, margin_pct=max(base.limit.noise_pct, DEFAULT_MARGIN_PCT)
+    )
     return replace(base, ci=ci, status=Status.WITHIN_LIMIT, verdict=words)
 
 
@@ -303,20 +305,35 @@ def baseline_findings(
             n = min(row.n_baseline, row.n_new)
             finding = judge(base, _unpaired_ci(row, n), row.n_baseline, row.n_new)
             if check == Check.TPS and tps_information and (finding.failed or finding.undecided):
-                shows = None if finding.failed else interval_verdict(finding.ci.low, finding.ci.high, finding.ci.n)
-                finding = replace(finding, status=Status.INFORMATION, note=tps_information, verdict=shows)
+                shows = (
+                    None
+                    if finding.failed
+                    else interval_verdict(finding.ci.low, finding.ci.high, finding.ci.n)
+                )
+                finding = replace(
+                    finding, status=Status.INFORMATION, note=tps_information, verdict=shows
+                )
             findings.append(finding)
     return findings
 
 
-def tps_information(noise: Noise | None, baseline_machine: Fingerprint, machine: Fingerprint) -> str:
+def tps_information(
+    noise: Noise | None, baseline_machine: Fingerprint, machine: Fingerprint
+) -> str:
     """Why absolute tok/s against a stored baseline cannot fail here, or "" when it can: the same
     machine fingerprint, and a calibration of it, whose noise band then sets the limit (see
     limit_for)."""
     if baseline_machine != machine:
         return "the baseline comes from another machine"
-    if noise is None or noise.fingerprint != machine or noise.band(NOISE_SCOPE[Check.TPS], "prefill") is None:
-        return "no noise calibration of this machine says what tok/s it can resolve (fusebench calibrate)"
+    if (
+        noise is None
+        or noise.fingerprint != machine
+        or noise.band(NOISE_SCOPE[Check.TPS], "prefill") is None
+    ):
+        return (
+            "no noise calibration of this machine says what "
+            "tok/s it can resolve (fusebench calibrate)"
+        )
     return ""
 
 
@@ -361,7 +378,11 @@ def history_findings(
             )
             continue
         bound = past.prediction_pct(rows=gated)
-        limit = Limit(bound, Bound.HISTORY) if bound > tolerance_pct else Limit(tolerance_pct, Bound.THRESHOLD)
+        limit = (
+            Limit(bound, Bound.HISTORY)
+            if bound > tolerance_pct
+            else Limit(tolerance_pct, Bound.THRESHOLD)
+        )
         status = Status.REGRESSED if delta_pct < -limit.pct else Status.WITHIN_HISTORY
         findings.append(replace(base, limit=limit, status=status, note=facts))
     return findings
@@ -380,7 +401,9 @@ def expectation_findings(
         limit = limit_for(expectation.max_slowdown_pct, noise, Check.EXPECT, metric)
         variant = f"{pair.new} vs {pair.baseline}"
         table = (
-            [] if trials.empty else stats.compare(trials, pair.baseline, pair.new, metric, margin_pct=exp.margin_pct)
+            []
+            if trials.empty
+            else stats.compare(trials, pair.baseline, pair.new, metric, margin_pct=exp.margin_pct)
         )
         paired = [row for row in table if row.n_pairs > 0]
         if not paired:
@@ -408,11 +431,15 @@ def expectation_findings(
                 limit=limit,
                 stalls=row.stalls,
             )
-            findings.append(with_settle(judge(base, row.interval, row.n_pairs, row.n_pairs), row, pace))
+            findings.append(
+                with_settle(judge(base, row.interval, row.n_pairs, row.n_pairs), row, pace)
+            )
     return findings
 
 
-def correctness_findings(checks: Sequence[CorrectnessCheck], labels: dict[tuple[str, str, str], str]) -> list[Finding]:
+def correctness_findings(
+    checks: Sequence[CorrectnessCheck], labels: dict[tuple[str, str, str], str]
+) -> list[Finding]:
     """A failing variant names its cell; an all-clear is one line; no records at all cannot prove
     anything."""
     if not checks:
@@ -459,7 +486,9 @@ def cell_names(frames: Sequence[pd.DataFrame]) -> dict[tuple[str, str, str], str
     labels = {}
     for frame in frames:
         if not frame.empty:
-            for key, size, workload in zip(frame["model_key"], frame["size"], frame["workload"], strict=True):
+            for key, size, workload in zip(
+                frame["model_key"], frame["size"], frame["workload"], strict=True
+            ):
                 labels[key, size, workload] = f"{names[key, size]} · {workload}"
     return labels
 
@@ -467,7 +496,9 @@ def cell_names(frames: Sequence[pd.DataFrame]) -> dict[tuple[str, str, str], str
 def worst_first(findings: list[Finding]) -> list[Finding]:
     """Failures first, then by Δ, most negative first; rows without a Δ (missing, new, correctness)
     last."""
-    return sorted(findings, key=lambda f: (not f.failed, f.ci is None, f.ci.delta_pct if f.ci else 0.0))
+    return sorted(
+        findings, key=lambda f: (not f.failed, f.ci is None, f.ci.delta_pct if f.ci else 0.0)
+    )
 
 
 def medians(trials: pd.DataFrame, comparisons: Sequence[tuple[str, str]]) -> list[Median]:
@@ -477,7 +508,11 @@ def medians(trials: pd.DataFrame, comparisons: Sequence[tuple[str, str]]) -> lis
     labels = cell_names([timed])
     tables = [(stats.summaries(timed), False)]
     tables += [(stats.summaries(stats.paired_speedups(timed, *pair)), True) for pair in comparisons]
-    return [Median(labels[s.model_key, s.size, s.workload], speedup, s) for table, speedup in tables for s in table]
+    return [
+        Median(labels[s.model_key, s.size, s.workload], speedup, s)
+        for table, speedup in tables
+        for s in table
+    ]
 
 
 # --- inputs ---------------------------------------------------------------------------------------
@@ -499,23 +534,32 @@ def experiments_of(results: Results, path: Path) -> list[tuple[Experiment, set[s
     ]
 
 
-def build_findings(results: Results, trials: pd.DataFrame, args: CheckRequest, notes: list[str]) -> list[Finding]:
+def build_findings(
+    results: Results, trials: pd.DataFrame, args: CheckRequest, notes: list[str]
+) -> list[Finding]:
     """`run --against`: every variant and metric of the current build against the reference build,
     paired round by round (both ran each round back to back), Holm across the table. A cell that
     failed in either build leaves nothing to compare: that is bad input (exit 2), never a pass."""
     errors = results.of_kind("error")
     if errors:
         raise CheckError(
-            f"{args.results}: cannot compare the builds: {errors[0].get('cell', '?')}: {errors[0].get('reason', '?')}"
+            f"{args.results}: cannot compare the builds: "
+            f"{errors[0].get('cell', '?')}: {errors[0].get('reason', '?')}"
         )
     builds = next(iter(runs(results).values())).builds
     notes.append(
-        "builds: " + "; ".join(f"{b.name} {b.label or b.commit[:12]}" + (" (dirty)" if b.dirty else "") for b in builds)
+        "builds: "
+        + "; ".join(
+            f"{b.name} {b.label or b.commit[:12]}" + (" (dirty)" if b.dirty else "") for b in builds
+        )
     )
     labels = cell_names([trials])
     limit = Limit(args.max_regression, Bound.THRESHOLD)
     pace = stats.round_seconds(trials)
-    return [stall_failure(_build_finding(row, labels, limit, pace)) for row in stats.compare_builds(trials)]
+    return [
+        stall_failure(_build_finding(row, labels, limit, pace))
+        for row in stats.compare_builds(trials)
+    ]
 
 
 def _build_finding(
@@ -545,11 +589,17 @@ def with_settle(finding: Finding, row: Comparison, pace: dict[tuple[str, str], f
         return finding
     rounds = row.rounds_to_decide(Goal(DEFAULT_MARGIN_PCT, limit_pct=finding.limit.pct))
     seconds_a_round = pace.get((row.model_key, row.workload))
-    more = None if rounds is None or seconds_a_round is None else (rounds - row.n_pairs) * seconds_a_round
+    more = (
+        None
+        if rounds is None or seconds_a_round is None
+        else (rounds - row.n_pairs) * seconds_a_round
+    )
     return replace(finding, settle=Settle(rounds, more))
 
 
-def resolve_noise(path: Path | None, machine: Fingerprint, allow_other_machine: bool, notes: list[str]) -> Noise | None:
+def resolve_noise(
+    path: Path | None, machine: Fingerprint, allow_other_machine: bool, notes: list[str]
+) -> Noise | None:
     """--noise FILE, else this machine's calibration at the default place if there is one."""
     if path is None:
         path = default_noise_path(machine)
@@ -566,12 +616,17 @@ def resolve_noise(path: Path | None, machine: Fingerprint, allow_other_machine: 
                 f"{path}: noise calibrated on {noise.fingerprint}, but the results come from "
                 f"{machine}; calibrate on this machine or pass --allow-other-machine"
             )
-        notes.append(f"noise band from another machine ({noise.fingerprint}), allowed by --allow-other-machine")
+        notes.append(
+            f"noise band from another machine ({noise.fingerprint}), "
+            "allowed by --allow-other-machine"
+        )
     notes.append(f"noise band: {path} ({noise.runs} runs of {noise.experiment})")
     return noise
 
 
-def ungated_speed(results: Results, path: Path, findings: list[Finding], notes: list[str]) -> list[Finding]:
+def ungated_speed(
+    results: Results, path: Path, findings: list[Finding], notes: list[str]
+) -> list[Finding]:
     """A plain run (no reference build, no baseline, no history, no slowdown expectation):
     `fusebench run` suggests check after every run, so it checks what such a file can show
     (correctness, besides any expect: entries) and says in one line how speed would be gated. A file
@@ -586,7 +641,8 @@ def ungated_speed(results: Results, path: Path, findings: list[Finding], notes: 
     correctness = current_build(results.frame("correctness"))
     if correctness.empty:
         raise CheckError(
-            f"{path}: nothing to check: no correctness records, and speed needs --baseline FILE or a run --against file"
+            f"{path}: nothing to check: no correctness records, "
+            "and speed needs --baseline FILE or a run --against file"
         )
     return correctness_findings(correctness_checks(correctness), cell_names([correctness]))
 
@@ -612,10 +668,13 @@ def run_check(args: CheckRequest) -> Outcome:
     experiments = experiments_of(results, args.results)
     if noise and any(exp.name != noise.experiment for exp, _ in experiments):
         notes.append(
-            f"the noise band was measured on experiment {noise.experiment}; another experiment's noise "
-            "may differ (calibrate it with fusebench calibrate EXPERIMENT --out FILE, then --noise FILE)"
+            f"the noise band was measured on experiment {noise.experiment}; another experiment's "
+            "noise may differ (calibrate it with fusebench calibrate EXPERIMENT --out FILE, "
+            "then --noise FILE)"
         )
-    comparisons = list(dict.fromkeys((c.baseline, c.new) for exp, _ in experiments for c in exp.comparisons))
+    comparisons = list(
+        dict.fromkeys((c.baseline, c.new) for exp, _ in experiments for c in exp.comparisons)
+    )
     all_trials = results.frame("trial")
     trials = current_build(all_trials)
     findings: list[Finding] = []
@@ -630,7 +689,10 @@ def run_check(args: CheckRequest) -> Outcome:
                     f"{args.baseline}: baseline measured on {baseline_machine}, but "
                     f"{args.results} on {machine}; pass --allow-other-machine to compare anyway"
                 )
-            notes.append(f"baseline from another machine ({baseline_machine}), allowed by --allow-other-machine")
+            notes.append(
+                f"baseline from another machine ({baseline_machine}), "
+                "allowed by --allow-other-machine"
+            )
         require_timed_trials(results, args.results)
         information = tps_information(noise, baseline_machine, machine)
         findings += baseline_findings(
@@ -647,9 +709,15 @@ def run_check(args: CheckRequest) -> Outcome:
         if all(exp.name == noise.experiment for exp, _ in experiments):
             findings += history_findings(trials, comparisons, noise.history, args.max_regression)
         else:
-            notes.append(f"speedup history not used: it was stored for experiment {noise.experiment}")
+            notes.append(
+                f"speedup history not used: it was stored for experiment {noise.experiment}"
+            )
     if not any(f.check in SPEED_CHECKS for f in findings):
         findings += ungated_speed(results, args.results, findings, notes)
-    notes += [f"{r['kind']} {r.get('cell', '?')}: {r.get('reason', '')}" for r in results.of_kind("skip")]
-    notes += [f"{r['kind']} {r.get('cell', '?')}: {r.get('reason', '')}" for r in results.of_kind("error")]
+    notes += [
+        f"{r['kind']} {r.get('cell', '?')}: {r.get('reason', '')}" for r in results.of_kind("skip")
+    ]
+    notes += [
+        f"{r['kind']} {r.get('cell', '?')}: {r.get('reason', '')}" for r in results.of_kind("error")
+    ]
     return Outcome(worst_first(findings), notes, medians(trials, comparisons))

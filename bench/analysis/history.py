@@ -77,7 +77,12 @@ class SpeedupHistory:
         if self.runs < 2:
             return math.nan
         level = 1.0 - (1.0 - LEVEL) / rows
-        half = float(special.stdtrit(self.runs - 1, level)) * self.sd_pct / 100.0 * math.sqrt(1.0 + 1.0 / self.runs)
+        half = (
+            float(special.stdtrit(self.runs - 1, level))
+            * self.sd_pct
+            / 100.0
+            * math.sqrt(1.0 + 1.0 / self.runs)
+        )
         return 100.0 * (1.0 - math.exp(-half))
 
 
@@ -101,10 +106,14 @@ def run_speedups(trials: pd.DataFrame, comparisons: Sequence[tuple[str, str]]) -
                         "speedup": row.ratio,
                     }
                 )
-    return pd.DataFrame(rows, columns=["model_key", "size", "workload", "comparison", "metric", "speedup"])
+    return pd.DataFrame(
+        rows, columns=["model_key", "size", "workload", "comparison", "metric", "speedup"]
+    )
 
 
-def histories(runs: Sequence[pd.DataFrame], comparisons: Sequence[tuple[str, str]]) -> list[SpeedupHistory]:
+def histories(
+    runs: Sequence[pd.DataFrame], comparisons: Sequence[tuple[str, str]]
+) -> list[SpeedupHistory]:
     """Each cell, comparison and metric's speedups over the runs (one trial frame per run)."""
     collected: dict[tuple[str, str, str, str, str], list[float]] = {}
     for trials in runs:

@@ -243,8 +243,12 @@ def paired_estimate(
     drop = below | above
     kept_mean = float(np.mean(r[~drop]))
     winsorized = np.clip(r, centre - reach, centre + reach)
-    trimmed = _rounds_mean(kept_mean, _process_sd(winsorized, kept_mean, blocks), int((~drop).sum()), confidence)
-    all_rounds = _rounds_mean(float(np.mean(r)), _process_sd(r, float(np.mean(r)), blocks), int(r.size), confidence)
+    trimmed = _rounds_mean(
+        kept_mean, _process_sd(winsorized, kept_mean, blocks), int((~drop).sum()), confidence
+    )
+    all_rounds = _rounds_mean(
+        float(np.mean(r)), _process_sd(r, float(np.mean(r)), blocks), int(r.size), confidence
+    )
     low, high = int(below.sum()), int(above.sum())
     call = _stall_call(low, high, trimmed, all_rounds)
     chosen, used = (all_rounds, np.ones_like(drop)) if call.over_all_rounds else (trimmed, ~drop)
@@ -287,7 +291,9 @@ def _stall_call(low: int, high: int, trimmed: RoundsMean, all_rounds: RoundsMean
     # share of Δ. A lone wild round (or a one-round lean) is the outlier rule's own case and cannot
     # say which arm stalls.
     leaning = abs(low - high) >= STALL_MIN_LEAN
-    shifted = leaning and trimmed.has_interval and not trimmed.low <= all_rounds.ratio <= trimmed.high
+    shifted = (
+        leaning and trimmed.has_interval and not trimmed.low <= all_rounds.ratio <= trimmed.high
+    )
     return _StallCall(p, lean if significant else None, significant or shifted)
 
 
@@ -330,7 +336,9 @@ def adjust(estimates: Sequence[PairedEstimate], *, alpha: float = 0.05) -> list[
     of 1. Rows with n < 2 get NaNs and do not count in m.
     """
     _check_level(alpha, "alpha")
-    family = sorted((i for i, e in enumerate(estimates) if e.has_interval), key=lambda i: estimates[i].p_value)
+    family = sorted(
+        (i for i, e in enumerate(estimates) if e.has_interval), key=lambda i: estimates[i].p_value
+    )
     m = len(family)
     done: dict[int, Adjusted] = {}
     running = 0.0
@@ -346,10 +354,14 @@ def adjust(estimates: Sequence[PairedEstimate], *, alpha: float = 0.05) -> list[
     return [done.get(i, Adjusted(est, nan, nan, nan, nan)) for i, est in enumerate(estimates)]
 
 
-def verdict(adjusted: Adjusted, *, margin_pct: float = 2.0, min_rounds: int = 3, alpha: float = 0.05) -> Verdict:
+def verdict(
+    adjusted: Adjusted, *, margin_pct: float = 2.0, min_rounds: int = 3, alpha: float = 0.05
+) -> Verdict:
     """The row's word; see "Verdict words" in docs/statistics.md for what each one promises."""
     if min_rounds < 2:
-        raise ValueError(f"min_rounds must be at least 2 (an interval needs two rounds), got {min_rounds}")
+        raise ValueError(
+            f"min_rounds must be at least 2 (an interval needs two rounds), got {min_rounds}"
+        )
     if not margin_pct >= 0:
         raise ValueError(f"margin_pct must be >= 0, got {margin_pct}")
     _check_level(alpha, "alpha")
@@ -364,7 +376,9 @@ def verdict(adjusted: Adjusted, *, margin_pct: float = 2.0, min_rounds: int = 3,
     return Verdict(word, adjusted.half_width_pct, min_rounds)
 
 
-def interval_verdict(low: float, high: float, n: int, *, margin_pct: float = 2.0, min_rounds: int = 3) -> Verdict:
+def interval_verdict(
+    low: float, high: float, n: int, *, margin_pct: float = 2.0, min_rounds: int = 3
+) -> Verdict:
     """The same words for an interval that did not come from `adjust` (say, an unpaired comparison
     of two runs): faster or slower when it excludes a ratio of 1, no change when it lies within
     ±margin_pct, else inconclusive."""
@@ -391,9 +405,13 @@ def rounds_needed(sd_log: float, target_half_width_pct: float, confidence: float
         raise ValueError(f"sd_log must be finite and >= 0, got {sd_log}")
     if not target_half_width_pct > 0:
         raise ValueError(f"target_half_width_pct must be > 0, got {target_half_width_pct}")
-    n = sequential.rounds_to_reach(math.asinh(target_half_width_pct / 100.0), sd_log, 1.0 - confidence)
+    n = sequential.rounds_to_reach(
+        math.asinh(target_half_width_pct / 100.0), sd_log, 1.0 - confidence
+    )
     if n is None:
-        raise ValueError(f"no round count reaches ±{target_half_width_pct:g}% at a log-ratio SD of {sd_log:g}")
+        raise ValueError(
+            f"no round count reaches ±{target_half_width_pct:g}% at a log-ratio SD of {sd_log:g}"
+        )
     return n
 
 

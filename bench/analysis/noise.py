@@ -96,7 +96,9 @@ def aa_comparisons(runs: list[pd.DataFrame], comparisons: list[tuple[str, str]])
     for (i, a), (j, b) in itertools.combinations(enumerate(runs, start=1), 2):
         pairs = [("run_to_run_tps", a, b)]
         for c in comparisons:
-            pairs.append(("run_to_run_speedup", stats.paired_speedups(a, *c), stats.paired_speedups(b, *c)))
+            pairs.append(
+                ("run_to_run_speedup", stats.paired_speedups(a, *c), stats.paired_speedups(b, *c))
+            )
         for scope, first, second in pairs:
             for row in stats.compare_runs(first, second, seed=SEED).itertuples():
                 if row.n_baseline and row.n_new:
@@ -146,7 +148,9 @@ def noise_bands(aa: pd.DataFrame) -> dict[str, dict[str, Band]]:
     bands: dict[str, dict[str, Band]] = {}
     for (scope, metric), group in aa.groupby(["scope", "metric"], sort=False):
         half_widths = (group["high_pct"] - group["low_pct"]) / 2
-        ratio, low, high = (1 + group[column] / 100 for column in ("delta_pct", "low_pct", "high_pct"))
+        ratio, low, high = (
+            1 + group[column] / 100 for column in ("delta_pct", "low_pct", "high_pct")
+        )
         # Read both ways, a CI [low, high] is [1/high, 1/low]: the slowdown it proves is the larger
         # of 1 - high and 1 - 1/low, or none when it holds 1.
         proven = np.maximum(0.0, np.maximum(1 - high, 1 - 1 / low)) * 100
@@ -208,14 +212,17 @@ def load_noise(path: Path) -> Noise:
     try:
         data = json.loads(path.read_text(encoding="utf-8"))
     except FileNotFoundError:
-        raise NoiseFileError(f"{path}: no such noise file; make one with fusebench calibrate") from None
+        raise NoiseFileError(
+            f"{path}: no such noise file; make one with fusebench calibrate"
+        ) from None
     except (OSError, UnicodeDecodeError, json.JSONDecodeError) as err:
         raise NoiseFileError(f"{path}: not a noise file ({' '.join(str(err).split())})") from None
     if not isinstance(data, dict) or data.get("kind") != NOISE_KIND:
         raise NoiseFileError(f'{path}: not a noise file (expected "kind": "{NOISE_KIND}")')
     try:
         bands = {
-            scope: {metric: Band(**band) for metric, band in data["bands"].get(scope, {}).items()} for scope in SCOPES
+            scope: {metric: Band(**band) for metric, band in data["bands"].get(scope, {}).items()}
+            for scope in SCOPES
         }
         return Noise(
             path=path,
@@ -229,7 +236,9 @@ def load_noise(path: Path) -> Noise:
             ),
         )
     except (KeyError, TypeError, AttributeError) as err:
-        raise NoiseFileError(f"{path}: malformed noise file ({type(err).__name__}: {err})") from None
+        raise NoiseFileError(
+            f"{path}: malformed noise file ({type(err).__name__}: {err})"
+        ) from None
 
 
 # --- runs already made ----------------------------------------------------------------------------
@@ -241,12 +250,17 @@ def experiment_of_runs(paths: list[Path]) -> Experiment:
     missing = [path for path, header in headers.items() if header is None]
     if missing:
         raise ResultsError(f"{missing[0]}: no run header; is it a fusebench results file?")
-    experiments = {header["experiment"]["sha256"]: (path, header["experiment"]) for path, header in headers.items()}
+    experiments = {
+        header["experiment"]["sha256"]: (path, header["experiment"])
+        for path, header in headers.items()
+    }
     if len(experiments) > 1:
         names = ", ".join(f"{path} ({e['file']})" for path, e in experiments.values())
         raise ResultsError(f"--from: runs of different experiments (or versions of one): {names}")
     path, experiment = next(iter(experiments.values()))
-    exp = parse_experiment(experiment["content"], f"{path} (run header: {experiment['file']})", stored=True)
+    exp = parse_experiment(
+        experiment["content"], f"{path} (run header: {experiment['file']})", stored=True
+    )
     return dataclasses.replace(exp, file=experiment["file"])
 
 
@@ -261,5 +275,7 @@ def calibrate_from(paths: list[Path], comparisons: list[tuple[str, str]]) -> Cal
         machines.append(results_fingerprint(results, path))
         runs.append(current_build(results.frame("trial")))
     if len(set(machines)) > 1:
-        raise ResultsError(f"calibration runs came from different machines: {' | '.join(map(str, set(machines)))}")
+        raise ResultsError(
+            f"calibration runs came from different machines: {' | '.join(map(str, set(machines)))}"
+        )
     return Calibration(machines[0], aa_comparisons(runs, comparisons), histories(runs, comparisons))

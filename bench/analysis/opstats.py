@@ -72,7 +72,11 @@ def summarize_ops(records: Iterable[OpRecord]) -> list[VariantSummary]:
         if r.get("kind") == "op":
             variants = by_case.setdefault((r.get("run_id"), r["op"], r["shape_label"]), {})
             variants.setdefault(r["variant"], {})[r["round"]] = r
-    summaries = [_summarize_variant(samples) for variants in by_case.values() for samples in variants.values()]
+    summaries = [
+        _summarize_variant(samples)
+        for variants in by_case.values()
+        for samples in variants.values()
+    ]
     return _judge(summaries, {_key(s): _speed(by_case, s) for s in summaries})
 
 
@@ -92,7 +96,9 @@ def _summarize_variant(samples: dict[int, OpRecord]) -> VariantSummary:
     )
 
 
-def _speed(by_case: dict[CaseKey, dict[str, dict[int, OpRecord]]], s: VariantSummary) -> PairedEstimate | None:
+def _speed(
+    by_case: dict[CaseKey, dict[str, dict[int, OpRecord]]], s: VariantSummary
+) -> PairedEstimate | None:
     """Speed (1 / time, so bigger is better) of a variant against the op's reference, paired per
     round."""
     if s.variant == s.reference:
@@ -102,16 +108,22 @@ def _speed(by_case: dict[CaseKey, dict[str, dict[int, OpRecord]]], s: VariantSum
     rounds = sorted(set(reference) & set(samples))
     if not rounds:
         return None
-    return paired_estimate([1 / reference[i]["seconds"] for i in rounds], [1 / samples[i]["seconds"] for i in rounds])
+    return paired_estimate(
+        [1 / reference[i]["seconds"] for i in rounds], [1 / samples[i]["seconds"] for i in rounds]
+    )
 
 
-def _judge(summaries: list[VariantSummary], speeds: dict[tuple, PairedEstimate | None]) -> list[VariantSummary]:
+def _judge(
+    summaries: list[VariantSummary], speeds: dict[tuple, PairedEstimate | None]
+) -> list[VariantSummary]:
     """Holm across each run's op table (every shape and variant of one op), then each row's
     verdict."""
     judged = {}
     for table in dict.fromkeys((s.run_id, s.op) for s in summaries):
         rows = [s for s in summaries if (s.run_id, s.op) == table and speeds[_key(s)] is not None]
-        for s, adjusted in zip(rows, adjust([speeds[_key(s)] for s in rows], alpha=ALPHA), strict=True):
+        for s, adjusted in zip(
+            rows, adjust([speeds[_key(s)] for s in rows], alpha=ALPHA), strict=True
+        ):
             verdict = inference_verdict(adjusted, margin_pct=DEFAULT_MARGIN_PCT, alpha=ALPHA)
             judged[_key(s)] = replace(s, speed=adjusted, verdict=verdict)
     return [judged.get(_key(s), s) for s in summaries]

@@ -115,7 +115,9 @@ class FitScope:
 
     def label(self, layers: int, projected: bool) -> str:
         """ "E2B (35/35 layers, projected)" or, measured, "E2B (8/35 layers)"."""
-        return f"{self.size} ({layers}/{self.full_layers} layers{', projected' if projected else ''})"
+        return (
+            f"{self.size} ({layers}/{self.full_layers} layers{', projected' if projected else ''})"
+        )
 
 
 @dataclass(frozen=True)
@@ -166,7 +168,10 @@ class Series:
             return "1 run per depth"
         runs = sorted({p.runs for p in self.points})
         counts = str(runs[0]) if len(runs) == 1 else f"{runs[0]}–{runs[-1]}"
-        return f"runs ±{100 * self.between_runs.relative_sd:.1f}% ({counts} per depth, {self.between_runs.dof} dof)"
+        return (
+            f"runs ±{100 * self.between_runs.relative_sd:.1f}% "
+            f"({counts} per depth, {self.between_runs.dof} dof)"
+        )
 
 
 @dataclass(frozen=True)
@@ -243,7 +248,9 @@ class LayerFit:
         """x·coef. It is Σ a_i·mean_i over the fitted depths (a = x·gain), so its variance is Σ
         a_i²·SE_i² (× χ²/dof where inflated) and its dof the Welch–Satterthwaite one of the SEs'
         n_i − 1, no more than the residual dof where the residuals set the scale."""
-        parts = (x @ np.array(self.gain)) ** 2 * np.array([weighing_se(p) for p in self.points]) ** 2
+        parts = (x @ np.array(self.gain)) ** 2 * np.array(
+            [weighing_se(p) for p in self.points]
+        ) ** 2
         # Between runs, every SE is its mean times the one pooled spread: the sum has that
         # estimate's dof.
         spread = self.series.between_runs
@@ -264,7 +271,11 @@ class LayerFit:
             fit = f"exact ({len(self.depths)} depths, {len(self.terms)} terms)"
         else:
             chi2 = f"χ²/dof {self.reduced_chi2:.2f} ({self.dof} dof)"
-            fit = f"{chi2}: intervals ×{math.sqrt(self.reduced_chi2):.2f}, t({self.dof})" if self.inflated else chi2
+            fit = (
+                f"{chi2}: intervals ×{math.sqrt(self.reduced_chi2):.2f}, t({self.dof})"
+                if self.inflated
+                else chi2
+            )
         return f"{fit}; {self.series.noise_note}"
 
 
@@ -322,8 +333,8 @@ def check_separable(preset: str, what: str, depths: Sequence[int]) -> None:
     if len(depths) < 2:
         example = sorted([*depths, *separating_depths(preset, depths)])
         raise ProjectionError(
-            f"{what} has only depth {join_words(depths)}: a projection needs at least {len(terms)} depths, e.g. "
-            f"`layers: [{', '.join(map(str, example))}]`"
+            f"{what} has only depth {join_words(depths)}: a projection needs at least "
+            f"{len(terms)} depths, e.g. `layers: [{', '.join(map(str, example))}]`"
         )
     x = design(preset, depths)
     rank = np.linalg.matrix_rank(x)
@@ -332,7 +343,11 @@ def check_separable(preset: str, what: str, depths: Sequence[int]) -> None:
     # The rows of V past the rank span the coefficient directions these depths cannot see (unit
     # vectors, so a term outside them has a component of rounding size).
     null = np.linalg.svd(x)[2][rank:]
-    confounded = [TERM_NAMES[t] for t, column in zip(terms, null.T, strict=True) if np.abs(column).max() > 1e-9]
+    confounded = [
+        TERM_NAMES[t]
+        for t, column in zip(terms, null.T, strict=True)
+        if np.abs(column).max() > 1e-9
+    ]
     added = separating_depths(preset, depths)
     joined = join_words(confounded, "from" if len(confounded) == 2 else "and")
     why = (
@@ -377,7 +392,8 @@ def depth_trials(study: Study) -> pd.DataFrame:
     unknown = timed[~model.isin(preset_names())]
     if not unknown.empty:
         raise ProjectionError(
-            f"{unknown['size'].iloc[0]} is a checkpoint (path) model, or its trials name no preset: a projection "
+            f"{unknown['size'].iloc[0]} is a checkpoint (path) "
+            "model, or its trials name no preset: a projection "
             "needs a preset's layer layout (`models: [{preset: e2b, layers: [2, 4, 6, 8]}]`)"
         )
     layers = timed["layers"] if "layers" in timed else pd.Series(math.nan, index=timed.index)
@@ -394,7 +410,9 @@ def has_several_depths(study: Study) -> bool:
         return False
     presets = timed[timed["model"].isin(preset_names())]
     # A preset run whole records no layer count: NaN counts as one more depth.
-    depths = presets.groupby(["model", "dtype", "quantize", "workload"], dropna=False)["layers"].nunique(dropna=False)
+    depths = presets.groupby(["model", "dtype", "quantize", "workload"], dropna=False)[
+        "layers"
+    ].nunique(dropna=False)
     return bool((depths > 1).any())
 
 
@@ -411,17 +429,24 @@ def measured_series(study: Study) -> list[Series]:
         machines = list(dict.fromkeys(rows["machine"]))
         if len(machines) > 1:
             raise ProjectionError(
-                f"{labels[preset, dtype, quantize]} ({workload}): runs from {len(machines)} machines "
-                f"({' | '.join(machines)}) in one fit; project each machine's results on their own"
+                f"{labels[preset, dtype, quantize]} ({workload}): runs from {len(machines)} "
+                f"machines ({' | '.join(machines)}) in one fit; project each machine's results on "
+                "their own"
             )
-        scope = FitScope(machines[0], preset, dtype, quantize or None, workload, labels[preset, dtype, quantize])
+        scope = FitScope(
+            machines[0], preset, dtype, quantize or None, workload, labels[preset, dtype, quantize]
+        )
         batch, prompt = int(rows["batch"].iloc[0]), int(rows["prompt_tokens"].iloc[0])
         tokens = {"prefill": batch * prompt, "gen": batch}
         for variant, variant_rows in rows.groupby("variant", sort=False):
             for metric in METRICS:
-                points, spread = _depth_means(scope, variant, variant_rows, METRIC_COLUMNS[metric], tokens[metric])
+                points, spread = _depth_means(
+                    scope, variant, variant_rows, METRIC_COLUMNS[metric], tokens[metric]
+                )
                 if points:  # no gen metric where gen_tokens is 1
-                    series.append(Series(scope, str(variant), metric, tokens[metric], points, spread))
+                    series.append(
+                        Series(scope, str(variant), metric, tokens[metric], points, spread)
+                    )
     workloads = ordered_workloads([trials])
     variants = {v: i for i, v in enumerate(study.variants)}
     return sorted(
@@ -463,12 +488,15 @@ def _depth_means(
             "run": rows["run_id"][valid],
         }
     )
-    counts = times.groupby("depth")["seconds"].count().reindex(sorted(set(rows["depth"])), fill_value=0)
+    counts = (
+        times.groupby("depth")["seconds"].count().reindex(sorted(set(rows["depth"])), fill_value=0)
+    )
     thin = counts[counts < 2]
     if not thin.empty:
         raise ProjectionError(
-            f"{scope.label(int(thin.index[0]), projected=False)} {variant}: {int(thin.iloc[0])} timed round "
-            "with a valid time; a fit weighs each depth by its rounds' spread, so it needs at least 2"
+            f"{scope.label(int(thin.index[0]), projected=False)} {variant}: {int(thin.iloc[0])} "
+            "timed round with a valid time; a fit weighs each depth by its rounds' spread, "
+            "so it needs at least 2"
         )
     return depth_means(times)
 
@@ -487,7 +515,11 @@ def depth_means(times: pd.DataFrame) -> tuple[tuple[DepthMean, ...], RunSpread |
         n, k = int(runs["count"].sum()), len(runs)
         if spread is None:
             only = runs.iloc[0]
-            points.append(DepthMean(int(depth), n, float(only["mean"]), float(only["std"]) / math.sqrt(n), n - 1))
+            points.append(
+                DepthMean(
+                    int(depth), n, float(only["mean"]), float(only["std"]) / math.sqrt(n), n - 1
+                )
+            )
             continue
         mean = float(runs["mean"].mean())
         # Never below what the runs' own rounds say: a spread pooled from few runs can read low by
@@ -638,7 +670,10 @@ def depth_checks(fit: LayerFit, points: Sequence[DepthMean]) -> list[DepthCheck]
     """Measured against fitted tok/s at each of `points` (a fit's own depths, or ones measured apart
     from it)."""
     scope = fit.series.scope
-    return [DepthCheck(scope.label(p.depth, projected=False), fit, p, p.depth in fit.depths) for p in points]
+    return [
+        DepthCheck(scope.label(p.depth, projected=False), fit, p, p.depth in fit.depths)
+        for p in points
+    ]
 
 
 def _check_layers(scope: FitScope, layers: int | None) -> None:
@@ -675,10 +710,15 @@ def _what(series: Series, every: Sequence[Series]) -> str:
     } - set(series.depths)
     if apart:
         notes.append(
-            f"depth {join_words(sorted(apart))} ran in another dtype or quantization, fitted apart: never mixed"
+            f"depth {join_words(sorted(apart))} ran in another "
+            "dtype or quantization, fitted apart: never mixed"
         )
     what = f"{scope.size} ({'; '.join(notes)})"
-    return what if len({s.depths for s in every if s.scope == scope}) == 1 else f"{what} {series.variant}"
+    return (
+        what
+        if len({s.depths for s in every if s.scope == scope}) == 1
+        else f"{what} {series.variant}"
+    )
 
 
 def _rows(fits: Sequence[LayerFit], layers: int | None) -> list[ProjectedRow]:
@@ -717,11 +757,15 @@ def _deltas(
                     fit_of.get((scope, new, metric)),
                 )
                 if base_fit and new_fit:
-                    deltas.append(projected_delta(scope.label(n, projected=True), base_fit, new_fit, n))
+                    deltas.append(
+                        projected_delta(scope.label(n, projected=True), base_fit, new_fit, n)
+                    )
     return deltas
 
 
-def projected_delta(size: str, base_fit: LayerFit, new_fit: LayerFit, layers: int) -> ProjectedDelta:
+def projected_delta(
+    size: str, base_fit: LayerFit, new_fit: LayerFit, layers: int
+) -> ProjectedDelta:
     """Δ = t_base / t_new − 1 at `layers`, its interval by the delta method on the log ratio (fits
     independent)."""
     base, new = base_fit.time_at(layers), new_fit.time_at(layers)
@@ -754,7 +798,9 @@ def _independent_log_sd(base: TimeEstimate, new: TimeEstimate) -> tuple[float, f
     return math.sqrt(sum(variances)), welch_dof(variances, [base.dof, new.dof])
 
 
-def _paired_log_sd(base_fit: LayerFit, new_fit: LayerFit, layers: int) -> tuple[float, float] | None:
+def _paired_log_sd(
+    base_fit: LayerFit, new_fit: LayerFit, layers: int
+) -> tuple[float, float] | None:
     """The log ratio's SD where both fits rest on the same runs at the same depths, or None.
 
     Both variants of a run ran in one worker process per depth, so a process's speed moves both: it
@@ -793,7 +839,8 @@ def _paired_log_sd(base_fit: LayerFit, new_fit: LayerFit, layers: int) -> tuple[
     runs = np.array([p.runs for p in base_fit.points], dtype=np.float64)
     process_var = max(spread_base.relative_sd, spread_new.relative_sd) ** 2
     variance = float(
-        ((c_base - c_new) ** 2 * process_var / runs).sum() + (((c_base + c_new) / 2) ** 2 * ratio_var / runs).sum()
+        ((c_base - c_new) ** 2 * process_var / runs).sum()
+        + (((c_base + c_new) / 2) ** 2 * ratio_var / runs).sum()
     )
     inflation = max([f.reduced_chi2 for f in (base_fit, new_fit) if f.inflated] or [1.0])
     dofs = [dof, *(f.dof for f in (base_fit, new_fit) if f.inflated)]

@@ -86,7 +86,10 @@ class Reference:
 
 def matches_size(label: str, size: str) -> bool:
     """True when a display label names that size: "E2B (2/35 layers)" is an E2B, "E2Bx" is not."""
-    return re.match(rf"{re.escape(size)}(?![0-9A-Za-z])", label.strip(), flags=re.IGNORECASE) is not None
+    return (
+        re.match(rf"{re.escape(size)}(?![0-9A-Za-z])", label.strip(), flags=re.IGNORECASE)
+        is not None
+    )
 
 
 def shipped_names() -> list[str]:
@@ -124,7 +127,9 @@ def _resolve(name_or_path: str) -> Path:
     if candidate.is_file():
         return candidate
     shipped = ", ".join(shipped_names())
-    raise ReferenceFileError(f"--reference: no file {name_or_path!r}, nor a shipped reference of that name ({shipped})")
+    raise ReferenceFileError(
+        f"--reference: no file {name_or_path!r}, nor a shipped reference of that name ({shipped})"
+    )
 
 
 def _method(node: Any, path: Path) -> Method:
@@ -141,7 +146,9 @@ def _method(node: Any, path: Path) -> Method:
 
 def _hardware(node: Any, path: Path) -> Hardware:
     hardware = _mapping(node, path, "hardware")
-    return Hardware(backend=str(hardware.get("backend", "?")), device=str(hardware.get("device", "?")))
+    return Hardware(
+        backend=str(hardware.get("backend", "?")), device=str(hardware.get("device", "?"))
+    )
 
 
 def _mapping(node: Any, path: Path, field: str) -> dict[str, Any]:
@@ -160,7 +167,9 @@ def _ops(node: Any, path: Path) -> dict[str, tuple[str, str]]:
     ops = {}
     for op, change in _mapping(node, path, "ops").items():
         if not (isinstance(change, list) and len(change) == 2):
-            raise ReferenceFileError(f"{path}: ops.{op}: expected [baseline implementation, new implementation]")
+            raise ReferenceFileError(
+                f"{path}: ops.{op}: expected [baseline implementation, new implementation]"
+            )
         ops[str(op)] = (str(change[0]), str(change[1]))
     return ops
 
@@ -172,7 +181,9 @@ def _row(item: Any, path: Path, index: int) -> ReferenceRow:
     if missing:
         raise ReferenceFileError(f"{path}: {field}: missing key(s) {', '.join(missing)}")
     if row["metric"] not in METRICS:
-        raise ReferenceFileError(f"{path}: {field}.metric: expected one of {', '.join(METRICS)}, got {row['metric']!r}")
+        raise ReferenceFileError(
+            f"{path}: {field}.metric: expected one of {', '.join(METRICS)}, got {row['metric']!r}"
+        )
     baseline, new = (
         _positive(row["baseline"], path, f"{field}.baseline"),
         _positive(row["new"], path, f"{field}.new"),
@@ -189,6 +200,11 @@ def _row(item: Any, path: Path, index: int) -> ReferenceRow:
 
 
 def _positive(value: Any, path: Path, field: str) -> float:
-    if isinstance(value, bool) or not isinstance(value, (int, float)) or not math.isfinite(value) or value <= 0:
+    if (
+        isinstance(value, bool)
+        or not isinstance(value, (int, float))
+        or not math.isfinite(value)
+        or value <= 0
+    ):
         raise ReferenceFileError(f"{path}: {field}: expected a positive number, got {value!r}")
     return float(value)

@@ -139,7 +139,9 @@ def _run(run_id: str, header: RunHeader) -> Run:
         )
         if peak
         else None,
-        preflight=Preflight(preflight.get("other_cores", 0.0), preflight.get("loadavg_1m", 0.0)) if preflight else None,
+        preflight=Preflight(preflight.get("other_cores", 0.0), preflight.get("loadavg_1m", 0.0))
+        if preflight
+        else None,
         threads_reason=str((header.get("threads_choice") or {}).get("reason", "")),
     )
 

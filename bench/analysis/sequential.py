@@ -62,7 +62,9 @@ def p_value(n: int, mean: float, sd: float) -> float:
     if squares <= 0.0:
         return 1.0
     share = (n * mean) ** 2 / ((n + RHO) * squares)  # S² / ((n + ρ) V) < 1
-    log_m = 0.5 * math.log(RHO / (n + RHO)) - 0.5 * n * math.log1p(-share) if share < 1.0 else math.inf
+    log_m = (
+        0.5 * math.log(RHO / (n + RHO)) - 0.5 * n * math.log1p(-share) if share < 1.0 else math.inf
+    )
     return min(1.0, math.exp(-log_m))
 
 

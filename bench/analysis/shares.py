@@ -124,16 +124,24 @@ class ExpectedDelta:
 class ShareData:
     """A run's share samples and the step times of its trials, indexed for the questions below."""
 
-    def __init__(self, share_records: Sequence[Mapping[str, Any]], trials: Sequence[Mapping[str, Any]]) -> None:
+    def __init__(
+        self, share_records: Sequence[Mapping[str, Any]], trials: Sequence[Mapping[str, Any]]
+    ) -> None:
         # (cell, phase, op) -> (call, round, implementation) -> sample
-        self._per_call: dict[tuple[str, str, str], dict[tuple[str, int, str], ShareSample]] = defaultdict(dict)
+        self._per_call: dict[tuple[str, str, str], dict[tuple[str, int, str], ShareSample]] = (
+            defaultdict(dict)
+        )
         for sample in map(ShareSample.from_record, share_records):
             key = (sample.call, sample.round, sample.implementation)
             self._per_call[(sample.cell, sample.phase, sample.op)][key] = sample
         self.assignments: dict[str, dict[str, str]] = {}
         steps: dict[tuple[str, str, str], list[float]] = defaultdict(list)
         for trial in trials:
-            if trial.get("warmup") or trial.get("build", "current") != "current" or "ops" not in trial:
+            if (
+                trial.get("warmup")
+                or trial.get("build", "current") != "current"
+                or "ops" not in trial
+            ):
                 # trials written before runs recorded their op assignment have no shares either
                 continue
             self.assignments.setdefault(trial["variant"], dict(trial["ops"]))
@@ -150,11 +158,15 @@ class ShareData:
     def cells(self) -> list[str]:
         return list(dict.fromkeys(cell for cell, _, _ in self._per_call))
 
-    def _samples(self, cell: str, phase: str, op: str, implementation: str) -> dict[tuple[str, int], ShareSample]:
+    def _samples(
+        self, cell: str, phase: str, op: str, implementation: str
+    ) -> dict[tuple[str, int], ShareSample]:
         found = self._per_call.get((cell, phase, op), {})
         return {(call, rnd): s for (call, rnd, impl), s in found.items() if impl == implementation}
 
-    def op_share(self, cell: str, phase: str, op: str, implementation: str) -> tuple[float, int] | None:
+    def op_share(
+        self, cell: str, phase: str, op: str, implementation: str
+    ) -> tuple[float, int] | None:
         """(seconds per step, calls per step) of one implementation of an op, or None where it was
         not timed."""
         samples = self._samples(cell, phase, op, implementation)
@@ -182,9 +194,13 @@ class ShareData:
                 ops.append(OpShare(op, implementation, found[1], found[0], 100 * found[0] / step_s))
         if not ops:
             return None
-        return StepShares(cell, variant, metric, step_s, tuple(ops), step_s - sum(o.seconds for o in ops))
+        return StepShares(
+            cell, variant, metric, step_s, tuple(ops), step_s - sum(o.seconds for o in ops)
+        )
 
-    def expected_delta(self, cell: str, baseline: str, new: str, metric: str) -> ExpectedDelta | None:
+    def expected_delta(
+        self, cell: str, baseline: str, new: str, metric: str
+    ) -> ExpectedDelta | None:
         """None where a variant's ops or the baseline's step are unknown, or a differing op was not
         timed."""
         base_ops, new_ops = self.assignments.get(baseline), self.assignments.get(new)
@@ -241,7 +257,11 @@ class ShareData:
                 return None
             for (call, rnd), sample in before.items():
                 per_round[rnd] += sample.calls * (after[(call, rnd)].seconds - sample.seconds)
-            rounds = {rnd for _, rnd in before} if rounds is None else rounds & {rnd for _, rnd in before}
+            rounds = (
+                {rnd for _, rnd in before}
+                if rounds is None
+                else rounds & {rnd for _, rnd in before}
+            )
         if rounds is None:  # no op differs: an A/A comparison, nothing to expect
             return [0.0]
         return [per_round[rnd] for rnd in sorted(rounds)]

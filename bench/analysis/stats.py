@@ -216,7 +216,9 @@ class Comparison:
         stay (analysis.stopping); None without an interval."""
         if self.n_pairs < 2 or not math.isfinite(self.level):
             return None
-        return Row(self.mean_log, self.sd_log, self.n_pairs, 1.0 - self.level, goal).rounds_to_decide()
+        return Row(
+            self.mean_log, self.sd_log, self.n_pairs, 1.0 - self.level, goal
+        ).rounds_to_decide()
 
     @property
     def half_width_pct(self) -> float:
@@ -225,7 +227,9 @@ class Comparison:
     @property
     def interval(self) -> RatioCI | None:
         """The Holm-adjusted interval, or None without a paired round."""
-        return RatioCI(self.ratio, self.adj_low, self.adj_high, self.n_pairs) if self.n_pairs else None
+        return (
+            RatioCI(self.ratio, self.adj_low, self.adj_high, self.n_pairs) if self.n_pairs else None
+        )
 
     @property
     def over_all_rounds(self) -> bool:
@@ -363,7 +367,9 @@ def round_seconds(trials: pd.DataFrame) -> dict[tuple[str, str], float]:
     if timed.empty or not {"prefill_s", "gen_s"} <= set(timed.columns):
         return {}
     spent = timed.assign(spent=timed["prefill_s"].fillna(0.0) + timed["gen_s"].fillna(0.0))
-    per_round = spent.groupby(["model_key", "workload", "run_id", "round"], sort=False)["spent"].sum()
+    per_round = spent.groupby(["model_key", "workload", "run_id", "round"], sort=False)[
+        "spent"
+    ].sum()
     medians = per_round.groupby(level=["model_key", "workload"], sort=False).median()
     return {key: float(value) for key, value in medians.items()}
 
@@ -379,7 +385,9 @@ def every_variant(timed: pd.DataFrame, n_variants: int) -> pd.DataFrame:
     """
     keys = [*CELL_KEYS, "run_id", "cell", "round", "process", "build"]
     columns = list(METRIC_COLUMNS.values())
-    logs = timed[[*keys, "variant"]].assign(**{c: np.log(timed[c].astype(np.float64)) for c in columns})
+    logs = timed[[*keys, "variant"]].assign(
+        **{c: np.log(timed[c].astype(np.float64)) for c in columns}
+    )
     grouped = logs.groupby(keys, sort=False, dropna=False)
     pooled = grouped[columns].mean().apply(np.exp)
     complete = grouped["variant"].nunique() == n_variants
@@ -397,7 +405,9 @@ class _Paired:
     variant: str = ""
 
 
-def _paired_rows(trials: pd.DataFrame, baseline: str, new: str, metrics: Sequence[str]) -> list[_Paired]:
+def _paired_rows(
+    trials: pd.DataFrame, baseline: str, new: str, metrics: Sequence[str]
+) -> list[_Paired]:
     """compare()'s rows before Holm: per cell and metric, the paired estimate of new against
     baseline."""
     columns = [_metric_column(m) for m in metrics]
@@ -410,7 +420,9 @@ def _paired_rows(trials: pd.DataFrame, baseline: str, new: str, metrics: Sequenc
                 base_side, new_side = _sides(group, baseline, new, column)
                 if base_side.empty and new_side.empty:
                     continue
-                pairs = base_side.merge(new_side, on=[*_PAIR_KEYS, "process"], suffixes=("_baseline", "_new"))
+                pairs = base_side.merge(
+                    new_side, on=[*_PAIR_KEYS, "process"], suffixes=("_baseline", "_new")
+                )
                 b, n = (
                     pairs["value_baseline"].to_numpy(np.float64),
                     pairs["value_new"].to_numpy(np.float64),
@@ -423,7 +435,9 @@ def _paired_rows(trials: pd.DataFrame, baseline: str, new: str, metrics: Sequenc
     return rows
 
 
-def _judge(rows: list[_Paired], baseline: str, new: str, *, alpha: float, margin_pct: float) -> list[Comparison]:
+def _judge(
+    rows: list[_Paired], baseline: str, new: str, *, alpha: float, margin_pct: float
+) -> list[Comparison]:
     """Holm across the rows that have an estimate, then each row's verdict."""
     adjusted = iter(adjust([row.estimate for row in rows if row.estimate is not None], alpha=alpha))
     return [
@@ -448,7 +462,9 @@ def _comparison(
     alpha: float,
     margin_pct: float,
 ) -> Comparison:
-    keys = Comparison(**row.cell, metric=row.metric, baseline=baseline, new=new, variant=row.variant)
+    keys = Comparison(
+        **row.cell, metric=row.metric, baseline=baseline, new=new, variant=row.variant
+    )
     est = row.estimate
     if est is None or adjusted is None:
         return keys
@@ -485,18 +501,24 @@ def _require_columns(frame: pd.DataFrame, columns: Sequence[str]) -> None:
         raise ValueError(f"trial records lack column(s): {', '.join(missing)}")
 
 
-def _sides(group: pd.DataFrame, baseline: str, new: str, column: str) -> tuple[pd.DataFrame, pd.DataFrame]:
+def _sides(
+    group: pd.DataFrame, baseline: str, new: str, column: str
+) -> tuple[pd.DataFrame, pd.DataFrame]:
     """Each side's values keyed by (run_id, cell, pair), one value per key (the median if a round
     repeats)."""
 
     def side(rows: pd.DataFrame, pair: pd.Series) -> pd.DataFrame:
-        keyed = rows.assign(pair=pair, value=rows[column].astype(np.float64)).dropna(subset=["value"])
+        keyed = rows.assign(pair=pair, value=rows[column].astype(np.float64)).dropna(
+            subset=["value"]
+        )
         return keyed.groupby([*_PAIR_KEYS, "process"], sort=False)["value"].median().reset_index()
 
     if baseline == new:
         rows = group[group["variant"] == baseline]
         even = rows["round"] % 2 == 0
-        return side(rows[even], rows["round"][even] // 2), side(rows[~even], rows["round"][~even] // 2)
+        return side(rows[even], rows["round"][even] // 2), side(
+            rows[~even], rows["round"][~even] // 2
+        )
     base_rows, new_rows = group[group["variant"] == baseline], group[group["variant"] == new]
     return side(base_rows, base_rows["round"]), side(new_rows, new_rows["round"])
 
@@ -605,7 +627,11 @@ def compare_runs(
     rows = []
     for key in dict.fromkeys([*base, *new]):
         b, n = base.get(key, np.array([])), new.get(key, np.array([]))
-        ci = bootstrap_ratio_of_medians_ci(b, n, seed, confidence=confidence) if b.size and n.size else None
+        ci = (
+            bootstrap_ratio_of_medians_ci(b, n, seed, confidence=confidence)
+            if b.size and n.size
+            else None
+        )
         rows.append(
             {
                 **dict(zip((*RUN_CELL_KEYS, "metric"), key, strict=True)),
@@ -660,7 +686,9 @@ def paired_speedups(trials: pd.DataFrame, baseline: str, new: str) -> pd.DataFra
     pairs = side(baseline).merge(side(new), on=keys, suffixes=("_baseline", "_new"))
     speedups = pairs[keys].assign(variant=f"{new}/{baseline}", warmup=False)
     for column in columns:
-        speedups[column] = pairs[f"{column}_new"].astype(np.float64) / pairs[f"{column}_baseline"].astype(np.float64)
+        speedups[column] = pairs[f"{column}_new"].astype(np.float64) / pairs[
+            f"{column}_baseline"
+        ].astype(np.float64)
     return speedups
 
 
@@ -693,10 +721,15 @@ def latencies(trials: pd.DataFrame) -> list[Latency]:
     found = []
     for keys, group in timed.groupby([*CELL_KEYS, "variant"], sort=False, dropna=False):
         steps = np.concatenate(
-            [np.asarray(s, dtype=np.float64) for s in group["step_s"] if isinstance(s, list)] or [np.array([])]
+            [np.asarray(s, dtype=np.float64) for s in group["step_s"] if isinstance(s, list)]
+            or [np.array([])]
         )
         p50, p90, p99 = np.percentile(steps, [50, 90, 99]) if steps.size else (math.nan,) * 3
-        mlx_lm = pd.to_numeric(group["ttft_s"], errors="coerce").median() if "ttft_s" in group else math.nan
+        mlx_lm = (
+            pd.to_numeric(group["ttft_s"], errors="coerce").median()
+            if "ttft_s" in group
+            else math.nan
+        )
         found.append(
             Latency(
                 *keys,
@@ -728,7 +761,9 @@ def trial_values(trials: pd.DataFrame, metrics: Sequence[str] = METRICS) -> list
     timed = timed_trials(trials)
     if timed.empty:
         return []
-    keys = list(zip(timed["model_key"], timed["size"], timed["variant"], timed["round"], strict=True))
+    keys = list(
+        zip(timed["model_key"], timed["size"], timed["variant"], timed["round"], strict=True)
+    )
     return [
         TrialValue(key, size, variant, int(round_), metric, float(value))
         for metric in metrics

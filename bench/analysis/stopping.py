@@ -81,7 +81,9 @@ class Row:
 
     @property
     def half_log(self) -> float:
-        return sequential.half_width_log(self.n, self.sd_log, self.alpha) if self.sd_log > 0 else 0.0
+        return (
+            sequential.half_width_log(self.n, self.sd_log, self.alpha) if self.sd_log > 0 else 0.0
+        )
 
     def _room(self) -> float:
         """The largest half-width (log units) at which this estimate would be decided."""
@@ -89,7 +91,9 @@ class Row:
         if goal.limit_pct is not None:
             room = abs(m - math.log1p(-goal.limit_pct / 100.0))
         else:
-            inside = min(math.log1p(goal.margin_pct / 100.0) - m, m - math.log1p(-goal.margin_pct / 100.0))
+            inside = min(
+                math.log1p(goal.margin_pct / 100.0) - m, m - math.log1p(-goal.margin_pct / 100.0)
+            )
             room = max(abs(m), inside)
         if goal.target_pct is not None:
             room = min(room, math.asinh(goal.target_pct / 100.0))

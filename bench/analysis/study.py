@@ -45,7 +45,9 @@ def load_results(paths: Sequence[str | Path], warn: Callable[[str], None] | None
         for kind in REQUIRED_FIELDS:
             require_fields(path, one.of_kind(kind), kind)
         if not any(not r["warmup"] for r in one.of_kind("trial")) and not one.of_kind("op"):
-            found = ", ".join(f"{n} {kind}" for kind, n in Counter(r["kind"] for r in one.records).items())
+            found = ", ".join(
+                f"{n} {kind}" for kind, n in Counter(r["kind"] for r in one.records).items()
+            )
             raise ResultsError(f"{path}: no timed trial or op records to report (found {found})")
         # A copy of a file, or a baseline saved from it, holds the same records again: merge counts
         # each once.
@@ -126,17 +128,29 @@ def build_study(results: Results) -> Study:
     # comparisons were not run.
     op_runs = set(op_records["run_id"]) if not op_records.empty else set()
     unread: list[str] = []
-    experiments = [stored_experiment(h, unread) for run_id, h in results.runs.items() if run_id not in op_runs]
-    declared = {name: assignment for exp in experiments if exp for name, assignment in exp.variants.items()}
+    experiments = [
+        stored_experiment(h, unread) for run_id, h in results.runs.items() if run_id not in op_runs
+    ]
+    declared = {
+        name: assignment for exp in experiments if exp for name, assignment in exp.variants.items()
+    }
     seen = list(trials["variant"]) if not trials.empty else []
     variants = list(dict.fromkeys([*declared, *seen]))
     ops = {name: dict(assignment) for name, assignment in declared.items()}
     if not trials.empty and "ops" in trials:
         # The trial's ops are the full assignment (the YAML may omit ops left at their default).
-        ops.update({v: o for v, o in zip(trials["variant"], trials["ops"], strict=True) if isinstance(o, dict)})
+        ops.update(
+            {
+                v: o
+                for v, o in zip(trials["variant"], trials["ops"], strict=True)
+                if isinstance(o, dict)
+            }
+        )
     closed = pd.concat([results.frame("skip"), results.frame("error")], ignore_index=True)
     timed = stats.timed_trials(trials)
-    names = list(dict.fromkeys(str(h.get("experiment", {}).get("name", "")) for h in results.runs.values()))
+    names = list(
+        dict.fromkeys(str(h.get("experiment", {}).get("name", "")) for h in results.runs.values())
+    )
     return Study(
         name="+".join(n for n in names if n) or "results",
         results=results,
@@ -147,12 +161,22 @@ def build_study(results: Results) -> Study:
         depth=current_build(results.frame("depth")),
         variants=variants,
         ops=ops,
-        planned=list(dict.fromkeys((c.baseline, c.new) for exp in experiments if exp for c in exp.comparisons)),
-        machines=list(dict.fromkeys(m for f in (timed, closed, op_records) if not f.empty for m in f["machine"])),
+        planned=list(
+            dict.fromkeys(
+                (c.baseline, c.new) for exp in experiments if exp for c in exp.comparisons
+            )
+        ),
+        machines=list(
+            dict.fromkeys(
+                m for f in (timed, closed, op_records) if not f.empty for m in f["machine"]
+            )
+        ),
         runs=runs(results),
         loads=loads(results),
         op_summaries=summarize_ops(results.of_kind("op")),
-        margin_pct=max((exp.margin_pct for exp in experiments if exp), default=stats.DEFAULT_MARGIN_PCT),
+        margin_pct=max(
+            (exp.margin_pct for exp in experiments if exp), default=stats.DEFAULT_MARGIN_PCT
+        ),
         kernels=current_build(results.frame("kernel")),
         build_trials=all_trials if len(all_trials) != len(trials) else pd.DataFrame(),
         unread_experiments=unread,
@@ -185,7 +209,9 @@ class ComparisonError(UserError):
     """A comparison naming a variant that the results do not hold."""
 
 
-def resolve_comparisons(requested: Sequence[tuple[str, str]], study: Study) -> list[tuple[str, str]]:
+def resolve_comparisons(
+    requested: Sequence[tuple[str, str]], study: Study
+) -> list[tuple[str, str]]:
     """The requested (baseline, new) pairs if any, else the experiments' comparisons, else the first
     variant against each other one."""
     if requested:
@@ -195,7 +221,8 @@ def resolve_comparisons(requested: Sequence[tuple[str, str]], study: Study) -> l
             if unknown:
                 raise ComparisonError(
                     f"--compare {pair[0]}:{pair[1]}: no variant {unknown[0]!r} in the results; "
-                    f"variants: {', '.join(study.variants) or 'none (these results hold no trials)'}"
+                    "variants: "
+                    f"{', '.join(study.variants) or 'none (these results hold no trials)'}"
                 )
         return pairs
     if study.planned:
@@ -209,7 +236,9 @@ def resolve_comparisons(requested: Sequence[tuple[str, str]], study: Study) -> l
 def size_rank(label: str) -> int:
     """E2B, E4B, 26B, 31B first (a truncated "E2B (2/35 layers)" counts as E2B), then everything
     else."""
-    return next((i for i, size in enumerate(SIZE_ORDER) if matches_size(label, size)), len(SIZE_ORDER))
+    return next(
+        (i for i, size in enumerate(SIZE_ORDER) if matches_size(label, size)), len(SIZE_ORDER)
+    )
 
 
 def ordered_cells(frames: Sequence[pd.DataFrame]) -> list[tuple[str, str]]:
@@ -231,11 +260,15 @@ def cell_labels(cells: Sequence[tuple[str, str]]) -> dict[tuple[str, str], str]:
 
 def ordered_workloads(frames: Sequence[pd.DataFrame]) -> list[str]:
     """The workloads in the frames, by prompt, gen and batch size."""
-    present = [f[["workload", "prompt_tokens", "gen_tokens", "batch"]] for f in frames if not f.empty]
+    present = [
+        f[["workload", "prompt_tokens", "gen_tokens", "batch"]] for f in frames if not f.empty
+    ]
     if not present:
         return []
     rows = pd.concat(present)
-    rows = rows.drop_duplicates("workload").sort_values(["prompt_tokens", "gen_tokens", "batch"], kind="stable")
+    rows = rows.drop_duplicates("workload").sort_values(
+        ["prompt_tokens", "gen_tokens", "batch"], kind="stable"
+    )
     return list(rows["workload"])
 
 
@@ -248,9 +281,13 @@ def on(frame: pd.DataFrame, machine: str, workload: str | None = None) -> pd.Dat
     return frame[keep]
 
 
-def compare_scope(study: Study, machine: str, workload: str, pair: tuple[str, str]) -> list[stats.Comparison]:
+def compare_scope(
+    study: Study, machine: str, workload: str, pair: tuple[str, str]
+) -> list[stats.Comparison]:
     """stats.compare over exactly the rows of one table, which is therefore the Holm family."""
-    return stats.compare(on(study.timed, machine, workload), *pair, stats.METRICS, margin_pct=study.margin_pct)
+    return stats.compare(
+        on(study.timed, machine, workload), *pair, stats.METRICS, margin_pct=study.margin_pct
+    )
 
 
 @dataclass(frozen=True)
@@ -297,7 +334,9 @@ def correctness_checks(records: pd.DataFrame) -> list[CorrectnessCheck]:
     ]
 
 
-def failed_correctness(study: Study, machine: str, workload: str) -> dict[tuple[str, str], CorrectnessCheck]:
+def failed_correctness(
+    study: Study, machine: str, workload: str
+) -> dict[tuple[str, str], CorrectnessCheck]:
     """(model_key, variant) -> the failing correctness check, for one machine and workload."""
     return {
         (c.model_key, c.variant): c
@@ -325,7 +364,11 @@ def cell_infos(frames: Sequence[pd.DataFrame]) -> list[CellInfo]:
     present = [f for f in frames if not f.empty]
     if not present:
         return []
-    rows = pd.concat(present).drop_duplicates(["model_key", "size", "workload"]).reindex(columns=list(CELL_FIELDS))
+    rows = (
+        pd.concat(present)
+        .drop_duplicates(["model_key", "size", "workload"])
+        .reindex(columns=list(CELL_FIELDS))
+    )
     return [
         CellInfo(
             r.model_key,
@@ -346,7 +389,10 @@ def closed_reason(closed: pd.DataFrame, model_key: str) -> str | None:
     if closed.empty:
         return None
     rows = closed[closed["model_key"] == model_key]
-    reasons = [f"{'skipped' if r['kind'] == 'skip' else 'error'}: {r['reason']}" for r in rows.to_dict("records")]
+    reasons = [
+        f"{'skipped' if r['kind'] == 'skip' else 'error'}: {r['reason']}"
+        for r in rows.to_dict("records")
+    ]
     return "; ".join(dict.fromkeys(reasons)) or None
 
 
@@ -355,7 +401,9 @@ def ops_changes(study: Study, baseline: str, new: str) -> dict[str, tuple[str, s
     differently."""
     a, b = study.ops.get(baseline, {}), study.ops.get(new, {})
     ops = dict.fromkeys([*a, *b])
-    return {op: (a.get(op, "default"), b.get(op, "default")) for op in ops if a.get(op) != b.get(op)}
+    return {
+        op: (a.get(op, "default"), b.get(op, "default")) for op in ops if a.get(op) != b.get(op)
+    }
 
 
 def describe_changes(changes: dict[str, tuple[str, str]]) -> str:
@@ -390,7 +438,9 @@ def optional_medians(timed: pd.DataFrame, column: str) -> dict[tuple[str, str], 
     medians = trial_medians(timed, [column]).dropna(subset=[column])
     return {
         (key, variant): float(value)
-        for key, variant, value in zip(medians["model_key"], medians["variant"], medians[column], strict=True)
+        for key, variant, value in zip(
+            medians["model_key"], medians["variant"], medians[column], strict=True
+        )
     }
 
 
@@ -432,7 +482,11 @@ class DepthGroup:
         return sorted({s.depth for s in self.samples if s.model_key == model_key})
 
     def median(self, model_key: str, depth: int, variant: str) -> float:
-        values = [s.gen_tps for s in self.samples if (s.model_key, s.depth, s.variant) == (model_key, depth, variant)]
+        values = [
+            s.gen_tps
+            for s in self.samples
+            if (s.model_key, s.depth, s.variant) == (model_key, depth, variant)
+        ]
         return float(np.median(values)) if values else math.nan
 
     @property
@@ -455,7 +509,9 @@ def depth_groups(study: Study, machine: str) -> list[DepthGroup]:
             ordered_cells([rows]),
             variants_in(study, rows),
             [
-                DepthSample(r.model_key, r.size, r.variant, int(r.depth), int(r.round), float(r.gen_tps))
+                DepthSample(
+                    r.model_key, r.size, r.variant, int(r.depth), int(r.round), float(r.gen_tps)
+                )
                 for r in rows.itertuples()
             ],
         )
@@ -477,16 +533,22 @@ class Roofline:
 
 
 def has_roofline(timed: pd.DataFrame) -> bool:
-    return not timed.empty and "prefill_tflops" in timed and not timed["prefill_tflops"].isna().all()
+    return (
+        not timed.empty and "prefill_tflops" in timed and not timed["prefill_tflops"].isna().all()
+    )
 
 
 def rooflines(timed: pd.DataFrame) -> dict[tuple[str, str], Roofline]:
     """(model_key, variant) -> its Roofline, for one machine and workload's timed trials."""
     # Trials from before the roofline (results format 1) lack its fields: their medians read NaN.
-    medians = trial_medians(timed.assign(**{f: math.nan for f in ROOFLINE_FIELDS if f not in timed}), ROOFLINE_FIELDS)
+    medians = trial_medians(
+        timed.assign(**{f: math.nan for f in ROOFLINE_FIELDS if f not in timed}), ROOFLINE_FIELDS
+    )
     above: dict[tuple[str, str], set[str]] = {}
     if "above_peak" in timed:
-        for key, variant, metrics in zip(timed["model_key"], timed["variant"], timed["above_peak"], strict=True):
+        for key, variant, metrics in zip(
+            timed["model_key"], timed["variant"], timed["above_peak"], strict=True
+        ):
             if isinstance(metrics, list):
                 above.setdefault((key, variant), set()).update(metrics)
     return {

@@ -65,7 +65,9 @@ def build_parser() -> argparse.ArgumentParser:
         description=DESCRIPTION,
         formatter_class=argparse.RawDescriptionHelpFormatter,
     )
-    commands = parser.add_subparsers(title="commands", metavar="COMMAND", required=True, parser_class=CliParser)
+    commands = parser.add_subparsers(
+        title="commands", metavar="COMMAND", required=True, parser_class=CliParser
+    )
     for name, module in COMMANDS.items():
         doc = (module.__doc__ or "").strip()
         sub = commands.add_parser(

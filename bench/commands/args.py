@@ -16,7 +16,9 @@ def at_least(minimum: int, why: str = ""):
         except ValueError:
             raise argparse.ArgumentTypeError(f"{text!r} is not an integer") from None
         if value < minimum:
-            raise argparse.ArgumentTypeError(f"{value} is not >= {minimum}" + (f": {why}" if why else ""))
+            raise argparse.ArgumentTypeError(
+                f"{value} is not >= {minimum}" + (f": {why}" if why else "")
+            )
         return value
 
     return parse
@@ -30,7 +32,9 @@ def percent(text: str) -> float:
     try:
         value = float(text.strip().removesuffix("%"))
     except ValueError:
-        raise argparse.ArgumentTypeError(f"{text!r} is not a percentage such as 10 or 10%") from None
+        raise argparse.ArgumentTypeError(
+            f"{text!r} is not a percentage such as 10 or 10%"
+        ) from None
     if not 0.0 <= value < 100.0:
         raise argparse.ArgumentTypeError(f"{text!r} must be at least 0% and below 100%")
     return value
@@ -40,7 +44,9 @@ def shard(text: str) -> tuple[int, int]:
     """`2/4` -> (2, 4): shard I of N, 1 <= I <= N."""
     match = re.fullmatch(r"\s*(\d+)\s*/\s*(\d+)\s*", text)
     if not match or not 1 <= int(match[1]) <= int(match[2]):
-        raise argparse.ArgumentTypeError(f"bad shard {text!r}: expected I/N with 1 <= I <= N, e.g. 2/4")
+        raise argparse.ArgumentTypeError(
+            f"bad shard {text!r}: expected I/N with 1 <= I <= N, e.g. 2/4"
+        )
     return int(match[1]), int(match[2])
 
 
@@ -48,7 +54,9 @@ def variant_pair(text: str) -> tuple[str, str]:
     """`baseline:compiled` -> ("baseline", "compiled")."""
     match = re.fullmatch(r"\s*([^:\s]+)\s*:\s*([^:\s]+)\s*", text)
     if not match:
-        raise argparse.ArgumentTypeError(f"expected BASELINE:NEW (two variant names joined by ':'), got {text!r}")
+        raise argparse.ArgumentTypeError(
+            f"expected BASELINE:NEW (two variant names joined by ':'), got {text!r}"
+        )
     return match.group(1), match.group(2)
 
 

@@ -25,8 +25,12 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
         description="Store a results file's run header(s) and timed trials as a baseline.",
     )
     save.add_argument("results", type=Path, metavar="RESULTS.jsonl")
-    save.add_argument("--name", required=True, help="baseline name: writes results/baselines/NAME.jsonl")
-    save.add_argument("--force", action="store_true", help="replace an existing baseline of that name")
+    save.add_argument(
+        "--name", required=True, help="baseline name: writes results/baselines/NAME.jsonl"
+    )
+    save.add_argument(
+        "--force", action="store_true", help="replace an existing baseline of that name"
+    )
 
 
 def main(args: argparse.Namespace, console: Console) -> int:

@@ -48,15 +48,21 @@ DEFAULT_MAX_RUNS = 3
 
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:
-    parser.add_argument("good", metavar="GOOD", help="the last good git ref (or version, with --package)")
-    parser.add_argument("bad", metavar="BAD", help="the bad git ref (or version), a descendant of GOOD")
+    parser.add_argument(
+        "good", metavar="GOOD", help="the last good git ref (or version, with --package)"
+    )
+    parser.add_argument(
+        "bad", metavar="BAD", help="the bad git ref (or version), a descendant of GOOD"
+    )
     parser.add_argument(
         "experiment",
         nargs="?",
         default=DEFAULT_EXPERIMENT,
         help=f"experiment YAML or shipped name (default: {DEFAULT_EXPERIMENT})",
     )
-    parser.add_argument("--package", metavar="NAME", help="search NAME's released versions instead of commits")
+    parser.add_argument(
+        "--package", metavar="NAME", help="search NAME's released versions instead of commits"
+    )
     parser.add_argument(
         "--max-regression",
         type=percent,
@@ -78,7 +84,9 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
         help="where every A/B run's results go (default results/bisect-<time>/); give an earlier "
         "search's folder to resume it",
     )
-    parser.add_argument("--format", choices=("text", "json"), default="text", help="text (default) or json")
+    parser.add_argument(
+        "--format", choices=("text", "json"), default="text", help="text (default) or json"
+    )
 
 
 def main(args: argparse.Namespace, console: Console) -> int:
@@ -212,8 +220,9 @@ def _settle(step: Step) -> str:
     if r is None or r.settle_rounds is None:
         return "re-run with a larger --max-runs or budget_s, or on a quieter machine"
     return (
-        f"about {r.settle_rounds} rounds ({r.rounds} ran) would settle {r.variant} {r.metric} at this noise: "
-        "raise --max-runs, the experiment's budget_s or max_rounds, or use a quieter machine"
+        f"about {r.settle_rounds} rounds ({r.rounds} ran) would settle {r.variant} {r.metric} at "
+        "this noise: raise --max-runs, the experiment's budget_s or max_rounds, or use a quieter "
+        "machine"
     )
 
 
@@ -227,27 +236,28 @@ def verdict_line(outcome: Outcome, runs: StepRuns, limit_pct: float) -> str:
     first = outcome.steps[0]
     if not outcome.tracked and first.status == GOOD:
         return (
-            f"no regression beyond -{limit_pct:g}% to find: {_name(runs.side(first.index))} against "
-            f"{_name(runs.side(-1))}: {_interval(first)} after {first.runs} A/B run(s); every interval lies "
-            "above it"
+            f"no regression beyond -{limit_pct:g}% to find: {_name(runs.side(first.index))} "
+            f"against {_name(runs.side(-1))}: {_interval(first)} after {first.runs} A/B run(s); "
+            "every interval lies above it"
         )
     if not outcome.tracked:
         return (
-            f"cannot tell whether {_name(runs.side(first.index))} regressed beyond -{limit_pct:g}% against "
-            f"{_name(runs.side(-1))}: {_interval(first)} after {first.runs} A/B run(s) reaches across the "
-            f"limit; {_settle(first)}"
+            f"cannot tell whether {_name(runs.side(first.index))} regressed beyond "
+            f"-{limit_pct:g}% against {_name(runs.side(-1))}: {_interval(first)} after "
+            f"{first.runs} A/B run(s) reaches across the limit; {_settle(first)}"
         )
     if outcome.undecided:
         low, high = (runs.side(i) for i in outcome.undecided)
         return (
-            f"cannot tell between {_name(low)} (good) and {_name(high)} (bad): a step stayed undecided after "
-            f"its A/B runs; {_settle(outcome.steps[-1])}"
+            f"cannot tell between {_name(low)} (good) and {_name(high)} (bad): "
+            f"a step stayed undecided after its A/B runs; {_settle(outcome.steps[-1])}"
         )
     last = outcome.steps[-1]
     culprit = runs.side(outcome.first_bad)
     alone = (
         "confirmed against its predecessor"
         if outcome.confirmed
-        else f"against its predecessor it reads {last.status}: the regression may be spread over several candidates"
+        else f"against its predecessor it reads {last.status}: "
+        "the regression may be spread over several candidates"
     )
     return f"first bad: {culprit.key} {culprit.title}: {_interval(last)} ({alone})"

@@ -8,7 +8,7 @@ prediction bound. On a shared machine whose load changes over the day, calibrate
 over that day, or the band comes out too narrow.
 
 examples:
-  fusebench calibrate                                   the shipped ci experiment, 10 runs, one after another
+  fusebench calibrate                      the shipped ci experiment, 10 runs, one after another
   fusebench calibrate my-gate.yaml --runs 10
   fusebench calibrate --from results/ci-runs/ci-*.jsonl
 """
@@ -39,13 +39,15 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument(
         "experiment",
         nargs="?",
-        help=f"experiment YAML or shipped name (default: {DEFAULT_EXPERIMENT}, the regression gate's)",
+        help="experiment YAML or shipped name (default: "
+        f"{DEFAULT_EXPERIMENT}, the regression gate's)",
     )
     parser.add_argument(
         "--runs",
         type=at_least(2, "run-to-run noise needs two runs"),
         metavar="N",
-        help=f"runs of the experiment, >= 2 (default {DEFAULT_RUNS}); each pair is one run-to-run A/A",
+        help="runs of the experiment, >= 2 (default "
+        f"{DEFAULT_RUNS}); each pair is one run-to-run A/A",
     )
     parser.add_argument(
         "--from",

@@ -28,7 +28,7 @@ examples:
   fusebench check results/ci.jsonl --baseline results/baselines/cpu-ci.jsonl --max-regression 10
   fusebench check results/ci.jsonl --format markdown > comment.md        a PR comment
   fusebench check results/ci.jsonl --format json | jq .github_action_benchmark
-  fusebench check results/ci-ab.jsonl --confirm       (a run --against file: re-measure failing cells once)
+  fusebench check results/ci-ab.jsonl --confirm   (run --against file: re-measure failing cells)
 """
 
 from __future__ import annotations
@@ -50,7 +50,9 @@ FORMATS = ("text", "markdown", "json")
 
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:
-    parser.add_argument("results", type=Path, metavar="RESULTS.jsonl", help="the results file to judge")
+    parser.add_argument(
+        "results", type=Path, metavar="RESULTS.jsonl", help="the results file to judge"
+    )
     parser.add_argument(
         "--baseline",
         type=Path,
@@ -69,7 +71,8 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
         "--noise",
         type=Path,
         metavar="FILE",
-        help="noise file from fusebench calibrate (default: results/baselines/noise-<machine>.json when it exists)",
+        help="noise file from fusebench calibrate (default: "
+        "results/baselines/noise-<machine>.json when it exists)",
     )
     parser.add_argument(
         "--format",
@@ -113,7 +116,9 @@ def main(args: argparse.Namespace, console: Console) -> int:
         console.file.write(to_markdown(blocks(outcome, args.results), Path.cwd()))
     else:
         to_console(blocks(outcome, args.results), console)
-        style = {"FAILED": "bold red", "cannot tell": "bold yellow"}.get(title(outcome), "bold green")
+        style = {"FAILED": "bold red", "cannot tell": "bold yellow"}.get(
+            title(outcome), "bold green"
+        )
         console.print(Text(title(outcome), style=style))
     return outcome.exit_code
 
@@ -138,7 +143,11 @@ def confirmed(first: Outcome, request: CheckRequest, console: Console) -> Outcom
     header = next(iter(read_results([request.results]).runs.values()))
     # The same reference: the checkout it named if it is still there, else the commit it was at.
     named = (header.get("builds") or {}).get("reference", {})
-    ref = named.get("ref") if named.get("ref") and Path(named["ref"]).is_dir() else named.get("commit")
+    ref = (
+        named.get("ref")
+        if named.get("ref") and Path(named["ref"]).is_dir()
+        else named.get("commit")
+    )
     rows = [*first.failures, *first.undecided]
     failing = {f.model_key for f in rows if f.model_key}
     out = request.results.with_name(f"{request.results.stem}-confirm.jsonl")
@@ -147,10 +156,12 @@ def confirmed(first: Outcome, request: CheckRequest, console: Console) -> Outcom
         experiment = Path(folder) / Path(header["experiment"].get("file") or "experiment.yaml").name
         experiment.write_text(header["experiment"]["content"])
         exp = load_experiment(experiment)
-        exp = bind_experiment(dataclasses.replace(exp, models=tuple(m for m in exp.models if m.key in failing)))
+        exp = bind_experiment(
+            dataclasses.replace(exp, models=tuple(m for m in exp.models if m.key in failing))
+        )
         console.print(
-            f"confirming {len(first.failures)} failing and {len(first.undecided)} undecided verdict(s): "
-            f"{', '.join(sorted(failing))} against {ref} -> {out}"
+            f"confirming {len(first.failures)} failing and {len(first.undecided)} "
+            f"undecided verdict(s): {', '.join(sorted(failing))} against {ref} -> {out}"
         )
         with reference_build(str(ref), experiment) as reference:
             run_experiment(exp, RunOptions(out=out, quiet=True, reference=reference), console)

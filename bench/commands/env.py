@@ -19,8 +19,12 @@ from .args import positive_int
 
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:
-    parser.add_argument("--probe", action="store_true", help="also measure peak fp32 matmul GFLOP/s and copy GB/s")
-    parser.add_argument("--blas", default="auto", metavar="auto|reference|PATH", help="BLAS as workers would use it")
+    parser.add_argument(
+        "--probe", action="store_true", help="also measure peak fp32 matmul GFLOP/s and copy GB/s"
+    )
+    parser.add_argument(
+        "--blas", default="auto", metavar="auto|reference|PATH", help="BLAS as workers would use it"
+    )
     parser.add_argument(
         "--threads",
         type=positive_int,

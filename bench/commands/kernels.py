@@ -39,7 +39,8 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
         type=positive_int,
         default=128,
         metavar="N",
-        help="prompt length of the probed attention calls (default 128); decode ones attend to N keys",
+        help="prompt length of the probed attention calls "
+        "(default 128); decode ones attend to N keys",
     )
     parser.add_argument("--dtype", default="float32", help="float32 (default), bfloat16 or float16")
     parser.add_argument(
@@ -50,7 +51,9 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
         metavar="FILE",
         help="a Python file registering more op variants (repeatable)",
     )
-    parser.add_argument("--out", type=Path, metavar="FILE", help="also append the facts to this results file")
+    parser.add_argument(
+        "--out", type=Path, metavar="FILE", help="also append the facts to this results file"
+    )
 
 
 def main(args: argparse.Namespace, console: Console) -> int:
@@ -67,7 +70,7 @@ def main(args: argparse.Namespace, console: Console) -> int:
     from ..measure.kernels import kernel_facts
     from ..measure.plugins import load_plugins
     from ..present.document import Heading, Paragraph, to_console
-    from ..present.kernels import compile_note, kernel_table, summarize_attention
+    from ..present.kernels import compile_note, kernel_table, summarize_probes
 
     load_plugins(args.plugin)
     facts_by_size = {}
@@ -75,7 +78,9 @@ def main(args: argparse.Namespace, console: Console) -> int:
         # Per-layer shapes do not depend on the layer count, so two layers (one sliding, one full)
         # are enough.
         config = preset_config(size, Overrides(layers=2, dtype=args.dtype))
-        probed = kernel_facts(ModelArgs.from_dict(config), prompt_tokens=args.prompt_tokens, dtype=args.dtype)
+        probed = kernel_facts(
+            ModelArgs.from_dict(config), prompt_tokens=args.prompt_tokens, dtype=args.dtype
+        )
         facts_by_size[size] = [fact.to_dict() for fact in probed]
     for size, facts in facts_by_size.items():
         note = compile_note(facts)
@@ -83,7 +88,7 @@ def main(args: argparse.Namespace, console: Console) -> int:
             [
                 Heading(f"{size} · {args.dtype} · prompt {args.prompt_tokens}", 3),
                 kernel_table(facts),
-                Paragraph(summarize_attention(facts)),
+                Paragraph(summarize_probes(facts)),
                 *([Paragraph(note)] if note else []),
             ],
             console,

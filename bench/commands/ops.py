@@ -10,7 +10,7 @@ examples:
   fusebench ops                                        the default experiment's sizes and workloads
   fusebench ops --only geglu,softcap --rounds 15
   fusebench ops experiments/pr18809.yaml --sizes e2b --out results/ops-e2b.jsonl
-  fusebench ops --threads 1                            BLAS on one thread (default: as a run's workers)
+  fusebench ops --threads 1               BLAS on one thread (default: as a run's workers)
 """
 
 from __future__ import annotations
@@ -68,9 +68,12 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
         "--threads",
         type=positive_int,
         metavar="N",
-        help="BLAS threads (default: the experiment's threads, else all cores but one, as a run's workers get)",
+        help="BLAS threads (default: the experiment's threads, "
+        "else all cores but one, as a run's workers get)",
     )
-    parser.add_argument("--out", type=Path, help="results file (default: results/ops-<timestamp>.jsonl)")
+    parser.add_argument(
+        "--out", type=Path, help="results file (default: results/ops-<timestamp>.jsonl)"
+    )
     parser.add_argument("--quiet", action="store_true", help="no progress bar (for CI logs)")
 
 
@@ -107,7 +110,10 @@ def main(args: argparse.Namespace, console: Console) -> int:
         f"({env['backend']}, {env['device']}, BLAS {env['blas']}, {env['threads']} thread(s))"
     )
     if args.rounds < 3:
-        console.print(f"[yellow]warning[/]: {args.rounds} rounds give no meaningful confidence interval; use 3 or more")
+        console.print(
+            f"[yellow]warning[/]: {args.rounds} rounds give "
+            "no meaningful confidence interval; use 3 or more"
+        )
     for note in plan.notes:
         console.print(f"[yellow]note[/]: {note}")
     start = time.perf_counter()

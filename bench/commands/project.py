@@ -22,7 +22,7 @@ at 2, 4, 6: one full-attention layer at each), runs of one model from several ma
 examples:
   fusebench project results/depths-20261201-0930.jsonl
   fusebench project results/depths-*.jsonl --layers 12 --format json
-  fusebench project results/x.jsonl --fit-layers 2,4,6,8 --layers 12      hold depth 12 out: measured vs projected
+  fusebench project results/x.jsonl --fit-layers 2,4,6,8 --layers 12   (depth 12 held out)
 """
 
 from __future__ import annotations
@@ -47,7 +47,9 @@ def depth_list(text: str) -> list[int]:
             f"expected comma-separated layer counts such as 2,4,6,8, got {text!r}"
         ) from None
     if not depths or depths[0] < 1:
-        raise argparse.ArgumentTypeError(f"expected positive layer counts such as 2,4,6,8, got {text!r}")
+        raise argparse.ArgumentTypeError(
+            f"expected positive layer counts such as 2,4,6,8, got {text!r}"
+        )
     return depths
 
 

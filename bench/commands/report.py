@@ -43,13 +43,14 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
         type=variant_pair,
         default=[],
         metavar="BASELINE:NEW",
-        help="variants to compare, repeatable (default: the experiment's comparisons, else the first "
-        "variant against each other one)",
+        help="variants to compare, repeatable (default: the experiment's "
+        "comparisons, else the first variant against each other one)",
     )
     parser.add_argument(
         "--reference",
         metavar="FILE",
-        help="published figures to show beside the measured Δ: a YAML file, or a shipped name (pr15587)",
+        help="published figures to show beside the measured "
+        "Δ: a YAML file, or a shipped name (pr15587)",
     )
 
 

@@ -20,7 +20,7 @@ examples:
   fusebench run --resume results/default-20261130-101500.jsonl
   fusebench run default --shard 2/4               (this machine's quarter of the matrix)
   fusebench run ci --against HEAD~1               (this tree against its parent, interleaved)
-  fusebench run ci --against-env "mlx==0.31.2"     (this tree on an earlier mlx, an environment built once)
+  fusebench run ci --against-env "mlx==0.31.2"    (this tree on an earlier mlx, built once)
 """
 
 from __future__ import annotations
@@ -52,7 +52,9 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
         help=f"experiment YAML or shipped name (default: {DEFAULT_EXPERIMENT})",
     )
     parser.add_argument("--list", action="store_true", help="list the shipped experiments and exit")
-    parser.add_argument("--out", type=Path, help="results file (default: results/<experiment>-<timestamp>.jsonl)")
+    parser.add_argument(
+        "--out", type=Path, help="results file (default: results/<experiment>-<timestamp>.jsonl)"
+    )
     parser.add_argument(
         "--resume",
         type=Path,
@@ -63,7 +65,8 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
         "--trials",
         type=positive_int,
         metavar="N",
-        help="exactly N timed rounds per cell (overrides the experiment's trials, and turns a trials: auto rule off)",
+        help="exactly N timed rounds per cell (overrides the "
+        "experiment's trials, and turns a trials: auto rule off)",
     )
     parser.add_argument(
         "--only",
@@ -90,7 +93,8 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
         type=Path,
         default=[],
         metavar="FILE",
-        help="a Python file registering more op variants (repeatable; adds to the experiment's plugins)",
+        help="a Python file registering more op variants "
+        "(repeatable; adds to the experiment's plugins)",
     )
     parser.add_argument(
         "--against",
@@ -102,14 +106,16 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument(
         "--against-env",
         metavar="SPEC",
-        help="also run this tree in another Python environment, interleaved: a Python interpreter, a "
-        "virtual environment's folder, or requirement specifiers such as 'mlx==0.31.2' (an "
-        "environment built once and cached); fusebench check then compares the environments",
+        help="also run this tree in another Python environment, interleaved: "
+        "a Python interpreter, a virtual environment's folder, or requirement specifiers such as "
+        "'mlx==0.31.2' (an environment built once and cached); fusebench check then compares the "
+        "environments",
     )
     parser.add_argument(
         "--pin",
         action="store_true",
-        help="pin workers to as many cores as they have BLAS threads (Linux), leaving the rest free",
+        help="pin workers to as many cores as they have "
+        "BLAS threads (Linux), leaving the rest free",
     )
     parser.add_argument(
         "--dry-run",
@@ -143,10 +149,14 @@ def main(args: argparse.Namespace, console: Console) -> int:
     with contextlib.ExitStack() as stack:
         # A dry run builds nothing: no reference tree either.
         against = args.against if not args.dry_run else None
-        reference = stack.enter_context(reference_build(against, Path(exp.file))) if against else None
+        reference = (
+            stack.enter_context(reference_build(against, Path(exp.file))) if against else None
+        )
         current = CURRENT
         if args.against_env and args.against:
-            raise ReferenceBuildError("--against and --against-env both name a reference build; give one")
+            raise ReferenceBuildError(
+                "--against and --against-env both name a reference build; give one"
+            )
         if args.against_env and not args.dry_run:
             current, reference = environment_builds(
                 args.against_env, Path(exp.file), lambda text: console.print(text, highlight=False)
@@ -175,8 +185,8 @@ def override_trials(exp: Experiment, trials: int, console: Console) -> Experimen
 
     if exp.precision is not None:
         console.print(
-            f"--trials {trials}: exactly {trials} timed rounds per cell; the experiment's trials: auto "
-            "(rounds until every row is decided) is off",
+            f"--trials {trials}: exactly {trials} timed rounds per cell; "
+            "the experiment's trials: auto (rounds until every row is decided) is off",
             highlight=False,
         )
     return with_trials(exp, trials)

@@ -21,13 +21,17 @@ from .args import positive_int
 
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:
-    parser.add_argument("--model", default="tiny", help="preset name or checkpoint directory (default: tiny)")
+    parser.add_argument(
+        "--model", default="tiny", help="preset name or checkpoint directory (default: tiny)"
+    )
     parser.add_argument("--layers", type=positive_int, help="truncate a preset to N layers")
     parser.add_argument("--dtype", default="float32", help="float32 (default), bfloat16 or float16")
     parser.add_argument("--quantize", help="affine4, affine8, mxfp4, mxfp8 or nvfp4")
     parser.add_argument("--seed", type=int, default=0)
     parser.add_argument("--prompt-tokens", type=positive_int, default=24)
-    parser.add_argument("--tokens", type=positive_int, default=16, help="greedy steps compared (default 16)")
+    parser.add_argument(
+        "--tokens", type=positive_int, default=16, help="greedy steps compared (default 16)"
+    )
     parser.add_argument("--atol", type=float, help="max |logit error| allowed (default by dtype)")
     parser.add_argument(
         "--plugin",

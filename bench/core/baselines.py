@@ -28,7 +28,9 @@ def require_timed_trials(results: Results, path: Path) -> list[dict[str, Any]]:
     require_fields(path, trials, "trial")
     timed = [r for r in trials if not r["warmup"]]
     if not timed:
-        found = ", ".join(f"{n} {kind}" for kind, n in Counter(r["kind"] for r in results.records).items())
+        found = ", ".join(
+            f"{n} {kind}" for kind, n in Counter(r["kind"] for r in results.records).items()
+        )
         raise ResultsError(f"{path}: no timed trial records (found {found})")
     return timed
 
@@ -39,7 +41,8 @@ def load_baseline(path: Path) -> Results:
     results = read_results([path])
     if results.corrupt_lines:
         raise ResultsError(
-            f"{results.corrupt_lines[0]}: corrupt line in baseline; save it again with fusebench baseline save"
+            f"{results.corrupt_lines[0]}: corrupt line in "
+            "baseline; save it again with fusebench baseline save"
         )
     results_fingerprint(results, path)
     require_timed_trials(results, path)
@@ -48,7 +51,9 @@ def load_baseline(path: Path) -> Results:
 
 def baseline_path(name: str) -> Path:
     if not _NAME.fullmatch(name) or set(name) == {"."}:
-        raise ResultsError(f"--name {name!r}: use letters, digits, '-', '_' and '.' (no path separators)")
+        raise ResultsError(
+            f"--name {name!r}: use letters, digits, '-', '_' and '.' (no path separators)"
+        )
     return BASELINE_DIR / f"{name}.jsonl"
 
 

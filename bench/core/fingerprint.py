@@ -42,7 +42,10 @@ def blas_name(env: Env) -> str:
 
 def machine_label(env: Env) -> str:
     """Which machine, for labelling tables: results from different ones are never pooled."""
-    return f"{env.get('hostname', '?')} · {env.get('device', '?')} · {env.get('backend', '?')} · {blas_name(env)}"
+    return (
+        f"{env.get('hostname', '?')} · {env.get('device', '?')} "
+        f"· {env.get('backend', '?')} · {blas_name(env)}"
+    )
 
 
 def fingerprint(env: Env) -> Fingerprint:

@@ -297,7 +297,10 @@ def header_format(header: Mapping[str, Any]) -> int:
     1 and 2 hold."""
     if "format" in header:
         if not isinstance(header["format"], int) or isinstance(header["format"], bool):
-            raise ResultsError(f"run {header.get('run_id', '?')}: results format {header['format']!r} is not a version")
+            raise ResultsError(
+                f"run {header.get('run_id', '?')}: results format "
+                f"{header['format']!r} is not a version"
+            )
         return header["format"]
     if "builds" in header or "threads" in (header.get("env") or {}):
         # the field came after these (an ops header has no builds, but its env names the threads)
@@ -315,8 +318,8 @@ def upgrade(record: dict[str, Any], version: int) -> dict[str, Any]:
     that lack it."""
     if version > FORMAT:
         raise ResultsError(
-            f"run {record.get('run_id', '?')}: results format {version} is newer than this fusebench "
-            f"reads ({FORMAT}); update fusebench"
+            f"run {record.get('run_id', '?')}: results format {version} is "
+            f"newer than this fusebench reads ({FORMAT}); update fusebench"
         )
     if version < 2 and record.get("kind") == "run" and "rounds" not in record:
         # `fusebench ops` headers (with "rounds") have no peak in any format
@@ -356,5 +359,9 @@ def require_fields(
             continue
         missing = [f for f in fields if f not in record]
         if missing:
-            where = ", ".join(f"{key} {record[key]}" for key in ("op", "variant", "round") if key in record)
-            raise ResultsError(f"{path}: {kind} record ({where or '?'}) lacks field(s) {', '.join(missing)}")
+            where = ", ".join(
+                f"{key} {record[key]}" for key in ("op", "variant", "round") if key in record
+            )
+            raise ResultsError(
+                f"{path}: {kind} record ({where or '?'}) lacks field(s) {', '.join(missing)}"
+            )

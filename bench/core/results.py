@@ -82,11 +82,13 @@ class Results:
         kept = [r for r in other.records if _identity(r) not in held]
         if warn and len(kept) < len(other.records):
             warn(
-                f"{path}: {len(other.records) - len(kept)} record(s) already read from an earlier file (the same "
-                "file or run given twice) counted once"
+                f"{path}: {len(other.records) - len(kept)} record(s) already read "
+                "from an earlier file (the same file or run given twice) counted once"
             )
         self.records.extend(kept)
-        self.corrupt_lines.extend(line for line in other.corrupt_lines if line not in self.corrupt_lines)
+        self.corrupt_lines.extend(
+            line for line in other.corrupt_lines if line not in self.corrupt_lines
+        )
 
     def frame(self, kind: str) -> pd.DataFrame:
         """One kind of record as a table, with the machine of its run attached (host, device,
@@ -181,9 +183,12 @@ def results_fingerprint(results: Results, path: Path) -> Fingerprint:
     is an error."""
     prints = list(dict.fromkeys(fingerprint(h.get("env", {})) for h in results.runs.values()))
     if not prints:
-        raise ResultsError(f"{path}: no run header, so no machine fingerprint; is it a fusebench results file?")
+        raise ResultsError(
+            f"{path}: no run header, so no machine fingerprint; is it a fusebench results file?"
+        )
     if len(prints) > 1:
         raise MachineMismatchError(
-            f"{path}: runs from {len(prints)} machines ({' | '.join(map(str, prints))}); keep one machine per file"
+            f"{path}: runs from {len(prints)} machines "
+            f"({' | '.join(map(str, prints))}); keep one machine per file"
         )
     return prints[0]

@@ -109,7 +109,10 @@ class ModelSpec:
 
     def __post_init__(self) -> None:
         if (self.preset is None) == (self.path is None):
-            raise ValueError(f"a model is a preset or a path, exactly one (preset {self.preset!r}, path {self.path!r})")
+            raise ValueError(
+                "a model is a preset or a path, exactly one (preset "
+                f"{self.preset!r}, path {self.path!r})"
+            )
 
     @property
     def source(self) -> str:
@@ -148,7 +151,11 @@ def model_spec(
     name."""
     if size is None:
         # abspath, not resolve: the label should be the name the user wrote, not a symlink's target.
-        size = _preset_facts(preset)[0] if preset is not None else Path(os.path.abspath(str(path))).name
+        size = (
+            _preset_facts(preset)[0]
+            if preset is not None
+            else Path(os.path.abspath(str(path))).name
+        )
     return ModelSpec(preset, path, size, layers, dtype, quantize)
 
 
@@ -243,13 +250,16 @@ class Experiment:
     # variant -> op -> (line of the op's name, line of its implementation), so that op names checked
     # later, once the registry and any plugins are loaded, are still reported at their place in the
     # file.
-    variant_lines: dict[str, dict[str, tuple[int, int]]] = dataclasses.field(compare=False, repr=False)
+    variant_lines: dict[str, dict[str, tuple[int, int]]] = dataclasses.field(
+        compare=False, repr=False
+    )
 
     def cells(self) -> list[Cell]:
         return [Cell(model, workload) for model in self.models for workload in self.workloads]
 
     def trial_count(self, cells: int | None = None, builds: int = 1) -> int:
-        """Trials of `cells` cells (default: all of them) at most, warm-ups included, each build's."""
+        """Trials of `cells` cells (default: all of them) at most, warm-ups included, each
+        build's."""
         count = len(self.cells()) if cells is None else cells
         return count * builds * len(self.variants) * (self.trials + self.warmup)
 
@@ -298,14 +308,18 @@ def load_experiment(path: str | Path) -> Experiment:
         text = raw.decode("utf-8")
     except UnicodeDecodeError as err:
         line = raw.count(b"\n", 0, err.start) + 1
-        raise SpecError(file, line, "file", f"not UTF-8 text ({err.reason} at byte {err.start})") from None
+        raise SpecError(
+            file, line, "file", f"not UTF-8 text ({err.reason} at byte {err.start})"
+        ) from None
     return _parse(text, file, hashlib.sha256(raw).hexdigest())
 
 
 def parse_experiment(text: str, file: str = "<string>", *, stored: bool = False) -> Experiment:
     """`stored`: the text comes from a run header, maybe from another machine, so its checkpoint
     paths are not looked for here."""
-    return _parse(text, file, hashlib.sha256(text.encode("utf-8")).hexdigest(), check_paths=not stored)
+    return _parse(
+        text, file, hashlib.sha256(text.encode("utf-8")).hexdigest(), check_paths=not stored
+    )
 
 
 def resolve_ops(exp: Experiment, ops: Mapping[str, tuple[Sequence[str], str]]) -> Experiment:
@@ -345,7 +359,9 @@ def with_trials(exp: Experiment, trials: int) -> Experiment:
     return replace(exp, trials=trials, precision=None)
 
 
-def select_models(exp: Experiment, names: Sequence[str] | None, option: str = "--only") -> Experiment:
+def select_models(
+    exp: Experiment, names: Sequence[str] | None, option: str = "--only"
+) -> Experiment:
     """Keep the models whose size label or preset is named (case-insensitive), e.g.
     `--only E2B,26b`."""
     if not names:
@@ -356,7 +372,9 @@ def select_models(exp: Experiment, names: Sequence[str] | None, option: str = "-
     if unknown:
         choices = ", ".join(sorted({m.size for m in exp.models}))
         raise UserError(f"{option}: {', '.join(unknown)} not in {exp.file}; choose from {choices}")
-    models = tuple(m for m in exp.models if m.size.lower() in wanted or (m.preset or "").lower() in wanted)
+    models = tuple(
+        m for m in exp.models if m.size.lower() in wanted or (m.preset or "").lower() in wanted
+    )
     return replace(exp, models=models)
 
 
@@ -447,7 +465,9 @@ def _mapping(node: Node, field: str, valid: Sequence[str] | None, what: str = "k
                 f"duplicate {what} {key!r} (first defined on line {first})",
             )
         if valid is not None and key not in valid:
-            _fail(key_node, _join(field, key), f"unknown key {key!r}; valid keys: {_choices(valid)}")
+            _fail(
+                key_node, _join(field, key), f"unknown key {key!r}; valid keys: {_choices(valid)}"
+            )
         items[key] = (key_node, value_node)
     return items
 
@@ -516,7 +536,9 @@ def _number(node: Node, field: str, minimum: float, exclusive: bool = False) -> 
     return value
 
 
-def _int_values(node: Node, field: str, read: Callable[[Node, str], int], allow_empty: bool) -> tuple[int, ...]:
+def _int_values(
+    node: Node, field: str, read: Callable[[Node, str], int], allow_empty: bool
+) -> tuple[int, ...]:
     """An int or a list of distinct ints, each checked by `read`: repeats would give cells with the
     same key."""
     if isinstance(node, ScalarNode):
@@ -562,13 +584,18 @@ def _model(node: Node, field: str, check_paths: bool) -> list[ModelSpec]:
         _fail(
             node,
             field,
-            f"give a preset (one of {_choices(preset_names())}) or a path to a checkpoint directory",
+            f"give a preset (one of {_choices(preset_names())}) "
+            "or a path to a checkpoint directory",
         )
     size = _optional(items, "size", field, _text, None)
-    dtype = _optional(items, "dtype", field, partial(_choice, choices=list(DTYPES), what="dtype"), DEFAULT_DTYPE)
+    dtype = _optional(
+        items, "dtype", field, partial(_choice, choices=list(DTYPES), what="dtype"), DEFAULT_DTYPE
+    )
     quantize = _optional(items, "quantize", field, _quantize, None)
     return [
-        model_spec(preset=preset, path=path, size=size, layers=layers, dtype=dtype, quantize=quantize)
+        model_spec(
+            preset=preset, path=path, size=size, layers=layers, dtype=dtype, quantize=quantize
+        )
         for layers in depths
     ]
 
@@ -588,7 +615,9 @@ def _preset_layers(items: _Items, field: str, preset: str) -> tuple[int | None, 
             )
         return layers
 
-    return _optional(items, "layers", field, partial(_int_values, read=depth, allow_empty=False), (None,))
+    return _optional(
+        items, "layers", field, partial(_int_values, read=depth, allow_empty=False), (None,)
+    )
 
 
 def _checkpoint(items: _Items, field: str, check_paths: bool) -> str:
@@ -643,7 +672,9 @@ def _variants(node: Node, field: str, context: _Context) -> dict[str, dict[str, 
         variants[name], lines[name] = {}, {}
         if _is_null(value_node):  # `baseline:` with nothing after it: all defaults, like `{}`
             continue
-        for op, (op_node, impl_node) in _mapping(value_node, _join(field, name), None, what="op").items():
+        for op, (op_node, impl_node) in _mapping(
+            value_node, _join(field, name), None, what="op"
+        ).items():
             variants[name][op] = _text(impl_node, _join(_join(field, name), op))
             lines[name][op] = (_line(op_node), _line(impl_node))
     context.variants, context.variant_lines = list(variants), lines
@@ -676,7 +707,10 @@ def _comparison(node: Node, field: str, variants: Sequence[str]) -> Comparison:
 
 
 def _comparisons(node: Node, field: str, context: _Context) -> tuple[Comparison, ...]:
-    return tuple(_comparison(item, f"{field}[{i}]", context.variants) for i, item in enumerate(_sequence(node, field)))
+    return tuple(
+        _comparison(item, f"{field}[{i}]", context.variants)
+        for i, item in enumerate(_sequence(node, field))
+    )
 
 
 def _workloads(node: Node, field: str) -> tuple[Workload, ...]:
@@ -691,7 +725,9 @@ def _correctness(node: Node, field: str, context: _Context) -> Correctness:
     items = _mapping(node, field, CORRECTNESS_KEYS)
     variants = context.variants
     return Correctness(
-        reference=_optional(items, "reference", field, partial(_variant_ref, variants=variants), variants[0]),
+        reference=_optional(
+            items, "reference", field, partial(_variant_ref, variants=variants), variants[0]
+        ),
         atol=_optional(items, "atol", field, partial(_number, minimum=0.0), None),
         tokens=_optional(items, "tokens", field, partial(_int, minimum=0), DEFAULT_CHECK_TOKENS),
     )
@@ -764,20 +800,35 @@ def _expectation(node: Node, field: str, variants: Sequence[str]) -> Expectation
                 "all_correct stands alone; make this a separate item",
             )
         value = items["all_correct"][1]
-        if not (isinstance(value, ScalarNode) and value.tag == _BOOL and _SCALARS.construct_yaml_bool(value)):
+        if not (
+            isinstance(value, ScalarNode)
+            and value.tag == _BOOL
+            and _SCALARS.construct_yaml_bool(value)
+        ):
             _fail(value, _join(field, "all_correct"), f"expected true, got {_describe(value)}")
         return Expectation(kind="all_correct")
     if not items:
-        forms = "{comparison: [a, b], metric: prefill|gen, max_slowdown_pct: N} or {all_correct: true}"
+        forms = (
+            "{comparison: [a, b], metric: prefill|gen, max_slowdown_pct: N} or {all_correct: true}"
+        )
         _fail(node, field, f"expected {forms}")
-    comparison = _comparison(_required(items, "comparison", node, field), _join(field, "comparison"), variants)
-    metric = _choice(_required(items, "metric", node, field), _join(field, "metric"), METRICS, "metric")
-    pct = _number(_required(items, "max_slowdown_pct", node, field), _join(field, "max_slowdown_pct"), 0.0)
+    comparison = _comparison(
+        _required(items, "comparison", node, field), _join(field, "comparison"), variants
+    )
+    metric = _choice(
+        _required(items, "metric", node, field), _join(field, "metric"), METRICS, "metric"
+    )
+    pct = _number(
+        _required(items, "max_slowdown_pct", node, field), _join(field, "max_slowdown_pct"), 0.0
+    )
     return Expectation(kind="slowdown", comparison=comparison, metric=metric, max_slowdown_pct=pct)
 
 
 def _expectations(node: Node, field: str, context: _Context) -> tuple[Expectation, ...]:
-    return tuple(_expectation(item, f"{field}[{i}]", context.variants) for i, item in enumerate(_sequence(node, field)))
+    return tuple(
+        _expectation(item, f"{field}[{i}]", context.variants)
+        for i, item in enumerate(_sequence(node, field))
+    )
 
 
 # --- the whole file ------------------------------------------------------------------------------
@@ -802,9 +853,13 @@ def _compose(text: str) -> Node:
         raise _Invalid(mark.line + 1 if mark else 0, "yaml", message) from None
     except yaml.YAMLError as err:  # e.g. a control character, reported by position rather than line
         position = getattr(err, "position", None)
-        raise _Invalid(text.count("\n", 0, position) + 1 if position is not None else 0, "yaml", str(err)) from None
+        raise _Invalid(
+            text.count("\n", 0, position) + 1 if position is not None else 0, "yaml", str(err)
+        ) from None
     if root is None or _is_null(root):
-        raise _Invalid(1, "experiment", f"the file is empty; it needs at least {_choices(_REQUIRED)}")
+        raise _Invalid(
+            1, "experiment", f"the file is empty; it needs at least {_choices(_REQUIRED)}"
+        )
     return root
 
 
@@ -860,7 +915,9 @@ class Key:
         if self.required:
             return self.read(items[self.name][1], self.name, context)
         default = self.default(context) if callable(self.default) else self.default
-        return _optional(items, self.name, "", lambda node, field: self.read(node, field, context), default)
+        return _optional(
+            items, self.name, "", lambda node, field: self.read(node, field, context), default
+        )
 
     def schema_lines(self) -> list[str]:
         head = f"{self.name}: {self.example}".rstrip()
@@ -892,7 +949,8 @@ KEYS = (
             ("  size: E2B", "display label; default: the preset's size, or the directory name"),
             (
                 "  layers: 2",
-                "presets only: 1..num_hidden_layers, or a list ([2, 4, 8]): a model per depth; default: all",
+                "presets only: 1..num_hidden_layers, or a list ([2, "
+                "4, 8]): a model per depth; default: all",
             ),
             ("  dtype: float32", "one of models.DTYPES; default float32"),
             ("  quantize: nvfp4", "one of models.QUANTIZE_MODES, or none/null (the default)"),
@@ -960,7 +1018,9 @@ KEYS = (
         "",
         "",
         _correctness,
-        lambda context: Correctness(reference=context.variants[0], atol=None, tokens=DEFAULT_CHECK_TOKENS),
+        lambda context: Correctness(
+            reference=context.variants[0], atol=None, tokens=DEFAULT_CHECK_TOKENS
+        ),
         nested=(
             ("reference: baseline", "default: the first variant"),
             ("atol: 0.05", "max abs logit error, >= 0; default null: chosen by dtype"),
@@ -998,7 +1058,8 @@ KEYS = (
     Key(
         "precision",
         "2%",
-        f"with trials: {AUTO}, optional: each decided row also narrowed to this half-width, (0, 50]%",
+        f"with trials: {AUTO}, optional: each decided "
+        "row also narrowed to this half-width, (0, 50]%",
         _plain(_percent, low=0.0, high=50.0),
         None,
         auto_only=True,
@@ -1022,15 +1083,16 @@ KEYS = (
     Key(
         "worker_rounds",
         "6",
-        "with run --against: rounds each pair of worker processes runs before a fresh pair "
-        "takes over (the interval then holds the spread between processes), >= 0; 0: one pair a cell",
+        "with run --against: rounds each pair of worker processes runs before a fresh pair takes "
+        "over (the interval then holds the spread between processes), >= 0; 0: one pair a cell",
         _plain(_int, minimum=0),
         DEFAULT_WORKER_ROUNDS,
     ),
     Key(
         "threads",
         AUTO,
-        f"CPU backends: BLAS threads; {AUTO}: 1 or every core, whichever measured more precise per second here",
+        f"CPU backends: BLAS threads; {AUTO}: 1 or every core, "
+        "whichever measured more precise per second here",
         _threads,
         None,
     ),
@@ -1047,7 +1109,9 @@ def schema_text() -> str:
 
 def _experiment(root: Node, text: str, file: str, sha256: str, check_paths: bool) -> Experiment:
     if not isinstance(root, MappingNode):
-        _fail(root, "experiment", f"expected a mapping of {_choices(TOP_KEYS)}, got {_describe(root)}")
+        _fail(
+            root, "experiment", f"expected a mapping of {_choices(TOP_KEYS)}, got {_describe(root)}"
+        )
     items = _mapping(root, "", TOP_KEYS)
     for name in _REQUIRED:
         _required(items, name, root, "")

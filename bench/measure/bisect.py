@@ -44,7 +44,9 @@ class Candidate:
 
 
 class Sides(Protocol):
-    def build(self, name: str, candidate: Candidate) -> contextlib.AbstractContextManager[Build]: ...
+    def build(
+        self, name: str, candidate: Candidate
+    ) -> contextlib.AbstractContextManager[Build]: ...
 
 
 @dataclass(frozen=True)
@@ -52,7 +54,9 @@ class CommitSides:
     experiment: Path
 
     def build(self, name: str, candidate: Candidate) -> contextlib.AbstractContextManager[Build]:
-        return commit_build(name, candidate.key, self.experiment, f"bisect: commit {candidate.short}")
+        return commit_build(
+            name, candidate.key, self.experiment, f"bisect: commit {candidate.short}"
+        )
 
 
 @dataclass(frozen=True)
@@ -83,11 +87,14 @@ def commit_candidates(good: str, bad: str) -> tuple[Candidate, list[Candidate]]:
             f"({bad_hash[:12]}); give the older, good commit first"
         )
     head = git_output("rev-parse", "HEAD")
-    if head in (good_hash, bad_hash) and git_output("status", "--porcelain", "--untracked-files=no"):
+    if head in (good_hash, bad_hash) and git_output(
+        "status", "--porcelain", "--untracked-files=no"
+    ):
         named = good if head == good_hash else bad
         raise BisectError(
-            f"bisect: {named} is HEAD, but the working tree has uncommitted changes that bisect would "
-            "not measure (it measures commits); commit or stash them, or name another commit"
+            f"bisect: {named} is HEAD, but the working tree has uncommitted changes that bisect "
+            "would not measure (it measures commits); commit or stash them, or name another "
+            "commit"
         )
     lines = (
         git_output(
@@ -103,8 +110,8 @@ def commit_candidates(good: str, bad: str) -> tuple[Candidate, list[Candidate]]:
     commits = [Candidate(*line.partition(" ")[::2]) for line in lines.splitlines()]
     if not commits or commits[-1].key != bad_hash:
         raise BisectError(
-            f"bisect: {bad} does not reach {good} along its first parents (GOOD is on a merged side "
-            "branch); give a GOOD on BAD's first-parent line"
+            f"bisect: {bad} does not reach {good} along its first parents (GOOD "
+            "is on a merged side branch); give a GOOD on BAD's first-parent line"
         )
     subject = git_output("log", "-1", "--format=%s", good_hash) or ""
     return Candidate(good_hash, subject), commits
@@ -142,7 +149,9 @@ class StepRuns:
 
     def __call__(self, index: int, against: int, runs: int) -> list[Reading]:
         current, reference = self.side(index), self.side(against)
-        paths = [self.out / f"{current.short}-vs-{reference.short}-{k}.jsonl" for k in range(1, runs + 1)]
+        paths = [
+            self.out / f"{current.short}-vs-{reference.short}-{k}.jsonl" for k in range(1, runs + 1)
+        ]
         for path in paths:
             if not self._complete(path):
                 self._run(path, current, reference)
@@ -173,7 +182,8 @@ class StepRuns:
     def _run(self, path: Path, current: Candidate, reference: Candidate) -> None:
         path.unlink(missing_ok=True)  # an unfinished run is measured anew
         self.console.print(
-            f"A/B {current.title} ({current.short}) against {reference.title} ({reference.short}) -> {path}",
+            f"A/B {current.title} ({current.short}) "
+            f"against {reference.title} ({reference.short}) -> {path}",
             highlight=False,
         )
         with (

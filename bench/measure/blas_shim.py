@@ -50,7 +50,9 @@ def shim(cache: Path) -> Path:
     try:
         import scipy_openblas32
     except ImportError:
-        raise ShimUnavailable("scipy-openblas32 is not installed (the cpu extra brings it)") from None
+        raise ShimUnavailable(
+            "scipy-openblas32 is not installed (the cpu extra brings it)"
+        ) from None
     lib_dir = scipy_openblas32.get_lib_dir()
     build_id = hashlib.sha256(f"{scipy_openblas32.__version__} {lib_dir}".encode()).hexdigest()[:12]
     target = cache / "blas" / build_id / "fusebench-openblas" / "libblas.so.3"
@@ -64,7 +66,9 @@ def build(target: Path, lib_dir: str, library: str) -> Path:
     process may be building the same one)."""
     compiler = shutil.which("cc") or shutil.which("gcc") or shutil.which("clang")
     if compiler is None:
-        raise ShimUnavailable("no C compiler (cc, gcc or clang) on the path to build the OpenBLAS shim")
+        raise ShimUnavailable(
+            "no C compiler (cc, gcc or clang) on the path to build the OpenBLAS shim"
+        )
     target.parent.mkdir(parents=True, exist_ok=True)
     with tempfile.TemporaryDirectory(dir=target.parent) as tmp:
         source, built = Path(tmp) / "shim.c", Path(tmp) / target.name

@@ -50,7 +50,9 @@ def reference_build(ref: str, experiment: Path) -> Iterator[Build]:
     path = Path(ref).expanduser()
     if path.is_dir():
         if not (path / "bench").is_dir():
-            raise ReferenceBuildError(f"--against {ref}: {path} holds no fusebench tree (no bench/ folder)")
+            raise ReferenceBuildError(
+                f"--against {ref}: {path} holds no fusebench tree (no bench/ folder)"
+            )
         build = _checked(
             Build(
                 "reference",
@@ -78,7 +80,8 @@ def resolve_commit(ref: str, what: str) -> str:
     commit = git_output("rev-parse", "--verify", "--quiet", f"{ref}^{{commit}}")
     if commit is None:
         raise ReferenceBuildError(
-            f"{what}: {ref!r} is not a git ref of this repository (a commit, branch or tag, such as HEAD~3 or main)"
+            f"{what}: {ref!r} is not a git ref of this repository "
+            "(a commit, branch or tag, such as HEAD~3 or main)"
         )
     return commit
 
@@ -96,15 +99,22 @@ def commit_build(name: str, ref: str, experiment: Path, what: str) -> Iterator[B
     folder = Path(tempfile.mkdtemp(prefix=_TREE_PREFIX))
     (folder / _OWNER_FILE).write_text(str(os.getpid()))
     try:
-        if git_output("worktree", "add", "--detach", "--force", str(folder / "tree"), commit) is None:
-            raise ReferenceBuildError(f"{what}: git could not check out {commit[:12]} into {folder}")
+        if (
+            git_output("worktree", "add", "--detach", "--force", str(folder / "tree"), commit)
+            is None
+        ):
+            raise ReferenceBuildError(
+                f"{what}: git could not check out {commit[:12]} into {folder}"
+            )
         yield _checked(Build(name, folder / "tree", commit, False, commit), what, experiment)
     finally:
         git_output("worktree", "remove", "--force", str(folder / "tree"))
         shutil.rmtree(folder, ignore_errors=True)
 
 
-def environment_build(name: str, environment: envs.Environment, experiment: Path, what: str) -> Build:
+def environment_build(
+    name: str, environment: envs.Environment, experiment: Path, what: str
+) -> Build:
     """Build NAME: this tree's code run by the environment's Python."""
     build = Build(
         name,
@@ -118,7 +128,9 @@ def environment_build(name: str, environment: envs.Environment, experiment: Path
     checked = _checked(build, what, experiment)
     # Read in the worker's own environment (this tree first on its path): the mlx its workers will
     # import.
-    return replace(checked, packages=envs.versions(build.interpreter, build.worker_env(dict(os.environ))))
+    return replace(
+        checked, packages=envs.versions(build.interpreter, build.worker_env(dict(os.environ)))
+    )
 
 
 def environment_builds(spec: str, experiment: Path, say=print) -> tuple[Build, Build]:
@@ -178,16 +190,22 @@ def _dirty(path: Path) -> bool | None:
 def _checked(build: Build, what: str, experiment: Path) -> Build:
     """The build, if its workers speak this protocol, import, and can read the experiment."""
     job = build.root / "bench" / "measure" / "job.py"
-    found = re.search(r"^PROTOCOL = (\d+)", job.read_text(), re.MULTILINE) if job.is_file() else None
+    found = (
+        re.search(r"^PROTOCOL = (\d+)", job.read_text(), re.MULTILINE) if job.is_file() else None
+    )
     if not found or int(found.group(1)) != PROTOCOL:
-        theirs = f"protocol {found.group(1)}" if found else "no worker protocol (it predates run --against)"
+        theirs = (
+            f"protocol {found.group(1)}"
+            if found
+            else "no worker protocol (it predates run --against)"
+        )
         raise ReferenceBuildError(
             f"{what}: the {build.name} build speaks {theirs}, this one protocol "
             f"{PROTOCOL}; choose a reference from after the protocol changed"
         )
     check = (
-        "import sys\nfrom bench.measure import worker\nfrom bench.core.spec import load_experiment\n"
-        "load_experiment(sys.argv[1])\n"
+        "import sys\nfrom bench.measure import worker\n"
+        "from bench.core.spec import load_experiment\nload_experiment(sys.argv[1])\n"
     )
     done = subprocess.run(
         [build.interpreter, "-c", check, str(experiment.resolve())],
@@ -199,5 +217,7 @@ def _checked(build: Build, what: str, experiment: Path) -> Build:
     )
     if done.returncode != 0:
         last = (done.stderr.strip().splitlines() or ["no output"])[-1]
-        raise ReferenceBuildError(f"{what}: the {build.name} build cannot import or cannot read {experiment}: {last}")
+        raise ReferenceBuildError(
+            f"{what}: the {build.name} build cannot import or cannot read {experiment}: {last}"
+        )
     return build

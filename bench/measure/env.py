@@ -89,7 +89,8 @@ def backend_problem() -> str | None:
             return f"mlx cannot load ({cause}); reinstall it: pip install --force-reinstall mlx"
         return (
             f"mlx has no backend here ({cause}); install one: pip install 'fusebench[cpu]' (CPU), "
-            "'fusebench[cuda13]' or 'fusebench[cuda12]' (NVIDIA GPU); in a checkout ./setup.sh does it"
+            "'fusebench[cuda13]' or 'fusebench[cuda12]' (NVIDIA GPU); in a checkout ./setup.sh "
+            "does it"
         )
     return None
 
@@ -111,7 +112,9 @@ def machine_key(env: Env) -> str:
     measured on one must not be read back on the other."""
     try:
         info = Path("/proc/cpuinfo").read_text()
-        cpu = "\n".join(sorted({line for line in info.splitlines() if line.startswith(("model name", "flags"))}))
+        cpu = "\n".join(
+            sorted({line for line in info.splitlines() if line.startswith(("model name", "flags"))})
+        )
     except OSError:
         cpu = platform.processor()
     digest = hashlib.sha256(f"{cpu}|{os.cpu_count()}".encode()).hexdigest()[:10]
@@ -136,7 +139,9 @@ def own_compile_dir() -> Path | None:
     return folder
 
 
-COMPILE_FAILURE = re.compile(r"Compile::eval_cpu|cc1plus: fatal error|Failed to compile|filesystem error: .*mlx/")
+COMPILE_FAILURE = re.compile(
+    r"Compile::eval_cpu|cc1plus: fatal error|Failed to compile|filesystem error: .*mlx/"
+)
 
 
 def compile_failure(lines: list[str]) -> str | None:
@@ -148,8 +153,8 @@ def compile_failure(lines: list[str]) -> str | None:
     fatal = next((line for line in found if "fatal error" in line), found[-1])
     return (
         f"mx.compile could not build a CPU kernel ({fatal.strip()[:200]}): MLX compiles into "
-        f"$TMPDIR/mlx/<version>/cpu (TMPDIR here: {os.environ.get('TMPDIR', 'unset')}), which must be "
-        "writable by this user, with a C++ compiler on the path"
+        f"$TMPDIR/mlx/<version>/cpu (TMPDIR here: {os.environ.get('TMPDIR', 'unset')}), "
+        "which must be writable by this user, with a C++ compiler on the path"
     )
 
 
@@ -167,7 +172,9 @@ def _safe(fn: Callable[[], Any], default: Any = None) -> Any:
 def _run(cmd: list[str], cwd: Path | None = None) -> str | None:
     """stdout of a command, stripped; None if it is missing, fails or hangs."""
     try:
-        done = subprocess.run(cmd, cwd=cwd, capture_output=True, text=True, timeout=_SUBPROCESS_TIMEOUT_S, check=True)
+        done = subprocess.run(
+            cmd, cwd=cwd, capture_output=True, text=True, timeout=_SUBPROCESS_TIMEOUT_S, check=True
+        )
     except (OSError, subprocess.SubprocessError):
         return None
     return done.stdout.strip()
@@ -233,7 +240,9 @@ def _cpu_model() -> str:
         name = _run(["sysctl", "-n", "machdep.cpu.brand_string"])
     else:
         name = _safe(lambda: _proc_field("/proc/cpuinfo", "model name"))
-    return name or platform.processor() or _safe(_mlx_device_name) or platform.machine() or "unknown"
+    return (
+        name or platform.processor() or _safe(_mlx_device_name) or platform.machine() or "unknown"
+    )
 
 
 def _device_name(backend: str) -> str:
@@ -368,12 +377,12 @@ def blas_warning(env: Mapping[str, Any]) -> str | None:
         return None
     example = find_optimized_blas() or DEBIAN_OPENBLAS
     return (
-        "mlx is using the reference BLAS bundled in the mlx-cpu wheel, with which fp32 matmul runs "
-        "~30x slower, so CPU numbers measure that BLAS rather than the model. Install an optimized "
-        "one: `apt-get install libopenblas0-pthread` as root, or without root `pip install scipy-openblas32` "
-        "(the cpu extra's; fusebench builds its shim on first use, which needs a C compiler); fusebench "
-        "preloads either in its worker processes with --blas auto. "
-        f"`LD_PRELOAD={example} fusebench env` shows it in use."
+        "mlx is using the reference BLAS bundled in the mlx-cpu wheel, with which fp32 matmul "
+        "runs ~30x slower, so CPU numbers measure that BLAS rather than the model. Install an "
+        "optimized one: `apt-get install libopenblas0-pthread` as root, or without root `pip "
+        "install scipy-openblas32` (the cpu extra's; fusebench builds its shim on first use, "
+        "which needs a C compiler); fusebench preloads either in its worker processes with "
+        f"--blas auto. `LD_PRELOAD={example} fusebench env` shows it in use."
     )
 
 
@@ -385,7 +394,9 @@ def _blas_search_patterns() -> list[str]:
     # pip puts MKL's libraries in <prefix>/lib, i.e. two levels above site-packages. That also
     # covers --user installs and Debian's pip, whose /usr/local prefix differs from sys.prefix.
     site_dirs = [*_safe(site.getsitepackages, []), _safe(site.getusersitepackages, "")]
-    lib_dirs = dict.fromkeys([f"{sys.prefix}/lib", *(str(Path(d).parent.parent) for d in site_dirs if d)])
+    lib_dirs = dict.fromkeys(
+        [f"{sys.prefix}/lib", *(str(Path(d).parent.parent) for d in site_dirs if d)]
+    )
     return [
         # pthread flavour first: the OpenMP one can oversubscribe cores next to mlx's own threads.
         f"/usr/lib/{arch}/openblas-pthread/libblas.so.3",
@@ -427,7 +438,9 @@ def _with_preload(env: dict[str, str], entries: list[str]) -> dict[str, str]:
     return env
 
 
-def _auto_preload(env: dict[str, str], others: list[str], blas: list[str]) -> tuple[dict[str, str], str]:
+def _auto_preload(
+    env: dict[str, str], others: list[str], blas: list[str]
+) -> tuple[dict[str, str], str]:
     if blas:  # the user preloaded a BLAS themselves: that explicit choice beats our search
         return env, f"{_classify(blas[0])} already in LD_PRELOAD ({blas[0]})"
     if not sys.platform.startswith("linux"):
@@ -444,7 +457,9 @@ def _auto_preload(env: dict[str, str], others: list[str], blas: list[str]) -> tu
     return _with_preload(env, [path, *others]), f"{_classify(path)} preloaded ({path})"
 
 
-def blas_preload_env(choice: str, base_env: Mapping[str, str] | None = None) -> tuple[dict[str, str], str]:
+def blas_preload_env(
+    choice: str, base_env: Mapping[str, str] | None = None
+) -> tuple[dict[str, str], str]:
     """Environment for a worker subprocess using the BLAS picked by ``choice``, and what was picked.
 
     choice: "auto" (an optimized BLAS if installed and the CPU backend is used), "reference" (the

@@ -104,13 +104,18 @@ def resolve(spec: str, what: str, say=print) -> Environment:
     if is_interpreter_spec(spec):
         python = _interpreter(Path(spec).expanduser(), what)
         packages = versions(python)
-        return Environment(str(python), spec, f"{label(packages, ('mlx', 'mlx-lm'))} ({python})", packages=packages)
+        return Environment(
+            str(python), spec, f"{label(packages, ('mlx', 'mlx-lm'))} ({python})", packages=packages
+        )
     named = requirements_of(spec, what)
     requirements = tuple(full_requirements(named))
     key = hashlib.sha256(json.dumps([sys.version_info[:2], requirements]).encode()).hexdigest()[:16]
     folder = ENV_CACHE / key
     if not (folder / _READY).is_file():
-        say(f"building the environment for {' '.join(named)} in {folder} (once; pip: {' '.join(requirements)})")
+        say(
+            f"building the environment for {' '.join(named)} "
+            f"in {folder} (once; pip: {' '.join(requirements)})"
+        )
         _build(folder, requirements, what)
     else:
         say(f"environment for {' '.join(named)}: {folder} (cached)")
@@ -148,7 +153,8 @@ def _interpreter(path: Path, what: str) -> Path:
         done = None
     if done is None or done.returncode != 0 or done.stdout.strip() != "3":
         raise EnvSpecError(
-            f"{what}: {path} is not a Python 3 interpreter (nor a virtual environment's folder holding bin/python)"
+            f"{what}: {path} is not a Python 3 interpreter (nor "
+            "a virtual environment's folder holding bin/python)"
         )
     return python
 
@@ -166,7 +172,11 @@ def _build(folder: Path, requirements: tuple[str, ...], what: str) -> None:
     if done.returncode != 0:
         shutil.rmtree(folder, ignore_errors=True)
         errors = [line for line in done.stderr.splitlines() if line.startswith("ERROR:")]
-        reason = errors[0].removeprefix("ERROR: ") if errors else f"pip exited with code {done.returncode}"
+        reason = (
+            errors[0].removeprefix("ERROR: ")
+            if errors
+            else f"pip exited with code {done.returncode}"
+        )
         raise EnvSpecError(f"{what}: pip cannot install {' '.join(requirements)}: {reason}")
     (folder / _READY).write_text(json.dumps({"requirements": requirements}))
 
@@ -180,7 +190,9 @@ def versions(python: Path | str, env: dict[str, str] | None = None) -> dict[str,
         "try:\n    import mlx.core as mx; out['mlx'] = mx.__version__\nexcept Exception: pass\n"
         "print(json.dumps(out))\n"
     )
-    done = subprocess.run([str(python), "-c", script, *REPORTED], capture_output=True, text=True, check=False, env=env)
+    done = subprocess.run(
+        [str(python), "-c", script, *REPORTED], capture_output=True, text=True, check=False, env=env
+    )
     return json.loads(done.stdout) if done.returncode == 0 else {}
 
 
@@ -213,5 +225,7 @@ def between(versions_: list[str], good: str, bad: str, what: str) -> list[str]:
             )
     low, high = versions_.index(good), versions_.index(bad)
     if low >= high:
-        raise EnvSpecError(f"{what}: GOOD_VERSION {good} must be an older release than BAD_VERSION {bad}")
+        raise EnvSpecError(
+            f"{what}: GOOD_VERSION {good} must be an older release than BAD_VERSION {bad}"
+        )
     return versions_[low : high + 1]

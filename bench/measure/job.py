@@ -55,7 +55,9 @@ class WorkerJob:
     protocol: int = PROTOCOL
 
     def to_json(self) -> str:
-        return json.dumps({**asdict(self), "model": {name: getattr(self.model, name) for name in _MODEL_FIELDS}})
+        return json.dumps(
+            {**asdict(self), "model": {name: getattr(self.model, name) for name in _MODEL_FIELDS}}
+        )
 
     @classmethod
     def from_json(cls, text: str) -> WorkerJob:
@@ -280,6 +282,10 @@ def decode_event(line: str) -> Event:
     try:
         if data["event"] == "record":
             return Recorded(_result(data["record"]))
-        return Loaded(data["load_s"], data["parameters"], data["weight_bytes"]) if data["event"] == "loaded" else Done()
+        return (
+            Loaded(data["load_s"], data["parameters"], data["weight_bytes"])
+            if data["event"] == "loaded"
+            else Done()
+        )
     except (KeyError, TypeError) as err:
         raise ValueError(f"a worker event of another shape ({err}): {line[:80]!r}") from None

@@ -3,13 +3,10 @@ something.
 
 Two probes, both reading MLX rather than trusting names:
 
-- `probe_sdpa` calls `mx.fast.scaled_dot_product_attention(..., force_fused=True)` at one of the
-  model's attention calls. MLX silently falls back to composed ops when it has no fused kernel for a
-  shape; with force_fused it raises instead and says why. The shape must be the one the model really
-  uses: MLX's choice depends on the head dim, the query length (Metal: vector kernel for L <= 8,
-  full kernel above), the key length (recent Metal sources: head dim 512 only for one query, GQA
-  factor 8 and >= 1024 keys; the 2-pass kernel from 1024 keys), the GQA factor and the mask. So
-  nothing here is shortened; the inputs are not even evaluated unless the fused kernel exists.
+- `probe_fused` runs an op's own fused-kernel probe, declared with its calls
+  (`models.calls.OpCalls.probe_fused`; attention's asks `mx.fast.scaled_dot_product_attention` with
+  force_fused=True), at the model's real shapes: the backend's choice depends on them (for SDPA the
+  head dim, the query and key lengths, the GQA factor and the mask), so nothing is shortened.
 - `probe_compiled` builds one variant's lazy graph and lists the primitives `mx.eval` would run,
   read with `mx.export_to_dot`. After `mx.compile`, the graph holds `Compiled...` primitives in
   place of the fused ops; an `mx.fast` op that fell back shows its composed ops instead of its own
@@ -74,8 +71,6 @@ FUSED_PRIMITIVES = frozenset(
     }
 )
 
-_SDPA_FALLBACK = re.compile(r"force_fused|fused kernel", re.IGNORECASE)
-_SDPA_PREFIX = re.compile(r"^\[scaled_dot_product_attention\]\s*(force_fused=True but\s*)?", re.IGNORECASE)
 _DOT_NODE = re.compile(r'^\{\s*(\S+)\s*\[label\s*="([^"]*)"', re.MULTILINE)
 _DOT_EDGE = re.compile(r"^(\S+)\s*->\s*(\S+)\s*$", re.MULTILINE)
 
@@ -153,45 +148,33 @@ def _stamp(fact: KernelFact) -> KernelFact:
     return fact
 
 
-# --------------------------------------------------------------------------------------- sdpa probe
+# ------------------------------------------------------------------------------- fused-kernel probe
 
 
-def _mlx_reason(message: str) -> str:
-    """MLX's reason without its "[scaled_dot_product_attention] force_fused=True but" preamble."""
-    return _SDPA_PREFIX.sub("", " ".join(message.split())).strip()
-
-
-def probe_sdpa(case: OpCase) -> KernelFact:
-    """Whether MLX has a fused kernel for this attention call: "fused" (it ran, output evaluated) or
-    "fallback" with MLX's own reason. Other errors propagate: they are not an answer to the
-    question."""
-    # MLX decides at graph construction, from shapes, dtypes and the mask alone: the inputs need no
-    # values unless the fused kernel exists and is run.
-    inputs = calls_by_op()[case.op].inputs(case, seed=0)
-    head_dim = case.shape[-1]  # q: [B, heads, L, head_dim]
-    fact = KernelFact("attention", "sdpa", "force_fused", case.label, "", "", case.phase, head_dim)
-    try:
-        mx.fast.scaled_dot_product_attention(*inputs.args, **inputs.kwargs, force_fused=True)
-    except TypeError:
-        # An mlx before force_fused (run --against-env, bisect --package) cannot answer; the run
-        # goes on.
-        fact.status, fact.reason = "unknown", f"mlx {mx.__version__} has no force_fused to ask"
-        return _stamp(fact)
-    except ValueError as err:
-        if not _SDPA_FALLBACK.search(str(err)):
-            raise
-        fact.status, fact.reason = "fallback", _mlx_reason(str(err))
-        return _stamp(fact)
-    mx.eval(inputs.arrays)
-    out = mx.fast.scaled_dot_product_attention(*inputs.args, **inputs.kwargs, force_fused=True)
-    nodes = graph_nodes(out)
-    mx.eval(out)
-    fact.status = "fused"
-    fact.primitives = [n.primitive for n in nodes]
-    kernels = kernel_names(nodes)
-    fact.reason = f"force_fused=True ran {', '.join(kernels) or 'a fused kernel'}"
-    fact.kernels = len(kernels)
-    fact.fused = [k for k in kernels if _is_fused(k)]
+def probe_fused(case: OpCase) -> KernelFact:
+    """An op's own fused-kernel probe (its declaration's `probe_fused`) at one of its calls: fused,
+    with the kernels that ran, or fallback and the backend's reason."""
+    calls = calls_by_op()[case.op]
+    outcome = calls.probe_fused(calls.inputs(case, seed=0))
+    head_dim = case.shape[-1]  # the first array's last axis (attention: q's head dim)
+    fact = KernelFact(
+        case.op,
+        outcome.variant,
+        str(calls.probe_name),
+        case.label,
+        outcome.status,
+        outcome.reason,
+        case.phase,
+        head_dim,
+    )
+    if outcome.output is not None:
+        nodes = graph_nodes(outcome.output)
+        mx.eval(outcome.output)
+        fact.primitives = [n.primitive for n in nodes]
+        kernels = kernel_names(nodes)
+        fact.reason = f"{outcome.reason} {', '.join(kernels) or 'a fused kernel'}"
+        fact.kernels = len(kernels)
+        fact.fused = [k for k in kernels if _is_fused(k)]
     return _stamp(fact)
 
 
@@ -220,7 +203,9 @@ class GraphNode:
     def copies(self) -> bool:
         """A reshape of a broadcast or transposed array: MLX cannot express it as a view and
         copies."""
-        return self.primitive in RESHAPES and any(p in NON_CONTIGUOUS for p in self.inputs_from if p)
+        return self.primitive in RESHAPES and any(
+            p in NON_CONTIGUOUS for p in self.inputs_from if p
+        )
 
     @property
     def works(self) -> bool:
@@ -265,7 +250,8 @@ def graph_nodes(*outputs: Any) -> list[GraphNode]:
         elif dst in labels:
             inputs[dst].append(src)
     return [
-        GraphNode(label, tuple(labels.get(producer.get(a, "")) for a in inputs[node])) for node, label in labels.items()
+        GraphNode(label, tuple(labels.get(producer.get(a, "")) for a in inputs[node]))
+        for node, label in labels.items()
     ]
 
 
@@ -310,7 +296,11 @@ def probe_compiled(
         reason = f"{len(kernels)} kernels, none fused: {', '.join(kernels)}"
     else:
         status = f"{len(kernels)} kernels"
-        reason = f"{len(fused)} of {len(kernels)} fused: {', '.join(kernels)}" if kernels else "no kernel"
+        reason = (
+            f"{len(fused)} of {len(kernels)} fused: {', '.join(kernels)}"
+            if kernels
+            else "no kernel"
+        )
     fact = KernelFact(
         op,
         variant,
@@ -330,30 +320,48 @@ def probe_compiled(
 # --------------------------------------------------------------------------------------- every op
 
 
-def kernel_facts(args: ModelArgs, *, prompt_tokens: int = 128, dtype: str = "float32") -> list[KernelFact]:
-    """Every kernel fact for one model: the sdpa force_fused probe at each of attention's kernel
-    cases, then the graph of every registered variant of every op at each of its kernel cases."""
+def kernel_facts(
+    args: ModelArgs, *, prompt_tokens: int = 128, dtype: str = "float32"
+) -> list[KernelFact]:
+    """Every kernel fact for one model: each op's fused-kernel probe (if it declares one) at each of
+    its kernel cases, then the graph of every registered variant of every op at each of them."""
     calls = calls_by_op()
     cases = {
         op: [replace(case, dtype=dtype) for case in op_calls.kernel_cases(args, prompt_tokens)]
         for op, op_calls in calls.items()
     }
-    facts = [probe_sdpa(case) for case in cases.get("attention", [])]
+    facts = [
+        probe_fused(case)
+        for op, case_list in cases.items()
+        if calls[op].probe_name
+        for case in case_list
+    ]
     for op, spec in REGISTRY.items():
         if not cases.get(op):
             facts += [
-                _stamp(KernelFact(op, variant, "graph", "", "not probed", f"{op} declares no call to probe"))
+                _stamp(
+                    KernelFact(
+                        op, variant, "graph", "", "not probed", f"{op} declares no call to probe"
+                    )
+                )
                 for variant in spec.variants
             ]
         for case in cases.get(op, []):
             inputs = calls[op].inputs(case, seed=0)
-            facts += [_probe_variant(case, variant, inputs.args, inputs.kwargs) for variant in spec.variants]
+            facts += [
+                _probe_variant(case, variant, inputs.args, inputs.kwargs)
+                for variant in spec.variants
+            ]
     return facts
 
 
-def _probe_variant(case: OpCase, variant: str, args: Sequence[Any], kwargs: Mapping[str, Any]) -> KernelFact:
+def _probe_variant(
+    case: OpCase, variant: str, args: Sequence[Any], kwargs: Mapping[str, Any]
+) -> KernelFact:
     try:
-        return probe_compiled(case.op, variant, args, kwargs, shape_label=case.label, phase=case.phase)
+        return probe_compiled(
+            case.op, variant, args, kwargs, shape_label=case.label, phase=case.phase
+        )
     except Exception as err:  # a plugin variant that cannot run at this shape is a fact too
         message = " ".join(str(err).split())
         return _stamp(

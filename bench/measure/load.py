@@ -76,7 +76,9 @@ class Share:
         wall = max(after.at - before.at, 1e-6)
         cores = float(os.cpu_count() or 1)
         others = max(0.0, (after.busy - before.busy) - (after.ours - before.ours))
-        return cls(min(cores, others / wall), min(cores, max(0.0, after.steal - before.steal) / wall))
+        return cls(
+            min(cores, others / wall), min(cores, max(0.0, after.steal - before.steal) / wall)
+        )
 
 
 @dataclass(frozen=True)

@@ -49,10 +49,18 @@ def working_bytes(config: dict[str, Any], spec: ModelSpec, exp: Experiment) -> i
     longest = max([w.prompt_tokens + w.gen_tokens for w in exp.workloads] + list(exp.depths))
     batch = max(w.batch for w in exp.workloads)
     chunk = min(exp.prefill_step_size, longest)
-    owners = full_config(config)["layer_types"][: config["num_hidden_layers"] - config.get("num_kv_shared_layers", 0)]
+    owners = full_config(config)["layer_types"][
+        : config["num_hidden_layers"] - config.get("num_kv_shared_layers", 0)
+    ]
     # K and V of every layer that owns a cache, over the whole context (an upper bound for the
     # sliding ones).
-    kv = 2 * sum(math.prod(attention_heads(config, kind)) for kind in owners) * longest * batch * width
+    kv = (
+        2
+        * sum(math.prod(attention_heads(config, kind)) for kind in owners)
+        * longest
+        * batch
+        * width
+    )
     scores = batch * config["num_attention_heads"] * chunk * longest * 4 * 2
     mlp_width = config["intermediate_size"] * (2 if config.get("use_double_wide_mlp") else 1)
     mlp = 3 * batch * chunk * mlp_width * 4
@@ -70,7 +78,9 @@ def available_bytes() -> int:
     except OSError:
         pass
     if platform.system() == "Darwin":
-        return int(subprocess.run(["sysctl", "-n", "hw.memsize"], capture_output=True, text=True).stdout)
+        return int(
+            subprocess.run(["sysctl", "-n", "hw.memsize"], capture_output=True, text=True).stdout
+        )
     return os.sysconf("SC_PAGE_SIZE") * os.sysconf("SC_PHYS_PAGES")
 
 

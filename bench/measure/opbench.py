@@ -65,7 +65,9 @@ def op_cases(
     calls = calls_by_op()
     ops = list(only) if only is not None else list(calls)
     return [
-        replace(case, sizes=(size,), dtype=dtype) for op in ops for case in calls[op].cases(args, batch, prompt_tokens)
+        replace(case, sizes=(size,), dtype=dtype)
+        for op in ops
+        for case in calls[op].cases(args, batch, prompt_tokens)
     ]
 
 
@@ -126,7 +128,9 @@ def experiment_plan(exp: Experiment) -> Plan:
     """The sizes (preset models only) and workloads of an experiment."""
     targets = tuple(
         dict.fromkeys(
-            replace(_preset_target(m.preset, m.dtype), size=m.size) for m in exp.models if m.preset is not None
+            replace(_preset_target(m.preset, m.dtype), size=m.size)
+            for m in exp.models
+            if m.preset is not None
         )
     )
     notes = tuple(
@@ -201,7 +205,9 @@ def warm_up(
     outputs = {name: fn(*inputs.args, **inputs.kwargs) for name, fn in variants.items()}
     mx.eval(list(outputs.values()))
     ref = outputs[reference].astype(mx.float32)
-    errors = {name: mx.abs(out.astype(mx.float32) - ref).max().item() for name, out in outputs.items()}
+    errors = {
+        name: mx.abs(out.astype(mx.float32) - ref).max().item() for name, out in outputs.items()
+    }
     written = outputs[reference].nbytes
     del outputs, ref
     fastest = min(time_calls(fn, inputs, 1) for fn in variants.values())
@@ -231,7 +237,9 @@ def bench_case(
             advance()
 
 
-def op_record(case: OpCase, variant: str, round_index: int, seconds: float, warm: Warm, flops: int | None) -> OpRecord:
+def op_record(
+    case: OpCase, variant: str, round_index: int, seconds: float, warm: Warm, flops: int | None
+) -> OpRecord:
     return {
         "kind": "op",
         "op": case.op,
@@ -256,7 +264,9 @@ def op_record(case: OpCase, variant: str, round_index: int, seconds: float, warm
     }
 
 
-def worker_like_env(threads: int, environ: dict[str, str] | None = None) -> tuple[dict[str, str], str | None]:
+def worker_like_env(
+    threads: int, environ: dict[str, str] | None = None
+) -> tuple[dict[str, str], str | None]:
     """The environment a run's workers would get: an optimized BLAS preloaded when mlx would use the
     reference one, and every BLAS limited to `threads` threads. Returns it and the BLAS it preloads
     (None: the preload is kept)."""

@@ -133,7 +133,9 @@ def _still_registered(info: PluginInfo) -> bool:
     if info.module not in sys.modules or not all(op in REGISTRY for op in info.ops):
         return False
     return all(
-        op in REGISTRY and variant in REGISTRY[op].variants and _OWNERS.get((op, variant)) == info.path
+        op in REGISTRY
+        and variant in REGISTRY[op].variants
+        and _OWNERS.get((op, variant)) == info.path
         for op, variant in info.variants
     )
 
@@ -155,7 +157,9 @@ def load_plugin(path: Path | str) -> PluginInfo:
     try:
         data = resolved.read_bytes()
     except OSError as err:
-        raise PluginError(f"{shown}: plugin: {type(err).__name__}: {_one_line(err.strerror or err)}") from err
+        raise PluginError(
+            f"{shown}: plugin: {type(err).__name__}: {_one_line(err.strerror or err)}"
+        ) from err
     digest = _sha256(data)
     name = _module_name(resolved)
 
@@ -181,7 +185,9 @@ def load_plugin(path: Path | str) -> PluginInfo:
         where = f"{shown}:{line}" if line else shown
         raise PluginError(f"{where}: plugin: {type(err).__name__}: {_message(err)}") from err
 
-    declared = tuple(op for op, spec_ in REGISTRY.items() if op not in before or before[op].spec is not spec_)
+    declared = tuple(
+        op for op, spec_ in REGISTRY.items() if op not in before or before[op].spec is not spec_
+    )
     registered = []
     for op, spec_ in REGISTRY.items():
         had = before[op].variants if op in before else {}
@@ -195,8 +201,8 @@ def load_plugin(path: Path | str) -> PluginInfo:
                 by = f"plugin {owner}" if owner else "models.ops"
                 line = _variant_line(data.decode(errors="replace"), variant, fn)
                 raise PluginError(
-                    f"{shown}:{line}: plugin: ValueError: {op} variant {variant!r} is already registered by {by};"
-                    " register it under a new name"
+                    f"{shown}:{line}: plugin: ValueError: {op} variant {variant!r} "
+                    f"is already registered by {by}; register it under a new name"
                 )
             registered.append((op, variant))
 

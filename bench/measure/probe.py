@@ -26,7 +26,9 @@ PROBES: dict[str, Callable[[], Env | PeakProbe]] = {"env": collect_env, "peaks":
 
 def _probe_in(env: dict[str, str], what: str) -> Any:
     """The JSON object probe `what` prints, run in a fresh process with environment `env`."""
-    done = subprocess.run([sys.executable, "-m", __name__, what], env=env, capture_output=True, text=True, check=True)
+    done = subprocess.run(
+        [sys.executable, "-m", __name__, what], env=env, capture_output=True, text=True, check=True
+    )
     return json.loads(done.stdout.strip().splitlines()[-1])
 
 

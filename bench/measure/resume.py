@@ -41,7 +41,9 @@ class DoneWork:
         kind = record["kind"]
         build = record.get("build", CURRENT.name)
         if kind == "trial":
-            self._trials.add((record["cell"], build, record["variant"], record["warmup"], record["round"]))
+            self._trials.add(
+                (record["cell"], build, record["variant"], record["warmup"], record["round"])
+            )
         elif kind in ("correctness", "kernel"):
             self._facts.add((record["cell"], build, kind))
         elif kind == "depth":

@@ -134,7 +134,9 @@ def _role_totals(config_json: str, dtype: str, quantize: str | None) -> RoleTota
     return RoleTotals(counts, nbytes)
 
 
-def role_totals(config: dict[str, Any], dtype: str = "float32", quantize: str | None = None) -> RoleTotals:
+def role_totals(
+    config: dict[str, Any], dtype: str = "float32", quantize: str | None = None
+) -> RoleTotals:
     """Cached per config: building even the lazy 31B takes a moment, and a report asks once per
     cell."""
     return _role_totals(json.dumps(config, sort_keys=True), dtype, quantize)
@@ -173,7 +175,9 @@ def _layers(args: ModelArgs) -> list[LayerAttention]:
     for i, layer_type in enumerate(args.layer_types):
         head_dim, kv_heads = attention_heads(vars(args), layer_type)
         window = args.sliding_window if layer_type == "sliding_attention" else None
-        layers.append(LayerAttention(args.num_attention_heads, head_dim, kv_heads, window, i < first_shared))
+        layers.append(
+            LayerAttention(args.num_attention_heads, head_dim, kv_heads, window, i < first_shared)
+        )
     return layers
 
 
@@ -228,7 +232,8 @@ def cell_work(
     per_token_params = params["body"] + round(params["experts"] * expert_share)
     layers = _layers(args)
     attention_flops = batch * sum(
-        4 * layer.heads * layer.head_dim * attended_pairs(prompt_tokens, layer.window) for layer in layers
+        4 * layer.heads * layer.head_dim * attended_pairs(prompt_tokens, layer.window)
+        for layer in layers
     )
     matmul_flops = 2 * per_token_params * batch * prompt_tokens + 2 * params["head"] * batch
     steps = max(0, gen_tokens - 1)
@@ -237,9 +242,12 @@ def cell_work(
     step_expert_share = min(1.0, batch * expert_share)
     weight_bytes = nbytes["body"] + nbytes["head"] + round(nbytes["experts"] * step_expert_share)
     itemsize = DTYPE_BYTES[dtype]
-    kv_write = batch * steps * sum(layer.kv_bytes_per_token(itemsize) for layer in layers if layer.owns_kv)
+    kv_write = (
+        batch * steps * sum(layer.kv_bytes_per_token(itemsize) for layer in layers if layer.owns_kv)
+    )
     kv_read = batch * sum(
-        layer.kv_bytes_per_token(itemsize) * _keys_read(prompt_tokens, steps, layer.window) for layer in layers
+        layer.kv_bytes_per_token(itemsize) * _keys_read(prompt_tokens, steps, layer.window)
+        for layer in layers
     )
     gen_bytes = steps * weight_bytes + kv_read + kv_write
     return CellWork(
@@ -284,7 +292,11 @@ def percent_of_peak(rates: Rates, peak: Peak | None, dtype: str = "float32") -> 
         memory_roof = peak.get("memory_gbps")
     prefill = _percent(rates.get("prefill_tflops"), compute_roof)
     gen = _percent(rates.get("gen_gbps"), memory_roof)
-    above = [metric for metric, pct in (("prefill", prefill), ("gen", gen)) if pct is not None and pct > 100.0]
+    above = [
+        metric
+        for metric, pct in (("prefill", prefill), ("gen", gen))
+        if pct is not None and pct > 100.0
+    ]
     return {
         "prefill_pct_of_peak": None if "prefill" in above else prefill,
         "gen_pct_of_peak": None if "gen" in above else gen,
@@ -306,7 +318,9 @@ def load_chips(path: Path = CHIPS_FILE) -> tuple[Peak, ...]:
     for i, chip in enumerate(chips):
         missing = [f for f in CHIP_FIELDS if f not in chip]
         if missing:
-            raise ValueError(f"{path}: chips[{i}] ({chip.get('name', '?')}): missing {', '.join(missing)}")
+            raise ValueError(
+                f"{path}: chips[{i}] ({chip.get('name', '?')}): missing {', '.join(missing)}"
+            )
     return tuple(chips)
 
 
@@ -330,8 +344,8 @@ def probe_peak(probe: PeakProbe) -> Peak:
         "bf16_tflops": None,
         "memory_gbps": max(probe["copy_gbps"], probe.get("gemv_read_gbps", 0.0)),
         "source": f"fusebench env --probe: {probe['matmul_shape']} matmul; the faster of a "
-        f"{probe['copy_bytes'] // 2**20} MiB copy (read + write) and a matrix-vector read of an LM-head-sized "
-        "matrix (262144 x 1536 fp32)",
+        f"{probe['copy_bytes'] // 2**20} MiB copy (read + write) and a matrix-vector read of an "
+        "LM-head-sized matrix (262144 x 1536 fp32)",
         "confidence": "measured",
     }
 

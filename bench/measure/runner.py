@@ -137,14 +137,18 @@ def worker_job(model: ModelSpec, exp: Experiment) -> WorkerJob:
         seed=exp.seed,
         correctness=Gate(
             reference=exp.correctness.reference,
-            atol=exp.correctness.atol if exp.correctness.atol is not None else ATOL_BY_DTYPE[model.dtype],
+            atol=exp.correctness.atol
+            if exp.correctness.atol is not None
+            else ATOL_BY_DTYPE[model.dtype],
             tokens=exp.correctness.tokens,
         ),
         plugins=exp.plugins,
     )
 
 
-def comparison_pairs(exp: Experiment, builds: Sequence[str]) -> list[tuple[tuple[str, str], tuple[str, str]]]:
+def comparison_pairs(
+    exp: Experiment, builds: Sequence[str]
+) -> list[tuple[tuple[str, str], tuple[str, str]]]:
     """The ((build, variant), (build, variant)) pairs a cell's stopping rule watches: with one build
     the experiment's comparisons (or the first variant against each other one); with a reference
     build, each variant across the builds, which is what the gate judges."""
@@ -182,7 +186,9 @@ class CellStop:
         target = exp.precision.target_pct if exp.precision else None
         # A gate row is decided against the experiment's margin as the limit (ci.yaml's 5%: check's
         # default).
-        self.goal = Goal(exp.margin_pct, limit_pct=exp.margin_pct if across else None, target_pct=target)
+        self.goal = Goal(
+            exp.margin_pct, limit_pct=exp.margin_pct if across else None, target_pct=target
+        )
         self.values: dict[tuple[str, str], dict[int, tuple[float, float | None]]] = {}
         self.process_of: dict[int, int] = {}  # round -> the worker process (pair) that ran it
         self.share_s = share_s
@@ -194,7 +200,9 @@ class CellStop:
             self.process_of[trial.round] = process
             measured = trial.measured
             if self.first_round_at is None:
-                self.first_round_at = time.monotonic() - measured.prefill_s - (measured.gen_s or 0.0)
+                self.first_round_at = (
+                    time.monotonic() - measured.prefill_s - (measured.gen_s or 0.0)
+                )
             self.values.setdefault((build, trial.variant), {})[trial.round] = (
                 measured.prefill_tps,
                 measured.gen_tps,
@@ -208,13 +216,18 @@ class CellStop:
                 base = [self.values[a][r][i] for r in rounds]
                 new = [self.values[b][r][i] for r in rounds]
                 if len(rounds) >= 2 and None not in base and None not in new:
-                    label = f"{'/'.join(b)} vs {'/'.join(a)} {metric}".replace(f"{CURRENT.name}/", "")
+                    label = f"{'/'.join(b)} vs {'/'.join(a)} {metric}".replace(
+                        f"{CURRENT.name}/", ""
+                    )
                     processes = [self.process_of[r] for r in rounds]
                     estimates[label] = paired_estimate(base, new, processes=processes)
         return estimates
 
     def rows(self) -> dict[str, Row]:
-        return {label: Row(e.mean_log, e.sd_log, e.n, self.alpha, self.goal) for label, e in self._estimates().items()}
+        return {
+            label: Row(e.mean_log, e.sd_log, e.n, self.alpha, self.goal)
+            for label, e in self._estimates().items()
+        }
 
     def half_widths(self) -> dict[str, float]:
         """Each watched row's half-width in percent at the level the table prints it."""
@@ -231,7 +244,9 @@ class CellStop:
         return (time.monotonic() - self.first_round_at) / rounds
 
     def time_left_s(self) -> float:
-        return math.inf if self.share_s is None else self.share_s - (time.monotonic() - self.started)
+        return (
+            math.inf if self.share_s is None else self.share_s - (time.monotonic() - self.started)
+        )
 
     def forecasts(self, rounds: int) -> dict[str, Forecast]:
         """Each undecided row's forecast (analysis.stopping, "In reach")."""
@@ -275,22 +290,34 @@ class CellStop:
         rows = len(self.rows())
         pace = self.round_s(rounds)
         head = (
-            f"after {rounds} rounds ({pace:.1f} s a round): {rows - len(forecasts)} of {rows} rows decided"
+            f"after {rounds} rounds ({pace:.1f} s a round): "
+            f"{rows - len(forecasts)} of {rows} rows decided"
             if pace
             else f"after {rounds} rounds: {rows - len(forecasts)} of {rows} rows decided"
         )
         left = self.time_left_s()
-        allows = (rounds + max(0, int(left // pace))) if pace and math.isfinite(left) else self.exp.trials
+        allows = (
+            (rounds + max(0, int(left // pace)))
+            if pace and math.isfinite(left)
+            else self.exp.trials
+        )
         allows = min(allows, self.exp.trials)
         far = {label: f for label, f in forecasts.items() if not self._in_reach(f)}
         out = [f"{label} {settle_text(f)}" for label, f in far.items()]
         reach = len(forecasts) - len(out)
         beyond = (
-            [f"out of reach (this size's share of the budget allows {allows} rounds): " + ", ".join(out)] if out else []
+            [
+                f"out of reach (this size's share of the budget allows {allows} rounds): "
+                + ", ".join(out)
+            ]
+            if out
+            else []
         )
         more = [f.seconds for f in far.values() if f.seconds is not None]
         if more and all(f.rounds is not None for f in far.values()):
-            beyond.append(f"about {format_duration(max(more))} more budget for this size would settle them")
+            beyond.append(
+                f"about {format_duration(max(more))} more budget for this size would settle them"
+            )
         return "; ".join([head, *([f"{reach} more in reach"] if reach else []), *beyond])
 
 
@@ -324,7 +351,9 @@ class Runner:
         self.peak = peak
         self.env = env
         self.builds = [options.current, *([options.reference] if options.reference else [])]
-        self.order = centre_order(list(exp.variants), [(c.baseline, c.new) for c in exp.comparisons])
+        self.order = centre_order(
+            list(exp.variants), [(c.baseline, c.new) for c in exp.comparisons]
+        )
         self.cells = {cell.key: cell for cell in exp.cells()}
         self.work: dict[str, CellWork] = {}
         self.options = options
@@ -340,14 +369,18 @@ class Runner:
 
     def run(self, jobs: list[ModelJob], writer: ResultsWriter) -> None:
         if self.exp.precision and self.exp.precision.budget_s:
-            self.budget = RunBudget(self.exp.precision.budget_s, sum(len(job.cells) for job in jobs))
+            self.budget = RunBudget(
+                self.exp.precision.budget_s, sum(len(job.cells) for job in jobs)
+            )
         cells = sum(len(job.cells) for job in jobs)
         total = self.exp.trial_count(cells, builds=len(self.builds))
         with self._progress() as progress:
             task = progress.add_task("starting", total=total)
 
             def update(text: str, advance: int = 0, drop: int = 0) -> None:
-                progress.update(task, description=text, advance=advance, total=progress.tasks[0].total - drop)
+                progress.update(
+                    task, description=text, advance=advance, total=progress.tasks[0].total - drop
+                )
 
             for job in jobs:
                 self._run_model(job, writer, update)
@@ -366,12 +399,16 @@ class Runner:
             transient=False,
         )
 
-    def write_record(self, writer: ResultsWriter, cell_key: str, kind: str, fields: Mapping[str, object]) -> None:
+    def write_record(
+        self, writer: ResultsWriter, cell_key: str, kind: str, fields: Mapping[str, object]
+    ) -> None:
         """A record of a cell: its kind, the fields every record of the cell carries, then its
         own."""
         writer.write({"kind": kind, **self.meta[cell_key], **fields})
 
-    def write_result(self, writer: ResultsWriter, cell_key: str, build: str, result: Result, process: int) -> None:
+    def write_result(
+        self, writer: ResultsWriter, cell_key: str, build: str, result: Result, process: int
+    ) -> None:
         """What a build's worker found, with a trial's roofline and the worker process (pair) that
         ran it."""
         fields = {**result_fields(result), "build": build}
@@ -395,7 +432,9 @@ class Runner:
 
     def _roofline(self, cell_key: str, measured: Measured) -> tuple[Rates, PeakShares]:
         """Achieved TFLOP/s and GB/s of a trial, and their share of this machine's peak."""
-        rates = achieved({"prefill_s": measured.prefill_s, "gen_s": measured.gen_s}, self._work(cell_key))
+        rates = achieved(
+            {"prefill_s": measured.prefill_s, "gen_s": measured.gen_s}, self._work(cell_key)
+        )
         shares = percent_of_peak(rates, self.peak, self.cells[cell_key].model.dtype)
         self.above_peak.update(shares["above_peak"])
         for metric, value in rates.items():
@@ -411,7 +450,9 @@ class Runner:
     def cell_finished(self) -> None:
         self.cells_done += 1
 
-    def _close_cells(self, writer: ResultsWriter, cells: list[Cell], kind: str, reason: str) -> None:
+    def _close_cells(
+        self, writer: ResultsWriter, cells: list[Cell], kind: str, reason: str
+    ) -> None:
         for cell in cells:
             self.cell_finished()
             self.write_record(writer, cell.key, kind, {"reason": reason})
@@ -436,7 +477,10 @@ class Runner:
     def start_sessions(self, model: ModelSpec) -> dict[str, WorkerSession]:
         """A worker process for each build, loading the model."""
         cpus = pinned_cpus(self.env) if self.options.pin else None
-        return {b.name: WorkerSession(worker_job(model, self.exp), b, self.env, cpus) for b in self.builds}
+        return {
+            b.name: WorkerSession(worker_job(model, self.exp), b, self.env, cpus)
+            for b in self.builds
+        }
 
     def _run_sessions(self, job: ModelJob, writer: ResultsWriter, update: Callable) -> None:
         sessions = self.start_sessions(job.model)
@@ -448,11 +492,14 @@ class Runner:
                     where = "" if len(sessions) == 1 else f" ({name} build)"
                     self.console.print(
                         f"{job.model.label}{where}: loaded {format_count(loaded.parameters)} "
-                        f"parameters ({loaded.weight_bytes / 2**30:.2f} GiB) in {loaded.load_s:.1f} s",
+                        f"parameters ({loaded.weight_bytes / 2**30:.2f} GiB) "
+                        f"in {loaded.load_s:.1f} s",
                         highlight=False,
                     )
             for cell in job.cells:
-                CellRun(self, cell, sessions, job.done, writer, update).run(first=cell is job.cells[0])
+                CellRun(self, cell, sessions, job.done, writer, update).run(
+                    first=cell is job.cells[0]
+                )
         except BaseException:
             for session in sessions.values():
                 session.stop(kill=True)
@@ -482,13 +529,17 @@ class CellRun:
         share = runner.cell_share_s()
         # The cell's deadline (timeout_s) counts from here too: a share past it would end in a
         # timeout, not a stop.
-        self.target = CellStop(self.exp, list(sessions), None if share is None else min(share, self.exp.timeout_s))
+        self.target = CellStop(
+            self.exp, list(sessions), None if share is None else min(share, self.exp.timeout_s)
+        )
 
     def run(self, first: bool) -> None:
         for build in self.sessions:
             for kind in ("correctness", "kernel"):
                 if not self.done.has_facts(self.cell.key, build, kind):
-                    self._request(build, Command("kernels" if kind == "kernel" else kind, self.shape))
+                    self._request(
+                        build, Command("kernels" if kind == "kernel" else kind, self.shape)
+                    )
         for w in range(self.exp.warmup):
             self._round(w, warmup=True)
         rounds, reason = 0, None
@@ -500,7 +551,8 @@ class CellRun:
             reason = self.target.stop_reason(rounds)
             if rounds == MIN_AUTO_ROUNDS and self.exp.precision and not self.runner.options.quiet:
                 self.runner.console.print(
-                    f"{self.cell.model.label} {self.cell.workload.label}: {self.target.plan_line(rounds)}",
+                    f"{self.cell.model.label} {self.cell.workload.label}: "
+                    f"{self.target.plan_line(rounds)}",
                     highlight=False,
                 )
         per_round = len(self.exp.variants) * len(self.sessions)
@@ -514,7 +566,9 @@ class CellRun:
             "reason": reason,
             "half_width_pct": self.target.half_widths(),
             "round_s": self.target.round_s(rounds),
-            "undecided": {label: {"rounds": f.rounds, "seconds": f.seconds} for label, f in forecasts.items()},
+            "undecided": {
+                label: {"rounds": f.rounds, "seconds": f.seconds} for label, f in forecasts.items()
+            },
         }
         self.runner.write_record(self.writer, self.cell.key, "stop", stop)
         self.runner.cell_finished()
@@ -527,7 +581,9 @@ class CellRun:
             for r in range(rounds):
                 for build, variant in round_plan(self.runner.order, list(self.sessions), r):
                     if not self.done.has_depth(self.cell.key, build, variant, r):
-                        self._request(build, Command("depth", self.shape, variant, r, depths=self.exp.depths))
+                        self._request(
+                            build, Command("depth", self.shape, variant, r, depths=self.exp.depths)
+                        )
         self._shares()
 
     def _shares(self) -> None:
@@ -545,7 +601,9 @@ class CellRun:
             return
         for r in range(self.exp.shares):
             if not self.done.has_share(self.cell.key, r):
-                self.update(f"{self.cell.model.label} {self.cell.workload.label}: op shares, round {r + 1}")
+                self.update(
+                    f"{self.cell.model.label} {self.cell.workload.label}: op shares, round {r + 1}"
+                )
                 self._request(CURRENT.name, Command("shares", self.shape, round=r))
 
     def _pair_served(self, rounds: int) -> bool:
@@ -593,7 +651,8 @@ class CellRun:
             if isinstance(result, Agreement) and not result.passed:
                 self.runner.console.print(
                     f"[red]correctness[/]: {result.variant} differs from {result.reference} on "
-                    f"{self.cell.key} ({build} build): max |Δlogit| {result.max_abs_err:.3g} > {result.atol:.3g}"
+                    f"{self.cell.key} ({build} build): max |Δlogit| {result.max_abs_err:.3g} > "
+                    f"{result.atol:.3g}"
                 )
         return results
 
@@ -647,8 +706,9 @@ def raise_cached_peak(env: Env, best: dict[str, float], metrics: set[str]) -> st
     probe["raised_by_a_run"] = True
     path.write_text(json.dumps(probe))
     return (
-        f"peak underestimated: {', '.join(sorted(metrics))} exceeded this machine's measured peak; those trials "
-        f"show no percentage, and the cached peak ({path}) is raised to what this run achieved"
+        f"peak underestimated: {', '.join(sorted(metrics))} exceeded this machine's measured "
+        f"peak; those trials show no percentage, and the cached peak ({path}) is raised to what "
+        "this run achieved"
     )
 
 
@@ -670,14 +730,18 @@ def print_dry_run(exp: Experiment, cells: list[Cell], console: Console) -> None:
         )
     console.print(table)
     for name, ops in exp.variants.items():
-        console.print(f"variant [bold]{name}[/]: " + ", ".join(f"{op}={v}" for op, v in ops.items()))
+        console.print(
+            f"variant [bold]{name}[/]: " + ", ".join(f"{op}={v}" for op, v in ops.items())
+        )
     rounds = auto_rounds_text(exp) if exp.precision else f"{exp.trials} timed rounds"
     trials = len(cells) * len(exp.variants) * (exp.trials + exp.warmup)
-    order = " ".join(centre_order(list(exp.variants), [(c.baseline, c.new) for c in exp.comparisons]))
+    order = " ".join(
+        centre_order(list(exp.variants), [(c.baseline, c.new) for c in exp.comparisons])
+    )
     console.print(
-        f"{trials} trials{' at most' if exp.precision else ''}: per variant and cell, {exp.warmup} warmup "
-        f"round(s), then {rounds}; order {order}, "
-        "reversed every other round; BLAS threads: "
+        f"{trials} trials{' at most' if exp.precision else ''}: per variant and cell, "
+        f"{exp.warmup} warmup round(s), then {rounds}; order {order}, reversed every other round; "
+        "BLAS threads: "
         f"{exp.threads or 'auto (measured on this machine when the run starts, then cached)'}"
     )
 
@@ -688,21 +752,24 @@ def auto_rounds_text(exp: Experiment) -> str:
     target = f", each interval within ±{auto.target_pct:g}%" if auto.target_pct else ""
     budget = f", the whole run within {auto.budget_s:g} s" if auto.budget_s else ""
     return (
-        f"rounds until every row is decided (faster, slower, or no change within ±{exp.margin_pct:g}%"
-        f"{target}; a pilot of {MIN_AUTO_ROUNDS}, at most {exp.trials}{budget})"
+        "rounds until every row is decided (faster, slower, or no change within "
+        f"±{exp.margin_pct:g}%{target}; a pilot of {MIN_AUTO_ROUNDS}, "
+        f"at most {exp.trials}{budget})"
     )
 
 
 def honest_warnings(exp: Experiment) -> list[str]:
     warnings = []
     if exp.warmup == 0:
-        warnings.append("warmup is 0: the first timed round of each variant includes JIT and compile time")
+        warnings.append(
+            "warmup is 0: the first timed round of each variant includes JIT and compile time"
+        )
     if exp.precision is None and exp.trials < 3:
         warnings.append(f"trials is {exp.trials}: fewer than 3 paired rounds give no verdict")
     if (os.cpu_count() or 1) > 1 and exp.threads == os.cpu_count():
         warnings.append(
-            f"threads is {exp.threads}, every core: anything else on the machine stalls a BLAS thread "
-            "and the whole matmul waits (threads: auto measures which count pays here)"
+            f"threads is {exp.threads}, every core: anything else on the machine stalls a BLAS "
+            "thread and the whole matmul waits (threads: auto measures which count pays here)"
         )
     return warnings
 
@@ -729,7 +796,9 @@ def build_fields(build: Build, env: Env) -> BuildFields:
     )
 
 
-def run_experiment(exp: Experiment, options: RunOptions, console: Console, resume: Path | None = None) -> int:
+def run_experiment(
+    exp: Experiment, options: RunOptions, console: Console, resume: Path | None = None
+) -> int:
     started = time.monotonic()  # budget_s bounds the run's wall time from here
     cells = shard_cells(exp.cells(), *options.shard)
     if options.dry_run:
@@ -747,7 +816,9 @@ def run_experiment(exp: Experiment, options: RunOptions, console: Console, resum
     runner = Runner(exp, options, run_id, console, peak, worker_env, started)
     before = preflight()
     with ResultsWriter(options.out) as writer:
-        experiment = StoredExperiment(name=exp.name, file=exp.file, sha256=exp.sha256, content=exp.content)
+        experiment = StoredExperiment(
+            name=exp.name, file=exp.file, sha256=exp.sha256, content=exp.content
+        )
         plugins = [PluginFile(path=str(p.path), sha256=p.sha256) for p in load_plugins(exp.plugins)]
         builds = {b.name: build_fields(b, env) for b in runner.builds}
         writer.write(
@@ -779,7 +850,11 @@ def run_experiment(exp: Experiment, options: RunOptions, console: Console, resum
                 )
                 return 130
             finally:
-                writer.write({"kind": "load", "run_id": run_id, **(sampler.summary() or {"samples": 0})})
+                writer.write(
+                    {"kind": "load", "run_id": run_id, **(sampler.summary() or {"samples": 0})}
+                )
     if runner.above_peak and env["backend"] == "cpu":
-        console.print(f"[yellow]warning[/]: {raise_cached_peak(env, runner.best, runner.above_peak)}")
+        console.print(
+            f"[yellow]warning[/]: {raise_cached_peak(env, runner.best, runner.above_peak)}"
+        )
     return 0

@@ -32,7 +32,9 @@ def centre_order(variants: Sequence[str], comparisons: Sequence[tuple[str, str]]
     return [*others[:half], hub, *others[half:]]
 
 
-def round_plan(order: Sequence[str], builds: Sequence[str], round_index: int) -> list[tuple[str, str]]:
+def round_plan(
+    order: Sequence[str], builds: Sequence[str], round_index: int
+) -> list[tuple[str, str]]:
     """(build, variant) in the order one round runs them: each variant in every build back to back,
     then ABBA."""
     return round_order([(build, variant) for variant in order for build in builds], round_index)

@@ -45,7 +45,9 @@ class Build:
     def worker_env(self, base: dict[str, str]) -> dict[str, str]:
         env = {**base, **self.env, "PYTHONUNBUFFERED": "1"}
         if self.root is not None:
-            env["PYTHONPATH"] = os.pathsep.join([str(self.root), *filter(None, [base.get("PYTHONPATH")])])
+            env["PYTHONPATH"] = os.pathsep.join(
+                [str(self.root), *filter(None, [base.get("PYTHONPATH")])]
+            )
         return env
 
 
@@ -63,7 +65,9 @@ class WorkerSession:
     """A worker process for one model and build: `loaded()` once, then `request(command)` for each
     command."""
 
-    def __init__(self, job: WorkerJob, build: Build, env: dict[str, str], cpus: Sequence[int] | None = None) -> None:
+    def __init__(
+        self, job: WorkerJob, build: Build, env: dict[str, str], cpus: Sequence[int] | None = None
+    ) -> None:
         self.build = build
         self.process = subprocess.Popen(
             [build.interpreter, "-m", "bench.measure.worker"],
@@ -101,7 +105,9 @@ class WorkerSession:
         for line in self.process.stderr:
             self.stderr_tail.append(line.rstrip())
 
-    def _next(self, cell: str | None, deadline: float, timeout_s: float) -> Loaded | Recorded | Done:
+    def _next(
+        self, cell: str | None, deadline: float, timeout_s: float
+    ) -> Loaded | Recorded | Done:
         while True:
             if time.monotonic() > deadline:
                 raise WorkerFailed(cell, f"timed out after {timeout_s:g} s")
@@ -131,12 +137,16 @@ class WorkerSession:
 
     def failure_reason(self) -> str:
         code = self.process.wait()
-        what = "killed by the OS (out of memory?)" if code in (-9, 137) else f"exited with code {code}"
+        what = (
+            "killed by the OS (out of memory?)" if code in (-9, 137) else f"exited with code {code}"
+        )
         lines = [line.strip() for line in self.stderr_tail if line.strip()]
         prefix = "worker" if self.build.name == "current" else f"{self.build.name} build's worker"
         if compiled := compile_failure(lines):
             return f"{prefix} {what}: {compiled}"
-        exceptions = [line for line in lines if re.match(r"^[\w.]+(Error|Exception|Interrupt)\b", line)]
+        exceptions = [
+            line for line in lines if re.match(r"^[\w.]+(Error|Exception|Interrupt)\b", line)
+        ]
         last = (exceptions or lines or [""])[-1]
         return f"{prefix} {what}" + (f": {last.strip()}" if last else "")
 

@@ -58,7 +58,9 @@ def _describe(value: Any) -> Any:
 
 
 def _label(inputs: Inputs) -> str:
-    arrays = [v for v in [*inputs.args, *inputs.kwargs.values()] if isinstance(v, mx.array) and v.ndim > 1]
+    arrays = [
+        v for v in [*inputs.args, *inputs.kwargs.values()] if isinstance(v, mx.array) and v.ndim > 1
+    ]
     shapes = " ".join("[" + ",".join(str(d) for d in a.shape) + "]" for a in arrays)
     dtypes = {str(a.dtype).removeprefix("mlx.core.") for a in arrays} - {"float32"}
     return f"{shapes} {'/'.join(sorted(dtypes))}".strip()
@@ -169,7 +171,9 @@ class ShareTimer:
         overhead = _eval_overhead(self.overhead_iterations)
         for plan in self.plans:
             for name in round_order(plan.names, round_index):
-                seconds = time_calls(REGISTRY[plan.call.op].variants[name], plan.call.inputs, plan.iterations)
+                seconds = time_calls(
+                    REGISTRY[plan.call.op].variants[name], plan.call.inputs, plan.iterations
+                )
                 yield ShareTime(
                     plan.phase,
                     plan.call.op,

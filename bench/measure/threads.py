@@ -80,7 +80,9 @@ def cache_path(env: Env) -> Path:
     return cache_dir() / f"threads-v1-{machine_key(env)}.json"
 
 
-def choose_threads(worker_env: dict[str, str], env: Env, cores: int | None = None, fresh: bool = False) -> ThreadChoice:
+def choose_threads(
+    worker_env: dict[str, str], env: Env, cores: int | None = None, fresh: bool = False
+) -> ThreadChoice:
     """The measured choice for this machine, from the cache unless `fresh` (or none is cached)."""
     cores = cores or os.cpu_count() or 1
     if cores == 1:
@@ -107,7 +109,8 @@ def decide(settings: tuple[Setting, ...]) -> ThreadChoice:
         return ThreadChoice(
             every.threads,
             settings,
-            f"{every.threads} threads gave {gain:.2f}x the precision per second of 1 (at least {MARGIN:g}x needed)",
+            f"{every.threads} threads gave {gain:.2f}x the precision "
+            f"per second of 1 (at least {MARGIN:g}x needed)",
         )
     return ThreadChoice(
         one.threads,
@@ -141,7 +144,9 @@ def measure(worker_env: dict[str, str], counts: tuple[int, ...]) -> tuple[Settin
         for sampler in samplers:
             sampler.stdin.close()
             sampler.wait(timeout=30)
-    return tuple(Setting(n, sum(t) / len(t), _log_sd(t)) for n, t in zip(counts, times, strict=True))
+    return tuple(
+        Setting(n, sum(t) / len(t), _log_sd(t)) for n, t in zip(counts, times, strict=True)
+    )
 
 
 def _ask(sampler: subprocess.Popen) -> float:

@@ -84,7 +84,9 @@ def verify_table(found: list[Agreement], title: str) -> Table:
 
 def run_verify(options: VerifyOptions, console: Console) -> int:
     found = verify(options)
-    title = f"fusebench verify: {options.model}" + (f" ({options.layers} layers)" if options.layers else "")
+    title = f"fusebench verify: {options.model}" + (
+        f" ({options.layers} layers)" if options.layers else ""
+    )
     console.print(verify_table(found, f"{title}, {options.dtype}, tolerance {found[0].atol:.0e}"))
     failed = [a.variant for a in found if not a.passed]
     if failed:

@@ -138,7 +138,9 @@ def decode(model: Model, token: mx.array, cache: list, steps: int) -> list[float
     return ready
 
 
-def time_trial(model: Model, prompt: mx.array, gen_tokens: int, prefill_step_size: int) -> TrialTiming:
+def time_trial(
+    model: Model, prompt: mx.array, gen_tokens: int, prefill_step_size: int
+) -> TrialTiming:
     cache = model.make_cache()
     mx.synchronize()
     mx.reset_peak_memory()
@@ -169,7 +171,9 @@ def trial_record(timing: TrialTiming, batch: int, prompt_tokens: int, gen_tokens
     )
 
 
-def teacher_forced_logits(model: Model, prompt: mx.array, tokens: list[int], step: int) -> list[mx.array]:
+def teacher_forced_logits(
+    model: Model, prompt: mx.array, tokens: list[int], step: int
+) -> list[mx.array]:
     """Logits after the prompt and after each given token: every variant is judged on the same
     inputs, so one near-tie cannot send the variants down different continuations."""
     cache = model.make_cache()
@@ -180,7 +184,9 @@ def teacher_forced_logits(model: Model, prompt: mx.array, tokens: list[int], ste
     return logits
 
 
-def greedy_logits(model: Model, prompt: mx.array, n_tokens: int, step: int) -> tuple[list[int], list[mx.array]]:
+def greedy_logits(
+    model: Model, prompt: mx.array, n_tokens: int, step: int
+) -> tuple[list[int], list[mx.array]]:
     """The greedy continuation and the logits that chose each of its tokens."""
     cache = model.make_cache()
     logits = [prefill(model, prompt, cache, step)]
@@ -212,15 +218,20 @@ def agreements(
     for name, ops in variants.items():
         model.set_ops(ops)
         logits = (
-            ref_logits if ops == variants[reference] else teacher_forced_logits(model, prompt, greedy_tokens[:-1], step)
+            ref_logits
+            if ops == variants[reference]
+            else teacher_forced_logits(model, prompt, greedy_tokens[:-1], step)
         )
         found.append(_compare_logits(name, reference, ref_logits, logits, atol))
     return found
 
 
-def _compare_logits(name: str, reference: str, ref: list[mx.array], new: list[mx.array], atol: float) -> Agreement:
+def _compare_logits(
+    name: str, reference: str, ref: list[mx.array], new: list[mx.array], atol: float
+) -> Agreement:
     max_abs = max(
-        mx.abs(a.astype(mx.float32) - b.astype(mx.float32)).max().item() for a, b in zip(ref, new, strict=True)
+        mx.abs(a.astype(mx.float32) - b.astype(mx.float32)).max().item()
+        for a, b in zip(ref, new, strict=True)
     )
     scale = max(mx.abs(a.astype(mx.float32)).max().item() for a in ref) or 1.0
     # A token disagreement only counts where the reference's choice is not itself within tolerance
@@ -276,7 +287,9 @@ class CommandRunner:
     def _kernels(self, command: Command) -> None:
         # Which kernels this cell's variants really run (fused or fallback): the A/B means something
         # only then.
-        facts = kernel_facts(self.model.args, prompt_tokens=command.cell.prompt_tokens, dtype=self.job.model.dtype)
+        facts = kernel_facts(
+            self.model.args, prompt_tokens=command.cell.prompt_tokens, dtype=self.job.model.dtype
+        )
         for fact in facts:
             self.emit(Recorded(fact))
 
@@ -306,7 +319,9 @@ class CommandRunner:
     def _depth(self, command: Command) -> None:
         cell, steps = command.cell, max(1, command.cell.gen_tokens - 1)
         depths = sorted(command.depths)
-        prompt = make_prompt(self.vocab, cell.batch, depths[-1], self.job.seed, DEPTH_STREAM + command.round)
+        prompt = make_prompt(
+            self.vocab, cell.batch, depths[-1], self.job.seed, DEPTH_STREAM + command.round
+        )
         self.model.set_ops(self.job.variants[command.variant])
         for depth, gen_s in self._depth_sweep(prompt, depths, steps):
             self.emit(
@@ -329,13 +344,19 @@ class CommandRunner:
             # The calls do not depend on the variant (every implementation takes its op's
             # arguments): trace any.
             self.model.set_ops(next(iter(self.job.variants.values())))
-            traced = trace_steps(self.model, prompt, partial(prefill, step=self.job.prefill_step_size))
-            implementations = {op: [ops[op] for ops in self.job.variants.values()] for op in self.model.ops}
+            traced = trace_steps(
+                self.model, prompt, partial(prefill, step=self.job.prefill_step_size)
+            )
+            implementations = {
+                op: [ops[op] for ops in self.job.variants.values()] for op in self.model.ops
+            }
             self.share_timers[cell.key] = ShareTimer(traced, implementations)
         for share in self.share_timers[cell.key].time_round(command.round):
             self.emit(Recorded(share))
 
-    def _depth_sweep(self, prompt: mx.array, depths: list[int], steps: int) -> list[tuple[int, float]]:
+    def _depth_sweep(
+        self, prompt: mx.array, depths: list[int], steps: int
+    ) -> list[tuple[int, float]]:
         """One long prefill, stopping at each depth to time `steps` decode steps there."""
         cache = self.model.make_cache()
         step, filled, timings = self.job.prefill_step_size, 0, []
@@ -363,7 +384,9 @@ def serve(job: WorkerJob, commands: Iterable[str], emit: Emit) -> None:
     load_plugins(job.plugins)
     start = time.perf_counter()
     spec = job.model
-    model = load_model(spec.source, layers=spec.layers, dtype=spec.dtype, quantize=spec.quantize, seed=job.seed)
+    model = load_model(
+        spec.source, layers=spec.layers, dtype=spec.dtype, quantize=spec.quantize, seed=job.seed
+    )
     emit(loaded(model, time.perf_counter() - start))
     runner = CommandRunner(model, job, emit)
     for line in commands:

@@ -30,7 +30,9 @@ class _Row:
     settle_s: float | None = None  # and the time they would take at this run's pace
 
 
-def bottom_lines(study: Study, machine: str, workload: str, pairs: Sequence[tuple[str, str]]) -> list[str]:
+def bottom_lines(
+    study: Study, machine: str, workload: str, pairs: Sequence[tuple[str, str]]
+) -> list[str]:
     """One sentence per comparison of this machine and workload (none for a pair with no rows)."""
     lines = []
     for pair in pairs:
@@ -81,11 +83,19 @@ def _sentence(rows: list[_Row], margin_pct: float) -> str:
     words = [row.word for row in rows]
     common = max(dict.fromkeys(words), key=words.count)
     others = [row for row in rows if row.word != common]
-    scope = f"on all {len(rows)} rows" if not others else f"on {len(rows) - len(others)} of {len(rows)} rows"
+    scope = (
+        f"on all {len(rows)} rows"
+        if not others
+        else f"on {len(rows) - len(others)} of {len(rows)} rows"
+    )
     head = f"{_phrase(common, margin_pct)} {scope}"
     if common is VerdictWord.INCONCLUSIVE:
         head += _settle_all([row for row in rows if row.word is common])
-    return head if not others else f"{head}; " + "; ".join(_exception(row, margin_pct) for row in others)
+    return (
+        head
+        if not others
+        else f"{head}; " + "; ".join(_exception(row, margin_pct) for row in others)
+    )
 
 
 def _settle_all(rows: list[_Row]) -> str:
@@ -114,7 +124,7 @@ def _exception(row: _Row, margin_pct: float) -> str:
             return f"{row.where} inconclusive ({width} after {row.rounds} rounds)"
         took = f" ({format_duration(row.settle_s)} more)" if row.settle_s is not None else ""
         return (
-            f"{row.where} inconclusive ({width} after {row.rounds} rounds; about {row.settle_rounds} rounds"
-            f"{took} would settle it at this noise)"
+            f"{row.where} inconclusive ({width} after {row.rounds} rounds; "
+            f"about {row.settle_rounds} rounds{took} would settle it at this noise)"
         )
     return f"{row.where} {_phrase(row.word, margin_pct)}"

@@ -39,7 +39,9 @@ def deltas_frame(study: Study, comparisons: Sequence[tuple[str, str]]) -> pd.Dat
             shares = shares_on(study, machine)
             for workload in ordered_workloads([on(study.timed, machine)]):
                 for row in compare_scope(study, machine, workload, pair):
-                    expected = shares.expected_delta(f"{row.model_key}|{workload}", *pair, row.metric)
+                    expected = shares.expected_delta(
+                        f"{row.model_key}|{workload}", *pair, row.metric
+                    )
                     rows.append(
                         (
                             machine,
@@ -56,7 +58,11 @@ def deltas_frame(study: Study, comparisons: Sequence[tuple[str, str]]) -> pd.Dat
                             (row.adj_high - 1) * 100,
                             row.n_pairs,
                             row.verdict.word.value if row.verdict else None,
-                            *((expected.delta_pct, expected.low_pct, expected.high_pct) if expected else (None,) * 3),
+                            *(
+                                (expected.delta_pct, expected.low_pct, expected.high_pct)
+                                if expected
+                                else (None,) * 3
+                            ),
                         )
                     )
     return pd.DataFrame(rows, columns=list(COLUMNS))

@@ -30,9 +30,13 @@ def render_env(env: Mapping[str, Any], probe: Mapping[str, Any] | None = None) -
     for key, value in env.items():
         table.add_row(key, Text(_format_value(key, value)))  # Text: paths may contain [markup]
     if probe:
-        table.add_row("fp32 matmul peak", Text(f"{probe['matmul_gflops']} GFLOP/s ({probe['matmul_shape']})"))
+        table.add_row(
+            "fp32 matmul peak", Text(f"{probe['matmul_gflops']} GFLOP/s ({probe['matmul_shape']})")
+        )
         copy_mib = probe["copy_bytes"] // 2**20
-        table.add_row("memory copy peak", Text(f"{probe['copy_gbps']} GB/s ({copy_mib} MiB, read+write)"))
+        table.add_row(
+            "memory copy peak", Text(f"{probe['copy_gbps']} GB/s ({copy_mib} MiB, read+write)")
+        )
     return table
 
 

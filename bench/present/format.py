@@ -88,6 +88,6 @@ def format_duration(seconds: float) -> str:
 
 
 def json_number(value: float) -> float | None:
-    """A figure for JSON output: rounded to 4 places, None where it is not finite (JSON has no inf or
-    NaN)."""
+    """A figure for JSON output: rounded to 4 places, None where it is not finite (JSON has no inf
+    or NaN)."""
     return round(float(value), 4) if math.isfinite(value) else None

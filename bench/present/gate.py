@@ -72,7 +72,11 @@ def settle_text(settle: Settle, rounds_now: int) -> str:
     """ "about 48 rounds (6 min at this run's pace) would settle it"."""
     if settle.rounds is None:
         return "the estimate sits on the limit; no round count settles it"
-    more = f", {format_duration(settle.seconds)} more at this run's pace" if settle.seconds is not None else ""
+    more = (
+        f", {format_duration(settle.seconds)} more at this run's pace"
+        if settle.seconds is not None
+        else ""
+    )
     return f"about {settle.rounds} rounds ({rounds_now} ran{more}) would settle it"
 
 
@@ -96,25 +100,32 @@ def summary_line(f: Finding) -> str:
         )
     if f.stalls and f.stalls.arm == STALLS_NEW and not slower_beyond(f.ci, f.limit.pct):
         return (
-            f"{check}: {what}: the {_arm(f, f.stalls)} stalls and the {_arm(f, f.stalls, other=True)} does not: "
-            + stall_facts(f.stalls)
+            f"{check}: {what}: the {_arm(f, f.stalls)} stalls "
+            f"and the {_arm(f, f.stalls, other=True)} does not: " + stall_facts(f.stalls)
         )
-    return f"{check}: {what}: {format_delta(f.ci)} {format_ci(f.ci)}, beyond the limit {limit_text(f.limit)}"
+    return (
+        f"{check}: {what}: {format_delta(f.ci)} {format_ci(f.ci)}, "
+        f"beyond the limit {limit_text(f.limit)}"
+    )
 
 
 def stall_facts(s: Stalls) -> str:
     """ "6 of 40 rounds excluded against it; Δ over all rounds +11.4% [+5.0%, +18.1%]; without them
     +26.2% [...]"."""
     return (
-        f"{s.against_arm} of {s.rounds} rounds excluded against it (sign test p = {s.sign_p:.2g}); Δ over all "
-        f"rounds {format_delta(s.all_rounds)} {format_ci(s.all_rounds)}; without them {format_delta(s.trimmed)} "
-        f"{format_ci(s.trimmed)}"
+        f"{s.against_arm} of {s.rounds} rounds excluded against it (sign test p = "
+        f"{s.sign_p:.2g}); Δ over all rounds {format_delta(s.all_rounds)} "
+        f"{format_ci(s.all_rounds)}; without them {format_delta(s.trimmed)} {format_ci(s.trimmed)}"
     )
 
 
 def _arm(f: Finding, s: Stalls, other: bool = False) -> str:
     """The arm's name as a check row reads it: the build for the A/B gate, else the variant side."""
-    names = ("current build", "reference build") if f.check == Check.BUILD else ("new variant", "baseline variant")
+    names = (
+        ("current build", "reference build")
+        if f.check == Check.BUILD
+        else ("new variant", "baseline variant")
+    )
     return names[(s.arm == STALLS_NEW) == other]
 
 
@@ -128,7 +139,11 @@ def finding_row(f: Finding, with_cell: bool) -> tuple[str, ...]:
     delta = f"{format_delta(f.ci)} {format_ci(f.ci)}" if f.ci else ""
     note = f.note
     if f.stalls and f.stalls.arm:
-        note = "; ".join(part for part in (note, f"the {_arm(f, f.stalls)} stalls: {stall_facts(f.stalls)}") if part)
+        note = "; ".join(
+            part
+            for part in (note, f"the {_arm(f, f.stalls)} stalls: {stall_facts(f.stalls)}")
+            if part
+        )
     status = f"{status_text(f)} ({note})" if note else status_text(f)
     cells = (
         CHECK_LABELS[f.check],
@@ -188,8 +203,9 @@ def blocks(outcome: Outcome, results: Path) -> list[Block]:
     if undecided:
         out += [
             Paragraph(
-                "Cannot tell (each interval reaches across the limit: neither within it nor beyond it; "
-                "a longer run, a larger budget_s or max_rounds, or a quieter machine settles it):"
+                "Cannot tell (each interval reaches across the limit: neither within it nor "
+                "beyond it; a longer run, a larger budget_s or max_rounds, or a quieter machine "
+                "settles it):"
             ),
             Bullets(tuple(summary_line(f) for f in undecided)),
         ]
@@ -265,7 +281,8 @@ def github_action_benchmark(medians: list[Median]) -> list[BenchmarkEntry]:
             name=f"{m.cell} {m.figures.variant} {m.figures.metric}",
             unit="x" if m.speedup else "tok/s",
             value=round(float(m.figures.summary.median), 4),
-            extra=f"{m.figures.summary.n} timed rounds, CV {m.figures.summary.cv:.1%}; {m.figures.machine}",
+            extra=f"{m.figures.summary.n} timed rounds, "
+            f"CV {m.figures.summary.cv:.1%}; {m.figures.machine}",
         )
         for m in medians
     ]
@@ -311,7 +328,9 @@ def finding_json(f: Finding) -> FindingJson:
         all_rounds=_interval_json(s.all_rounds) if s else None,
         trimmed=_interval_json(s.trimmed) if s else None,
         settle_rounds=f.settle.rounds if f.settle else None,
-        settle_seconds=json_number(f.settle.seconds) if f.settle and f.settle.seconds is not None else None,
+        settle_seconds=json_number(f.settle.seconds)
+        if f.settle and f.settle.seconds is not None
+        else None,
     )
 
 

@@ -53,9 +53,10 @@ def compile_note(facts: Sequence[Mapping[str, Any]]) -> str | None:
     if not split:
         return None
     return (
-        f"{', '.join(split)}: several fused kernels, not one. mx.compile fuses a chain of elementwise ops only up "
-        "to a depth of 11 (MLX's max_compile_depth), and under shapeless=True every scalar constant adds two "
-        "broadcasts to the chain; the rest goes into another fused kernel."
+        f"{', '.join(split)}: several fused kernels, not one. mx.compile fuses a chain of "
+        "elementwise ops only up to a depth of 11 (MLX's max_compile_depth), "
+        "and under shapeless=True every scalar constant adds two broadcasts to the chain; "
+        "the rest goes into another fused kernel."
     )
 
 
@@ -64,25 +65,38 @@ def _count(value: Any) -> str:
     return "—" if value is None or value != value else str(int(value))
 
 
-def summarize_attention(facts: Sequence[Mapping[str, Any]]) -> str:
-    """One plain sentence per backend on whether `sdpa` got a fused kernel, for beside a
-    manual-vs-sdpa result."""
-    probes = [f for f in facts if f.get("op") == "attention" and f.get("probe") == "force_fused"]
+def probe_facts(
+    facts: Sequence[Mapping[str, Any]], op: str | None = None
+) -> list[Mapping[str, Any]]:
+    """The facts of ops' fused-kernel probes (every probe but the graph's), of one op or all."""
+    return [f for f in facts if f.get("probe") not in (None, "graph") and op in (None, f.get("op"))]
+
+
+def summarize_probes(facts: Sequence[Mapping[str, Any]]) -> str:
+    """One plain sentence per probed variant and backend on whether it got a fused kernel, for
+    beside a result that switches to it."""
+    probes = probe_facts(facts)
     if not probes:
-        return "no sdpa kernel probe was recorded"
+        return "no fused-kernel probe was recorded"
     sentences = []
-    for backend in dict.fromkeys(f.get("backend", "?") for f in probes):
-        mine = [f for f in probes if f.get("backend", "?") == backend]
-        fused = [f for f in mine if f["status"] == "fused"]
-        fallen = [f for f in mine if f["status"] != "fused"]
-        reasons = list(dict.fromkeys(f["reason"].rstrip(".") for f in fallen))
-        if not fallen:
-            sentences.append(f"on {backend} `sdpa` ran a fused kernel for every attention shape ({_span(mine)})")
-        elif not fused:
-            sentence = f"on {backend} `sdpa` fell back to composed ops for every attention shape ({_span(mine)})"
-            sentences.append(f"{sentence}: MLX says: {'; '.join(reasons)}")
-        else:
-            fused_part = f"ran a fused kernel for {join_words([f['shape_label'] for f in fused])}"
-            fell = "; ".join(f"{f['shape_label']} (MLX says: {f['reason'].rstrip('.')})" for f in fallen)
-            sentences.append(f"on {backend} `sdpa` {fused_part}, and fell back to composed ops for {fell}")
+    for key in dict.fromkeys((f.get("backend", "?"), f["op"], f["variant"]) for f in probes):
+        mine = [f for f in probes if (f.get("backend", "?"), f["op"], f["variant"]) == key]
+        sentences.append(_probe_sentence(*key, mine))
     return "; ".join(sentences)
+
+
+def _probe_sentence(backend: str, op: str, variant: str, mine: Sequence[Mapping[str, Any]]) -> str:
+    fused = [f for f in mine if f["status"] == "fused"]
+    fallen = [f for f in mine if f["status"] != "fused"]
+    who = f"on {backend} `{variant}`"
+    if not fallen:
+        return f"{who} ran a fused kernel for every {op} shape ({_span(mine)})"
+    if not fused:
+        reasons = list(dict.fromkeys(f["reason"].rstrip(".") for f in fallen))
+        return (
+            f"{who} fell back to composed ops for every {op} shape "
+            f"({_span(mine)}): MLX says: {'; '.join(reasons)}"
+        )
+    fused_part = f"ran a fused kernel for {join_words([f['shape_label'] for f in fused])}"
+    fell = "; ".join(f"{f['shape_label']} (MLX says: {f['reason'].rstrip('.')})" for f in fallen)
+    return f"{who} {fused_part}, and fell back to composed ops for {fell}"

@@ -109,7 +109,9 @@ def variant_colors(variants: Sequence[str]) -> dict[str, str]:
     return {v: palette[i % len(palette)] for i, v in enumerate(variants)}
 
 
-def delta_plot(bars: Sequence[DeltaBar], sizes: Sequence[str], *, title: str, caption: str, path: Path) -> Path:
+def delta_plot(
+    bars: Sequence[DeltaBar], sizes: Sequence[str], *, title: str, caption: str, path: Path
+) -> Path:
     """Δ% per size with 95% CI error bars, prefill and gen side by side: the PR table as a picture.
     A bar without a verdict of faster or slower is drawn faint."""
     fig = _figure(max(6.0, 1.5 * len(sizes) + 3), 4.6)
@@ -169,7 +171,10 @@ def delta_plot(bars: Sequence[DeltaBar], sizes: Sequence[str], *, title: str, ca
                     color="#C44E52",
                 )
         if has_reference:
-            published = [bar.reference_pct if bar and bar.reference_pct is not None else np.nan for bar in slots]
+            published = [
+                bar.reference_pct if bar and bar.reference_pct is not None else np.nan
+                for bar in slots
+            ]
             ax.scatter(
                 x + offset,
                 published,
@@ -337,7 +342,10 @@ def depth_plot(
                 continue
             depths = sorted({p.depth for p in mine})
             q1, median, q3 = np.array(
-                [np.quantile([p.gen_tps for p in mine if p.depth == d], [0.25, 0.5, 0.75]) for d in depths]
+                [
+                    np.quantile([p.gen_tps for p in mine if p.depth == d], [0.25, 0.5, 0.75])
+                    for d in depths
+                ]
             ).T
             ax.plot(depths, median, marker="o", color=colors[variant], label=variant)
             ax.fill_between(depths, q1, q3, color=colors[variant], alpha=0.2)
@@ -395,7 +403,10 @@ def op_delta_plot(bars: Sequence[OpBar], *, title: str, caption: str, path: Path
     log = _ratio_axis(ax, [*low, *high])
     ax.set_yticks(y, [bar.label for bar in bars], fontsize=7)
     ax.set_ylim(y[-1] + 0.8, -0.8)  # top to bottom, without the empty rows autoscaling would add
-    ax.set_xlabel("Δ speed vs the op's reference variant (%" + (", log scale of the speed ratio)" if log else ")"))
+    ax.set_xlabel(
+        "Δ speed vs the op's reference variant (%"
+        + (", log scale of the speed ratio)" if log else ")")
+    )
     ax.grid(axis="x", alpha=0.3)
     handles = [Patch(color=colors[op], label=op) for op in ops]
     handles.append(
@@ -473,7 +484,9 @@ def _save(fig: Figure, title: str, caption: str, path: Path) -> Path:
     # The caption sits under the panels, where constrained layout leaves room for it; wrapped to the
     # figure's width (about 14 characters per inch at 8 pt), since a long device name would
     # otherwise be cut off.
-    fig.supxlabel(textwrap.fill(caption, width=int(fig.get_figwidth() * 14)), fontsize=8, color="#57606a")
+    fig.supxlabel(
+        textwrap.fill(caption, width=int(fig.get_figwidth() * 14)), fontsize=8, color="#57606a"
+    )
     path.parent.mkdir(parents=True, exist_ok=True)
     fig.savefig(path, dpi=DPI)
     return path

@@ -39,21 +39,27 @@ COST_COLUMNS = {
 def method_line(projection: Projection) -> str:
     """What a projected table is, in one paragraph: the label every projection carries."""
     where = f"{projection.layers} layers" if projection.layers else "each model's full depth"
-    fitted = "; ".join(dict.fromkeys(f"{row.scope.size} on depths {_depths(row.fitted_on)}" for row in projection.rows))
+    fitted = "; ".join(
+        dict.fromkeys(
+            f"{row.scope.size} on depths {_depths(row.fitted_on)}" for row in projection.rows
+        )
+    )
     return (
-        f"Projected to {where}, not measured. A step's time (the prefill, or one decode step) is fitted as fixed + "
-        "a cost per sliding-attention layer + one per full-attention layer (+ the extra of a KV-shared layer, "
-        "where the model has them) by weighted least squares over the measured depths, then evaluated at the "
-        "projected depth's layer counts. It assumes each layer of a type costs the same at every depth. 95% "
-        "intervals come from the fit (Student t with the Welch–Satterthwaite dof of the depths' rounds; where "
-        "the depths scatter beyond their noise, χ²/dof > 1, widened by its root and t with at most the residual "
-        "dof). Each run measures a depth in a worker process of its own, and processes differ by more than "
-        "their rounds say: where a depth was measured in several runs (project several results files of one "
-        "experiment together), every depth's SE comes from how far its runs differ, pooled over the depths (the "
-        "Fit column's runs ±SD), and a Δ pairs the two variants of each run, since a process's speed cancels in "
-        "their ratio; with 1 run per depth the SEs are the rounds' alone and leave that spread out (run the "
-        "experiment again to include it), and a Δ treats the two fits as independent (conservative). Fitted: "
-        f"{fitted}."
+        f"Projected to {where}, not measured. A step's time (the prefill, or one decode step) "
+        "is fitted as fixed + a cost per sliding-attention layer + one per full-attention layer "
+        "(+ the extra of a KV-shared layer, where the model has them) by weighted least squares "
+        "over the measured depths, then evaluated at the projected depth's layer counts. It "
+        "assumes each layer of a type costs the same at every depth. 95% intervals come from the "
+        "fit (Student t with the Welch–Satterthwaite dof of the depths' rounds; where the depths "
+        "scatter beyond their noise, χ²/dof > 1, widened by its root and t with at most the "
+        "residual dof). Each run measures a depth in a worker process of its own, and processes "
+        "differ by more than their rounds say: where a depth was measured in several runs "
+        "(project several results files of one experiment together), every depth's SE comes from "
+        "how far its runs differ, pooled over the depths (the Fit column's runs ±SD), "
+        "and a Δ pairs the two variants of each run, since a process's speed cancels in their "
+        "ratio; with 1 run per depth the SEs are the rounds' alone and leave that spread out "
+        "(run the experiment again to include it), and a Δ treats the two fits as independent "
+        f"(conservative). Fitted: {fitted}."
     )
 
 
@@ -63,14 +69,25 @@ def blocks(projection: Projection) -> list[Block]:
         Heading(f"fusebench project: {title} (projected)", 2),
         Paragraph(method_line(projection)),
     ]
-    for machine, workload in dict.fromkeys((row.scope.machine, row.scope.workload) for row in projection.rows):
-        rows = [r for r in projection.rows if (r.scope.machine, r.scope.workload) == (machine, workload)]
-        deltas = [d for d in projection.deltas if (d.scope.machine, d.scope.workload) == (machine, workload)]
+    for machine, workload in dict.fromkeys(
+        (row.scope.machine, row.scope.workload) for row in projection.rows
+    ):
+        rows = [
+            r for r in projection.rows if (r.scope.machine, r.scope.workload) == (machine, workload)
+        ]
+        deltas = [
+            d
+            for d in projection.deltas
+            if (d.scope.machine, d.scope.workload) == (machine, workload)
+        ]
         out += [Heading(f"{workload} · {machine}", 3), rates_table(rows)]
         if deltas:
             out.append(delta_table(deltas))
         out += [
-            Paragraph("Fitted cost of each term per step, ± its 95% half-width, and how well the depths fit:"),
+            Paragraph(
+                "Fitted cost of each term per step, "
+                "± its 95% half-width, and how well the depths fit:"
+            ),
             costs_table([fit for row in rows for fit in row.fits]),
         ]
     held_out = [c for c in projection.checks if not c.in_fit]
@@ -89,7 +106,10 @@ def rates_table(rows: Sequence[ProjectedRow]) -> Table:
         "95% interval",
         "Fitted on depths",
     )
-    cells = tuple((row.size, row.variant, *_rate(row.prefill), *_rate(row.gen), _depths(row.fitted_on)) for row in rows)
+    cells = tuple(
+        (row.size, row.variant, *_rate(row.prefill), *_rate(row.gen), _depths(row.fitted_on))
+        for row in rows
+    )
     return Table(columns, cells, frozenset({2, 3, 4, 5}))
 
 
@@ -181,7 +201,9 @@ def _depths(depths: Sequence[int]) -> str:
 
 
 def to_json(projection: Projection) -> str:
-    return json.dumps([_row_json(row, projection.deltas) for row in projection.rows], indent=1, ensure_ascii=False)
+    return json.dumps(
+        [_row_json(row, projection.deltas) for row in projection.rows], indent=1, ensure_ascii=False
+    )
 
 
 def _row_json(row: ProjectedRow, deltas: Sequence[ProjectedDelta]) -> dict[str, Any]:

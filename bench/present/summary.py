@@ -23,14 +23,20 @@ from .sections.delta import delta_cells
 from .sections.throughput import median_rows
 
 
-def print_summary(console: Console, results: Results, comparisons: list[tuple[str, str]] | None = None) -> None:
+def print_summary(
+    console: Console, results: Results, comparisons: list[tuple[str, str]] | None = None
+) -> None:
     """A compact table for the end of `fusebench run`: medians per size x metric x variant, then
     each comparison's Δ with its CI and verdict (the same numbers the report shows)."""
     study = build_study(results)
     if study.timed.empty and study.closed.empty:
         console.print("no trials recorded")
         return
-    pairs = list(comparisons) if comparisons else (resolve_comparisons((), study) if study.variants else [])
+    pairs = (
+        list(comparisons)
+        if comparisons
+        else (resolve_comparisons((), study) if study.variants else [])
+    )
     for machine in study.machines:
         for workload in ordered_workloads([on(study.timed, machine), on(study.closed, machine)]):
             where = workload if len(study.machines) == 1 else f"{workload} · {machine}"
@@ -41,7 +47,9 @@ def print_summary(console: Console, results: Results, comparisons: list[tuple[st
             )
 
 
-def run_summary_table(study: Study, machine: str, workload: str, pairs: Sequence[tuple[str, str]]) -> Table:
+def run_summary_table(
+    study: Study, machine: str, workload: str, pairs: Sequence[tuple[str, str]]
+) -> Table:
     # Geometric means, as the Δ columns' Baseline and New: each Δ then reads off the variant
     # columns.
     variants, rows = median_rows(study, machine, workload, geometric=True, with_cv=False)
@@ -60,7 +68,11 @@ def run_summary_table(study: Study, machine: str, workload: str, pairs: Sequence
                 continue
             failed = [v for v in dict.fromkeys((baseline, new)) if (row.cell[0], v) in failing]
             shown = delta_cells(match, failed, new)
-            deltas.append(" ".join(part for part in (shown.delta, shown.interval, shown.verdict) if part != "—"))
+            deltas.append(
+                " ".join(
+                    part for part in (shown.delta, shown.interval, shown.verdict) if part != "—"
+                )
+            )
         table_rows.append((row.label, row.metric, *row.values, *deltas))
     columns = ("Size", "Metric", *variants, *(f"Δ {new} vs {baseline}" for baseline, new in pairs))
     return Table(columns, tuple(table_rows), frozenset(range(2, 2 + len(variants))))

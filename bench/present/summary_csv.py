@@ -22,7 +22,9 @@ def summary_frame(study: Study) -> pd.DataFrame:
     if summary.empty:
         return summary
     keys = ["machine", "model_key", "workload"]
-    cells = timed[[*keys, *(f for f in CELL_FIELDS if f in timed and f not in keys)]].drop_duplicates(keys)
+    cells = timed[
+        [*keys, *(f for f in CELL_FIELDS if f in timed and f not in keys)]
+    ].drop_duplicates(keys)
     summary = summary.merge(cells.drop(columns="size"), on=keys, how="left")
     extra = [c for c in ("peak_memory_bytes", *TTFT_FIELDS, *ROOFLINE_FIELDS) if c in timed.columns]
     if extra:
@@ -35,7 +37,9 @@ def summary_frame(study: Study) -> pd.DataFrame:
         _s=summary["size"].map(size_rank),
         _metric=summary["metric"].map(stats.METRICS.index),
         _v=summary["variant"].map(variant_rank),
-    ).sort_values(["_m", "_s", "size", "prompt_tokens", "gen_tokens", "batch", "_metric", "_v"], kind="stable")
+    ).sort_values(
+        ["_m", "_s", "size", "prompt_tokens", "gen_tokens", "batch", "_metric", "_v"], kind="stable"
+    )
     return summary.drop(columns=["_m", "_s", "_metric", "_v"]).reset_index(drop=True)
 
 
@@ -72,4 +76,8 @@ def summary_csv(study: Study) -> pd.DataFrame:
     """summary.csv: the trial rows, then the op rows (an ops file has only those; the columns are
     their union)."""
     frames = [f for f in (summary_frame(study), op_summary_frame(study)) if not f.empty]
-    return pd.concat(frames, ignore_index=True) if len(frames) > 1 else (frames[0] if frames else summary_frame(study))
+    return (
+        pd.concat(frames, ignore_index=True)
+        if len(frames) > 1
+        else (frames[0] if frames else summary_frame(study))
+    )

@@ -40,8 +40,9 @@ def builds_section(context: ReportContext) -> list[Block]:
         Bullets(
             (
                 *commits,
-                "Both builds ran every round back to back on the same prompt and weights (trials interleaved, order "
-                "reversed each round), so Δ is paired; Holm across all rows of a table.",
+                "Both builds ran every round back to back on the same prompt and weights (trials "
+                "interleaved, order reversed each round), so Δ is paired; Holm across all rows of "
+                "a table.",
                 f"{stats.ALL_VARIANTS}: per round, the geometric mean of the variants' "
                 "current/reference ratios (tok/s columns: the geometric mean over variants). A "
                 "change to shared code moves every variant alike, and pooling averages their "
@@ -107,5 +108,7 @@ def _figure(
     title = f"Δ throughput, current vs reference build · {workload}"
     name = f"builds-{slug(workload)}{machine_suffix(study, machine)}.png"
     sizes = list(dict.fromkeys(bar.size for bar in bars))
-    path = plots.delta_plot(bars, sizes, title=title, caption=plot_caption(study, machine), path=out_dir / name)
+    path = plots.delta_plot(
+        bars, sizes, title=title, caption=plot_caption(study, machine), path=out_dir / name
+    )
     return Figure(path, f"{title}: paired per-round log ratios, with Holm-adjusted 95% CIs")

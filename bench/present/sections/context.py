@@ -48,8 +48,8 @@ def threads_note(runs: Sequence[Run]) -> str | None:
         return None
     lower = " tok/s are lower than at mlx's default (every core);" if threads < cores else ""
     return (
-        f"BLAS threads: {threads} of {cores} cores, {how}.{lower} the Δs are what this setting shows. "
-        "Set `threads:` in the experiment to measure at another count."
+        f"BLAS threads: {threads} of {cores} cores, {how}.{lower} the Δs are what this "
+        "setting shows. Set `threads:` in the experiment to measure at another count."
     )
 
 

@@ -58,7 +58,9 @@ def correctness_section(context: ReportContext) -> list[Block]:
         )
         if len(study.machines) > 1:
             blocks.append(Heading(machine, 3))
-        blocks.append(Table(COLUMNS, tuple(_row(c, labels) for c in checks), frozenset({4, 5, 6, 7})))
+        blocks.append(
+            Table(COLUMNS, tuple(_row(c, labels) for c in checks), frozenset({4, 5, 6, 7}))
+        )
     return blocks
 
 

@@ -43,7 +43,7 @@ from ..document import Block, Bullets, Figure, Heading, Table
 from ..format import format_ci, format_delta, format_tps, signed_pct, verdict_text
 from . import ReportContext
 from .context import environment_line, machine_suffix, plot_caption, slug, threads_note
-from .kernels import attention_note
+from .kernels import probe_note
 
 DELTA_COLUMNS = (
     "Size",
@@ -143,7 +143,9 @@ def _rounds_cell(row: Comparison) -> str:
     if row.stalls and row.stalls.over_all_rounds:
         outliers = row.stalls.against_new + row.stalls.against_baseline
         return f"{row.n_pairs} (all; {outliers} outlier{'s' if outliers > 1 else ''} kept)"
-    return f"{row.n_pairs}" + (f" ({row.excluded} outlier{'s' if row.excluded > 1 else ''})" if row.excluded else "")
+    return f"{row.n_pairs}" + (
+        f" ({row.excluded} outlier{'s' if row.excluded > 1 else ''})" if row.excluded else ""
+    )
 
 
 def stalling_arm(row: Comparison) -> str:
@@ -166,15 +168,15 @@ def stall_warnings(comparison: Sequence[Comparison], where: str) -> list[str]:
         if s.arm:
             warnings.append(
                 f"{stalling_arm(r)} stalls: {where}: {what}: {s.against_arm} of {s.rounds} rounds "
-                f"excluded against it (sign test p = {s.sign_p:.2g} < {STALL_ALPHA:g}); Δ over all rounds {every}; "
-                f"without them {without}"
+                f"excluded against it (sign test p = {s.sign_p:.2g} < {STALL_ALPHA:g}); "
+                f"Δ over all rounds {every}; without them {without}"
             )
             continue
         warnings.append(
             f"outlier rounds moved Δ: {where}: {what}: {s.against_new} round(s) against {r.new}, "
-            f"{s.against_baseline} against {r.baseline} lay beyond the fence; without them Δ would be {without}, "
-            f"outside its own interval, so Δ is over all {s.rounds} rounds: {every} (too few to say which arm "
-            f"stalls: sign test p = {s.sign_p:.2g})"
+            f"{s.against_baseline} against {r.baseline} lay beyond the fence; without them Δ "
+            f"would be {without}, outside its own interval, so Δ is over all {s.rounds} rounds: "
+            f"{every} (too few to say which arm stalls: sign test p = {s.sign_p:.2g})"
         )
     return warnings
 
@@ -225,7 +227,11 @@ def delta_table(
                 if with_shares and not failed
                 else None
             )
-            if expected and not math.isnan(row.adj_low) and disagrees(expected, *_adjusted_pct(row)):
+            if (
+                expected
+                and not math.isnan(row.adj_low)
+                and disagrees(expected, *_adjusted_pct(row))
+            ):
                 notes.append(_disagreement_note(label, row, expected))
             rows.append(
                 DeltaRow(
@@ -262,11 +268,12 @@ def _expected_cell(expected: ExpectedDelta | None) -> str:
 def _disagreement_note(label: str, row: Comparison, expected: ExpectedDelta) -> str:
     low, high = _adjusted_pct(row)
     return (
-        f"{label} {row.metric}: the measured Δ {signed_pct(row.delta_pct)} [{low:+.1f}%, {high:+.1f}%] lies outside "
-        f"what the ops that differ ({', '.join(expected.ops)}) account for, {_expected_cell(expected)}: the variant "
-        "changed more of the step than those ops' own time (a fused kernel that also saves copies or memory traffic, "
-        f"or a compile that fuses across the op), or the ops cost more than {IN_MODEL_ERROR:.0%} more or less inside "
-        "the model than alone"
+        f"{label} {row.metric}: the measured Δ {signed_pct(row.delta_pct)} [{low:+.1f}%, "
+        f"{high:+.1f}%] lies outside what the ops that differ ({', '.join(expected.ops)}) "
+        f"account for, {_expected_cell(expected)}: the variant changed more of the step than "
+        "those ops' own time (a fused kernel that also saves copies or memory traffic, "
+        f"or a compile that fuses across the op), or the ops cost more than {IN_MODEL_ERROR:.0%} "
+        "more or less inside the model than alone"
     )
 
 
@@ -276,12 +283,14 @@ def _ref_delta(reference: Reference | None, size: str, metric: str) -> str:
 
 
 def _incorrect_note(label: str, check: CorrectnessCheck, cell_rows: Sequence[Comparison]) -> str:
-    measured = ", ".join(f"{r.metric} {r.delta_pct:+.1f}%" for r in cell_rows if not math.isnan(r.delta_pct))
+    measured = ", ".join(
+        f"{r.metric} {r.delta_pct:+.1f}%" for r in cell_rows if not math.isnan(r.delta_pct)
+    )
     return (
         f"{label}: {check.variant} failed correctness against {check.reference}: max |Δlogit| "
-        f"{check.max_abs_err:.3g} > atol {check.atol:.3g} or greedy tokens {check.tokens_agree}"
-        f"/{check.tokens_checked}; its timing ({measured or 'none'}) is not a speed-up until it computes the same "
-        "logits"
+        f"{check.max_abs_err:.3g} > atol {check.atol:.3g} or greedy tokens "
+        f"{check.tokens_agree}/{check.tokens_checked}; its timing ({measured or 'none'}) "
+        "is not a speed-up until it computes the same logits"
     )
 
 
@@ -321,14 +330,15 @@ def reference_note(
     precision = ", ".join(dict.fromkeys(cell.quantize or cell.dtype for cell in cells))
     measured = f"{env.backend} ({env.device}), {precision}, {cells[0].workload}"
     note = (
-        f"{REF_COLUMN}: {reference.title} ({reference.source}). Reference: {reference.describe()}; "
-        f"measured: {measured}. Hardware, backend and precision all change the size of a Δ: compare the "
-        "direction and rough size, not the digits."
+        f"{REF_COLUMN}: {reference.title} ({reference.source}). Reference: "
+        f"{reference.describe()}; measured: {measured}. Hardware, backend and precision all "
+        "change the size of a Δ: compare the direction and rough size, not the digits."
     )
     if not reference_fits(reference, study, pair):
         note += (
-            f" {REF_COLUMN} is left blank here: the reference changed {describe_changes(reference.ops)}, "
-            f"this comparison changes {ops_difference(study, *pair)}."
+            f" {REF_COLUMN} is left blank here: the reference changed "
+            f"{describe_changes(reference.ops)}, this comparison changes "
+            f"{ops_difference(study, *pair)}."
         )
     return note
 
@@ -355,7 +365,7 @@ def delta_section(
     ]
     if reference:
         context.append(reference_note(reference, study, machine, cells, pair))
-    if note := attention_note(study, machine, workload, pair):
+    if note := probe_note(study, machine, workload, pair):
         context.append(note)
     if note := threads_note([run for run in study.runs.values() if run.machine == machine]):
         context.append(note)
@@ -369,7 +379,9 @@ def delta_section(
         blocks.append(Bullets(tuple(notes)))
     plotted = [row for row in comparison if row.n_pairs > 0]
     if plotted:
-        blocks.append(_delta_figure(study, pair, machine, workload, plotted, labels, reference, out_dir))
+        blocks.append(
+            _delta_figure(study, pair, machine, workload, plotted, labels, reference, out_dir)
+        )
     return DeltaSection(blocks, _table_warnings(comparison, f"{pair[0]} → {pair[1]} · {where}"))
 
 
@@ -395,15 +407,22 @@ def _delta_figure(
             high_pct=(row.adj_high - 1) * 100,
             decided=bool(row.verdict and row.verdict.decided),
             incorrect=row.model_key in incorrect,
-            reference_pct=published.delta_pct if fitting and (published := fitting.row(row.size, row.metric)) else None,
+            reference_pct=published.delta_pct
+            if fitting and (published := fitting.row(row.size, row.metric))
+            else None,
         )
         for row in comparison
     ]
     shown = {bar.size for bar in bars}
     sizes = [label for label in labels.values() if label in shown]
-    name = f"delta-{slug(pair[0])}-vs-{slug(pair[1])}-{slug(workload)}{machine_suffix(study, machine)}.png"
+    name = (
+        f"delta-{slug(pair[0])}-vs-{slug(pair[1])}-"
+        f"{slug(workload)}{machine_suffix(study, machine)}.png"
+    )
     title = f"Δ throughput, {pair[1]} vs {pair[0]} · {workload}"
-    path = plots.delta_plot(bars, sizes, title=title, caption=plot_caption(study, machine), path=out_dir / name)
+    path = plots.delta_plot(
+        bars, sizes, title=title, caption=plot_caption(study, machine), path=out_dir / name
+    )
     return Figure(
         path,
         f"{title}: mean of the paired per-round log ratios, with its Holm-adjusted 95% CI; faint "
@@ -414,14 +433,16 @@ def _delta_figure(
 def _table_warnings(comparison: Sequence[Comparison], where: str) -> list[str]:
     """Rows with too few rounds for a verdict, and rounds the outlier rule set aside."""
     warnings = [
-        f"too few rounds: {where}: {r.size} {r.metric} has {r.n_pairs} paired round(s): {verdict_text(r.verdict)}"
+        f"too few rounds: {where}: {r.size} {r.metric} has "
+        f"{r.n_pairs} paired round(s): {verdict_text(r.verdict)}"
         for r in comparison
         if r.verdict and r.verdict.word is VerdictWord.NEEDS_ROUNDS
     ]
     warnings += [
-        f"outlier rounds: {where}: {r.size} {r.metric}: {r.excluded} of {r.n_pairs + r.excluded} round(s) lay more "
-        f"than {OUTLIER_K:g} robust SDs from the median ratio ({r.stalls.against_new} against {r.new}, "
-        f"{r.stalls.against_baseline} against {r.baseline}) and were left out of Δ (their spread still counts)"
+        f"outlier rounds: {where}: {r.size} {r.metric}: {r.excluded} of {r.n_pairs + r.excluded} "
+        f"round(s) lay more than {OUTLIER_K:g} robust SDs from the median ratio "
+        f"({r.stalls.against_new} against {r.new}, {r.stalls.against_baseline} against "
+        f"{r.baseline}) and were left out of Δ (their spread still counts)"
         for r in comparison
         if r.excluded and r.stalls
     ]
@@ -436,8 +457,12 @@ def deltas_section(context: ReportContext) -> list[Block]:
     for pair in context.comparisons:
         blocks.append(Heading(f"Δ {pair[0]} → {pair[1]}"))
         for machine in study.machines:
-            for workload in ordered_workloads([on(study.timed, machine), on(study.closed, machine)]):
-                section = delta_section(study, pair, machine, workload, context.reference, context.out_dir)
+            for workload in ordered_workloads(
+                [on(study.timed, machine), on(study.closed, machine)]
+            ):
+                section = delta_section(
+                    study, pair, machine, workload, context.reference, context.out_dir
+                )
                 blocks += section.blocks
                 context.warnings += section.warnings
     return blocks

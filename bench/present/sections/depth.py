@@ -19,9 +19,10 @@ def depth_section(context: ReportContext) -> list[Block]:
     blocks: list[Block] = [
         Heading("Decode speed vs KV depth"),
         Paragraph(
-            "Each round prefills one long prompt, stopping at every KV depth to time the decode steps that follow "
-            "there: median decode tokens/s over rounds, IQR shaded. Each model has one curve, recorded with its first "
-            "workload: the KV depth, not the workload's prompt, sets the context here."
+            "Each round prefills one long prompt, stopping at every KV depth to time the decode "
+            "steps that follow there: median decode tokens/s over rounds, IQR shaded. Each model "
+            "has one curve, recorded with its first workload: the KV depth, not the workload's "
+            "prompt, sets the context here."
         ),
     ]
     for machine in study.machines:
@@ -42,7 +43,10 @@ def _depth_group(study: Study, machine: str, group: DepthGroup, out_dir: Path) -
         for cell, label in labels.items()
         for depth in group.depths(cell[0])
     )
-    points = [plots.DepthPoint(labels[(s.model_key, s.size)], s.variant, s.depth, s.gen_tps) for s in group.samples]
+    points = [
+        plots.DepthPoint(labels[(s.model_key, s.size)], s.variant, s.depth, s.gen_tps)
+        for s in group.samples
+    ]
     name = f"depth-{steps}steps-b{batch}{machine_suffix(study, machine)}.png"
     title = f"Decode throughput vs KV depth · {steps} steps per depth, b{batch}"
     path = plots.depth_plot(
@@ -56,7 +60,8 @@ def _depth_group(study: Study, machine: str, group: DepthGroup, out_dir: Path) -
     return [
         Heading(where, 3),
         Paragraph(
-            f"Timed at each depth: {steps} decode steps (batch {batch}), in {group.rounds} round(s); median tokens/s."
+            f"Timed at each depth: {steps} decode steps (batch "
+            f"{batch}), in {group.rounds} round(s); median tokens/s."
         ),
         Table(("Size", "KV depth", *variants), table_rows, frozenset(range(1, 2 + len(variants)))),
         Figure(path, f"{title} (median over rounds, IQR band)"),

@@ -38,7 +38,9 @@ def latency_section(context: ReportContext) -> list[Block]:
             rows = [r for r in latencies if (r.machine, r.workload) == (machine, workload)]
             blocks += [
                 Heading(workload if len(study.machines) == 1 else f"{workload} · {machine}", 3),
-                _latency_table(rows, cell_labels(ordered_cells([on(study.timed, machine, workload)]))),
+                _latency_table(
+                    rows, cell_labels(ordered_cells([on(study.timed, machine, workload)]))
+                ),
             ]
     return blocks
 
@@ -46,12 +48,20 @@ def latency_section(context: ReportContext) -> list[Block]:
 def _latency_table(rows: Sequence[stats.Latency], labels: dict[tuple[str, str], str]) -> Table:
     """One machine and workload; the mlx-lm TTFT column only where its trials carry it."""
     with_mlx_lm = any(r.mlx_lm_ttft_p50 is not None for r in rows)
-    columns = (*LATENCY_COLUMNS[:3], MLX_LM_TTFT_COLUMN, *LATENCY_COLUMNS[3:]) if with_mlx_lm else LATENCY_COLUMNS
+    columns = (
+        (*LATENCY_COLUMNS[:3], MLX_LM_TTFT_COLUMN, *LATENCY_COLUMNS[3:])
+        if with_mlx_lm
+        else LATENCY_COLUMNS
+    )
     body = []
     for r in rows:
         if not r.steps:
             continue
-        mlx_lm = (("—" if r.mlx_lm_ttft_p50 is None else format_seconds(r.mlx_lm_ttft_p50)),) if with_mlx_lm else ()
+        mlx_lm = (
+            (("—" if r.mlx_lm_ttft_p50 is None else format_seconds(r.mlx_lm_ttft_p50)),)
+            if with_mlx_lm
+            else ()
+        )
         body.append(
             (
                 labels[(r.model_key, r.size)],

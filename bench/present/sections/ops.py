@@ -51,7 +51,9 @@ def op_section(context: ReportContext) -> list[Block]:
     notes = {r["shape_label"]: r["note"] for r in study.results.of_kind("op") if r.get("note")}
     for index, run_id in enumerate(runs):
         summaries = [s for s in study.op_summaries if s.run_id == run_id]
-        blocks += _op_run(study, run_id, summaries, notes, "" if len(runs) == 1 else f"-r{index + 1}", out_dir)
+        blocks += _op_run(
+            study, run_id, summaries, notes, "" if len(runs) == 1 else f"-r{index + 1}", out_dir
+        )
     return blocks
 
 
@@ -66,15 +68,21 @@ def _op_run(
     env = study.run_env(run_id)
     rounds = len({r["round"] for r in study.results.of_kind("op") if r.get("run_id") == run_id})
     where = "" if not suffix else f" · run {run_id}"
-    blocks: list[Block] = [Paragraph(f"Run {run_id}, {rounds} rounds; environment: {environment_line([env])}")]
+    blocks: list[Block] = [
+        Paragraph(f"Run {run_id}, {rounds} rounds; environment: {environment_line([env])}")
+    ]
     blocks += op_tables(summaries, notes, where)
     compared = [s for s in summaries if s.speed is not None]
     if compared:
-        blocks.append(_op_figure(compared, envs_caption([env]), where, out_dir / f"op-deltas{suffix}.png"))
+        blocks.append(
+            _op_figure(compared, envs_caption([env]), where, out_dir / f"op-deltas{suffix}.png")
+        )
     return blocks
 
 
-def op_tables(summaries: Sequence[VariantSummary], notes: dict[str, str], where: str = "") -> list[Block]:
+def op_tables(
+    summaries: Sequence[VariantSummary], notes: dict[str, str], where: str = ""
+) -> list[Block]:
     """Per op: its heading, its table and the notes on its shapes (also what `fusebench ops` prints
     at the end)."""
     blocks: list[Block] = []
@@ -83,7 +91,9 @@ def op_tables(summaries: Sequence[VariantSummary], notes: dict[str, str], where:
         title = f"{op}: {REGISTRY[op].doc}" if op in REGISTRY else op
         blocks += [Heading(f"{title}{where}", 3), op_table(rows)]
         shape_notes = [
-            f"{label}: {notes[label]}" for label in dict.fromkeys(s.shape_label for s in rows) if label in notes
+            f"{label}: {notes[label]}"
+            for label in dict.fromkeys(s.shape_label for s in rows)
+            if label in notes
         ]
         if shape_notes:
             blocks.append(Bullets(tuple(shape_notes)))
@@ -94,9 +104,13 @@ def op_table(summaries: Sequence[VariantSummary]) -> Table:
     """One op's shapes, the reference variant first in each, the shape named once per group."""
     rows = []
     for label in dict.fromkeys(s.shape_label for s in summaries):
-        group = sorted((s for s in summaries if s.shape_label == label), key=lambda s: s.variant != s.reference)
+        group = sorted(
+            (s for s in summaries if s.shape_label == label), key=lambda s: s.variant != s.reference
+        )
         for i, s in enumerate(group):
-            delta, interval = ("—", "—") if s.speed is None else (format_delta(s.speed), format_ci(s.speed))
+            delta, interval = (
+                ("—", "—") if s.speed is None else (format_delta(s.speed), format_ci(s.speed))
+            )
             rows.append(
                 (
                     label if i == 0 else "",

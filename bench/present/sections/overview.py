@@ -35,10 +35,14 @@ def overview_section(context: ReportContext) -> list[Block]:
     if study.op_summaries:
         cases = {(s.run_id, s.op, s.shape_label) for s in study.op_summaries}
         ops = dict.fromkeys(s.op for s in study.op_summaries)
-        measured.append(f"{len(study.results.of_kind('op'))} op samples ({len(cases)} shapes of {', '.join(ops)})")
+        measured.append(
+            f"{len(study.results.of_kind('op'))} op samples "
+            f"({len(cases)} shapes of {', '.join(ops)})"
+        )
     text = (
-        f"From {len(sources) or '?'} results file(s) ({', '.join(str(s) for s in sources) or 'in memory'}): "
-        f"{len(study.runs)} run(s) on {len(study.machines)} machine(s), {', '.join(measured)}"
+        f"From {len(sources) or '?'} results file(s) "
+        f"({', '.join(str(s) for s in sources) or 'in memory'}): {len(study.runs)} run(s) "
+        f"on {len(study.machines)} machine(s), {', '.join(measured)}"
     )
     text += f", variants {', '.join(study.variants)}." if study.variants else "."
     if study.results.corrupt_lines:

@@ -21,9 +21,18 @@ def projection_section(context: ReportContext) -> list[Block]:
         return [heading, Paragraph(f"Not projected: {err}")]
     blocks: list[Block] = [
         heading,
-        Paragraph(method_line(projection) + " Per-layer costs, tok/s and held-out checks: `fusebench project`."),
+        Paragraph(
+            method_line(projection)
+            + " Per-layer costs, tok/s and held-out checks: `fusebench project`."
+        ),
     ]
-    for machine, workload in dict.fromkeys((d.scope.machine, d.scope.workload) for d in projection.deltas):
-        deltas = [d for d in projection.deltas if (d.scope.machine, d.scope.workload) == (machine, workload)]
+    for machine, workload in dict.fromkeys(
+        (d.scope.machine, d.scope.workload) for d in projection.deltas
+    ):
+        deltas = [
+            d
+            for d in projection.deltas
+            if (d.scope.machine, d.scope.workload) == (machine, workload)
+        ]
         blocks += [Heading(f"{workload} · {machine}", 3), delta_table(deltas)]
     return blocks

@@ -22,9 +22,10 @@ from ..format import format_rate
 from . import ReportContext
 
 ROOFLINE_MEANING = (
-    "% of peak: prefill TFLOP/s (2 FLOPs per active parameter and prompt token, plus attention) against the "
-    "matmul peak (fp32; bf16 for 16-bit models), gen GB/s (the bytes each decode step must move: active weights "
-    "and KV cache) against the memory-read peak, so a fusion that saves memory traffic moves gen toward its roof."
+    "% of peak: prefill TFLOP/s (2 FLOPs per active parameter and prompt token, plus attention) "
+    "against the matmul peak (fp32; bf16 for 16-bit models), gen GB/s (the bytes each decode step "
+    "must move: active weights and KV cache) against the memory-read peak, so a fusion that saves "
+    "memory traffic moves gen toward its roof."
 )
 
 
@@ -43,7 +44,9 @@ def roofline_section(context: ReportContext) -> list[Block]:
         if timed.empty:
             continue
         suffix = "" if len(study.machines) == 1 else f" · {machine}"
-        blocks.append(Bullets(tuple(f"Peak{suffix}: {describe_peak(peak)}" for peak in _peaks(study, timed))))
+        blocks.append(
+            Bullets(tuple(f"Peak{suffix}: {describe_peak(peak)}" for peak in _peaks(study, timed)))
+        )
         for workload in ordered_workloads([timed]):
             blocks += [
                 Heading(f"{workload}{suffix}", 3),
@@ -57,7 +60,8 @@ def _peaks(study: Study, timed: pd.DataFrame) -> list[Peak | None]:
     apart)."""
     return list(
         dict.fromkeys(
-            study.runs[run_id].peak if run_id in study.runs else None for run_id in dict.fromkeys(timed["run_id"])
+            study.runs[run_id].peak if run_id in study.runs else None
+            for run_id in dict.fromkeys(timed["run_id"])
         )
     )
 
@@ -65,8 +69,8 @@ def _peaks(study: Study, timed: pd.DataFrame) -> list[Peak | None]:
 def describe_peak(peak: Peak | None) -> str:
     if not peak:
         return (
-            "none known (a CPU run without a probe, or a device missing from the chip table): achieved rates "
-            "only, no percentages"
+            "none known (a CPU run without a probe, or a device missing "
+            "from the chip table): achieved rates only, no percentages"
         )
     figures = [
         f"{format_rate(value)} {unit}"
@@ -77,7 +81,10 @@ def describe_peak(peak: Peak | None) -> str:
         )
         if value
     ]
-    return f"{peak.name}: {', '.join(figures) or 'no figures'} (source: {peak.source}; confidence: {peak.confidence})"
+    return (
+        f"{peak.name}: {', '.join(figures) or 'no figures'} "
+        f"(source: {peak.source}; confidence: {peak.confidence})"
+    )
 
 
 def roofline_table(study: Study, timed: pd.DataFrame) -> Table:

@@ -12,12 +12,14 @@ from ..format import format_seconds
 from . import ReportContext
 
 METHOD = (
-    "Each distinct switchable-op call of one prefill and one decode step, traced from the model at the cell's exact "
-    "shapes (only calls whose output is computed: mlx-lm-style prefill never computes the logits of the prompt's "
-    "other positions, nor the KV-shared layers for them), timed alone per implementation in interleaved rounds, times "
-    "its calls per step; the median over rounds, less mx.eval's fixed cost per call. Rest: the measured step (the "
-    "median timed trial) less the ops: the matmuls (the LM head above all), embeddings and everything that is not "
-    "a switchable op. The Expected Δ column of the delta tables is built from these."
+    "Each distinct switchable-op call of one prefill and one decode step, traced from the model "
+    "at the cell's exact shapes (only calls whose output is computed: mlx-lm-style prefill never "
+    "computes the logits of the prompt's other positions, nor the KV-shared layers for them), "
+    "timed alone per implementation in interleaved rounds, times its calls per step; "
+    "the median over rounds, less mx.eval's fixed cost per call. Rest: the measured step (the "
+    "median timed trial) less the ops: the matmuls (the LM head above all), embeddings and "
+    "everything that is not a switchable op. The Expected Δ column of the delta tables is built "
+    "from these."
 )
 NOTHING = "—"
 
@@ -44,7 +46,12 @@ def shares_section(context: ReportContext) -> list[Block]:
 def share_table(data: ShareData, cell: str, variants: list[str]) -> Table | None:
     """Op | each variant's prefill and decode step: the op's time and its share of the step; then
     rest and step."""
-    steps = {(v, m): step for v in variants for m in METRICS if (step := data.step_shares(cell, v, m)) is not None}
+    steps = {
+        (v, m): step
+        for v in variants
+        for m in METRICS
+        if (step := data.step_shares(cell, v, m)) is not None
+    }
     if not steps:
         return None
     ops = list(dict.fromkeys(op.op for step in steps.values() for op in step.ops))

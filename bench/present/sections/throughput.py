@@ -68,7 +68,8 @@ def median_rows(
             if not by_variant:
                 continue
             values = tuple(
-                _median_cell(by_variant[v], geometric, with_cv) if v in by_variant else "—" for v in variants
+                _median_cell(by_variant[v], geometric, with_cv) if v in by_variant else "—"
+                for v in variants
             )
             rows.append(MedianRow(cell, labels[cell], metric, values))
     return variants, rows
@@ -83,7 +84,10 @@ def medians_table(study: Study, machine: str, workload: str) -> Table:
     for r in rows:
         body.append((r.label, r.metric, *r.values))
         if r.metric == "prefill" and any((r.cell[0], v) in ttft for v in variants):
-            values = (format_tps(ttft[(r.cell[0], v)]) if (r.cell[0], v) in ttft else "—" for v in variants)
+            values = (
+                format_tps(ttft[(r.cell[0], v)]) if (r.cell[0], v) in ttft else "—"
+                for v in variants
+            )
             body.append((r.label, TTFT_METRIC, *values))
     return Table(("Size", "Metric", *variants), tuple(body), frozenset(range(2, 2 + len(variants))))
 
@@ -100,11 +104,13 @@ def throughput_section(context: ReportContext) -> list[Block]:
     blocks: list[Block] = [
         Heading("Throughput"),
         Paragraph(
-            "Median tokens/s of the timed rounds (warmups excluded) with the coefficient of variation; summary.csv "
-            "holds the quartiles and n. Where the trials recorded it, a row under prefill gives the prompt rate as "
-            "mlx-lm's stream_generate reports it (mlx_lm.benchmark's prompt_tps): prompt tokens over its time to the "
-            "first token, which also takes in queuing the first decode step (on the CPU backend, running all of it but "
-            "its last ~100 kernels), so this rate is a little lower than prefill's, which stops at the first token."
+            "Median tokens/s of the timed rounds (warmups excluded) with the coefficient of "
+            "variation; summary.csv holds the quartiles and n. Where the trials recorded it, "
+            "a row under prefill gives the prompt rate as mlx-lm's stream_generate reports it "
+            "(mlx_lm.benchmark's prompt_tps): prompt tokens over its time to the first token, "
+            "which also takes in queuing the first decode step (on the CPU backend, "
+            "running all of it but its last ~100 kernels), so this rate is a little lower than "
+            "prefill's, which stops at the first token."
         ),
     ]
     for machine in study.machines:
@@ -177,8 +183,9 @@ def rounds_section(context: ReportContext) -> list[Block]:
     blocks: list[Block] = [
         Heading("Round by round"),
         Paragraph(
-            "Every timed trial in round order: a trend is drift (thermal, background load), scatter is noise. Variants "
-            "alternate order each round (ABBA), so drift lands on each alike."
+            "Every timed trial in round order: a trend is drift (thermal, background load), "
+            "scatter is noise. Variants alternate order each round (ABBA), so drift lands on each "
+            "alike."
         ),
     ]
     for machine in study.machines:

@@ -41,9 +41,9 @@ def noisy_warnings(study: Study) -> list[str]:
         spread = ", ".join(f"{s.variant} {s.metric} {s.summary.cv:.1%}" for s in rows)
         first = rows[0]
         warnings.append(
-            f"noisy: {cell_where(study, first.size, first.workload, first.machine)}: CV above {NOISY_CV:.0%} "
-            f"({spread}; {max(s.summary.n for s in rows)} rounds); close other programs, fix the clock, or add "
-            "trials before trusting a small Δ"
+            f"noisy: {cell_where(study, first.size, first.workload, first.machine)}: "
+            f"CV above {NOISY_CV:.0%} ({spread}; {max(s.summary.n for s in rows)} rounds); "
+            "close other programs, fix the clock, or add trials before trusting a small Δ"
         )
     return warnings
 
@@ -64,12 +64,14 @@ def cold_start_warnings(study: Study) -> list[str]:
             else "a warmup round absorbed it"
         )
         facts = "; ".join(
-            f"{c.variant} {c.compile_s:.2f} s vs {c.steady_s:.2f} s ({c.compile_s / c.steady_s:.1f}×)" for c in slow
+            f"{c.variant} {c.compile_s:.2f} s vs {c.steady_s:.2f} "
+            f"s ({c.compile_s / c.steady_s:.1f}×)"
+            for c in slow
         )
         first = colds[0]
         warnings.append(
-            f"slow cold start: {cell_where(study, first.size, first.workload, first.machine)}: first "
-            f"call vs steady trial: {facts}; kernels compile on first use, and {consequence}"
+            f"slow cold start: {cell_where(study, first.size, first.workload, first.machine)}: "
+            f"first call vs steady trial: {facts}; kernels compile on first use, and {consequence}"
         )
     return warnings
 
@@ -81,13 +83,15 @@ def load_warnings(study: Study) -> list[str]:
         if run.preflight and run.preflight.other_cores > BUSY_CORES:
             warnings.append(
                 f"busy machine: run {run.run_id}: before it started, other processes used "
-                f"{run.preflight.other_cores:.2f} cores (load average {run.preflight.loadavg_1m:.2f})"
+                f"{run.preflight.other_cores:.2f} cores (load average "
+                f"{run.preflight.loadavg_1m:.2f})"
             )
     for during in study.loads:
         if during.other_cores_mean > BUSY_CORES or during.steal_cores_mean > STEAL_CORES:
             warnings.append(
                 f"shared machine: run {during.run_id}: while it measured, other processes used "
-                f"{during.other_cores_mean:.2f} cores on average (at most {during.other_cores_max:.2f}) and the "
-                f"hypervisor stole {during.steal_cores_mean:.2f}; its rounds scatter more than a quiet machine's"
+                f"{during.other_cores_mean:.2f} cores on average (at most "
+                f"{during.other_cores_max:.2f}) and the hypervisor stole "
+                f"{during.steal_cores_mean:.2f}; its rounds scatter more than a quiet machine's"
             )
     return warnings
