@@ -3,16 +3,16 @@
 # Python too (Debian 12 and Ubuntu 24.04 refuse `pip install` outside one, PEP 668), as a plain user or as root.
 #   ./setup.sh         the package and its `fusebench` command: .venv/bin/fusebench
 #   ./setup.sh --dev   the same, plus pytest and ruff
-# PYTHON=/path/to/python3 picks the interpreter (default: python3 on the path; 3.10 or newer).
+# PYTHON=/path/to/python3 picks the interpreter (default: python3 on the path; 3.11 or newer).
 set -euo pipefail
 cd "$(dirname "$0")"
 venv=.venv
 missing() { echo "setup: $*" >&2; exit 1; }
 
 python=${PYTHON:-python3}
-command -v "$python" >/dev/null || missing "no $python on the path; install Python 3.10+ (Debian/Ubuntu: apt-get install python3 python3-venv)"
-"$python" -c 'import sys; sys.exit(sys.version_info < (3, 10))' ||
-  missing "$("$python" -V 2>&1) is too old; fusebench needs Python 3.10+ (set PYTHON=/path/to/python3.10+)"
+command -v "$python" >/dev/null || missing "no $python on the path; install Python 3.11+ (Debian/Ubuntu: apt-get install python3 python3-venv)"
+"$python" -c 'import sys; sys.exit(sys.version_info < (3, 11))' ||
+  missing "$("$python" -V 2>&1) is too old; fusebench needs Python 3.11+ (set PYTHON=/path/to/python3.11+)"
 
 linux=0; [[ $(uname -s) == Linux ]] && linux=1
 # On Linux the CPU backend JIT-compiles mx.compile's kernels with the system C++ compiler at run time.

@@ -189,7 +189,7 @@ def test_commands_that_read_results_never_load_mlx(
 
 
 def _code_strings(path: Path) -> set[str]:
-    """The string constants of a module's code: docstrings left out (they may name an op in prose)."""
+    """The string constants of a module's code, docstrings left out (prose may name an op)."""
     tree = ast.parse(path.read_text())
     docs = {
         id(node.body[0].value)

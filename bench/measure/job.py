@@ -22,6 +22,7 @@ from __future__ import annotations
 import json
 from collections.abc import Mapping
 from dataclasses import asdict, dataclass, fields
+from enum import StrEnum
 from typing import Any, ClassVar
 
 from ..core.spec import ModelSpec, model_spec
@@ -84,14 +85,22 @@ class CellShape:
     batch: int
 
 
+class Do(StrEnum):
+    """What a command asks of the worker (the JSON carries the value: a reference build of an older
+    commit reads the same strings)."""
+
+    CORRECTNESS = "correctness"  # every variant's logits against the reference, for a cell
+    KERNELS = "kernels"  # the kernel facts of a cell
+    TRIAL = "trial"  # one variant at one round
+    DEPTH = "depth"  # one variant's decode speed at each KV depth, from one long prefill
+    SHARES = "shares"  # one round timing every switchable op call of a prefill and a decode step
+
+
 @dataclass(frozen=True)
 class Command:
-    """One thing for the worker to do. `do`: "correctness" or "kernels" (for a cell), "trial" (one
-    variant at one round), "depth" (one variant's decode speed at each KV depth, from one long
-    prefill), "shares" (one round of timing every switchable op call of a prefill and a decode step,
-    for each implementation the variants use)."""
+    """One thing for the worker to do, for one cell."""
 
-    do: str
+    do: Do
     cell: CellShape
     variant: str | None = None
     round: int = 0
@@ -104,7 +113,14 @@ class Command:
     @classmethod
     def from_json(cls, text: str) -> Command:
         data = json.loads(text)
-        return cls(**{**data, "cell": CellShape(**data["cell"]), "depths": tuple(data["depths"])})
+        return cls(
+            **{
+                **data,
+                "do": Do(data["do"]),
+                "cell": CellShape(**data["cell"]),
+                "depths": tuple(data["depths"]),
+            }
+        )
 
 
 # --- results: what a command produces ------------------------------------------------------------

@@ -51,6 +51,7 @@ from .job import (
     Agreement,
     CellShape,
     Command,
+    Do,
     Gate,
     Measured,
     Result,
@@ -535,11 +536,9 @@ class CellRun:
 
     def run(self, first: bool) -> None:
         for build in self.sessions:
-            for kind in ("correctness", "kernel"):
+            for kind, do in (("correctness", Do.CORRECTNESS), ("kernel", Do.KERNELS)):
                 if not self.done.has_facts(self.cell.key, build, kind):
-                    self._request(
-                        build, Command("kernels" if kind == "kernel" else kind, self.shape)
-                    )
+                    self._request(build, Command(do, self.shape))
         for w in range(self.exp.warmup):
             self._round(w, warmup=True)
         rounds, reason = 0, None
@@ -582,7 +581,7 @@ class CellRun:
                 for build, variant in round_plan(self.runner.order, list(self.sessions), r):
                     if not self.done.has_depth(self.cell.key, build, variant, r):
                         self._request(
-                            build, Command("depth", self.shape, variant, r, depths=self.exp.depths)
+                            build, Command(Do.DEPTH, self.shape, variant, r, depths=self.exp.depths)
                         )
         self._shares()
 
@@ -604,7 +603,7 @@ class CellRun:
                 self.update(
                     f"{self.cell.model.label} {self.cell.workload.label}: op shares, round {r + 1}"
                 )
-                self._request(CURRENT.name, Command("shares", self.shape, round=r))
+                self._request(CURRENT.name, Command(Do.SHARES, self.shape, round=r))
 
     def _pair_served(self, rounds: int) -> bool:
         """Whether the workers of an A/B across builds have run their worker_rounds (a fresh pair is
@@ -634,7 +633,9 @@ class CellRun:
         for build, variant in round_plan(self.runner.order, list(self.sessions), index):
             if not fresh and self.done.has_trial(self.cell.key, build, variant, warmup, index):
                 continue
-            for trial in self._request(build, Command("trial", self.shape, variant, index, warmup)):
+            for trial in self._request(
+                build, Command(Do.TRIAL, self.shape, variant, index, warmup)
+            ):
                 if isinstance(trial, Trial):
                     self.target.add(build, trial, self.process)
                 label = "warmup" if warmup else f"round {index + 1}"

@@ -59,6 +59,7 @@ from .job import (
     Agreement,
     Command,
     DepthSpeed,
+    Do,
     Done,
     Event,
     Loaded,
@@ -267,7 +268,14 @@ class CommandRunner:
         self.share_timers: dict[str, ShareTimer] = {}  # cell -> its traced calls, warmed up
 
     def run(self, command: Command) -> None:
-        getattr(self, f"_{command.do}")(command)
+        handlers = {
+            Do.CORRECTNESS: self._correctness,
+            Do.KERNELS: self._kernels,
+            Do.TRIAL: self._trial,
+            Do.DEPTH: self._depth,
+            Do.SHARES: self._shares,
+        }
+        handlers[command.do](command)
         self.emit(Done())
 
     def _correctness(self, command: Command) -> None:
