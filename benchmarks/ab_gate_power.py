@@ -74,7 +74,9 @@ def slowed_copy(dest: Path, slowdown_pct: float) -> Path:
     text = text.replace(*PREFILL, 1)
     text = text[: text.index("def decode(")] + DECODE + text[text.index("def time_trial(") :]
     sleep_fraction = slowdown_pct / (100 - slowdown_pct)  # time x 1/(1 - s): throughput x (1 - s)
-    worker.write_text(text.replace("ATOL_BY_DTYPE = ", f"SLOWDOWN = {sleep_fraction!r}\nATOL_BY_DTYPE = ", 1))
+    worker.write_text(
+        text.replace("ATOL_BY_DTYPE = ", f"SLOWDOWN = {sleep_fraction!r}\nATOL_BY_DTYPE = ", 1)
+    )
     return dest
 
 
@@ -130,7 +132,9 @@ def one_run(slowdown: float, out: Path, experiment: Path) -> dict:
             gate_exit, confirmed = gate_verdicts(out, current, "--confirm")
     deltas = {f"{v['variant']} {v['metric']}": round(v["delta_pct"], 2) for v in verdicts}
     halves = {f"{v['variant']} {v['metric']}": _half_width(v) for v in verdicts}
-    bounds = {f"{v['variant']} {v['metric']}": (v["ci_low_pct"], v["ci_high_pct"]) for v in verdicts}
+    bounds = {
+        f"{v['variant']} {v['metric']}": (v["ci_low_pct"], v["ci_high_pct"]) for v in verdicts
+    }
     return {
         "slowdown_pct": slowdown,
         "file": out.name,
@@ -157,7 +161,9 @@ def schedule(plan: str) -> list[tuple[float, int]]:
     """ "0:20,10:10" -> (slowdown, repetition) in round-robin order, so machine drift lands on every
     level alike."""
     counts = {float(level): int(n) for level, n in (item.split(":") for item in plan.split(","))}
-    return [(level, i + 1) for i in range(max(counts.values())) for level, n in counts.items() if i < n]
+    return [
+        (level, i + 1) for i in range(max(counts.values())) for level, n in counts.items() if i < n
+    ]
 
 
 def summary(rows: list[dict]) -> list[str]:
@@ -171,24 +177,28 @@ def summary(rows: list[dict]) -> list[str]:
 
         def counts(key: str, runs: list[dict] = mine) -> str:
             words = {**OUTCOMES, 2: "could not compare (exit 2)"}
-            return ", ".join(f"{word} {sum(r[key] == code for r in runs)}" for code, word in words.items())
+            return ", ".join(
+                f"{word} {sum(r[key] == code for r in runs)}" for code, word in words.items()
+            )
 
         measured = {
             m: statistics.median(r["deltas"].get(f"all variants {m}", math.nan) for r in mine)
             for m in ("prefill", "gen")
         }
         lines.append(
-            f"slowdown {level:g}%: {len(mine)} runs; gate (with --confirm): {counts('gate_exit')}; first "
-            f"check alone: {counts('first_exit')}; word agrees with intervals in "
-            f"{sum(r.get('honest', True) for r in mine)}/{len(mine)}; measured Δ (median, all variants) "
-            f"prefill {measured['prefill']:+.1f}% gen {measured['gen']:+.1f}%; median run "
-            f"{statistics.median(r['seconds'] for r in mine):.0f} s, "
+            f"slowdown {level:g}%: {len(mine)} runs; gate (with --confirm): "
+            f"{counts('gate_exit')}; first check alone: {counts('first_exit')}; word agrees with "
+            f"intervals in {sum(r.get('honest', True) for r in mine)}/{len(mine)}; "
+            f"measured Δ (median, all variants) prefill {measured['prefill']:+.1f}% gen "
+            f"{measured['gen']:+.1f}%; "
+            f"median run {statistics.median(r['seconds'] for r in mine):.0f} s, "
             f"{statistics.median(r.get('rounds', 0) for r in mine):.0f} rounds"
             + (f"; {len(ran) - len(mine)} runs failed" if len(mine) < len(ran) else "")
         )
         if held := rerun_held(mine):
             lines.append(
-                f"  another run's Δ inside this run's interval (Holm-adjusted, each build its own process): {held}"
+                "  another run's Δ inside this run's interval "
+                f"(Holm-adjusted, each build its own process): {held}"
             )
     return lines
 
@@ -210,7 +220,9 @@ def rerun_held(runs: list[dict]) -> str:
 
 
 def main() -> None:
-    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser = argparse.ArgumentParser(
+        description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter
+    )
     parser.add_argument(
         "--plan",
         default="0:20,10:10,5:4,20:4",
@@ -218,10 +230,16 @@ def main() -> None:
     )
     parser.add_argument("--experiment", type=Path, default=ROOT / "experiments" / "ci.yaml")
     parser.add_argument("--out", type=Path, default=ROOT / "results" / "gate-ab")
-    parser.add_argument("--summary", action="store_true", help="only summarize the runs already in OUT/runs.jsonl")
-    parser.add_argument("--budget-s", type=float, help="run the experiment with this budget_s instead of its own")
+    parser.add_argument(
+        "--summary", action="store_true", help="only summarize the runs already in OUT/runs.jsonl"
+    )
+    parser.add_argument(
+        "--budget-s", type=float, help="run the experiment with this budget_s instead of its own"
+    )
     args = parser.parse_args()
-    args.out = args.out.resolve()  # the runs' working folder is a throwaway copy: a relative path would land there
+    args.out = (
+        args.out.resolve()
+    )  # the runs' working folder is a throwaway copy: a relative path would land there
     args.out.mkdir(parents=True, exist_ok=True)
     if args.budget_s:
         text = args.experiment.read_text()

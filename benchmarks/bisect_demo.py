@@ -48,7 +48,9 @@ correctness: {reference: baseline, tokens: 4}
 
 
 def git(repo: Path, *args: str) -> str:
-    return subprocess.run(["git", *args], cwd=repo, capture_output=True, text=True, check=True).stdout.strip()
+    return subprocess.run(
+        ["git", *args], cwd=repo, capture_output=True, text=True, check=True
+    ).stdout.strip()
 
 
 def scratch_history(repo: Path, commits: int, slow_at: int, slowdown_pct: float) -> list[str]:
@@ -65,7 +67,9 @@ def scratch_history(repo: Path, commits: int, slow_at: int, slowdown_pct: float)
         if i == slow_at:
             shutil.copy(slow, repo / "bench" / "measure" / "worker.py")
         git(repo, "add", "-A")
-        subject = f"change {i}" + (f" (slows the worker by {slowdown_pct:g}%)" if i == slow_at else "")
+        subject = f"change {i}" + (
+            f" (slows the worker by {slowdown_pct:g}%)" if i == slow_at else ""
+        )
         git(
             repo,
             "-c",
@@ -82,9 +86,15 @@ def scratch_history(repo: Path, commits: int, slow_at: int, slowdown_pct: float)
 
 
 def main() -> None:
-    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
-    parser.add_argument("--commits", type=int, default=7, help="commits after the good one (default 7: 8 in all)")
-    parser.add_argument("--slow-at", type=int, default=5, help="which commit slows the worker (default 5)")
+    parser = argparse.ArgumentParser(
+        description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter
+    )
+    parser.add_argument(
+        "--commits", type=int, default=7, help="commits after the good one (default 7: 8 in all)"
+    )
+    parser.add_argument(
+        "--slow-at", type=int, default=5, help="which commit slows the worker (default 5)"
+    )
     parser.add_argument("--slowdown", type=float, default=10.0, help="percent (default 10)")
     parser.add_argument("--out", type=Path, default=ROOT / "results" / "bisect-demo")
     args = parser.parse_args()
@@ -113,7 +123,9 @@ def main() -> None:
             text=True,
         )
         seconds = time.monotonic() - start
-    answer = json.loads(done.stdout) if done.returncode in (0, 1) else {"stderr": done.stderr[-2000:]}
+    answer = (
+        json.loads(done.stdout) if done.returncode in (0, 1) else {"stderr": done.stderr[-2000:]}
+    )
     summary = {
         "exit": done.returncode,
         "wall_s": round(seconds, 1),

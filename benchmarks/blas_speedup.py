@@ -36,12 +36,16 @@ print(json.dumps({"blas": loaded_blas(), "prefill_tps": tps}))
 def measure(choice: str, args: argparse.Namespace) -> dict:
     env, _ = blas_preload_env(choice, os.environ)
     argv = [args.preset, str(args.layers), str(args.prompt), str(args.rounds)]
-    out = subprocess.run([sys.executable, "-c", CHILD, *argv], env=env, capture_output=True, text=True, check=True)
+    out = subprocess.run(
+        [sys.executable, "-c", CHILD, *argv], env=env, capture_output=True, text=True, check=True
+    )
     return json.loads(out.stdout.strip().splitlines()[-1])
 
 
 def main() -> None:
-    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser = argparse.ArgumentParser(
+        description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter
+    )
     parser.add_argument("--preset", default="e2b")
     parser.add_argument("--layers", type=int, default=2)
     parser.add_argument("--prompt", type=int, default=128)
@@ -49,8 +53,13 @@ def main() -> None:
     args = parser.parse_args()
     results = {choice: measure(choice, args) for choice in ("reference", "auto")}
     for choice, result in results.items():
-        print(f"{choice:9s} {statistics.median(result['prefill_tps']):8.1f} prefill tok/s   {result['blas']}")
-    medians = {choice: statistics.median(result["prefill_tps"]) for choice, result in results.items()}
+        print(
+            f"{choice:9s} {statistics.median(result['prefill_tps']):8.1f} "
+            f"prefill tok/s   {result['blas']}"
+        )
+    medians = {
+        choice: statistics.median(result["prefill_tps"]) for choice, result in results.items()
+    }
     speedup = medians["auto"] / medians["reference"]
     where = f"{args.preset}, {args.layers} layers, prompt {args.prompt}"
     print(f"fp32 prefill speedup from the BLAS: {speedup:.1f}x ({where})")

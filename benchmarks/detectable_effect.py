@@ -31,7 +31,9 @@ def half_width_pct(sd_log: float, n: int) -> float:
 
 
 def main() -> None:
-    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser = argparse.ArgumentParser(
+        description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter
+    )
     parser.add_argument("results", type=Path)
     args = parser.parse_args()
     study = build_study(load_results([args.results]))

@@ -71,7 +71,9 @@ def baseline_source_run(baseline: Path) -> set[str]:
 
 
 def main(argv: list[str] | None = None) -> int:
-    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser = argparse.ArgumentParser(
+        description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter
+    )
     parser.add_argument(
         "--runs",
         nargs="+",
@@ -79,10 +81,18 @@ def main(argv: list[str] | None = None) -> int:
         help="globs of unchanged ci.yaml results files",
     )
     parser.add_argument("--baseline", type=Path, default=Path("results/baselines/cpu-ci.jsonl"))
-    parser.add_argument("--max-regression", type=float, default=DEFAULT_MAX_REGRESSION_PCT, metavar="PCT")
-    parser.add_argument("--noise", type=Path, metavar="FILE", help="noise file (default: as check finds it)")
-    parser.add_argument("--variant", default="compiled", help="the variant whose tok/s is scaled down")
-    parser.add_argument("--factors", default=DEFAULT_FACTORS, help="comma-separated speed factors to inject")
+    parser.add_argument(
+        "--max-regression", type=float, default=DEFAULT_MAX_REGRESSION_PCT, metavar="PCT"
+    )
+    parser.add_argument(
+        "--noise", type=Path, metavar="FILE", help="noise file (default: as check finds it)"
+    )
+    parser.add_argument(
+        "--variant", default="compiled", help="the variant whose tok/s is scaled down"
+    )
+    parser.add_argument(
+        "--factors", default=DEFAULT_FACTORS, help="comma-separated speed factors to inject"
+    )
     args = parser.parse_args(argv)
 
     excluded = baseline_source_run(args.baseline)
@@ -96,8 +106,12 @@ def main(argv: list[str] | None = None) -> int:
     with tempfile.TemporaryDirectory() as scratch:
         unchanged = [check(run, args) for run in runs]
         print(limits_line(unchanged[0]))
-        alarms = [run.name for run, outcome in zip(runs, unchanged, strict=True) if outcome.failures]
-        rows.append(("1.00 (unchanged)", str(len(runs)), "—", "—", "—", f"{len(alarms)}/{len(runs)}"))
+        alarms = [
+            run.name for run, outcome in zip(runs, unchanged, strict=True) if outcome.failures
+        ]
+        rows.append(
+            ("1.00 (unchanged)", str(len(runs)), "—", "—", "—", f"{len(alarms)}/{len(runs)}")
+        )
         for factor in factors:
             caught = {"any": 0, Check.TPS: 0, Check.SPEEDUP: 0}
             false_alarms = 0

@@ -62,7 +62,9 @@ MLX_LM_OPS = {
     "rms_norm": "fast",
     "rope": "fast",
 }
-TRIAL_LINE = re.compile(r"Trial \d+:\s+prompt_tps=([\d.]+), generation_tps=([\d.]+), peak_memory=([\d.]+)")
+TRIAL_LINE = re.compile(
+    r"Trial \d+:\s+prompt_tps=([\d.]+), generation_tps=([\d.]+), peak_memory=([\d.]+)"
+)
 
 
 def write_stub_tokenizer(path: Path, vocab_size: int) -> None:
@@ -114,12 +116,19 @@ def run_mlx_lm(checkpoint: Path, args: argparse.Namespace, env: dict[str, str]) 
     done = subprocess.run(command, env=env, capture_output=True, text=True, check=False)
     trials = [tuple(map(float, m.groups())) for m in TRIAL_LINE.finditer(done.stdout)]
     if done.returncode or not trials:
-        sys.exit(f"mlx_lm.benchmark failed (exit {done.returncode}):\n{done.stdout}\n{done.stderr[-3000:]}")
-    prompt_tps, generation_tps, peak_gb = (statistics.mean(column) for column in zip(*trials, strict=True))
+        sys.exit(
+            f"mlx_lm.benchmark failed (exit {done.returncode}):\n"
+            f"{done.stdout}\n{done.stderr[-3000:]}"
+        )
+    prompt_tps, generation_tps, peak_gb = (
+        statistics.mean(column) for column in zip(*trials, strict=True)
+    )
     return {"prompt_tps": prompt_tps, "generation_tps": generation_tps, "peak_gb": peak_gb}
 
 
-def run_side(side: str, checkpoint: Path, args: argparse.Namespace, env: dict[str, str]) -> dict[str, float]:
+def run_side(
+    side: str, checkpoint: Path, args: argparse.Namespace, env: dict[str, str]
+) -> dict[str, float]:
     """One of this script's own sides ("fusebench" or "drained") in a fresh child process; its JSON
     means."""
     command = [
@@ -204,7 +213,10 @@ def print_table(
     where: str,
     drained: dict[str, float],
 ) -> None:
-    print(f"E2B ({args.layers} layers, fp32) · prompt {args.prompt} · gen {args.gen} · {args.trials} trials, means")
+    print(
+        f"E2B ({args.layers} layers, fp32) · prompt {args.prompt} "
+        f"· gen {args.gen} · {args.trials} trials, means"
+    )
     print(f"{where}")
     rows = [
         ("prompt", "prompt_tps", mlx["prompt_tps"], "ttft_tps", ours["ttft_tps"]),
@@ -220,20 +232,22 @@ def print_table(
         )
     print(
         f"mlx-lm's stream_generate drained between trials: prompt_tps {drained['prompt_tps']:.2f} "
-        f"(fusebench ttft_tps / it = {ours['ttft_tps'] / drained['prompt_tps']:.3f}), generation_tps "
-        f"{drained['generation_tps']:.2f} "
-        f"(fusebench gen_tps / it = {ours['gen_tps'] / drained['generation_tps']:.3f})"
+        f"(fusebench ttft_tps / it = {ours['ttft_tps'] / drained['prompt_tps']:.3f}), "
+        f"generation_tps {drained['generation_tps']:.2f} (fusebench gen_tps / it = "
+        f"{ours['gen_tps'] / drained['generation_tps']:.3f})"
     )
     print(
-        "expected: prompt > 1 by the previous trial's orphaned decode step in mlx-lm's prompt clock; "
-        f"generation ~(G-1)/G = {(args.gen - 1) / args.gen:.3f} (mlx-lm counts G tokens over "
-        "G-1 decode steps); prefill a little above prompt on CPU (fusebench's prefill stops at the first token, "
-        "mlx-lm's clock also takes in queuing the first decode step)"
+        "expected: prompt > 1 by the previous trial's orphaned decode step in mlx-lm's prompt "
+        f"clock; generation ~(G-1)/G = {(args.gen - 1) / args.gen:.3f} (mlx-lm counts G tokens "
+        "over G-1 decode steps); prefill a little above prompt on CPU (fusebench's prefill stops "
+        "at the first token, mlx-lm's clock also takes in queuing the first decode step)"
     )
 
 
 def parse_args() -> argparse.Namespace:
-    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser = argparse.ArgumentParser(
+        description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter
+    )
     parser.add_argument("--prompt", type=int, default=128)
     parser.add_argument("--gen", type=int, default=128)
     parser.add_argument("--trials", type=int, default=5)

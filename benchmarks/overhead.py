@@ -43,7 +43,9 @@ TARGET = 0.95
 METRICS = ("prefill", "gen", "ttft")
 
 
-def bare_trial(model: Model, prompt: mx.array, gen_tokens: int, step: int) -> tuple[float, float, float]:
+def bare_trial(
+    model: Model, prompt: mx.array, gen_tokens: int, step: int
+) -> tuple[float, float, float]:
     """prefill_s, gen_s and TTFT as mlx-lm's generate_step would give them, with nothing else
     around."""
     cache = model.make_cache()
@@ -71,7 +73,9 @@ def bare_trial(model: Model, prompt: mx.array, gen_tokens: int, step: int) -> tu
 def measure(args: argparse.Namespace) -> dict[str, dict[str, float]]:
     """In the child: median tok/s per side and metric over the timed rounds."""
     model = load_model(args.preset, layers=args.layers)
-    samples: dict[str, dict[str, list[float]]] = {s: {m: [] for m in METRICS} for s in ("fusebench", "bare")}
+    samples: dict[str, dict[str, list[float]]] = {
+        s: {m: [] for m in METRICS} for s in ("fusebench", "bare")
+    }
     for r in range(-1, args.rounds):  # round -1 warms both up
         prompt = make_prompt(model.args.vocab_size, 1, args.prompt, 0, max(r, 0))
         for side in round_order(["fusebench", "bare"], r):
@@ -81,9 +85,14 @@ def measure(args: argparse.Namespace) -> dict[str, dict[str, float]]:
             else:
                 seconds = bare_trial(model, prompt, args.gen, 2048)
             if r >= 0:
-                for metric, s, tokens in zip(METRICS, seconds, (args.prompt, args.gen - 1, args.prompt), strict=True):
+                for metric, s, tokens in zip(
+                    METRICS, seconds, (args.prompt, args.gen - 1, args.prompt), strict=True
+                ):
                     samples[side][metric].append(tokens / s)
-    return {side: {m: statistics.median(v) for m, v in by_metric.items()} for side, by_metric in samples.items()}
+    return {
+        side: {m: statistics.median(v) for m, v in by_metric.items()}
+        for side, by_metric in samples.items()
+    }
 
 
 def child_env(setting: str) -> dict[str, str]:
@@ -111,9 +120,14 @@ def run_setting(setting: str, args: argparse.Namespace) -> dict:
         "--rounds",
         str(args.rounds),
     ]
-    done = subprocess.run(command, env=child_env(setting), capture_output=True, text=True, check=False)
+    done = subprocess.run(
+        command, env=child_env(setting), capture_output=True, text=True, check=False
+    )
     if done.returncode:
-        sys.exit(f"threads {setting}: the measuring process failed (exit {done.returncode}):\n{done.stderr[-3000:]}")
+        sys.exit(
+            f"threads {setting}: the measuring process failed "
+            f"(exit {done.returncode}):\n{done.stderr[-3000:]}"
+        )
     return json.loads(done.stdout.strip().splitlines()[-1])
 
 
@@ -131,13 +145,15 @@ def print_setting(setting: str, result: dict) -> None:
         ours, bare = result["fusebench"][metric], result["bare"][metric]
         ratio = ours / bare
         print(
-            f"  {metric:8s} fusebench {ours:9.2f} tok/s   bare {bare:9.2f} tok/s   ratio {ratio:.3f}"
-            f"{'' if ratio >= TARGET else f'   below the {TARGET} target'}"
+            f"  {metric:8s} fusebench {ours:9.2f} tok/s   bare {bare:9.2f} tok/s   ratio "
+            f"{ratio:.3f}{'' if ratio >= TARGET else f'   below the {TARGET} target'}"
         )
 
 
 def parse_args() -> argparse.Namespace:
-    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser = argparse.ArgumentParser(
+        description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter
+    )
     parser.add_argument("--preset", default="e2b")
     parser.add_argument("--layers", type=int, default=2)
     parser.add_argument("--prompt", type=int, default=128)
@@ -159,8 +175,8 @@ def main() -> None:
         print(json.dumps({**measure(args), "blas": loaded_blas()}))
         return
     print(
-        f"{args.preset} ({args.layers} layers), prompt {args.prompt}, gen {args.gen}, {args.rounds} rounds, "
-        f"medians; target fusebench / bare >= {TARGET}"
+        f"{args.preset} ({args.layers} layers), prompt {args.prompt}, gen {args.gen}, "
+        f"{args.rounds} rounds, medians; target fusebench / bare >= {TARGET}"
     )
     for setting in args.threads.split(","):
         print_setting(setting, run_setting(setting, args))

@@ -145,7 +145,9 @@ def stopped_cell(
     for n in range(min_rounds, max_rounds + 1):
         decided = True
         for base, new in rows:
-            est = paired_estimate(base[:n], new[:n], processes=None if labels is None else labels[:n])
+            est = paired_estimate(
+                base[:n], new[:n], processes=None if labels is None else labels[:n]
+            )
             if not Row(est.mean_log, est.sd_log, est.n, alpha, goal).decided:
                 decided = False
                 break
@@ -181,7 +183,9 @@ def _wrong(word: VerdictWord, effect: float) -> bool:
     return word is VerdictWord.NO_CHANGE and abs(effect) * 100.0 > MARGIN_PCT
 
 
-def comparison_tables(model: Model, effect: float, tables: int, max_rounds: int, seed: int) -> tuple[Tally, list[int]]:
+def comparison_tables(
+    model: Model, effect: float, tables: int, max_rounds: int, seed: int
+) -> tuple[Tally, list[int]]:
     """Simulated comparison tables (4 cells × 2 metrics): the tally and every cell's rounds."""
     rng = np.random.default_rng(seed)
     replay = replay_ratios() if model.trial_noise is None else None
@@ -209,7 +213,9 @@ def comparison_tables(model: Model, effect: float, tables: int, max_rounds: int,
         tally.rows += len(words)
         wrong = [_wrong(w, effect) for w in words]
         tally.wrong_rows += sum(wrong)
-        tally.false_tables += effect == 0.0 and any(w in (VerdictWord.FASTER, VerdictWord.SLOWER) for w in words)
+        tally.false_tables += effect == 0.0 and any(
+            w in (VerdictWord.FASTER, VerdictWord.SLOWER) for w in words
+        )
     return tally, rounds
 
 
@@ -276,7 +282,9 @@ def _process_rows(
     return rows, pairs
 
 
-def process_runs(model: Model, tau: float, fresh_every: int, runs: int, max_rounds: int, seed: int) -> ProcessTally:
+def process_runs(
+    model: Model, tau: float, fresh_every: int, runs: int, max_rounds: int, seed: int
+) -> ProcessTally:
     """Simulated A/B runs of identical builds with process offsets: coverage and the gate's
     outcomes."""
     rng = np.random.default_rng(seed)
@@ -288,7 +296,10 @@ def process_runs(model: Model, tau: float, fresh_every: int, runs: int, max_roun
         rows, pairs = _process_rows(rng, model, tau, fresh_every, max_rounds)
         labels = pairs if fresh_every else None
         n = stopped_cell(rows, goal, alpha, max_rounds, labels=labels)
-        estimates = [paired_estimate(b[:n], x[:n], processes=None if labels is None else labels[:n]) for b, x in rows]
+        estimates = [
+            paired_estimate(b[:n], x[:n], processes=None if labels is None else labels[:n])
+            for b, x in rows
+        ]
         adjusted = adjust(estimates)
         tally.runs += 1
         tally.rounds += n
@@ -310,7 +321,11 @@ def _process_job(args: tuple) -> ProcessTally:
 def run_processes(
     model: Model, tau: float, fresh_every: int, runs: int, max_rounds: int, seed: int, workers: int
 ) -> ProcessTally:
-    jobs = [(model, tau, fresh_every, n, max_rounds, seed * 100 + i) for i, n in enumerate(_split(runs, workers)) if n]
+    jobs = [
+        (model, tau, fresh_every, n, max_rounds, seed * 100 + i)
+        for i, n in enumerate(_split(runs, workers))
+        if n
+    ]
     tally = ProcessTally()
     with ProcessPoolExecutor(workers) as pool:
         for part in pool.map(_process_job, jobs):
@@ -320,8 +335,8 @@ def run_processes(
 
 def process_table(runs: int, max_rounds: int, workers: int) -> None:
     print(
-        "| noise | process SD τ / round SD | workers | runs | 95% coverage | passed | failed | cannot tell "
-        "| rounds (mean) |"
+        "| noise | process SD τ / round SD | workers | runs | "
+        "95% coverage | passed | failed | cannot tell | rounds (mean) |"
     )
     print("|---|---|---|---|---|---|---|---|---|")
     for m, model in enumerate(MODELS[:2]):
@@ -339,8 +354,8 @@ def process_table(runs: int, max_rounds: int, workers: int) -> None:
                 design = f"fresh pair every {fresh_every} rounds" if fresh_every else "one pair"
                 print(
                     f"| {model.name} | {tau:g} | {design} | {r.runs} | {r.covered / r.rows:.1%} | "
-                    f"{r.passed / r.runs:.1%} | {r.failed / r.runs:.1%} | {r.cannot_tell / r.runs:.1%} | "
-                    f"{r.rounds / r.runs:.0f} |",
+                    f"{r.passed / r.runs:.1%} | {r.failed / r.runs:.1%} | "
+                    f"{r.cannot_tell / r.runs:.1%} | {r.rounds / r.runs:.0f} |",
                     flush=True,
                 )
 
@@ -357,8 +372,14 @@ def _gate_job(args: tuple) -> GateTally:
     return gate_runs(*args)
 
 
-def run_gate(model: Model, slowdown: float, runs: int, max_rounds: int, seed: int, workers: int) -> GateTally:
-    jobs = [(model, slowdown, n, max_rounds, seed * 100 + i) for i, n in enumerate(_split(runs, workers)) if n]
+def run_gate(
+    model: Model, slowdown: float, runs: int, max_rounds: int, seed: int, workers: int
+) -> GateTally:
+    jobs = [
+        (model, slowdown, n, max_rounds, seed * 100 + i)
+        for i, n in enumerate(_split(runs, workers))
+        if n
+    ]
     tally = GateTally()
     with ProcessPoolExecutor(workers) as pool:
         for part in pool.map(_gate_job, jobs):
@@ -369,7 +390,11 @@ def run_gate(model: Model, slowdown: float, runs: int, max_rounds: int, seed: in
 def run_tables(
     model: Model, effect: float, tables: int, max_rounds: int, seed: int, workers: int
 ) -> tuple[Tally, list[int]]:
-    jobs = [(model, effect, n, max_rounds, seed * 100 + i) for i, n in enumerate(_split(tables, workers)) if n]
+    jobs = [
+        (model, effect, n, max_rounds, seed * 100 + i)
+        for i, n in enumerate(_split(tables, workers))
+        if n
+    ]
     tally, rounds = Tally(), []
     with ProcessPoolExecutor(workers) as pool:
         for part, more in pool.map(_tables_job, jobs):
@@ -390,19 +415,22 @@ def main() -> None:
         process_table(gate_n, 60, args.workers)
         return
     print(
-        f"| noise | true Δ | tables | false claims per table | wrong rows | 95% coverage | rounds (median, "
-        f"p90) | cells decided by {max_rounds} |"
+        "| noise | true Δ | tables | false claims per table | wrong rows | "
+        f"95% coverage | rounds (median, p90) | cells decided by {max_rounds} |"
     )
     print("|---|---|---|---|---|---|---|---|")
     for m, model in enumerate(MODELS):
         for e, effect in enumerate(EFFECTS):
             tables = aa_tables if effect == 0.0 else effect_tables
-            tally, rounds = run_tables(model, effect, tables, max_rounds, seed=10 * m + e, workers=args.workers)
+            tally, rounds = run_tables(
+                model, effect, tables, max_rounds, seed=10 * m + e, workers=args.workers
+            )
             false = f"{tally.false_tables / tally.tables:.1%}" if effect == 0.0 else "-"
             print(
-                f"| {model.name} | {effect:+.0%} | {tally.tables} | {false} | {tally.wrong_rows / tally.rows:.2%} "
-                f"| {tally.covered / tally.rows:.1%} | {np.median(rounds):.0f}, {np.percentile(rounds, 90):.0f} "
-                f"| {tally.decided_cells / tally.cells:.0%} |",
+                f"| {model.name} | {effect:+.0%} | {tally.tables} | {false} | "
+                f"{tally.wrong_rows / tally.rows:.2%} | {tally.covered / tally.rows:.1%} | "
+                f"{np.median(rounds):.0f}, {np.percentile(rounds, 90):.0f} | "
+                f"{tally.decided_cells / tally.cells:.0%} |",
                 flush=True,
             )
     print()

@@ -31,7 +31,9 @@ def main(path: Path) -> None:
     trials = timed_trials(read_results([path]).frame("trial"))
     pace = round_seconds(trials)
     rows = []
-    for (key, size, workload), cell in trials.groupby(["model_key", "size", "workload"], sort=False):
+    for (key, size, workload), cell in trials.groupby(
+        ["model_key", "size", "workload"], sort=False
+    ):
         base = cell[cell["variant"] == "baseline"].set_index("round")
         new = cell[cell["variant"] != "baseline"].set_index("round")
         shared = base.index.intersection(new.index)
@@ -39,13 +41,24 @@ def main(path: Path) -> None:
             r = np.log(new.loc[shared, metric].to_numpy() / base.loc[shared, metric].to_numpy())
             sd = pairwise_scale(r)
             seconds = pace[key, workload]
-            rows.append((size, workload, metric.split("_")[0], len(r), sd, seconds, 1.0 / (sd**2 * seconds)))
-    reference = {(size, metric): pps for size, workload, metric, *_, pps in rows if workload == REFERENCE_WORKLOAD}
-    print("| size | workload | metric | rounds | SD per round | s a round | precision/s vs pp128 tg3 |")
+            rows.append(
+                (size, workload, metric.split("_")[0], len(r), sd, seconds, 1.0 / (sd**2 * seconds))
+            )
+    reference = {
+        (size, metric): pps
+        for size, workload, metric, *_, pps in rows
+        if workload == REFERENCE_WORKLOAD
+    }
+    print(
+        "| size | workload | metric | rounds | SD per round "
+        "| s a round | precision/s vs pp128 tg3 |"
+    )
     print("|---|---|---|---|---|---|---|")
     for size, workload, metric, n, sd, seconds, pps in rows:
         relative = pps / reference[size, metric] if (size, metric) in reference else float("nan")
-        print(f"| {size} | {workload} | {metric} | {n} | {sd:.2%} | {seconds:.2f} | {relative:.2f}x |")
+        print(
+            f"| {size} | {workload} | {metric} | {n} | {sd:.2%} | {seconds:.2f} | {relative:.2f}x |"
+        )
 
 
 if __name__ == "__main__":

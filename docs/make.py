@@ -20,7 +20,9 @@ def main() -> None:
     page = DOCS / "experiments.md"
     block = f"{BEGIN}\n```yaml\n{schema_text()}\n```\n{END}"
     text = page.read_text()
-    page.write_text(re.sub(re.escape(BEGIN) + ".*?" + re.escape(END), lambda _: block, text, flags=re.S))
+    page.write_text(
+        re.sub(re.escape(BEGIN) + ".*?" + re.escape(END), lambda _: block, text, flags=re.S)
+    )
 
 
 if __name__ == "__main__":

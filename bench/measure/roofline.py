@@ -74,13 +74,6 @@ class DeviceEnv(TypedDict, total=False):
     device: str
 
 
-class TrialTimes(TypedDict):
-    """The fields of a trial record that its rates are computed from."""
-
-    prefill_s: float
-    gen_s: float | None  # None where the trial did not generate
-
-
 class Rates(TypedDict):
     prefill_tflops: float
     gen_gbps: float | None
@@ -269,11 +262,10 @@ def cell_work(
     )
 
 
-def achieved(trial: TrialTimes, work: CellWork) -> Rates:
+def achieved(prefill_s: float, gen_s: float | None, work: CellWork) -> Rates:
     """TFLOP/s of a trial's prefill and GB/s of its generation (None where it did not generate)."""
-    gen_s = trial.get("gen_s")
     return {
-        "prefill_tflops": work.prefill_flops / trial["prefill_s"] / 1e12,
+        "prefill_tflops": work.prefill_flops / prefill_s / 1e12,
         "gen_gbps": work.gen_bytes / gen_s / 1e9 if gen_s and work.gen_steps else None,
     }
 

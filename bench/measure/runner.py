@@ -433,9 +433,7 @@ class Runner:
 
     def _roofline(self, cell_key: str, measured: Measured) -> tuple[Rates, PeakShares]:
         """Achieved TFLOP/s and GB/s of a trial, and their share of this machine's peak."""
-        rates = achieved(
-            {"prefill_s": measured.prefill_s, "gen_s": measured.gen_s}, self._work(cell_key)
-        )
+        rates = achieved(measured.prefill_s, measured.gen_s, self._work(cell_key))
         shares = percent_of_peak(rates, self.peak, self.cells[cell_key].model.dtype)
         self.above_peak.update(shares["above_peak"])
         for metric, value in rates.items():
