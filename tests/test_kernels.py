@@ -35,11 +35,8 @@ def preset(request):
 
 
 def probed(config, prompt_tokens=PROMPT):
-    """The kernel facts of a config, as the records carry them."""
-    return [
-        fact.to_dict()
-        for fact in kernel_facts(ModelArgs.from_dict(config), prompt_tokens=prompt_tokens)
-    ]
+    """The kernel facts of a config, as the worker records them."""
+    return kernel_facts(ModelArgs.from_dict(config), prompt_tokens=prompt_tokens)
 
 
 @pytest.fixture(scope="module")
@@ -76,9 +73,7 @@ def test_attention_is_probed_at_the_calls_ops_times_at_the_prompt(preset):
 
 def test_the_elementwise_ops_are_probed_at_one_token(facts):
     labels = {
-        (f["op"], f["shape_label"])
-        for f in facts
-        if f["probe"] == "graph" and f["variant"] == "compiled"
+        (f.op, f.shape_label) for f in facts if f.probe == "graph" and f.variant == "compiled"
     }
     assert ("softcap", "logits decode [1,1,262144]") in labels
     # the same call at one token: probed once
@@ -92,14 +87,14 @@ def test_the_elementwise_ops_are_probed_at_one_token(facts):
 
 @on_cpu
 def test_every_attention_shape_falls_back_on_cpu(preset, facts):
-    probes = [f for f in facts if f["probe"] == "force_fused"]
-    seen = {(f["head_dim"], f["phase"]) for f in probes}
+    probes = [f for f in facts if f.probe == "force_fused"]
+    seen = {(f.head_dim, f.phase) for f in probes}
     assert seen == {(256, "prefill"), (256, "decode"), (512, "prefill"), (512, "decode")}
     for fact in probes:
-        assert (fact["op"], fact["variant"], fact["kind"]) == ("attention", "sdpa", "kernel")
-        assert fact["status"] == "fallback", fact
-        assert "no fused kernel is available" in fact["reason"] and "CPU" in fact["reason"]
-        assert fact["backend"] == "cpu" and fact["mlx_version"] == mx.__version__
+        assert (fact.op, fact.variant, fact.kind) == ("attention", "sdpa", "kernel")
+        assert fact.status == "fallback", fact
+        assert "no fused kernel is available" in fact.reason and "CPU" in fact.reason
+        assert fact.backend == "cpu" and fact.mlx_version == mx.__version__
     sentence = summarize_probes(facts)
     assert sentence.startswith("on cpu `sdpa` fell back to composed ops for every attention shape")
     assert (
@@ -118,9 +113,7 @@ def test_window_mask_prefill_falls_back_too():
 
 
 def _graph(facts, op, variant):
-    return next(
-        f for f in facts if f["probe"] == "graph" and f["op"] == op and f["variant"] == variant
-    )
+    return next(f for f in facts if f.probe == "graph" and f.op == op and f.variant == variant)
 
 
 def test_compiled_variants_fuse(facts):
@@ -144,16 +137,16 @@ def test_fast_ops_fall_back_to_composed_on_cpu(facts):
     # ops.
     for op in ("rms_norm", "rope"):
         fact = _graph(facts, op, "fast")
-        assert fact["status"] == "composed" and not fact["fused"]
-        assert "RMSNorm" not in fact["primitives"] and "RoPE" not in fact["primitives"]
+        assert fact.status == "composed" and not fact.fused
+        assert "RMSNorm" not in fact.primitives and "RoPE" not in fact.primitives
 
 
 def test_facts_cover_every_registered_variant_and_serialize(facts):
     from models.ops import REGISTRY
 
-    graphed = {(f["op"], f["variant"]) for f in facts if f["probe"] == "graph"}
+    graphed = {(f.op, f.variant) for f in facts if f.probe == "graph"}
     assert graphed == {(op, v) for op, spec in REGISTRY.items() for v in spec.variants}
-    assert all(f["status"] != "error" for f in facts)
+    assert all(f.status != "error" for f in facts)
     json.dumps(facts)
 
 
@@ -178,7 +171,7 @@ def test_probe_compiled_reads_a_registered_variant():
 @on_cpu
 def test_the_table_says_why_compiled_geglu_is_two_kernels():
     facts = probed(preset_config("e2b", Overrides(layers=2)))
-    note = compile_note([f for f in facts if f["probe"] == "graph"])
+    note = compile_note([f for f in facts if f.probe == "graph"])
     assert (
         note
         and note.startswith("geglu compiled: several fused kernels")

@@ -8,6 +8,7 @@ import json
 
 import pytest
 
+from bench.core.records import KernelFact
 from bench.core.spec import model_spec
 from bench.measure.job import (
     PROTOCOL,
@@ -25,7 +26,6 @@ from bench.measure.job import (
     result_fields,
     result_kind,
 )
-from bench.measure.kernels import KernelFact
 
 MEASURED = Measured(
     prefill_s=0.1,

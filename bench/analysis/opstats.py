@@ -55,6 +55,8 @@ class VariantSummary:
     gbps: float
     gflops: float | None
     max_abs_err: float
+    rounds: int = 0  # the rounds that timed it
+    note: str = ""  # what the op's declaration says about this shape, if anything
     # Speed vs the reference, paired per round, Holm-adjusted across the op's table, and what it
     # shows; None for the reference itself, and for a variant that shares no round with it.
     speed: Adjusted | None = None
@@ -93,6 +95,8 @@ def _summarize_variant(samples: dict[int, OpRecord]) -> VariantSummary:
         first["bytes"] / seconds / 1e9,
         None if first["flops"] is None else first["flops"] / seconds / 1e9,
         first["max_abs_err"],
+        rounds=len(samples),
+        note=next((r["note"] for r in samples.values() if r.get("note")), ""),
     )
 
 

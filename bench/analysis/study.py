@@ -9,7 +9,7 @@ from __future__ import annotations
 import dataclasses
 import math
 from collections import Counter
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Iterable, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -20,8 +20,10 @@ from ..core.errors import UserError
 from ..core.records import (
     CELL_FIELDS,
     CORRECTNESS_FIELDS,
+    CURRENT_BUILD,
     REQUIRED_FIELDS,
     ROOFLINE_FIELDS,
+    KernelRecord,
     ResultsError,
     RunHeader,
     require_fields,
@@ -85,8 +87,8 @@ class Study:
     op_summaries: list[VariantSummary]
     # "no change" means within ± this (the experiments' margin_pct)
     margin_pct: float = stats.DEFAULT_MARGIN_PCT
-    # which kernels ran (kind "kernel")
-    kernels: pd.DataFrame = dataclasses.field(default_factory=pd.DataFrame)
+    # which kernels ran (kind "kernel"), the build under test's
+    kernels: list[KernelRecord] = dataclasses.field(default_factory=list)
     # every build's trials, warmups included, when a run measured two builds (run --against); else
     # empty
     build_trials: pd.DataFrame = dataclasses.field(default_factory=pd.DataFrame)
@@ -107,9 +109,6 @@ class Study:
         """The environment of each run on a machine (at least one: a machine no run header names
         reads as "?")."""
         return [run.env for run in self.runs.values() if run.machine == machine] or [Environment()]
-
-
-CURRENT_BUILD = "current"
 
 
 def current_build(frame: pd.DataFrame) -> pd.DataFrame:
@@ -177,7 +176,7 @@ def build_study(results: Results) -> Study:
         margin_pct=max(
             (exp.margin_pct for exp in experiments if exp), default=stats.DEFAULT_MARGIN_PCT
         ),
-        kernels=current_build(results.frame("kernel")),
+        kernels=[k for k in results.kernel_records() if k.build == CURRENT_BUILD],
         build_trials=all_trials if len(all_trials) != len(trials) else pd.DataFrame(),
         unread_experiments=unread,
     )
@@ -243,11 +242,20 @@ def size_rank(label: str) -> int:
 
 def ordered_cells(frames: Sequence[pd.DataFrame]) -> list[tuple[str, str]]:
     """The (model_key, size) of every cell in the frames, in size order, then first appearance."""
+    cells = (
+        cell
+        for frame in frames
+        if not frame.empty
+        for cell in zip(frame["model_key"], frame["size"], strict=True)
+    )
+    return size_order(cells)
+
+
+def size_order(cells: Iterable[tuple[str, str]]) -> list[tuple[str, str]]:
+    """(model_key, size) pairs once each, in size order, then first appearance."""
     seen: dict[tuple[str, str], int] = {}
-    for frame in frames:
-        if not frame.empty:
-            for cell in zip(frame["model_key"], frame["size"], strict=True):
-                seen.setdefault(cell, len(seen))
+    for cell in cells:
+        seen.setdefault(cell, len(seen))
     return sorted(seen, key=lambda cell: (size_rank(cell[1]), seen[cell]))
 
 

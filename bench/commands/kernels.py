@@ -81,7 +81,7 @@ def main(args: argparse.Namespace, console: Console) -> int:
         probed = kernel_facts(
             ModelArgs.from_dict(config), prompt_tokens=args.prompt_tokens, dtype=args.dtype
         )
-        facts_by_size[size] = [fact.to_dict() for fact in probed]
+        facts_by_size[size] = probed
     for size, facts in facts_by_size.items():
         note = compile_note(facts)
         to_console(
@@ -100,6 +100,6 @@ def main(args: argparse.Namespace, console: Console) -> int:
             writer.write(run_header(run_id, experiment, collect_env()))
             for size, facts in facts_by_size.items():
                 for fact in facts:
-                    writer.write({**fact, "run_id": run_id, "size": size})
+                    writer.write({**fact.to_dict(), "run_id": run_id, "size": size})
         console.print(f"wrote {sum(map(len, facts_by_size.values()))} kernel records to {args.out}")
     return 0

@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import uuid
 from collections.abc import Iterable, Mapping, Sequence
+from dataclasses import asdict, dataclass, field, fields
 from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any, TypedDict
@@ -365,3 +366,61 @@ def require_fields(
             raise ResultsError(
                 f"{path}: {kind} record ({where or '?'}) lacks field(s) {', '.join(missing)}"
             )
+
+
+# The build a record names when it is the build under test (records of a one-build run name none).
+CURRENT_BUILD = "current"
+
+
+# --- kernel facts ---------------------------------------------------------------------------------
+
+
+@dataclass
+class KernelFact:
+    """One observed fact about the kernels behind an (op, variant) at one shape.
+
+    status: for a fused-kernel probe, "fused", "fallback" or "unknown" (an mlx that cannot answer);
+    for probe "graph", "single kernel", "N kernels", or "composed" when the graph has several
+    kernels and none of them fused (no Compiled or mx.fast primitive).
+    """
+
+    op: str
+    variant: str
+    probe: str  # an op's fused-kernel probe (its probe_name), or "graph" (mx.export_to_dot)
+    shape_label: str
+    status: str
+    reason: str
+    phase: str | None = None
+    head_dim: int | None = None
+    # every primitive in the graph, in evaluation order
+    primitives: list[str] = field(default_factory=list)
+    kernels: int | None = None  # primitives that launch work (views left out)
+    # the primitives among them that are fused kernels
+    fused: list[str] = field(default_factory=list)
+    backend: str = ""
+    device: str = ""
+    mlx_version: str = ""
+    kind: str = "kernel"
+
+    def to_dict(self) -> dict[str, Any]:
+        return asdict(self)
+
+    @classmethod
+    def from_record(cls, record: Mapping[str, Any]) -> KernelFact:
+        """The fact a `kernel` record holds (its cell's fields left to KernelRecord)."""
+        return cls(**{name: record[name] for name in _KERNEL_FACT_FIELDS if name in record})
+
+
+_KERNEL_FACT_FIELDS = tuple(f.name for f in fields(KernelFact))
+
+
+@dataclass(frozen=True)
+class KernelRecord:
+    """A stored kernel fact with the cell and machine it was recorded on."""
+
+    machine: str
+    model_key: str
+    size: str
+    workload: str
+    build: str
+    fact: KernelFact

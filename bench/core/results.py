@@ -23,7 +23,17 @@ from typing import Any
 import pandas as pd
 
 from .fingerprint import Fingerprint, MachineMismatchError, fingerprint, machine_label
-from .records import FORMAT, RECORD_KINDS, ResultsError, RunHeader, header_format, upgrade
+from .records import (
+    CURRENT_BUILD,
+    FORMAT,
+    RECORD_KINDS,
+    KernelFact,
+    KernelRecord,
+    ResultsError,
+    RunHeader,
+    header_format,
+    upgrade,
+)
 
 
 class ResultsWriter:
@@ -59,6 +69,21 @@ class Results:
 
     def of_kind(self, kind: str) -> list[dict[str, Any]]:
         return [r for r in self.records if r.get("kind") == kind]
+
+    def kernel_records(self) -> list[KernelRecord]:
+        """Every kernel fact, read back as the type that wrote it, with its cell and machine."""
+        machines = {run_id: machine_label(h.get("env", {})) for run_id, h in self.runs.items()}
+        return [
+            KernelRecord(
+                machine=machines.get(record.get("run_id", ""), "unknown machine"),
+                model_key=str(record.get("model_key", "")),
+                size=str(record.get("size", "")),
+                workload=str(record.get("workload", "")),
+                build=str(record.get("build") or CURRENT_BUILD),
+                fact=KernelFact.from_record(record),
+            )
+            for record in self.of_kind("kernel")
+        ]
 
     @property
     def runs(self) -> dict[str, RunHeader]:

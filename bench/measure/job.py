@@ -25,8 +25,8 @@ from dataclasses import asdict, dataclass, fields
 from enum import StrEnum
 from typing import Any, ClassVar
 
+from ..core.records import KernelFact
 from ..core.spec import ModelSpec, model_spec
-from .kernels import KernelFact
 
 PROTOCOL = 2
 

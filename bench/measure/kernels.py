@@ -24,13 +24,15 @@ import os
 import re
 import tempfile
 from collections.abc import Mapping, Sequence
-from dataclasses import asdict, dataclass, field, replace
+from dataclasses import dataclass, replace
 from typing import Any
 
 import mlx.core as mx
 from mlx_lm.models.gemma4_text import ModelArgs
 
 from models.ops import REGISTRY, OpCase, calls_by_op
+
+from ..core.records import KernelFact
 
 # Primitives that only re-describe memory (strides, shape, a view): they launch no kernel. A
 # consumer that needs contiguous input may still copy inside its own evaluation; that copy is part
@@ -109,37 +111,6 @@ def current_backend() -> Backend:
 
 
 # --------------------------------------------------------------------------------------- facts
-
-
-@dataclass
-class KernelFact:
-    """One observed fact about the kernels behind an (op, variant) at one shape.
-
-    status: for probe "force_fused", "fused", "fallback" or "unknown" (an mlx without force_fused);
-    for probe "graph", "single kernel", "N kernels", or "composed" when the graph has several
-    kernels and none of them fused (no Compiled or mx.fast primitive).
-    """
-
-    op: str
-    variant: str
-    probe: str  # "force_fused" (sdpa) or "graph" (mx.export_to_dot of the lazy output)
-    shape_label: str
-    status: str
-    reason: str
-    phase: str | None = None
-    head_dim: int | None = None
-    # every primitive in the graph, in evaluation order
-    primitives: list[str] = field(default_factory=list)
-    kernels: int | None = None  # primitives that launch work (views left out)
-    # the primitives among them that are fused kernels
-    fused: list[str] = field(default_factory=list)
-    backend: str = ""
-    device: str = ""
-    mlx_version: str = ""
-    kind: str = "kernel"
-
-    def to_dict(self) -> dict[str, Any]:
-        return asdict(self)
 
 
 def _stamp(fact: KernelFact) -> KernelFact:

@@ -3,13 +3,12 @@ of each variant."""
 
 from __future__ import annotations
 
-import pandas as pd
-
 from models.registry import REGISTRY
 
-from ...analysis.study import Study, cell_labels, on, ops_changes, ordered_cells
+from ...analysis.study import Study, cell_labels, ops_changes, size_order
+from ...core.records import KernelFact, KernelRecord
 from ..document import Block, Heading, Paragraph
-from ..kernels import compile_note, kernel_table, probe_facts, summarize_probes
+from ..kernels import compile_note, graph_facts, kernel_table, probe_facts, summarize_probes
 from . import ReportContext
 
 
@@ -17,11 +16,11 @@ def kernel_section(context: ReportContext) -> list[Block]:
     """Per model: one sentence per fused-kernel probe, and the kernel count of every variant of the
     ops the comparisons change."""
     study, comparisons = context.study, context.comparisons
-    if study.kernels.empty:
+    if not study.kernels:
         return []
-    changed = {op for pair in comparisons for op in ops_changes(study, *pair)} or set(
-        study.kernels["op"]
-    )
+    changed = {op for pair in comparisons for op in ops_changes(study, *pair)} or {
+        k.fact.op for k in study.kernels
+    }
     blocks: list[Block] = [
         Heading("Kernels"),
         Paragraph(
@@ -36,13 +35,11 @@ def kernel_section(context: ReportContext) -> list[Block]:
         ),
     ]
     for machine in study.machines:
-        facts = on(study.kernels, machine)
-        if facts.empty:
-            continue
-        labels = cell_labels(ordered_cells([facts]))
+        records = [k for k in study.kernels if k.machine == machine]
+        labels = cell_labels(size_order((k.model_key, k.size) for k in records))
         for (key, _size), label in labels.items():
-            mine = _unique(facts[facts["model_key"] == key])
-            graphs = [f for f in mine if f["probe"] == "graph" and f["op"] in changed]
+            mine = _unique([k for k in records if k.model_key == key])
+            graphs = [f for f in graph_facts(mine) if f.op in changed]
             blocks += [
                 Heading(label + ("" if len(study.machines) == 1 else f" · {machine}"), 3),
                 Paragraph(summarize_probes(mine)),
@@ -58,21 +55,21 @@ def probe_note(study: Study, machine: str, workload: str, pair: tuple[str, str])
     """The sentences beside a comparison that switches a probed op: whether its fused kernel ran
     here, and, where it fell back everywhere, what the Δ then measures (the op's declaration
     says)."""
-    if study.kernels.empty:
-        return None
-    facts = _unique(on(study.kernels, machine, workload))
+    facts = _unique([k for k in study.kernels if (k.machine, k.workload) == (machine, workload)])
     notes = []
-    for op in ops_changes(study, *pair):
+    for op in ops_changes(study, *pair) if facts else []:
         probes = probe_facts(facts, op)
         if probes:
-            fell_back = all(f["status"] != "fused" for f in probes)
+            fell_back = all(f.status != "fused" for f in probes)
             meaning = REGISTRY[op].fallback_note if fell_back and op in REGISTRY else ""
             notes.append(" ".join([f"Kernels: {summarize_probes(probes)}.", meaning]).strip())
     return " ".join(notes) or None
 
 
-def _unique(facts: pd.DataFrame) -> list[dict]:
-    """One fact per op, variant and shape (every cell and round of a run repeats them)."""
-    if facts.empty:
-        return []
-    return facts.drop_duplicates(["op", "variant", "probe", "shape_label"]).to_dict("records")
+def _unique(records: list[KernelRecord]) -> list[KernelFact]:
+    """One fact per op, variant, probe and shape (every cell and round of a run repeats them)."""
+    found: dict[tuple[str, str, str, str], KernelFact] = {}
+    for record in records:
+        fact = record.fact
+        found.setdefault((fact.op, fact.variant, fact.probe, fact.shape_label), fact)
+    return list(found.values())

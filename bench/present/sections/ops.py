@@ -48,7 +48,7 @@ def op_section(context: ReportContext) -> list[Block]:
         ),
     ]
     runs = list(dict.fromkeys(s.run_id for s in study.op_summaries))
-    notes = {r["shape_label"]: r["note"] for r in study.results.of_kind("op") if r.get("note")}
+    notes = {s.shape_label: s.note for s in study.op_summaries if s.note}
     for index, run_id in enumerate(runs):
         summaries = [s for s in study.op_summaries if s.run_id == run_id]
         blocks += _op_run(
@@ -66,7 +66,7 @@ def _op_run(
     out_dir: Path,
 ) -> list[Block]:
     env = study.run_env(run_id)
-    rounds = len({r["round"] for r in study.results.of_kind("op") if r.get("run_id") == run_id})
+    rounds = max((s.rounds for s in summaries), default=0)
     where = "" if not suffix else f" · run {run_id}"
     blocks: list[Block] = [
         Paragraph(f"Run {run_id}, {rounds} rounds; environment: {environment_line([env])}")
