@@ -22,7 +22,7 @@ from typing import Any, ClassVar, TypeVar
 import mlx.core as mx
 from mlx_lm.models.gemma4_text import ModelArgs
 
-from .registry import REGISTRY, check_op
+from .registry import REGISTRY, OpSpec, check_op
 
 
 @dataclass(frozen=True)
@@ -145,9 +145,9 @@ class OpCalls(ABC):
 CallsClass = TypeVar("CallsClass", bound=type[OpCalls])
 
 
-# Each declared op's calls, by op name (`register_calls`); an op the benchmarks cannot call has
-# none.
-CALLS: dict[str, OpCalls] = {}
+# Each declared op's calls (`register_calls`), with the declaration they belong to: an op declared
+# anew (a plugin reloaded, a test's toy op) starts without calls.
+CALLS: dict[str, tuple[OpSpec, OpCalls]] = {}
 
 
 def register_calls(op: str) -> Callable[[CallsClass], CallsClass]:
@@ -155,16 +155,22 @@ def register_calls(op: str) -> Callable[[CallsClass], CallsClass]:
 
     def attach(cls: CallsClass) -> CallsClass:
         check_op(op)
-        if op in CALLS:
+        if (held := calls_of(op)) is not None:
             raise ValueError(
-                f"{op} already has its calls ({type(CALLS[op]).__name__}); they are declared once"
+                f"{op} already has its calls ({type(held).__name__}); they are declared once"
             )
-        CALLS[op] = cls()
+        CALLS[op] = (REGISTRY[op], cls())
         return cls
 
     return attach
 
 
+def calls_of(op: str) -> OpCalls | None:
+    """The calls of the op as it is declared now, or None."""
+    spec, calls = CALLS.get(op, (None, None))
+    return calls if spec is not None and REGISTRY.get(op) is spec else None
+
+
 def calls_by_op() -> dict[str, OpCalls]:
     """Every op that declared its calls, in declaration order."""
-    return {op: CALLS[op] for op in REGISTRY if op in CALLS}
+    return {op: calls for op in REGISTRY if (calls := calls_of(op)) is not None}

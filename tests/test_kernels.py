@@ -118,17 +118,17 @@ def _graph(facts, op, variant):
 
 def test_compiled_variants_fuse(facts):
     softcap = _graph(facts, "softcap", "compiled")
-    assert softcap["status"] == "single kernel" and softcap["kernels"] == 1
-    assert softcap["fused"][0].startswith("Compiled")
+    assert softcap.status == "single kernel" and softcap.kernels == 1
+    assert softcap.fused[0].startswith("Compiled")
     unfused, compiled = _graph(facts, "geglu", "unfused"), _graph(facts, "geglu", "compiled")
-    assert unfused["kernels"] > 1
+    assert unfused.kernels > 1
     # Every kernel of the compiled variant is a Compiled one, and there are fewer of them. (MLX 0.32
     # splits the shapeless-compiled gelu chain in two: mx.compile fuses at most 11 nodes deep and,
     # shapeless, each scalar constant adds two Broadcast nodes to the chain.)
-    assert compiled["kernels"] == len(compiled["fused"]) >= 1
-    assert all(k.startswith("Compiled") for k in compiled["fused"])
-    assert compiled["kernels"] < unfused["kernels"]
-    assert _graph(facts, "softcap", "unfused")["status"] == "composed"
+    assert compiled.kernels == len(compiled.fused) >= 1
+    assert all(k.startswith("Compiled") for k in compiled.fused)
+    assert compiled.kernels < unfused.kernels
+    assert _graph(facts, "softcap", "unfused").status == "composed"
 
 
 @on_cpu
@@ -147,7 +147,7 @@ def test_facts_cover_every_registered_variant_and_serialize(facts):
     graphed = {(f.op, f.variant) for f in facts if f.probe == "graph"}
     assert graphed == {(op, v) for op, spec in REGISTRY.items() for v in spec.variants}
     assert all(f.status != "error" for f in facts)
-    json.dumps(facts)
+    json.dumps([f.to_dict() for f in facts])  # each one a record as it is written
 
 
 def test_graph_nodes_count_a_single_compiled_kernel():

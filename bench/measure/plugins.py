@@ -34,7 +34,7 @@ from pathlib import Path
 from types import TracebackType
 from typing import Any
 
-from models.calls import CALLS
+from models.calls import CALLS, calls_of
 from models.ops import REGISTRY, OpCalls, OpSpec, op_choices
 
 from ..core.errors import UserError
@@ -78,7 +78,7 @@ class _Saved:
 
 
 def _snapshot() -> dict[str, _Saved]:
-    return {op: _Saved(spec, dict(spec.variants), CALLS.get(op)) for op, spec in REGISTRY.items()}
+    return {op: _Saved(spec, dict(spec.variants), calls_of(op)) for op, spec in REGISTRY.items()}
 
 
 def _restore(snapshot: dict[str, _Saved]) -> None:
@@ -91,7 +91,7 @@ def _restore(snapshot: dict[str, _Saved]) -> None:
         saved.spec.variants.update(saved.variants)
         REGISTRY[op] = saved.spec
         if saved.calls is not None:
-            CALLS[op] = saved.calls
+            CALLS[op] = (saved.spec, saved.calls)
 
 
 def _one_line(text: str) -> str:
