@@ -52,13 +52,20 @@ from collections.abc import Callable, Sequence
 from concurrent.futures import ProcessPoolExecutor
 from dataclasses import dataclass
 from pathlib import Path
+from typing import TypeVar
 
 import numpy as np
 
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 
-from bench.analysis.inference import VerdictWord, adjust, paired_estimate, verdict  # noqa: E402
+from bench.analysis.inference import (  # noqa: E402
+    Adjusted,
+    VerdictWord,
+    adjust,
+    paired_estimate,
+    verdict,
+)
 from bench.analysis.stopping import Goal, Row, print_level  # noqa: E402
 
 PILOT, CELLS, METRICS, MARGIN_PCT, LIMIT_PCT = 6, 4, 2, 5.0, 5.0
@@ -164,6 +171,9 @@ class Counts:
             setattr(self, field, getattr(self, field) + getattr(other, field))
 
 
+CountsT = TypeVar("CountsT", bound=Counts)
+
+
 @dataclass
 class Tally(Counts):
     tables: int = 0
@@ -226,6 +236,17 @@ class GateTally(Counts):
     failed: int = 0
     cannot_tell: int = 0
 
+    def judge(self, adjusted: Sequence[Adjusted]) -> None:
+        """Count one run's outcome against the limit: failed, passed or cannot tell."""
+        edge = 1.0 - LIMIT_PCT / 100.0
+        self.runs += 1
+        if any(a.high < edge for a in adjusted):
+            self.failed += 1
+        elif all(a.low >= edge for a in adjusted):
+            self.passed += 1
+        else:
+            self.cannot_tell += 1
+
 
 def gate_runs(model: Model, slowdown: float, runs: int, max_rounds: int, seed: int) -> GateTally:
     """Simulated A/B gate runs: 3 variants × 2 metrics, current against reference, decided against
@@ -236,18 +257,10 @@ def gate_runs(model: Model, slowdown: float, runs: int, max_rounds: int, seed: i
     alpha = 1.0 - print_level(rows_in_table)
     goal = Goal(MARGIN_PCT, limit_pct=LIMIT_PCT)
     tally = GateTally()
-    edge = 1.0 - LIMIT_PCT / 100.0
     for _ in range(runs):
         rows = [model.rounds(rng, max_rounds, -slowdown, replay) for _ in range(3 * METRICS)]
         n = stopped_cell(rows, goal, alpha, max_rounds)
-        adjusted = adjust([paired_estimate(b[:n], x[:n]) for b, x in rows])
-        tally.runs += 1
-        if any(a.high < edge for a in adjusted):
-            tally.failed += 1
-        elif all(a.low >= edge for a in adjusted):
-            tally.passed += 1
-        else:
-            tally.cannot_tell += 1
+        tally.judge(adjust([paired_estimate(b[:n], x[:n]) for b, x in rows]))
     return tally
 
 
@@ -256,13 +269,9 @@ WORKER_ROUNDS = 6
 
 
 @dataclass
-class ProcessTally(Counts):
-    runs: int = 0
+class ProcessTally(GateTally):
     rows: int = 0
     covered: int = 0
-    passed: int = 0
-    failed: int = 0
-    cannot_tell: int = 0
     rounds: int = 0
 
 
@@ -290,7 +299,6 @@ def process_runs(
     rng = np.random.default_rng(seed)
     alpha = 1.0 - print_level((3 + 1) * METRICS)
     goal = Goal(MARGIN_PCT, limit_pct=LIMIT_PCT)
-    edge = 1.0 - LIMIT_PCT / 100.0
     tally = ProcessTally()
     for _ in range(runs):
         rows, pairs = _process_rows(rng, model, tau, fresh_every, max_rounds)
@@ -300,17 +308,10 @@ def process_runs(
             paired_estimate(b[:n], x[:n], processes=None if labels is None else labels[:n])
             for b, x in rows
         ]
-        adjusted = adjust(estimates)
-        tally.runs += 1
+        tally.judge(adjust(estimates))
         tally.rounds += n
         tally.rows += len(estimates)
         tally.covered += sum(e.low <= 1.0 <= e.high for e in estimates)
-        if any(a.high < edge for a in adjusted):
-            tally.failed += 1
-        elif all(a.low >= edge for a in adjusted):
-            tally.passed += 1
-        else:
-            tally.cannot_tell += 1
     return tally
 
 
@@ -321,14 +322,27 @@ def _process_job(args: tuple) -> ProcessTally:
 def run_processes(
     model: Model, tau: float, fresh_every: int, runs: int, max_rounds: int, seed: int, workers: int
 ) -> ProcessTally:
+    return _pooled(
+        _process_job, ProcessTally(), (model, tau, fresh_every), runs, max_rounds, seed, workers
+    )
+
+
+def _pooled(
+    job: Callable[[tuple], Counts],
+    tally: CountsT,
+    head: tuple,
+    runs: int,
+    max_rounds: int,
+    seed: int,
+    workers: int,
+) -> CountsT:
+    """`runs` split across `workers` processes, each `job(head + (its runs, max_rounds, its
+    seed))`, their counts added up."""
     jobs = [
-        (model, tau, fresh_every, n, max_rounds, seed * 100 + i)
-        for i, n in enumerate(_split(runs, workers))
-        if n
+        (*head, n, max_rounds, seed * 100 + i) for i, n in enumerate(_split(runs, workers)) if n
     ]
-    tally = ProcessTally()
     with ProcessPoolExecutor(workers) as pool:
-        for part in pool.map(_process_job, jobs):
+        for part in pool.map(job, jobs):
             tally.add(part)
     return tally
 
@@ -375,16 +389,7 @@ def _gate_job(args: tuple) -> GateTally:
 def run_gate(
     model: Model, slowdown: float, runs: int, max_rounds: int, seed: int, workers: int
 ) -> GateTally:
-    jobs = [
-        (model, slowdown, n, max_rounds, seed * 100 + i)
-        for i, n in enumerate(_split(runs, workers))
-        if n
-    ]
-    tally = GateTally()
-    with ProcessPoolExecutor(workers) as pool:
-        for part in pool.map(_gate_job, jobs):
-            tally.add(part)
-    return tally
+    return _pooled(_gate_job, GateTally(), (model, slowdown), runs, max_rounds, seed, workers)
 
 
 def run_tables(
