@@ -1,7 +1,9 @@
-"""Gemma 4 presets (data files in presets/) and the overrides a benchmark applies to them."""
+"""Model presets (data files in presets/: Gemma 4 and real configs of other mlx-lm architectures)
+and the overrides a benchmark applies to them."""
 
 from __future__ import annotations
 
+from collections.abc import Mapping
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -28,6 +30,26 @@ QUANTIZE_MODES: dict[str, dict[str, Any]] = {
 }
 
 
+# Which code runs a model: fusebench's Gemma 4 decoder (models.gemma4, PR 15587's choices such as
+# its fused PLE gate), or mlx-lm's own classes with their op sites switched (models.switched).
+OWN_DECODER, MLX_LM = "fusebench", "mlx-lm"
+IMPLEMENTATIONS = (OWN_DECODER, MLX_LM)
+# The model types fusebench's decoder runs; any other runs in mlx-lm's classes only.
+OWN_DECODER_TYPES = ("gemma4", "gemma4_text")
+
+
+def runs_own_decoder(config: Mapping[str, Any], implementation: str | None) -> bool:
+    """Whether the model runs in fusebench's decoder: a Gemma 4 config, unless mlx-lm's is asked
+    for."""
+    own = config.get("model_type") in OWN_DECODER_TYPES
+    if implementation == OWN_DECODER and not own:
+        raise ModelConfigError(
+            f"implementation: {OWN_DECODER} runs {', '.join(OWN_DECODER_TYPES)} only; "
+            f"{config.get('model_type')!r} runs in {MLX_LM}"
+        )
+    return own and implementation != MLX_LM
+
+
 def preset_names() -> list[str]:
     return sorted(p.stem for p in PRESET_DIR.glob("*.yaml"))
 
@@ -39,15 +61,23 @@ def load_preset(name: str) -> dict[str, Any]:
     return yaml.safe_load(path.read_text())
 
 
+def min_layers(config: Mapping[str, Any]) -> int:
+    """The fewest layers a preset runs with: its `min_layers` where its model needs more than one
+    (mlx-lm's gemma3_text reads the cache of its first global layer, the 6th)."""
+    return int(config.get("min_layers", 1))
+
+
 @dataclass(frozen=True)
 class Overrides:
     layers: int | None = None
     dtype: str | None = None
     quantize: str | None = None
 
-    def validate(self, max_layers: int) -> None:
-        if self.layers is not None and not 1 <= self.layers <= max_layers:
-            raise ModelConfigError(f"layers={self.layers} is out of range; choose 1..{max_layers}")
+    def validate(self, max_layers: int, fewest: int = 1) -> None:
+        if self.layers is not None and not fewest <= self.layers <= max_layers:
+            raise ModelConfigError(
+                f"layers={self.layers} is out of range; choose {fewest}..{max_layers}"
+            )
         if self.dtype is not None and self.dtype not in DTYPES:
             raise ModelConfigError(f"unknown dtype {self.dtype!r}; choose from {', '.join(DTYPES)}")
         if self.quantize is not None and self.quantize not in QUANTIZE_MODES:
@@ -71,7 +101,19 @@ def layer_types(num_layers: int, pattern: int) -> list[str]:
 
 
 def truncate(config: dict[str, Any], layers: int) -> dict[str, Any]:
-    """Keep `layers` layers with every per-layer shape exact.
+    """Keep `layers` layers with every per-layer shape exact: Gemma 4 by its layout
+    (`truncate_gemma4`), any other model by keeping its first `layers` layers, with their layer
+    types where the config lists them."""
+    if config.get("model_type") in OWN_DECODER_TYPES:
+        return truncate_gemma4(config, layers)
+    truncated = dict(config, num_hidden_layers=layers)
+    if config.get("layer_types"):
+        truncated["layer_types"] = config["layer_types"][:layers]
+    return truncated
+
+
+def truncate_gemma4(config: dict[str, Any], layers: int) -> dict[str, Any]:
+    """Keep `layers` layers of a Gemma 4 config with every per-layer shape exact.
 
     The KV-shared share of the layers is kept (rounded), but the non-shared part holds at least two
     layers, so that a sliding and a full layer exist for the shared ones to reuse. Each part is laid
@@ -90,14 +132,14 @@ def truncate(config: dict[str, Any], layers: int) -> dict[str, Any]:
 
 def full_config(config: dict[str, Any]) -> dict[str, Any]:
     """The config with its layer layout spelled out, as checkpoints store it."""
-    if config.get("layer_types"):
+    if config.get("layer_types") or config.get("model_type") not in OWN_DECODER_TYPES:
         return config
     return truncate(config, config["num_hidden_layers"])
 
 
 def preset_config(name: str, overrides: Overrides) -> dict[str, Any]:
     config = load_preset(name)
-    overrides.validate(config["num_hidden_layers"])
+    overrides.validate(config["num_hidden_layers"], min_layers(config))
     if overrides.layers is not None:
         return truncate(config, overrides.layers)
     return full_config(config)

@@ -1,5 +1,6 @@
 """Build a model from a preset with seeded weights, or load one from a local mlx-lm checkpoint
-directory."""
+directory: Gemma 4 in fusebench's own decoder (models.gemma4) by default, any other architecture
+mlx-lm can load in mlx-lm's own classes (models.switched), Gemma 4 too when the experiment asks."""
 
 from __future__ import annotations
 
@@ -9,6 +10,7 @@ import json
 import os
 import zlib
 from collections.abc import Mapping
+from importlib.metadata import version
 from pathlib import Path
 from typing import Any
 
@@ -20,14 +22,17 @@ import mlx.core as mx
 import mlx.nn as nn
 from mlx.utils import tree_flatten, tree_unflatten
 from mlx_lm.models import gemma4 as reference_multimodal
+from mlx_lm.utils import _get_classes as mlx_lm_classes
 from mlx_lm.utils import load_model as mlx_lm_load_model
 from mlx_lm.utils import quantize_model, save_config, save_model
 
-from .config import QUANTIZE_MODES, Overrides, preset_config
+from .config import QUANTIZE_MODES, Overrides, preset_config, runs_own_decoder
 from .errors import ModelConfigError
 from .gemma4 import Model, ModelArgs
+from .switched import SwitchedModel
 
-CHECKPOINT_MODEL_TYPES = ("gemma4", "gemma4_text")
+# Either kind of model: fusebench's Gemma 4 decoder, or an mlx-lm model with switchable sites.
+AnyModel = Model | SwitchedModel
 MX_DTYPES: dict[str, mx.Dtype] = {
     "float32": mx.float32,
     "bfloat16": mx.bfloat16,
@@ -40,9 +45,24 @@ MX_DTYPES: dict[str, mx.Dtype] = {
 _POOL_SIZE = (1 << 22) + 15
 
 
-def build_model(config: Mapping[str, Any], ops: Mapping[str, str] | None = None) -> Model:
+def build_model(config: Mapping[str, Any], implementation: str | None = None) -> AnyModel:
     """The model with lazy parameters: every shape is known, nothing is computed or allocated."""
-    return Model(ModelArgs.from_dict(dict(config)), ops, config)
+    if runs_own_decoder(config, implementation):
+        return Model(ModelArgs.from_dict(dict(config)), None, config)
+    model_class, args_class = _mlx_lm_classes(config)
+    return SwitchedModel(model_class(args_class.from_dict(dict(config))), config)
+
+
+def _mlx_lm_classes(config: Mapping[str, Any]) -> tuple[type, type]:
+    try:
+        return mlx_lm_classes(dict(config))
+    except ValueError as err:  # mlx-lm has no module for the model_type
+        raise ModelConfigError(f"model_type {config.get('model_type')!r}: {err}") from None
+
+
+def _module(model: AnyModel) -> nn.Module:
+    """The nn.Module holding the weights."""
+    return model.model if isinstance(model, SwitchedModel) else model
 
 
 def _pool_slice(pool: mx.array, name: str, size: int) -> mx.array:
@@ -58,12 +78,13 @@ def _init_mean_std(shape: tuple[int, ...]) -> tuple[float, float]:
     return (1.0, 0.1) if len(shape) < 2 else (0.0, shape[-1] ** -0.5)
 
 
-def seed_weights(model: Model, seed: int, dtype: mx.Dtype) -> None:
+def seed_weights(model: AnyModel, seed: int, dtype: mx.Dtype) -> None:
     """Materialize deterministic weights: the same seed gives the same weights, bit for bit."""
+    module = _module(model)
     unit_pool = mx.random.normal((_POOL_SIZE,), key=mx.random.key(seed))
     scaled_pools: dict[tuple[float, float], mx.array] = {}
     seeded = []
-    for name, param in tree_flatten(model.parameters()):
+    for name, param in tree_flatten(module.parameters()):
         mean_std = _init_mean_std(param.shape)
         if mean_std not in scaled_pools:
             scaled_pools[mean_std] = (unit_pool * mean_std[1] + mean_std[0]).astype(dtype)
@@ -72,28 +93,30 @@ def seed_weights(model: Model, seed: int, dtype: mx.Dtype) -> None:
         # One tensor at a time keeps the peak near the model's size.
         mx.eval(values)
         seeded.append((name, values))
-    model.update(tree_unflatten(seeded))
+    module.update(tree_unflatten(seeded))
 
 
-def quantize_weights(model: Model, mode_name: str) -> None:
+def quantize_weights(model: AnyModel, mode_name: str) -> None:
     """Quantize in place as mlx-lm does (its predicate), recording the quantization in the model's
     config."""
-    params = QUANTIZE_MODES[mode_name]
+    params, module = QUANTIZE_MODES[mode_name], _module(model)
     # mlx-lm prints a bits-per-weight line; a benchmark's output is not the place for it.
     with contextlib.redirect_stdout(io.StringIO()):
-        _, model._config = quantize_model(
-            model,
-            model.config,
+        _, config = quantize_model(
+            module,
+            dict(model.config),
             params["group_size"],
             params["bits"],
             mode=params["mode"],
-            quant_predicate=model.quant_predicate,
+            quant_predicate=getattr(module, "quant_predicate", None),
         )
+    model.config.update(config)
 
 
-def cast_weights(model: Model, dtype: mx.Dtype) -> None:
-    floats = tree_flatten(model.parameters())
-    model.update(
+def cast_weights(model: AnyModel, dtype: mx.Dtype) -> None:
+    module = _module(model)
+    floats = tree_flatten(module.parameters())
+    module.update(
         tree_unflatten(
             [(k, v.astype(dtype)) for k, v in floats if mx.issubdtype(v.dtype, mx.floating)]
         )
@@ -108,14 +131,16 @@ def load_model(
     quantize: str | None = None,
     seed: int = 0,
     ops: Mapping[str, str] | None = None,
-) -> Model:
+    implementation: str | None = None,
+) -> AnyModel:
     """A preset name (seeded weights) or a local mlx-lm checkpoint directory, with its overrides
-    applied."""
+    applied, in fusebench's decoder or mlx-lm's classes (`implementation`, see
+    models.config.runs_own_decoder)."""
     overrides = Overrides(layers, dtype, quantize)
     if is_checkpoint_path(source):
-        model = _load_checkpoint(Path(source), overrides)
+        model = _load_checkpoint(Path(source), overrides, implementation)
     else:
-        model = build_model(preset_config(str(source), overrides))
+        model = build_model(preset_config(str(source), overrides), implementation)
         seed_weights(model, seed, MX_DTYPES[dtype or "float32"])
         if quantize:
             quantize_weights(model, quantize)
@@ -142,12 +167,15 @@ def read_checkpoint_config(path: Path) -> dict[str, Any]:
         config = json.loads(config_file.read_text())
     except json.JSONDecodeError as err:
         raise ModelConfigError(f"{config_file}:{err.lineno}: malformed JSON: {err.msg}") from None
-    model_type = config.get("model_type") if isinstance(config, dict) else None
-    if model_type not in CHECKPOINT_MODEL_TYPES:
-        choices = ", ".join(CHECKPOINT_MODEL_TYPES)
+    if not isinstance(config, dict) or not isinstance(config.get("model_type"), str):
+        raise ModelConfigError(f"{config_file}: model_type: missing; mlx-lm needs it to load")
+    try:
+        mlx_lm_classes(config)
+    except ValueError:
         raise ModelConfigError(
-            f"{config_file}: model_type: {model_type!r} is not supported; choose from {choices}"
-        )
+            f"{config_file}: model_type: {config['model_type']!r} is not an architecture "
+            f"mlx-lm {mlx_lm_version()} can load"
+        ) from None
     if not list(path.glob("model*.safetensors")):
         raise ModelConfigError(f"{path}: no model*.safetensors weight files")
     return config
@@ -179,7 +207,11 @@ def _model_classes(config: Mapping[str, Any]) -> tuple[type, type]:
     return Model, ModelArgs
 
 
-def _load_checkpoint(path: Path, overrides: Overrides) -> Model:
+def mlx_lm_version() -> str:
+    return version("mlx-lm")
+
+
+def _load_checkpoint(path: Path, overrides: Overrides, implementation: str | None) -> AnyModel:
     config = read_checkpoint_config(path)
     layers = text_config(config).get("num_hidden_layers", 0)
     if overrides.layers not in (None, layers):
@@ -188,16 +220,29 @@ def _load_checkpoint(path: Path, overrides: Overrides) -> Model:
             f"presets only; this checkpoint has {layers} layers"
         )
     overrides.validate(layers)
-    try:
-        loaded, _ = mlx_lm_load_model(path, get_model_classes=_model_classes)
-    except (ValueError, KeyError) as err:
-        raise ModelConfigError(f"{path}: weights do not match config.json: {err}") from None
-    model = loaded.language_model if isinstance(loaded, _MultimodalShell) else loaded
-    model._config = text_config(config)
+    model = (
+        _load_own_decoder(path, config)
+        if runs_own_decoder(config, implementation)
+        else SwitchedModel(_load_weights(path), config)
+    )
     if overrides.dtype:
         cast_weights(model, MX_DTYPES[overrides.dtype])
     if overrides.quantize and "quantization" not in model.config:
         quantize_weights(model, overrides.quantize)
+    return model
+
+
+def _load_weights(path: Path, **classes: Any) -> nn.Module:
+    try:
+        return mlx_lm_load_model(path, **classes)[0]
+    except (ValueError, KeyError) as err:
+        raise ModelConfigError(f"{path}: weights do not match config.json: {err}") from None
+
+
+def _load_own_decoder(path: Path, config: dict[str, Any]) -> Model:
+    loaded = _load_weights(path, get_model_classes=_model_classes)
+    model = loaded.language_model if isinstance(loaded, _MultimodalShell) else loaded
+    model._config = text_config(config)
     return model
 
 
@@ -219,4 +264,4 @@ def parameter_bytes(
     cast_weights(model, MX_DTYPES[dtype])
     if quantize:
         quantize_weights(model, quantize)
-    return sum(v.nbytes for _, v in tree_flatten(model.parameters()))
+    return sum(v.nbytes for _, v in tree_flatten(_module(model).parameters()))

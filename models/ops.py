@@ -27,8 +27,8 @@ from __future__ import annotations
 
 import math
 import re
-from collections.abc import Mapping
-from typing import TypedDict
+from collections.abc import Callable, Mapping
+from typing import Any, TypedDict
 
 import mlx.core as mx
 import mlx.nn as nn
@@ -52,6 +52,7 @@ from .registry import (
     reference_assignment,
     register,
 )
+from .sites import register_site
 
 __all__ = [
     "REGISTRY",
@@ -70,7 +71,16 @@ __all__ = [
     "reference_assignment",
     "register",
     "register_calls",
+    "register_site",
 ]
+
+# mx.fast's kernels as mlx ships them. mlx-lm's models reach rms_norm and rope through mx.fast, so
+# their sites rebind those names while a model runs (models.switched): the fast variants call these.
+_FAST_RMS_NORM = mx.fast.rms_norm
+_FAST_ROPE = mx.fast.rope
+
+# A variant, or the function a site's name was bound to.
+Op = Callable[..., Any]
 
 # The two kinds of attention layer, as the config's layer types name them and as case roles name
 # them.
@@ -135,6 +145,12 @@ class GegluCalls(OpCalls):
         return GEGLU_FLOPS_PER_ELEMENT * math.prod(case.shape)
 
 
+@register_site("geglu", "geglu")
+def geglu_site(variant: Op, original: Op, gate: mx.array, x: mx.array) -> mx.array:
+    """mlx-lm's gemma4_text: `geglu(gate, x)` in its MLP (its PLE gate computes it unfused)."""
+    return variant(gate, x)
+
+
 def _pair(shape: tuple[int, ...]) -> tuple[tuple[int, ...], ...]:
     return (shape, shape)
 
@@ -158,6 +174,12 @@ _softcap_compiled = mx.compile(_softcap_kernel, shapeless=True)
 def softcap_compiled(x: mx.array, cap: float) -> mx.array:
     # The cap travels as an array so the compiled kernel is traced once, not once per Python float.
     return _softcap_compiled(x, mx.array(cap, dtype=x.dtype))
+
+
+@register_site("softcap", "logit_softcap")
+def softcap_site(variant: Op, original: Op, cap: float, x: mx.array) -> mx.array:
+    """mlx-lm's gemma4_text: `logit_softcap(cap, x)` on the final logits."""
+    return variant(x, cap)
 
 
 # [B, L, 262144] fp32 logits are 1 GiB per 1024 positions, and one softcap over 512 of them takes
@@ -239,6 +261,30 @@ def attention_sdpa(
     q: mx.array, k: mx.array, v: mx.array, *, scale: float, mask: mx.array | str | None
 ) -> mx.array:
     return mx.fast.scaled_dot_product_attention(q, k, v, scale=scale, mask=mask)
+
+
+@register_site("attention", "scaled_dot_product_attention")
+def attention_site(
+    variant: Op,
+    original: Op,
+    queries: mx.array,
+    keys: mx.array,
+    values: mx.array,
+    cache: Any,
+    scale: float,
+    mask: mx.array | str | None,
+    sinks: mx.array | None = None,
+) -> mx.array:
+    """mlx-lm's `base.scaled_dot_product_attention`, which every mlx-lm model's attention calls.
+    A quantized KV cache or attention sinks have no manual form here: such a call is refused, not
+    silently left to mlx-lm."""
+    if hasattr(cache, "bits") or sinks is not None:
+        what = "a quantized KV cache" if sinks is None else "attention sinks"
+        raise UnknownOpError(
+            f"attention: this model calls attention with {what}, which its variants do not take; "
+            "leave attention out of the experiment's variants"
+        )
+    return variant(queries, keys, values, scale=scale, mask=mask)
 
 
 # Gemma 4 normalizes q and k instead of scaling the scores, so the model calls attention with scale
@@ -346,7 +392,15 @@ def rms_norm_composed(x: mx.array, weight: mx.array | None, eps: float) -> mx.ar
 
 @register("rms_norm", "fast")
 def rms_norm_fast(x: mx.array, weight: mx.array | None, eps: float) -> mx.array:
-    return mx.fast.rms_norm(x, weight, eps)
+    return _FAST_RMS_NORM(x, weight, eps)
+
+
+@register_site("rms_norm", "rms_norm", module="mlx.core.fast")
+def rms_norm_site(
+    variant: Op, original: Op, x: mx.array, weight: mx.array | None, eps: float
+) -> mx.array:
+    """Every mlx-lm norm: `nn.RMSNorm` and the models' own norms call mx.fast.rms_norm."""
+    return variant(x, weight, eps)
 
 
 @register_calls("rms_norm")
@@ -404,15 +458,22 @@ def rope_composed(
     scale: float,
     offset: int | mx.array,
     periods: mx.array | None,
+    traditional: bool = False,
 ) -> mx.array:
     if periods is None:
         periods = base ** (mx.arange(0, dims, 2, dtype=mx.float32) / dims)
     positions = (mx.arange(x.shape[-2], dtype=mx.float32) + offset) * scale
     theta = positions[:, None] / periods[None, :]
     cos, sin = mx.cos(theta).astype(x.dtype), mx.sin(theta).astype(x.dtype)
-    half = dims // 2
-    x1, x2, rest = x[..., :half], x[..., half:dims], x[..., dims:]
-    rotated = [x1 * cos - x2 * sin, x1 * sin + x2 * cos]
+    rest = x[..., dims:]
+    if traditional:  # the rotated pairs are adjacent dims, (0, 1), (2, 3), ...
+        x1, x2 = x[..., 0:dims:2], x[..., 1:dims:2]
+        pairs = mx.stack([x1 * cos - x2 * sin, x1 * sin + x2 * cos], axis=-1)
+        rotated = [pairs.reshape(*x.shape[:-1], dims)]
+    else:  # the pairs are the two halves, (0, dims/2), (1, dims/2 + 1), ...
+        half = dims // 2
+        x1, x2 = x[..., :half], x[..., half:dims]
+        rotated = [x1 * cos - x2 * sin, x1 * sin + x2 * cos]
     return mx.concatenate([*rotated, rest] if rest.shape[-1] else rotated, axis=-1)
 
 
@@ -425,9 +486,29 @@ def rope_fast(
     scale: float,
     offset: int | mx.array,
     periods: mx.array | None,
+    traditional: bool = False,
 ) -> mx.array:
-    return mx.fast.rope(
-        x, dims, traditional=False, base=base, scale=scale, offset=offset, freqs=periods
+    return _FAST_ROPE(
+        x, dims, traditional=traditional, base=base, scale=scale, offset=offset, freqs=periods
+    )
+
+
+@register_site("rope", "rope", module="mlx.core.fast")
+def rope_site(
+    variant: Op,
+    original: Op,
+    a: mx.array,
+    dims: int,
+    *,
+    traditional: bool,
+    base: float | None,
+    scale: float,
+    offset: int | mx.array,
+    freqs: mx.array | None = None,
+) -> mx.array:
+    """Every mlx-lm rope: `nn.RoPE` and initialize_rope's scaled ropes call mx.fast.rope."""
+    return variant(
+        a, dims=dims, traditional=traditional, base=base, scale=scale, offset=offset, periods=freqs
     )
 
 
@@ -472,3 +553,36 @@ class RopeCalls(OpCalls):
         if inputs.kwargs["periods"] is not None:
             inputs.kwargs["periods"] = mx.array(inputs.kwargs["periods"], dtype=mx.float32)
         return inputs
+
+
+# --- swiglu --------------------------------------------------------------------------------------
+# mlx-lm's Llama-style MLPs and SwitchGLU experts call activations.swiglu(gate, x), compiled with
+# shapeless=True; the unfused form is what it compiles.
+
+
+@register("swiglu", "unfused")
+def swiglu_unfused(gate: mx.array, up: mx.array) -> mx.array:
+    return nn.silu(gate) * up
+
+
+swiglu_compiled = register("swiglu", "compiled")(mx.compile(swiglu_unfused, shapeless=True))
+
+
+@register_site("swiglu", "swiglu")
+def swiglu_site(variant: Op, original: Op, gate: mx.array, x: mx.array) -> mx.array:
+    return variant(gate, x)
+
+
+# silu(g) * u = g * sigmoid(g) * u, sigmoid counted as one FLOP as tanh is: 3.
+SWIGLU_FLOPS_PER_ELEMENT = 3
+
+
+@register_calls("swiglu")
+class SwigluCalls(OpCalls):
+    def cases(self, args: ModelArgs, batch: int, length: int) -> list[OpCase]:
+        """None: fusebench's Gemma 4 decoder gates with GeGLU. mlx-lm's models are traced for
+        their calls (models.switched)."""
+        return []
+
+    def flops(self, case: OpCase) -> int:
+        return SWIGLU_FLOPS_PER_ELEMENT * math.prod(case.shape)

@@ -82,6 +82,12 @@ declare(
     default="fast",
 )
 declare("rope", "rotary position embedding of q and k", reference="composed", default="fast")
+declare(
+    "swiglu",
+    "silu(gate) * up in the MLP and MoE experts of Llama-style models (mlx-lm's models)",
+    reference="unfused",
+    default="compiled",
+)
 
 
 def register(op: str, variant: str) -> Callable[[Callable[..., Any]], Callable[..., Any]]:

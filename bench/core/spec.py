@@ -31,7 +31,7 @@ from typing import NoReturn, TypeVar
 import yaml
 from yaml.nodes import MappingNode, Node, ScalarNode, SequenceNode
 
-from models.config import DTYPES, QUANTIZE_MODES, load_preset, preset_names
+from models.config import DTYPES, QUANTIZE_MODES, load_preset, min_layers, preset_names
 
 from .errors import UserError
 from .records import METRICS
@@ -564,9 +564,10 @@ def _counts(node: Node, field: str, allow_empty: bool = False) -> tuple[int, ...
 
 
 @cache
-def _preset_facts(name: str) -> tuple[str, int]:
+def _preset_facts(name: str) -> tuple[str, int, int]:
+    """The preset's size label, its layers, and the fewest it can be truncated to."""
     config = load_preset(name)
-    return str(config.get("size", name)), int(config["num_hidden_layers"])
+    return str(config.get("size", name)), int(config["num_hidden_layers"]), min_layers(config)
 
 
 def _model(node: Node, field: str, check_paths: bool) -> list[ModelSpec]:
@@ -603,15 +604,16 @@ def _model(node: Node, field: str, check_paths: bool) -> list[ModelSpec]:
 def _preset_layers(items: _Items, field: str, preset: str) -> tuple[int | None, ...]:
     """`layers`: a depth or a list of distinct depths, each 1..the preset's layers; absent, all of
     them (None)."""
-    max_layers = _preset_facts(preset)[1]
+    _, max_layers, fewest = _preset_facts(preset)
 
     def depth(node: Node, where: str) -> int:
         layers = _int(node, where)
-        if not 1 <= layers <= max_layers:
+        if not fewest <= layers <= max_layers:
             _fail(
                 node,
                 where,
-                f"{layers} is out of range; choose 1..{max_layers} ({preset} has {max_layers})",
+                f"{layers} is out of range; choose {fewest}..{max_layers} "
+                f"({preset} has {max_layers})",
             )
         return layers
 

@@ -1,0 +1,153 @@
+"""Any mlx-lm model, as mlx-lm ships it, with its ops switched in place.
+
+The model is mlx-lm's own (its loader, its classes, its code); what fusebench switches is the names
+its code calls its fusable helpers through (models.sites). While the model runs, each site's name
+is bound to a dispatcher that calls the variant the op table holds now; when the call returns, the
+name is bound back, so nothing outside a forward pass ever sees a switched name, and the model's
+modules are left as mlx-lm wrote them. The op table is the one fusebench's Gemma decoder uses, so
+switching variants, the shares tracer and the correctness gate work the same on both.
+"""
+
+from __future__ import annotations
+
+import importlib
+from collections import Counter
+from collections.abc import Iterator, Mapping
+from contextlib import contextmanager
+from dataclasses import dataclass
+from typing import Any
+
+import mlx.core as mx
+import mlx.nn as nn
+from mlx_lm.models.cache import make_prompt_cache
+
+from .errors import UnknownOpError
+from .ops import OpTable
+from .registry import REGISTRY
+from .sites import Site, sites_by_op
+
+
+@dataclass(frozen=True)
+class Binding:
+    """One site found in one model: the module whose name is switched, and what it was bound to."""
+
+    site: Site
+    module: str
+    original: Any
+
+    @property
+    def where(self) -> str:
+        return f"{self.module}.{self.site.name}"
+
+    def bind(self, function: Any) -> None:
+        setattr(importlib.import_module(self.module), self.site.name, function)
+
+
+def _model_modules(model: nn.Module) -> list[str]:
+    """The modules defining the model's layers' classes, e.g. mlx_lm.models.qwen3 and, for its MoE
+    layers, mlx_lm.models.switch_layers."""
+    names = [type(model).__module__] + [type(m).__module__ for m in model.modules()]
+    return [name for name in dict.fromkeys(names) if name.startswith("mlx_lm.")]
+
+
+def find_bindings(model: nn.Module) -> list[Binding]:
+    """Every declared site that the model's code can reach: a name its modules bind, or a named
+    module's (mx.fast)."""
+    found = []
+    for sites in sites_by_op().values():
+        for site in sites:
+            modules = [site.module] if site.module else _model_modules(model)
+            for module in modules:
+                bound = getattr(importlib.import_module(module), site.name, None)
+                if callable(bound):
+                    found.append(Binding(site, module, bound))
+    return found
+
+
+class SwitchedModel:
+    """An mlx-lm model whose op sites call the op table's variants: mlx-lm's model protocol
+    (`model(tokens, cache=...)`, `make_cache()`, `layers`), plus `set_ops` as fusebench's
+    decoder has it."""
+
+    def __init__(self, model: nn.Module, config: Mapping[str, Any]) -> None:
+        self.model = model
+        self.config = dict(config)
+        self.model_type = str(config.get("model_type", ""))
+        self.op_table = OpTable()
+        self.bindings = find_bindings(model)
+        self._counts: Counter[str] | None = None
+
+    def __call__(self, inputs: mx.array, cache: list | None = None, **kwargs: Any) -> mx.array:
+        with self.switched():
+            return self.model(inputs, cache=cache, **kwargs)
+
+    @contextmanager
+    def switched(self) -> Iterator[None]:
+        """Every site's name bound to its dispatcher, and bound back afterwards, whatever
+        happens."""
+        for binding in self.bindings:
+            binding.bind(self._call(binding))
+        try:
+            yield
+        finally:
+            for binding in self.bindings:
+                binding.bind(binding.original)
+
+    def _call(self, binding: Binding) -> Any:
+        table, op = self.op_table, binding.site.op
+
+        def dispatch(*args: Any, **kwargs: Any) -> Any:
+            if self._counts is not None:
+                self._counts[binding.where] += 1
+            return binding.site.adapt(getattr(table, op), binding.original, *args, **kwargs)
+
+        return dispatch
+
+    def count_calls(self, tokens: mx.array) -> Counter[str]:
+        """How many calls go through each site in one forward pass of `tokens` (lazy: the graph is
+        built, not evaluated)."""
+        self._counts = Counter()
+        try:
+            self(tokens, cache=self.make_cache())
+            return self._counts
+        finally:
+            self._counts = None
+
+    def used_ops(self, tokens: mx.array) -> list[str]:
+        """The ops a forward pass of `tokens` calls, in declaration order."""
+        called = self.count_calls(tokens)
+        return [
+            op for op in REGISTRY if any(called[b.where] for b in self.bindings if b.site.op == op)
+        ]
+
+    def check_ops(self, assignment: Mapping[str, str], tokens: mx.array) -> None:
+        """An op an experiment switches that the model never calls is an error naming those it
+        does."""
+        used = self.used_ops(tokens)
+        unused = [op for op in assignment if op not in used]
+        if unused:
+            raise UnknownOpError(
+                f"{self.model_type} does not call {', '.join(unused)}; "
+                f"its switchable ops are {', '.join(used) or 'none'}"
+            )
+
+    @property
+    def vocab_size(self) -> int:
+        return int(self.model.args.vocab_size)
+
+    @property
+    def ops(self) -> dict[str, str]:
+        return dict(self.op_table.assignment)
+
+    def set_ops(self, ops: Mapping[str, str]) -> None:
+        self.op_table.set(ops)
+
+    @property
+    def layers(self) -> list[nn.Module]:
+        return list(self.model.layers)
+
+    def make_cache(self) -> list:
+        return make_prompt_cache(self.model)
+
+    def parameters(self) -> dict[str, Any]:
+        return self.model.parameters()
