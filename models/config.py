@@ -158,3 +158,66 @@ def attention_heads(config: dict[str, Any], layer_type: str) -> tuple[int, int]:
         else config["num_key_value_heads"]
     )
     return config["global_head_dim"], kv_heads
+
+
+@dataclass(frozen=True)
+class LayerGeometry:
+    """One layer's attention as a config lays it out: its window is None for full attention;
+    owns_kv: it keeps a cache of its own (Gemma 4's KV-shared layers reuse another's)."""
+
+    heads: int
+    head_dim: int
+    kv_heads: int
+    window: int | None
+    owns_kv: bool
+
+
+def layer_geometry(config: Mapping[str, Any]) -> list[LayerGeometry]:
+    """Every layer's attention geometry: the one place work counts and memory estimates read it.
+
+    Gemma 4 by its own layout (attention_heads, KV sharing). Any other model by the keys
+    Hugging Face configs share: head_dim (else hidden_size / heads), num_key_value_heads (else the
+    heads), and sliding layers where `layer_types` says so or, without it, where
+    `sliding_window_pattern` does as mlx-lm's gemma3_text reads it (every pattern-th layer global);
+    otherwise every layer attends to the full context."""
+    heads, window = config["num_attention_heads"], config.get("sliding_window")
+    count = config["num_hidden_layers"]
+    if config.get("model_type") in OWN_DECODER_TYPES:
+        types = full_config(dict(config))["layer_types"]
+        owners = count - config.get("num_kv_shared_layers", 0)
+        return [
+            LayerGeometry(heads, *attention_heads(config, kind), _window(kind, window), i < owners)
+            for i, kind in enumerate(types)
+        ]
+    head_dim = config.get("head_dim") or config["hidden_size"] // heads
+    kv_heads = config.get("num_key_value_heads") or heads
+    return [
+        LayerGeometry(heads, head_dim, kv_heads, _window(kind, window), True)
+        for kind in _layer_types(config)
+    ]
+
+
+def _layer_types(config: Mapping[str, Any]) -> list[str]:
+    count, pattern = config["num_hidden_layers"], config.get("sliding_window_pattern")
+    if config.get("layer_types"):
+        return list(config["layer_types"])[:count]
+    if pattern:
+        return [
+            "full_attention" if (i + 1) % pattern == 0 else "sliding_attention"
+            for i in range(count)
+        ]
+    return ["full_attention"] * count
+
+
+def _window(layer_type: str, window: int | None) -> int | None:
+    return window if layer_type == "sliding_attention" else None
+
+
+def expert_share(config: Mapping[str, Any]) -> float:
+    """The share of a MoE layer's experts each token is routed to (0 for a dense model): Gemma 4's
+    top_k_experts, or num_experts_per_tok as Qwen3-MoE and Mixtral configs name it."""
+    experts = config.get("num_experts") or config.get("num_local_experts") or 0
+    if not experts or config.get("enable_moe_block") is False:
+        return 0.0
+    routed = config.get("top_k_experts") or config.get("num_experts_per_tok") or 0
+    return routed / experts

@@ -295,6 +295,10 @@ class Model(nn.Module):
         return self._config
 
     @property
+    def vocab_size(self) -> int:
+        return self.args.vocab_size
+
+    @property
     def ops(self) -> dict[str, str]:
         return dict(self.op_table.assignment)
 

@@ -15,7 +15,7 @@ from collections import Counter
 from collections.abc import Iterator, Mapping
 from contextlib import contextmanager
 from dataclasses import dataclass
-from typing import Any
+from typing import Any, Protocol
 
 import mlx.core as mx
 import mlx.nn as nn
@@ -113,24 +113,6 @@ class SwitchedModel:
         finally:
             self._counts = None
 
-    def used_ops(self, tokens: mx.array) -> list[str]:
-        """The ops a forward pass of `tokens` calls, in declaration order."""
-        called = self.count_calls(tokens)
-        return [
-            op for op in REGISTRY if any(called[b.where] for b in self.bindings if b.site.op == op)
-        ]
-
-    def check_ops(self, assignment: Mapping[str, str], tokens: mx.array) -> None:
-        """An op an experiment switches that the model never calls is an error naming those it
-        does."""
-        used = self.used_ops(tokens)
-        unused = [op for op in assignment if op not in used]
-        if unused:
-            raise UnknownOpError(
-                f"{self.model_type} does not call {', '.join(unused)}; "
-                f"its switchable ops are {', '.join(used) or 'none'}"
-            )
-
     @property
     def vocab_size(self) -> int:
         return int(self.model.args.vocab_size)
@@ -151,3 +133,57 @@ class SwitchedModel:
 
     def parameters(self) -> dict[str, Any]:
         return self.model.parameters()
+
+
+class _TableModel(Protocol):
+    """Either kind of model: fusebench's decoder and SwitchedModel both call their ops through an
+    op table."""
+
+    op_table: OpTable
+    model_type: str
+
+    def __call__(self, inputs: mx.array, cache: list | None = None) -> mx.array: ...
+
+    def make_cache(self) -> list: ...
+
+
+def called_ops(model: _TableModel, tokens: mx.array) -> list[str]:
+    """The ops a forward pass of `tokens` calls, in declaration order. The op table's entries are
+    wrapped while the graph is built; nothing is evaluated, so lazy weights do."""
+    table, called = model.op_table, set()
+    held = {op: getattr(table, op) for op in REGISTRY if hasattr(table, op)}
+
+    def counting(op: str, fn: Any) -> Any:
+        def call(*args: Any, **kwargs: Any) -> Any:
+            called.add(op)
+            return fn(*args, **kwargs)
+
+        return call
+
+    for op, fn in held.items():
+        setattr(table, op, counting(op, fn))
+    try:
+        model(tokens, cache=model.make_cache())
+    finally:
+        for op, fn in held.items():
+            setattr(table, op, fn)
+    return [op for op in REGISTRY if op in called]
+
+
+def varied_ops(variants: Mapping[str, Mapping[str, str]]) -> list[str]:
+    """The ops an experiment switches: those its variants do not all run alike."""
+    ops = dict.fromkeys(op for assignment in variants.values() for op in assignment)
+    return [op for op in ops if len({a.get(op) for a in variants.values()}) > 1]
+
+
+def check_switched_ops(
+    model: _TableModel, variants: Mapping[str, Mapping[str, str]], tokens: mx.array
+) -> None:
+    """An op the variants switch that the model never calls is an error naming the ops it does."""
+    called = called_ops(model, tokens)
+    missing = [op for op in varied_ops(variants) if op not in called]
+    if missing:
+        raise UnknownOpError(
+            f"the variants switch {', '.join(missing)}, which {model.model_type} never calls; "
+            f"its switchable ops are {', '.join(called) or 'none'}"
+        )

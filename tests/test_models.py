@@ -175,7 +175,7 @@ def test_truncation_rule_matches_the_full_models():
 @pytest.mark.parametrize(
     ("kwargs", "message"),
     [
-        ({"source": "e3b"}, "unknown preset 'e3b'; choose from 26b, 31b, e2b, e4b, tiny, tiny-moe"),
+        ({"source": "e3b"}, "unknown preset 'e3b'; choose from 26b, 31b, e2b, e4b, gemma3-1b, llama3.2-1b, llama3.2-3b, mistral-7b, qwen3-0.6b, qwen3-30b-a3b, qwen3-4b, tiny, tiny-moe"),
         ({"source": "tiny", "layers": 0}, "layers=0 is out of range; choose 1..6"),
         ({"source": "tiny", "layers": 7}, "layers=7 is out of range; choose 1..6"),
         (
@@ -210,11 +210,14 @@ def test_bad_checkpoint_directories(tmp_path):
     (tmp_path / "config.json").write_text("{not json")
     with pytest.raises(ModelConfigError, match=r"config.json:1: malformed JSON"):
         load_model(str(tmp_path))
-    (tmp_path / "config.json").write_text('{"model_type": "llama"}')
+    (tmp_path / "config.json").write_text('{"model_type": "no_such_arch"}')
     with pytest.raises(
         ModelConfigError,
-        match="model_type: 'llama' is not supported; choose from gemma4, gemma4_text",
+        match=r"model_type: 'no_such_arch' is not an architecture mlx-lm \S+ can load",
     ):
+        load_model(str(tmp_path))
+    (tmp_path / "config.json").write_text('{"hidden_size": 8}')
+    with pytest.raises(ModelConfigError, match="model_type: missing"):
         load_model(str(tmp_path))
     (tmp_path / "config.json").write_text('{"model_type": "gemma4_text"}')
     with pytest.raises(ModelConfigError, match=r"no model\*\.safetensors"):

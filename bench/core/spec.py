@@ -31,7 +31,14 @@ from typing import NoReturn, TypeVar
 import yaml
 from yaml.nodes import MappingNode, Node, ScalarNode, SequenceNode
 
-from models.config import DTYPES, QUANTIZE_MODES, load_preset, min_layers, preset_names
+from models.config import (
+    DTYPES,
+    IMPLEMENTATIONS,
+    QUANTIZE_MODES,
+    load_preset,
+    min_layers,
+    preset_names,
+)
 
 from .errors import UserError
 from .records import METRICS
@@ -42,7 +49,7 @@ _NAME = re.compile(r"[A-Za-z0-9._-]+")
 _TAG = "tag:yaml.org,2002:"
 _NULL, _BOOL, _INT, _FLOAT, _STR = (_TAG + kind for kind in ("null", "bool", "int", "float", "str"))
 
-MODEL_KEYS = ("preset", "path", "size", "layers", "dtype", "quantize")
+MODEL_KEYS = ("preset", "path", "size", "layers", "dtype", "quantize", "implementation")
 WORKLOAD_KEYS = ("prompt_tokens", "gen_tokens", "batch")
 COMPARISON_KEYS = ("baseline", "new")
 CORRECTNESS_KEYS = ("reference", "atol", "tokens")
@@ -106,6 +113,9 @@ class ModelSpec:
     layers: int | None
     dtype: str
     quantize: str | None
+    # fusebench's Gemma 4 decoder or mlx-lm's classes (models.config.IMPLEMENTATIONS); None: the
+    # model's own (fusebench's for Gemma 4, mlx-lm's for the rest)
+    implementation: str | None = None
 
     def __post_init__(self) -> None:
         if (self.preset is None) == (self.path is None):
@@ -125,17 +135,19 @@ class ModelSpec:
         """Stable identity across runs: the label is left out, since renaming a model does not
         change it."""
         layers = "all" if self.layers is None else str(self.layers)
-        return f"{self.source}:layers={layers}:{self.dtype}:{self.quantize or NO_QUANTIZE}"
+        key = f"{self.source}:layers={layers}:{self.dtype}:{self.quantize or NO_QUANTIZE}"
+        return key + (f":{self.implementation}" if self.implementation else "")
 
     @property
     def label(self) -> str:
         """`E2B`, or `E2B (2/35 layers)` for a truncated preset: never passed off as the real
         model."""
+        label = self.size + (f" [{self.implementation}]" if self.implementation else "")
         if self.preset and self.layers:
             full = _preset_facts(self.preset)[1]
             if self.layers != full:
-                return f"{self.size} ({self.layers}/{full} layers)"
-        return self.size
+                return f"{label} ({self.layers}/{full} layers)"
+        return label
 
 
 def model_spec(
@@ -146,6 +158,7 @@ def model_spec(
     layers: int | None = None,
     dtype: str = DEFAULT_DTYPE,
     quantize: str | None = None,
+    implementation: str | None = None,
 ) -> ModelSpec:
     """A ModelSpec, labelled `size` or by default the preset's size, or the checkpoint directory's
     name."""
@@ -156,7 +169,7 @@ def model_spec(
             if preset is not None
             else Path(os.path.abspath(str(path))).name
         )
-    return ModelSpec(preset, path, size, layers, dtype, quantize)
+    return ModelSpec(preset, path, size, layers, dtype, quantize, implementation)
 
 
 @dataclass(frozen=True)
@@ -593,9 +606,16 @@ def _model(node: Node, field: str, check_paths: bool) -> list[ModelSpec]:
         items, "dtype", field, partial(_choice, choices=list(DTYPES), what="dtype"), DEFAULT_DTYPE
     )
     quantize = _optional(items, "quantize", field, _quantize, None)
+    implementation = _optional(items, "implementation", field, _implementation, None)
     return [
         model_spec(
-            preset=preset, path=path, size=size, layers=layers, dtype=dtype, quantize=quantize
+            preset=preset,
+            path=path,
+            size=size,
+            layers=layers,
+            dtype=dtype,
+            quantize=quantize,
+            implementation=implementation,
         )
         for layers in depths
     ]
@@ -635,6 +655,10 @@ def _checkpoint(items: _Items, field: str, check_paths: bool) -> str:
             "only for presets; a checkpoint at `path` runs whole",
         )
     return path
+
+
+def _implementation(node: Node, field: str) -> str:
+    return _choice(node, field, list(IMPLEMENTATIONS), "implementation")
 
 
 def _quantize(node: Node, field: str) -> str | None:
@@ -956,6 +980,11 @@ KEYS = (
             ),
             ("  dtype: float32", "one of models.DTYPES; default float32"),
             ("  quantize: nvfp4", "one of models.QUANTIZE_MODES, or none/null (the default)"),
+            (
+                "  implementation: mlx-lm",
+                "fusebench (its Gemma 4 decoder) or mlx-lm (mlx-lm's own classes); "
+                "default: fusebench for Gemma 4, mlx-lm for every other model_type",
+            ),
         ),
     ),
     Key(

@@ -30,9 +30,10 @@ from typing import Any
 import mlx.core as mx
 from mlx_lm.models.gemma4_text import ModelArgs
 
-from models.ops import REGISTRY, OpCase, calls_by_op
+from models.ops import REGISTRY, Inputs, OpCase, calls_by_op
 
 from ..core.records import KernelFact
+from .shares import TracedCall
 
 # Primitives that only re-describe memory (strides, shape, a view): they launch no kernel. A
 # consumer that needs contiguous input may still copy inside its own evaluation; that copy is part
@@ -125,17 +126,23 @@ def _stamp(fact: KernelFact) -> KernelFact:
 def probe_fused(case: OpCase) -> KernelFact:
     """An op's own fused-kernel probe (its declaration's `probe_fused`) at one of its calls: fused,
     with the kernels that ran, or fallback and the backend's reason."""
-    calls = calls_by_op()[case.op]
-    outcome = calls.probe_fused(calls.inputs(case, seed=0))
-    head_dim = case.shape[-1]  # the first array's last axis (attention: q's head dim)
+    inputs = calls_by_op()[case.op].inputs(case, seed=0)
+    return probe_fused_call(case.op, inputs, case.label, case.phase)
+
+
+def probe_fused_call(op: str, inputs: Inputs, label: str, phase: str | None) -> KernelFact:
+    """The same at a call given by its inputs (a traced call's, or a declared case's)."""
+    calls = calls_by_op()[op]
+    outcome = calls.probe_fused(inputs)
+    head_dim = inputs.args[0].shape[-1]  # the first array's last axis (attention: q's head dim)
     fact = KernelFact(
-        case.op,
+        op,
         outcome.variant,
         str(calls.probe_name),
-        case.label,
+        label,
         outcome.status,
         outcome.reason,
-        case.phase,
+        phase,
         head_dim,
     )
     if outcome.output is not None:
@@ -308,7 +315,7 @@ def kernel_facts(
         for case in case_list
     ]
     for op, spec in REGISTRY.items():
-        if not cases.get(op):
+        if op not in cases:
             facts += [
                 _stamp(
                     KernelFact(
@@ -320,29 +327,41 @@ def kernel_facts(
         for case in cases.get(op, []):
             inputs = calls[op].inputs(case, seed=0)
             facts += [
-                _probe_variant(case, variant, inputs.args, inputs.kwargs)
+                _probe_variant(case.op, variant, case.label, case.phase, inputs)
                 for variant in spec.variants
             ]
     return facts
 
 
+def traced_kernel_facts(traced: Mapping[str, Sequence[TracedCall]]) -> list[KernelFact]:
+    """Every kernel fact for a model whose calls were traced (mlx-lm's models, models.switched):
+    at each distinct call of each phase, its op's fused-kernel probe where the op declares one,
+    then the graph of every registered variant of its op, on the call's own inputs."""
+    facts = []
+    for phase, calls in traced.items():
+        for call in calls:
+            label = f"{phase} {call.label}"
+            declared = calls_by_op().get(call.op)
+            if declared is not None and declared.probe_name:
+                facts.append(probe_fused_call(call.op, call.inputs, label, phase))
+            facts += [
+                _probe_variant(call.op, variant, label, phase, call.inputs)
+                for variant in REGISTRY[call.op].variants
+            ]
+    return facts
+
+
 def _probe_variant(
-    case: OpCase, variant: str, args: Sequence[Any], kwargs: Mapping[str, Any]
+    op: str, variant: str, label: str, phase: str | None, inputs: Inputs
 ) -> KernelFact:
     try:
         return probe_compiled(
-            case.op, variant, args, kwargs, shape_label=case.label, phase=case.phase
+            op, variant, inputs.args, inputs.kwargs, shape_label=label, phase=phase
         )
     except Exception as err:  # a plugin variant that cannot run at this shape is a fact too
         message = " ".join(str(err).split())
         return _stamp(
             KernelFact(
-                case.op,
-                variant,
-                "graph",
-                case.label,
-                "error",
-                f"{type(err).__name__}: {message}",
-                case.phase,
+                op, variant, "graph", label, "error", f"{type(err).__name__}: {message}", phase
             )
         )

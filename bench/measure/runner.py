@@ -62,6 +62,7 @@ from .job import (
 )
 from .load import LoadSampler, preflight
 from .memory import memory_verdict, model_config
+from .opcheck import check_ops_called
 from .plugins import load_plugins
 from .probe import probe_peaks_in, worker_environment
 from .resume import DoneWork, resume_state
@@ -373,6 +374,8 @@ class Runner:
             self.budget = RunBudget(
                 self.exp.precision.budget_s, sum(len(job.cells) for job in jobs)
             )
+        for job in jobs:
+            check_ops_called(job.model, self.exp)
         cells = sum(len(job.cells) for job in jobs)
         total = self.exp.trial_count(cells, builds=len(self.builds))
         with self._progress() as progress:

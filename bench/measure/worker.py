@@ -53,7 +53,7 @@ import mlx.core as mx
 from mlx.utils import tree_flatten
 
 from models.gemma4 import Model
-from models.loading import load_model
+from models.loading import AnyModel, load_model
 
 from .job import (
     Agreement,
@@ -69,9 +69,9 @@ from .job import (
     WorkerJob,
     encode_event,
 )
-from .kernels import kernel_facts
+from .kernels import kernel_facts, traced_kernel_facts
 from .plugins import load_plugins
-from .shares import ShareTimer, trace_steps
+from .shares import ShareTimer, TracedCall, trace_steps
 
 Emit = Callable[[Event], None]
 
@@ -102,7 +102,7 @@ def make_prompt(vocab_size: int, batch: int, length: int, seed: int, round_id: i
     return mx.random.randint(0, vocab_size, (batch, length), key=key)
 
 
-def prefill(model: Model, prompt: mx.array, cache: list, step: int) -> mx.array:
+def prefill(model: AnyModel, prompt: mx.array, cache: list, step: int) -> mx.array:
     """Process the prompt; returns the logits of its last position."""
     while prompt.shape[1] > 1:
         n = min(step, prompt.shape[1] - 1)
@@ -116,7 +116,7 @@ def greedy(logits: mx.array) -> mx.array:
     return mx.argmax(logits, axis=-1)
 
 
-def decode(model: Model, token: mx.array, cache: list, steps: int) -> list[float]:
+def decode(model: AnyModel, token: mx.array, cache: list, steps: int) -> list[float]:
     """`steps` greedy steps, pipelined as mlx-lm does: the next step is queued before the current
     token is read.
 
@@ -140,7 +140,7 @@ def decode(model: Model, token: mx.array, cache: list, steps: int) -> list[float
 
 
 def time_trial(
-    model: Model, prompt: mx.array, gen_tokens: int, prefill_step_size: int
+    model: AnyModel, prompt: mx.array, gen_tokens: int, prefill_step_size: int
 ) -> TrialTiming:
     cache = model.make_cache()
     mx.synchronize()
@@ -173,7 +173,7 @@ def trial_record(timing: TrialTiming, batch: int, prompt_tokens: int, gen_tokens
 
 
 def teacher_forced_logits(
-    model: Model, prompt: mx.array, tokens: list[int], step: int
+    model: AnyModel, prompt: mx.array, tokens: list[int], step: int
 ) -> list[mx.array]:
     """Logits after the prompt and after each given token: every variant is judged on the same
     inputs, so one near-tie cannot send the variants down different continuations."""
@@ -186,7 +186,7 @@ def teacher_forced_logits(
 
 
 def greedy_logits(
-    model: Model, prompt: mx.array, n_tokens: int, step: int
+    model: AnyModel, prompt: mx.array, n_tokens: int, step: int
 ) -> tuple[list[int], list[mx.array]]:
     """The greedy continuation and the logits that chose each of its tokens."""
     cache = model.make_cache()
@@ -200,7 +200,7 @@ def greedy_logits(
 
 
 def agreements(
-    model: Model,
+    model: AnyModel,
     variants: Mapping[str, dict],
     reference: str,
     prompt: mx.array,
@@ -259,12 +259,12 @@ def _decisive_disagreement(ref: mx.array, new: mx.array, atol: float) -> bool:
 class CommandRunner:
     """Carries out the runner's commands on one loaded model."""
 
-    def __init__(self, model: Model, job: WorkerJob, emit: Emit) -> None:
+    def __init__(self, model: AnyModel, job: WorkerJob, emit: Emit) -> None:
         self.model = model
         self.job = job
         self.emit = emit
         self.cold_variants: set[str] = set(job.variants)
-        self.vocab = model.args.vocab_size
+        self.vocab = model.vocab_size
         self.share_timers: dict[str, ShareTimer] = {}  # cell -> its traced calls, warmed up
 
     def run(self, command: Command) -> None:
@@ -294,12 +294,23 @@ class CommandRunner:
 
     def _kernels(self, command: Command) -> None:
         # Which kernels this cell's variants really run (fused or fallback): the A/B means something
-        # only then.
-        facts = kernel_facts(
-            self.model.args, prompt_tokens=command.cell.prompt_tokens, dtype=self.job.model.dtype
-        )
+        # only then. fusebench's decoder declares its calls; an mlx-lm model's are traced.
+        prompt_tokens = command.cell.prompt_tokens
+        if isinstance(self.model, Model):
+            facts = kernel_facts(
+                self.model.args, prompt_tokens=prompt_tokens, dtype=self.job.model.dtype
+            )
+        else:
+            prompt = make_prompt(self.vocab, 1, prompt_tokens, self.job.seed, 0)
+            facts = traced_kernel_facts(self._trace(prompt))
         for fact in facts:
             self.emit(Recorded(fact))
+
+    def _trace(self, prompt: mx.array) -> dict[str, list[TracedCall]]:
+        """The op calls of one prefill of `prompt` and the decode step after it. The calls do not
+        depend on the variant (every implementation takes its op's arguments): any traces them."""
+        self.model.set_ops(next(iter(self.job.variants.values())))
+        return trace_steps(self.model, prompt, partial(prefill, step=self.job.prefill_step_size))
 
     def _trial(self, command: Command) -> None:
         cell, variant = command.cell, command.variant
@@ -349,12 +360,7 @@ class CommandRunner:
         cell = command.cell
         if cell.key not in self.share_timers:
             prompt = make_prompt(self.vocab, cell.batch, cell.prompt_tokens, self.job.seed, 0)
-            # The calls do not depend on the variant (every implementation takes its op's
-            # arguments): trace any.
-            self.model.set_ops(next(iter(self.job.variants.values())))
-            traced = trace_steps(
-                self.model, prompt, partial(prefill, step=self.job.prefill_step_size)
-            )
+            traced = self._trace(prompt)
             implementations = {
                 op: [ops[op] for ops in self.job.variants.values()] for op in self.model.ops
             }
@@ -378,7 +384,7 @@ class CommandRunner:
         return timings
 
 
-def loaded(model: Model, load_s: float) -> Loaded:
+def loaded(model: AnyModel, load_s: float) -> Loaded:
     params = tree_flatten(model.parameters())
     return Loaded(
         load_s,
@@ -393,7 +399,12 @@ def serve(job: WorkerJob, commands: Iterable[str], emit: Emit) -> None:
     start = time.perf_counter()
     spec = job.model
     model = load_model(
-        spec.source, layers=spec.layers, dtype=spec.dtype, quantize=spec.quantize, seed=job.seed
+        spec.source,
+        layers=spec.layers,
+        dtype=spec.dtype,
+        quantize=spec.quantize,
+        seed=job.seed,
+        implementation=spec.implementation,
     )
     emit(loaded(model, time.perf_counter() - start))
     runner = CommandRunner(model, job, emit)
