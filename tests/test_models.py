@@ -175,7 +175,11 @@ def test_truncation_rule_matches_the_full_models():
 @pytest.mark.parametrize(
     ("kwargs", "message"),
     [
-        ({"source": "e3b"}, "unknown preset 'e3b'; choose from 26b, 31b, e2b, e4b, gemma3-1b, llama3.2-1b, llama3.2-3b, mistral-7b, qwen3-0.6b, qwen3-30b-a3b, qwen3-4b, tiny, tiny-moe"),
+        (
+            {"source": "e3b"},
+            "unknown preset 'e3b'; choose from 26b, 31b, e2b, e4b, gemma3-1b, llama3.2-1b, "
+            "llama3.2-3b, mistral-7b, qwen3-0.6b, qwen3-30b-a3b, qwen3-4b, tiny, tiny-moe",
+        ),
         ({"source": "tiny", "layers": 0}, "layers=0 is out of range; choose 1..6"),
         ({"source": "tiny", "layers": 7}, "layers=7 is out of range; choose 1..6"),
         (

@@ -276,7 +276,8 @@ ERRORS = {
         replaced("preset: tiny", "preset: e3b"),
         3,
         "models[0].preset",
-        "unknown preset 'e3b'; choose from 26b, 31b, e2b, e4b, gemma3-1b, llama3.2-1b, llama3.2-3b, mistral-7b, qwen3-0.6b, qwen3-30b-a3b, qwen3-4b, tiny, tiny-moe",
+        "unknown preset 'e3b'; choose from 26b, 31b, e2b, e4b, gemma3-1b, llama3.2-1b, "
+        "llama3.2-3b, mistral-7b, qwen3-0.6b, qwen3-30b-a3b, qwen3-4b, tiny, tiny-moe",
     ),
     "preset and path": (
         replaced("preset: tiny", "preset: tiny\n    path: /"),
