@@ -29,9 +29,8 @@ def from_mapping(cls: type[T], mapping: Mapping[str, object]) -> T:
     )
 
 
-@cache
-def _hints(cls: type) -> dict[str, Any]:
-    return typing.get_type_hints(cls)
+# A dataclass's field types, resolved once (its annotations are strings under `from __future__`).
+_hints = cache(typing.get_type_hints)
 
 
 def _converted(hint: Any, value: object) -> object:
