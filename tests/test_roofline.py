@@ -1,8 +1,12 @@
 from dataclasses import replace
 
 import pytest
+import yaml
 
 from bench.measure.roofline import (
+    CHIPS_FILE,
+    Peak,
+    Rates,
     achieved,
     attended_pairs,
     cell_work,
@@ -112,7 +116,7 @@ def test_bf16_halves_the_weight_bytes(tiny):
 def test_prefill_only_cell_moves_no_gen_bytes(tiny):
     work = cell_work(tiny, 8, 1, 1)
     assert work.gen_bytes == 0 and work.gen_bytes_per_token is None
-    assert achieved(0.5, None, work)["gen_gbps"] is None
+    assert achieved(0.5, None, work).gen_gbps is None
 
 
 @pytest.mark.parametrize(
@@ -122,18 +126,25 @@ def test_attended_pairs(length, window, pairs):
     assert attended_pairs(length, window) == pairs
 
 
+def _peak(**figures: float | None) -> Peak:
+    return Peak(name="a test peak", source="this test", **figures)
+
+
 def test_achieved_and_percent_of_peak(tiny):
     work = replace(cell_work(tiny, 8, 32, 1), prefill_flops=2e12, gen_bytes=30e9, gen_steps=31)
     rates = achieved(4.0, 3.0, work)
-    assert rates == {"prefill_tflops": pytest.approx(0.5), "gen_gbps": pytest.approx(10.0)}
-    peak = {"fp32_tflops": 1.0, "bf16_tflops": 2.0, "memory_gbps": 40.0}
-    assert percent_of_peak(rates, peak) == {
+    assert rates.to_dict() == {
+        "prefill_tflops": pytest.approx(0.5),
+        "gen_gbps": pytest.approx(10.0),
+    }
+    peak = _peak(fp32_tflops=1.0, bf16_tflops=2.0, memory_gbps=40.0)
+    assert percent_of_peak(rates, peak).to_dict() == {
         "prefill_pct_of_peak": pytest.approx(50.0),
         "gen_pct_of_peak": pytest.approx(25.0),
         "above_peak": [],
     }
-    assert percent_of_peak(rates, peak, "bfloat16")["prefill_pct_of_peak"] == pytest.approx(25.0)
-    assert percent_of_peak(rates, None) == {
+    assert percent_of_peak(rates, peak, "bfloat16").prefill_pct_of_peak == pytest.approx(25.0)
+    assert percent_of_peak(rates, None).to_dict() == {
         "prefill_pct_of_peak": None,
         "gen_pct_of_peak": None,
         "above_peak": [],
@@ -141,9 +152,9 @@ def test_achieved_and_percent_of_peak(tiny):
 
 
 def test_a_rate_above_the_peak_is_flagged_never_a_percentage_over_100():
-    low_peak = {"fp32_tflops": 0.5, "memory_gbps": 10.0}
-    shares = percent_of_peak({"prefill_tflops": 1.0, "gen_gbps": 5.0}, low_peak)
-    assert shares == {
+    low_peak = _peak(fp32_tflops=0.5, bf16_tflops=None, memory_gbps=10.0)
+    shares = percent_of_peak(Rates(prefill_tflops=1.0, gen_gbps=5.0), low_peak)
+    assert shares.to_dict() == {
         "prefill_pct_of_peak": None,
         "gen_pct_of_peak": pytest.approx(50.0),
         "above_peak": ["prefill"],
@@ -160,9 +171,9 @@ PROBE = {
 
 def test_peak_for_prefers_the_probe():
     peak = peak_for({"backend": "metal", "device": "Apple M2 Max"}, PROBE)
-    assert peak["fp32_tflops"] == pytest.approx(0.25)
-    assert peak["memory_gbps"] == 12.5
-    assert peak["confidence"] == "measured"
+    assert peak.fp32_tflops == pytest.approx(0.25)
+    assert peak.memory_gbps == 12.5
+    assert peak.confidence == "measured"
 
 
 @pytest.mark.parametrize(
@@ -182,7 +193,7 @@ def test_peak_for_prefers_the_probe():
     ],
 )
 def test_peak_for_matches_known_chips(backend, device, chip):
-    assert peak_for({"backend": backend, "device": device})["name"] == chip
+    assert peak_for({"backend": backend, "device": device}).name == chip
 
 
 @pytest.mark.parametrize(
@@ -200,11 +211,24 @@ def test_peak_for_unknown_device_is_none(backend, device):
 
 def test_chips_table_is_complete_and_sourced():
     chips = load_chips()
-    assert len({c["name"] for c in chips}) == len(chips)
+    assert len({c.name for c in chips}) == len(chips)
     for chip in chips:
-        assert chip["source"].startswith("https://")
-        assert chip["fp32_tflops"] > 0 and chip["bf16_tflops"] > 0 and chip["memory_gbps"] > 0
-        assert chip.get("confidence", "published") in {"published", "approximate"}
-        assert chip.get("confidence") != "approximate" or chip.get("note"), chip["name"]
+        assert chip.source.startswith("https://")
+        assert chip.fp32_tflops > 0 and chip.bf16_tflops > 0 and chip.memory_gbps > 0
+        assert (chip.confidence or "published") in {"published", "approximate"}
+        assert chip.confidence != "approximate" or chip.note, chip.name
         # every entry is reachable by its own name
-        assert match_chip(chip["name"])["name"] == chip["name"]
+        assert match_chip(chip.name).name == chip.name
+
+
+def test_a_peak_is_recorded_as_chips_yaml_lists_it():
+    listed = yaml.safe_load(CHIPS_FILE.read_text())["chips"]
+    assert [chip.to_dict() for chip in load_chips()] == listed
+    assert list(peak_for({"backend": "cpu"}, PROBE).to_dict()) == [
+        "name",
+        "fp32_tflops",
+        "bf16_tflops",
+        "memory_gbps",
+        "source",
+        "confidence",
+    ]

@@ -24,6 +24,7 @@ from ..core.results import read_results
 from ..core.spec import Experiment
 from . import envs
 from .builds import commit_build, environment_build, git_output, resolve_commit
+from .resume import DoneWork
 from .runner import RunOptions, run_experiment
 from .session import Build
 
@@ -168,7 +169,7 @@ class StepRuns:
         if not path.is_file():
             return False
         results = read_results([path])
-        header = next(iter(results.runs.values()), None)
+        run_id, header = next(iter(results.runs.items()), ("", None))
         if header is None:
             return False
         if header["experiment"]["sha256"] != self.exp.sha256:
@@ -176,8 +177,8 @@ class StepRuns:
                 f"bisect: {path} was measured with another version of {self.exp.file}; "
                 "resume with the same experiment, or give a new --out"
             )
-        closed = {r.get("cell") for r in results.records if r["kind"] in ("stop", "skip", "error")}
-        return all(cell.key in closed for cell in self.exp.cells())
+        done = DoneWork.recorded(results, run_id)
+        return all(done.finished(cell.key) for cell in self.exp.cells())
 
     def _run(self, path: Path, current: Candidate, reference: Candidate) -> None:
         path.unlink(missing_ok=True)  # an unfinished run is measured anew

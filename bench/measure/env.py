@@ -371,7 +371,7 @@ def blas_kind(label: str, backend: str | None = None) -> str:
     return kind if kind in BLAS_KINDS else "unknown"
 
 
-def blas_warning(env: Mapping[str, Any]) -> str | None:
+def blas_warning(env: Env) -> str | None:
     """A one-paragraph warning when matmuls run on the CPU with the reference BLAS, else None."""
     if env.get("backend") != "cpu" or blas_kind(str(env.get("blas", ""))) != "reference":
         return None

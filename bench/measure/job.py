@@ -27,6 +27,7 @@ from typing import Any, ClassVar
 
 from ..core.records import KernelFact
 from ..core.spec import ModelSpec, model_spec
+from ..core.typed import from_mapping
 
 PROTOCOL = 2
 
@@ -65,14 +66,8 @@ class WorkerJob:
         data = json.loads(text)
         if data.get("protocol") != PROTOCOL:
             raise ValueError(f"worker protocol {PROTOCOL}, job protocol {data.get('protocol')}")
-        return cls(
-            model=model_spec(**data["model"]),
-            variants=data["variants"],
-            prefill_step_size=data["prefill_step_size"],
-            seed=data["seed"],
-            correctness=Gate(**data["correctness"]),
-            plugins=tuple(data["plugins"]),
-        )
+        # The pipe carries no label: model_spec gives the model its default one.
+        return from_mapping(cls, {**data, "model": model_spec(**data["model"])})
 
 
 @dataclass(frozen=True)
@@ -112,15 +107,7 @@ class Command:
 
     @classmethod
     def from_json(cls, text: str) -> Command:
-        data = json.loads(text)
-        return cls(
-            **{
-                **data,
-                "do": Do(data["do"]),
-                "cell": CellShape(**data["cell"]),
-                "depths": tuple(data["depths"]),
-            }
-        )
+        return from_mapping(cls, json.loads(text))
 
 
 # --- results: what a command produces ------------------------------------------------------------
@@ -293,15 +280,12 @@ def encode_event(event: Event) -> str:
 def decode_event(line: str) -> Event:
     """An event from one line of a worker's stdout; ValueError if the line is not one."""
     data = json.loads(line)
-    if not isinstance(data, dict) or data.get("event") not in ("loaded", "record", "done"):
+    event = data.get("event") if isinstance(data, dict) else None
+    if event not in ("loaded", "record", "done"):
         raise ValueError(f"not a worker event: {line[:80]!r}")
     try:
-        if data["event"] == "record":
+        if event == "record":
             return Recorded(_result(data["record"]))
-        return (
-            Loaded(data["load_s"], data["parameters"], data["weight_bytes"])
-            if data["event"] == "loaded"
-            else Done()
-        )
+        return from_mapping(Loaded, data) if event == "loaded" else Done()
     except (KeyError, TypeError) as err:
         raise ValueError(f"a worker event of another shape ({err}): {line[:80]!r}") from None

@@ -24,7 +24,6 @@ import time
 from collections.abc import Callable, Iterable, Sequence
 from dataclasses import dataclass, field, replace
 from pathlib import Path
-from typing import Any
 
 import mlx.core as mx
 from mlx_lm.models.gemma4_text import ModelArgs
@@ -36,7 +35,7 @@ from models.errors import UnknownOpError
 from models.ops import REGISTRY, Inputs, OpCase, calls_by_op
 
 from ..analysis.opstats import OpRecord
-from ..core.records import new_run_id, run_header
+from ..core.records import Env, StoredExperiment, new_run_id, run_header
 from ..core.results import ResultsWriter
 from ..core.spec import Experiment
 from .env import blas_kind, blas_preload_env, collect_env, loaded_blas, thread_env
@@ -99,7 +98,7 @@ class Target:
 class Plan:
     targets: tuple[Target, ...]
     workloads: tuple[tuple[int, int], ...]  # (prompt_tokens, batch)
-    experiment: dict[str, Any]  # the run header's experiment: name, file, sha256, content
+    experiment: StoredExperiment  # the run header's experiment
     notes: tuple[str, ...] = ()
 
     def cases(self, only: Iterable[str] | None = None) -> list[OpCase]:
@@ -142,13 +141,13 @@ def experiment_plan(exp: Experiment) -> Plan:
     return Plan(targets, workloads, _experiment_header(exp.file, exp.content), notes)
 
 
-def _experiment_header(file: str, content: str) -> dict[str, Any]:
-    return {
-        "name": "ops",
-        "file": file,
-        "sha256": hashlib.sha256(content.encode()).hexdigest(),
-        "content": content,
-    }
+def _experiment_header(file: str, content: str) -> StoredExperiment:
+    return StoredExperiment(
+        name="ops",
+        file=file,
+        sha256=hashlib.sha256(content.encode()).hexdigest(),
+        content=content,
+    )
 
 
 def check_ops(ops: Sequence[str] | None) -> list[str] | None:
@@ -306,7 +305,7 @@ def run_ops(
     rounds: int,
     quiet: bool = False,
     min_sample_s: float = MIN_SAMPLE_S,
-    env: dict[str, Any] | None = None,
+    env: Env | None = None,
 ) -> list[OpRecord]:
     """Time every case into `out` (a run header, then one record per sample); returns the op
     records. The header's env records the BLAS threads as a run's does (its `threads`, read from the

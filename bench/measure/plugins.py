@@ -54,15 +54,6 @@ class PluginInfo:
     variants: tuple[tuple[str, str], ...]  # (op, variant) pairs the file registered
     ops: tuple[str, ...] = ()  # the ops the file declared
 
-    def to_dict(self) -> dict[str, Any]:
-        return {
-            "path": str(self.path),
-            "sha256": self.sha256,
-            "module": self.module,
-            "variants": list(self.variants),
-            "ops": list(self.ops),
-        }
-
 
 # What this process has loaded: by resolved path, and which plugin owns each (op, variant) it
 # registered.

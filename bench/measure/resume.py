@@ -3,14 +3,27 @@ nothing twice."""
 
 from __future__ import annotations
 
-from collections.abc import Mapping
+from dataclasses import dataclass
 from pathlib import Path
-from typing import Any
 
 from ..core.records import ResultsError
 from ..core.results import Results, read_results
 from ..core.spec import Experiment
+from ..core.typed import from_mapping
 from .session import CURRENT
+
+
+@dataclass(frozen=True)
+class _Recorded:
+    """Which work a results record holds: the fields of it that its kind has."""
+
+    kind: str
+    run_id: str | None = None
+    cell: str | None = None
+    build: str = CURRENT.name  # a run of a format before builds ran the current build only
+    variant: str | None = None
+    warmup: bool = False
+    round: int | None = None
 
 
 class DoneWork:
@@ -32,26 +45,23 @@ class DoneWork:
         """What run `run_id` recorded in `results` (records of other runs in the file do not
         count)."""
         done = cls()
-        for record in results.records:
-            if record.get("run_id") == run_id:
+        for record in (from_mapping(_Recorded, record) for record in results.records):
+            if record.run_id == run_id:
                 done._add(record)
         return done
 
-    def _add(self, record: Mapping[str, Any]) -> None:
-        kind = record["kind"]
-        build = record.get("build", CURRENT.name)
+    def _add(self, record: _Recorded) -> None:
+        kind, cell, build = record.kind, record.cell, record.build
         if kind == "trial":
-            self._trials.add(
-                (record["cell"], build, record["variant"], record["warmup"], record["round"])
-            )
+            self._trials.add((cell, build, record.variant, record.warmup, record.round))
         elif kind in ("correctness", "kernel"):
-            self._facts.add((record["cell"], build, kind))
+            self._facts.add((cell, build, kind))
         elif kind == "depth":
-            self._depths.add((record["cell"], build, record["variant"], record["round"]))
+            self._depths.add((cell, build, record.variant, record.round))
         elif kind == "share":
-            self._shares.add((record["cell"], record["round"]))
+            self._shares.add((cell, record.round))
         elif kind in ("skip", "error", "stop"):
-            self._finished.add(record["cell"])
+            self._finished.add(cell)
 
     def finished(self, cell: str) -> bool:
         """Whether the cell is closed or has stopped adding rounds: nothing of it is planned

@@ -20,7 +20,7 @@ from __future__ import annotations
 
 import json
 import re
-from dataclasses import dataclass
+from dataclasses import asdict, dataclass, fields
 from functools import cache, lru_cache
 from pathlib import Path
 from typing import Any, TypedDict
@@ -32,26 +32,45 @@ from mlx_lm.models.gemma4_text import ModelArgs
 from models.config import DTYPE_BYTES, attention_heads
 from models.loading import MX_DTYPES, build_model, cast_weights, quantize_weights
 
+from ..core.records import Env
+from ..core.typed import from_mapping
+
 CHIPS_FILE = Path(__file__).parents[1] / "data" / "chips.yaml"
 CHIP_FIELDS = ("name", "match", "fp32_tflops", "bf16_tflops", "memory_gbps", "source")
-ROLES = ("body", "head", "experts", "lookup")
 
 
-class _PeakFigures(TypedDict):
+@dataclass(frozen=True, kw_only=True)
+class Peak:
+    """A machine's peak, as chips.yaml lists a known chip's and as the run header's `peak` records
+    it."""
+
     name: str
+    match: tuple[str, ...] | None = None  # a known chip's patterns for the device name
     fp32_tflops: float
     bf16_tflops: float | None
     memory_gbps: float
     source: str
+    confidence: str | None = None  # "published" or "approximate" (chips.yaml), "measured"
+    note: str | None = None
+
+    def to_dict(self) -> dict[str, str | float | list[str] | None]:
+        """The run header's `peak`: the fields in chips.yaml's order, those a peak may lack only
+        where it has them."""
+        found = {name: getattr(self, name) for name in _PEAK_FIELDS}
+        return {
+            name: list(value) if isinstance(value, tuple) else value
+            for name, value in found.items()
+            if value is not None or name not in _OPTIONAL_PEAK_FIELDS
+        }
+
+    def compute_roof(self, dtype: str) -> float | None:
+        """TFLOP/s a trial in `dtype` is held against: 16-bit dtypes against the bf16 figure (fp16
+        runs at the same rate on every chip listed)."""
+        return self.fp32_tflops if dtype == "float32" else self.bf16_tflops
 
 
-class Peak(_PeakFigures, total=False):
-    """A machine's peak, as chips.yaml lists a known chip's and as the run header's `peak` records
-    it."""
-
-    match: list[str]  # a known chip's patterns for the device name
-    confidence: str  # "published" or "approximate" (chips.yaml), "measured"
-    note: str
+_PEAK_FIELDS = tuple(field.name for field in fields(Peak))
+_OPTIONAL_PEAK_FIELDS = ("match", "confidence", "note")
 
 
 class _ProbeFigures(TypedDict):
@@ -67,24 +86,42 @@ class PeakProbe(_ProbeFigures, total=False):
     gemv_read_gbps: float  # absent from a probe made before the matrix-vector read was measured
 
 
-class DeviceEnv(TypedDict, total=False):
+@dataclass(frozen=True)
+class DeviceEnv:
     """The fields of a run header's env that name its device."""
 
-    backend: str
-    device: str
+    backend: str = ""
+    device: str = ""
 
 
-class Rates(TypedDict):
+@dataclass(frozen=True)
+class Rates:
+    """What a trial achieved: TFLOP/s of its prefill, GB/s of its generation (None where it did not
+    generate)."""
+
     prefill_tflops: float
     gen_gbps: float | None
 
+    def to_dict(self) -> dict[str, float | None]:
+        """The rates as a trial record carries them."""
+        return asdict(self)
 
-class PeakShares(TypedDict):
+    def highest(self, other: Rates) -> Rates:
+        """Each rate the higher of the two (one that only one side has, that side's)."""
+        gens = [rate for rate in (self.gen_gbps, other.gen_gbps) if rate is not None]
+        return Rates(max(self.prefill_tflops, other.prefill_tflops), max(gens, default=None))
+
+
+@dataclass(frozen=True)
+class PeakShares:
     """Rates as % of the peak, as a trial record carries them."""
 
     prefill_pct_of_peak: float | None
     gen_pct_of_peak: float | None
-    above_peak: list[str]  # the metrics whose rate exceeded the peak
+    above_peak: tuple[str, ...]  # the metrics whose rate exceeded the peak
+
+    def to_dict(self) -> dict[str, float | list[str] | None]:
+        return {**asdict(self), "above_peak": list(self.above_peak)}
 
 
 # --- parameters ----------------------------------------------------------------------------------
@@ -102,12 +139,28 @@ def parameter_role(name: str, tied: bool) -> str:
 
 
 @dataclass(frozen=True)
-class RoleTotals:
-    """Per role (ROLES): parameter count (of the float model) and bytes (in the model's dtype,
-    quantized if asked)."""
+class PerRole:
+    """One figure for each role a parameter may have (ROLES)."""
 
-    params: dict[str, int]
-    nbytes: dict[str, int]
+    body: int
+    head: int
+    experts: int
+    lookup: int
+
+    def total(self) -> int:
+        return self.body + self.head + self.experts + self.lookup
+
+
+ROLES = tuple(field.name for field in fields(PerRole))
+
+
+@dataclass(frozen=True)
+class RoleTotals:
+    """Per role: parameter count (of the float model) and bytes (in the model's dtype, quantized if
+    asked)."""
+
+    params: PerRole
+    nbytes: PerRole
 
 
 @lru_cache(maxsize=32)
@@ -124,7 +177,7 @@ def _role_totals(config_json: str, dtype: str, quantize: str | None) -> RoleTota
     nbytes = dict.fromkeys(ROLES, 0)
     for name, value in tree_flatten(stored.parameters()):
         nbytes[parameter_role(name, tied)] += value.nbytes
-    return RoleTotals(counts, nbytes)
+    return RoleTotals(PerRole(**counts), PerRole(**nbytes))
 
 
 def role_totals(
@@ -222,18 +275,18 @@ def cell_work(
     totals = role_totals(config, dtype, quantize)
     params, nbytes = totals.params, totals.nbytes
     expert_share = args.top_k_experts / args.num_experts if args.enable_moe_block else 0.0
-    per_token_params = params["body"] + round(params["experts"] * expert_share)
+    per_token_params = params.body + round(params.experts * expert_share)
     layers = _layers(args)
     attention_flops = batch * sum(
         4 * layer.heads * layer.head_dim * attended_pairs(prompt_tokens, layer.window)
         for layer in layers
     )
-    matmul_flops = 2 * per_token_params * batch * prompt_tokens + 2 * params["head"] * batch
+    matmul_flops = 2 * per_token_params * batch * prompt_tokens + 2 * params.head * batch
     steps = max(0, gen_tokens - 1)
     # A decode step of `batch` sequences reads every expert any of them routes to: at most all of
     # them.
     step_expert_share = min(1.0, batch * expert_share)
-    weight_bytes = nbytes["body"] + nbytes["head"] + round(nbytes["experts"] * step_expert_share)
+    weight_bytes = nbytes.body + nbytes.head + round(nbytes.experts * step_expert_share)
     itemsize = DTYPE_BYTES[dtype]
     kv_write = (
         batch * steps * sum(layer.kv_bytes_per_token(itemsize) for layer in layers if layer.owns_kv)
@@ -244,11 +297,11 @@ def cell_work(
     )
     gen_bytes = steps * weight_bytes + kv_read + kv_write
     return CellWork(
-        params_total=sum(params.values()),
-        params_active=per_token_params + params["head"],
-        params_head=params["head"],
-        params_experts=params["experts"],
-        params_lookup=params["lookup"],
+        params_total=params.total(),
+        params_active=per_token_params + params.head,
+        params_head=params.head,
+        params_experts=params.experts,
+        params_lookup=params.lookup,
         prefill_tokens=batch * prompt_tokens,
         prefill_matmul_flops=matmul_flops,
         prefill_attention_flops=attention_flops,
@@ -264,10 +317,10 @@ def cell_work(
 
 def achieved(prefill_s: float, gen_s: float | None, work: CellWork) -> Rates:
     """TFLOP/s of a trial's prefill and GB/s of its generation (None where it did not generate)."""
-    return {
-        "prefill_tflops": work.prefill_flops / prefill_s / 1e12,
-        "gen_gbps": work.gen_bytes / gen_s / 1e9 if gen_s and work.gen_steps else None,
-    }
+    return Rates(
+        prefill_tflops=work.prefill_flops / prefill_s / 1e12,
+        gen_gbps=work.gen_bytes / gen_s / 1e9 if gen_s and work.gen_steps else None,
+    )
 
 
 def percent_of_peak(rates: Rates, peak: Peak | None, dtype: str = "float32") -> PeakShares:
@@ -275,25 +328,20 @@ def percent_of_peak(rates: Rates, peak: Peak | None, dtype: str = "float32") -> 
 
     A rate above the peak means the peak is wrong, not that the machine beat physics: its percentage
     is None and `above_peak` names the metric, so a report says "peak underestimated" instead of
-    printing 150%. 16-bit dtypes are held against the chip's bf16 figure (fp16 runs at the same rate
-    on every chip listed).
+    printing 150%.
     """
-    compute_roof = memory_roof = None
-    if peak is not None:
-        compute_roof = peak.get("fp32_tflops") if dtype == "float32" else peak.get("bf16_tflops")
-        memory_roof = peak.get("memory_gbps")
-    prefill = _percent(rates.get("prefill_tflops"), compute_roof)
-    gen = _percent(rates.get("gen_gbps"), memory_roof)
+    prefill = _percent(rates.prefill_tflops, peak.compute_roof(dtype) if peak else None)
+    gen = _percent(rates.gen_gbps, peak.memory_gbps if peak else None)
     above = [
         metric
         for metric, pct in (("prefill", prefill), ("gen", gen))
         if pct is not None and pct > 100.0
     ]
-    return {
-        "prefill_pct_of_peak": None if "prefill" in above else prefill,
-        "gen_pct_of_peak": None if "gen" in above else gen,
-        "above_peak": above,
-    }
+    return PeakShares(
+        prefill_pct_of_peak=None if "prefill" in above else prefill,
+        gen_pct_of_peak=None if "gen" in above else gen,
+        above_peak=tuple(above),
+    )
 
 
 def _percent(value: float | None, roof: float | None) -> float | None:
@@ -313,7 +361,7 @@ def load_chips(path: Path = CHIPS_FILE) -> tuple[Peak, ...]:
             raise ValueError(
                 f"{path}: chips[{i}] ({chip.get('name', '?')}): missing {', '.join(missing)}"
             )
-    return tuple(chips)
+    return tuple(from_mapping(Peak, chip) for chip in chips)
 
 
 def match_chip(device: str, chips: tuple[Peak, ...] | None = None) -> Peak | None:
@@ -321,7 +369,7 @@ def match_chip(device: str, chips: tuple[Peak, ...] | None = None) -> Peak | Non
     Max, not the M2), or None."""
     best, best_length = None, 0
     for chip in chips or load_chips():
-        for pattern in chip["match"]:
+        for pattern in chip.match or ():
             found = re.search(pattern, device, flags=re.IGNORECASE)
             if found and len(found.group(0)) > best_length:
                 best, best_length = chip, len(found.group(0))
@@ -330,19 +378,19 @@ def match_chip(device: str, chips: tuple[Peak, ...] | None = None) -> Peak | Non
 
 def probe_peak(probe: PeakProbe) -> Peak:
     """A bench.measure.env.probe_peaks() result in the form of a chips.yaml entry."""
-    return {
-        "name": "measured on this machine",
-        "fp32_tflops": probe["matmul_gflops"] / 1000,
-        "bf16_tflops": None,
-        "memory_gbps": max(probe["copy_gbps"], probe.get("gemv_read_gbps", 0.0)),
-        "source": f"fusebench env --probe: {probe['matmul_shape']} matmul; the faster of a "
+    return Peak(
+        name="measured on this machine",
+        fp32_tflops=probe["matmul_gflops"] / 1000,
+        bf16_tflops=None,
+        memory_gbps=max(probe["copy_gbps"], probe.get("gemv_read_gbps", 0.0)),
+        source=f"fusebench env --probe: {probe['matmul_shape']} matmul; the faster of a "
         f"{probe['copy_bytes'] // 2**20} MiB copy (read + write) and a matrix-vector read of an "
         "LM-head-sized matrix (262144 x 1536 fp32)",
-        "confidence": "measured",
-    }
+        confidence="measured",
+    )
 
 
-def peak_for(env: DeviceEnv, probe: PeakProbe | None = None) -> Peak | None:
+def peak_for(env: Env, probe: PeakProbe | None = None) -> Peak | None:
     """The peak to compare with: the probe's if given, else the known chip env["device"] names, else
     None.
 
@@ -350,6 +398,7 @@ def peak_for(env: DeviceEnv, probe: PeakProbe | None = None) -> Peak | None:
     """
     if probe is not None:
         return probe_peak(probe)
-    if env.get("backend") == "cpu":
+    device = from_mapping(DeviceEnv, env)
+    if device.backend == "cpu":
         return None
-    return match_chip(str(env.get("device", "")))
+    return match_chip(device.device)

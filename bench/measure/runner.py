@@ -364,7 +364,7 @@ class Runner:
         self.meta = {cell.key: cell_meta(cell, run_id) for cell in exp.cells()}
         self.above_peak: set[str] = set()
         # the highest prefill TFLOP/s and gen GB/s any trial achieved
-        self.best: dict[str, float] = {}
+        self.best = Rates(prefill_tflops=0.0, gen_gbps=None)
         self.budget: RunBudget | None = None  # the run's wall time, shared by its cells in turn
         self.started = started  # time.monotonic() when the run began: the budget counts from here
         self.cells_done = 0
@@ -418,7 +418,7 @@ class Runner:
         fields = {**result_fields(result), "build": build}
         if isinstance(result, Trial):
             rates, shares = self._roofline(cell_key, result.measured)
-            fields = {**fields, **rates, **shares, "process": process}
+            fields = {**fields, **rates.to_dict(), **shares.to_dict(), "process": process}
         self.write_record(writer, cell_key, result_kind(result), fields)
 
     def _work(self, cell_key: str) -> CellWork:
@@ -438,10 +438,8 @@ class Runner:
         """Achieved TFLOP/s and GB/s of a trial, and their share of this machine's peak."""
         rates = achieved(measured.prefill_s, measured.gen_s, self._work(cell_key))
         shares = percent_of_peak(rates, self.peak, self.cells[cell_key].model.dtype)
-        self.above_peak.update(shares["above_peak"])
-        for metric, value in rates.items():
-            if value is not None:
-                self.best[metric] = max(self.best.get(metric, 0.0), value)
+        self.above_peak.update(shares.above_peak)
+        self.best = self.best.highest(rates)
         return rates, shares
 
     def cell_share_s(self) -> float | None:
@@ -695,7 +693,7 @@ def measured_peak(worker_env: dict[str, str], env: Env) -> Peak | None:
     return peak_for(env, probe)
 
 
-def raise_cached_peak(env: Env, best: dict[str, float], metrics: set[str]) -> str:
+def raise_cached_peak(env: Env, best: Rates, metrics: set[str]) -> str:
     """After a run that achieved more than the cached peak: the machine can do at least what it did,
     so the cached peak is raised to it, and later runs hold their trials against that."""
     path = peak_cache_path(env)
@@ -703,8 +701,8 @@ def raise_cached_peak(env: Env, best: dict[str, float], metrics: set[str]) -> st
         probe = json.loads(path.read_text())
     except (OSError, ValueError):
         return f"peak underestimated: {', '.join(sorted(metrics))} exceeded the measured peak"
-    probe["matmul_gflops"] = max(probe["matmul_gflops"], 1000 * best.get("prefill_tflops", 0.0))
-    probe["gemv_read_gbps"] = max(probe.get("gemv_read_gbps", 0.0), best.get("gen_gbps", 0.0))
+    probe["matmul_gflops"] = max(probe["matmul_gflops"], 1000 * best.prefill_tflops)
+    probe["gemv_read_gbps"] = max(probe.get("gemv_read_gbps", 0.0), best.gen_gbps or 0.0)
     probe["raised_by_a_run"] = True
     path.write_text(json.dumps(probe))
     return (
@@ -828,7 +826,7 @@ def run_experiment(
                 run_id,
                 experiment,
                 env,
-                peak=peak,
+                peak=peak.to_dict() if peak else None,
                 shard=f"{options.shard[0]}/{options.shard[1]}",
                 resumed=resume is not None,
                 plugins=plugins,

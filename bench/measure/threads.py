@@ -33,6 +33,7 @@ import numpy as np
 
 from ..analysis.inference import pairwise_scale
 from ..core.records import Env
+from ..core.typed import from_mapping
 from .env import cache_dir, machine_key, thread_env
 
 SAMPLES = 30  # timed turns per setting
@@ -69,11 +70,7 @@ class ThreadChoice:
 
     @classmethod
     def from_json(cls, data: dict) -> ThreadChoice:
-        return cls(
-            int(data["threads"]),
-            tuple(Setting(**s) for s in data.get("settings", ())),
-            str(data.get("reason", "")),
-        )
+        return from_mapping(cls, data)
 
 
 def cache_path(env: Env) -> Path:
