@@ -103,15 +103,21 @@ class SwitchedModel:
 
         return dispatch
 
+    @contextmanager
+    def counting(self) -> Iterator[Counter[str]]:
+        """The calls through each site (by Binding.where) while the block runs."""
+        self._counts = Counter()
+        try:
+            yield self._counts
+        finally:
+            self._counts = None
+
     def count_calls(self, tokens: mx.array) -> Counter[str]:
         """How many calls go through each site in one forward pass of `tokens` (lazy: the graph is
         built, not evaluated)."""
-        self._counts = Counter()
-        try:
+        with self.counting() as counts:
             self(tokens, cache=self.make_cache())
-            return self._counts
-        finally:
-            self._counts = None
+        return counts
 
     @property
     def vocab_size(self) -> int:

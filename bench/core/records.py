@@ -24,6 +24,7 @@ RECORD_KINDS = (
     "op",
     "share",
     "kernel",
+    "site",
     "stop",
     "load",
     "skip",

@@ -214,8 +214,21 @@ class ShareTime:
     overhead_s: float
 
 
+@dataclass(frozen=True)
+class SiteCalls:
+    """A name an mlx-lm model calls an op through, switched while it runs (models.switched), and
+    the calls through it in one prefill of the cell's prompt and in one decode step."""
+
+    KIND: ClassVar[str] = "site"
+
+    op: str
+    site: str  # module.name, e.g. "mlx_lm.models.qwen3.swiglu"
+    prefill_calls: int
+    decode_calls: int
+
+
 # What a command produces; a kernel fact (measure.kernels) is one too.
-Result = Trial | Agreement | DepthSpeed | ShareTime | KernelFact
+Result = Trial | Agreement | DepthSpeed | ShareTime | SiteCalls | KernelFact
 
 
 def result_kind(result: Result) -> str:
@@ -240,6 +253,8 @@ def _result(record: Mapping[str, Any]) -> Result:
         return DepthSpeed(**own)
     if kind == ShareTime.KIND:
         return ShareTime(**own)
+    if kind == SiteCalls.KIND:
+        return SiteCalls(**own)
     if kind == "kernel":
         return KernelFact(**own)
     raise ValueError(f"unknown result kind {kind!r}")

@@ -7,14 +7,13 @@ Loading a model that does not fit would swap the machine to a crawl or get the w
 
 from __future__ import annotations
 
-import math
 import os
 import platform
 import subprocess
 from pathlib import Path
 from typing import Any
 
-from models.config import DTYPE_BYTES, Overrides, attention_heads, full_config, preset_config
+from models.config import DTYPE_BYTES, Overrides, layer_geometry, preset_config
 from models.loading import parameter_bytes, read_checkpoint_config, text_config
 
 from ..core.spec import Experiment, ModelSpec
@@ -49,18 +48,10 @@ def working_bytes(config: dict[str, Any], spec: ModelSpec, exp: Experiment) -> i
     longest = max([w.prompt_tokens + w.gen_tokens for w in exp.workloads] + list(exp.depths))
     batch = max(w.batch for w in exp.workloads)
     chunk = min(exp.prefill_step_size, longest)
-    owners = full_config(config)["layer_types"][
-        : config["num_hidden_layers"] - config.get("num_kv_shared_layers", 0)
-    ]
     # K and V of every layer that owns a cache, over the whole context (an upper bound for the
     # sliding ones).
-    kv = (
-        2
-        * sum(math.prod(attention_heads(config, kind)) for kind in owners)
-        * longest
-        * batch
-        * width
-    )
+    owners = [layer for layer in layer_geometry(config) if layer.owns_kv]
+    kv = 2 * sum(layer.kv_heads * layer.head_dim for layer in owners) * longest * batch * width
     scores = batch * config["num_attention_heads"] * chunk * longest * 4 * 2
     mlp_width = config["intermediate_size"] * (2 if config.get("use_double_wide_mlp") else 1)
     mlp = 3 * batch * chunk * mlp_width * 4

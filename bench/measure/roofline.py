@@ -27,9 +27,8 @@ from typing import Any, TypedDict
 
 import yaml
 from mlx.utils import tree_flatten
-from mlx_lm.models.gemma4_text import ModelArgs
 
-from models.config import DTYPE_BYTES, attention_heads
+from models.config import DTYPE_BYTES, LayerGeometry, expert_share, layer_geometry
 from models.loading import MX_DTYPES, build_model, cast_weights, quantize_weights
 
 from ..core.records import Env
@@ -135,7 +134,8 @@ def parameter_role(name: str, tied: bool) -> str:
         return "head" if tied else "lookup"
     if name.startswith("lm_head."):
         return "head"
-    return "experts" if ".experts." in name else "body"
+    # fusebench's Gemma 4 experts, and mlx-lm's SwitchGLU experts (Qwen3-MoE, Mixtral)
+    return "experts" if ".experts." in name or ".switch_mlp." in name else "body"
 
 
 @dataclass(frozen=True)
@@ -166,9 +166,12 @@ class RoleTotals:
 @lru_cache(maxsize=32)
 def _role_totals(config_json: str, dtype: str, quantize: str | None) -> RoleTotals:
     config = json.loads(config_json)
-    tied = ModelArgs.from_dict(config).tie_word_embeddings
+    parameters = tree_flatten(build_model(config).parameters())
+    # Tied: the model has no LM head of its own (each architecture's default when the config is
+    # silent is its own, so the built model says it, not the config).
+    tied = not any(name.startswith("lm_head.") for name, _ in parameters)
     counts = dict.fromkeys(ROLES, 0)
-    for name, value in tree_flatten(build_model(config).parameters()):
+    for name, value in parameters:
         counts[parameter_role(name, tied)] += value.size
     stored = build_model(config)
     cast_weights(stored, MX_DTYPES[dtype])
@@ -199,32 +202,9 @@ def attended_pairs(length: int, window: int | None = None) -> int:
     return window * (window + 1) // 2 + (length - window) * window
 
 
-@dataclass(frozen=True)
-class LayerAttention:
-    """One layer's attention: its window is None for full attention; owns_kv: it has a cache of its
-    own."""
-
-    heads: int
-    head_dim: int
-    kv_heads: int
-    window: int | None
-    owns_kv: bool
-
-    def kv_bytes_per_token(self, itemsize: int) -> int:
-        # K and V are both cached, even in K=V layers, where V is K normalized differently.
-        return 2 * self.kv_heads * self.head_dim * itemsize
-
-
-def _layers(args: ModelArgs) -> list[LayerAttention]:
-    first_shared = args.num_hidden_layers - args.num_kv_shared_layers
-    layers = []
-    for i, layer_type in enumerate(args.layer_types):
-        head_dim, kv_heads = attention_heads(vars(args), layer_type)
-        window = args.sliding_window if layer_type == "sliding_attention" else None
-        layers.append(
-            LayerAttention(args.num_attention_heads, head_dim, kv_heads, window, i < first_shared)
-        )
-    return layers
+def kv_bytes_per_token(layer: LayerGeometry, itemsize: int) -> int:
+    # K and V are both cached, even in K=V layers, where V is K normalized differently.
+    return 2 * layer.kv_heads * layer.head_dim * itemsize
 
 
 def _keys_read(prompt_tokens: int, steps: int, window: int | None) -> int:
@@ -271,12 +251,11 @@ def cell_work(
     `gen_tokens - 1` decode steps follow the prefill (its first token comes with the prefill), as
     bench.measure.worker times them.
     """
-    args = ModelArgs.from_dict(config)
     totals = role_totals(config, dtype, quantize)
     params, nbytes = totals.params, totals.nbytes
-    expert_share = args.top_k_experts / args.num_experts if args.enable_moe_block else 0.0
-    per_token_params = params.body + round(params.experts * expert_share)
-    layers = _layers(args)
+    routed = expert_share(config)
+    per_token_params = params.body + round(params.experts * routed)
+    layers = layer_geometry(config)
     attention_flops = batch * sum(
         4 * layer.heads * layer.head_dim * attended_pairs(prompt_tokens, layer.window)
         for layer in layers
@@ -285,14 +264,16 @@ def cell_work(
     steps = max(0, gen_tokens - 1)
     # A decode step of `batch` sequences reads every expert any of them routes to: at most all of
     # them.
-    step_expert_share = min(1.0, batch * expert_share)
+    step_expert_share = min(1.0, batch * routed)
     weight_bytes = nbytes.body + nbytes.head + round(nbytes.experts * step_expert_share)
     itemsize = DTYPE_BYTES[dtype]
     kv_write = (
-        batch * steps * sum(layer.kv_bytes_per_token(itemsize) for layer in layers if layer.owns_kv)
+        batch
+        * steps
+        * sum(kv_bytes_per_token(layer, itemsize) for layer in layers if layer.owns_kv)
     )
     kv_read = batch * sum(
-        layer.kv_bytes_per_token(itemsize) * _keys_read(prompt_tokens, steps, layer.window)
+        kv_bytes_per_token(layer, itemsize) * _keys_read(prompt_tokens, steps, layer.window)
         for layer in layers
     )
     gen_bytes = steps * weight_bytes + kv_read + kv_write

@@ -54,6 +54,7 @@ from mlx.utils import tree_flatten
 
 from models.gemma4 import Model
 from models.loading import AnyModel, load_model
+from models.switched import SwitchedModel
 
 from .job import (
     Agreement,
@@ -65,6 +66,7 @@ from .job import (
     Loaded,
     Measured,
     Recorded,
+    SiteCalls,
     Trial,
     WorkerJob,
     encode_event,
@@ -303,8 +305,24 @@ class CommandRunner:
         else:
             prompt = make_prompt(self.vocab, 1, prompt_tokens, self.job.seed, 0)
             facts = traced_kernel_facts(self._trace(prompt))
+            for site in self._site_calls(self.model, prompt):
+                self.emit(Recorded(site))
         for fact in facts:
             self.emit(Recorded(fact))
+
+    def _site_calls(self, model: SwitchedModel, prompt: mx.array) -> list[SiteCalls]:
+        """Which names were switched, and the calls through each in a prefill and a decode
+        step."""
+        cache = model.make_cache()
+        with model.counting() as in_prefill:
+            token = greedy(prefill(model, prompt, cache, self.job.prefill_step_size))
+        with model.counting() as in_decode:
+            mx.eval(model(token[:, None], cache=cache))
+        return [
+            SiteCalls(b.site.op, b.where, in_prefill[b.where], in_decode[b.where])
+            for b in model.bindings
+            if in_prefill[b.where] or in_decode[b.where]
+        ]
 
     def _trace(self, prompt: mx.array) -> dict[str, list[TracedCall]]:
         """The op calls of one prefill of `prompt` and the decode step after it. The calls do not
