@@ -60,35 +60,30 @@ def main(args: argparse.Namespace, console: Console) -> int:
     from ..measure.env import require_backend
 
     require_backend()  # before anything imports mlx: one line naming the extra, not a traceback
-    from mlx_lm.models.gemma4_text import ModelArgs
-
-    from models.config import Overrides, preset_config
 
     from ..core.records import new_run_id, run_header
     from ..core.results import ResultsWriter
     from ..measure.env import collect_env, require_backend
-    from ..measure.kernels import kernel_facts
     from ..measure.plugins import load_plugins
+    from ..measure.worker import make_prompt, model_kernels, probe_model
     from ..present.document import Heading, Paragraph, to_console
-    from ..present.kernels import compile_note, kernel_table, summarize_probes
+    from ..present.kernels import compile_note, kernel_table, summarize_probes, switched_sentence
 
     load_plugins(args.plugin)
-    facts_by_size = {}
+    found = {}
     for size in args.sizes:
-        # Per-layer shapes do not depend on the layer count, so two layers (one sliding, one full)
-        # are enough.
-        config = preset_config(size, Overrides(layers=2, dtype=args.dtype))
-        probed = kernel_facts(
-            ModelArgs.from_dict(config), prompt_tokens=args.prompt_tokens, dtype=args.dtype
-        )
-        facts_by_size[size] = probed
-    for size, facts in facts_by_size.items():
-        note = compile_note(facts)
+        model = probe_model(size, args.dtype)
+        prompt = make_prompt(model.vocab_size, 1, args.prompt_tokens, 0, 0)
+        found[size] = model_kernels(model, prompt, args.dtype, step=args.prompt_tokens)
+    facts_by_size = {size: kernels.facts for size, kernels in found.items()}
+    for size, kernels in found.items():
+        note = compile_note(kernels.facts)
         to_console(
             [
                 Heading(f"{size} · {args.dtype} · prompt {args.prompt_tokens}", 3),
-                kernel_table(facts),
-                Paragraph(summarize_probes(facts)),
+                *([Paragraph(switched_sentence(kernels.sites))] if kernels.sites else []),
+                kernel_table(kernels.facts),
+                Paragraph(summarize_probes(kernels.facts)),
                 *([Paragraph(note)] if note else []),
             ],
             console,

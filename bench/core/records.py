@@ -12,7 +12,7 @@ from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import asdict, dataclass, field, fields
 from datetime import UTC, datetime
 from pathlib import Path
-from typing import Any, TypedDict
+from typing import Any, ClassVar, TypedDict
 
 from .errors import UserError
 
@@ -413,6 +413,19 @@ class KernelFact:
 
 
 _KERNEL_FACT_FIELDS = tuple(f.name for f in fields(KernelFact))
+
+
+@dataclass(frozen=True)
+class SiteCalls:
+    """A name an mlx-lm model calls an op through, switched while it runs (models.switched), and
+    the calls through it in one prefill of the cell's prompt and in one decode step."""
+
+    KIND: ClassVar[str] = "site"
+
+    op: str
+    site: str  # module.name, e.g. "mlx_lm.models.qwen3.swiglu"
+    prefill_calls: int
+    decode_calls: int
 
 
 @dataclass(frozen=True)

@@ -25,7 +25,7 @@ from dataclasses import asdict, dataclass, fields
 from enum import StrEnum
 from typing import Any, ClassVar
 
-from ..core.records import KernelFact
+from ..core.records import KernelFact, SiteCalls
 from ..core.spec import ModelSpec, model_spec
 from ..core.typed import from_mapping
 
@@ -212,19 +212,6 @@ class ShareTime:
     round: int
     seconds: float
     overhead_s: float
-
-
-@dataclass(frozen=True)
-class SiteCalls:
-    """A name an mlx-lm model calls an op through, switched while it runs (models.switched), and
-    the calls through it in one prefill of the cell's prompt and in one decode step."""
-
-    KIND: ClassVar[str] = "site"
-
-    op: str
-    site: str  # module.name, e.g. "mlx_lm.models.qwen3.swiglu"
-    prefill_calls: int
-    decode_calls: int
 
 
 # What a command produces; a kernel fact (measure.kernels) is one too.

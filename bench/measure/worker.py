@@ -52,10 +52,12 @@ from functools import partial
 import mlx.core as mx
 from mlx.utils import tree_flatten
 
+from models.config import Overrides, min_layers, preset_config, runs_own_decoder
 from models.gemma4 import Model
-from models.loading import AnyModel, load_model
+from models.loading import AnyModel, build_model, load_model
 from models.switched import SwitchedModel
 
+from ..core.records import KernelFact, SiteCalls
 from .job import (
     Agreement,
     Command,
@@ -66,7 +68,6 @@ from .job import (
     Loaded,
     Measured,
     Recorded,
-    SiteCalls,
     Trial,
     WorkerJob,
     encode_event,
@@ -296,33 +297,12 @@ class CommandRunner:
 
     def _kernels(self, command: Command) -> None:
         # Which kernels this cell's variants really run (fused or fallback): the A/B means something
-        # only then. fusebench's decoder declares its calls; an mlx-lm model's are traced.
-        prompt_tokens = command.cell.prompt_tokens
-        if isinstance(self.model, Model):
-            facts = kernel_facts(
-                self.model.args, prompt_tokens=prompt_tokens, dtype=self.job.model.dtype
-            )
-        else:
-            prompt = make_prompt(self.vocab, 1, prompt_tokens, self.job.seed, 0)
-            facts = traced_kernel_facts(self._trace(prompt))
-            for site in self._site_calls(self.model, prompt):
-                self.emit(Recorded(site))
-        for fact in facts:
-            self.emit(Recorded(fact))
-
-    def _site_calls(self, model: SwitchedModel, prompt: mx.array) -> list[SiteCalls]:
-        """Which names were switched, and the calls through each in a prefill and a decode
-        step."""
-        cache = model.make_cache()
-        with model.counting() as in_prefill:
-            token = greedy(prefill(model, prompt, cache, self.job.prefill_step_size))
-        with model.counting() as in_decode:
-            mx.eval(model(token[:, None], cache=cache))
-        return [
-            SiteCalls(b.site.op, b.where, in_prefill[b.where], in_decode[b.where])
-            for b in model.bindings
-            if in_prefill[b.where] or in_decode[b.where]
-        ]
+        # only then.
+        self.model.set_ops(next(iter(self.job.variants.values())))
+        prompt = make_prompt(self.vocab, 1, command.cell.prompt_tokens, self.job.seed, 0)
+        found = model_kernels(self.model, prompt, self.job.model.dtype, self.job.prefill_step_size)
+        for result in [*found.sites, *found.facts]:
+            self.emit(Recorded(result))
 
     def _trace(self, prompt: mx.array) -> dict[str, list[TracedCall]]:
         """The op calls of one prefill of `prompt` and the decode step after it. The calls do not
@@ -400,6 +380,49 @@ class CommandRunner:
             timings.append((depth, time.perf_counter() - start))
             filled = depth
         return timings
+
+
+@dataclass
+class ModelKernels:
+    """A model's kernel facts, and for an mlx-lm model the names switched in it."""
+
+    facts: list[KernelFact]
+    sites: list[SiteCalls]
+
+
+def model_kernels(model: AnyModel, prompt: mx.array, dtype: str, step: int) -> ModelKernels:
+    """fusebench's decoder declares its calls (models.ops, at the prompt's length); an mlx-lm
+    model's are traced from one prefill of `prompt` and the decode step after it."""
+    if isinstance(model, Model):
+        facts = kernel_facts(model.args, prompt_tokens=prompt.shape[1], dtype=dtype)
+        return ModelKernels(facts, [])
+    traced = trace_steps(model, prompt, partial(prefill, step=step))
+    return ModelKernels(traced_kernel_facts(traced), site_calls(model, prompt, step))
+
+
+def probe_model(preset: str, dtype: str) -> AnyModel:
+    """A preset's model for `fusebench kernels`, at two layers (one sliding, one full: per-layer
+    shapes do not depend on the count) or the fewest it runs with. fusebench's decoder declares its
+    calls, so its weights stay lazy; an mlx-lm model is traced, so its weights are seeded."""
+    config = preset_config(preset, Overrides(dtype=dtype))
+    layers = max(2, min_layers(config))
+    if runs_own_decoder(config, None):
+        return build_model(preset_config(preset, Overrides(layers=layers, dtype=dtype)))
+    return load_model(preset, layers=layers, dtype=dtype)
+
+
+def site_calls(model: SwitchedModel, prompt: mx.array, step: int) -> list[SiteCalls]:
+    """Which names were switched, and the calls through each in a prefill and a decode step."""
+    cache = model.make_cache()
+    with model.counting() as in_prefill:
+        token = greedy(prefill(model, prompt, cache, step))
+    with model.counting() as in_decode:
+        mx.eval(model(token[:, None], cache=cache))
+    return [
+        SiteCalls(b.site.op, b.where, in_prefill[b.where], in_decode[b.where])
+        for b in model.bindings
+        if in_prefill[b.where] or in_decode[b.where]
+    ]
 
 
 def loaded(model: AnyModel, load_s: float) -> Loaded:

@@ -7,7 +7,7 @@ from __future__ import annotations
 
 from collections.abc import Sequence
 
-from ..core.records import KernelFact
+from ..core.records import KernelFact, SiteCalls
 from ..core.text import join_words
 from .document import Table
 
@@ -91,3 +91,12 @@ def _probe_sentence(backend: str, op: str, variant: str, mine: Sequence[KernelFa
     fused_part = f"ran a fused kernel for {join_words([f.shape_label for f in fused])}"
     fell = "; ".join(f"{f.shape_label} (MLX says: {f.reason.rstrip('.')})" for f in fallen)
     return f"{who} {fused_part}, and fell back to composed ops for {fell}"
+
+
+def switched_sentence(sites: Sequence[SiteCalls]) -> str:
+    """Which names an mlx-lm model's ops were switched at, with the calls through each."""
+    parts = [
+        f"{s.op} at {s.site} ({s.prefill_calls} calls a prefill, {s.decode_calls} a decode step)"
+        for s in sites
+    ]
+    return f"Switched in mlx-lm's model: {join_words(parts)}."
