@@ -15,7 +15,14 @@ import numpy as np
 import pandas as pd
 from scipy import stats as scipy_stats
 
-from models.config import Overrides, preset_config, preset_names, truncate
+from models.config import (
+    LayerGeometry,
+    Overrides,
+    layer_geometry,
+    preset_config,
+    preset_names,
+    truncate,
+)
 
 from ..core.errors import UserError
 from ..core.records import METRIC_COLUMNS, METRICS
@@ -73,18 +80,20 @@ class LayerCounts:
 def layer_counts(preset: str, layers: int) -> LayerCounts:
     """What `layers` layers of the preset hold, as models.config.truncate lays them out for the
     runner."""
-    config = truncate(_full_config(preset), layers)
-    types = config["layer_types"]
-    return LayerCounts(
-        types.count("sliding_attention"),
-        types.count("full_attention"),
-        config["num_kv_shared_layers"],
-    )
+    return _counts(layer_geometry(truncate(_full_config(preset), layers)))
+
+
+def _counts(layers: Sequence[LayerGeometry]) -> LayerCounts:
+    sliding = sum(layer.window is not None for layer in layers)
+    return LayerCounts(sliding, len(layers) - sliding, sum(not layer.owns_kv for layer in layers))
 
 
 def model_terms(preset: str) -> tuple[str, ...]:
-    """The fitted terms: the KV-shared one only where the full model has KV-shared layers."""
-    return TERMS if _full_config(preset).get("num_kv_shared_layers") else TERMS[:3]
+    """The fitted terms: a kind of layer's only where the full model has layers of that kind (a
+    Llama has no sliding layers; only Gemma 4 shares KV)."""
+    whole = _counts(layer_geometry(_full_config(preset)))
+    held = {"fixed": 1, "sliding": whole.sliding, "full": whole.full, "shared": whole.shared}
+    return tuple(term for term in TERMS if held[term])
 
 
 def design(preset: str, depths: Sequence[int]) -> np.ndarray:

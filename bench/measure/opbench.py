@@ -30,14 +30,14 @@ from mlx_lm.models.gemma4_text import ModelArgs
 from rich.console import Console
 from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
 
-from models.config import Overrides, preset_config
+from models.config import Overrides, load_preset, preset_config, runs_own_decoder
 from models.errors import UnknownOpError
 from models.ops import REGISTRY, Inputs, OpCase, calls_by_op
 
 from ..analysis.opstats import OpRecord
 from ..core.records import Env, StoredExperiment, new_run_id, run_header
 from ..core.results import ResultsWriter
-from ..core.spec import Experiment
+from ..core.spec import Experiment, ModelSpec
 from .env import blas_kind, blas_preload_env, collect_env, loaded_blas, thread_env
 from .schedule import round_order
 
@@ -124,21 +124,30 @@ def _preset_target(name: str, dtype: str = "float32") -> Target:
 
 
 def experiment_plan(exp: Experiment) -> Plan:
-    """The sizes (preset models only) and workloads of an experiment."""
+    """The sizes (Gemma 4 presets in fusebench's decoder, whose calls are declared) and workloads
+    of an experiment."""
+    declared = [m for m in exp.models if _declares_calls(m)]
     targets = tuple(
-        dict.fromkeys(
-            replace(_preset_target(m.preset, m.dtype), size=m.size)
-            for m in exp.models
-            if m.preset is not None
-        )
+        dict.fromkeys(replace(_preset_target(m.preset, m.dtype), size=m.size) for m in declared)
     )
-    notes = tuple(
-        f"skipped {m.size}: checkpoint models ({m.path}) have no preset shapes to derive"
-        for m in exp.models
-        if m.preset is None
-    )
+    notes = tuple(_skip_note(m) for m in exp.models if m not in declared)
     workloads = tuple(dict.fromkeys((w.prompt_tokens, w.batch) for w in exp.workloads))
     return Plan(targets, workloads, _experiment_header(exp.file, exp.content), notes)
+
+
+def _declares_calls(model: ModelSpec) -> bool:
+    return model.preset is not None and runs_own_decoder(
+        load_preset(model.preset), model.implementation
+    )
+
+
+def _skip_note(model: ModelSpec) -> str:
+    if model.preset is None:
+        return f"skipped {model.size}: checkpoint models ({model.path}) have no preset shapes"
+    return (
+        f"skipped {model.size}: mlx-lm's models declare no calls; every run traces them and times "
+        "each call on its own (the op shares of `fusebench run`)"
+    )
 
 
 def _experiment_header(file: str, content: str) -> StoredExperiment:
