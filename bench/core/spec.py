@@ -644,7 +644,8 @@ def _preset_layers(items: _Items, field: str, preset: str) -> tuple[int | None, 
 
 def _checkpoint(items: _Items, field: str, check_paths: bool) -> str:
     path_node = items["path"][1]
-    path = os.path.expanduser(_text(path_node, _join(field, "path")))
+    # Absolute: workers run in their build's checkout, not in the directory the user named it from.
+    path = os.path.abspath(os.path.expanduser(_text(path_node, _join(field, "path"))))
     if check_paths and not os.path.isdir(path):
         problem = "is not a directory" if os.path.exists(path) else "does not exist"
         _fail(path_node, _join(field, "path"), f"{path!r} {problem}; give a checkpoint directory")
