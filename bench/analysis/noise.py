@@ -246,22 +246,21 @@ def load_noise(path: Path) -> Noise:
 
 def experiment_of_runs(paths: list[Path]) -> Experiment:
     """The one experiment that every results file ran (from its run header), validated again."""
-    headers = {path: next(iter(read_results([path]).runs.values()), None) for path in paths}
+    headers = {path: next(iter(read_results([path]).headers.values()), None) for path in paths}
     missing = [path for path, header in headers.items() if header is None]
     if missing:
         raise ResultsError(f"{missing[0]}: no run header; is it a fusebench results file?")
     experiments = {
-        header["experiment"]["sha256"]: (path, header["experiment"])
-        for path, header in headers.items()
+        run.experiment.sha256: (path, run.experiment) for path, run in headers.items() if run
     }
     if len(experiments) > 1:
-        names = ", ".join(f"{path} ({e['file']})" for path, e in experiments.values())
+        names = ", ".join(f"{path} ({e.file})" for path, e in experiments.values())
         raise ResultsError(f"--from: runs of different experiments (or versions of one): {names}")
     path, experiment = next(iter(experiments.values()))
     exp = parse_experiment(
-        experiment["content"], f"{path} (run header: {experiment['file']})", stored=True
+        experiment.content, f"{path} (run header: {experiment.file})", stored=True
     )
-    return dataclasses.replace(exp, file=experiment["file"])
+    return dataclasses.replace(exp, file=experiment.file)
 
 
 def calibrate_from(paths: list[Path], comparisons: list[tuple[str, str]]) -> Calibration:

@@ -17,6 +17,7 @@ import numpy as np
 import pandas as pd
 
 from ..core.errors import UserError
+from ..core.headers import EnvInfo, LoadInfo, RunInfo
 from ..core.records import (
     CELL_FIELDS,
     CORRECTNESS_FIELDS,
@@ -25,7 +26,6 @@ from ..core.records import (
     ROOFLINE_FIELDS,
     KernelRecord,
     ResultsError,
-    RunHeader,
     require_fields,
 )
 from ..core.results import Results, read_results
@@ -33,7 +33,6 @@ from ..core.spec import Experiment, SpecError, parse_experiment
 from . import stats
 from .opstats import VariantSummary, summarize_ops
 from .reference import matches_size
-from .runs import Environment, Load, Run, loads, runs
 
 SIZE_ORDER = ("E2B", "E4B", "26B", "31B")
 
@@ -81,8 +80,8 @@ class Study:
     ops: dict[str, dict[str, str]]
     planned: list[tuple[str, str]]  # the experiments' comparisons
     machines: list[str]
-    runs: dict[str, Run]  # every run header, by run id
-    loads: list[Load]  # what else ran on the machine while each run measured
+    runs: dict[str, RunInfo]  # every run header, by run id
+    loads: list[LoadInfo]  # what else ran on the machine while each run measured
     # per run x op x shape x variant statistics (analysis.opstats)
     op_summaries: list[VariantSummary]
     # "no change" means within ± this (the experiments' margin_pct)
@@ -101,14 +100,14 @@ class Study:
         """Whether there is anything for the trial sections (an ops-only file has none)."""
         return not (self.timed.empty and self.closed.empty)
 
-    def run_env(self, run_id: str | None) -> Environment:
+    def run_env(self, run_id: str | None) -> EnvInfo:
         run = self.runs.get(run_id or "")
-        return run.env if run else Environment()
+        return run.env if run else EnvInfo()
 
-    def envs(self, machine: str) -> list[Environment]:
+    def envs(self, machine: str) -> list[EnvInfo]:
         """The environment of each run on a machine (at least one: a machine no run header names
         reads as "?")."""
-        return [run.env for run in self.runs.values() if run.machine == machine] or [Environment()]
+        return [run.env for run in self.runs.values() if run.machine == machine] or [EnvInfo()]
 
 
 def current_build(frame: pd.DataFrame) -> pd.DataFrame:
@@ -127,8 +126,9 @@ def build_study(results: Results) -> Study:
     # comparisons were not run.
     op_runs = set(op_records["run_id"]) if not op_records.empty else set()
     unread: list[str] = []
+    runs = results.headers
     experiments = [
-        stored_experiment(h, unread) for run_id, h in results.runs.items() if run_id not in op_runs
+        stored_experiment(run, unread) for run in runs.values() if run.run_id not in op_runs
     ]
     declared = {
         name: assignment for exp in experiments if exp for name, assignment in exp.variants.items()
@@ -147,9 +147,7 @@ def build_study(results: Results) -> Study:
         )
     closed = pd.concat([results.frame("skip"), results.frame("error")], ignore_index=True)
     timed = stats.timed_trials(trials)
-    names = list(
-        dict.fromkeys(str(h.get("experiment", {}).get("name", "")) for h in results.runs.values())
-    )
+    names = list(dict.fromkeys(run.experiment.name for run in runs.values() if run.experiment))
     return Study(
         name="+".join(n for n in names if n) or "results",
         results=results,
@@ -170,8 +168,8 @@ def build_study(results: Results) -> Study:
                 m for f in (timed, closed, op_records) if not f.empty for m in f["machine"]
             )
         ),
-        runs=runs(results),
-        loads=loads(results),
+        runs=runs,
+        loads=results.loads(),
         op_summaries=summarize_ops(results.of_kind("op")),
         margin_pct=max(
             (exp.margin_pct for exp in experiments if exp), default=stats.DEFAULT_MARGIN_PCT
@@ -182,20 +180,19 @@ def build_study(results: Results) -> Study:
     )
 
 
-def stored_experiment(header: RunHeader, unread: list[str]) -> Experiment | None:
+def stored_experiment(run: RunInfo, unread: list[str]) -> Experiment | None:
     """The experiment a run header stores, read by the one spec parser (none for a header without
     one).
 
     An experiment that today's parser rejects (written for an older schema) is left out, its error
     added to `unread`: the trials carry their variants' ops, so the run still reports, with the
     first variant against each other one in place of its declared comparisons."""
-    experiment = header.get("experiment")
-    content = experiment.get("content") if experiment else None
-    if not experiment or not content:
+    experiment = run.experiment
+    if not experiment or not experiment.content:
         return None
-    where = f"{header.get('run_id', '?')} (run header: {experiment.get('file', 'experiment')})"
+    where = f"{run.run_id} (run header: {experiment.file or 'experiment'})"
     try:
-        return parse_experiment(content, where, stored=True)
+        return parse_experiment(experiment.content, where, stored=True)
     except SpecError as err:
         unread.append(
             f"stored experiment not read by this fusebench ({err}): its comparisons, margin and "

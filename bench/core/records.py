@@ -368,8 +368,10 @@ def require_fields(
             )
 
 
-# The build a record names when it is the build under test (records of a one-build run name none).
+# The build a record names when it is the build under test (records of a one-build run name none),
+# and the one `run --against` measures it against.
 CURRENT_BUILD = "current"
+REFERENCE_BUILD = "reference"
 
 
 # --- kernel facts ---------------------------------------------------------------------------------

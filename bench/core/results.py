@@ -22,7 +22,8 @@ from typing import Any
 
 import pandas as pd
 
-from .fingerprint import Fingerprint, MachineMismatchError, fingerprint, machine_label
+from .fingerprint import Fingerprint, MachineMismatchError, fingerprint
+from .headers import UNKNOWN_MACHINE, LoadInfo, RunInfo
 from .records import (
     CURRENT_BUILD,
     FORMAT,
@@ -34,6 +35,7 @@ from .records import (
     header_format,
     upgrade,
 )
+from .typed import from_mapping
 
 
 class ResultsWriter:
@@ -72,10 +74,10 @@ class Results:
 
     def kernel_records(self) -> list[KernelRecord]:
         """Every kernel fact, read back as the type that wrote it, with its cell and machine."""
-        machines = {run_id: machine_label(h.get("env", {})) for run_id, h in self.runs.items()}
+        machines = self.machines()
         return [
             KernelRecord(
-                machine=machines.get(record.get("run_id", ""), "unknown machine"),
+                machine=machines.get(record.get("run_id", ""), UNKNOWN_MACHINE),
                 model_key=str(record.get("model_key", "")),
                 size=str(record.get("size", "")),
                 workload=str(record.get("workload", "")),
@@ -92,6 +94,20 @@ class Results:
         for record in self.of_kind("run"):
             headers.setdefault(record["run_id"], record)
         return headers
+
+    @property
+    def headers(self) -> dict[str, RunInfo]:
+        """The first header of each run_id, read back as a RunInfo."""
+        return {run_id: RunInfo.read(header) for run_id, header in self.runs.items()}
+
+    def machines(self) -> dict[str, str]:
+        """Each run's machine label, by run id."""
+        return {run_id: run.machine for run_id, run in self.headers.items()}
+
+    def loads(self) -> list[LoadInfo]:
+        """The load records that hold samples."""
+        samples = (from_mapping(LoadInfo, record) for record in self.of_kind("load"))
+        return [load for load in samples if load.samples]
 
     def merge(self, other: Results, path: str | Path = "", *, warn: Any = None) -> None:
         """Add another file's records, leaving out those this one already holds.
@@ -122,8 +138,7 @@ class Results:
         frame = pd.DataFrame(rows)
         if frame.empty:
             return frame
-        machines = {run_id: machine_label(h.get("env", {})) for run_id, h in self.runs.items()}
-        frame["machine"] = frame["run_id"].map(machines).fillna("unknown machine")
+        frame["machine"] = frame["run_id"].map(self.machines()).fillna(UNKNOWN_MACHINE)
         return frame
 
 
@@ -206,7 +221,7 @@ def _parse_line(line: bytes) -> dict[str, Any] | None:
 def results_fingerprint(results: Results, path: Path) -> Fingerprint:
     """The one machine a results file was measured on; no header, or headers from several machines,
     is an error."""
-    prints = list(dict.fromkeys(fingerprint(h.get("env", {})) for h in results.runs.values()))
+    prints = list(dict.fromkeys(fingerprint(run.env) for run in results.headers.values()))
     if not prints:
         raise ResultsError(
             f"{path}: no run header, so no machine fingerprint; is it a fusebench results file?"
