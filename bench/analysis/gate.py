@@ -59,7 +59,7 @@ import pandas as pd
 
 from ..core.baselines import load_baseline, require_timed_trials
 from ..core.fingerprint import Fingerprint, MachineMismatchError
-from ..core.records import ResultsError
+from ..core.records import Column, ResultsError
 from ..core.results import Results, read_results, results_fingerprint
 from ..core.spec import DEFAULT_MARGIN_PCT, Experiment, parse_experiment
 from . import stats
@@ -486,7 +486,7 @@ def cell_names(frames: Sequence[pd.DataFrame]) -> dict[tuple[str, str, str], str
     for frame in frames:
         if not frame.empty:
             for key, size, workload in zip(
-                frame["model_key"], frame["size"], frame["workload"], strict=True
+                frame[Column.MODEL_KEY], frame[Column.SIZE], frame[Column.WORKLOAD], strict=True
             ):
                 labels[key, size, workload] = f"{names[key, size]} · {workload}"
     return labels
@@ -700,7 +700,7 @@ def run_check(args: CheckRequest) -> Outcome:
         notes.append(f"baseline: {args.baseline}")
     for exp, run_ids in experiments:
         scoped = [
-            frame[frame["run_id"].isin(run_ids)] if not frame.empty else frame
+            frame[frame[Column.RUN_ID].isin(run_ids)] if not frame.empty else frame
             for frame in (trials, current_build(results.frame("correctness")))
         ]
         findings += expectation_findings(exp, *scoped, noise)

@@ -42,7 +42,7 @@ import pandas as pd
 
 from ..core.baselines import BASELINE_DIR
 from ..core.fingerprint import Fingerprint
-from ..core.records import ResultsError, utc_now
+from ..core.records import Column, ResultsError, utc_now
 from ..core.results import read_results, results_fingerprint
 from ..core.spec import Experiment, parse_experiment
 from . import stats
@@ -104,7 +104,7 @@ def aa_comparisons(runs: list[pd.DataFrame], comparisons: list[tuple[str, str]])
                 if row.n_baseline and row.n_new:
                     rows.append(_aa_row(scope, f"{i}-{j}", row, row.variant))
     for i, trials in enumerate(runs, start=1):
-        for variant in trials["variant"].unique():
+        for variant in trials[Column.VARIANT].unique():
             for row in stats.compare(trials, variant, variant, stats.METRICS):
                 if row.n_pairs:
                     rows.append(_aa_row("within_run", str(i), row, variant))

@@ -11,6 +11,7 @@ import uuid
 from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import asdict, dataclass, field, fields
 from datetime import UTC, datetime
+from enum import StrEnum
 from pathlib import Path
 from typing import Any, TypedDict
 
@@ -30,98 +31,160 @@ RECORD_KINDS = (
     "error",
 )
 
+
+class Column(StrEnum):
+    """A field of a trial, depth, correctness, op or share record, as readers key on it: the column
+    labels of `Results.frame`, declared once (each record's fields below are drawn from these)."""
+
+    RUN_ID = "run_id"
+    MACHINE = "machine"  # not in the record: Results.frame adds its run's machine label
+    CELL = "cell"
+    MODEL = "model"
+    MODEL_KEY = "model_key"
+    SIZE = "size"
+    LAYERS = "layers"
+    DTYPE = "dtype"
+    QUANTIZE = "quantize"
+    WORKLOAD = "workload"
+    PROMPT_TOKENS = "prompt_tokens"
+    GEN_TOKENS = "gen_tokens"
+    BATCH = "batch"
+    VARIANT = "variant"
+    OPS = "ops"  # a trial's variant's full op assignment
+    BUILD = "build"
+    PROCESS = "process"  # which worker process measured a trial
+    ROUND = "round"
+    WARMUP = "warmup"
+    PREFILL_TPS = "prefill_tps"
+    GEN_TPS = "gen_tps"
+    PREFILL_S = "prefill_s"
+    GEN_S = "gen_s"
+    STEP_S = "step_s"
+    COMPILE_S = "compile_s"
+    PEAK_MEMORY_BYTES = "peak_memory_bytes"
+    TTFT_S = "ttft_s"
+    TTFT_TPS = "ttft_tps"
+    PREFILL_TFLOPS = "prefill_tflops"
+    GEN_GBPS = "gen_gbps"
+    PREFILL_PCT_OF_PEAK = "prefill_pct_of_peak"
+    GEN_PCT_OF_PEAK = "gen_pct_of_peak"
+    ABOVE_PEAK = "above_peak"
+    DEPTH = "depth"
+    REFERENCE = "reference"
+    MAX_ABS_ERR = "max_abs_err"
+    MAX_REL_ERR = "max_rel_err"
+    TOKENS_CHECKED = "tokens_checked"
+    TOKENS_AGREE = "tokens_agree"
+    ATOL = "atol"
+    PASSED = "passed"
+    OP = "op"
+    SHAPE_LABEL = "shape_label"
+    SECONDS = "seconds"
+    BYTES = "bytes"
+    FLOPS = "flops"
+    PHASE = "phase"
+    CALL = "call"
+    CALLS = "calls"
+    OVERHEAD_S = "overhead_s"
+
+
 # Throughput metrics, all tokens/s and bigger-is-better, and the trial field holding each.
 METRICS = ("prefill", "gen")
-METRIC_COLUMNS = {"prefill": "prefill_tps", "gen": "gen_tps"}
+METRIC_COLUMNS = {"prefill": Column.PREFILL_TPS, "gen": Column.GEN_TPS}
 
 TRIAL_FIELDS = (
-    "run_id",
-    "cell",
-    "model_key",
-    "size",
-    "workload",
-    "prompt_tokens",
-    "gen_tokens",
-    "batch",
-    "variant",
-    "round",
-    "warmup",
-    "prefill_tps",
-    "gen_tps",
+    Column.RUN_ID,
+    Column.CELL,
+    Column.MODEL_KEY,
+    Column.SIZE,
+    Column.WORKLOAD,
+    Column.PROMPT_TOKENS,
+    Column.GEN_TOKENS,
+    Column.BATCH,
+    Column.VARIANT,
+    Column.ROUND,
+    Column.WARMUP,
+    Column.PREFILL_TPS,
+    Column.GEN_TPS,
 )
 DEPTH_FIELDS = (
-    "run_id",
-    "model_key",
-    "size",
-    "batch",
-    "variant",
-    "round",
-    "depth",
-    "gen_tokens",
-    "gen_tps",
+    Column.RUN_ID,
+    Column.MODEL_KEY,
+    Column.SIZE,
+    Column.BATCH,
+    Column.VARIANT,
+    Column.ROUND,
+    Column.DEPTH,
+    Column.GEN_TOKENS,
+    Column.GEN_TPS,
 )
 CORRECTNESS_FIELDS = (
-    "run_id",
-    "model_key",
-    "size",
-    "workload",
-    "prompt_tokens",
-    "gen_tokens",
-    "batch",
-    "variant",
-    "reference",
-    "max_abs_err",
-    "max_rel_err",
-    "tokens_checked",
-    "tokens_agree",
-    "atol",
-    "passed",
+    Column.RUN_ID,
+    Column.MODEL_KEY,
+    Column.SIZE,
+    Column.WORKLOAD,
+    Column.PROMPT_TOKENS,
+    Column.GEN_TOKENS,
+    Column.BATCH,
+    Column.VARIANT,
+    Column.REFERENCE,
+    Column.MAX_ABS_ERR,
+    Column.MAX_REL_ERR,
+    Column.TOKENS_CHECKED,
+    Column.TOKENS_AGREE,
+    Column.ATOL,
+    Column.PASSED,
 )
 OP_FIELDS = (
-    "run_id",
-    "op",
-    "variant",
-    "reference",
-    "shape_label",
-    "round",
-    "seconds",
-    "bytes",
-    "flops",
-    "max_abs_err",
+    Column.RUN_ID,
+    Column.OP,
+    Column.VARIANT,
+    Column.REFERENCE,
+    Column.SHAPE_LABEL,
+    Column.ROUND,
+    Column.SECONDS,
+    Column.BYTES,
+    Column.FLOPS,
+    Column.MAX_ABS_ERR,
 )
 # A trial's time to first token as mlx-lm's stream_generate reads it (after queuing the first decode
 # step), and that as mlx-lm's "prompt_tps". Optional: trials recorded before them (and a
 # `run --against` reference build of an older commit) lack them, so readers show them only where
 # they are present.
-TTFT_FIELDS = ("ttft_s", "ttft_tps")
+TTFT_FIELDS = (Column.TTFT_S, Column.TTFT_TPS)
 # A trial's roofline (measure.roofline): achieved rates and their share of the machine's peak.
-ROOFLINE_FIELDS = ("prefill_tflops", "gen_gbps", "prefill_pct_of_peak", "gen_pct_of_peak")
+ROOFLINE_FIELDS = (
+    Column.PREFILL_TFLOPS,
+    Column.GEN_GBPS,
+    Column.PREFILL_PCT_OF_PEAK,
+    Column.GEN_PCT_OF_PEAK,
+)
 # What describes a cell, beside its measurements.
 CELL_FIELDS = (
-    "model_key",
-    "size",
-    "workload",
-    "prompt_tokens",
-    "gen_tokens",
-    "batch",
-    "dtype",
-    "quantize",
+    Column.MODEL_KEY,
+    Column.SIZE,
+    Column.WORKLOAD,
+    Column.PROMPT_TOKENS,
+    Column.GEN_TOKENS,
+    Column.BATCH,
+    Column.DTYPE,
+    Column.QUANTIZE,
+)
+# An op call of a step timed on its own (measure.shares), for the share table and the expected Δ.
+SHARE_FIELDS = (
+    Column.RUN_ID,
+    Column.CELL,
+    Column.PHASE,
+    Column.OP,
+    Column.VARIANT,
+    Column.CALL,
+    Column.CALLS,
+    Column.ROUND,
+    Column.SECONDS,
+    Column.OVERHEAD_S,
 )
 # What the readers key on, per kind: a record lacking one is bad input, reported with its file, not
 # a traceback.
-# An op call of a step timed on its own (measure.shares), for the share table and the expected Δ.
-SHARE_FIELDS = (
-    "run_id",
-    "cell",
-    "phase",
-    "op",
-    "variant",
-    "call",
-    "calls",
-    "round",
-    "seconds",
-    "overhead_s",
-)
 REQUIRED_FIELDS = {
     "trial": TRIAL_FIELDS,
     "correctness": CORRECTNESS_FIELDS,

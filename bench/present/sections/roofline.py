@@ -17,6 +17,7 @@ from ...analysis.study import (
     rooflines,
 )
 from ...core.headers import PeakInfo
+from ...core.records import Column
 from ..document import Block, Bullets, Heading, Paragraph, Table
 from ..format import format_rate
 from . import ReportContext
@@ -61,7 +62,7 @@ def _peaks(study: Study, timed: pd.DataFrame) -> list[PeakInfo | None]:
     return list(
         dict.fromkeys(
             study.runs[run_id].peak if run_id in study.runs else None
-            for run_id in dict.fromkeys(timed["run_id"])
+            for run_id in dict.fromkeys(timed[Column.RUN_ID])
         )
     )
 
