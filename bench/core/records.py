@@ -8,8 +8,8 @@ baseline) checks fields here, so the format is defined once.
 from __future__ import annotations
 
 import uuid
-from collections.abc import Iterable, Mapping, Sequence
-from dataclasses import asdict, dataclass, field, fields
+from collections.abc import Iterable, Sequence
+from dataclasses import asdict, dataclass, field
 from datetime import UTC, datetime
 from enum import StrEnum
 from pathlib import Path
@@ -206,13 +206,18 @@ REQUIRED_FIELDS = {
 FORMAT = 3
 
 
+# One line of a results file as parsed: a JSON object whose "kind" says which fields it holds. The
+# store and `upgrade` handle it whole; readers take typed views of it (core.typed, core.headers).
+Record = dict[str, Any]
+
+
 class ResultsError(UserError):
     """A results file that cannot be used; the message names the file (and line)."""
 
 
 # --- what today's writers write -------------------------------------------------------------------
-# A header read from an older file may lack what these declare (see `upgrade`); readers `.get` what
-# came later.
+# A header read from an older file may lack what these declare (see `upgrade`); readers read it as a
+# core.headers.RunInfo, whose defaults stand for what came later.
 
 
 class Env(TypedDict, total=False):
@@ -292,6 +297,25 @@ class LoadSummary(TypedDict):
     loadavg_1m_max: float
 
 
+class StoredPeak(TypedDict, total=False):
+    """What the header keeps of a measure.roofline.Peak."""
+
+    name: str
+    fp32_tflops: float
+    bf16_tflops: float | None
+    memory_gbps: float
+    source: str
+    confidence: str  # "published" or "approximate" (chips.yaml), "measured"
+
+
+class StoredThreadChoice(TypedDict):
+    """measure.threads.ThreadChoice.to_json: how `threads: auto` chose, and why."""
+
+    threads: int
+    settings: list[dict[str, float]]  # each thread count's probe (measure.threads.Setting)
+    reason: str
+
+
 class _Header(TypedDict):
     kind: str  # "run"
     run_id: str
@@ -304,8 +328,7 @@ class _Header(TypedDict):
 class RunHeader(_Header, total=False):
     """The first record of a run. The runner adds peak ... pinned; `fusebench ops` adds rounds."""
 
-    # a measure.roofline.Peak: the roof its trials are held against
-    peak: Mapping[str, object] | None
+    peak: StoredPeak | None  # the roof its trials are held against
     shard: str  # "I/N"
     resumed: bool
     plugins: list[PluginFile]
@@ -313,8 +336,7 @@ class RunHeader(_Header, total=False):
     preflight: MachineLoad | None  # None off Linux
     pinned: bool
     rounds: int
-    # measure.threads.ThreadChoice: how `threads: auto` chose, and why
-    threads_choice: Mapping[str, object]
+    threads_choice: StoredThreadChoice
 
 
 class CellFields(TypedDict):
@@ -356,7 +378,7 @@ def run_header(run_id: str, experiment: StoredExperiment, env: Env, **extra: obj
     }
 
 
-def header_format(header: Mapping[str, Any]) -> int:
+def header_format(header: Record) -> int:
     """The format a run header was written in: its "format" field, else inferred from what versions
     1 and 2 hold."""
     if "format" in header:
@@ -372,7 +394,7 @@ def header_format(header: Mapping[str, Any]) -> int:
     return 2 if "peak" in header else 1
 
 
-def upgrade(record: dict[str, Any], version: int) -> dict[str, Any]:
+def upgrade(record: Record, version: int) -> Record:
     """A record of a run written in format `version`, in today's shape: the one place readers know
     old formats.
 
@@ -394,7 +416,7 @@ def upgrade(record: dict[str, Any], version: int) -> dict[str, Any]:
     return {**record, "format": FORMAT} if record.get("kind") == "run" else record
 
 
-def _to_3(record: dict[str, Any]) -> dict[str, Any]:
+def _to_3(record: Record) -> Record:
     """Format 2 -> 3: one build per run (the checkout that ran it), and BLAS threads left to the
     library."""
     if record.get("kind") == "run":
@@ -411,7 +433,7 @@ def _to_3(record: dict[str, Any]) -> dict[str, Any]:
 
 def require_fields(
     path: str | Path,
-    records: Iterable[Mapping[str, Any]],
+    records: Iterable[Record],
     kind: str,
     fields: Sequence[str] | None = None,
 ) -> None:
@@ -467,16 +489,8 @@ class KernelFact:
     mlx_version: str = ""
     kind: str = "kernel"
 
-    def to_dict(self) -> dict[str, Any]:
+    def to_dict(self) -> Record:
         return asdict(self)
-
-    @classmethod
-    def from_record(cls, record: Mapping[str, Any]) -> KernelFact:
-        """The fact a `kernel` record holds (its cell's fields left to KernelRecord)."""
-        return cls(**{name: record[name] for name in _KERNEL_FACT_FIELDS if name in record})
-
-
-_KERNEL_FACT_FIELDS = tuple(f.name for f in fields(KernelFact))
 
 
 @dataclass(frozen=True)

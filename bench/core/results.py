@@ -28,8 +28,10 @@ from .records import (
     CURRENT_BUILD,
     FORMAT,
     RECORD_KINDS,
+    Column,
     KernelFact,
     KernelRecord,
+    Record,
     ResultsError,
     RunHeader,
     header_format,
@@ -66,10 +68,10 @@ class ResultsWriter:
 class Results:
     """Every record of one or more results files, by kind; corrupt lines are counted, not fatal."""
 
-    records: list[dict[str, Any]] = field(default_factory=list)
+    records: list[Record] = field(default_factory=list)
     corrupt_lines: list[str] = field(default_factory=list)
 
-    def of_kind(self, kind: str) -> list[dict[str, Any]]:
+    def of_kind(self, kind: str) -> list[Record]:
         return [r for r in self.records if r.get("kind") == kind]
 
     def kernel_records(self) -> list[KernelRecord]:
@@ -77,12 +79,12 @@ class Results:
         machines = self.machines()
         return [
             KernelRecord(
-                machine=machines.get(record.get("run_id", ""), UNKNOWN_MACHINE),
-                model_key=str(record.get("model_key", "")),
-                size=str(record.get("size", "")),
-                workload=str(record.get("workload", "")),
-                build=str(record.get("build") or CURRENT_BUILD),
-                fact=KernelFact.from_record(record),
+                machine=machines.get(record.get(Column.RUN_ID, ""), UNKNOWN_MACHINE),
+                model_key=str(record.get(Column.MODEL_KEY, "")),
+                size=str(record.get(Column.SIZE, "")),
+                workload=str(record.get(Column.WORKLOAD, "")),
+                build=str(record.get(Column.BUILD) or CURRENT_BUILD),
+                fact=from_mapping(KernelFact, record),  # its cell's fields are the ones above
             )
             for record in self.of_kind("kernel")
         ]
@@ -195,7 +197,7 @@ def _corrupt_summary(path: Path, where: list[str]) -> str:
     return f"{path}: {len(numbers)} corrupt JSON {lines} skipped ({lines} {shown})"
 
 
-def _identity(record: dict[str, Any]) -> str:
+def _identity(record: Record) -> str:
     return json.dumps(record, sort_keys=True)
 
 
@@ -206,7 +208,7 @@ def _lines(path: Path) -> list[bytes]:
         raise ResultsError(f"{path}: cannot read ({err.strerror or err})") from None
 
 
-def _parse_line(line: bytes) -> dict[str, Any] | None:
+def _parse_line(line: bytes) -> Record | None:
     # Line by line, so one line of binary junk (or a file in another encoding) is a corrupt line,
     # not a traceback.
     try:
