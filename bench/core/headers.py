@@ -8,10 +8,9 @@ upgraded on read (core.records.upgrade), and a field a run did not record reads 
 
 from __future__ import annotations
 
-from collections.abc import Mapping
 from dataclasses import dataclass, field
 
-from .records import FORMAT
+from .records import FORMAT, RunHeader
 from .typed import from_mapping
 
 UNKNOWN_MACHINE = "unknown machine"
@@ -137,7 +136,7 @@ class RunInfo:
     threads_choice: ThreadChoiceInfo | None = None
 
     @classmethod
-    def read(cls, header: Mapping[str, object]) -> RunInfo:
+    def read(cls, header: RunHeader) -> RunInfo:
         return from_mapping(cls, header)
 
     @property

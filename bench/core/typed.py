@@ -15,6 +15,8 @@ from functools import cache
 from typing import Any, TypeVar
 
 T = TypeVar("T")
+# a dataclass's resolved annotations, looked up once per class: a report reads thousands of records
+_hints = cache(typing.get_type_hints)
 
 
 def from_mapping(cls: type[T], mapping: Mapping[str, object]) -> T:
@@ -28,11 +30,6 @@ def from_mapping(cls: type[T], mapping: Mapping[str, object]) -> T:
             if f.name in mapping
         }
     )
-
-
-@cache
-def _hints(cls: type) -> dict[str, Any]:
-    return typing.get_type_hints(cls)
 
 
 def _value(hint: Any, value: object) -> object:
