@@ -42,9 +42,11 @@ import pandas as pd
 
 from ..core.baselines import BASELINE_DIR
 from ..core.fingerprint import Fingerprint
+from ..core.headers import ExperimentInfo
 from ..core.records import Column, ResultsError, utc_now
 from ..core.results import read_results, results_fingerprint
 from ..core.spec import Experiment, parse_experiment
+from ..core.typed import from_mapping
 from . import stats
 from .history import SpeedupHistory, histories
 from .stats import SEED
@@ -190,6 +192,17 @@ class NoiseRecord(TypedDict):
     speedup_history: list[dict[str, object]]
 
 
+@dataclass(frozen=True)
+class _StoredNoise:
+    """A NoiseRecord read back (load_noise): a field it lacks makes it a malformed noise file."""
+
+    fingerprint: Fingerprint
+    experiment: ExperimentInfo
+    runs: int
+    bands: dict[str, dict[str, Band]]  # scope -> metric -> Band
+    speedup_history: tuple[SpeedupHistory, ...] = ()
+
+
 def noise_record(exp: Experiment, sources: list[Path], calibration: Calibration) -> NoiseRecord:
     return NoiseRecord(
         kind=NOISE_KIND,
@@ -220,20 +233,14 @@ def load_noise(path: Path) -> Noise:
     if not isinstance(data, dict) or data.get("kind") != NOISE_KIND:
         raise NoiseFileError(f'{path}: not a noise file (expected "kind": "{NOISE_KIND}")')
     try:
-        bands = {
-            scope: {metric: Band(**band) for metric, band in data["bands"].get(scope, {}).items()}
-            for scope in SCOPES
-        }
+        stored = from_mapping(_StoredNoise, data)
         return Noise(
             path=path,
-            fingerprint=Fingerprint(**data["fingerprint"]),
-            experiment=str(data["experiment"]["name"]),
-            runs=int(data["runs"]),
-            bands=bands,
-            history=tuple(
-                SpeedupHistory(**{**h, "speedups": tuple(map(float, h["speedups"]))})
-                for h in data.get("speedup_history", [])
-            ),
+            fingerprint=stored.fingerprint,
+            experiment=str(stored.experiment.name),
+            runs=int(stored.runs),
+            bands={scope: stored.bands.get(scope, {}) for scope in SCOPES},
+            history=stored.speedup_history,
         )
     except (KeyError, TypeError, AttributeError) as err:
         raise NoiseFileError(

@@ -38,7 +38,9 @@ def _value(hint: Any, value: object) -> object:
     origin, args = typing.get_origin(hint), typing.get_args(hint)
     if origin in (typing.Union, types.UnionType):
         return _value(next(arg for arg in args if arg is not type(None)), value)
-    if dataclasses.is_dataclass(hint) and isinstance(value, Mapping):
+    if dataclasses.is_dataclass(hint):
+        if not isinstance(value, Mapping):
+            raise TypeError(f"{hint.__name__}: expected an object, got {value!r}")
         return from_mapping(hint, value)
     if origin is dict and isinstance(value, Mapping):
         return {key: _value(args[1], item) for key, item in value.items()}
