@@ -39,6 +39,22 @@ def test_every_earlier_format_is_read_in_todays_shape(name: str):
 
 
 @pytest.mark.parametrize("name", [*RUNS, "format1-ops.jsonl"])
+def test_every_earlier_format_reads_back_as_types(name: str):
+    results = read_results([FIXTURES / name])
+    header, run = next(iter(results.runs.values())), next(iter(results.headers.values()))
+    assert (run.run_id, run.format) == (header["run_id"], FORMAT)
+    assert run.env.threads == header["env"]["threads"]
+    assert run.experiment and run.experiment.content == header["experiment"]["content"]
+    assert run.env.blas_family == header["env"]["blas"].split(" (")[0]
+    for name, build in header.get("builds", {}).items():
+        assert (run.builds[name].commit, run.builds[name].dirty) == (
+            build["commit"],
+            build["dirty"],
+        )
+    assert (run.peak is None) == (header.get("peak") is None)
+
+
+@pytest.mark.parametrize("name", [*RUNS, "format1-ops.jsonl"])
 def test_every_earlier_format_reports(name: str, tmp_path: Path):
     done = fusebench_here("report", str(FIXTURES / name), "--out", "report", cwd=tmp_path)
     assert done.returncode == 0, done.stderr

@@ -59,14 +59,13 @@ import pandas as pd
 
 from ..core.baselines import load_baseline, require_timed_trials
 from ..core.fingerprint import Fingerprint, MachineMismatchError
-from ..core.records import ResultsError
+from ..core.records import Column, ResultsError
 from ..core.results import Results, read_results, results_fingerprint
 from ..core.spec import DEFAULT_MARGIN_PCT, Experiment, parse_experiment
 from . import stats
 from .history import MIN_RUNS, SpeedupHistory, run_speedups
 from .inference import STALLS_NEW, Verdict, interval_verdict, slower_beyond
 from .noise import Noise, default_noise_path, load_noise
-from .runs import runs
 from .stats import SEED, Comparison, Stalls
 from .stopping import Goal
 from .study import CorrectnessCheck, cell_labels, correctness_checks, current_build, ordered_cells
@@ -487,7 +486,7 @@ def cell_names(frames: Sequence[pd.DataFrame]) -> dict[tuple[str, str, str], str
     for frame in frames:
         if not frame.empty:
             for key, size, workload in zip(
-                frame["model_key"], frame["size"], frame["workload"], strict=True
+                frame[Column.MODEL_KEY], frame[Column.SIZE], frame[Column.WORKLOAD], strict=True
             ):
                 labels[key, size, workload] = f"{names[key, size]} · {workload}"
     return labels
@@ -523,11 +522,10 @@ def experiments_of(results: Results, path: Path) -> list[tuple[Experiment, set[s
     its run ids."""
     # content -> (the file it was read from, the runs)
     by_content: dict[str, tuple[str, set[str]]] = {}
-    for run_id, header in results.runs.items():
-        experiment = header.get("experiment")
-        if experiment and experiment.get("content"):
-            file = str(experiment.get("file", "experiment"))
-            by_content.setdefault(experiment["content"], (file, set()))[1].add(run_id)
+    for run_id, run in results.headers.items():
+        if run.experiment and run.experiment.content:
+            file = run.experiment.file or "experiment"
+            by_content.setdefault(run.experiment.content, (file, set()))[1].add(run_id)
     return [
         (parse_experiment(content, f"{path} (run header: {file})", stored=True), run_ids)
         for content, (file, run_ids) in by_content.items()
@@ -546,11 +544,12 @@ def build_findings(
             f"{args.results}: cannot compare the builds: "
             f"{errors[0].get('cell', '?')}: {errors[0].get('reason', '?')}"
         )
-    builds = next(iter(runs(results).values())).builds
+    builds = next(iter(results.headers.values())).builds
     notes.append(
         "builds: "
         + "; ".join(
-            f"{b.name} {b.label or b.commit[:12]}" + (" (dirty)" if b.dirty else "") for b in builds
+            f"{name} {b.label or b.short_commit}" + (" (dirty)" if b.dirty else "")
+            for name, b in builds.items()
         )
     )
     labels = cell_names([trials])
@@ -701,7 +700,7 @@ def run_check(args: CheckRequest) -> Outcome:
         notes.append(f"baseline: {args.baseline}")
     for exp, run_ids in experiments:
         scoped = [
-            frame[frame["run_id"].isin(run_ids)] if not frame.empty else frame
+            frame[frame[Column.RUN_ID].isin(run_ids)] if not frame.empty else frame
             for frame in (trials, current_build(results.frame("correctness")))
         ]
         findings += expectation_findings(exp, *scoped, noise)

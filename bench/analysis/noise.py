@@ -42,9 +42,11 @@ import pandas as pd
 
 from ..core.baselines import BASELINE_DIR
 from ..core.fingerprint import Fingerprint
-from ..core.records import ResultsError, utc_now
+from ..core.headers import ExperimentInfo
+from ..core.records import Column, ResultsError, utc_now
 from ..core.results import read_results, results_fingerprint
 from ..core.spec import Experiment, parse_experiment
+from ..core.typed import from_mapping
 from . import stats
 from .history import SpeedupHistory, histories
 from .stats import SEED
@@ -104,7 +106,7 @@ def aa_comparisons(runs: list[pd.DataFrame], comparisons: list[tuple[str, str]])
                 if row.n_baseline and row.n_new:
                     rows.append(_aa_row(scope, f"{i}-{j}", row, row.variant))
     for i, trials in enumerate(runs, start=1):
-        for variant in trials["variant"].unique():
+        for variant in trials[Column.VARIANT].unique():
             for row in stats.compare(trials, variant, variant, stats.METRICS):
                 if row.n_pairs:
                     rows.append(_aa_row("within_run", str(i), row, variant))
@@ -190,6 +192,17 @@ class NoiseRecord(TypedDict):
     speedup_history: list[dict[str, object]]
 
 
+@dataclass(frozen=True)
+class _StoredNoise:
+    """A NoiseRecord read back (load_noise): a field it lacks makes it a malformed noise file."""
+
+    fingerprint: Fingerprint
+    experiment: ExperimentInfo
+    runs: int
+    bands: dict[str, dict[str, Band]]  # scope -> metric -> Band
+    speedup_history: tuple[SpeedupHistory, ...] = ()
+
+
 def noise_record(exp: Experiment, sources: list[Path], calibration: Calibration) -> NoiseRecord:
     return NoiseRecord(
         kind=NOISE_KIND,
@@ -220,20 +233,14 @@ def load_noise(path: Path) -> Noise:
     if not isinstance(data, dict) or data.get("kind") != NOISE_KIND:
         raise NoiseFileError(f'{path}: not a noise file (expected "kind": "{NOISE_KIND}")')
     try:
-        bands = {
-            scope: {metric: Band(**band) for metric, band in data["bands"].get(scope, {}).items()}
-            for scope in SCOPES
-        }
+        stored = from_mapping(_StoredNoise, data)
         return Noise(
             path=path,
-            fingerprint=Fingerprint(**data["fingerprint"]),
-            experiment=str(data["experiment"]["name"]),
-            runs=int(data["runs"]),
-            bands=bands,
-            history=tuple(
-                SpeedupHistory(**{**h, "speedups": tuple(map(float, h["speedups"]))})
-                for h in data.get("speedup_history", [])
-            ),
+            fingerprint=stored.fingerprint,
+            experiment=str(stored.experiment.name),
+            runs=int(stored.runs),
+            bands={scope: stored.bands.get(scope, {}) for scope in SCOPES},
+            history=stored.speedup_history,
         )
     except (KeyError, TypeError, AttributeError) as err:
         raise NoiseFileError(
@@ -246,22 +253,21 @@ def load_noise(path: Path) -> Noise:
 
 def experiment_of_runs(paths: list[Path]) -> Experiment:
     """The one experiment that every results file ran (from its run header), validated again."""
-    headers = {path: next(iter(read_results([path]).runs.values()), None) for path in paths}
+    headers = {path: next(iter(read_results([path]).headers.values()), None) for path in paths}
     missing = [path for path, header in headers.items() if header is None]
     if missing:
         raise ResultsError(f"{missing[0]}: no run header; is it a fusebench results file?")
     experiments = {
-        header["experiment"]["sha256"]: (path, header["experiment"])
-        for path, header in headers.items()
+        run.experiment.sha256: (path, run.experiment) for path, run in headers.items() if run
     }
     if len(experiments) > 1:
-        names = ", ".join(f"{path} ({e['file']})" for path, e in experiments.values())
+        names = ", ".join(f"{path} ({e.file})" for path, e in experiments.values())
         raise ResultsError(f"--from: runs of different experiments (or versions of one): {names}")
     path, experiment = next(iter(experiments.values()))
     exp = parse_experiment(
-        experiment["content"], f"{path} (run header: {experiment['file']})", stored=True
+        experiment.content, f"{path} (run header: {experiment.file})", stored=True
     )
-    return dataclasses.replace(exp, file=experiment["file"])
+    return dataclasses.replace(exp, file=experiment.file)
 
 
 def calibrate_from(paths: list[Path], comparisons: list[tuple[str, str]]) -> Calibration:

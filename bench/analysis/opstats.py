@@ -7,6 +7,7 @@ from collections.abc import Iterable
 from dataclasses import dataclass, replace
 from typing import TypedDict
 
+from ..core.typed import from_mapping
 from .inference import Adjusted, PairedEstimate, Verdict, adjust, paired_estimate
 from .inference import verdict as inference_verdict
 from .stats import ALPHA, DEFAULT_MARGIN_PCT, summarize
@@ -45,6 +46,23 @@ class OpRecord(_OpSample, total=False):
 
 
 @dataclass(frozen=True)
+class OpSample:
+    """What the statistics read of an OpRecord."""
+
+    op: str
+    variant: str
+    reference: str
+    shape_label: str
+    round: int
+    seconds: float
+    bytes: int
+    flops: int | None
+    max_abs_err: float
+    run_id: str | None = None
+    note: str | None = None
+
+
+@dataclass(frozen=True)
 class VariantSummary:
     run_id: str | None
     op: str
@@ -69,11 +87,11 @@ def summarize_ops(records: Iterable[OpRecord]) -> list[VariantSummary]:
 
     Runs are kept apart: samples from different machines are never paired.
     """
-    by_case: dict[CaseKey, dict[str, dict[int, OpRecord]]] = {}
-    for r in records:
-        if r.get("kind") == "op":
-            variants = by_case.setdefault((r.get("run_id"), r["op"], r["shape_label"]), {})
-            variants.setdefault(r["variant"], {})[r["round"]] = r
+    by_case: dict[CaseKey, dict[str, dict[int, OpSample]]] = {}
+    ops = (from_mapping(OpSample, record) for record in records if record.get("kind") == "op")
+    for r in ops:
+        variants = by_case.setdefault((r.run_id, r.op, r.shape_label), {})
+        variants.setdefault(r.variant, {})[r.round] = r
     summaries = [
         _summarize_variant(samples)
         for variants in by_case.values()
@@ -82,26 +100,26 @@ def summarize_ops(records: Iterable[OpRecord]) -> list[VariantSummary]:
     return _judge(summaries, {_key(s): _speed(by_case, s) for s in summaries})
 
 
-def _summarize_variant(samples: dict[int, OpRecord]) -> VariantSummary:
+def _summarize_variant(samples: dict[int, OpSample]) -> VariantSummary:
     first = next(iter(samples.values()))
-    seconds = summarize([r["seconds"] for r in samples.values()]).median
+    seconds = summarize([r.seconds for r in samples.values()]).median
     return VariantSummary(
-        first.get("run_id"),
-        first["op"],
-        first["shape_label"],
-        first["variant"],
-        first["reference"],
+        first.run_id,
+        first.op,
+        first.shape_label,
+        first.variant,
+        first.reference,
         seconds,
-        first["bytes"] / seconds / 1e9,
-        None if first["flops"] is None else first["flops"] / seconds / 1e9,
-        first["max_abs_err"],
+        first.bytes / seconds / 1e9,
+        None if first.flops is None else first.flops / seconds / 1e9,
+        first.max_abs_err,
         rounds=len(samples),
-        note=next((r["note"] for r in samples.values() if r.get("note")), ""),
+        note=next((r.note for r in samples.values() if r.note), ""),
     )
 
 
 def _speed(
-    by_case: dict[CaseKey, dict[str, dict[int, OpRecord]]], s: VariantSummary
+    by_case: dict[CaseKey, dict[str, dict[int, OpSample]]], s: VariantSummary
 ) -> PairedEstimate | None:
     """Speed (1 / time, so bigger is better) of a variant against the op's reference, paired per
     round."""
@@ -113,7 +131,7 @@ def _speed(
     if not rounds:
         return None
     return paired_estimate(
-        [1 / reference[i]["seconds"] for i in rounds], [1 / samples[i]["seconds"] for i in rounds]
+        [1 / reference[i].seconds for i in rounds], [1 / samples[i].seconds for i in rounds]
     )
 
 

@@ -25,7 +25,7 @@ from models.config import (
 )
 
 from ..core.errors import UserError
-from ..core.records import METRIC_COLUMNS, METRICS
+from ..core.records import METRIC_COLUMNS, METRICS, Column
 from ..core.text import join_words
 from .inference import RatioInterval
 from .study import Study, ordered_workloads, size_rank
@@ -397,35 +397,40 @@ def depth_trials(study: Study) -> pd.DataFrame:
     timed = study.timed
     if timed.empty:
         raise ProjectionError("no timed trials to project (the results hold op records only)")
-    model = timed["model"] if "model" in timed else pd.Series(None, index=timed.index, dtype=object)
+    model = (
+        timed[Column.MODEL]
+        if Column.MODEL in timed
+        else pd.Series(None, index=timed.index, dtype=object)
+    )
     unknown = timed[~model.isin(preset_names())]
     if not unknown.empty:
         raise ProjectionError(
-            f"{unknown['size'].iloc[0]} is a checkpoint (path) "
+            f"{unknown[Column.SIZE].iloc[0]} is a checkpoint (path) "
             "model, or its trials name no preset: a projection "
             "needs a preset's layer layout (`models: [{preset: e2b, layers: [2, 4, 6, 8]}]`)"
         )
-    layers = timed["layers"] if "layers" in timed else pd.Series(math.nan, index=timed.index)
+    layers = (
+        timed[Column.LAYERS] if Column.LAYERS in timed else pd.Series(math.nan, index=timed.index)
+    )
     # A preset run whole records no layer count.
     depth = [full_depth(p) if pd.isna(n) else int(n) for p, n in zip(model, layers, strict=True)]
     # "" for no quantization: pandas groups on a string, not on None.
-    return timed.assign(preset=model, depth=depth, quantize=timed["quantize"].fillna(""))
+    return timed.assign(preset=model, depth=depth, quantize=timed[Column.QUANTIZE].fillna(""))
 
 
 def has_several_depths(study: Study) -> bool:
     """Whether some preset was measured at more than one depth: what a projection starts from."""
     timed = study.timed
-    if timed.empty or "model" not in timed or "layers" not in timed:
+    if timed.empty or Column.MODEL not in timed or Column.LAYERS not in timed:
         return False
-    presets = timed[timed["model"].isin(preset_names())]
+    presets = timed[timed[Column.MODEL].isin(preset_names())]
     # A preset run whole records no layer count: NaN counts as one more depth.
-    depths = presets.groupby(["model", "dtype", "quantize", "workload"], dropna=False)[
-        "layers"
-    ].nunique(dropna=False)
+    cell = [Column.MODEL, Column.DTYPE, Column.QUANTIZE, Column.WORKLOAD]
+    depths = presets.groupby(cell, dropna=False)[Column.LAYERS].nunique(dropna=False)
     return bool((depths > 1).any())
 
 
-SCOPE_KEYS = ["preset", "dtype", "quantize", "workload"]
+SCOPE_KEYS = ["preset", Column.DTYPE, Column.QUANTIZE, Column.WORKLOAD]
 
 
 def measured_series(study: Study) -> list[Series]:
@@ -435,7 +440,7 @@ def measured_series(study: Study) -> list[Series]:
     series = []
     for key, rows in trials.groupby(SCOPE_KEYS, dropna=False, sort=False):
         preset, dtype, quantize, workload = key
-        machines = list(dict.fromkeys(rows["machine"]))
+        machines = list(dict.fromkeys(rows[Column.MACHINE]))
         if len(machines) > 1:
             raise ProjectionError(
                 f"{labels[preset, dtype, quantize]} ({workload}): runs from {len(machines)} "
@@ -445,9 +450,9 @@ def measured_series(study: Study) -> list[Series]:
         scope = FitScope(
             machines[0], preset, dtype, quantize or None, workload, labels[preset, dtype, quantize]
         )
-        batch, prompt = int(rows["batch"].iloc[0]), int(rows["prompt_tokens"].iloc[0])
+        batch, prompt = int(rows[Column.BATCH].iloc[0]), int(rows[Column.PROMPT_TOKENS].iloc[0])
         tokens = {"prefill": batch * prompt, "gen": batch}
-        for variant, variant_rows in rows.groupby("variant", sort=False):
+        for variant, variant_rows in rows.groupby(Column.VARIANT, sort=False):
             for metric in METRICS:
                 points, spread = _depth_means(
                     scope, variant, variant_rows, METRIC_COLUMNS[metric], tokens[metric]
@@ -474,7 +479,7 @@ def measured_series(study: Study) -> list[Series]:
 def _scope_sizes(trials: pd.DataFrame) -> dict[tuple[Any, ...], str]:
     """(preset, dtype, quantize) -> its size label without the depth; the dtype (and quantization)
     added when one preset was run in several."""
-    models = trials.drop_duplicates(["preset", "dtype", "quantize"])
+    models = trials.drop_duplicates(["preset", Column.DTYPE, Column.QUANTIZE])
     per_preset = models["preset"].value_counts()
     labels = {}
     for row in models.itertuples():
@@ -494,7 +499,7 @@ def _depth_means(
         {
             "seconds": tokens / values[valid],
             "depth": rows["depth"][valid],
-            "run": rows["run_id"][valid],
+            "run": rows[Column.RUN_ID][valid],
         }
     )
     counts = (

@@ -31,10 +31,11 @@ import statistics
 from collections import defaultdict
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
-from typing import Any
 
 from scipy import stats as scipy_stats
 
+from ..core.records import CURRENT_BUILD, Column, Record
+from ..core.typed import from_mapping
 from .study import Study
 
 # Which step a throughput metric is made of.
@@ -56,26 +57,28 @@ class ShareSample:
     cell: str
     phase: str
     op: str
-    implementation: str
+    variant: str  # the op's implementation timed
     call: str
     calls: int
     round: int
     seconds: float
     overhead_s: float
 
-    @classmethod
-    def from_record(cls, record: Mapping[str, Any]) -> ShareSample:
-        return cls(
-            record["cell"],
-            record["phase"],
-            record["op"],
-            record["variant"],
-            record["call"],
-            int(record["calls"]),
-            int(record["round"]),
-            float(record["seconds"]),
-            float(record["overhead_s"]),
-        )
+
+@dataclass(frozen=True)
+class TrialStep:
+    """What the share table reads of a trial: its variant's op assignment and its step rates."""
+
+    cell: str
+    variant: str
+    batch: int
+    prompt_tokens: int
+    prefill_tps: float
+    gen_tps: float | None = None
+    warmup: bool = False
+    build: str | None = CURRENT_BUILD
+    # the full op assignment; None in trials written before runs recorded it (they have no shares)
+    ops: dict[str, str] | None = None
 
 
 @dataclass(frozen=True)
@@ -124,33 +127,26 @@ class ExpectedDelta:
 class ShareData:
     """A run's share samples and the step times of its trials, indexed for the questions below."""
 
-    def __init__(
-        self, share_records: Sequence[Mapping[str, Any]], trials: Sequence[Mapping[str, Any]]
-    ) -> None:
+    def __init__(self, share_records: Sequence[Record], trials: Sequence[Record]) -> None:
         # (cell, phase, op) -> (call, round, implementation) -> sample
         self._per_call: dict[tuple[str, str, str], dict[tuple[str, int, str], ShareSample]] = (
             defaultdict(dict)
         )
-        for sample in map(ShareSample.from_record, share_records):
-            key = (sample.call, sample.round, sample.implementation)
+        for sample in (from_mapping(ShareSample, record) for record in share_records):
+            key = (sample.call, sample.round, sample.variant)
             self._per_call[(sample.cell, sample.phase, sample.op)][key] = sample
         self.assignments: dict[str, dict[str, str]] = {}
         steps: dict[tuple[str, str, str], list[float]] = defaultdict(list)
-        for trial in trials:
-            if (
-                trial.get("warmup")
-                or trial.get("build", "current") != "current"
-                or "ops" not in trial
-            ):
-                # trials written before runs recorded their op assignment have no shares either
+        for trial in (from_mapping(TrialStep, record) for record in trials):
+            if trial.warmup or trial.build != CURRENT_BUILD or trial.ops is None:
                 continue
-            self.assignments.setdefault(trial["variant"], dict(trial["ops"]))
+            self.assignments.setdefault(trial.variant, dict(trial.ops))
             # A step's time from its rate, as the runner defines the rates: the batch's tokens per
             # second.
-            batch, key = trial["batch"], (trial["cell"], trial["variant"])
-            steps[(*key, "prefill")].append(batch * trial["prompt_tokens"] / trial["prefill_tps"])
-            if trial.get("gen_tps"):
-                steps[(*key, "gen")].append(batch / trial["gen_tps"])
+            key = (trial.cell, trial.variant)
+            steps[(*key, "prefill")].append(trial.batch * trial.prompt_tokens / trial.prefill_tps)
+            if trial.gen_tps:
+                steps[(*key, "gen")].append(trial.batch / trial.gen_tps)
         self._step_samples = dict(steps)
         self._steps = {key: statistics.median(values) for key, values in steps.items()}
 
@@ -272,8 +268,8 @@ def shares_on(study: Study, machine: str) -> ShareData:
     mix)."""
     runs = {run_id for run_id, run in study.runs.items() if run.machine == machine}
 
-    def of(kind: str) -> list[Mapping[str, Any]]:
-        return [r for r in study.results.of_kind(kind) if r.get("run_id") in runs]
+    def of(kind: str) -> list[Record]:
+        return [r for r in study.results.of_kind(kind) if r.get(Column.RUN_ID) in runs]
 
     shares = of("share")
     return ShareData(shares, of("trial") if shares else [])

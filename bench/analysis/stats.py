@@ -21,7 +21,7 @@ import numpy as np
 import pandas as pd
 from numpy.typing import ArrayLike
 
-from ..core.records import METRIC_COLUMNS, METRICS
+from ..core.records import METRIC_COLUMNS, METRICS, Column
 from ..core.spec import DEFAULT_MARGIN_PCT
 from .inference import (
     STALLS_BASELINE,
@@ -141,8 +141,8 @@ class RatioCI(RatioInterval):
 # --- tables of trial records ----------------------------------------------------------------------
 
 # What identifies one measured cell on one machine; machines are never pooled.
-CELL_KEYS = ("machine", "size", "model_key", "workload")
-_PAIR_KEYS = ("run_id", "cell", "pair")
+CELL_KEYS = (Column.MACHINE, Column.SIZE, Column.MODEL_KEY, Column.WORKLOAD)
+_PAIR_KEYS = (Column.RUN_ID, Column.CELL, "pair")
 ALL_VARIANTS = "all variants"  # compare_builds' pooled row
 
 
@@ -258,10 +258,10 @@ def timed_trials(trials: pd.DataFrame) -> pd.DataFrame:
     """The trials that count: warmups are excluded from every statistic."""
     if trials.empty:
         return trials
-    timed = trials[~trials["warmup"].astype(bool)]
+    timed = trials[~trials[Column.WARMUP].astype(bool)]
     # Which worker processes ran a round (run --against starts a fresh pair every worker_rounds);
     # files written before it ran each cell in one process per build.
-    process = timed["process"].fillna(0) if "process" in timed else 0
+    process = timed[Column.PROCESS].fillna(0) if Column.PROCESS in timed else 0
     return timed.assign(process=process)
 
 
@@ -288,7 +288,7 @@ def summaries(trials: pd.DataFrame, metrics: Sequence[str] = METRICS) -> list[Ce
     found = []
     if not timed.empty:
         _require_columns(timed, [*CELL_KEYS, "variant", *columns])
-        for keys, group in timed.groupby([*CELL_KEYS, "variant"], sort=False, dropna=False):
+        for keys, group in timed.groupby([*CELL_KEYS, Column.VARIANT], sort=False, dropna=False):
             for metric, column in zip(metrics, columns, strict=True):
                 values = group[column].to_numpy(dtype=np.float64)
                 if not np.isnan(values).all():
@@ -348,13 +348,15 @@ def compare_builds(
     "current" and `variant` naming the variant compared across the builds, or ALL_VARIANTS."""
     timed = timed_trials(trials)
     rows: list[_Paired] = []
-    if not timed.empty and "build" in timed:
-        variants = list(dict.fromkeys(timed["variant"]))
-        sides = [(variant, timed[timed["variant"] == variant]) for variant in variants]
+    if not timed.empty and Column.BUILD in timed:
+        variants = list(dict.fromkeys(timed[Column.VARIANT]))
+        sides = [(variant, timed[timed[Column.VARIANT] == variant]) for variant in variants]
         if len(variants) > 1:
             sides.append((ALL_VARIANTS, every_variant(timed, len(variants))))
         for variant, mine in sides:
-            more = _paired_rows(mine.assign(variant=mine["build"]), "reference", "current", METRICS)
+            more = _paired_rows(
+                mine.assign(variant=mine[Column.BUILD]), "reference", "current", METRICS
+            )
             rows += [dataclasses.replace(row, variant=variant) for row in more]
     return _judge(rows, "reference", "current", alpha=alpha, margin_pct=margin_pct)
 
@@ -366,11 +368,13 @@ def round_seconds(trials: pd.DataFrame) -> dict[tuple[str, str], float]:
     timed = timed_trials(trials)
     if timed.empty or not {"prefill_s", "gen_s"} <= set(timed.columns):
         return {}
-    spent = timed.assign(spent=timed["prefill_s"].fillna(0.0) + timed["gen_s"].fillna(0.0))
-    per_round = spent.groupby(["model_key", "workload", "run_id", "round"], sort=False)[
-        "spent"
-    ].sum()
-    medians = per_round.groupby(level=["model_key", "workload"], sort=False).median()
+    spent = timed.assign(
+        spent=timed[Column.PREFILL_S].fillna(0.0) + timed[Column.GEN_S].fillna(0.0)
+    )
+    per_round = spent.groupby(
+        [Column.MODEL_KEY, Column.WORKLOAD, Column.RUN_ID, Column.ROUND], sort=False
+    )["spent"].sum()
+    medians = per_round.groupby(level=[Column.MODEL_KEY, Column.WORKLOAD], sort=False).median()
     return {key: float(value) for key, value in medians.items()}
 
 
@@ -390,7 +394,7 @@ def every_variant(timed: pd.DataFrame, n_variants: int) -> pd.DataFrame:
     )
     grouped = logs.groupby(keys, sort=False, dropna=False)
     pooled = grouped[columns].mean().apply(np.exp)
-    complete = grouped["variant"].nunique() == n_variants
+    complete = grouped[Column.VARIANT].nunique() == n_variants
     return pooled[complete].reset_index().assign(warmup=False)
 
 
@@ -429,7 +433,7 @@ def _paired_rows(
                 )
                 # A round's processes: its run and its pair of workers (different runs never share
                 # one).
-                processes = list(zip(pairs["run_id"], pairs["process"], strict=True))
+                processes = list(zip(pairs[Column.RUN_ID], pairs[Column.PROCESS], strict=True))
                 estimate = paired_estimate(b, n, processes=processes) if b.size else None
                 rows.append(_Paired(dict(zip(CELL_KEYS, keys, strict=True)), metric_name, estimate))
     return rows
@@ -511,16 +515,21 @@ def _sides(
         keyed = rows.assign(pair=pair, value=rows[column].astype(np.float64)).dropna(
             subset=["value"]
         )
-        return keyed.groupby([*_PAIR_KEYS, "process"], sort=False)["value"].median().reset_index()
+        return (
+            keyed.groupby([*_PAIR_KEYS, Column.PROCESS], sort=False)["value"].median().reset_index()
+        )
 
     if baseline == new:
-        rows = group[group["variant"] == baseline]
-        even = rows["round"] % 2 == 0
-        return side(rows[even], rows["round"][even] // 2), side(
-            rows[~even], rows["round"][~even] // 2
+        rows = group[group[Column.VARIANT] == baseline]
+        even = rows[Column.ROUND] % 2 == 0
+        return side(rows[even], rows[Column.ROUND][even] // 2), side(
+            rows[~even], rows[Column.ROUND][~even] // 2
         )
-    base_rows, new_rows = group[group["variant"] == baseline], group[group["variant"] == new]
-    return side(base_rows, base_rows["round"]), side(new_rows, new_rows["round"])
+    base_rows, new_rows = (
+        group[group[Column.VARIANT] == baseline],
+        group[group[Column.VARIANT] == new],
+    )
+    return side(base_rows, base_rows[Column.ROUND]), side(new_rows, new_rows[Column.ROUND])
 
 
 def _stalls(est: PairedEstimate) -> Stalls | None:
@@ -588,7 +597,7 @@ def bootstrap_ratio_of_medians_ci(
 # A cell of one run matched with the same cell of another. No machine column: a stored baseline
 # comes from another host name (a CI runner's changes every time); whether the machines match is the
 # caller's fingerprint check.
-RUN_CELL_KEYS = ("model_key", "size", "workload", "variant")
+RUN_CELL_KEYS = (Column.MODEL_KEY, Column.SIZE, Column.WORKLOAD, Column.VARIANT)
 RUN_COMPARE_COLUMNS = (
     *RUN_CELL_KEYS,
     "metric",
@@ -676,11 +685,11 @@ def paired_speedups(trials: pd.DataFrame, baseline: str, new: str) -> pd.DataFra
     columns = list(METRIC_COLUMNS.values())
     keys = ["machine", *RUN_CELL_KEYS[:-1], "run_id", "cell", "round"]
     if timed.empty:
-        return pd.DataFrame(columns=[*keys, "variant", "warmup", *columns])
+        return pd.DataFrame(columns=[*keys, Column.VARIANT, Column.WARMUP, *columns])
     _require_columns(timed, [*keys, "variant", *columns])
 
     def side(variant: str) -> pd.DataFrame:
-        rows = timed[timed["variant"] == variant]
+        rows = timed[timed[Column.VARIANT] == variant]
         return rows.groupby(keys, sort=False, dropna=False)[columns].median().reset_index()
 
     pairs = side(baseline).merge(side(new), on=keys, suffixes=("_baseline", "_new"))
@@ -716,24 +725,24 @@ class Latency:
 def latencies(trials: pd.DataFrame) -> list[Latency]:
     """Each cell and variant's Latency; none for trials that recorded no decode steps (step_s)."""
     timed = timed_trials(trials)
-    if timed.empty or "step_s" not in timed:
+    if timed.empty or Column.STEP_S not in timed:
         return []
     found = []
-    for keys, group in timed.groupby([*CELL_KEYS, "variant"], sort=False, dropna=False):
+    for keys, group in timed.groupby([*CELL_KEYS, Column.VARIANT], sort=False, dropna=False):
         steps = np.concatenate(
-            [np.asarray(s, dtype=np.float64) for s in group["step_s"] if isinstance(s, list)]
+            [np.asarray(s, dtype=np.float64) for s in group[Column.STEP_S] if isinstance(s, list)]
             or [np.array([])]
         )
         p50, p90, p99 = np.percentile(steps, [50, 90, 99]) if steps.size else (math.nan,) * 3
         mlx_lm = (
-            pd.to_numeric(group["ttft_s"], errors="coerce").median()
-            if "ttft_s" in group
+            pd.to_numeric(group[Column.TTFT_S], errors="coerce").median()
+            if Column.TTFT_S in group
             else math.nan
         )
         found.append(
             Latency(
                 *keys,
-                ttft_p50=float(group["prefill_s"].median()),
+                ttft_p50=float(group[Column.PREFILL_S].median()),
                 itl_p50=float(p50),
                 itl_p90=float(p90),
                 itl_p99=float(p99),
@@ -762,7 +771,13 @@ def trial_values(trials: pd.DataFrame, metrics: Sequence[str] = METRICS) -> list
     if timed.empty:
         return []
     keys = list(
-        zip(timed["model_key"], timed["size"], timed["variant"], timed["round"], strict=True)
+        zip(
+            timed[Column.MODEL_KEY],
+            timed[Column.SIZE],
+            timed[Column.VARIANT],
+            timed[Column.ROUND],
+            strict=True,
+        )
     )
     return [
         TrialValue(key, size, variant, int(round_), metric, float(value))

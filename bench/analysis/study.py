@@ -17,15 +17,16 @@ import numpy as np
 import pandas as pd
 
 from ..core.errors import UserError
+from ..core.headers import EnvInfo, LoadInfo, RunInfo
 from ..core.records import (
     CELL_FIELDS,
     CORRECTNESS_FIELDS,
     CURRENT_BUILD,
     REQUIRED_FIELDS,
     ROOFLINE_FIELDS,
+    Column,
     KernelRecord,
     ResultsError,
-    RunHeader,
     require_fields,
 )
 from ..core.results import Results, read_results
@@ -33,7 +34,6 @@ from ..core.spec import Experiment, SpecError, parse_experiment
 from . import stats
 from .opstats import VariantSummary, summarize_ops
 from .reference import matches_size
-from .runs import Environment, Load, Run, loads, runs
 
 SIZE_ORDER = ("E2B", "E4B", "26B", "31B")
 
@@ -81,8 +81,8 @@ class Study:
     ops: dict[str, dict[str, str]]
     planned: list[tuple[str, str]]  # the experiments' comparisons
     machines: list[str]
-    runs: dict[str, Run]  # every run header, by run id
-    loads: list[Load]  # what else ran on the machine while each run measured
+    runs: dict[str, RunInfo]  # every run header, by run id
+    loads: list[LoadInfo]  # what else ran on the machine while each run measured
     # per run x op x shape x variant statistics (analysis.opstats)
     op_summaries: list[VariantSummary]
     # "no change" means within ± this (the experiments' margin_pct)
@@ -101,22 +101,22 @@ class Study:
         """Whether there is anything for the trial sections (an ops-only file has none)."""
         return not (self.timed.empty and self.closed.empty)
 
-    def run_env(self, run_id: str | None) -> Environment:
+    def run_env(self, run_id: str | None) -> EnvInfo:
         run = self.runs.get(run_id or "")
-        return run.env if run else Environment()
+        return run.env if run else EnvInfo()
 
-    def envs(self, machine: str) -> list[Environment]:
+    def envs(self, machine: str) -> list[EnvInfo]:
         """The environment of each run on a machine (at least one: a machine no run header names
         reads as "?")."""
-        return [run.env for run in self.runs.values() if run.machine == machine] or [Environment()]
+        return [run.env for run in self.runs.values() if run.machine == machine] or [EnvInfo()]
 
 
 def current_build(frame: pd.DataFrame) -> pd.DataFrame:
     """The records of the build under test; a run of two builds (run --against) holds the
     reference's too."""
-    if frame.empty or "build" not in frame:
+    if frame.empty or Column.BUILD not in frame:
         return frame
-    return frame[frame["build"].fillna(CURRENT_BUILD) == CURRENT_BUILD]
+    return frame[frame[Column.BUILD].fillna(CURRENT_BUILD) == CURRENT_BUILD]
 
 
 def build_study(results: Results) -> Study:
@@ -125,31 +125,30 @@ def build_study(results: Results) -> Study:
     op_records = results.frame("op")
     # An ops run's header stores the experiment it took its shapes from; its variants and
     # comparisons were not run.
-    op_runs = set(op_records["run_id"]) if not op_records.empty else set()
+    op_runs = set(op_records[Column.RUN_ID]) if not op_records.empty else set()
     unread: list[str] = []
+    runs = results.headers
     experiments = [
-        stored_experiment(h, unread) for run_id, h in results.runs.items() if run_id not in op_runs
+        stored_experiment(run, unread) for run in runs.values() if run.run_id not in op_runs
     ]
     declared = {
         name: assignment for exp in experiments if exp for name, assignment in exp.variants.items()
     }
-    seen = list(trials["variant"]) if not trials.empty else []
+    seen = list(trials[Column.VARIANT]) if not trials.empty else []
     variants = list(dict.fromkeys([*declared, *seen]))
     ops = {name: dict(assignment) for name, assignment in declared.items()}
-    if not trials.empty and "ops" in trials:
+    if not trials.empty and Column.OPS in trials:
         # The trial's ops are the full assignment (the YAML may omit ops left at their default).
         ops.update(
             {
                 v: o
-                for v, o in zip(trials["variant"], trials["ops"], strict=True)
+                for v, o in zip(trials[Column.VARIANT], trials[Column.OPS], strict=True)
                 if isinstance(o, dict)
             }
         )
     closed = pd.concat([results.frame("skip"), results.frame("error")], ignore_index=True)
     timed = stats.timed_trials(trials)
-    names = list(
-        dict.fromkeys(str(h.get("experiment", {}).get("name", "")) for h in results.runs.values())
-    )
+    names = list(dict.fromkeys(run.experiment.name for run in runs.values() if run.experiment))
     return Study(
         name="+".join(n for n in names if n) or "results",
         results=results,
@@ -167,11 +166,11 @@ def build_study(results: Results) -> Study:
         ),
         machines=list(
             dict.fromkeys(
-                m for f in (timed, closed, op_records) if not f.empty for m in f["machine"]
+                m for f in (timed, closed, op_records) if not f.empty for m in f[Column.MACHINE]
             )
         ),
-        runs=runs(results),
-        loads=loads(results),
+        runs=runs,
+        loads=results.loads(),
         op_summaries=summarize_ops(results.of_kind("op")),
         margin_pct=max(
             (exp.margin_pct for exp in experiments if exp), default=stats.DEFAULT_MARGIN_PCT
@@ -182,20 +181,19 @@ def build_study(results: Results) -> Study:
     )
 
 
-def stored_experiment(header: RunHeader, unread: list[str]) -> Experiment | None:
+def stored_experiment(run: RunInfo, unread: list[str]) -> Experiment | None:
     """The experiment a run header stores, read by the one spec parser (none for a header without
     one).
 
     An experiment that today's parser rejects (written for an older schema) is left out, its error
     added to `unread`: the trials carry their variants' ops, so the run still reports, with the
     first variant against each other one in place of its declared comparisons."""
-    experiment = header.get("experiment")
-    content = experiment.get("content") if experiment else None
-    if not experiment or not content:
+    experiment = run.experiment
+    if not experiment or not experiment.content:
         return None
-    where = f"{header.get('run_id', '?')} (run header: {experiment.get('file', 'experiment')})"
+    where = f"{run.run_id} (run header: {experiment.file or 'experiment'})"
     try:
-        return parse_experiment(content, where, stored=True)
+        return parse_experiment(experiment.content, where, stored=True)
     except SpecError as err:
         unread.append(
             f"stored experiment not read by this fusebench ({err}): its comparisons, margin and "
@@ -246,7 +244,7 @@ def ordered_cells(frames: Sequence[pd.DataFrame]) -> list[tuple[str, str]]:
         cell
         for frame in frames
         if not frame.empty
-        for cell in zip(frame["model_key"], frame["size"], strict=True)
+        for cell in zip(frame[Column.MODEL_KEY], frame[Column.SIZE], strict=True)
     )
     return size_order(cells)
 
@@ -269,7 +267,9 @@ def cell_labels(cells: Sequence[tuple[str, str]]) -> dict[tuple[str, str], str]:
 def ordered_workloads(frames: Sequence[pd.DataFrame]) -> list[str]:
     """The workloads in the frames, by prompt, gen and batch size."""
     present = [
-        f[["workload", "prompt_tokens", "gen_tokens", "batch"]] for f in frames if not f.empty
+        f[[Column.WORKLOAD, Column.PROMPT_TOKENS, Column.GEN_TOKENS, Column.BATCH]]
+        for f in frames
+        if not f.empty
     ]
     if not present:
         return []
@@ -277,15 +277,15 @@ def ordered_workloads(frames: Sequence[pd.DataFrame]) -> list[str]:
     rows = rows.drop_duplicates("workload").sort_values(
         ["prompt_tokens", "gen_tokens", "batch"], kind="stable"
     )
-    return list(rows["workload"])
+    return list(rows[Column.WORKLOAD])
 
 
 def on(frame: pd.DataFrame, machine: str, workload: str | None = None) -> pd.DataFrame:
     if frame.empty:
         return frame
-    keep = frame["machine"] == machine
+    keep = frame[Column.MACHINE] == machine
     if workload is not None:
-        keep &= frame["workload"] == workload
+        keep &= frame[Column.WORKLOAD] == workload
     return frame[keep]
 
 
@@ -322,7 +322,7 @@ def correctness_checks(records: pd.DataFrame) -> list[CorrectnessCheck]:
     records lack (the gate reads files the report's field check has not seen) reads NaN."""
     if records.empty:
         return []
-    rows = records.reindex(columns=["machine", *CORRECTNESS_FIELDS])
+    rows = records.reindex(columns=[Column.MACHINE, *CORRECTNESS_FIELDS])
     return [
         CorrectnessCheck(
             r.machine,
@@ -374,7 +374,7 @@ def cell_infos(frames: Sequence[pd.DataFrame]) -> list[CellInfo]:
         return []
     rows = (
         pd.concat(present)
-        .drop_duplicates(["model_key", "size", "workload"])
+        .drop_duplicates([Column.MODEL_KEY, Column.SIZE, Column.WORKLOAD])
         .reindex(columns=list(CELL_FIELDS))
     )
     return [
@@ -396,7 +396,7 @@ def closed_reason(closed: pd.DataFrame, model_key: str) -> str | None:
     """ "skipped: ..." / "error: ..." for a cell, or None."""
     if closed.empty:
         return None
-    rows = closed[closed["model_key"] == model_key]
+    rows = closed[closed[Column.MODEL_KEY] == model_key]
     reasons = [
         f"{'skipped' if r['kind'] == 'skip' else 'error'}: {r['reason']}"
         for r in rows.to_dict("records")
@@ -426,7 +426,7 @@ def ops_difference(study: Study, baseline: str, new: str) -> str:
 
 
 def variants_in(study: Study, frame: pd.DataFrame) -> list[str]:
-    present = set(frame["variant"])
+    present = set(frame[Column.VARIANT])
     return [v for v in study.variants if v in present]
 
 
@@ -447,7 +447,7 @@ def optional_medians(timed: pd.DataFrame, column: str) -> dict[tuple[str, str], 
     return {
         (key, variant): float(value)
         for key, variant, value in zip(
-            medians["model_key"], medians["variant"], medians[column], strict=True
+            medians[Column.MODEL_KEY], medians[Column.VARIANT], medians[column], strict=True
         )
     }
 
@@ -456,8 +456,8 @@ def prompt_sweeps(timed: pd.DataFrame) -> list[tuple[int, int, pd.DataFrame]]:
     """(gen_tokens, batch, trials) for each gen and batch setting at which some model was measured
     at several prompt lengths: the trials of those models."""
     sweeps = []
-    for (gen, batch), rows in timed.groupby(["gen_tokens", "batch"], sort=True):
-        swept = rows[rows.groupby("model_key")["prompt_tokens"].transform("nunique") > 1]
+    for (gen, batch), rows in timed.groupby([Column.GEN_TOKENS, Column.BATCH], sort=True):
+        swept = rows[rows.groupby(Column.MODEL_KEY)[Column.PROMPT_TOKENS].transform("nunique") > 1]
         if not swept.empty:
             sweeps.append((int(gen), int(batch), swept))
     return sweeps
@@ -523,7 +523,7 @@ def depth_groups(study: Study, machine: str) -> list[DepthGroup]:
                 for r in rows.itertuples()
             ],
         )
-        for (batch, steps), rows in depth.groupby(["batch", "gen_tokens"], sort=True)
+        for (batch, steps), rows in depth.groupby([Column.BATCH, Column.GEN_TOKENS], sort=True)
     ]
 
 
@@ -542,7 +542,9 @@ class Roofline:
 
 def has_roofline(timed: pd.DataFrame) -> bool:
     return (
-        not timed.empty and "prefill_tflops" in timed and not timed["prefill_tflops"].isna().all()
+        not timed.empty
+        and Column.PREFILL_TFLOPS in timed
+        and not timed[Column.PREFILL_TFLOPS].isna().all()
     )
 
 
@@ -553,9 +555,9 @@ def rooflines(timed: pd.DataFrame) -> dict[tuple[str, str], Roofline]:
         timed.assign(**{f: math.nan for f in ROOFLINE_FIELDS if f not in timed}), ROOFLINE_FIELDS
     )
     above: dict[tuple[str, str], set[str]] = {}
-    if "above_peak" in timed:
+    if Column.ABOVE_PEAK in timed:
         for key, variant, metrics in zip(
-            timed["model_key"], timed["variant"], timed["above_peak"], strict=True
+            timed[Column.MODEL_KEY], timed[Column.VARIANT], timed[Column.ABOVE_PEAK], strict=True
         ):
             if isinstance(metrics, list):
                 above.setdefault((key, variant), set()).update(metrics)
@@ -591,8 +593,10 @@ def cold_starts(study: Study) -> list[ColdStart]:
     if trials.empty or not {"compile_s", "prefill_s", "gen_s"} <= set(trials.columns):
         return []
     steady = (
-        study.timed.assign(total=study.timed["prefill_s"] + study.timed["gen_s"].fillna(0.0))
-        .groupby(["machine", "cell", "variant"])["total"]
+        study.timed.assign(
+            total=study.timed[Column.PREFILL_S] + study.timed[Column.GEN_S].fillna(0.0)
+        )
+        .groupby([Column.MACHINE, Column.CELL, Column.VARIANT])["total"]
         .median()
     )
     return [
@@ -606,5 +610,5 @@ def cold_starts(study: Study) -> list[ColdStart]:
             float(steady.get((r.machine, r.cell, r.variant), math.nan)),
             not r.warmup,
         )
-        for r in trials[trials["compile_s"].notna()].itertuples()
+        for r in trials[trials[Column.COMPILE_S].notna()].itertuples()
     ]

@@ -132,6 +132,8 @@ def confirmed(first: Outcome, request: CheckRequest, console: Console) -> Outcom
     import tempfile
 
     from ..analysis.gate import run_check
+    from ..core.headers import BuildInfo
+    from ..core.records import REFERENCE_BUILD
     from ..core.results import read_results
     from ..core.spec import load_experiment
     from ..measure.builds import reference_build
@@ -140,21 +142,18 @@ def confirmed(first: Outcome, request: CheckRequest, console: Console) -> Outcom
     from ..measure.runner import RunOptions, run_experiment
 
     require_backend()
-    header = next(iter(read_results([request.results]).runs.values()))
+    run = next(iter(read_results([request.results]).headers.values()))
     # The same reference: the checkout it named if it is still there, else the commit it was at.
-    named = (header.get("builds") or {}).get("reference", {})
-    ref = (
-        named.get("ref")
-        if named.get("ref") and Path(named["ref"]).is_dir()
-        else named.get("commit")
-    )
+    named = run.builds.get(REFERENCE_BUILD) or BuildInfo()
+    ref = named.ref if named.ref and Path(named.ref).is_dir() else named.commit
     rows = [*first.failures, *first.undecided]
     failing = {f.model_key for f in rows if f.model_key}
     out = request.results.with_name(f"{request.results.stem}-confirm.jsonl")
     with tempfile.TemporaryDirectory() as folder:
         # The stored experiment, as a file the reference build's own parser can read.
-        experiment = Path(folder) / Path(header["experiment"].get("file") or "experiment.yaml").name
-        experiment.write_text(header["experiment"]["content"])
+        stored = run.experiment
+        experiment = Path(folder) / Path(stored.file or "experiment.yaml").name
+        experiment.write_text(stored.content)
         exp = load_experiment(experiment)
         exp = bind_experiment(
             dataclasses.replace(exp, models=tuple(m for m in exp.models if m.key in failing))

@@ -12,21 +12,20 @@ import re
 from collections import Counter
 from dataclasses import asdict
 from pathlib import Path
-from typing import Any
 
-from .records import ResultsError, require_fields, utc_now
+from .records import Column, Record, ResultsError, require_fields, utc_now
 from .results import Results, read_results, results_fingerprint
 
 BASELINE_DIR = Path("results/baselines")
 _NAME = re.compile(r"[A-Za-z0-9._-]+")
 
 
-def require_timed_trials(results: Results, path: Path) -> list[dict[str, Any]]:
+def require_timed_trials(results: Results, path: Path) -> list[Record]:
     """The timed trial records, each with the fields the comparisons key on; none at all is an error
     naming the file."""
     trials = results.of_kind("trial")
     require_fields(path, trials, "trial")
-    timed = [r for r in trials if not r["warmup"]]
+    timed = [r for r in trials if not r[Column.WARMUP]]
     if not timed:
         found = ", ".join(
             f"{n} {kind}" for kind, n in Counter(r["kind"] for r in results.records).items()

@@ -6,7 +6,9 @@ from __future__ import annotations
 import re
 from dataclasses import dataclass
 
+from .headers import EnvInfo
 from .records import Env, ResultsError
+from .typed import from_mapping
 
 
 @dataclass(frozen=True)
@@ -35,24 +37,9 @@ class MachineMismatchError(ResultsError):
     machines."""
 
 
-def blas_name(env: Env) -> str:
-    """The BLAS family of a run's env ("openblas"), without the path, which varies by distro."""
-    return str(env.get("blas", "?")).split(" (")[0]
-
-
-def machine_label(env: Env) -> str:
-    """Which machine, for labelling tables: results from different ones are never pooled."""
-    return (
-        f"{env.get('hostname', '?')} · {env.get('device', '?')} "
-        f"· {env.get('backend', '?')} · {blas_name(env)}"
-    )
-
-
-def fingerprint(env: Env) -> Fingerprint:
+def fingerprint(env: Env | EnvInfo) -> Fingerprint:
     """The fingerprint of a run header's `env`."""
+    info = env if isinstance(env, EnvInfo) else from_mapping(EnvInfo, env)
     return Fingerprint(
-        backend=str(env.get("backend", "?")),
-        device=str(env.get("device", "?")),
-        blas=blas_name(env),
-        cpu=str(env.get("cpu", "?")),
+        backend=str(info.backend), device=str(info.device), blas=info.blas_family, cpu=str(info.cpu)
     )

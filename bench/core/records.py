@@ -8,9 +8,10 @@ baseline) checks fields here, so the format is defined once.
 from __future__ import annotations
 
 import uuid
-from collections.abc import Iterable, Mapping, Sequence
-from dataclasses import asdict, dataclass, field, fields
+from collections.abc import Iterable, Sequence
+from dataclasses import asdict, dataclass, field
 from datetime import UTC, datetime
+from enum import StrEnum
 from pathlib import Path
 from typing import Any, ClassVar, TypedDict
 
@@ -31,98 +32,160 @@ RECORD_KINDS = (
     "error",
 )
 
+
+class Column(StrEnum):
+    """A field of a trial, depth, correctness, op or share record, as readers key on it: the column
+    labels of `Results.frame`, declared once (each record's fields below are drawn from these)."""
+
+    RUN_ID = "run_id"
+    MACHINE = "machine"  # not in the record: Results.frame adds its run's machine label
+    CELL = "cell"
+    MODEL = "model"
+    MODEL_KEY = "model_key"
+    SIZE = "size"
+    LAYERS = "layers"
+    DTYPE = "dtype"
+    QUANTIZE = "quantize"
+    WORKLOAD = "workload"
+    PROMPT_TOKENS = "prompt_tokens"
+    GEN_TOKENS = "gen_tokens"
+    BATCH = "batch"
+    VARIANT = "variant"
+    OPS = "ops"  # a trial's variant's full op assignment
+    BUILD = "build"
+    PROCESS = "process"  # which worker process measured a trial
+    ROUND = "round"
+    WARMUP = "warmup"
+    PREFILL_TPS = "prefill_tps"
+    GEN_TPS = "gen_tps"
+    PREFILL_S = "prefill_s"
+    GEN_S = "gen_s"
+    STEP_S = "step_s"
+    COMPILE_S = "compile_s"
+    PEAK_MEMORY_BYTES = "peak_memory_bytes"
+    TTFT_S = "ttft_s"
+    TTFT_TPS = "ttft_tps"
+    PREFILL_TFLOPS = "prefill_tflops"
+    GEN_GBPS = "gen_gbps"
+    PREFILL_PCT_OF_PEAK = "prefill_pct_of_peak"
+    GEN_PCT_OF_PEAK = "gen_pct_of_peak"
+    ABOVE_PEAK = "above_peak"
+    DEPTH = "depth"
+    REFERENCE = "reference"
+    MAX_ABS_ERR = "max_abs_err"
+    MAX_REL_ERR = "max_rel_err"
+    TOKENS_CHECKED = "tokens_checked"
+    TOKENS_AGREE = "tokens_agree"
+    ATOL = "atol"
+    PASSED = "passed"
+    OP = "op"
+    SHAPE_LABEL = "shape_label"
+    SECONDS = "seconds"
+    BYTES = "bytes"
+    FLOPS = "flops"
+    PHASE = "phase"
+    CALL = "call"
+    CALLS = "calls"
+    OVERHEAD_S = "overhead_s"
+
+
 # Throughput metrics, all tokens/s and bigger-is-better, and the trial field holding each.
 METRICS = ("prefill", "gen")
-METRIC_COLUMNS = {"prefill": "prefill_tps", "gen": "gen_tps"}
+METRIC_COLUMNS = {"prefill": Column.PREFILL_TPS, "gen": Column.GEN_TPS}
 
 TRIAL_FIELDS = (
-    "run_id",
-    "cell",
-    "model_key",
-    "size",
-    "workload",
-    "prompt_tokens",
-    "gen_tokens",
-    "batch",
-    "variant",
-    "round",
-    "warmup",
-    "prefill_tps",
-    "gen_tps",
+    Column.RUN_ID,
+    Column.CELL,
+    Column.MODEL_KEY,
+    Column.SIZE,
+    Column.WORKLOAD,
+    Column.PROMPT_TOKENS,
+    Column.GEN_TOKENS,
+    Column.BATCH,
+    Column.VARIANT,
+    Column.ROUND,
+    Column.WARMUP,
+    Column.PREFILL_TPS,
+    Column.GEN_TPS,
 )
 DEPTH_FIELDS = (
-    "run_id",
-    "model_key",
-    "size",
-    "batch",
-    "variant",
-    "round",
-    "depth",
-    "gen_tokens",
-    "gen_tps",
+    Column.RUN_ID,
+    Column.MODEL_KEY,
+    Column.SIZE,
+    Column.BATCH,
+    Column.VARIANT,
+    Column.ROUND,
+    Column.DEPTH,
+    Column.GEN_TOKENS,
+    Column.GEN_TPS,
 )
 CORRECTNESS_FIELDS = (
-    "run_id",
-    "model_key",
-    "size",
-    "workload",
-    "prompt_tokens",
-    "gen_tokens",
-    "batch",
-    "variant",
-    "reference",
-    "max_abs_err",
-    "max_rel_err",
-    "tokens_checked",
-    "tokens_agree",
-    "atol",
-    "passed",
+    Column.RUN_ID,
+    Column.MODEL_KEY,
+    Column.SIZE,
+    Column.WORKLOAD,
+    Column.PROMPT_TOKENS,
+    Column.GEN_TOKENS,
+    Column.BATCH,
+    Column.VARIANT,
+    Column.REFERENCE,
+    Column.MAX_ABS_ERR,
+    Column.MAX_REL_ERR,
+    Column.TOKENS_CHECKED,
+    Column.TOKENS_AGREE,
+    Column.ATOL,
+    Column.PASSED,
 )
 OP_FIELDS = (
-    "run_id",
-    "op",
-    "variant",
-    "reference",
-    "shape_label",
-    "round",
-    "seconds",
-    "bytes",
-    "flops",
-    "max_abs_err",
+    Column.RUN_ID,
+    Column.OP,
+    Column.VARIANT,
+    Column.REFERENCE,
+    Column.SHAPE_LABEL,
+    Column.ROUND,
+    Column.SECONDS,
+    Column.BYTES,
+    Column.FLOPS,
+    Column.MAX_ABS_ERR,
 )
 # A trial's time to first token as mlx-lm's stream_generate reads it (after queuing the first decode
 # step), and that as mlx-lm's "prompt_tps". Optional: trials recorded before them (and a
 # `run --against` reference build of an older commit) lack them, so readers show them only where
 # they are present.
-TTFT_FIELDS = ("ttft_s", "ttft_tps")
+TTFT_FIELDS = (Column.TTFT_S, Column.TTFT_TPS)
 # A trial's roofline (measure.roofline): achieved rates and their share of the machine's peak.
-ROOFLINE_FIELDS = ("prefill_tflops", "gen_gbps", "prefill_pct_of_peak", "gen_pct_of_peak")
+ROOFLINE_FIELDS = (
+    Column.PREFILL_TFLOPS,
+    Column.GEN_GBPS,
+    Column.PREFILL_PCT_OF_PEAK,
+    Column.GEN_PCT_OF_PEAK,
+)
 # What describes a cell, beside its measurements.
 CELL_FIELDS = (
-    "model_key",
-    "size",
-    "workload",
-    "prompt_tokens",
-    "gen_tokens",
-    "batch",
-    "dtype",
-    "quantize",
+    Column.MODEL_KEY,
+    Column.SIZE,
+    Column.WORKLOAD,
+    Column.PROMPT_TOKENS,
+    Column.GEN_TOKENS,
+    Column.BATCH,
+    Column.DTYPE,
+    Column.QUANTIZE,
+)
+# An op call of a step timed on its own (measure.shares), for the share table and the expected Δ.
+SHARE_FIELDS = (
+    Column.RUN_ID,
+    Column.CELL,
+    Column.PHASE,
+    Column.OP,
+    Column.VARIANT,
+    Column.CALL,
+    Column.CALLS,
+    Column.ROUND,
+    Column.SECONDS,
+    Column.OVERHEAD_S,
 )
 # What the readers key on, per kind: a record lacking one is bad input, reported with its file, not
 # a traceback.
-# An op call of a step timed on its own (measure.shares), for the share table and the expected Δ.
-SHARE_FIELDS = (
-    "run_id",
-    "cell",
-    "phase",
-    "op",
-    "variant",
-    "call",
-    "calls",
-    "round",
-    "seconds",
-    "overhead_s",
-)
 REQUIRED_FIELDS = {
     "trial": TRIAL_FIELDS,
     "correctness": CORRECTNESS_FIELDS,
@@ -144,13 +207,18 @@ REQUIRED_FIELDS = {
 FORMAT = 3
 
 
+# One line of a results file as parsed: a JSON object whose "kind" says which fields it holds. The
+# store and `upgrade` handle it whole; readers take typed views of it (core.typed, core.headers).
+Record = dict[str, Any]
+
+
 class ResultsError(UserError):
     """A results file that cannot be used; the message names the file (and line)."""
 
 
 # --- what today's writers write -------------------------------------------------------------------
-# A header read from an older file may lack what these declare (see `upgrade`); readers `.get` what
-# came later.
+# A header read from an older file may lack what these declare (see `upgrade`); readers read it as a
+# core.headers.RunInfo, whose defaults stand for what came later.
 
 
 class Env(TypedDict, total=False):
@@ -230,6 +298,25 @@ class LoadSummary(TypedDict):
     loadavg_1m_max: float
 
 
+class StoredPeak(TypedDict, total=False):
+    """What the header keeps of a measure.roofline.Peak."""
+
+    name: str
+    fp32_tflops: float
+    bf16_tflops: float | None
+    memory_gbps: float
+    source: str
+    confidence: str  # "published" or "approximate" (chips.yaml), "measured"
+
+
+class StoredThreadChoice(TypedDict):
+    """measure.threads.ThreadChoice.to_json: how `threads: auto` chose, and why."""
+
+    threads: int
+    settings: list[dict[str, float]]  # each thread count's probe (measure.threads.Setting)
+    reason: str
+
+
 class _Header(TypedDict):
     kind: str  # "run"
     run_id: str
@@ -242,8 +329,7 @@ class _Header(TypedDict):
 class RunHeader(_Header, total=False):
     """The first record of a run. The runner adds peak ... pinned; `fusebench ops` adds rounds."""
 
-    # a measure.roofline.Peak: the roof its trials are held against
-    peak: Mapping[str, object] | None
+    peak: StoredPeak | None  # the roof its trials are held against
     shard: str  # "I/N"
     resumed: bool
     plugins: list[PluginFile]
@@ -251,8 +337,7 @@ class RunHeader(_Header, total=False):
     preflight: MachineLoad | None  # None off Linux
     pinned: bool
     rounds: int
-    # measure.threads.ThreadChoice: how `threads: auto` chose, and why
-    threads_choice: Mapping[str, object]
+    threads_choice: StoredThreadChoice
 
 
 class CellFields(TypedDict):
@@ -294,7 +379,7 @@ def run_header(run_id: str, experiment: StoredExperiment, env: Env, **extra: obj
     }
 
 
-def header_format(header: Mapping[str, Any]) -> int:
+def header_format(header: Record) -> int:
     """The format a run header was written in: its "format" field, else inferred from what versions
     1 and 2 hold."""
     if "format" in header:
@@ -310,7 +395,7 @@ def header_format(header: Mapping[str, Any]) -> int:
     return 2 if "peak" in header else 1
 
 
-def upgrade(record: dict[str, Any], version: int) -> dict[str, Any]:
+def upgrade(record: Record, version: int) -> Record:
     """A record of a run written in format `version`, in today's shape: the one place readers know
     old formats.
 
@@ -332,7 +417,7 @@ def upgrade(record: dict[str, Any], version: int) -> dict[str, Any]:
     return {**record, "format": FORMAT} if record.get("kind") == "run" else record
 
 
-def _to_3(record: dict[str, Any]) -> dict[str, Any]:
+def _to_3(record: Record) -> Record:
     """Format 2 -> 3: one build per run (the checkout that ran it), and BLAS threads left to the
     library."""
     if record.get("kind") == "run":
@@ -349,7 +434,7 @@ def _to_3(record: dict[str, Any]) -> dict[str, Any]:
 
 def require_fields(
     path: str | Path,
-    records: Iterable[Mapping[str, Any]],
+    records: Iterable[Record],
     kind: str,
     fields: Sequence[str] | None = None,
 ) -> None:
@@ -369,8 +454,10 @@ def require_fields(
             )
 
 
-# The build a record names when it is the build under test (records of a one-build run name none).
+# The build a record names when it is the build under test (records of a one-build run name none),
+# and the one `run --against` measures it against.
 CURRENT_BUILD = "current"
+REFERENCE_BUILD = "reference"
 
 
 # --- kernel facts ---------------------------------------------------------------------------------
@@ -403,16 +490,8 @@ class KernelFact:
     mlx_version: str = ""
     kind: str = "kernel"
 
-    def to_dict(self) -> dict[str, Any]:
+    def to_dict(self) -> Record:
         return asdict(self)
-
-    @classmethod
-    def from_record(cls, record: Mapping[str, Any]) -> KernelFact:
-        """The fact a `kernel` record holds (its cell's fields left to KernelRecord)."""
-        return cls(**{name: record[name] for name in _KERNEL_FACT_FIELDS if name in record})
-
-
-_KERNEL_FACT_FIELDS = tuple(f.name for f in fields(KernelFact))
 
 
 @dataclass(frozen=True)

@@ -22,18 +22,22 @@ from typing import Any
 
 import pandas as pd
 
-from .fingerprint import Fingerprint, MachineMismatchError, fingerprint, machine_label
+from .fingerprint import Fingerprint, MachineMismatchError, fingerprint
+from .headers import UNKNOWN_MACHINE, LoadInfo, RunInfo
 from .records import (
     CURRENT_BUILD,
     FORMAT,
     RECORD_KINDS,
+    Column,
     KernelFact,
     KernelRecord,
+    Record,
     ResultsError,
     RunHeader,
     header_format,
     upgrade,
 )
+from .typed import from_mapping
 
 
 class ResultsWriter:
@@ -64,23 +68,23 @@ class ResultsWriter:
 class Results:
     """Every record of one or more results files, by kind; corrupt lines are counted, not fatal."""
 
-    records: list[dict[str, Any]] = field(default_factory=list)
+    records: list[Record] = field(default_factory=list)
     corrupt_lines: list[str] = field(default_factory=list)
 
-    def of_kind(self, kind: str) -> list[dict[str, Any]]:
+    def of_kind(self, kind: str) -> list[Record]:
         return [r for r in self.records if r.get("kind") == kind]
 
     def kernel_records(self) -> list[KernelRecord]:
         """Every kernel fact, read back as the type that wrote it, with its cell and machine."""
-        machines = {run_id: machine_label(h.get("env", {})) for run_id, h in self.runs.items()}
+        machines = self.machines()
         return [
             KernelRecord(
-                machine=machines.get(record.get("run_id", ""), "unknown machine"),
-                model_key=str(record.get("model_key", "")),
-                size=str(record.get("size", "")),
-                workload=str(record.get("workload", "")),
-                build=str(record.get("build") or CURRENT_BUILD),
-                fact=KernelFact.from_record(record),
+                machine=machines.get(record.get(Column.RUN_ID, ""), UNKNOWN_MACHINE),
+                model_key=str(record.get(Column.MODEL_KEY, "")),
+                size=str(record.get(Column.SIZE, "")),
+                workload=str(record.get(Column.WORKLOAD, "")),
+                build=str(record.get(Column.BUILD) or CURRENT_BUILD),
+                fact=from_mapping(KernelFact, record),  # its cell's fields are the ones above
             )
             for record in self.of_kind("kernel")
         ]
@@ -92,6 +96,20 @@ class Results:
         for record in self.of_kind("run"):
             headers.setdefault(record["run_id"], record)
         return headers
+
+    @property
+    def headers(self) -> dict[str, RunInfo]:
+        """The first header of each run_id, read back as a RunInfo."""
+        return {run_id: RunInfo.read(header) for run_id, header in self.runs.items()}
+
+    def machines(self) -> dict[str, str]:
+        """Each run's machine label, by run id."""
+        return {run_id: run.machine for run_id, run in self.headers.items()}
+
+    def loads(self) -> list[LoadInfo]:
+        """The load records that hold samples."""
+        samples = (from_mapping(LoadInfo, record) for record in self.of_kind("load"))
+        return [load for load in samples if load.samples]
 
     def merge(self, other: Results, path: str | Path = "", *, warn: Any = None) -> None:
         """Add another file's records, leaving out those this one already holds.
@@ -122,8 +140,7 @@ class Results:
         frame = pd.DataFrame(rows)
         if frame.empty:
             return frame
-        machines = {run_id: machine_label(h.get("env", {})) for run_id, h in self.runs.items()}
-        frame["machine"] = frame["run_id"].map(machines).fillna("unknown machine")
+        frame["machine"] = frame["run_id"].map(self.machines()).fillna(UNKNOWN_MACHINE)
         return frame
 
 
@@ -180,7 +197,7 @@ def _corrupt_summary(path: Path, where: list[str]) -> str:
     return f"{path}: {len(numbers)} corrupt JSON {lines} skipped ({lines} {shown})"
 
 
-def _identity(record: dict[str, Any]) -> str:
+def _identity(record: Record) -> str:
     return json.dumps(record, sort_keys=True)
 
 
@@ -191,7 +208,7 @@ def _lines(path: Path) -> list[bytes]:
         raise ResultsError(f"{path}: cannot read ({err.strerror or err})") from None
 
 
-def _parse_line(line: bytes) -> dict[str, Any] | None:
+def _parse_line(line: bytes) -> Record | None:
     # Line by line, so one line of binary junk (or a file in another encoding) is a corrupt line,
     # not a traceback.
     try:
@@ -206,7 +223,7 @@ def _parse_line(line: bytes) -> dict[str, Any] | None:
 def results_fingerprint(results: Results, path: Path) -> Fingerprint:
     """The one machine a results file was measured on; no header, or headers from several machines,
     is an error."""
-    prints = list(dict.fromkeys(fingerprint(h.get("env", {})) for h in results.runs.values()))
+    prints = list(dict.fromkeys(fingerprint(run.env) for run in results.headers.values()))
     if not prints:
         raise ResultsError(
             f"{path}: no run header, so no machine fingerprint; is it a fusebench results file?"

@@ -1,6 +1,10 @@
 """Records read back as the types that wrote them: a dataclass filled from a mapping (a JSON object,
 a YAML entry) by its own field names, as mlx-lm's BaseModelArgs.from_dict fills a model's args, so
-no reader names a key."""
+no reader names a key.
+
+Keys the dataclass does not declare are left out (a newer writer's fields, an older one's spares);
+fields the mapping lacks keep their defaults (what an older writer never recorded).
+"""
 
 from __future__ import annotations
 
@@ -16,9 +20,8 @@ T = TypeVar("T")
 
 
 def from_mapping(cls: type[T], mapping: Mapping[str, object]) -> T:
-    """Dataclass `cls` from the mapping's values of its fields: unknown keys are ignored (a newer
-    writer's), absent ones take the field's default (an older writer's). A field typed as a
-    dataclass, a tuple (of them) or an enum is converted from what JSON holds for it."""
+    """Dataclass `cls` from the mapping's values of its fields. A field typed as a dataclass (or
+    None), a dict or tuple of them, or an enum is converted from what JSON holds for it."""
     hints = _hints(cls)
     return cls(
         **{
@@ -29,22 +32,26 @@ def from_mapping(cls: type[T], mapping: Mapping[str, object]) -> T:
     )
 
 
-# A dataclass's field types, resolved once (its annotations are strings under `from __future__`).
+# A dataclass's field types, resolved once (its annotations are strings under `from __future__`):
+# a report reads thousands of records.
 _hints = cache(typing.get_type_hints)
 
 
 def _converted(hint: Any, value: object) -> object:
     if value is None:
         return None
-    origin = typing.get_origin(hint)
+    origin, args = typing.get_origin(hint), typing.get_args(hint)
     if origin in (typing.Union, types.UnionType):
-        kinds = [arg for arg in typing.get_args(hint) if arg is not type(None)]
+        kinds = [arg for arg in args if arg is not type(None)]
         return _converted(kinds[0], value) if len(kinds) == 1 else value
     if origin is tuple and isinstance(value, list | tuple):
-        args = typing.get_args(hint)
         item = args[0] if len(args) == 2 and args[1] is Ellipsis else Any
         return tuple(_converted(item, v) for v in value)
-    if dataclasses.is_dataclass(hint) and isinstance(value, Mapping):
+    if origin is dict and isinstance(value, Mapping):
+        return {key: _converted(args[1], item) for key, item in value.items()}
+    if dataclasses.is_dataclass(hint):
+        if not isinstance(value, Mapping):
+            raise TypeError(f"{hint.__name__}: expected an object, got {value!r}")
         return from_mapping(hint, value)  # type: ignore[arg-type]
     if isinstance(hint, type) and issubclass(hint, Enum):
         return hint(value)

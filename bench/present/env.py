@@ -11,6 +11,8 @@ from rich.panel import Panel
 from rich.table import Table
 from rich.text import Text
 
+from ..core.records import Env
+
 
 def _format_value(key: str, value: Any) -> str:
     if value is None:
@@ -22,7 +24,7 @@ def _format_value(key: str, value: Any) -> str:
     return str(value)
 
 
-def render_env(env: Mapping[str, Any], probe: Mapping[str, Any] | None = None) -> Table:
+def render_env(env: Env, probe: Mapping[str, Any] | None = None) -> Table:
     """Two-column table of an environment record, plus measured peaks if given."""
     table = Table(title="fusebench environment", show_header=False)
     table.add_column("key", style="bold")
@@ -42,7 +44,7 @@ def render_env(env: Mapping[str, Any], probe: Mapping[str, Any] | None = None) -
 
 def print_env(
     console: Console,
-    env: Mapping[str, Any],
+    env: Env,
     probe: Mapping[str, Any] | None = None,
     warning: str | None = None,
     title: str = "warning: slow BLAS",

@@ -7,7 +7,7 @@ import pandas as pd
 
 from ..analysis import stats
 from ..analysis.study import Study, size_rank, trial_medians
-from ..core.records import CELL_FIELDS, ROOFLINE_FIELDS, TTFT_FIELDS
+from ..core.records import CELL_FIELDS, ROOFLINE_FIELDS, TTFT_FIELDS, Column
 from .format import op_verdict_text
 
 
@@ -33,10 +33,10 @@ def summary_frame(study: Study) -> pd.DataFrame:
     machine_rank = {m: i for i, m in enumerate(study.machines)}
     variant_rank = {v: i for i, v in enumerate(study.variants)}
     summary = summary.assign(
-        _m=summary["machine"].map(machine_rank),
-        _s=summary["size"].map(size_rank),
+        _m=summary[Column.MACHINE].map(machine_rank),
+        _s=summary[Column.SIZE].map(size_rank),
         _metric=summary["metric"].map(stats.METRICS.index),
-        _v=summary["variant"].map(variant_rank),
+        _v=summary[Column.VARIANT].map(variant_rank),
     ).sort_values(
         ["_m", "_s", "size", "prompt_tokens", "gen_tokens", "batch", "_metric", "_v"], kind="stable"
     )

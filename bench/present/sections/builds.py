@@ -7,8 +7,8 @@ from collections.abc import Sequence
 from pathlib import Path
 
 from ...analysis import stats
-from ...analysis.runs import Build
 from ...analysis.study import Study, cell_labels, on, ordered_workloads
+from ...core.headers import BuildInfo
 from .. import plots
 from ..document import Block, Bullets, Figure, Heading, Table
 from ..format import format_tps
@@ -34,7 +34,8 @@ def builds_section(context: ReportContext) -> list[Block]:
     study = context.study
     if study.build_trials.empty:
         return []
-    commits = [build_line(build) for build in next(iter(study.runs.values())).builds]
+    builds = next(iter(study.runs.values())).builds
+    commits = [build_line(name, build) for name, build in builds.items()]
     blocks: list[Block] = [
         Heading("Current build vs reference build"),
         Bullets(
@@ -76,14 +77,14 @@ def builds_section(context: ReportContext) -> list[Block]:
     return blocks
 
 
-def build_line(build: Build) -> str:
+def build_line(name: str, build: BuildInfo) -> str:
     """ "reference: mlx 0.31.2 (/path/python), commit abc": a build of another environment is named
     by it."""
-    commit = f"commit {build.commit[:12]}" + (" (uncommitted changes)" if build.dirty else "")
+    commit = f"commit {build.short_commit}" + (" (uncommitted changes)" if build.dirty else "")
     if not build.packages:
-        return f"{build.name}: {commit}"
-    versions = ", ".join(f"{n} {v}" for n, v in build.packages)
-    return f"{build.name}: {build.label or versions} ({versions}; {build.python}), {commit}"
+        return f"{name}: {commit}"
+    versions = ", ".join(f"{package} {version}" for package, version in build.packages.items())
+    return f"{name}: {build.label or versions} ({versions}; {build.python}), {commit}"
 
 
 def _figure(

@@ -5,35 +5,36 @@ from __future__ import annotations
 import re
 from collections.abc import Callable, Sequence
 
-from ...analysis.runs import Environment, Run
 from ...analysis.study import Study
+from ...core.headers import EnvInfo, RunInfo
 
 
 def slug(text: str) -> str:
     return re.sub(r"[^A-Za-z0-9.]+", "-", text).strip("-").lower()
 
 
-def environment_line(envs: Sequence[Environment]) -> str:
+def environment_line(envs: Sequence[EnvInfo]) -> str:
     """device, backend, BLAS, mlx version and commit; values that differ between runs are all
     listed."""
 
-    def values(render: Callable[[Environment], str]) -> str:
+    def values(render: Callable[[EnvInfo], str]) -> str:
         return " / ".join(dict.fromkeys(render(env) for env in envs)) or "?"
 
-    def commit(env: Environment) -> str:
-        return env.commit[:7] + (" (dirty)" if env.dirty else "")
+    def commit(env: EnvInfo) -> str:
+        return env.commit[:7] + (" (dirty)" if env.git_dirty else "")
 
-    def threads(env: Environment) -> str:
+    def threads(env: EnvInfo) -> str:
         return f"{env.threads or '?'} of {env.cores or '?'} cores"
 
     return (
         f"device {values(lambda e: e.device)} · backend {values(lambda e: e.backend)}"
-        f" · BLAS {values(lambda e: e.blas)} on {values(threads)} · mlx {values(lambda e: e.mlx)}"
+        f" · BLAS {values(lambda e: e.blas_family)} on {values(threads)}"
+        f" · mlx {values(lambda e: str(e.mlx))}"
         f" · commit {values(commit)}"
     )
 
 
-def threads_note(runs: Sequence[Run]) -> str | None:
+def threads_note(runs: Sequence[RunInfo]) -> str | None:
     """How a CPU run's BLAS thread count was chosen: measured on its machine (`threads: auto`, with
     the figures that decided it), or set by the experiment."""
     run = runs[0] if runs else None
@@ -57,7 +58,7 @@ def plot_caption(study: Study, machine: str) -> str:
     return envs_caption(study.envs(machine))
 
 
-def envs_caption(envs: Sequence[Environment]) -> str:
+def envs_caption(envs: Sequence[EnvInfo]) -> str:
     return f"Measured on {envs[0].hostname}: {environment_line(envs)}"
 
 

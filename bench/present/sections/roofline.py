@@ -6,7 +6,6 @@ import math
 
 import pandas as pd
 
-from ...analysis.runs import Peak
 from ...analysis.study import (
     Roofline,
     Study,
@@ -17,6 +16,8 @@ from ...analysis.study import (
     ordered_workloads,
     rooflines,
 )
+from ...core.headers import PeakInfo
+from ...core.records import Column
 from ..document import Block, Bullets, Heading, Paragraph, Table
 from ..format import format_rate
 from . import ReportContext
@@ -55,18 +56,18 @@ def roofline_section(context: ReportContext) -> list[Block]:
     return blocks
 
 
-def _peaks(study: Study, timed: pd.DataFrame) -> list[Peak | None]:
+def _peaks(study: Study, timed: pd.DataFrame) -> list[PeakInfo | None]:
     """The distinct peaks the runs of these trials were held against (one, unless runs measured it
     apart)."""
     return list(
         dict.fromkeys(
             study.runs[run_id].peak if run_id in study.runs else None
-            for run_id in dict.fromkeys(timed["run_id"])
+            for run_id in dict.fromkeys(timed[Column.RUN_ID])
         )
     )
 
 
-def describe_peak(peak: Peak | None) -> str:
+def describe_peak(peak: PeakInfo | None) -> str:
     if not peak:
         return (
             "none known (a CPU run without a probe, or a device missing "
