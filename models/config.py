@@ -14,6 +14,12 @@ from .errors import ModelConfigError
 
 PRESET_DIR = Path(__file__).parent / "presets"
 
+# A model's config.json as mlx-lm reads it (ModelArgs.from_dict): open by nature, each architecture
+# with keys of its own, so it stays a mapping; what fusebench reads from it is read here
+# (layer_geometry, expert_share, min_layers, runs_own_decoder) or by mlx-lm's own classes.
+ModelConfig = dict[str, Any]
+ConfigView = Mapping[str, Any]
+
 # The dtype names a model can be built in; models.loading maps them to mlx dtypes (this module stays
 # free of mlx, so that reading an experiment never loads it).
 DTYPES: tuple[str, ...] = ("float32", "bfloat16", "float16")
@@ -38,7 +44,7 @@ IMPLEMENTATIONS = (OWN_DECODER, MLX_LM)
 OWN_DECODER_TYPES = ("gemma4", "gemma4_text")
 
 
-def runs_own_decoder(config: Mapping[str, Any], implementation: str | None) -> bool:
+def runs_own_decoder(config: ConfigView, implementation: str | None) -> bool:
     """Whether the model runs in fusebench's decoder: a Gemma 4 config, unless mlx-lm's is asked
     for."""
     own = config.get("model_type") in OWN_DECODER_TYPES
@@ -54,14 +60,14 @@ def preset_names() -> list[str]:
     return sorted(p.stem for p in PRESET_DIR.glob("*.yaml"))
 
 
-def load_preset(name: str) -> dict[str, Any]:
+def load_preset(name: str) -> ModelConfig:
     path = PRESET_DIR / f"{name}.yaml"
     if not path.is_file():
         raise ModelConfigError(f"unknown preset {name!r}; choose from {', '.join(preset_names())}")
     return yaml.safe_load(path.read_text())
 
 
-def min_layers(config: Mapping[str, Any]) -> int:
+def min_layers(config: ConfigView) -> int:
     """The fewest layers a preset runs with: its `min_layers` where its model needs more than one
     (mlx-lm's gemma3_text reads the cache of its first global layer, the 6th)."""
     return int(config.get("min_layers", 1))
@@ -100,7 +106,7 @@ def layer_types(num_layers: int, pattern: int) -> list[str]:
     ]
 
 
-def truncate(config: dict[str, Any], layers: int) -> dict[str, Any]:
+def truncate(config: ModelConfig, layers: int) -> ModelConfig:
     """Keep `layers` layers with every per-layer shape exact: Gemma 4 by its layout
     (`truncate_gemma4`), any other model by keeping its first `layers` layers, with their layer
     types where the config lists them."""
@@ -112,7 +118,7 @@ def truncate(config: dict[str, Any], layers: int) -> dict[str, Any]:
     return truncated
 
 
-def truncate_gemma4(config: dict[str, Any], layers: int) -> dict[str, Any]:
+def truncate_gemma4(config: ModelConfig, layers: int) -> ModelConfig:
     """Keep `layers` layers of a Gemma 4 config with every per-layer shape exact.
 
     The KV-shared share of the layers is kept (rounded), but the non-shared part holds at least two
@@ -130,14 +136,14 @@ def truncate_gemma4(config: dict[str, Any], layers: int) -> dict[str, Any]:
     return truncated
 
 
-def full_config(config: dict[str, Any]) -> dict[str, Any]:
+def full_config(config: ModelConfig) -> ModelConfig:
     """The config with its layer layout spelled out, as checkpoints store it."""
     if config.get("layer_types") or config.get("model_type") not in OWN_DECODER_TYPES:
         return config
     return truncate(config, config["num_hidden_layers"])
 
 
-def preset_config(name: str, overrides: Overrides) -> dict[str, Any]:
+def preset_config(name: str, overrides: Overrides) -> ModelConfig:
     config = load_preset(name)
     overrides.validate(config["num_hidden_layers"], min_layers(config))
     if overrides.layers is not None:
@@ -145,7 +151,7 @@ def preset_config(name: str, overrides: Overrides) -> dict[str, Any]:
     return full_config(config)
 
 
-def attention_heads(config: dict[str, Any], layer_type: str) -> tuple[int, int]:
+def attention_heads(config: ModelConfig, layer_type: str) -> tuple[int, int]:
     """(head_dim, KV heads) of a layer type, as models.gemma4.Attention picks them: the one place
     the model's attention geometry is read from a config, for the benchmarks' shapes, work counts
     and memory estimates."""
@@ -172,7 +178,7 @@ class LayerGeometry:
     owns_kv: bool
 
 
-def layer_geometry(config: Mapping[str, Any]) -> list[LayerGeometry]:
+def layer_geometry(config: ConfigView) -> list[LayerGeometry]:
     """Every layer's attention geometry: the one place work counts and memory estimates read it.
 
     Gemma 4 by its own layout (attention_heads, KV sharing). Any other model by the keys
@@ -197,7 +203,7 @@ def layer_geometry(config: Mapping[str, Any]) -> list[LayerGeometry]:
     ]
 
 
-def _layer_types(config: Mapping[str, Any]) -> list[str]:
+def _layer_types(config: ConfigView) -> list[str]:
     count, pattern = config["num_hidden_layers"], config.get("sliding_window_pattern")
     if config.get("layer_types"):
         return list(config["layer_types"])[:count]
@@ -213,7 +219,7 @@ def _window(layer_type: str, window: int | None) -> int | None:
     return window if layer_type == "sliding_attention" else None
 
 
-def expert_share(config: Mapping[str, Any]) -> float:
+def expert_share(config: ConfigView) -> float:
     """The share of a MoE layer's experts each token is routed to (0 for a dense model): Gemma 4's
     top_k_experts, or num_experts_per_tok as Qwen3-MoE and Mixtral configs name it."""
     experts = config.get("num_experts") or config.get("num_local_experts") or 0

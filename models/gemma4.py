@@ -18,6 +18,7 @@ from mlx_lm.models.cache import KVCache, RotatingKVCache
 from mlx_lm.models.gemma4_text import ModelArgs
 from mlx_lm.models.switch_layers import SwitchGLU
 
+from .config import ModelConfig
 from .ops import OpTable, layer_rope, rope_arguments
 
 
@@ -290,7 +291,7 @@ class Model(nn.Module):
         return out if cap is None else self.op_table.softcap(out, cap)
 
     @property
-    def config(self) -> dict[str, Any]:
+    def config(self) -> ModelConfig:
         """The config.json this model would be saved with (quantization included)."""
         return self._config
 

@@ -26,7 +26,14 @@ from mlx_lm.utils import _get_classes as mlx_lm_classes
 from mlx_lm.utils import load_model as mlx_lm_load_model
 from mlx_lm.utils import quantize_model, save_config, save_model
 
-from .config import QUANTIZE_MODES, Overrides, preset_config, runs_own_decoder
+from .config import (
+    QUANTIZE_MODES,
+    ConfigView,
+    ModelConfig,
+    Overrides,
+    preset_config,
+    runs_own_decoder,
+)
 from .errors import ModelConfigError
 from .gemma4 import Model, ModelArgs
 from .switched import SwitchedModel
@@ -45,7 +52,7 @@ MX_DTYPES: dict[str, mx.Dtype] = {
 _POOL_SIZE = (1 << 22) + 15
 
 
-def build_model(config: Mapping[str, Any], implementation: str | None = None) -> AnyModel:
+def build_model(config: ConfigView, implementation: str | None = None) -> AnyModel:
     """The model with lazy parameters: every shape is known, nothing is computed or allocated."""
     if runs_own_decoder(config, implementation):
         return Model(ModelArgs.from_dict(dict(config)), None, config)
@@ -53,7 +60,7 @@ def build_model(config: Mapping[str, Any], implementation: str | None = None) ->
     return SwitchedModel(model_class(args_class.from_dict(dict(config))), config)
 
 
-def _mlx_lm_classes(config: Mapping[str, Any]) -> tuple[type, type]:
+def _mlx_lm_classes(config: ConfigView) -> tuple[type, type]:
     try:
         return mlx_lm_classes(dict(config))
     except ValueError as err:  # mlx-lm has no module for the model_type
@@ -153,7 +160,7 @@ def is_checkpoint_path(source: str | Path) -> bool:
     return isinstance(source, Path) or "/" in text or os.sep in text or text.startswith(".")
 
 
-def read_checkpoint_config(path: Path) -> dict[str, Any]:
+def read_checkpoint_config(path: Path) -> ModelConfig:
     """config.json of a checkpoint directory, checked enough that loading it cannot fail
     obscurely."""
     if not path.is_dir():
@@ -181,7 +188,7 @@ def read_checkpoint_config(path: Path) -> dict[str, Any]:
     return config
 
 
-def text_config(config: Mapping[str, Any]) -> dict[str, Any]:
+def text_config(config: ConfigView) -> ModelConfig:
     """The decoder's config: the checkpoint's own, or its text_config when it is a multimodal
     gemma4."""
     if config.get("model_type") == "gemma4":
@@ -201,7 +208,7 @@ class _MultimodalShell(nn.Module):
         return reference_multimodal.Model.sanitize(self, weights)
 
 
-def _model_classes(config: Mapping[str, Any]) -> tuple[type, type]:
+def _model_classes(config: ConfigView) -> tuple[type, type]:
     if config["model_type"] == "gemma4":
         return _MultimodalShell, reference_multimodal.ModelArgs
     return Model, ModelArgs
@@ -239,7 +246,7 @@ def _load_weights(path: Path, **classes: Any) -> nn.Module:
         raise ModelConfigError(f"{path}: weights do not match config.json: {err}") from None
 
 
-def _load_own_decoder(path: Path, config: dict[str, Any]) -> Model:
+def _load_own_decoder(path: Path, config: ModelConfig) -> Model:
     loaded = _load_weights(path, get_model_classes=_model_classes)
     model = loaded.language_model if isinstance(loaded, _MultimodalShell) else loaded
     model._config = text_config(config)
@@ -255,9 +262,7 @@ def save_checkpoint(model: Model, path: str | Path) -> Path:
     return path
 
 
-def parameter_bytes(
-    config: Mapping[str, Any], dtype: str = "float32", quantize: str | None = None
-) -> int:
+def parameter_bytes(config: ConfigView, dtype: str = "float32", quantize: str | None = None) -> int:
     """The model's weight bytes, from shapes alone: the lazy model is built but never
     materialized."""
     model = build_model(config)

@@ -21,6 +21,7 @@ import mlx.core as mx
 import mlx.nn as nn
 from mlx_lm.models.cache import make_prompt_cache
 
+from .config import ConfigView
 from .errors import UnknownOpError
 from .ops import OpTable
 from .registry import REGISTRY
@@ -69,7 +70,7 @@ class SwitchedModel:
     (`model(tokens, cache=...)`, `make_cache()`, `layers`), plus `set_ops` as fusebench's
     decoder has it."""
 
-    def __init__(self, model: nn.Module, config: Mapping[str, Any]) -> None:
+    def __init__(self, model: nn.Module, config: ConfigView) -> None:
         self.model = model
         self.config = dict(config)
         self.model_type = str(config.get("model_type", ""))

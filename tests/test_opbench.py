@@ -125,12 +125,12 @@ def test_identical_shapes_of_several_sizes_are_timed_once():
 
 def test_unknown_op_is_a_one_line_error_with_the_choices():
     with pytest.raises(UnknownOpError) as err:
-        check_ops(["geglu", "swiglu"])
+        check_ops(["geglu", "reglu"])
     message = str(err.value)
     assert (
         "\n" not in message
-        and "'swiglu'" in message
-        and "geglu, softcap, attention, rms_norm, rope" in message
+        and "'reglu'" in message
+        and "geglu, softcap, attention, rms_norm, rope, swiglu" in message
     )
 
 

@@ -17,6 +17,7 @@ from scipy import stats as scipy_stats
 
 from models.config import (
     LayerGeometry,
+    ModelConfig,
     Overrides,
     layer_geometry,
     preset_config,
@@ -54,7 +55,7 @@ class ProjectionError(UserError):
 
 
 @functools.cache
-def _full_config(preset: str) -> dict[str, Any]:
+def _full_config(preset: str) -> ModelConfig:
     return preset_config(preset, Overrides())
 
 

@@ -22,12 +22,11 @@ from . import baseline, bisect, calibrate, check, env, kernels, ops, project, re
 DESCRIPTION = """\
 Is the fused path faster than the unfused one, and does it compute the same thing?
 
-fusebench runs Gemma 4 (E2B, E4B, 26B, 31B, or a local mlx-lm checkpoint) with switchable op \
-variants
-(compiled vs unfused GeGLU and logit softcap, SDPA vs manual attention, ...), times prefill and \
-generation
-tokens/s in interleaved rounds, and reports each Δ with a paired 95% confidence interval and a \
-verdict.
+fusebench runs Gemma 4 (E2B, E4B, 26B, 31B) in its own decoder, and any local mlx-lm checkpoint
+or preset (Llama, Qwen3, Gemma 3, Mistral, ...) in mlx-lm's own classes, with switchable op
+variants (compiled vs unfused GeGLU, SwiGLU and logit softcap, SDPA vs manual attention, ...), times
+prefill and generation tokens/s in interleaved rounds, and reports each Δ with a paired 95%
+confidence interval and a verdict.
 
 typical session:
   fusebench env                          what will run: backend, device, BLAS

@@ -49,7 +49,7 @@ def _converted(hint: Any, value: object) -> object:
         return tuple(_converted(item, v) for v in value)
     if origin is dict and isinstance(value, Mapping):
         return {key: _converted(args[1], item) for key, item in value.items()}
-    if dataclasses.is_dataclass(hint):
+    if dataclasses.is_dataclass(hint) and not isinstance(value, hint):
         if not isinstance(value, Mapping):
             raise TypeError(f"{hint.__name__}: expected an object, got {value!r}")
         return from_mapping(hint, value)  # type: ignore[arg-type]

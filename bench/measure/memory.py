@@ -11,9 +11,8 @@ import os
 import platform
 import subprocess
 from pathlib import Path
-from typing import Any
 
-from models.config import DTYPE_BYTES, Overrides, layer_geometry, preset_config
+from models.config import DTYPE_BYTES, ModelConfig, Overrides, layer_geometry, preset_config
 from models.loading import parameter_bytes, read_checkpoint_config, text_config
 
 from ..core.spec import Experiment, ModelSpec
@@ -23,7 +22,7 @@ from ..core.spec import Experiment, ModelSpec
 HEADROOM = 0.85
 
 
-def model_config(spec: ModelSpec) -> dict[str, Any]:
+def model_config(spec: ModelSpec) -> ModelConfig:
     if spec.path:
         return text_config(read_checkpoint_config(_path(spec)))
     return preset_config(spec.preset, Overrides(spec.layers, spec.dtype, spec.quantize))
@@ -40,7 +39,7 @@ def weight_bytes(spec: ModelSpec) -> int:
     return parameter_bytes(model_config(spec), spec.dtype, spec.quantize)
 
 
-def working_bytes(config: dict[str, Any], spec: ModelSpec, exp: Experiment) -> int:
+def working_bytes(config: ModelConfig, spec: ModelSpec, exp: Experiment) -> int:
     """KV cache at the longest context, plus the largest transient of one prefill chunk: the
     attention scores of the manual path or the MLP's intermediate activations, whichever is
     bigger."""

@@ -23,12 +23,12 @@ import re
 from dataclasses import asdict, dataclass, fields
 from functools import cache, lru_cache
 from pathlib import Path
-from typing import Any, TypedDict
+from typing import TypedDict
 
 import yaml
 from mlx.utils import tree_flatten
 
-from models.config import DTYPE_BYTES, LayerGeometry, expert_share, layer_geometry
+from models.config import DTYPE_BYTES, LayerGeometry, ModelConfig, expert_share, layer_geometry
 from models.loading import MX_DTYPES, build_model, cast_weights, quantize_weights
 
 from ..core.records import Env
@@ -184,7 +184,7 @@ def _role_totals(config_json: str, dtype: str, quantize: str | None) -> RoleTota
 
 
 def role_totals(
-    config: dict[str, Any], dtype: str = "float32", quantize: str | None = None
+    config: ModelConfig, dtype: str = "float32", quantize: str | None = None
 ) -> RoleTotals:
     """Cached per config: building even the lazy 31B takes a moment, and a report asks once per
     cell."""
@@ -238,7 +238,7 @@ class CellWork:
 
 
 def cell_work(
-    config: dict[str, Any],
+    config: ModelConfig,
     prompt_tokens: int,
     gen_tokens: int,
     batch: int,

@@ -1,0 +1,170 @@
+"""The history store: every results file a team adds, kept as the figures its reports show, keyed by
+machine, commit, experiment, cell, series and build, so trends, steps and drift can be read back.
+
+One embedded SQLite file by default (a path: nothing to start), or the same tables on PostgreSQL by
+URL (`postgresql+pg8000://user@host/db`) for runners that share one, through SQLAlchemy Core.
+Adding a run is one transaction: it lands whole or not at all, and a run already held (its run_id
+on its machine) is left as it is, so adding the same file twice changes nothing.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from dataclasses import asdict, dataclass, fields
+from enum import StrEnum
+from pathlib import Path
+
+import sqlalchemy as sa
+from sqlalchemy.exc import ArgumentError, OperationalError, SQLAlchemyError
+
+from .errors import UserError
+from .typed import from_mapping
+
+
+class HistoryError(UserError):
+    """A history store that cannot be opened or written; the message names it."""
+
+
+class Series(StrEnum):
+    """What a point measures: a variant's tok/s, one variant against another within a run, or this
+    build against the run's reference build (the parent, or an anchor such as the last release)."""
+
+    RATE = "rate"
+    COMPARISON = "comparison"
+    BUILD = "build"
+
+
+@dataclass(frozen=True)
+class HistoryRun:
+    """One results file's run: where it ran, which commit it measured (with its parent and date),
+    and the commit its reference build was (None without one)."""
+
+    run_id: str
+    machine: str  # core.fingerprint.Fingerprint, as text: one machine's runs are never pooled
+    machine_label: str
+    experiment: str
+    commit: str
+    parent: str | None
+    commit_date: str | None  # ISO 8601, the commit's own date: the order of the series
+    against: str | None
+    source: str  # the file it was added from
+    added_at: str
+
+
+@dataclass(frozen=True)
+class HistoryPoint:
+    """One figure of a run with its 95% interval: a rate in tok/s, or a Δ in %. `name` is the
+    variant (RATE, BUILD; BUILD also "all variants"), or "new vs baseline" (COMPARISON)."""
+
+    run_id: str
+    machine: str
+    series: Series
+    model_key: str
+    size: str
+    workload: str
+    name: str
+    metric: str
+    value: float
+    low: float
+    high: float
+    rounds: int
+    verdict: str | None = None
+
+
+_METADATA = sa.MetaData()
+_RUNS = sa.Table(
+    "runs",
+    _METADATA,
+    sa.Column("run_id", sa.String(64), primary_key=True),
+    sa.Column("machine", sa.String(400), primary_key=True),
+    sa.Column("machine_label", sa.String(400), nullable=False),
+    sa.Column("experiment", sa.String(200), nullable=False),
+    sa.Column("commit", sa.String(64), nullable=False),
+    sa.Column("parent", sa.String(64)),
+    sa.Column("commit_date", sa.String(40)),
+    sa.Column("against", sa.String(64)),
+    sa.Column("source", sa.String(1000), nullable=False),
+    sa.Column("added_at", sa.String(40), nullable=False),
+)
+_POINTS = sa.Table(
+    "points",
+    _METADATA,
+    sa.Column("run_id", sa.String(64), nullable=False),
+    sa.Column("machine", sa.String(400), nullable=False),
+    sa.Column("series", sa.String(20), nullable=False),
+    sa.Column("model_key", sa.String(1000), nullable=False),
+    sa.Column("size", sa.String(200), nullable=False),
+    sa.Column("workload", sa.String(100), nullable=False),
+    sa.Column("name", sa.String(200), nullable=False),
+    sa.Column("metric", sa.String(20), nullable=False),
+    sa.Column("value", sa.Float, nullable=False),
+    sa.Column("low", sa.Float, nullable=False),
+    sa.Column("high", sa.Float, nullable=False),
+    sa.Column("rounds", sa.Integer, nullable=False),
+    sa.Column("verdict", sa.String(40)),
+    sa.ForeignKeyConstraint(["run_id", "machine"], ["runs.run_id", "runs.machine"]),
+    sa.UniqueConstraint("run_id", "machine", "series", "model_key", "workload", "name", "metric"),
+)
+
+
+def store_url(where: str) -> str:
+    """A database URL as given, or a path made into SQLite's."""
+    return where if "://" in where else f"sqlite:///{Path(where).expanduser()}"
+
+
+class HistoryStore:
+    """The store at `where`: a SQLite path (created on first add) or a database URL."""
+
+    def __init__(self, where: str) -> None:
+        self.where = where
+        try:
+            self.engine = sa.create_engine(store_url(where))
+        except (ArgumentError, ImportError, SQLAlchemyError) as err:
+            raise HistoryError(f"{where}: not a history store ({_reason(err)})") from None
+
+    def add(self, run: HistoryRun, points: Sequence[HistoryPoint]) -> bool:
+        """Store the run and its points; False (and nothing written) if the run is already held."""
+        with self._connection() as connection, connection.begin():
+            _METADATA.create_all(connection)
+            if self._holds(connection, run):
+                return False
+            connection.execute(_RUNS.insert(), [asdict(run)])
+            if points:
+                connection.execute(_POINTS.insert(), [_row(p) for p in points])
+        return True
+
+    def runs(self, machine: str | None = None) -> list[HistoryRun]:
+        query = sa.select(_RUNS).order_by(_RUNS.c.commit_date, _RUNS.c.added_at)
+        if machine is not None:
+            query = query.where(_RUNS.c.machine == machine)
+        return [from_mapping(HistoryRun, row) for row in self._read(query)]
+
+    def points(self, machine: str | None = None) -> list[HistoryPoint]:
+        query = sa.select(_POINTS)
+        if machine is not None:
+            query = query.where(_POINTS.c.machine == machine)
+        return [from_mapping(HistoryPoint, row) for row in self._read(query)]
+
+    def _holds(self, connection: sa.Connection, run: HistoryRun) -> bool:
+        key = (_RUNS.c.run_id == run.run_id) & (_RUNS.c.machine == run.machine)
+        return connection.execute(sa.select(_RUNS.c.run_id).where(key)).first() is not None
+
+    def _read(self, query: sa.Select) -> list[sa.RowMapping]:
+        with self._connection() as connection:
+            if not sa.inspect(connection).has_table(_RUNS.name):
+                return []
+            return list(connection.execute(query).mappings())
+
+    def _connection(self) -> sa.Connection:
+        try:
+            return self.engine.connect()
+        except (OperationalError, SQLAlchemyError) as err:
+            raise HistoryError(f"{self.where}: cannot open the history ({_reason(err)})") from None
+
+
+def _row(point: HistoryPoint) -> dict[str, object]:
+    return {f.name: getattr(point, f.name) for f in fields(point)}
+
+
+def _reason(err: Exception) -> str:
+    return " ".join(str(getattr(err, "orig", None) or err).split())[:200]
