@@ -2,11 +2,12 @@
 simulated at the noise of this project's runs, the figures docs/history.md quotes.
 
 Each series is one figure per commit in log space with its own standard error (drawn from 0.8-2.5%,
-the range of the A/B Δ intervals in results/gate-ab-4), plus a between-run spread τ, plus two spikes:
-two runs 8% off the level, as a busy machine gives, with an interval either 3x wider (the run saw
-its own noise) or no wider (the worst case: the run did not know). A false alarm is any step flagged
-in a series without one; power is the share of series with a 3% step (at 7 of 12, or in the middle)
-whose step is flagged within one commit of where it is, with no other.
+the range of the A/B Δ intervals in results/gate-ab-4, or from a quiet machine's 0.3-1%), plus a
+between-run spread τ, plus two spikes: two runs 8% off the level, as a busy machine gives, with an
+interval either 3x wider (the run saw its own noise) or no wider (the worst case: the run did not
+know). A false alarm is any step flagged in a series without one; power is the share of series with
+a 3% step (at 7 of 12, or in the middle) whose step is flagged within one commit of where it is,
+with no other.
 
     python benchmarks/changepoint_calibration.py [--series 2000] [--seed 0]
 """
@@ -26,8 +27,8 @@ from bench.analysis.changepoints import PENALTY, find_steps
 SPIKE = np.log(0.92)
 
 
-# The standard errors of one run's point: the slow VM's A/B Δ intervals (±1.6-4.9%, results/gate-ab-4)
-# and a quiet machine's (±0.6-2%).
+# The standard errors of one run's point: the slow VM's A/B Δ intervals (±1.6-4.9%,
+# results/gate-ab-4) and a quiet machine's (±0.6-2%).
 SE_RANGES = {"slow VM": (0.008, 0.025), "quiet": (0.003, 0.010)}
 
 
