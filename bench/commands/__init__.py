@@ -17,7 +17,21 @@ from types import ModuleType
 from rich.console import Console
 
 from ..core.errors import INPUT_ERRORS
-from . import baseline, bisect, calibrate, check, env, kernels, ops, project, report, run, verify
+from . import (
+    baseline,
+    bisect,
+    calibrate,
+    check,
+    env,
+    history,
+    kernels,
+    ops,
+    project,
+    publish,
+    report,
+    run,
+    verify,
+)
 
 DESCRIPTION = """\
 Is the fused path faster than the unfused one, and does it compute the same thing?
@@ -50,6 +64,8 @@ COMMANDS: dict[str, ModuleType] = {
     "calibrate": calibrate,
     "ops": ops,
     "bisect": bisect,
+    "history": history,
+    "publish": publish,
 }
 
 

@@ -11,6 +11,7 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 
 from .records import FORMAT, RunHeader
+from .text import short_commit
 from .typed import from_mapping
 
 UNKNOWN_MACHINE = "unknown machine"
@@ -76,7 +77,7 @@ class BuildInfo:
 
     @property
     def short_commit(self) -> str:
-        return (self.commit or "?")[:12]
+        return short_commit(self.commit)
 
 
 @dataclass(frozen=True)

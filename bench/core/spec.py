@@ -142,12 +142,12 @@ class ModelSpec:
     def label(self) -> str:
         """`E2B`, or `E2B (2/35 layers)` for a truncated preset: never passed off as the real
         model."""
-        label = self.size + (f" [{self.implementation}]" if self.implementation else "")
+        notes = [self.implementation] if self.implementation else []
         if self.preset and self.layers:
             full = _preset_facts(self.preset)[1]
             if self.layers != full:
-                return f"{label} ({self.layers}/{full} layers)"
-        return label
+                notes.append(f"{self.layers}/{full} layers")
+        return f"{self.size} ({', '.join(notes)})" if notes else self.size
 
 
 def model_spec(

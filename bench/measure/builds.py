@@ -43,6 +43,16 @@ def git_output(*args: str, cwd: Path = PACKAGE_ROOT) -> str | None:
     return done.stdout.strip() if done.returncode == 0 else None
 
 
+def describe_commit(commit: str) -> tuple[str | None, str | None]:
+    """A commit's first parent and its committer date (ISO 8601), as the checkout in the current
+    directory knows them; (None, None) for a commit it does not hold."""
+    shown = git_output("show", "-s", "--format=%P%n%cI", commit, cwd=Path.cwd())
+    if not shown:
+        return None, None
+    parents, _, date = shown.partition("\n")
+    return (parents.split() or [None])[0], date or None
+
+
 @contextlib.contextmanager
 def reference_build(ref: str, experiment: Path) -> Iterator[Build]:
     """The build REF names, checked; a temporary worktree for a git ref lives as long as the

@@ -93,7 +93,7 @@ def _alignment(table: Table) -> list[str]:
 
 # --- html -----------------------------------------------------------------------------------------
 
-_CSS = """
+CSS = """
 body { font-family: -apple-system, "Segoe UI", Helvetica, Arial, sans-serif; margin: 2rem auto; \
 max-width: 1100px;
        padding: 0 1rem; color: #1f2328; line-height: 1.45; }
@@ -113,14 +113,14 @@ ul { padding-left: 1.4rem; }
 
 def to_html(blocks: Sequence[Block], title: str) -> str:
     """One self-contained page: the CSS inline and every figure embedded as a base64 PNG."""
-    body = "\n".join(_html_block(block) for block in blocks)
+    body = "\n".join(html_block(block) for block in blocks)
     return (
         '<!DOCTYPE html>\n<html lang="en">\n<head>\n<meta charset="utf-8">\n'
-        f"<title>{html.escape(title)}</title>\n<style>{_CSS}</style>\n</head>\n<body>\n{body}\n</body>\n</html>\n"
+        f"<title>{html.escape(title)}</title>\n<style>{CSS}</style>\n</head>\n<body>\n{body}\n</body>\n</html>\n"
     )
 
 
-def _html_block(block: Block) -> str:
+def html_block(block: Block) -> str:
     if isinstance(block, Heading):
         return f"<h{block.level}>{html.escape(block.text)}</h{block.level}>"
     if isinstance(block, Paragraph):

@@ -1,0 +1,167 @@
+"""A scratch history of 12 commits, measured for real: does `fusebench history` find the commit that
+made every variant ~3% slower, and only that one, when two other commits each have one noisy run?
+
+In a throwaway clone of this checkout, commit 1 is the tree as it is; each later commit touches a
+scratch file, and commit 7 also makes fusebench's decoder sleep in every forward pass, about 3% of
+the tiny model's step (the sleep is sized from a timing of the tiny model first). Every commit is
+A/B'd against commit 1 (the anchor) with experiments/history-demo.yaml, and its run added to a
+history; the runs of commits 4 and 10 run beside a busy loop on one core (a noisy run each). Then
+`fusebench history show`, `history check --anchor` and `publish` read it back.
+
+    python benchmarks/history_demo.py --out results/history-demo
+
+Writes OUT/runs/commit-NN.jsonl, OUT/history.sqlite, OUT/show.txt, OUT/check.txt and OUT/site/.
+"""
+
+from __future__ import annotations
+
+import argparse
+import multiprocessing
+import shutil
+import subprocess
+import sys
+import tempfile
+import time
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parents[1]
+COMMITS = 12
+SLOW_AT = 7
+NOISY_AT = (4, 10)
+SLOWDOWN = 0.03
+EXPERIMENT = "experiments/history-demo.yaml"
+# The injection: fusebench's decoder sleeps in each forward pass, prefill chunk or decode step.
+CALL = "        out = self.model(inputs, cache)\n"
+
+
+AUTHOR = ("-c", "user.name=demo", "-c", "user.email=demo@example.com")
+
+
+def git(repo: Path, *args: str) -> str:
+    done = subprocess.run(["git", *args], cwd=repo, capture_output=True, text=True, check=True)
+    return done.stdout.strip()
+
+
+def fusebench(repo: Path, *args: str, out: Path | None = None) -> str:
+    done = subprocess.run(
+        [str(ROOT / ".venv" / "bin" / "python"), "-m", "bench", *args],
+        cwd=repo, capture_output=True, text=True,
+    )  # fmt: skip
+    if out is not None:
+        out.write_text(done.stdout)
+    if done.returncode not in (0, 1, 3):
+        raise SystemExit(f"fusebench {' '.join(args)} failed ({done.returncode}): {done.stderr}")
+    return done.stdout
+
+
+def step_seconds() -> float:
+    """The tiny model's mean forward pass at the demo's workload, to size a ~3% sleep."""
+    sys.path.insert(0, str(ROOT))
+    import mlx.core as mx
+
+    from models.loading import load_model
+
+    model = load_model("tiny")
+    tokens = mx.array([[1] * 64])
+    mx.eval(model(tokens))
+    start, calls = time.perf_counter(), 0
+    while time.perf_counter() - start < 2.0:
+        cache = model.make_cache()
+        mx.eval(model(tokens, cache=cache))
+        for _ in range(7):
+            mx.eval(model(mx.array([[1]]), cache=cache))
+        calls += 8
+    return (time.perf_counter() - start) / calls
+
+
+def scratch_clone(where: Path) -> Path:
+    repo = where / "repo"
+    subprocess.run(["git", "clone", "-q", "--no-hardlinks", str(ROOT), str(repo)], check=True)
+    for path in (EXPERIMENT,):  # the demo's experiment, committed or not
+        shutil.copy(ROOT / path, repo / path)
+    git(repo, "add", "-A")
+    git(
+        repo,
+        "-c",
+        "user.name=demo",
+        "-c",
+        "user.email=demo@x",
+        "commit",
+        "-qm",
+        "commit 1",
+        "--allow-empty",
+    )
+    return repo
+
+
+def commit(repo: Path, number: int, sleep_s: float) -> str:
+    (repo / "SCRATCH").write_text(f"commit {number}\n")
+    if number == SLOW_AT:
+        model = repo / "models" / "gemma4.py"
+        text = model.read_text()
+        assert CALL in text, "the injection point moved"
+        injected = f"        __import__('time').sleep({sleep_s:.6f})  # history demo: ~3% slower\n"
+        model.write_text(text.replace(CALL, injected + CALL))
+    git(repo, "add", "-A")
+    git(
+        repo, "-c", "user.name=demo", "-c", "user.email=demo@x", "commit", "-qm", f"commit {number}"
+    )
+    return git(repo, "rev-parse", "HEAD")
+
+
+def busy() -> None:
+    while True:
+        pass
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
+    parser.add_argument("--out", type=Path, required=True)
+    args = parser.parse_args()
+    out = args.out.resolve()
+    (out / "runs").mkdir(parents=True, exist_ok=True)
+    sleep_s = SLOWDOWN * step_seconds()
+    print(f"sleep per forward pass: {sleep_s * 1e3:.3f} ms (3% of the tiny model's mean pass)")
+    store = str(out / "history.sqlite")
+    with tempfile.TemporaryDirectory() as tmp:
+        repo = scratch_clone(Path(tmp))
+        anchor = git(repo, "rev-parse", "HEAD")
+        for number in range(1, COMMITS + 1):
+            head = anchor if number == 1 else commit(repo, number, sleep_s)
+            results = out / "runs" / f"commit-{number:02d}.jsonl"
+            results.unlink(missing_ok=True)
+            load = multiprocessing.Process(target=busy) if number in NOISY_AT else None
+            if load:
+                load.start()
+            try:
+                fusebench(
+                    repo, "run", EXPERIMENT, "--against", anchor, "--out", str(results), "--quiet"
+                )
+            finally:
+                if load:
+                    load.terminate()
+            fusebench(repo, "history", "add", str(results), "--store", store)
+            print(
+                f"commit {number:2d} {head[:12]}{' (noisy run)' if load else ''} measured",
+                flush=True,
+            )
+        fusebench(repo, "history", "show", "--store", store, out=out / "show.txt")
+        fusebench(
+            repo,
+            "history",
+            "check",
+            "--anchor",
+            anchor,
+            "--limit",
+            "5",
+            "--store",
+            store,
+            out=out / "check.txt",
+        )
+        fusebench(repo, "publish", str(out / "site"), "--store", store)
+    print((out / "show.txt").read_text())
+    print((out / "check.txt").read_text())
+
+
+if __name__ == "__main__":
+    main()
