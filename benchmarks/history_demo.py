@@ -3,7 +3,7 @@ made every variant ~3% slower, and only that one, when two other commits each ha
 
 In a throwaway clone of this checkout, commit 1 is the tree as it is; each later commit touches a
 scratch file, and commit 7 also makes fusebench's decoder sleep in every forward pass, about 3% of
-the tiny model's step (the sleep is sized from a timing of the tiny model first). Every commit is
+the tiny model's prompt pass and decode step (sized from a timing of each first). Every commit is
 A/B'd against commit 1 (the anchor) with experiments/history-demo.yaml, and its run added to a
 history; the runs of commits 4 and 10 run beside a busy loop on one core (a noisy run each). Then
 `fusebench history show`, `history check --anchor` and `publish` read it back.
@@ -29,8 +29,10 @@ COMMITS = 12
 SLOW_AT = 7
 NOISY_AT = (4, 10)
 SLOWDOWN = 0.03
+PROMPT_TOKENS = 512  # experiments/history-demo.yaml's
 EXPERIMENT = "experiments/history-demo.yaml"
-# The injection: fusebench's decoder sleeps in each forward pass, prefill chunk or decode step.
+# The injection: fusebench's decoder sleeps in each forward pass, SLOWDOWN of a prompt's pass or of
+# a decode step's, by the length of the call.
 CALL = "        out = self.model(inputs, cache)\n"
 
 
@@ -54,24 +56,25 @@ def fusebench(repo: Path, *args: str, out: Path | None = None) -> str:
     return done.stdout
 
 
-def step_seconds() -> float:
-    """The tiny model's mean forward pass at the demo's workload, to size a ~3% sleep."""
+def pass_seconds() -> tuple[float, float]:
+    """The tiny model's forward pass over the demo's prompt, and over one decode token, each the
+    median of repeats: each is slowed by SLOWDOWN of its own time."""
     sys.path.insert(0, str(ROOT))
     import mlx.core as mx
 
     from models.loading import load_model
 
-    model = load_model("tiny")
-    tokens = mx.array([[1] * 64])
-    mx.eval(model(tokens))
-    start, calls = time.perf_counter(), 0
-    while time.perf_counter() - start < 2.0:
+    model, prompt = load_model("tiny"), mx.array([[1] * PROMPT_TOKENS])
+    prefills, decodes = [], []
+    for _ in range(30):
         cache = model.make_cache()
-        mx.eval(model(tokens, cache=cache))
-        for _ in range(7):
-            mx.eval(model(mx.array([[1]]), cache=cache))
-        calls += 8
-    return (time.perf_counter() - start) / calls
+        start = time.perf_counter()
+        mx.eval(model(prompt, cache=cache))
+        middle = time.perf_counter()
+        mx.eval(model(mx.array([[1]]), cache=cache))
+        prefills.append(middle - start)
+        decodes.append(time.perf_counter() - middle)
+    return sorted(prefills)[15], sorted(decodes)[15]
 
 
 def scratch_clone(where: Path) -> Path:
@@ -94,13 +97,17 @@ def scratch_clone(where: Path) -> Path:
     return repo
 
 
-def commit(repo: Path, number: int, sleep_s: float) -> str:
+def commit(repo: Path, number: int, sleeps: tuple[float, float]) -> str:
     (repo / "SCRATCH").write_text(f"commit {number}\n")
     if number == SLOW_AT:
         model = repo / "models" / "gemma4.py"
         text = model.read_text()
         assert CALL in text, "the injection point moved"
-        injected = f"        __import__('time').sleep({sleep_s:.6f})  # history demo: ~3% slower\n"
+        prompt_s, step_s = sleeps
+        injected = (
+            f"        __import__('time').sleep({prompt_s:.6f} if inputs.shape[1] > 1 "
+            f"else {step_s:.6f})  # history demo: ~3% slower\n"
+        )
         model.write_text(text.replace(CALL, injected + CALL))
     git(repo, "add", "-A")
     git(
@@ -120,14 +127,19 @@ def main() -> None:
     args = parser.parse_args()
     out = args.out.resolve()
     (out / "runs").mkdir(parents=True, exist_ok=True)
-    sleep_s = SLOWDOWN * step_seconds()
-    print(f"sleep per forward pass: {sleep_s * 1e3:.3f} ms (3% of the tiny model's mean pass)")
+    prefill_s, decode_s = pass_seconds()
+    sleeps = (SLOWDOWN * prefill_s, SLOWDOWN * decode_s)
+    print(
+        f"sleeps at commit {SLOW_AT}: {sleeps[0] * 1e3:.3f} ms a prompt pass "
+        f"({prefill_s * 1e3:.1f} ms), {sleeps[1] * 1e3:.3f} ms a decode step "
+        f"({decode_s * 1e3:.2f} ms)"
+    )
     store = str(out / "history.sqlite")
     with tempfile.TemporaryDirectory() as tmp:
         repo = scratch_clone(Path(tmp))
         anchor = git(repo, "rev-parse", "HEAD")
         for number in range(1, COMMITS + 1):
-            head = anchor if number == 1 else commit(repo, number, sleep_s)
+            head = anchor if number == 1 else commit(repo, number, sleeps)
             results = out / "runs" / f"commit-{number:02d}.jsonl"
             results.unlink(missing_ok=True)
             load = multiprocessing.Process(target=busy) if number in NOISY_AT else None

@@ -27,6 +27,7 @@ from ..core.records import (
     Column,
     KernelRecord,
     ResultsError,
+    SiteRecord,
     require_fields,
 )
 from ..core.results import Results, read_results
@@ -89,6 +90,8 @@ class Study:
     margin_pct: float = stats.DEFAULT_MARGIN_PCT
     # which kernels ran (kind "kernel"), the build under test's
     kernels: list[KernelRecord] = dataclasses.field(default_factory=list)
+    # the names an mlx-lm model's ops were switched at (models.switched), the build under test's
+    sites: list[SiteRecord] = dataclasses.field(default_factory=list)
     # every build's trials, warmups included, when a run measured two builds (run --against); else
     # empty
     build_trials: pd.DataFrame = dataclasses.field(default_factory=pd.DataFrame)
@@ -176,6 +179,7 @@ def build_study(results: Results) -> Study:
             (exp.margin_pct for exp in experiments if exp), default=stats.DEFAULT_MARGIN_PCT
         ),
         kernels=[k for k in results.kernel_records() if k.build == CURRENT_BUILD],
+        sites=[s for s in results.site_records() if s.build == CURRENT_BUILD],
         build_trials=all_trials if len(all_trials) != len(trials) else pd.DataFrame(),
         unread_experiments=unread,
     )

@@ -507,6 +507,16 @@ class SiteCalls:
     decode_calls: int
 
 
+class CellPlace(TypedDict):
+    """Where a cell's record was measured: what KernelRecord and SiteRecord carry beside it."""
+
+    machine: str
+    model_key: str
+    size: str
+    workload: str
+    build: str
+
+
 @dataclass(frozen=True)
 class KernelRecord:
     """A stored kernel fact with the cell and machine it was recorded on."""
@@ -517,3 +527,15 @@ class KernelRecord:
     workload: str
     build: str
     fact: KernelFact
+
+
+@dataclass(frozen=True)
+class SiteRecord:
+    """A stored switched name (SiteCalls) with the cell and machine it was recorded on."""
+
+    machine: str
+    model_key: str
+    size: str
+    workload: str
+    build: str
+    site: SiteCalls

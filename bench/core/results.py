@@ -28,12 +28,15 @@ from .records import (
     CURRENT_BUILD,
     FORMAT,
     RECORD_KINDS,
+    CellPlace,
     Column,
     KernelFact,
     KernelRecord,
     Record,
     ResultsError,
     RunHeader,
+    SiteCalls,
+    SiteRecord,
     header_format,
     upgrade,
 )
@@ -78,15 +81,16 @@ class Results:
         """Every kernel fact, read back as the type that wrote it, with its cell and machine."""
         machines = self.machines()
         return [
-            KernelRecord(
-                machine=machines.get(record.get(Column.RUN_ID, ""), UNKNOWN_MACHINE),
-                model_key=str(record.get(Column.MODEL_KEY, "")),
-                size=str(record.get(Column.SIZE, "")),
-                workload=str(record.get(Column.WORKLOAD, "")),
-                build=str(record.get(Column.BUILD) or CURRENT_BUILD),
-                fact=from_mapping(KernelFact, record),  # its cell's fields are the ones above
-            )
+            KernelRecord(**_place(record, machines), fact=from_mapping(KernelFact, record))
             for record in self.of_kind("kernel")
+        ]
+
+    def site_records(self) -> list[SiteRecord]:
+        """Every switched name of an mlx-lm model (models.switched), with its cell and machine."""
+        machines = self.machines()
+        return [
+            SiteRecord(**_place(record, machines), site=from_mapping(SiteCalls, record))
+            for record in self.of_kind(SiteCalls.KIND)
         ]
 
     @property
@@ -142,6 +146,17 @@ class Results:
             return frame
         frame["machine"] = frame["run_id"].map(self.machines()).fillna(UNKNOWN_MACHINE)
         return frame
+
+
+def _place(record: Record, machines: Mapping[str, str]) -> CellPlace:
+    """Where a cell's record was measured: its machine, cell and build."""
+    return CellPlace(
+        machine=machines.get(record.get(Column.RUN_ID, ""), UNKNOWN_MACHINE),
+        model_key=str(record.get(Column.MODEL_KEY, "")),
+        size=str(record.get(Column.SIZE, "")),
+        workload=str(record.get(Column.WORKLOAD, "")),
+        build=str(record.get(Column.BUILD) or CURRENT_BUILD),
+    )
 
 
 def read_results(paths: Iterable[str | Path], *, warn: Any = None) -> Results:

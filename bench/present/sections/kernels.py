@@ -6,9 +6,16 @@ from __future__ import annotations
 from models.registry import REGISTRY
 
 from ...analysis.study import Study, cell_labels, ops_changes, size_order
-from ...core.records import KernelFact, KernelRecord
+from ...core.records import KernelFact, KernelRecord, SiteCalls
 from ..document import Block, Heading, Paragraph
-from ..kernels import compile_note, graph_facts, kernel_table, probe_facts, summarize_probes
+from ..kernels import (
+    compile_note,
+    graph_facts,
+    kernel_table,
+    probe_facts,
+    summarize_probes,
+    switched_sentence,
+)
 from . import ReportContext
 
 
@@ -40,8 +47,10 @@ def kernel_section(context: ReportContext) -> list[Block]:
         for (key, _size), label in labels.items():
             mine = _unique([k for k in records if k.model_key == key])
             graphs = [f for f in graph_facts(mine) if f.op in changed]
+            sites = _sites(study, machine, key)
             blocks += [
                 Heading(label + ("" if len(study.machines) == 1 else f" · {machine}"), 3),
+                *([Paragraph(switched_sentence(sites))] if sites else []),
                 Paragraph(summarize_probes(mine)),
             ]
             if graphs:
@@ -64,6 +73,13 @@ def probe_note(study: Study, machine: str, workload: str, pair: tuple[str, str])
             meaning = REGISTRY[op].fallback_note if fell_back and op in REGISTRY else ""
             notes.append(" ".join([f"Kernels: {summarize_probes(probes)}.", meaning]).strip())
     return " ".join(notes) or None
+
+
+def _sites(study: Study, machine: str, model_key: str) -> list[SiteCalls]:
+    """The model's switched names, once each (every cell records them), at the first workload."""
+    mine = [s for s in study.sites if (s.machine, s.model_key) == (machine, model_key)]
+    first = mine[0].workload if mine else None
+    return list(dict.fromkeys(s.site for s in mine if s.workload == first))
 
 
 def _unique(records: list[KernelRecord]) -> list[KernelFact]:
