@@ -16,12 +16,12 @@ Writes OUT/runs/commit-NN.jsonl, OUT/history.sqlite, OUT/show.txt, OUT/check.txt
 from __future__ import annotations
 
 import argparse
+import json
 import multiprocessing
 import shutil
+import statistics
 import subprocess
-import sys
 import tempfile
-import time
 from pathlib import Path
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -56,30 +56,17 @@ def fusebench(repo: Path, *args: str, out: Path | None = None) -> str:
     return done.stdout
 
 
-def pass_seconds() -> tuple[float, float]:
-    """The seconds of a prompt pass and of a decode step as a trial makes them (the worker's
-    prefill: the prompt but its last token evaluated to the KV cache, then the last token with its
-    logits), each the median of repeats. The demo slows each call by SLOWDOWN of its own time, so
-    prefill and generation alike are SLOWDOWN slower."""
-    sys.path.insert(0, str(ROOT))
-    import mlx.core as mx
-
-    from bench.measure.worker import prefill
-    from models.loading import load_model
-
-    model, prompt = load_model("tiny"), mx.array([[1] * PROMPT_TOKENS])
-    prefills, decodes = [], []
-    for _ in range(30):
-        cache = model.make_cache()
-        start = time.perf_counter()
-        mx.eval(prefill(model, prompt, cache, PROMPT_TOKENS))
-        middle = time.perf_counter()
-        mx.eval(model(mx.array([[1]]), cache=cache))
-        prefills.append(middle - start)
-        decodes.append(time.perf_counter() - middle)
-    prefill_s, decode_s = sorted(prefills)[15], sorted(decodes)[15]
-    # a prefill is the prompt's pass and the last token's, which costs what a decode step does
-    return prefill_s - decode_s, decode_s
+def pass_seconds(repo: Path, scratch: Path) -> tuple[float, float]:
+    """The seconds of a prompt pass and of a decode step as the demo's trials make them, read from
+    a short run of its experiment (its workers, BLAS and threads): a prefill is the prompt's pass
+    plus the last token's, which costs what a decode step does. The demo slows each call by
+    SLOWDOWN of its own time, so prefill and generation alike are SLOWDOWN slower."""
+    results = scratch / "sizing.jsonl"
+    fusebench(repo, "run", EXPERIMENT, "--trials", "4", "--out", str(results), "--quiet")
+    trials = [json.loads(line) for line in results.read_text().splitlines()]
+    timed = [t for t in trials if t["kind"] == "trial" and not t["warmup"]]
+    decode_s = statistics.median(t["gen_s"] / (t["gen_tokens"] - 1) for t in timed)
+    return statistics.median(t["prefill_s"] for t in timed) - decode_s, decode_s
 
 
 def scratch_clone(where: Path) -> Path:
@@ -129,55 +116,50 @@ def busy() -> None:
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     parser.add_argument("--out", type=Path, required=True)
-    args = parser.parse_args()
-    out = args.out.resolve()
+    out = parser.parse_args().out.resolve()
     (out / "runs").mkdir(parents=True, exist_ok=True)
-    prompt_s, decode_s = pass_seconds()
+    with tempfile.TemporaryDirectory() as tmp:
+        repo = scratch_clone(Path(tmp))
+        run_history(repo, Path(tmp), out, str(out / "history.sqlite"))
+    print((out / "show.txt").read_text())
+    print((out / "check.txt").read_text())
+
+
+def run_history(repo: Path, scratch: Path, out: Path, store: str) -> None:
+    """Commit, measure and add each of the COMMITS, then read the history back."""
+    prompt_s, decode_s = pass_seconds(repo, scratch)
     sleeps = (SLOWDOWN * prompt_s, SLOWDOWN * decode_s)
     print(
         f"sleeps at commit {SLOW_AT}: {sleeps[0] * 1e3:.3f} ms a prompt pass "
         f"({prompt_s * 1e3:.1f} ms), {sleeps[1] * 1e3:.3f} ms a decode step "
-        f"({decode_s * 1e3:.2f} ms)"
+        f"({decode_s * 1e3:.2f} ms)",
+        flush=True,
     )
-    store = str(out / "history.sqlite")
-    with tempfile.TemporaryDirectory() as tmp:
-        repo = scratch_clone(Path(tmp))
-        anchor = git(repo, "rev-parse", "HEAD")
-        for number in range(1, COMMITS + 1):
-            head = anchor if number == 1 else commit(repo, number, sleeps)
-            results = out / "runs" / f"commit-{number:02d}.jsonl"
-            results.unlink(missing_ok=True)
-            load = multiprocessing.Process(target=busy) if number in NOISY_AT else None
-            if load:
-                load.start()
-            try:
-                fusebench(
-                    repo, "run", EXPERIMENT, "--against", anchor, "--out", str(results), "--quiet"
-                )
-            finally:
-                if load:
-                    load.terminate()
-            fusebench(repo, "history", "add", str(results), "--store", store)
-            print(
-                f"commit {number:2d} {head[:12]}{' (noisy run)' if load else ''} measured",
-                flush=True,
-            )
-        fusebench(repo, "history", "show", "--store", store, out=out / "show.txt")
-        fusebench(
-            repo,
-            "history",
-            "check",
-            "--anchor",
-            anchor,
-            "--limit",
-            "5",
-            "--store",
-            store,
-            out=out / "check.txt",
-        )
-        fusebench(repo, "publish", str(out / "site"), "--store", store)
-    print((out / "show.txt").read_text())
-    print((out / "check.txt").read_text())
+    anchor = git(repo, "rev-parse", "HEAD")
+    for number in range(1, COMMITS + 1):
+        head = anchor if number == 1 else commit(repo, number, sleeps)
+        results = out / "runs" / f"commit-{number:02d}.jsonl"
+        results.unlink(missing_ok=True)
+        measure(repo, anchor, results, noisy=number in NOISY_AT)
+        fusebench(repo, "history", "add", str(results), "--store", store)
+        noisy = " (noisy run)" if number in NOISY_AT else ""
+        print(f"commit {number:2d} {head[:12]}{noisy} measured", flush=True)
+    fusebench(repo, "history", "show", "--store", store, out=out / "show.txt")
+    check = ("history", "check", "--anchor", anchor, "--limit", "5", "--store", store)
+    fusebench(repo, *check, out=out / "check.txt")
+    fusebench(repo, "publish", str(out / "site"), "--store", store)
+
+
+def measure(repo: Path, anchor: str, results: Path, noisy: bool) -> None:
+    """One A/B of the checkout against the anchor; a noisy one beside a busy loop on one core."""
+    load = multiprocessing.Process(target=busy) if noisy else None
+    if load:
+        load.start()
+    try:
+        fusebench(repo, "run", EXPERIMENT, "--against", anchor, "--out", str(results), "--quiet")
+    finally:
+        if load:
+            load.terminate()
 
 
 if __name__ == "__main__":
