@@ -116,11 +116,25 @@ def busy() -> None:
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     parser.add_argument("--out", type=Path, required=True)
-    out = parser.parse_args().out.resolve()
+    parser.add_argument(
+        "--reread",
+        action="store_true",
+        help="measure nothing: read OUT/runs/ into a new history (after the analysis changed)",
+    )
+    args = parser.parse_args()
+    out = args.out.resolve()
     (out / "runs").mkdir(parents=True, exist_ok=True)
-    with tempfile.TemporaryDirectory() as tmp:
-        repo = scratch_clone(Path(tmp))
-        run_history(repo, Path(tmp), out, str(out / "history.sqlite"))
+    store = out / "history.sqlite"
+    if args.reread:
+        store.unlink(missing_ok=True)
+        for results in sorted((out / "runs").glob("commit-*.jsonl")):
+            fusebench(ROOT, "history", "add", str(results), "--store", str(store))
+        anchor = json.loads((out / "runs" / "commit-01.jsonl").open().readline())
+        read_back(ROOT, anchor["env"]["git_commit"], out, str(store))
+    else:
+        with tempfile.TemporaryDirectory() as tmp:
+            repo = scratch_clone(Path(tmp))
+            run_history(repo, Path(tmp), out, str(store))
     print((out / "show.txt").read_text())
     print((out / "check.txt").read_text())
 
@@ -144,6 +158,10 @@ def run_history(repo: Path, scratch: Path, out: Path, store: str) -> None:
         fusebench(repo, "history", "add", str(results), "--store", store)
         noisy = " (noisy run)" if number in NOISY_AT else ""
         print(f"commit {number:2d} {head[:12]}{noisy} measured", flush=True)
+    read_back(repo, anchor, out, store)
+
+
+def read_back(repo: Path, anchor: str, out: Path, store: str) -> None:
     fusebench(repo, "history", "show", "--store", store, out=out / "show.txt")
     check = ("history", "check", "--anchor", anchor, "--limit", "5", "--store", store)
     fusebench(repo, *check, out=out / "check.txt")

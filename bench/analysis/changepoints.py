@@ -12,9 +12,10 @@ with those variances, independently; a change is a shift of the level that persi
 What is never flagged: a segment shorter than MIN_SEGMENT runs (so one run, or two, off the level
 cannot be a change on their own), a shift smaller than MIN_SHIFT_PCT (Chromium's dashboard uses 1%),
 or one whose interval (the two segments' weighted means) holds zero. The penalty per change point
-is chosen so that a series with no change (and single spikes in it) is flagged in at most 5% of
-series: benchmarks/changepoint_calibration.py simulates it, tests/test_changepoints.py keeps a
-small seeded version.
+was chosen so that a series with no change (and two single-run spikes in it) is flagged in about 5%
+of series or fewer (6.4% in the worst simulated case): benchmarks/changepoint_calibration.py
+simulates it (results/simulations/changepoints.md; docs/history.md has the method and the
+figures), tests/test_changepoints.py keeps a small seeded version.
 """
 
 from __future__ import annotations

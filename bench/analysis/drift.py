@@ -126,15 +126,27 @@ def _builds(build_trials: pd.DataFrame, margin_pct: float) -> list[HistoryPoint]
 
 
 def _delta(series: Series, name: str, row: stats.Comparison) -> HistoryPoint:
+    """A Δ row as a point, with the fixed-n Student t interval of its paired rounds (the spread of
+    its processes included): the row's confidence sequence is built to be stopped on at any round,
+    which a point of a finished run is not, and it is several times wider at a handful of rounds.
+    What runs scatter beyond these intervals, analysis.changepoints estimates (τ²)."""
     point = _point(series, (row.model_key, row.size, row.workload), name, row.metric)
+    low, high = _t_interval(row)
     return replace(
         point,
         value=row.delta_pct,
-        low=(row.low - 1.0) * 100.0,
-        high=(row.high - 1.0) * 100.0,
+        low=low,
+        high=high,
         rounds=row.n_pairs,
         verdict=row.verdict.word.value if row.verdict else None,
     )
+
+
+def _t_interval(row: stats.Comparison) -> tuple[float, float]:
+    if row.n_pairs < 2 or not math.isfinite(row.sd_log):
+        return math.nan, math.nan
+    half = scipy_stats.t.ppf(0.975, row.n_pairs - 1) * row.sd_log / math.sqrt(row.n_pairs)
+    return math.expm1(row.mean_log - half) * 100.0, math.expm1(row.mean_log + half) * 100.0
 
 
 # --- reading a history back -----------------------------------------------------------------------
@@ -204,8 +216,8 @@ def read_series(runs: Sequence[HistoryRun], points: Sequence[HistoryPoint]) -> l
     grouped: dict[SeriesKey, list[HistoryPoint]] = {}
     for point in points:
         run = by_run.get(point.run_id)
-        if run is not None:
-            grouped.setdefault(_key(run, point), []).append(point)
+        for key in _keys(run, point) if run is not None else ():
+            grouped.setdefault(key, []).append(point)
     found = []
     for key, mine in grouped.items():
         mine.sort(key=lambda p: order[p.run_id])
@@ -218,14 +230,20 @@ def _ordered(runs: Sequence[HistoryRun]) -> list[HistoryRun]:
     return sorted(runs, key=lambda r: (r.commit_date or "", r.added_at))
 
 
-def _key(run: HistoryRun, point: HistoryPoint) -> SeriesKey:
-    against = None
-    if point.series == Series.BUILD:
-        against = PARENT if run.against and run.against == run.parent else run.against
-    return SeriesKey(
+def _keys(run: HistoryRun, point: HistoryPoint) -> list[SeriesKey]:
+    """The series a point belongs to: a build point to the one since its reference commit, and to
+    the one against the parent as well where that commit is the run's parent (a first commit after
+    the anchor is both)."""
+    key = SeriesKey(
         run.machine, run.machine_label, run.experiment, point.series, point.model_key,
-        point.size, point.workload, point.name, point.metric, against,
+        point.size, point.workload, point.name, point.metric,
     )  # fmt: skip
+    if point.series != Series.BUILD:
+        return [key]
+    keys = [replace(key, against=run.against)]
+    if run.against and run.against == run.parent:
+        keys.append(replace(key, against=PARENT))
+    return keys
 
 
 def _by_commit(
