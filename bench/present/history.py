@@ -47,7 +47,8 @@ def step_table(series: Sequence[HistorySeries]) -> Table:
                     f"[{step.low_pct:+.1f}, {step.high_pct:+.1f}]",
                 )
             )
-    return Table(("Experiment", "Series", "Stepped at", "Shift", "95% CI"), tuple(rows), {3, 4})
+    columns = ("Experiment", "Series", "Stepped at", "Shift", "95% CI")
+    return Table(columns, tuple(rows), frozenset({3, 4}))
 
 
 def spike_sentence(series: Sequence[HistorySeries]) -> str:
