@@ -124,6 +124,8 @@ class HistoryStore:
 
     def add(self, run: HistoryRun, points: Sequence[HistoryPoint]) -> bool:
         """Store the run and its points; False (and nothing written) if the run is already held."""
+        if "://" not in self.where:  # a new SQLite file's folder (results/ in a fresh checkout)
+            Path(self.where).expanduser().parent.mkdir(parents=True, exist_ok=True)
         with self._connection() as connection, connection.begin():
             _METADATA.create_all(connection)
             if self._holds(connection, run):
