@@ -175,3 +175,32 @@ def results_file(
 ) -> Path:
     """A results file of one run: its header (see `header`), then `records`."""
     return write_records(path, [header(run_id, experiment, env=env, file=file, **extra), *records])
+
+
+# A toy config every mlx-lm Llama-style architecture reads (each test adds its model_type).
+SMALL_MLX_LM = {
+    "hidden_size": 64,
+    "num_hidden_layers": 2,
+    "intermediate_size": 96,
+    "num_attention_heads": 4,
+    "num_key_value_heads": 2,
+    "head_dim": 16,
+    "vocab_size": 256,
+    "rms_norm_eps": 1e-6,
+    "rope_theta": 10000.0,
+    "tie_word_embeddings": True,
+    "max_position_embeddings": 256,
+}
+
+
+def save_mlx_lm_checkpoint(model: Any, path: Path, *, quantize: bool = False) -> Path:
+    """An mlx-lm checkpoint of a models.switched.SwitchedModel, as mlx-lm's own classes write it
+    (4-bit, group 32, when asked)."""
+    from mlx_lm.utils import quantize_model, save_config, save_model
+
+    config = dict(model.config)
+    if quantize:
+        _, config = quantize_model(model.model, config, 32, 4)
+    save_model(path, model.model)
+    save_config(config, path / "config.json")
+    return path

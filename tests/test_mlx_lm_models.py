@@ -11,7 +11,7 @@ import mlx_lm.models.activations as activations
 import mlx_lm.models.base as base
 import mlx_lm.models.qwen3 as qwen3
 import pytest
-from mlx_lm.utils import quantize_model, save_config, save_model
+from conftest import SMALL_MLX_LM, save_mlx_lm_checkpoint
 
 from models.errors import ModelConfigError, UnknownOpError
 from models.gemma4 import Model
@@ -21,19 +21,6 @@ from models.switched import SwitchedModel, called_ops, check_switched_ops
 
 FAST_RMS_NORM, FAST_ROPE = mx.fast.rms_norm, mx.fast.rope
 
-SMALL = {
-    "hidden_size": 64,
-    "num_hidden_layers": 2,
-    "intermediate_size": 96,
-    "num_attention_heads": 4,
-    "num_key_value_heads": 2,
-    "head_dim": 16,
-    "vocab_size": 256,
-    "rms_norm_eps": 1e-6,
-    "rope_theta": 10000.0,
-    "tie_word_embeddings": True,
-    "max_position_embeddings": 256,
-}
 # One of each kind: a dense Llama-style MLP, qk-norm, a fused-QKV model (phi3), MoE experts (their
 # swiglu in switch_layers), sliding windows with scaled rope (gemma3_text), traditional rope.
 ARCHITECTURES = {
@@ -72,7 +59,7 @@ TOKENS = mx.array([[3, 17, 42, 9, 100, 7, 55, 21]])
 
 
 def small_model(name: str) -> SwitchedModel:
-    model = build_model({**SMALL, **ARCHITECTURES[name]})
+    model = build_model({**SMALL_MLX_LM, **ARCHITECTURES[name]})
     assert isinstance(model, SwitchedModel)
     seed_weights(model, seed=1, dtype=mx.float32)
     return model
@@ -143,14 +130,8 @@ def test_an_op_the_model_never_calls_is_named_with_those_it_does():
     check_switched_ops(gemma, {"a": {"swiglu": "unfused"}, "b": {"swiglu": "unfused"}}, TOKENS)
 
 
-def _checkpoint(tmp_path, name, *, quantize=False):
-    model = small_model(name)
-    config = dict(model.config)
-    if quantize:
-        _, config = quantize_model(model.model, config, 32, 4)
-    save_model(tmp_path, model.model)
-    save_config(config, tmp_path / "config.json")
-    return tmp_path
+def _checkpoint(path, name, *, quantize=False):
+    return save_mlx_lm_checkpoint(small_model(name), path, quantize=quantize)
 
 
 def test_a_checkpoint_of_any_architecture_loads_in_mlx_lm_classes(tmp_path):

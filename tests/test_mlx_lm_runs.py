@@ -8,24 +8,10 @@ import json
 
 import mlx.core as mx
 import pytest
-from conftest import fusebench, fusebench_here
-from mlx_lm.utils import quantize_model, save_config, save_model
+from conftest import SMALL_MLX_LM, fusebench, fusebench_here, save_mlx_lm_checkpoint
 
 from models.loading import build_model, seed_weights
 
-SMALL = {
-    "hidden_size": 64,
-    "num_hidden_layers": 2,
-    "intermediate_size": 96,
-    "num_attention_heads": 4,
-    "num_key_value_heads": 2,
-    "head_dim": 16,
-    "vocab_size": 256,
-    "rms_norm_eps": 1e-6,
-    "rope_theta": 10000.0,
-    "tie_word_embeddings": True,
-    "max_position_embeddings": 256,
-}
 CHECKPOINTS = {"qwen3": ("qwen3", False), "llama": ("llama", False), "phi3": ("phi3", False)}
 CHECKPOINTS["qwen3-4bit"] = ("qwen3", True)
 EXPERIMENT = """\
@@ -46,13 +32,9 @@ shares: 0
 
 
 def _write(path, model_type, quantized):
-    model = build_model({**SMALL, "model_type": model_type})
+    model = build_model({**SMALL_MLX_LM, "model_type": model_type})
     seed_weights(model, seed=2, dtype=mx.float32)
-    config = dict(model.config)
-    if quantized:
-        _, config = quantize_model(model.model, config, 32, 4)
-    save_model(path, model.model)
-    save_config(config, path / "config.json")
+    save_mlx_lm_checkpoint(model, path, quantize=quantized)
 
 
 @pytest.fixture(scope="module")
