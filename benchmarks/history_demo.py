@@ -29,7 +29,6 @@ COMMITS = 12
 SLOW_AT = 7
 NOISY_AT = (4, 10)
 SLOWDOWN = 0.03
-PROMPT_TOKENS = 512  # experiments/history-demo.yaml's
 EXPERIMENT = "experiments/history-demo.yaml"
 # The injection: fusebench's decoder sleeps in each forward pass, SLOWDOWN of a prompt's pass or of
 # a decode step's, by the length of the call.
