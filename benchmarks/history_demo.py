@@ -61,7 +61,7 @@ def pass_seconds(repo: Path, scratch: Path) -> tuple[float, float]:
     plus the last token's, which costs what a decode step does. The demo slows each call by
     SLOWDOWN of its own time, so prefill and generation alike are SLOWDOWN slower."""
     results = scratch / "sizing.jsonl"
-    fusebench(repo, "run", EXPERIMENT, "--trials", "4", "--out", str(results), "--quiet")
+    fusebench(repo, "run", EXPERIMENT, "--trials", "24", "--out", str(results), "--quiet")
     trials = [json.loads(line) for line in results.read_text().splitlines()]
     timed = [t for t in trials if t["kind"] == "trial" and not t["warmup"]]
     decode_s = statistics.median(t["gen_s"] / (t["gen_tokens"] - 1) for t in timed)

@@ -3,6 +3,8 @@ input errors."""
 
 from __future__ import annotations
 
+import itertools
+
 import json
 import os
 import shutil
@@ -145,11 +147,18 @@ def test_the_shared_baseline_sits_next_to_every_variant_compared_with_it():
     ]
     assert centre_order(["a", "b"], [("a", "b")]) == ["a", "b"]
     assert round_plan(["x", "y"], ["current", "reference"], 1) == [
-        ("reference", "y"),
         ("current", "y"),
-        ("reference", "x"),
+        ("reference", "y"),
         ("current", "x"),
+        ("reference", "x"),
     ]
+
+
+def test_the_builds_take_strict_turns_across_rounds():
+    # No worker runs two trials in a row, at a round's boundary either: a second trial runs warm.
+    plan = [step for r in range(4) for step in round_plan(["x", "y", "z"], ["cur", "ref"], r)]
+    builds = [build for build, _ in plan]
+    assert all(a != b for a, b in itertools.pairwise(builds))
 
 
 def test_rounds_alternate_the_variant_order(tiny_run: Path):
