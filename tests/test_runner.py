@@ -4,7 +4,6 @@ input errors."""
 from __future__ import annotations
 
 import itertools
-
 import json
 import os
 import shutil
