@@ -2,7 +2,7 @@
 made every variant ~3% slower, and only that one, when two other commits each have one noisy run?
 
 In a throwaway clone of this checkout, commit 1 is the tree as it is; each later commit touches a
-scratch file, and commit 7 also makes fusebench's decoder sleep in every forward pass, about 3% of
+scratch file, and commit 7 also makes fusebench's decoder spin in every forward pass, about 3% of
 the tiny model's prompt pass and decode step (sized from a timing of each first). Every commit is
 A/B'd against commit 1 (the anchor) with experiments/history-demo.yaml, and its run added to a
 history; the runs of commits 4 and 10 run beside a busy loop on one core (a noisy run each). Then
@@ -30,7 +30,7 @@ SLOW_AT = 7
 NOISY_AT = (4, 10)
 SLOWDOWN = 0.03
 EXPERIMENT = "experiments/history-demo.yaml"
-# The injection: fusebench's decoder sleeps in each forward pass, SLOWDOWN of a prompt's pass or of
+# The injection: fusebench's decoder spins in each forward pass, SLOWDOWN of a prompt's pass or of
 # a decode step's, by the length of the call.
 CALL = "        out = self.model(inputs, cache)\n"
 
@@ -88,16 +88,20 @@ def scratch_clone(where: Path) -> Path:
     return repo
 
 
-def commit(repo: Path, number: int, sleeps: tuple[float, float]) -> str:
+def commit(repo: Path, number: int, spins: tuple[float, float]) -> str:
     (repo / "SCRATCH").write_text(f"commit {number}\n")
     if number == SLOW_AT:
         model = repo / "models" / "gemma4.py"
         text = model.read_text()
         assert CALL in text, "the injection point moved"
-        prompt_s, step_s = sleeps
+        prompt_s, step_s = spins
+        # A spin, not a sleep: time.sleep overshot by ~80 us here (0.162 ms asked, 0.243 taken),
+        # and an idle vCPU slowed the other build's next trial too (results/history-demo-sleep).
         injected = (
-            f"        __import__('time').sleep({prompt_s:.6f} if inputs.shape[1] > 1 "
-            f"else {step_s:.6f})  # history demo: ~3% slower\n"
+            f"        _until = __import__('time').perf_counter() + ({prompt_s:.6f} "
+            f"if inputs.shape[1] > 1 else {step_s:.6f})  # history demo: ~3% slower\n"
+            "        while __import__('time').perf_counter() < _until:\n"
+            "            pass\n"
         )
         model.write_text(text.replace(CALL, injected + CALL))
     git(repo, "add", "-A")
@@ -141,16 +145,16 @@ def main() -> None:
 def run_history(repo: Path, scratch: Path, out: Path, store: str) -> None:
     """Commit, measure and add each of the COMMITS, then read the history back."""
     prompt_s, decode_s = pass_seconds(repo, scratch)
-    sleeps = (SLOWDOWN * prompt_s, SLOWDOWN * decode_s)
+    spins = (SLOWDOWN * prompt_s, SLOWDOWN * decode_s)
     print(
-        f"sleeps at commit {SLOW_AT}: {sleeps[0] * 1e3:.3f} ms a prompt pass "
-        f"({prompt_s * 1e3:.1f} ms), {sleeps[1] * 1e3:.3f} ms a decode step "
+        f"spins at commit {SLOW_AT}: {spins[0] * 1e3:.3f} ms a prompt pass "
+        f"({prompt_s * 1e3:.1f} ms), {spins[1] * 1e3:.3f} ms a decode step "
         f"({decode_s * 1e3:.2f} ms)",
         flush=True,
     )
     anchor = git(repo, "rev-parse", "HEAD")
     for number in range(1, COMMITS + 1):
-        head = anchor if number == 1 else commit(repo, number, sleeps)
+        head = anchor if number == 1 else commit(repo, number, spins)
         results = out / "runs" / f"commit-{number:02d}.jsonl"
         results.unlink(missing_ok=True)
         measure(repo, anchor, results, noisy=number in NOISY_AT)

@@ -10,7 +10,6 @@ from __future__ import annotations
 import contextlib
 import hashlib
 import io
-import os
 import subprocess
 import sys
 from collections.abc import Iterable, Mapping, Sequence
@@ -64,16 +63,15 @@ def fusebench_here(*args: str, cwd: Path) -> subprocess.CompletedProcess:
     """`fusebench ARGS` run in `cwd` by this process: the exit code and what it printed, as
     `fusebench` gives them."""
     stdout, stderr = io.StringIO(), io.StringIO()
-    before = os.getcwd()
-    os.chdir(cwd)  # contextlib.chdir needs Python 3.11; fusebench supports 3.10
-    try:
-        with contextlib.redirect_stdout(stdout), contextlib.redirect_stderr(stderr):
-            try:
-                code = main(list(args))
-            except SystemExit as usage:  # argparse's own usage errors
-                code = usage.code
-    finally:
-        os.chdir(before)
+    with (
+        contextlib.chdir(cwd),
+        contextlib.redirect_stdout(stdout),
+        contextlib.redirect_stderr(stderr),
+    ):
+        try:
+            code = main(list(args))
+        except SystemExit as usage:  # argparse's own usage errors
+            code = usage.code
     return subprocess.CompletedProcess(
         ["fusebench", *args], code, stdout.getvalue(), stderr.getvalue()
     )

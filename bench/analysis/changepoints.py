@@ -37,7 +37,7 @@ PENALTY = 16.0
 
 
 # A run further than this many standard deviations (its own and the between-run spread) from the
-# median of its four nearest runs is a spike: set aside, and said so, before the fit.
+# runs on each side of it, the same way, is a spike: set aside, and said so, before the fit.
 SPIKE_SDS = 3.0
 
 
@@ -123,16 +123,23 @@ def find_steps(y: Sequence[float], se: Sequence[float], penalty: float = PENALTY
 
 
 def _spikes(y: np.ndarray, variance: np.ndarray) -> list[int]:
-    """Runs far from the median of their four nearest runs: a busy machine's one run, which a level
-    shift (whose neighbours on one side share it) cannot be."""
+    """Runs that stand out, in one direction, from the runs on each side of them: a busy machine's
+    one run. A level shift cannot: the runs on one side of each of its ends share their level (a
+    median of the four nearest runs lay halfway across a step, and set its ends aside once the
+    runs' intervals were tight)."""
     found = []
     for i in range(len(y)):
-        neighbours = [j for j in (i - 2, i - 1, i + 1, i + 2) if 0 <= j < len(y)]
-        level = np.median(y[neighbours])
-        sd = math.sqrt(variance[i] + np.median(variance[neighbours]))
-        if math.isfinite(sd) and abs(y[i] - level) > SPIKE_SDS * sd:
+        sides = [[j for j in (i - 2, i - 1) if j >= 0], [j for j in (i + 1, i + 2) if j < len(y)]]
+        offsets = [_offset(y, variance, i, side) for side in sides if side]
+        if all(abs(z) > SPIKE_SDS for z in offsets) and len({z > 0 for z in offsets}) == 1:
             found.append(i)
     return found
+
+
+def _offset(y: np.ndarray, variance: np.ndarray, i: int, side: list[int]) -> float:
+    """How many standard deviations run i lies from the level of the runs in `side`."""
+    sd = math.sqrt(variance[i] + np.median(variance[side]))
+    return (y[i] - float(np.median(y[side]))) / sd if math.isfinite(sd) else 0.0
 
 
 def _step(y: np.ndarray, w: np.ndarray, before: slice, after: slice, index: int) -> Step | None:
