@@ -3,7 +3,7 @@ made every variant ~3% slower, and only that one, when two other commits each ha
 
 In a throwaway clone of this checkout, commit 1 is the tree as it is; each later commit touches a
 scratch file, and commit 7 also makes fusebench's decoder spin in every forward pass, about 3% of
-the tiny model's prompt pass and decode step (sized from a timing of each first). Every commit is
+the tiny model's prompt pass and decode step (sized from the runs before it). Every commit is
 A/B'd against commit 1 (the anchor) with experiments/history-demo.yaml, and its run added to a
 history; the runs of commits 4 and 10 run beside a busy loop on one core (a noisy run each). Then
 `fusebench history show`, `history check --anchor` and `publish` read it back.
@@ -55,15 +55,20 @@ def fusebench(repo: Path, *args: str, out: Path | None = None) -> str:
     return done.stdout
 
 
-def pass_seconds(repo: Path, scratch: Path) -> tuple[float, float]:
-    """The seconds of a prompt pass and of a decode step as the demo's trials make them, read from
-    a short run of its experiment (its workers, BLAS and threads): a prefill is the prompt's pass
-    plus the last token's, which costs what a decode step does. The demo slows each call by
-    SLOWDOWN of its own time, so prefill and generation alike are SLOWDOWN slower."""
-    results = scratch / "sizing.jsonl"
-    fusebench(repo, "run", EXPERIMENT, "--trials", "24", "--out", str(results), "--quiet")
-    trials = [json.loads(line) for line in results.read_text().splitlines()]
-    timed = [t for t in trials if t["kind"] == "trial" and not t["warmup"]]
+def pass_seconds(runs: list[Path]) -> tuple[float, float]:
+    """The seconds of a prompt pass and of a decode step as the demo's trials make them: medians of
+    the reference build's timed trials in the quiet runs before the slow commit (thousands of
+    trials, so a sizing run's slow minute cannot set them). A prefill is the prompt's pass plus
+    the last token's, which costs what a decode step does; the demo slows each call by SLOWDOWN of
+    its own time, so prefill and generation alike are SLOWDOWN slower."""
+    timed = [
+        trial
+        for results in runs
+        for line in results.read_text().splitlines()
+        if (trial := json.loads(line))["kind"] == "trial"
+        and not trial["warmup"]
+        and trial["build"] == "reference"
+    ]
     decode_s = statistics.median(t["gen_s"] / (t["gen_tokens"] - 1) for t in timed)
     return statistics.median(t["prefill_s"] for t in timed) - decode_s, decode_s
 
@@ -137,31 +142,38 @@ def main() -> None:
     else:
         with tempfile.TemporaryDirectory() as tmp:
             repo = scratch_clone(Path(tmp))
-            run_history(repo, Path(tmp), out, str(store))
+            run_history(repo, out, str(store))
     print((out / "show.txt").read_text())
     print((out / "check.txt").read_text())
 
 
-def run_history(repo: Path, scratch: Path, out: Path, store: str) -> None:
+def run_history(repo: Path, out: Path, store: str) -> None:
     """Commit, measure and add each of the COMMITS, then read the history back."""
-    prompt_s, decode_s = pass_seconds(repo, scratch)
-    spins = (SLOWDOWN * prompt_s, SLOWDOWN * decode_s)
-    print(
-        f"spins at commit {SLOW_AT}: {spins[0] * 1e3:.3f} ms a prompt pass "
-        f"({prompt_s * 1e3:.1f} ms), {spins[1] * 1e3:.3f} ms a decode step "
-        f"({decode_s * 1e3:.2f} ms)",
-        flush=True,
-    )
     anchor = git(repo, "rev-parse", "HEAD")
+    spins = (0.0, 0.0)
     for number in range(1, COMMITS + 1):
+        if number == SLOW_AT:
+            quiet = [n for n in range(1, SLOW_AT) if n not in NOISY_AT]
+            prompt_s, decode_s = pass_seconds([run_path(out, n) for n in quiet])
+            spins = (SLOWDOWN * prompt_s, SLOWDOWN * decode_s)
+            print(
+                f"spins at commit {SLOW_AT}: {spins[0] * 1e3:.3f} ms a prompt pass "
+                f"({prompt_s * 1e3:.2f} ms), {spins[1] * 1e3:.3f} ms a decode step "
+                f"({decode_s * 1e3:.2f} ms)",
+                flush=True,
+            )
         head = anchor if number == 1 else commit(repo, number, spins)
-        results = out / "runs" / f"commit-{number:02d}.jsonl"
+        results = run_path(out, number)
         results.unlink(missing_ok=True)
         measure(repo, anchor, results, noisy=number in NOISY_AT)
         fusebench(repo, "history", "add", str(results), "--store", store)
         noisy = " (noisy run)" if number in NOISY_AT else ""
         print(f"commit {number:2d} {head[:12]}{noisy} measured", flush=True)
     read_back(repo, anchor, out, store)
+
+
+def run_path(out: Path, number: int) -> Path:
+    return out / "runs" / f"commit-{number:02d}.jsonl"
 
 
 def read_back(repo: Path, anchor: str, out: Path, store: str) -> None:
