@@ -63,7 +63,10 @@ def postgres():
     pytest.importorskip("pg8000")
     if not initdb or not pg_ctl:
         pytest.skip("no PostgreSQL server binaries (initdb, pg_ctl) on this machine")
-    folder = Path(tempfile.mkdtemp(prefix="fusebench-pg-"))
+    # As root the server runs as nobody, who cannot reach root's TMPDIR (the suite points it at
+    # ~/.cache/fusebench/tmp): the folder goes in the system's /tmp then.
+    system = "/tmp" if os.geteuid() == 0 else None
+    folder = Path(tempfile.mkdtemp(prefix="fusebench-pg-", dir=system))
     data, port = folder / "pg", _free_port()
     as_user = _as_nobody(folder) if os.geteuid() == 0 else None
     # The server keeps its output open: it goes to a log, not to pipes this test would wait on.

@@ -178,7 +178,15 @@ def test_sigint_then_resume_gives_the_uninterrupted_set_of_trials(tmp_path):
     exp = write_experiment(tmp_path, trials=rounds)
     out = tmp_path / "r.jsonl"
     cmd = [sys.executable, "-m", "bench", "run", str(exp), "--out", str(out), "--quiet"]
-    process = subprocess.Popen(cmd, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
+    # A suite started in the background (`pytest &` in a script) inherits SIGINT ignored, and so
+    # would the run: give it Ctrl-C's default, as a terminal's foreground run has it.
+    process = subprocess.Popen(
+        cmd,
+        stdout=subprocess.PIPE,
+        stderr=subprocess.STDOUT,
+        text=True,
+        preexec_fn=lambda: signal.signal(signal.SIGINT, signal.SIG_DFL),
+    )
     deadline = time.monotonic() + 120
     while time.monotonic() < deadline and (not out.exists() or len(trial_keys(out)) < 10):
         time.sleep(0.05)
