@@ -21,6 +21,12 @@ examples:
   fusebench run default --shard 2/4               (this machine's quarter of the matrix)
   fusebench run ci --against HEAD~1               (this tree against its parent, interleaved)
   fusebench run ci --against-env "mlx==0.31.2"    (this tree on an earlier mlx, built once)
+  fusebench run ci --against HEAD --schedule duet (both builds' trials at once, on two cores)
+
+Schedule: where two cores are free, the two trials of a pair can run at the same moment (a duet),
+each worker on its own core with one BLAS thread, so what the neighbours and the hypervisor do hits
+both; `auto` (the default) measures once whether that buys more precision per second here than
+trials one after the other, caches the answer, and the first screen says which it chose and why.
 """
 
 from __future__ import annotations
@@ -112,6 +118,13 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
         "environments",
     )
     parser.add_argument(
+        "--schedule",
+        choices=("auto", "duet", "sequential"),
+        help="how a pair's two trials run (overrides the experiment's schedule): duet, both at "
+        "once on two cores so the machine's noise hits both; sequential, one after the other; "
+        "auto, whichever this machine measured more precise per second (measured once, cached)",
+    )
+    parser.add_argument(
         "--pin",
         action="store_true",
         help="pin workers to as many cores as they have "
@@ -132,7 +145,7 @@ def main(args: argparse.Namespace, console: Console) -> int:
         return list_experiments(console)
     require_backend()  # before anything imports mlx: one line naming the extra, not a traceback
     from ..core.results import read_results
-    from ..core.spec import load_experiment, select_models
+    from ..core.spec import Schedule, load_experiment, select_models
     from ..measure.builds import ReferenceBuildError, environment_builds, reference_build
     from ..measure.plugins import bind_experiment
     from ..measure.runner import RunOptions, default_out_path, run_experiment
@@ -168,6 +181,7 @@ def main(args: argparse.Namespace, console: Console) -> int:
             shard=args.shard,
             dry_run=args.dry_run,
             pin=args.pin,
+            schedule=Schedule(args.schedule) if args.schedule else None,
             reference=reference,
             current=current,
         )

@@ -10,7 +10,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass, field
 
-from .records import FORMAT, RunHeader
+from .records import FORMAT, RunHeader, Stopping
 from .text import short_commit
 from .typed import from_mapping
 
@@ -111,6 +111,14 @@ class ThreadChoiceInfo:
 
 
 @dataclass(frozen=True)
+class ScheduleChoiceInfo:
+    """The schedule a run used and why (measure.duet.ScheduleChoice)."""
+
+    schedule: str = "sequential"
+    reason: str = ""
+
+
+@dataclass(frozen=True)
 class PluginInfo:
     path: str = "?"
     sha256: str = "?"
@@ -135,6 +143,9 @@ class RunInfo:
     pinned: bool = False
     rounds: int | None = None  # `fusebench ops` runs
     threads_choice: ThreadChoiceInfo | None = None
+    # None: a run from before duets, whose rounds were sequential
+    schedule_choice: ScheduleChoiceInfo | None = None
+    stopping: Stopping = Stopping.ADAPTIVE
 
     @classmethod
     def read(cls, header: RunHeader) -> RunInfo:

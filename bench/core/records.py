@@ -309,6 +309,27 @@ class StoredPeak(TypedDict, total=False):
     confidence: str  # "published" or "approximate" (chips.yaml), "measured"
 
 
+class Stopping(StrEnum):
+    """How a run decided its rounds (the header's `stopping`), which says which interval is valid
+    (analysis.inference): FIXED, a number set before the run (the fixed-n t interval is exact);
+    ADAPTIVE, rounds added until the rows were decided (trials: auto), whose intervals must be
+    confidence sequences. Headers without the field read as ADAPTIVE, the interval they were
+    always read with."""
+
+    FIXED = "fixed"
+    ADAPTIVE = "adaptive"
+
+
+class StoredScheduleChoice(TypedDict):
+    """measure.duet.ScheduleChoice.to_json: the schedule the run used, why, and the probe's
+    figures."""
+
+    schedule: str
+    reason: str
+    probes: list[dict[str, float | str]]
+    cores: list[int] | None
+
+
 class StoredThreadChoice(TypedDict):
     """measure.threads.ThreadChoice.to_json: how `threads: auto` chose, and why."""
 
@@ -338,6 +359,8 @@ class RunHeader(_Header, total=False):
     pinned: bool
     rounds: int
     threads_choice: StoredThreadChoice
+    schedule_choice: StoredScheduleChoice
+    stopping: str  # a Stopping
 
 
 class CellFields(TypedDict):

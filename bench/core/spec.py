@@ -24,6 +24,7 @@ import os
 import re
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, replace
+from enum import StrEnum
 from functools import cache, partial
 from pathlib import Path
 from typing import NoReturn, TypeVar
@@ -81,6 +82,14 @@ DEFAULT_SHARE_ROUNDS = 5
 DEFAULT_MARGIN_PCT = 2.0
 
 SHARD_FORM = "I/N with 1 <= I <= N"
+
+
+class Schedule(StrEnum):
+    """How a round's trials are laid out in time (the experiment's `schedule`; measure.schedule)."""
+
+    AUTO = "auto"  # measured on the machine (measure.duet)
+    DUET = "duet"  # a pair's two trials at the same moment, each on its own core
+    SEQUENTIAL = "sequential"  # one trial after another, in ABBA order
 
 
 class SpecError(UserError):
@@ -258,8 +267,9 @@ class Experiment:
     precision: Precision | None  # trials: auto
     # BLAS threads on CPU backends; None: auto (measured on the machine: measure.threads)
     threads: int | None
-    # with a reference build, rounds a pair of workers runs before a fresh pair; 0: one pair
+    # with a reference build (or a duet), rounds a pair of workers runs before a fresh pair; 0: one
     worker_rounds: int
+    schedule: Schedule
     # variant -> op -> (line of the op's name, line of its implementation), so that op names checked
     # later, once the registry and any plugins are loaded, are still reported at their place in the
     # file.
@@ -1115,10 +1125,19 @@ KEYS = (
     Key(
         "worker_rounds",
         "6",
-        "with run --against: rounds each pair of worker processes runs before a fresh pair takes "
-        "over (the interval then holds the spread between processes), >= 0; 0: one pair a cell",
+        "with run --against or a duet: rounds each pair of worker processes runs before a fresh "
+        "pair takes over (the interval then holds the spread between processes), >= 0; "
+        "0: one pair a cell",
         _plain(_int, minimum=0),
         DEFAULT_WORKER_ROUNDS,
+    ),
+    Key(
+        "schedule",
+        AUTO,
+        f"{_choices(tuple(Schedule))}: a pair's two trials at the same moment on two cores "
+        f"(duet), one after the other, or {AUTO}: whichever measured more precise per second here",
+        _plain(lambda node, field: Schedule(_choice(node, field, tuple(Schedule), "schedule"))),
+        Schedule.AUTO,
     ),
     Key(
         "threads",

@@ -129,6 +129,12 @@ class Measured:
     # build of this protocol that predates them.
     ttft_s: float | None = None
     ttft_tps: float | None = None
+    # The process's CPU seconds over prefill and gen, and when the trial began and ended (Unix
+    # seconds); None from a build of this protocol that predates them.
+    prefill_cpu_s: float | None = None
+    gen_cpu_s: float | None = None
+    started_unix_s: float | None = None
+    ended_unix_s: float | None = None
 
 
 @dataclass(frozen=True)

@@ -39,14 +39,16 @@ from ..core.records import (
     CellFields,
     Env,
     PluginFile,
+    Stopping,
     StoredExperiment,
     new_run_id,
     run_header,
 )
 from ..core.results import ResultsWriter
-from ..core.spec import MIN_AUTO_ROUNDS, Cell, Experiment, ModelSpec, shard_cells
+from ..core.spec import MIN_AUTO_ROUNDS, Cell, Experiment, ModelSpec, Schedule, shard_cells
 from ..present.format import format_count, format_duration
-from .env import blas_warning, cache_dir, machine_key
+from .duet import ScheduleChoice, choose_schedule, pin
+from .env import blas_warning, cache_dir, machine_key, thread_env
 from .job import (
     Agreement,
     CellShape,
@@ -77,7 +79,7 @@ from .roofline import (
     peak_for,
     percent_of_peak,
 )
-from .schedule import centre_order, round_plan
+from .schedule import Arm, Duet, centre_order, duet_plan, round_plan
 from .session import CURRENT, Build, WorkerFailed, WorkerSession
 from .worker import ATOL_BY_DTYPE
 
@@ -101,6 +103,7 @@ class RunOptions:
     # run --against: this build's workers run beside the current one's
     reference: Build | None = None
     current: Build = CURRENT  # another tree or environment under test (bisect, run --against-env)
+    schedule: Schedule | None = None  # run --schedule: overrides the experiment's
 
 
 def cell_meta(cell: Cell, run_id: str) -> CellFields:
@@ -156,11 +159,7 @@ def comparison_pairs(
     build, each variant across the builds, which is what the gate judges."""
     if len(builds) > 1:
         return [((builds[1], v), (builds[0], v)) for v in exp.variants]
-    pairs = [(c.baseline, c.new) for c in exp.comparisons if c.baseline != c.new]
-    if not pairs and not exp.comparisons:
-        first, *others = exp.variants
-        pairs = [(first, other) for other in others]
-    return [((builds[0], a), (builds[0], b)) for a, b in pairs]
+    return [((builds[0], a), (builds[0], b)) for a, b in variant_pairs(exp)]
 
 
 @dataclass(frozen=True)
@@ -348,8 +347,10 @@ class Runner:
         peak: Peak | None,
         env: dict[str, str],
         started: float,
+        schedule: ScheduleChoice,
     ) -> None:
         self.exp = exp
+        self.schedule = schedule
         self.peak = peak
         self.env = env
         self.builds = [options.current, *([options.reference] if options.reference else [])]
@@ -377,7 +378,8 @@ class Runner:
         for job in jobs:
             check_ops_called(job.model, self.exp)
         cells = sum(len(job.cells) for job in jobs)
-        total = self.exp.trial_count(cells, builds=len(self.builds))
+        duet = self.schedule.schedule == Schedule.DUET
+        total = cells * (self.exp.trials + self.exp.warmup) * self.round_trials(duet)
         with self._progress() as progress:
             task = progress.add_task("starting", total=total)
 
@@ -403,6 +405,13 @@ class Runner:
             transient=False,
         )
 
+    def round_trials(self, duet: bool) -> int:
+        """Trials a round of one cell runs: every variant in every build, or in a duet of variants
+        both arms of each comparison."""
+        if duet and len(self.builds) == 1:
+            return 2 * len(variant_pairs(self.exp))
+        return len(self.exp.variants) * len(self.builds)
+
     def write_record(
         self, writer: ResultsWriter, cell_key: str, kind: str, fields: Mapping[str, object]
     ) -> None:
@@ -411,14 +420,21 @@ class Runner:
         writer.write({"kind": kind, **self.meta[cell_key], **fields})
 
     def write_result(
-        self, writer: ResultsWriter, cell_key: str, build: str, result: Result, process: int
+        self,
+        writer: ResultsWriter,
+        cell_key: str,
+        build: str,
+        result: Result,
+        process: int,
+        side: DuetSide | None = None,
     ) -> None:
-        """What a build's worker found, with a trial's roofline and the worker process (pair) that
-        ran it."""
+        """What a build's worker found, with a trial's roofline, the worker process (pair) that
+        ran it, and in a duet the arm beside it and its core."""
         fields = {**result_fields(result), "build": build}
         if isinstance(result, Trial):
             rates, shares = self._roofline(cell_key, result.measured)
-            fields = {**fields, **rates.to_dict(), **shares.to_dict(), "process": process}
+            duet = {"beside": side.beside, "core": side.core} if side else {}
+            fields = {**fields, **rates.to_dict(), **shares.to_dict(), "process": process, **duet}
         self.write_record(writer, cell_key, result_kind(result), fields)
 
     def _work(self, cell_key: str) -> CellWork:
@@ -459,7 +475,8 @@ class Runner:
         self.console.print(f"[yellow]{kind}[/]: {cells[0].model.size}: {reason}")
 
     def _run_model(self, job: ModelJob, writer: ResultsWriter, update: Callable) -> None:
-        fits, reason = memory_verdict(job.model, self.exp, copies=len(self.builds))
+        duet = self._duet_for(job.model)
+        fits, reason = memory_verdict(job.model, self.exp, copies=len(self.worker_builds(duet)))
         if not fits:
             self._close_cells(writer, job.cells, "skip", reason)
             return
@@ -467,29 +484,63 @@ class Runner:
         while pending:
             update(f"{job.model.size}: loading weights")
             try:
-                self._run_sessions(ModelJob(job.model, pending, job.done), writer, update)
+                self._run_workers(ModelJob(job.model, pending, job.done), duet, writer, update)
                 return
             except WorkerFailed as failure:
                 failed = [c for c in pending if failure.cell_key in (None, c.key)]
                 self._close_cells(writer, failed, "error", failure.reason)
                 pending = [c for c in pending if c not in failed]
 
-    def start_sessions(self, model: ModelSpec) -> dict[str, WorkerSession]:
-        """A worker process for each build, loading the model."""
-        cpus = pinned_cpus(self.env) if self.options.pin else None
-        return {
-            b.name: WorkerSession(worker_job(model, self.exp), b, self.env, cpus)
-            for b in self.builds
-        }
+    def _duet_for(self, model: ModelSpec) -> bool:
+        """Whether this model's rounds run as duets: the run's schedule, unless a comparison of
+        variants would need a second copy of weights that does not fit (then sequential, said)."""
+        if self.schedule.schedule != Schedule.DUET:
+            return False
+        if len(self.builds) == 1 and not variant_pairs(self.exp):
+            return False  # nothing to pair
+        fits, reason = memory_verdict(model, self.exp, copies=len(self.worker_builds(True)))
+        alone, _ = memory_verdict(model, self.exp, copies=len(self.builds))
+        if not fits and alone:
+            self.console.print(
+                f"{model.label}: sequential rounds, not duets: two copies of its weights do not "
+                f"fit ({reason})",
+                highlight=False,
+            )
+            return False
+        return True
 
-    def _run_sessions(self, job: ModelJob, writer: ResultsWriter, update: Callable) -> None:
-        sessions = self.start_sessions(job.model)
+    def worker_builds(self, duet: bool) -> list[Build]:
+        """The build of each worker a model's cells run on: one per build, or a duet's two."""
+        if duet and len(self.builds) == 1:
+            return [self.builds[0], self.builds[0]]
+        return list(self.builds)
+
+    def start_workers(self, model: ModelSpec, duet: bool) -> list[WorkerSession]:
+        """A worker process for each build (a duet: two, each on its own core), loading the
+        model."""
+        builds = self.worker_builds(duet)
+        if duet:
+            cores = self.schedule.cores or (0, 1)
+            places: list[Sequence[int] | None] = [[cores[0]], [cores[1]]]
+        else:
+            pinned = pinned_cpus(self.env) if self.options.pin else None
+            places = [pinned] * len(builds)
+        job = worker_job(model, self.exp)
+        return [
+            WorkerSession(job, build, self.env, cpus)
+            for build, cpus in zip(builds, places, strict=True)
+        ]
+
+    def _run_workers(
+        self, job: ModelJob, duet: bool, writer: ResultsWriter, update: Callable
+    ) -> None:
+        workers = self.start_workers(job.model, duet)
         try:
             deadline = time.monotonic() + self.exp.timeout_s
-            for name, session in sessions.items():
-                loaded = session.loaded(deadline, self.exp.timeout_s)
+            for worker in workers:
+                loaded = worker.loaded(deadline, self.exp.timeout_s)
                 if not self.options.quiet:
-                    where = "" if len(sessions) == 1 else f" ({name} build)"
+                    where = "" if len(self.builds) == 1 else f" ({worker.build.name} build)"
                     self.console.print(
                         f"{job.model.label}{where}: loaded {format_count(loaded.parameters)} "
                         f"parameters ({loaded.weight_bytes / 2**30:.2f} GiB) "
@@ -497,15 +548,15 @@ class Runner:
                         highlight=False,
                     )
             for cell in job.cells:
-                CellRun(self, cell, sessions, job.done, writer, update).run(
+                CellRun(self, cell, workers, duet, job.done, writer, update).run(
                     first=cell is job.cells[0]
                 )
         except BaseException:
-            for session in sessions.values():
-                session.stop(kill=True)
+            for worker in workers:
+                worker.stop(kill=True)
             raise
-        for session in sessions.values():
-            session.stop()
+        for worker in workers:
+            worker.stop()
 
 
 class CellRun:
@@ -516,12 +567,15 @@ class CellRun:
         self,
         runner: Runner,
         cell: Cell,
-        sessions: dict[str, WorkerSession],
+        workers: list[WorkerSession],
+        duet: bool,
         done: DoneWork,
         writer: ResultsWriter,
         update: Callable,
     ) -> None:
-        self.runner, self.exp, self.cell, self.sessions = runner, runner.exp, cell, sessions
+        self.runner, self.exp, self.cell, self.workers = runner, runner.exp, cell, workers
+        self.duet = duet
+        self.builds = list(dict.fromkeys(worker.build.name for worker in workers))
         self.done, self.writer, self.update = done, writer, update
         w = cell.workload
         self.shape = CellShape(cell.key, w.prompt_tokens, w.gen_tokens, w.batch)
@@ -530,16 +584,15 @@ class CellRun:
         # The cell's deadline (timeout_s) counts from here too: a share past it would end in a
         # timeout, not a stop.
         self.target = CellStop(
-            self.exp, list(sessions), None if share is None else min(share, self.exp.timeout_s)
+            self.exp, self.builds, None if share is None else min(share, self.exp.timeout_s)
         )
 
     def run(self, first: bool) -> None:
-        for build in self.sessions:
+        for build in self.builds:
             for kind, do in (("correctness", Do.CORRECTNESS), ("kernel", Do.KERNELS)):
                 if not self.done.has_facts(self.cell.key, build, kind):
-                    self._request(build, Command(do, self.shape))
-        for w in range(self.exp.warmup):
-            self._round(w, warmup=True)
+                    self._request(self._worker_of(build), Command(do, self.shape))
+        self._warmups()
         rounds, reason = 0, None
         while reason is None:
             if self._pair_served(rounds):
@@ -553,15 +606,15 @@ class CellRun:
                     f"{self.target.plan_line(rounds)}",
                     highlight=False,
                 )
-        per_round = len(self.exp.variants) * len(self.sessions)
         self.update(
             f"{self.cell.model.label} {self.cell.workload.label}: {reason}",
-            drop=(self.exp.trials - rounds) * per_round,
+            drop=(self.exp.trials - rounds) * self.runner.round_trials(self.duet),
         )
         forecasts = self.target.forecasts(rounds)
         stop = {
             "rounds": rounds,
             "reason": reason,
+            "schedule": Schedule.DUET if self.duet else Schedule.SEQUENTIAL,
             "half_width_pct": self.target.half_widths(),
             "round_s": self.target.round_s(rounds),
             "undecided": {
@@ -577,18 +630,30 @@ class CellRun:
         # length.
         if self.exp.depths and first:
             for r in range(rounds):
-                for build, variant in round_plan(self.runner.order, list(self.sessions), r):
+                for build, variant in round_plan(self.runner.order, self.builds, r):
                     if not self.done.has_depth(self.cell.key, build, variant, r):
                         self._request(
-                            build, Command(Do.DEPTH, self.shape, variant, r, depths=self.exp.depths)
+                            self._worker_of(build),
+                            Command(Do.DEPTH, self.shape, variant, r, depths=self.exp.depths),
                         )
         self._shares()
+
+    def _worker_of(self, build: str) -> WorkerSession:
+        """The (first) worker of a build: the one that answers a build's single commands."""
+        return next(worker for worker in self.workers if worker.build.name == build)
+
+    def _warmups(self, fresh: bool = False) -> None:
+        """The experiment's warmup rounds; in a duet of variants twice as many, so each worker has
+        run every variant before the timed rounds (the workers swap variants every round)."""
+        twice = self.duet and len(self.builds) == 1
+        for w in range(self.exp.warmup * (2 if twice else 1)):
+            self._round(w, warmup=True, fresh=fresh)
 
     def _shares(self) -> None:
         """Each switchable op's time in a prefill and a decode step of this cell, for the expected
         Δ. The current build only: its ops are the variants' (a reference build's may differ, and
         may not know the command)."""
-        if CURRENT.name not in self.sessions:
+        if CURRENT.name not in self.builds:
             return
         if not self.shares_wanted and self.exp.shares:
             self.runner.console.print(
@@ -602,52 +667,89 @@ class CellRun:
                 self.update(
                     f"{self.cell.model.label} {self.cell.workload.label}: op shares, round {r + 1}"
                 )
-                self._request(CURRENT.name, Command(Do.SHARES, self.shape, round=r))
+                self._request(
+                    self._worker_of(CURRENT.name), Command(Do.SHARES, self.shape, round=r)
+                )
 
     def _pair_served(self, rounds: int) -> bool:
-        """Whether the workers of an A/B across builds have run their worker_rounds (a fresh pair is
-        due)."""
+        """Whether a pair of workers (two builds', or a duet's) has run its worker_rounds (a fresh
+        pair is due)."""
         every = self.exp.worker_rounds
-        return len(self.sessions) > 1 and every > 0 and rounds > 0 and rounds % every == 0
+        return len(self.workers) > 1 and every > 0 and rounds > 0 and rounds % every == 0
 
     def _fresh_workers(self) -> None:
-        """A fresh worker for each build, loaded and warmed up, so the next rounds come from other
-        processes."""
+        """Fresh workers, loaded and warmed up, so the next rounds come from other processes."""
         self.update(f"{self.cell.model.label} {self.cell.workload.label}: fresh workers")
-        for session in self.sessions.values():
-            session.stop()
+        for worker in self.workers:
+            worker.stop()
         # in place: the runner stops these
-        self.sessions.update(self.runner.start_sessions(self.cell.model))
-        for session in self.sessions.values():
-            session.loaded(self.deadline, self.exp.timeout_s)
-        for w in range(self.exp.warmup):
-            self._round(w, warmup=True, fresh=True)
+        self.workers[:] = self.runner.start_workers(self.cell.model, self.duet)
+        for worker in self.workers:
+            worker.loaded(self.deadline, self.exp.timeout_s)
+        self._warmups(fresh=True)
 
     @property
     def process(self) -> int:
-        """The label of the worker processes now running: the current build's process id."""
-        return next(iter(self.sessions.values())).process.pid
+        """The label of the worker processes now running: the first worker's process id."""
+        return self.workers[0].process.pid
 
     def _round(self, index: int, *, warmup: bool, fresh: bool = False) -> None:
-        for build, variant in round_plan(self.runner.order, list(self.sessions), index):
+        if self.duet:
+            self._duet_round(index, warmup=warmup, fresh=fresh)
+            return
+        for build, variant in round_plan(self.runner.order, self.builds, index):
             if not fresh and self.done.has_trial(self.cell.key, build, variant, warmup, index):
                 continue
-            for trial in self._request(
-                build, Command(Do.TRIAL, self.shape, variant, index, warmup)
-            ):
-                if isinstance(trial, Trial):
-                    self.target.add(build, trial, self.process)
-                label = "warmup" if warmup else f"round {index + 1}"
-                where = "" if len(self.sessions) == 1 else f" [{build}]"
-                self.update(
-                    f"{self.cell.model.label} {self.cell.workload.label} {variant}{where} {label}",
-                    advance=1,
-                )
+            command = Command(Do.TRIAL, self.shape, variant, index, warmup)
+            for trial in self._request(self._worker_of(build), command):
+                self._took(build, trial, index, warmup)
 
-    def _request(self, build: str, command: Command) -> list[Result]:
-        results = self.sessions[build].request(command, self.deadline, self.exp.timeout_s)
+    def _duet_round(self, index: int, *, warmup: bool, fresh: bool) -> None:
+        """Each duet of the round: both arms' trials sent together, then both collected."""
+        cores = self.runner.schedule.cores or (0, 1)
+        pairs = variant_pairs(self.exp)
+        for duet in duet_plan(self.runner.order, self.builds, pairs, index, cores):
+            arms = [arm for arm in duet.arms if fresh or not self._recorded(arm, duet, warmup)]
+            if len(self.builds) == 2:  # the builds' workers swap cores every round
+                for arm, core in zip(duet.arms, duet.cores, strict=True):
+                    pin(self.workers[arm.worker].process.pid, core)
+            commands = [
+                Command(Do.TRIAL, self.shape, arm.variant, duet.round, warmup) for arm in arms
+            ]
+            for arm, command in zip(arms, commands, strict=True):
+                self.workers[arm.worker].send(command)
+            for arm, command in zip(arms, commands, strict=True):
+                other = next(a for a in duet.arms if a is not arm)
+                side = DuetSide(f"{other.build}/{other.variant}", duet.cores[duet.arms.index(arm)])
+                for result in self._collect(self.workers[arm.worker], command, side):
+                    self._took(arm.build, result, duet.round, warmup)
+
+    def _recorded(self, arm: Arm, duet: Duet, warmup: bool) -> bool:
+        """Whether a resumed run's file already holds this arm's trial."""
+        return self.done.has_trial(self.cell.key, arm.build, arm.variant, warmup, duet.round)
+
+    def _took(self, build: str, result: Result, index: int, warmup: bool) -> None:
+        if isinstance(result, Trial):
+            self.target.add(build, result, self.process)
+            label = "warmup" if warmup else f"round {index + 1}"
+            where = "" if len(self.builds) == 1 else f" [{build}]"
+            self.update(
+                f"{self.cell.model.label} {self.cell.workload.label} {result.variant}{where} "
+                f"{label}",
+                advance=1,
+            )
+
+    def _request(self, worker: WorkerSession, command: Command) -> list[Result]:
+        worker.send(command)
+        return self._collect(worker, command, None)
+
+    def _collect(
+        self, worker: WorkerSession, command: Command, side: DuetSide | None
+    ) -> list[Result]:
+        build = worker.build.name
+        results = worker.collect(command, self.deadline, self.exp.timeout_s)
         for result in results:
-            self.runner.write_result(self.writer, self.cell.key, build, result, self.process)
+            self.runner.write_result(self.writer, self.cell.key, build, result, self.process, side)
             if isinstance(result, Agreement) and not result.passed:
                 self.runner.console.print(
                     f"[red]correctness[/]: {result.variant} differs from {result.reference} on "
@@ -655,6 +757,25 @@ class CellRun:
                     f"{result.atol:.3g}"
                 )
         return results
+
+
+@dataclass(frozen=True)
+class DuetSide:
+    """What a duet trial's record adds: the arm that ran beside it ("build/variant") and the core
+    it ran on."""
+
+    beside: str
+    core: int
+
+
+def variant_pairs(exp: Experiment) -> list[tuple[str, str]]:
+    """The (baseline, new) variant pairs a cell of one build compares: the experiment's
+    comparisons, or the first variant against each other one."""
+    pairs = [(c.baseline, c.new) for c in exp.comparisons if c.baseline != c.new]
+    if not pairs and not exp.comparisons:
+        first, *others = exp.variants
+        pairs = [(first, other) for other in others]
+    return pairs
 
 
 def pinned_cpus(env: dict[str, str]) -> list[int] | None:
@@ -807,13 +928,19 @@ def run_experiment(
     for warning in honest_warnings(exp):
         console.print(f"[yellow]warning[/]: {warning}")
     worker_env, env, threads = worker_environment(options.blas, exp.threads)
-    if threads.reason and not options.quiet:
+    schedule = choose_schedule(options.schedule or exp.schedule, env, worker_env, worker_env)
+    if schedule.schedule == Schedule.DUET:
+        # two workers at once, one core each: one BLAS thread apiece, whatever threads chose
+        worker_env, env = thread_env(worker_env, 1), Env(**{**env, "threads": 1})
+    elif threads.reason and not options.quiet:
         console.print(f"BLAS threads: {threads.threads} ({threads.reason})", highlight=False)
+    if not options.quiet:
+        console.print(schedule.line, highlight=False)
     if warning := blas_warning(env):
         console.print(f"[yellow]warning[/]: {warning}")
     run_id, done = resume_state(resume, exp) if resume else (new_run_id(), DoneWork())
     peak = measured_peak(worker_env, env)
-    runner = Runner(exp, options, run_id, console, peak, worker_env, started)
+    runner = Runner(exp, options, run_id, console, peak, worker_env, started, schedule)
     before = preflight()
     with ResultsWriter(options.out) as writer:
         experiment = StoredExperiment(
@@ -834,6 +961,8 @@ def run_experiment(
                 preflight=before,
                 pinned=options.pin,
                 threads_choice=threads.to_json(),
+                schedule_choice=schedule.to_json(),
+                stopping=Stopping.ADAPTIVE if exp.precision else Stopping.FIXED,
             )
         )
         console.print(

@@ -13,12 +13,20 @@
   reference-build trial ran warm at every other round's start, and on the 2-core AVX2 VM the tiny
   preset's A/B of identical builds read prefill -14.6% (SE 0.9) for the one and +12.8% (SE 1.0)
   for the other in those rounds, about 0 in the rest (results/history-demo-biased/, 600 rounds).
+
+Duet (`schedule: duet`, docs/duet.md): the two arms of a pair run at the same moment in two
+workers, each pinned to its own core, so what the neighbours, the hypervisor and the clock do
+in those seconds hits both. Across builds (`run --against`) the arms are the two builds' workers on
+one variant, and they swap cores every round. For a comparison of variants two workers of one build
+hold the same weights; a round runs each comparison once, as its own duet, and the workers swap
+which variant each runs every round (each keeps its core), so a faster core or process cancels.
 """
 
 from __future__ import annotations
 
 from collections import Counter
 from collections.abc import Sequence
+from dataclasses import dataclass
 
 
 def round_order(names: Sequence[str], round_index: int) -> list[str]:
@@ -44,3 +52,55 @@ def round_plan(
     """(build, variant) in the order one round runs them: the variants in ABBA order, each in every
     build back to back, the builds always in the same order (strict turns)."""
     return [(build, variant) for variant in round_order(order, round_index) for build in builds]
+
+
+@dataclass(frozen=True)
+class Arm:
+    """One trial of a duet: which worker (an index into the cell's workers) runs which variant of
+    which build."""
+
+    worker: int
+    build: str
+    variant: str
+
+
+@dataclass(frozen=True)
+class Duet:
+    """Two trials started together. `round` is the round number both record (it picks the prompt),
+    `cores[i]` the core `arms[i]`'s worker runs on."""
+
+    round: int
+    arms: tuple[Arm, Arm]
+    cores: tuple[int, int]
+
+
+def duet_workers(builds: Sequence[str]) -> list[str]:
+    """The build of each of a duet cell's two workers: the two builds, or one build twice."""
+    return list(builds) if len(builds) == 2 else [builds[0], builds[0]]
+
+
+def duet_plan(
+    order: Sequence[str],
+    builds: Sequence[str],
+    comparisons: Sequence[tuple[str, str]],
+    cycle: int,
+    cores: tuple[int, int] = (0, 1),
+) -> list[Duet]:
+    """The duets of round `cycle`. Across two builds: every variant (ABBA order) with the builds'
+    workers side by side, on cores swapped every round. Within one build: each comparison
+    (baseline, new) once, its round numbered cycle * len(comparisons) + slot so a (variant, round)
+    names one trial, the workers fixed to their cores and swapping variants every round."""
+    flip = cycle % 2
+    if len(builds) == 2:
+        on = (cores[flip], cores[1 - flip])
+        return [
+            Duet(cycle, (Arm(0, builds[0], v), Arm(1, builds[1], v)), on)
+            for v in round_order(order, cycle)
+        ]
+    pairs = [pair for pair in comparisons if pair[0] != pair[1]]
+    build = builds[0]
+    duets = []
+    for slot, (baseline, new) in enumerate(pairs):
+        arms = (Arm(flip, build, baseline), Arm(1 - flip, build, new))
+        duets.append(Duet(cycle * len(pairs) + slot, arms, (cores[flip], cores[1 - flip])))
+    return duets if flip == 0 else duets[::-1]

@@ -128,7 +128,15 @@ class WorkerSession:
     def request(self, command: Command, deadline: float, timeout_s: float) -> list[Result]:
         """The results one command produces; WorkerFailed if the worker dies or the cell's time runs
         out."""
+        self.send(command)
+        return self.collect(command, deadline, timeout_s)
+
+    def send(self, command: Command) -> None:
+        """Start a command without waiting for it (a duet starts two workers' trials together)."""
         self._send(command.to_json())
+
+    def collect(self, command: Command, deadline: float, timeout_s: float) -> list[Result]:
+        """The results of the command sent last, once the worker says it is done."""
         results = []
         while not isinstance(event := self._next(command.cell.key, deadline, timeout_s), Done):
             if isinstance(event, Recorded):

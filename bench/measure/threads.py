@@ -149,7 +149,7 @@ def measure(worker_env: dict[str, str], counts: tuple[int, ...]) -> tuple[Settin
 def _ask(sampler: subprocess.Popen) -> float:
     sampler.stdin.write("sample\n")
     sampler.stdin.flush()
-    return float(sampler.stdout.readline())
+    return float(sampler.stdout.readline().split()[0])
 
 
 def _log_sd(times: list[float]) -> float:
@@ -157,7 +157,8 @@ def _log_sd(times: list[float]) -> float:
 
 
 def serve(commands: TextIO, answers: TextIO) -> None:
-    """The sampler: one timed piece of step-shaped work per line read."""
+    """The sampler: per line read ("sample" or "sample N"), one (or N) timed pieces of step-shaped
+    work, answered as "WALL_S CPU_S" (the process's CPU seconds, for measure.duet's clocks)."""
     import mlx.core as mx
 
     key = mx.random.key(0)
@@ -165,10 +166,13 @@ def serve(commands: TextIO, answers: TextIO) -> None:
     w = mx.random.normal((SAMPLE_OUT, SAMPLE_IN), key=key)
     v = mx.random.normal((1, SAMPLE_IN), key=key)
     mx.eval(x, w, v)
-    for _ in commands:
-        start = time.perf_counter()
-        mx.eval(x @ w.T, v @ w.T)
-        answers.write(f"{time.perf_counter() - start}\n")
+    for line in commands:
+        words = line.split()
+        reps = int(words[1]) if len(words) > 1 else 1
+        start, cpu = time.perf_counter(), time.process_time()
+        for _ in range(reps):
+            mx.eval(x @ w.T, v @ w.T)
+        answers.write(f"{time.perf_counter() - start} {time.process_time() - cpu}\n")
         answers.flush()
 
 

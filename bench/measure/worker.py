@@ -96,6 +96,13 @@ class TrialTiming:
     step_s: list[float]  # each decode step's inter-token latency, in order
     # mlx-lm stream_generate's time to first token; None with no decode step queued
     ttft_s: float | None = None
+    # the process's CPU seconds (every thread's) over the same two spans: a KVM guest with a steal
+    # clock charges a task only the time it really ran, so these leave out what the hypervisor took
+    prefill_cpu_s: float | None = None
+    gen_cpu_s: float | None = None
+    # when the trial began and ended (Unix seconds): a duet's two trials show their overlap
+    started_unix_s: float | None = None
+    ended_unix_s: float | None = None
 
 
 def make_prompt(vocab_size: int, batch: int, length: int, seed: int, round_id: int) -> mx.array:
@@ -148,16 +155,30 @@ def time_trial(
     cache = model.make_cache()
     mx.synchronize()
     mx.reset_peak_memory()
+    started_unix_s = time.time()
+    cpu_start = time.process_time()
     start = time.perf_counter()
     first = greedy(prefill(model, prompt, cache, prefill_step_size))
     mx.eval(first)
     prefilled = time.perf_counter()
+    cpu_prefilled = time.process_time()
     ready = decode(model, first, cache, gen_tokens - 1)
     generated = ready[1:]
     done = generated[-1] if generated else time.perf_counter()
+    cpu_done = time.process_time()
     steps = [b - a for a, b in zip([prefilled, *generated], generated, strict=False)]
     ttft_s = ready[0] - start if ready else None
-    return TrialTiming(prefilled - start, done - prefilled, mx.get_peak_memory(), steps, ttft_s)
+    return TrialTiming(
+        prefilled - start,
+        done - prefilled,
+        mx.get_peak_memory(),
+        steps,
+        ttft_s,
+        prefill_cpu_s=cpu_prefilled - cpu_start,
+        gen_cpu_s=cpu_done - cpu_prefilled,
+        started_unix_s=started_unix_s,
+        ended_unix_s=time.time(),
+    )
 
 
 def trial_record(timing: TrialTiming, batch: int, prompt_tokens: int, gen_tokens: int) -> Measured:
@@ -172,6 +193,10 @@ def trial_record(timing: TrialTiming, batch: int, prompt_tokens: int, gen_tokens
         peak_memory_bytes=timing.peak_memory_bytes,
         ttft_s=timing.ttft_s,
         ttft_tps=batch * prompt_tokens / timing.ttft_s if timing.ttft_s else None,
+        prefill_cpu_s=timing.prefill_cpu_s,
+        gen_cpu_s=timing.gen_cpu_s if gen_steps else None,
+        started_unix_s=timing.started_unix_s,
+        ended_unix_s=timing.ended_unix_s,
     )
 
 
