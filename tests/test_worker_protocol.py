@@ -114,6 +114,10 @@ def test_a_trial_record_holds_its_measurements_among_its_own_fields():
         "peak_memory_bytes",
         "ttft_s",
         "ttft_tps",
+        "prefill_cpu_s",
+        "gen_cpu_s",
+        "started_unix_s",
+        "ended_unix_s",
         "compile_s",
     ]
 

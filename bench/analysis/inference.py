@@ -1,6 +1,7 @@
 """The one paired inference behind the report, the regression gate, op microbenchmarks and
-calibration: per-round log ratios, the outlier and stall rules, the confidence-sequence interval,
-Holm across a table, and the verdict words. Pure numpy. The method, its constants and their
+calibration: per-round log ratios, the outlier and stall rules, the interval (a confidence sequence,
+or the fixed-n t interval for rounds fixed in advance), Holm across a table, and the verdict words.
+numpy and scipy's t distribution. The method, its constants and their
 simulated coverage: docs/statistics.md ("The paired method in full")."""
 
 from __future__ import annotations
@@ -9,9 +10,11 @@ import math
 from collections.abc import Hashable, Iterable, Sequence
 from dataclasses import dataclass
 from enum import StrEnum
+from functools import partial
 
 import numpy as np
 from numpy.typing import ArrayLike
+from scipy import special
 
 from . import sequential
 
@@ -154,6 +157,8 @@ class PairedEstimate(RatioInterval):
     trimmed: RoundsMean | None = None
     all_rounds: RoundsMean | None = None
     processes: int = 1  # the worker processes (or pairs of them) the rounds came from
+    # the rounds were fixed before the run: the fixed-n t interval (else a confidence sequence)
+    fixed_rounds: bool = False
 
     @property
     def has_interval(self) -> bool:
@@ -164,9 +169,10 @@ class PairedEstimate(RatioInterval):
         return self.excluded_new + self.excluded_baseline
 
     def interval(self, confidence: float) -> tuple[float, float]:
-        """The t-interval on the ratio scale at another level (same rounds, same estimate)."""
+        """The interval on the ratio scale at another level (same rounds, same estimate, same
+        design)."""
         _check_level(confidence, "confidence")
-        lo, hi = _log_interval(self.mean_log, self.sd_log, self.n, confidence)
+        lo, hi = _log_interval(self.mean_log, self.sd_log, self.n, confidence, self.fixed_rounds)
         return math.exp(lo), math.exp(hi)
 
 
@@ -225,6 +231,7 @@ def paired_estimate(
     *,
     confidence: float = 0.95,
     processes: Iterable[Hashable] | None = None,
+    fixed_rounds: bool = False,
 ) -> PairedEstimate:
     """Estimate new/baseline from per-round throughputs (index i of both arrays is round i).
 
@@ -234,6 +241,11 @@ def paired_estimate(
     processes that ran it (see "Between processes" in docs/statistics.md); rounds of several
     processes widen the spread by what those processes' means differ. Raises ValueError for unequal
     lengths, no valid pair, or a non-positive / infinite throughput.
+
+    The interval follows the design (docs/statistics.md, "Which interval"): `fixed_rounds`, a
+    round count set before the run, gets the fixed-n Student t interval, exact at that n; else the
+    rounds were added while looking at them, and the interval is the confidence sequence, valid at
+    whatever round the looking stopped.
     """
     _check_level(confidence, "confidence")
     log_b, log_n, blocks = _valid_log_pairs(baseline, new, processes)
@@ -243,12 +255,9 @@ def paired_estimate(
     drop = below | above
     kept_mean = float(np.mean(r[~drop]))
     winsorized = np.clip(r, centre - reach, centre + reach)
-    trimmed = _rounds_mean(
-        kept_mean, _process_sd(winsorized, kept_mean, blocks), int((~drop).sum()), confidence
-    )
-    all_rounds = _rounds_mean(
-        float(np.mean(r)), _process_sd(r, float(np.mean(r)), blocks), int(r.size), confidence
-    )
+    design = partial(_rounds_mean, confidence=confidence, fixed=fixed_rounds)
+    trimmed = design(kept_mean, _process_sd(winsorized, kept_mean, blocks), int((~drop).sum()))
+    all_rounds = design(float(np.mean(r)), _process_sd(r, float(np.mean(r)), blocks), int(r.size))
     low, high = int(below.sum()), int(above.sum())
     call = _stall_call(low, high, trimmed, all_rounds)
     chosen, used = (all_rounds, np.ones_like(drop)) if call.over_all_rounds else (trimmed, ~drop)
@@ -268,6 +277,7 @@ def paired_estimate(
         trimmed=trimmed,
         all_rounds=all_rounds,
         processes=int(np.unique(blocks).size),
+        fixed_rounds=fixed_rounds,
     )
 
 
@@ -311,9 +321,9 @@ def sign_test_p(against_new: int, against_baseline: int) -> float:
     return min(1.0, 2.0 * tail / 2.0**k)
 
 
-def _rounds_mean(mean: float, sd: float, n: int, confidence: float) -> RoundsMean:
+def _rounds_mean(mean: float, sd: float, n: int, confidence: float, fixed: bool) -> RoundsMean:
     se = sd / math.sqrt(n) if n >= 2 else math.nan
-    lo, hi = _log_interval(mean, sd, n, confidence)
+    lo, hi = _log_interval(mean, sd, n, confidence, fixed)
     return RoundsMean(
         n=n,
         mean_log=mean,
@@ -323,7 +333,7 @@ def _rounds_mean(mean: float, sd: float, n: int, confidence: float) -> RoundsMea
         ratio=math.exp(mean),
         low=math.exp(lo),
         high=math.exp(hi),
-        p_value=_p_value(mean, sd, n),
+        p_value=_p_value(mean, sd, n, fixed),
     )
 
 
@@ -500,18 +510,25 @@ def _process_sd(values: np.ndarray, mean: float, blocks: np.ndarray) -> float:
     return max(sd, math.sqrt(between))
 
 
-def _log_interval(mean: float, sd: float, n: int, confidence: float) -> tuple[float, float]:
+def _log_interval(
+    mean: float, sd: float, n: int, confidence: float, fixed: bool = False
+) -> tuple[float, float]:
     if n < 2:
         return math.nan, math.nan
     if sd == 0.0:
         return mean, mean
-    half = sequential.half_width_log(n, sd, 1.0 - confidence)
+    if fixed:
+        half = float(special.stdtrit(n - 1, 0.5 + confidence / 2.0)) * sd / math.sqrt(n)
+    else:
+        half = sequential.half_width_log(n, sd, 1.0 - confidence)
     return mean - half, mean + half
 
 
-def _p_value(mean: float, sd: float, n: int) -> float:
+def _p_value(mean: float, sd: float, n: int, fixed: bool = False) -> float:
     if n < 2:
         return math.nan
     if sd == 0.0:
         return 0.0 if abs(mean) > ZERO_SPREAD else 1.0
+    if fixed:
+        return float(2.0 * special.stdtr(n - 1, -abs(mean) / (sd / math.sqrt(n))))
     return sequential.p_value(n, mean, sd)

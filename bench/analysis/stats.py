@@ -21,7 +21,7 @@ import numpy as np
 import pandas as pd
 from numpy.typing import ArrayLike
 
-from ..core.records import METRIC_COLUMNS, METRICS, Column
+from ..core.records import METRIC_COLUMNS, METRICS, Column, Stopping
 from ..core.spec import DEFAULT_MARGIN_PCT
 from .inference import (
     STALLS_BASELINE,
@@ -388,6 +388,7 @@ def every_variant(timed: pd.DataFrame, n_variants: int) -> pd.DataFrame:
     of the variants' current/reference ratios.
     """
     keys = [*CELL_KEYS, "run_id", "cell", "round", "process", "build"]
+    keys += [Column.STOPPING] if Column.STOPPING in timed else []
     columns = list(METRIC_COLUMNS.values())
     logs = timed[[*keys, "variant"]].assign(
         **{c: np.log(timed[c].astype(np.float64)) for c in columns}
@@ -434,9 +435,22 @@ def _paired_rows(
                 # A round's processes: its run and its pair of workers (different runs never share
                 # one).
                 processes = list(zip(pairs[Column.RUN_ID], pairs[Column.PROCESS], strict=True))
-                estimate = paired_estimate(b, n, processes=processes) if b.size else None
+                estimate = (
+                    paired_estimate(b, n, processes=processes, fixed_rounds=fixed_rounds(group))
+                    if b.size
+                    else None
+                )
                 rows.append(_Paired(dict(zip(CELL_KEYS, keys, strict=True)), metric_name, estimate))
     return rows
+
+
+def fixed_rounds(trials: pd.DataFrame) -> bool:
+    """Whether these trials' rounds were fixed before anyone looked: one run, whose header says
+    its round count was set in advance (core.records.Stopping). Rounds pooled from several runs
+    (check --confirm, bisect) were added on the data, and so were a trials: auto run's."""
+    if Column.STOPPING not in trials or trials[Column.RUN_ID].nunique() != 1:
+        return False
+    return bool((trials[Column.STOPPING] == Stopping.FIXED).all())
 
 
 def _judge(

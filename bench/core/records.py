@@ -39,6 +39,8 @@ class Column(StrEnum):
 
     RUN_ID = "run_id"
     MACHINE = "machine"  # not in the record: Results.frame adds its run's machine label
+    # not in the record: Results.frame adds to trials how their run decided its rounds (Stopping)
+    STOPPING = "stopping"
     CELL = "cell"
     MODEL = "model"
     MODEL_KEY = "model_key"

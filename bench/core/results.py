@@ -37,6 +37,7 @@ from .records import (
     RunHeader,
     SiteCalls,
     SiteRecord,
+    Stopping,
     header_format,
     upgrade,
 )
@@ -145,6 +146,9 @@ class Results:
         if frame.empty:
             return frame
         frame["machine"] = frame["run_id"].map(self.machines()).fillna(UNKNOWN_MACHINE)
+        if kind == "trial":
+            stopping = {run_id: run.stopping for run_id, run in self.headers.items()}
+            frame[Column.STOPPING] = frame["run_id"].map(stopping).fillna(Stopping.ADAPTIVE)
         return frame
 
 

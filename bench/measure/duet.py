@@ -14,7 +14,8 @@ How `auto` measures
     both trials; duet: the slower one). Precision per second is 1 / (s² · t). The duet wins when it
     buys at least MARGIN times the sequential pair's on the wall clock, the clock intervals use.
 
-Cached per machine (`machine_key`) as the thread choice is; `fusebench env --probe` measures again.
+Cached per machine (`machine_key`) as the thread choice is, unless other processes used more than
+BUSY_CORES meanwhile (then it holds for that run only); `fusebench env --probe` measures again.
 GPU backends run sequentially (one device), and so does a machine without two free cores.
 """
 
@@ -27,7 +28,7 @@ import os
 import subprocess
 import sys
 from collections.abc import Sequence
-from dataclasses import asdict, dataclass
+from dataclasses import asdict, dataclass, replace
 from pathlib import Path
 
 import numpy as np
@@ -37,11 +38,13 @@ from ..core.records import Env
 from ..core.spec import Schedule
 from ..core.typed import from_mapping
 from .env import cache_dir, machine_key, thread_env
+from .load import LoadSampler
 
 TURNS = 24  # timed pairs per schedule
 WARMUP = 2  # untimed pairs per schedule first
 MARGIN = 1.25  # the duet must buy this much more precision per second than sequential trials
 TRIAL_S = 0.25  # each sample's length: repetitions of the sampler's work up to about this
+BUSY_CORES = 0.25  # other processes' mean CPU, in cores, above which a probe is not cached
 
 
 def duet_cores(allowed: Sequence[int] | None = None) -> tuple[int, int] | None:
@@ -153,7 +156,16 @@ def choose_schedule(
             return ScheduleChoice(cached.schedule, cached.reason, cached.probes, cores)
         except (OSError, ValueError, KeyError, TypeError):
             pass
-    choice = decide(measure(duet_env, sequential_env, cores), cores)
+    with LoadSampler() as sampler:
+        choice = decide(measure(duet_env, sequential_env, cores), cores)
+    load = sampler.summary()
+    if load and load["other_cores_mean"] > BUSY_CORES:
+        # a probe beside other work measures that work: use it for this run, measure again next
+        return replace(
+            choice,
+            reason=f"{choice.reason}; other processes used {load['other_cores_mean']:.1f} cores "
+            "meanwhile, so this choice is not cached",
+        )
     try:
         path.parent.mkdir(parents=True, exist_ok=True)
         path.write_text(json.dumps(choice.to_json()))

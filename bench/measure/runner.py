@@ -221,7 +221,9 @@ class CellStop:
                         f"{CURRENT.name}/", ""
                     )
                     processes = [self.process_of[r] for r in rounds]
-                    estimates[label] = paired_estimate(base, new, processes=processes)
+                    estimates[label] = paired_estimate(
+                        base, new, processes=processes, fixed_rounds=self.exp.precision is None
+                    )
         return estimates
 
     def rows(self) -> dict[str, Row]:

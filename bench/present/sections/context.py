@@ -7,6 +7,8 @@ from collections.abc import Callable, Sequence
 
 from ...analysis.study import Study
 from ...core.headers import EnvInfo, RunInfo
+from ...core.records import Stopping
+from ...core.spec import Schedule
 
 
 def slug(text: str) -> str:
@@ -52,6 +54,29 @@ def threads_note(runs: Sequence[RunInfo]) -> str | None:
         f"BLAS threads: {threads} of {cores} cores, {how}.{lower} the Δs are what this "
         "setting shows. Set `threads:` in the experiment to measure at another count."
     )
+
+
+def design_note(runs: Sequence[RunInfo]) -> str | None:
+    """How the rounds were laid out in time and which interval the table shows; None for runs
+    from before either was recorded (their intervals are confidence sequences)."""
+    run = runs[0] if runs else None
+    if run is None or run.schedule_choice is None:
+        return None
+    choice = run.schedule_choice
+    if choice.schedule == Schedule.DUET:
+        how = (
+            "duet: each pair's two trials ran at the same moment, each worker pinned to its own "
+            "core, the arms swapping cores every round"
+        )
+    else:
+        how = "sequential: one trial after another, the order reversed every round"
+    pooled = len(runs) > 1
+    interval = (
+        "the fixed-n Student t interval, exact at the round count the run fixed in advance"
+        if run.stopping == Stopping.FIXED and not pooled
+        else "a confidence sequence, valid at whatever round the run stopped on its data"
+    )
+    return f"Rounds: {how} ({choice.reason}). Intervals: {interval}."
 
 
 def plot_caption(study: Study, machine: str) -> str:

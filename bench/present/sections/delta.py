@@ -42,7 +42,14 @@ from .. import plots
 from ..document import Block, Bullets, Figure, Heading, Table
 from ..format import format_ci, format_delta, format_tps, signed_pct, verdict_text
 from . import ReportContext
-from .context import environment_line, machine_suffix, plot_caption, slug, threads_note
+from .context import (
+    design_note,
+    environment_line,
+    machine_suffix,
+    plot_caption,
+    slug,
+    threads_note,
+)
 from .kernels import probe_note
 
 DELTA_COLUMNS = (
@@ -367,7 +374,10 @@ def delta_section(
         context.append(reference_note(reference, study, machine, cells, pair))
     if note := probe_note(study, machine, workload, pair):
         context.append(note)
-    if note := threads_note([run for run in study.runs.values() if run.machine == machine]):
+    runs = [run for run in study.runs.values() if run.machine == machine]
+    if note := threads_note(runs):
+        context.append(note)
+    if note := design_note(runs):
         context.append(note)
     where = workload if len(study.machines) == 1 else f"{workload} · {machine}"
     blocks: list[Block] = [
@@ -491,7 +501,10 @@ def method_section(context: ReportContext) -> list[Block]:
                 "outside its own interval, Δ, its interval and the verdict use every round, "
                 "the trimmed Δ is shown beside it, and the Rounds column names the arm that "
                 "stalls.",
-                "95% CI (Holm): the Student t interval on the mean log ratio, widened to Holm's "
+                "95% CI (Holm): the interval on the mean log ratio that the run's design calls "
+                "for (the fixed-n Student t interval where the rounds were fixed before the run, "
+                "else a confidence sequence, valid wherever the run stopped on its data), "
+                "widened to Holm's "
                 "level for its rank among the rows of its table, so the whole table holds a "
                 f"{1 - ALPHA:.0%} family-wise guarantee; ± is its half-width, the smallest effect "
                 "this row could have detected.",

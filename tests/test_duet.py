@@ -1,0 +1,242 @@
+"""Duet rounds (measure.schedule's duet plan, measure.duet's choice, the runner end to end on the
+tiny preset) and the interval that follows the design (fixed rounds: the fixed-n t interval; rounds
+added on the data: the confidence sequence)."""
+
+from __future__ import annotations
+
+import json
+from collections import Counter
+from pathlib import Path
+
+import numpy as np
+import pytest
+from conftest import cell, results_file, trials
+
+from bench.analysis import stats
+from bench.analysis.inference import adjust, paired_estimate, verdict
+from bench.commands import main
+from bench.core.records import METRICS, Stopping
+from bench.core.results import read_results
+from bench.core.spec import Schedule
+from bench.measure.duet import ScheduleProbe, choose_schedule, decide, duet_cores
+from bench.measure.schedule import duet_plan
+
+PAIRS = [("baseline", "compiled"), ("baseline", "sdpa")]
+ORDER = ["compiled", "baseline", "sdpa"]
+
+
+# --- the plan -------------------------------------------------------------------------------------
+
+
+def test_across_builds_every_variant_runs_beside_its_other_build_on_swapped_cores():
+    for cycle in range(4):
+        duets = duet_plan(ORDER, ["current", "reference"], PAIRS, cycle, cores=(2, 5))
+        assert sorted(d.arms[0].variant for d in duets) == sorted(ORDER)
+        for duet in duets:
+            assert duet.round == cycle
+            assert [(a.build, a.worker) for a in duet.arms] == [("current", 0), ("reference", 1)]
+            assert duet.arms[0].variant == duet.arms[1].variant
+            assert duet.cores == ((2, 5) if cycle % 2 == 0 else (5, 2))
+
+
+def test_within_a_build_each_comparison_is_one_duet_and_the_workers_swap_variants():
+    seen: Counter = Counter()
+    for cycle in range(6):
+        duets = duet_plan(ORDER, ["current"], PAIRS, cycle)
+        assert sorted((d.arms[0].variant, d.arms[1].variant) for d in duets) == PAIRS
+        for duet in duets:
+            baseline, new = duet.arms
+            # the baseline's worker alternates, so a worker's (or core's) offset cancels
+            assert baseline.worker == cycle % 2 and new.worker == 1 - cycle % 2
+            assert duet.cores == (baseline.worker, new.worker)
+            seen.update((arm.variant, duet.round) for arm in duet.arms)
+    # a (variant, round) names one trial: the records key on it
+    assert set(seen.values()) == {1}
+
+
+def test_two_cores_are_two_physical_cores_or_none():
+    assert duet_cores([3]) is None
+    assert duet_cores([]) is None
+    cores = duet_cores([0, 1, 2, 3])
+    assert cores is not None and cores[0] != cores[1]
+
+
+# --- the choice -----------------------------------------------------------------------------------
+
+
+def test_a_gpu_backend_and_an_asked_schedule_are_taken_without_measuring():
+    gpu = choose_schedule(Schedule.AUTO, {"backend": "cuda"}, {}, {})
+    assert gpu.schedule == Schedule.SEQUENTIAL and "GPU" in gpu.reason
+    asked = choose_schedule(Schedule.SEQUENTIAL, {"backend": "cpu"}, {}, {})
+    assert asked.schedule == Schedule.SEQUENTIAL and asked.probes == ()
+
+
+def test_one_core_runs_sequentially(monkeypatch):
+    monkeypatch.setattr("bench.measure.duet.duet_cores", lambda: None)
+    choice = choose_schedule(Schedule.DUET, {"backend": "cpu"}, {}, {})
+    assert choice.schedule == Schedule.SEQUENTIAL and "two physical cores" in choice.reason
+
+
+@pytest.mark.parametrize(
+    ("duet_sd", "expected", "gain"),
+    [(0.02, Schedule.DUET, "8.00x"), (0.06, Schedule.SEQUENTIAL, "0.89x")],
+)
+def test_auto_takes_the_duet_only_for_enough_precision_per_second(duet_sd, expected, gain):
+    # a sequential pair: SD 4% in 2 s; the duet takes half the time, at duet_sd
+    sequential = ScheduleProbe(Schedule.SEQUENTIAL, wall_sd=0.04, cpu_sd=0.04, pair_s=2.0)
+    duet = ScheduleProbe(Schedule.DUET, wall_sd=duet_sd, cpu_sd=duet_sd, pair_s=1.0)
+    choice = decide((sequential, duet), (0, 1))
+    assert choice.schedule == expected
+    assert gain in choice.reason and choice.cores == (0, 1)
+
+
+def test_a_bad_schedule_is_one_line_and_exit_2(tmp_path, capsys):
+    exp = tmp_path / "exp.yaml"
+    exp.write_text(TINY.format(trials=2, schedule="together"))
+    assert main(["run", str(exp), "--dry-run"]) == 2
+    err = capsys.readouterr().err.strip()
+    assert len(err.splitlines()) == 1
+    assert "schedule" in err and "auto, duet, sequential" in err and str(exp) in err
+
+
+# --- the runner -----------------------------------------------------------------------------------
+
+TINY = """\
+name: tiny-duet
+models:
+  - {{preset: tiny}}
+variants:
+  baseline: {{geglu: unfused, softcap: unfused, attention: manual}}
+  compiled: {{geglu: compiled, softcap: compiled, attention: manual}}
+  sdpa: {{geglu: unfused, softcap: unfused, attention: sdpa}}
+comparisons: [[baseline, compiled], [baseline, sdpa]]
+workloads: {{prompt_tokens: 12, gen_tokens: 3}}
+trials: {trials}
+warmup: 1
+shares: 0
+worker_rounds: 2
+schedule: {schedule}
+correctness: {{reference: baseline, tokens: 2}}
+"""
+
+
+@pytest.fixture(scope="module")
+def duet_run(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    folder = tmp_path_factory.mktemp("duet-run")
+    exp = folder / "exp.yaml"
+    exp.write_text(TINY.format(trials=3, schedule="duet"))
+    out = folder / "r.jsonl"
+    assert main(["run", str(exp), "--out", str(out), "--quiet"]) == 0
+    return out
+
+
+def test_a_duet_run_pairs_each_comparison_beside_itself_on_two_cores(duet_run: Path):
+    results = read_results([duet_run])
+    (header,) = results.of_kind("run")
+    assert header["schedule_choice"]["schedule"] == "duet"
+    assert header["stopping"] == Stopping.FIXED
+    assert header["env"]["threads"] == 1  # one BLAS thread a worker: one core each
+    timed = [t for t in results.of_kind("trial") if not t["warmup"]]
+    by_round: dict[int, list[dict]] = {}
+    for trial in timed:
+        by_round.setdefault(trial["round"], []).append(trial)
+    # 3 rounds of 2 comparisons, each a duet of two trials
+    assert sorted(by_round) == list(range(6))
+    for pair in by_round.values():
+        a, b = pair
+        assert {a["variant"], b["variant"]} in ({"baseline", "compiled"}, {"baseline", "sdpa"})
+        assert a["beside"] == f"current/{b['variant']}" and b["beside"] == f"current/{a['variant']}"
+        assert a["core"] != b["core"]
+        assert a["process"] == b["process"]  # one pair of workers: one process label
+        for trial in pair:
+            assert trial["prefill_cpu_s"] > 0 and trial["gen_cpu_s"] > 0
+            assert trial["started_unix_s"] <= trial["ended_unix_s"]
+    # worker_rounds: 2 -> a fresh pair after round 2 of 3
+    assert len({t["process"] for t in timed}) == 2
+    stop = results.of_kind("stop")[0]
+    assert stop["schedule"] == "duet" and stop["rounds"] == 3
+
+
+def test_a_duet_run_reports_and_says_how_it_ran(duet_run: Path, tmp_path: Path):
+    assert main(["report", str(duet_run), "--out", str(tmp_path / "rep")]) == 0
+    text = (tmp_path / "rep" / "report.md").read_text()
+    assert "Rounds: duet" in text and "fixed-n Student t interval" in text
+    rows = list((tmp_path / "rep" / "deltas.csv").read_text().splitlines())
+    assert len(rows) == 1 + 2 * 2  # two comparisons, prefill and gen
+
+
+# --- the interval follows the design --------------------------------------------------------------
+
+PR15587_BASELINES = [18777, 153.8, 6980, 99.1, 3957, 101.3, 531, 21.4]
+PR15587_DELTAS_PCT = [16.6, 15.0, 15.8, 11.6, 10.5, 6.1, 11.7, 4.8]
+SIZES = ["E2B", "E4B", "26B", "31B"]
+
+
+def _pr15587_file(path: Path, stopping: Stopping, seed: int) -> Path:
+    """PR 15587's eight rows at its 5 rounds (`trials: 5`), 1% lognormal noise on every trial."""
+    rng = np.random.default_rng(seed)
+    records = []
+    for i, size in enumerate(SIZES):
+        rounds = []
+        for _ in range(5):
+            base = [PR15587_BASELINES[2 * i + m] * rng.lognormal(0, 0.01) for m in (0, 1)]
+            new = [
+                PR15587_BASELINES[2 * i + m]
+                * (1 + PR15587_DELTAS_PCT[2 * i + m] / 100)
+                * rng.lognormal(0, 0.01)
+                for m in (0, 1)
+            ]
+            rounds.append((base, new))
+        records += trials(
+            cell(f"{size} (2/35 layers)"),
+            {
+                "baseline": [tuple(b) for b, _ in rounds],
+                "compiled": [tuple(n) for _, n in rounds],
+            },
+        )
+    experiment = "name: pr15587\ntrials: 5\n"
+    return results_file(path, records, experiment=experiment, stopping=stopping)
+
+
+@pytest.mark.parametrize("seed", range(3))
+def test_pr15587_at_its_five_fixed_rounds_reads_faster_on_every_row(tmp_path, seed):
+    path = _pr15587_file(tmp_path / "fixed.jsonl", Stopping.FIXED, seed)
+    rows = stats.compare(read_results([path]).frame("trial"), "baseline", "compiled", METRICS)
+    assert [row.verdict.word for row in rows] == ["faster"] * 8
+
+
+def test_the_same_rounds_stopped_on_the_data_get_the_confidence_sequence(tmp_path):
+    path = _pr15587_file(tmp_path / "adaptive.jsonl", Stopping.ADAPTIVE, 0)
+    rows = stats.compare(read_results([path]).frame("trial"), "baseline", "compiled", METRICS)
+    # unbounded below 6 rounds at a table's Holm level: the price of looking
+    assert {row.verdict.word for row in rows} == {"inconclusive"}
+
+
+def test_pooled_runs_are_never_read_as_fixed(tmp_path):
+    one = _pr15587_file(tmp_path / "a.jsonl", Stopping.FIXED, 0)
+    frame = read_results([one]).frame("trial")
+    assert stats.fixed_rounds(frame)
+    two = frame.assign(run_id=np.where(frame["round"] < 3, "run1", "run2"))
+    assert not stats.fixed_rounds(two)
+
+
+def test_the_fixed_n_interval_is_students_t():
+    rng = np.random.default_rng(1)
+    base, new = 100 * rng.lognormal(0, 0.02, 7), 103 * rng.lognormal(0, 0.02, 7)
+    est = paired_estimate(base, new, fixed_rounds=True)
+    r = np.log(new) - np.log(base)
+    half = 2.4469118511449692 * r.std(ddof=1) / np.sqrt(7)  # t(0.975, 6)
+    assert np.log(est.low) == pytest.approx(r.mean() - half)
+    assert np.log(est.high) == pytest.approx(r.mean() + half)
+    (row,) = adjust([est])
+    assert verdict(row).word == ("faster" if est.low > 1 else "inconclusive")
+    sequence = paired_estimate(base, new)
+    assert sequence.high - sequence.low > est.high - est.low
+
+
+def test_a_results_file_from_before_the_field_reads_as_stopped_on_its_data(tmp_path):
+    path = _pr15587_file(tmp_path / "old.jsonl", Stopping.FIXED, 0)
+    lines = [json.loads(line) for line in path.read_text().splitlines()]
+    del lines[0]["stopping"]
+    path.write_text("".join(json.dumps(line) + "\n" for line in lines))
+    assert not stats.fixed_rounds(read_results([path]).frame("trial"))
