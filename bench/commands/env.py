@@ -6,7 +6,9 @@ gives the remedy.
 
 examples:
   fusebench env
-  fusebench env --probe          also measure peak fp32 matmul GFLOP/s and memory GB/s (about 2 s)
+  fusebench env --probe          also measure peak fp32 matmul GFLOP/s and memory GB/s (about 2 s),
+                                 and measure again the threads and the schedule `auto` chooses
+                                 (about 40 s)
 """
 
 from __future__ import annotations
@@ -35,6 +37,8 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
 
 
 def main(args: argparse.Namespace, console: Console) -> int:
+    from ..core.spec import Schedule
+    from ..measure.duet import choose_schedule
     from ..measure.env import backend_problem, blas_warning, collect_env
     from ..measure.probe import probe_peaks_in, worker_environment
     from ..present.env import print_env
@@ -50,4 +54,6 @@ def main(args: argparse.Namespace, console: Console) -> int:
             f"BLAS threads: {threads.threads}, measured on this machine: {threads.reason}",
             highlight=False,
         )
+    schedule = choose_schedule(Schedule.AUTO, env, worker_env, worker_env, fresh=args.probe)
+    console.print(schedule.line, highlight=False)
     return 0
