@@ -1,5 +1,5 @@
-"""Does a duet measure the same Δ as sequential trials? Each case runs in both schedules (alternating,
-the same fixed rounds), and each row's Δ is compared across the schedules.
+"""Does a duet measure the same Δ as sequential trials? Each case runs in both schedules
+(alternating, the same fixed rounds), and each row's Δ is compared across the schedules.
 
 Co-running arms share memory bandwidth and caches, which can shrink a fusion's Δ (a fused kernel
 saves memory traffic). Cases, each `fusebench run EXPERIMENT --trials N --schedule S`:
@@ -52,6 +52,10 @@ def estimate(path: Path, baseline: str, new: str, column: str):
     )
 
 
+def _cell(e) -> str:
+    return f"{e.delta_pct:+.1f}% [{e.low_pct:+.1f}%, {e.high_pct:+.1f}%] (n {e.n})"
+
+
 def summary(out: Path) -> list[str]:
     lines = [
         "| case | metric | sequential Δ [95% CI] | duet Δ [95% CI] | duet − sequential | "
@@ -59,21 +63,21 @@ def summary(out: Path) -> list[str]:
         "|---|---|---|---|---|---|",
     ]
     for case, (_, baseline, new) in CASES.items():
-        paths = {s: out / f"{case}-{s}.jsonl" for s in SCHEDULES}
-        if not all(p.exists() for p in paths.values()):
-            continue
-        for metric, column in METRICS.items():
-            est = {s: estimate(p, baseline, new, column) for s, p in paths.items()}
-            cells = [
-                f"{e.delta_pct:+.1f}% [{e.low_pct:+.1f}%, {e.high_pct:+.1f}%] (n {e.n})"
-                for e in est.values()
-            ]
-            diff = est["duet"].mean_log - est["sequential"].mean_log
-            se = math.hypot(est["duet"].se_log, est["sequential"].se_log)
-            lines.append(
-                f"| {case} | {metric} | {cells[0]} | {cells[1]} | {100 * np.expm1(diff):+.1f}% | "
-                f"{diff / se:+.1f} |"
-            )
+        duet = out / f"{case}-duet.jsonl"
+        # the sequential run at the run's own thread choice, and one at 1 thread where it was made
+        for sequential in sorted(out.glob(f"{case}-sequential*.jsonl")):
+            if not duet.exists():
+                continue
+            label = case + sequential.stem.removeprefix(f"{case}-sequential").replace("-", " ")
+            threads = read_results([sequential]).of_kind("run")[0]["env"]["threads"]
+            for metric, column in METRICS.items():
+                seq, two = (estimate(p, baseline, new, column) for p in (sequential, duet))
+                diff = two.mean_log - seq.mean_log
+                se = math.hypot(two.se_log, seq.se_log)
+                lines.append(
+                    f"| {label} | {metric} | {_cell(seq)} on {threads} thread(s) | {_cell(two)} | "
+                    f"{100 * np.expm1(diff):+.1f}% | {diff / se:+.1f} |"
+                )
     return lines
 
 

@@ -71,6 +71,14 @@ def test_a_gpu_backend_and_an_asked_schedule_are_taken_without_measuring():
     assert asked.schedule == Schedule.SEQUENTIAL and asked.probes == ()
 
 
+def test_auto_runs_sequentially_where_sequential_workers_run_more_threads(monkeypatch):
+    monkeypatch.setattr("bench.measure.duet.duet_cores", lambda: (0, 1))
+    choice = choose_schedule(Schedule.AUTO, {"backend": "cpu"}, {}, {}, threads=2)
+    assert choice.schedule == Schedule.SEQUENTIAL and "2 BLAS threads" in choice.reason
+    asked = choose_schedule(Schedule.DUET, {"backend": "cpu"}, {}, {}, threads=2)
+    assert asked.schedule == Schedule.DUET and "one BLAS thread each" in asked.reason
+
+
 def test_one_core_runs_sequentially(monkeypatch):
     monkeypatch.setattr("bench.measure.duet.duet_cores", lambda: None)
     choice = choose_schedule(Schedule.DUET, {"backend": "cpu"}, {}, {})

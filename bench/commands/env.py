@@ -54,6 +54,8 @@ def main(args: argparse.Namespace, console: Console) -> int:
             f"BLAS threads: {threads.threads}, measured on this machine: {threads.reason}",
             highlight=False,
         )
-    schedule = choose_schedule(Schedule.AUTO, env, worker_env, worker_env, fresh=args.probe)
+    schedule = choose_schedule(
+        Schedule.AUTO, env, worker_env, worker_env, threads.threads, fresh=args.probe
+    )
     console.print(schedule.line, highlight=False)
     return 0

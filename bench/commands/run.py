@@ -33,6 +33,7 @@ from __future__ import annotations
 
 import argparse
 import contextlib
+import dataclasses
 import textwrap
 from pathlib import Path
 from typing import TYPE_CHECKING
@@ -155,6 +156,8 @@ def main(args: argparse.Namespace, console: Console) -> int:
     exp = select_models(load_experiment(args.experiment), args.only)
     if args.trials is not None:
         exp = override_trials(exp, args.trials, console)
+    if args.schedule is not None:
+        exp = dataclasses.replace(exp, schedule=Schedule(args.schedule))
     exp = bind_experiment(exp, args.plugin)
     out = args.resume or args.out or default_out_path(exp)
     if args.dry_run:
@@ -181,7 +184,6 @@ def main(args: argparse.Namespace, console: Console) -> int:
             shard=args.shard,
             dry_run=args.dry_run,
             pin=args.pin,
-            schedule=Schedule(args.schedule) if args.schedule else None,
             reference=reference,
             current=current,
         )

@@ -16,7 +16,11 @@ How `auto` measures
 
 Cached per machine (`machine_key`) as the thread choice is, unless other processes used more than
 BUSY_CORES meanwhile (then it holds for that run only); `fusebench env --probe` measures again.
-GPU backends run sequentially (one device), and so does a machine without two free cores.
+GPU backends run sequentially (one device), and so does a machine without two free cores. `auto`
+also runs sequentially where `threads: auto` chose more than one BLAS thread: a duet's workers run
+one thread each, and an op's Δ depends on the speed of the BLAS work around it (measured: the
+tenfold softcap read −14.0% gen on 2 threads, −9.4% on 1 thread sequentially and −6.6% in a duet;
+docs/duet.md), so a duet would answer for another configuration than the one the user runs.
 """
 
 from __future__ import annotations
@@ -135,10 +139,12 @@ def choose_schedule(
     env: Env,
     duet_env: dict[str, str],
     sequential_env: dict[str, str],
+    threads: int = 1,
     fresh: bool = False,
 ) -> ScheduleChoice:
     """The schedule a run uses: what the experiment asked where it can run, else sequential with
-    the reason; `auto` measured here once (cached)."""
+    the reason; `auto` measured here once (cached). `threads`: the BLAS threads a sequential
+    worker runs."""
     if asked == Schedule.SEQUENTIAL:
         return ScheduleChoice(Schedule.SEQUENTIAL, "asked for")
     if env.get("backend") != "cpu":
@@ -147,8 +153,17 @@ def choose_schedule(
     if cores is None:
         return ScheduleChoice(Schedule.SEQUENTIAL, "fewer than two physical cores to run on")
     if asked == Schedule.DUET:
-        where = f"asked for; on cores {cores[0]} and {cores[1]}"
+        where = f"asked for; on cores {cores[0]} and {cores[1]}, one BLAS thread each"
         return ScheduleChoice(Schedule.DUET, where, cores=cores)
+    if threads > 1:
+        # An op's Δ is its share of the step, and the step is slower on one BLAS thread: a duet
+        # would measure another configuration than the sequential one (docs/duet.md).
+        return ScheduleChoice(
+            Schedule.SEQUENTIAL,
+            f"sequential workers run {threads} BLAS threads here, and a duet's one-thread "
+            "workers would measure another configuration (an op's Δ depends on the BLAS speed "
+            "around it)",
+        )
     path = cache_path(env)
     if not fresh:
         try:

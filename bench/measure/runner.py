@@ -103,7 +103,6 @@ class RunOptions:
     # run --against: this build's workers run beside the current one's
     reference: Build | None = None
     current: Build = CURRENT  # another tree or environment under test (bisect, run --against-env)
-    schedule: Schedule | None = None  # run --schedule: overrides the experiment's
 
 
 def cell_meta(cell: Cell, run_id: str) -> CellFields:
@@ -865,7 +864,13 @@ def print_dry_run(exp: Experiment, cells: list[Cell], console: Console) -> None:
         f"{trials} trials{' at most' if exp.precision else ''}: per variant and cell, "
         f"{exp.warmup} warmup round(s), then {rounds}; order {order}, reversed every other round; "
         "BLAS threads: "
-        f"{exp.threads or 'auto (measured on this machine when the run starts, then cached)'}"
+        f"{exp.threads or 'auto (measured on this machine when the run starts, then cached)'}; "
+        f"schedule: {exp.schedule}"
+        + (
+            " (duet or sequential, measured on this machine, then cached)"
+            if exp.schedule == Schedule.AUTO
+            else ""
+        )
     )
 
 
@@ -930,7 +935,7 @@ def run_experiment(
     for warning in honest_warnings(exp):
         console.print(f"[yellow]warning[/]: {warning}")
     worker_env, env, threads = worker_environment(options.blas, exp.threads)
-    schedule = choose_schedule(options.schedule or exp.schedule, env, worker_env, worker_env)
+    schedule = choose_schedule(exp.schedule, env, worker_env, worker_env, threads.threads)
     if schedule.schedule == Schedule.DUET:
         # two workers at once, one core each: one BLAS thread apiece, whatever threads chose
         worker_env, env = thread_env(worker_env, 1), Env(**{**env, "threads": 1})
