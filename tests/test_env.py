@@ -265,3 +265,20 @@ def test_a_compile_failure_reads_as_one_line_naming_the_cause():
     assert message and "\n" not in message
     assert "No such file or directory" in message and "writable by this user" in message
     assert compile_failure(["RuntimeError: something else"]) is None
+
+
+def test_a_dangling_or_unloadable_blas_is_passed_over(tmp_path, monkeypatch):
+    """A removed package can leave /usr/lib/<arch>/libopenblas.so.0 pointing nowhere; preloading it
+    would run the reference BLAS under the name of the one meant. The next candidate that loads
+    is taken."""
+    import mlx.core
+
+    dangling = tmp_path / "libopenblas.so.0"
+    dangling.symlink_to(tmp_path / "gone.so")
+    not_a_library = tmp_path / "libopenblasp.so.0"
+    not_a_library.write_text("not an ELF file")
+    loads = mlx.core.__file__  # a shared object this process has loaded already
+    monkeypatch.setattr(
+        env_mod, "_blas_search_patterns", lambda: [str(dangling), str(not_a_library), loads]
+    )
+    assert find_optimized_blas() == loads

@@ -116,6 +116,8 @@ def test_history_add_show_and_check_on_a_real_ab_run(tmp_path):
     assert kinds == {Series.RATE, Series.COMPARISON, Series.BUILD}
     shown = fusebench_here("history", "show", "--store", store, cwd=tmp_path)
     assert shown.returncode == 0 and "since" in shown.stdout, shown.stdout
+    # `history` alone shows it, as `git stash` lists
+    assert fusebench_here("history", "--store", store, cwd=tmp_path).stdout == shown.stdout
     # One A/B of identical builds on the slow VM: its intervals straddle -5%, so it cannot tell;
     # all of them lie above -50%.
     check = fusebench_here("history", "check", "--store", store, "--limit", "5", cwd=tmp_path)

@@ -35,7 +35,13 @@ ACTIONS = ("add", "show", "check")
 
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:
-    parser.add_argument("action", choices=ACTIONS, help="add results, show the history, or gate it")
+    parser.add_argument(
+        "action",
+        nargs="?",
+        default="show",
+        choices=ACTIONS,
+        help="add results, show the history (the default, as `git stash` lists), or gate it",
+    )
     parser.add_argument(
         "results", nargs="*", type=Path, metavar="RESULTS.jsonl", help="add: the files to store"
     )

@@ -10,6 +10,7 @@ takes over every fp32 matmul, about 30x faster.
 
 from __future__ import annotations
 
+import ctypes
 import glob
 import hashlib
 import importlib.metadata
@@ -421,13 +422,26 @@ def find_optimized_blas() -> str | None:
 def _optimized_blas() -> tuple[str | None, str]:
     """find_optimized_blas's answer, and why there is none."""
     for pattern in _blas_search_patterns():
-        found = sorted(glob.glob(pattern))
-        if found:
-            return found[0], ""
+        for path in sorted(glob.glob(pattern)):
+            if _loads(path):
+                return path, ""
     try:
         return str(blas_shim.shim(cache_dir())), ""
     except (blas_shim.ShimUnavailable, OSError) as why:
         return None, str(why)
+
+
+def _loads(path: str) -> bool:
+    """Whether a library file exists and the dynamic linker loads it: a dangling symlink (a removed
+    package's /usr/lib/<arch>/libopenblas.so.0) would make the workers' ld.so skip the preload and
+    run mlx's reference BLAS, ~30x slower, under the name of the one that was meant."""
+    if not os.path.isfile(path):  # follows the link: False for a dangling one
+        return False
+    try:
+        ctypes.CDLL(path)
+    except OSError:
+        return False
+    return True
 
 
 def _with_preload(env: dict[str, str], entries: list[str]) -> dict[str, str]:
