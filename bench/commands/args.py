@@ -66,3 +66,15 @@ def names(text: str) -> list[str]:
     if not values:
         raise argparse.ArgumentTypeError(f"expected comma-separated names, got {text!r}")
     return values
+
+
+def op_values(text: str) -> tuple[str, tuple[str, ...]]:
+    """`geglu=unfused,compiled` -> ("geglu", ("unfused", "compiled")): an op and its variants, the
+    first the baseline."""
+    op, sep, values = text.partition("=")
+    names = tuple(dict.fromkeys(v.strip() for v in values.split(",") if v.strip()))
+    if not sep or not op.strip() or len(names) < 2:
+        raise argparse.ArgumentTypeError(
+            f"expected OP=BASELINE,NEW[,...] (an op and two or more of its variants), got {text!r}"
+        )
+    return op.strip(), names

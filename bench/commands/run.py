@@ -13,6 +13,10 @@ spent. The intervals are confidence sequences, valid at whatever round the run s
 
 examples:
   fusebench run                                   (the shipped `default` experiment)
+  fusebench run --model qwen3-0.6b --layers 2 --op swiglu=unfused,compiled
+                                                  (one model, one op: no file needed)
+  fusebench run --model e2b --layers 2 --op geglu=unfused,compiled --op softcap=unfused,compiled
+                                                  (two ops: every combination of their variants)
   fusebench run --list                            (the shipped experiments and what each asks)
   fusebench run ci --quiet
   fusebench run pr15587 --only E2B,E4B --trials 3
@@ -40,7 +44,8 @@ from typing import TYPE_CHECKING
 
 from rich.console import Console
 
-from .args import names, positive_int, shard
+from ..core.errors import UserError
+from .args import names, op_values, positive_int, shard
 
 if TYPE_CHECKING:
     from ..core.spec import Experiment
@@ -55,8 +60,41 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument(
         "experiment",
         nargs="?",
-        default=DEFAULT_EXPERIMENT,
-        help=f"experiment YAML or shipped name (default: {DEFAULT_EXPERIMENT})",
+        help=f"experiment YAML or shipped name (default: {DEFAULT_EXPERIMENT}, or the one the "
+        "--model and --op flags make)",
+    )
+    flags = parser.add_argument_group(
+        "an experiment from flags, instead of a file (llama-bench's manner)"
+    )
+    flags.add_argument(
+        "--model",
+        action="append",
+        default=[],
+        metavar="PRESET|PATH",
+        help="a preset (qwen3-0.6b, e2b, ...) or an mlx-lm checkpoint folder; repeatable",
+    )
+    flags.add_argument(
+        "--op",
+        action="append",
+        type=op_values,
+        default=[],
+        metavar="OP=A,B",
+        help="an op and its variants to compare, the first the baseline; several --op flags form "
+        "a matrix (every combination a variant; to vary ops together, save the experiment and "
+        "edit its variants)",
+    )
+    flags.add_argument("-p", "--prompt-tokens", type=positive_int, default=128, metavar="N")
+    flags.add_argument("-n", "--gen-tokens", type=positive_int, default=3, metavar="N")
+    flags.add_argument(
+        "--layers", type=positive_int, metavar="N", help="truncate each model to N layers"
+    )
+    flags.add_argument("--dtype", metavar="D", help="float32 (default), float16 or bfloat16")
+    flags.add_argument(
+        "--save-experiment",
+        type=Path,
+        metavar="FILE",
+        help="where to write the YAML the flags make (default: beside the results file); "
+        "`fusebench run FILE` runs the same experiment again",
     )
     parser.add_argument("--list", action="store_true", help="list the shipped experiments and exit")
     parser.add_argument(
@@ -153,7 +191,9 @@ def main(args: argparse.Namespace, console: Console) -> int:
     from ..measure.session import CURRENT
     from ..present.summary import print_summary
 
-    exp = select_models(load_experiment(args.experiment), args.only)
+    if args.model or args.op:
+        args.experiment, args.out = experiment_from_flags_file(args)
+    exp = select_models(load_experiment(args.experiment or DEFAULT_EXPERIMENT), args.only)
     if args.trials is not None:
         exp = override_trials(exp, args.trials, console)
     if args.schedule is not None:
@@ -192,6 +232,85 @@ def main(args: argparse.Namespace, console: Console) -> int:
         print_summary(console, read_results([out]), [(c.baseline, c.new) for c in exp.comparisons])
         console.print(f"full report: fusebench report {out}")
     return code
+
+
+class FlagError(UserError):
+    """A bad --model or --op flag: one line naming the valid choices, exit 2."""
+
+
+def experiment_from_flags_file(args: argparse.Namespace) -> tuple[Path, Path]:
+    """The experiment the flags make, written where --save-experiment says (else beside the
+    results file), and the results file: a one-line run is a reproducible file from the start."""
+    from datetime import datetime
+
+    from models.ops import op_choices
+
+    from ..core.spec import experiment_from_flags, parse_experiment
+    from ..measure.plugins import load_plugins
+
+    if args.experiment:
+        raise FlagError(
+            f"give an experiment ({args.experiment}) or --model and --op flags, not both"
+        )
+    if not args.model or not args.op:
+        raise FlagError(
+            "an experiment from flags needs --model PRESET|PATH and --op OP=BASELINE,NEW "
+            "(e.g. fusebench run --model qwen3-0.6b --layers 2 --op swiglu=unfused,compiled)"
+        )
+    load_plugins(tuple(str(Path(path).resolve()) for path in args.plugin))
+    check_op_flags(args.op, op_choices())
+    text = experiment_from_flags(
+        [model_entry(model, args.layers, args.dtype) for model in args.model],
+        args.op,
+        args.prompt_tokens,
+        args.gen_tokens,
+    )
+    name = parse_experiment(text).name
+    stamp = datetime.now().strftime("%Y%m%d-%H%M%S")
+    out = args.out or Path("results") / f"{name}-{stamp}.jsonl"
+    path = args.save_experiment or out.with_suffix(".yaml")
+    path.parent.mkdir(parents=True, exist_ok=True)
+    path.write_text(text)
+    return path, out
+
+
+def model_entry(model: str, layers: int | None, dtype: str | None) -> dict[str, object]:
+    """--model's value as an experiment's model entry: a preset by name, else a checkpoint folder
+    (absolute, so the saved experiment runs from any folder)."""
+    from models.config import preset_names
+
+    if model in preset_names():
+        entry: dict[str, object] = {"preset": model}
+    elif Path(model).is_dir():
+        entry = {"path": str(Path(model).resolve())}
+    else:
+        raise FlagError(
+            f"--model {model}: neither a preset ({', '.join(preset_names())}) nor a checkpoint "
+            "folder"
+        )
+    if layers is not None:
+        entry["layers"] = layers
+    if dtype is not None:
+        entry["dtype"] = dtype
+    return entry
+
+
+def check_op_flags(
+    ops: list[tuple[str, tuple[str, ...]]], known: dict[str, tuple[tuple[str, ...], str]]
+) -> None:
+    """Every --op names a registered op and variants of it (plugins loaded first)."""
+    for op, values in ops:
+        if op not in known:
+            raise FlagError(f"--op {op}=...: unknown op {op!r}; choose from {', '.join(known)}")
+        unknown = [value for value in values if value not in known[op][0]]
+        if unknown:
+            raise FlagError(
+                f"--op {op}={','.join(values)}: unknown variant {unknown[0]!r} of {op}; "
+                f"choose from {', '.join(known[op][0])}"
+            )
+    repeated = [op for op, _ in ops if [o for o, _ in ops].count(op) > 1]
+    if repeated:
+        raise FlagError(f"--op {repeated[0]} given twice; list all its variants in one --op")
 
 
 def override_trials(exp: Experiment, trials: int, console: Console) -> Experiment:

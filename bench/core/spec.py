@@ -376,6 +376,53 @@ def resolve_ops(exp: Experiment, ops: Mapping[str, tuple[Sequence[str], str]]) -
     return replace(exp, variants=completed)
 
 
+# What an experiment from `run --model ... --op ...` takes that an experiment file would spell out:
+# rounds until decided, with a budget that suits one model (the pilot's first word comes within a
+# minute or two of a 2-layer model on a slow 2-core VM).
+FLAGS_BUDGET_S_PER_MODEL = 150
+FLAGS_MARGIN_PCT = 5.0
+
+
+def experiment_from_flags(
+    models: Sequence[Mapping[str, object]],
+    ops: Sequence[tuple[str, Sequence[str]]],
+    prompt_tokens: int,
+    gen_tokens: int,
+) -> str:
+    """The experiment file `run --model M --op OP=A,B ...` stands for, as YAML text. Several --op
+    flags form a matrix: every combination of their values is a variant, the first values together
+    the baseline, compared with each other variant. One --op names its variants by its values
+    (`unfused`, `compiled`); several by op and value (`geglu-compiled_softcap-unfused`)."""
+    combinations = list(itertools.product(*(values for _, values in ops)))
+    names = [op for op, _ in ops]
+
+    def variant_name(values: tuple[str, ...]) -> str:
+        if len(values) == 1:
+            return values[0]
+        return "_".join(f"{op}-{value}" for op, value in zip(names, values, strict=True))
+
+    variants = {
+        variant_name(values): dict(zip(names, values, strict=True)) for values in combinations
+    }
+    baseline, *others = variants
+    labels = "-".join(names)
+    first = models[0].get("preset") or Path(str(models[0]["path"])).name
+    document = {
+        "name": re.sub(r"[^A-Za-z0-9._-]+", "-", f"{first}-{labels}"),
+        "description": "made by fusebench run from flags",
+        "models": [dict(model) for model in models],
+        "variants": variants,
+        "comparisons": [[baseline, other] for other in others],
+        "workloads": {"prompt_tokens": prompt_tokens, "gen_tokens": gen_tokens, "batch": 1},
+        "trials": AUTO,
+        "max_rounds": DEFAULT_MAX_ROUNDS * 2,
+        "budget_s": FLAGS_BUDGET_S_PER_MODEL * len(models),
+        "margin_pct": FLAGS_MARGIN_PCT,
+        "correctness": {"reference": baseline, "tokens": 2},
+    }
+    return yaml.safe_dump(document, sort_keys=False, default_flow_style=None, width=100)
+
+
 def with_trials(exp: Experiment, trials: int) -> Experiment:
     """`run --trials N`: exactly N timed rounds per cell. A `trials: auto` rule is turned off: kept,
     it would take N for its max_rounds and might stop before N."""
