@@ -270,7 +270,7 @@ ERRORS = {
         replaced("preset: tiny", "preset: tiny\n    colour: red"),
         4,
         "models[0].colour",
-        "valid keys: preset, path, size, layers, dtype, quantize",
+        "valid keys: preset, path, repo, size, layers, dtype, quantize",
     ),
     "unknown preset": (
         replaced("preset: tiny", "preset: e3b"),
@@ -283,7 +283,13 @@ ERRORS = {
         replaced("preset: tiny", "preset: tiny\n    path: /"),
         4,
         "models[0]",
-        "not both",
+        "give one of a preset, a path or a repo, not several",
+    ),
+    "not a repo id": (
+        replaced("preset: tiny", "repo: no-slash"),
+        3,
+        "models[0].repo",
+        "'no-slash' is not a repo id; give org/name[@revision]",
     ),
     "neither preset nor path": (
         replaced("preset: tiny", "size: x"),

@@ -32,7 +32,8 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
         type=names,
         default=DEFAULT_SIZES,
         metavar="PRESETS",
-        help=f"comma-separated presets (default: {','.join(DEFAULT_SIZES)})",
+        help="comma-separated presets, checkpoint folders or Hugging Face repo ids "
+        f"(default: {','.join(DEFAULT_SIZES)})",
     )
     parser.add_argument(
         "--prompt-tokens",
@@ -64,6 +65,7 @@ def main(args: argparse.Namespace, console: Console) -> int:
     from ..core.records import new_run_id, run_header
     from ..core.results import ResultsWriter
     from ..measure.env import collect_env, require_backend
+    from ..measure.hub import is_repo_id, resolve
     from ..measure.plugins import load_plugins
     from ..measure.worker import make_prompt, model_kernels, probe_model
     from ..present.document import Heading, Paragraph, to_console
@@ -72,7 +74,7 @@ def main(args: argparse.Namespace, console: Console) -> int:
     load_plugins(args.plugin)
     found = {}
     for size in args.sizes:
-        model = probe_model(size, args.dtype)
+        model = probe_model(resolve(size).path if is_repo_id(size) else size, args.dtype)
         prompt = make_prompt(model.vocab_size, 1, args.prompt_tokens, 0, 0)
         found[size] = model_kernels(model, prompt, args.dtype, step=args.prompt_tokens)
     facts_by_size = {size: kernels.facts for size, kernels in found.items()}

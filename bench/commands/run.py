@@ -70,8 +70,9 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
         "--model",
         action="append",
         default=[],
-        metavar="PRESET|PATH",
-        help="a preset (qwen3-0.6b, e2b, ...) or an mlx-lm checkpoint folder; repeatable",
+        metavar="PRESET|PATH|ORG/NAME[@REV]",
+        help="a preset (qwen3-0.6b, e2b, ...), an mlx-lm checkpoint folder, or a Hugging Face "
+        "repo id found in its cache (HF_HOME, HF_HUB_CACHE, HF_HUB_OFFLINE honoured); repeatable",
     )
     flags.add_argument(
         "--op",
@@ -279,15 +280,21 @@ def model_entry(model: str, layers: int | None, dtype: str | None) -> dict[str, 
     (absolute, so the saved experiment runs from any folder)."""
     from models.config import preset_names
 
+    from ..measure.hub import is_repo_id
+
     if model in preset_names():
         entry: dict[str, object] = {"preset": model}
     elif Path(model).is_dir():
         entry = {"path": str(Path(model).resolve())}
+    elif is_repo_id(model):
+        entry = {"repo": model}
     else:
         raise FlagError(
-            f"--model {model}: neither a preset ({', '.join(preset_names())}) nor a checkpoint "
-            "folder"
+            f"--model {model}: neither a preset ({', '.join(preset_names())}), a checkpoint "
+            "folder, nor a Hugging Face repo id (org/name)"
         )
+    if layers is not None and "preset" not in entry:
+        raise FlagError(f"--layers {layers}: only for presets; --model {model} runs whole")
     if layers is not None:
         entry["layers"] = layers
     if dtype is not None:

@@ -22,7 +22,9 @@ from .args import positive_int
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument(
-        "--model", default="tiny", help="preset name or checkpoint directory (default: tiny)"
+        "--model",
+        default="tiny",
+        help="preset name, checkpoint directory or Hugging Face repo id (default: tiny)",
     )
     parser.add_argument("--layers", type=positive_int, help="truncate a preset to N layers")
     parser.add_argument("--dtype", default="float32", help="float32 (default), bfloat16 or float16")
@@ -47,12 +49,18 @@ def main(args: argparse.Namespace, console: Console) -> int:
     from ..measure.env import require_backend
 
     require_backend()  # before anything imports mlx: one line naming the extra, not a traceback
+    from ..measure.hub import is_repo_id, resolve
     from ..measure.plugins import load_plugins
     from ..measure.verify import VerifyOptions, run_verify
 
     load_plugins(args.plugin)
+    model = args.model
+    if is_repo_id(model):
+        snapshot = resolve(model)
+        console.print(f"{model}: commit {snapshot.commit} ({snapshot.path})", highlight=False)
+        model = snapshot.path
     options = VerifyOptions(
-        model=args.model,
+        model=model,
         layers=args.layers,
         dtype=args.dtype,
         quantize=args.quantize,

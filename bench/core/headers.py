@@ -146,6 +146,7 @@ class RunInfo:
     # None: a run from before duets, whose rounds were sequential
     schedule_choice: ScheduleChoiceInfo | None = None
     stopping: Stopping = Stopping.ADAPTIVE
+    repos: dict[str, str] = field(default_factory=dict)  # repo id -> snapshot commit
 
     @classmethod
     def read(cls, header: RunHeader) -> RunInfo:

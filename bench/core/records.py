@@ -363,6 +363,7 @@ class RunHeader(_Header, total=False):
     threads_choice: StoredThreadChoice
     schedule_choice: StoredScheduleChoice
     stopping: str  # a Stopping
+    repos: dict[str, str]  # each Hugging Face repo id run -> its snapshot's commit hash
 
 
 class CellFields(TypedDict):

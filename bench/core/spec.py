@@ -50,7 +50,9 @@ _NAME = re.compile(r"[A-Za-z0-9._-]+")
 _TAG = "tag:yaml.org,2002:"
 _NULL, _BOOL, _INT, _FLOAT, _STR = (_TAG + kind for kind in ("null", "bool", "int", "float", "str"))
 
-MODEL_KEYS = ("preset", "path", "size", "layers", "dtype", "quantize", "implementation")
+MODEL_KEYS = ("preset", "path", "repo", "size", "layers", "dtype", "quantize", "implementation")
+# A Hugging Face repo id, `org/name` or `org/name@revision` (measure.hub resolves it).
+REPO_ID = re.compile(r"[A-Za-z0-9][\w.-]*/[\w.-]+(@[\w./-]+)?")
 WORKLOAD_KEYS = ("prompt_tokens", "gen_tokens", "batch")
 COMPARISON_KEYS = ("baseline", "new")
 CORRECTNESS_KEYS = ("reference", "atol", "tokens")
@@ -112,9 +114,10 @@ class SpecError(UserError):
 @dataclass(frozen=True)
 class ModelSpec:
     """A model to run, the one type for it from the experiment file to the worker: a bundled preset
-    (all its layers, or the first `layers`) or a checkpoint directory (`path`), exactly one of the
-    two, at a dtype and quantization. `size` is the label tables show; a worker's job carries
-    everything but it (see measure.job)."""
+    (all its layers, or the first `layers`), a checkpoint directory (`path`) or a Hugging Face repo
+    (`repo`, whose snapshot folder becomes its `path`), exactly one of them, at a dtype and
+    quantization. `size` is the label tables show; a worker's job carries everything but it and
+    the repo (see measure.job)."""
 
     preset: str | None
     path: str | None
@@ -125,26 +128,33 @@ class ModelSpec:
     # fusebench's Gemma 4 decoder or mlx-lm's classes (models.config.IMPLEMENTATIONS); None: the
     # model's own (fusebench's for Gemma 4, mlx-lm's for the rest)
     implementation: str | None = None
+    # A Hugging Face repo id as written (`org/name[@revision]`); once measure.hub has found it,
+    # `path` is its snapshot folder and `commit` the snapshot's commit hash.
+    repo: str | None = None
+    commit: str | None = None
 
     def __post_init__(self) -> None:
-        if (self.preset is None) == (self.path is None):
+        if self.repo is None and (self.preset is None) == (self.path is None):
             raise ValueError(
-                "a model is a preset or a path, exactly one (preset "
+                "a model is a preset, a path or a repo, exactly one (preset "
                 f"{self.preset!r}, path {self.path!r})"
             )
 
     @property
     def source(self) -> str:
         """What the model is built from, as models.loading.load_model takes it: the preset's name or
-        the path."""
-        return self.preset if self.preset is not None else str(self.path)
+        the path (a repo's snapshot folder once found; the repo id before)."""
+        if self.preset is not None:
+            return self.preset
+        return str(self.path) if self.path is not None else str(self.repo)
 
     @property
     def key(self) -> str:
         """Stable identity across runs: the label is left out, since renaming a model does not
-        change it."""
+        change it; a repo's is its id, wherever its cache lies."""
         layers = "all" if self.layers is None else str(self.layers)
-        key = f"{self.source}:layers={layers}:{self.dtype}:{self.quantize or NO_QUANTIZE}"
+        ident = self.repo or self.source
+        key = f"{ident}:layers={layers}:{self.dtype}:{self.quantize or NO_QUANTIZE}"
         return key + (f":{self.implementation}" if self.implementation else "")
 
     @property
@@ -168,17 +178,19 @@ def model_spec(
     dtype: str = DEFAULT_DTYPE,
     quantize: str | None = None,
     implementation: str | None = None,
+    repo: str | None = None,
 ) -> ModelSpec:
-    """A ModelSpec, labelled `size` or by default the preset's size, or the checkpoint directory's
-    name."""
+    """A ModelSpec, labelled `size` or by default the preset's size, the repo's name, or the
+    checkpoint directory's name."""
     if size is None:
         # abspath, not resolve: the label should be the name the user wrote, not a symlink's target.
-        size = (
-            _preset_facts(preset)[0]
-            if preset is not None
-            else Path(os.path.abspath(str(path))).name
-        )
-    return ModelSpec(preset, path, size, layers, dtype, quantize, implementation)
+        if preset is not None:
+            size = _preset_facts(preset)[0]
+        elif repo is not None:
+            size = repo.partition("@")[0].split("/")[-1]
+        else:
+            size = Path(os.path.abspath(str(path))).name
+    return ModelSpec(preset, path, size, layers, dtype, quantize, implementation, repo)
 
 
 @dataclass(frozen=True)
@@ -406,7 +418,8 @@ def experiment_from_flags(
     }
     baseline, *others = variants
     labels = "-".join(names)
-    first = models[0].get("preset") or Path(str(models[0]["path"])).name
+    head = models[0]
+    first = head.get("preset") or str(head.get("repo") or head.get("path")).split("/")[-1]
     document = {
         "name": re.sub(r"[^A-Za-z0-9._-]+", "-", f"{first}-{labels}"),
         "description": "made by fusebench run from flags",
@@ -643,20 +656,25 @@ def _preset_facts(name: str) -> tuple[str, int, int]:
 def _model(node: Node, field: str, check_paths: bool) -> list[ModelSpec]:
     """One model entry: one model, or one per depth when `layers` lists several."""
     items = _mapping(node, field, MODEL_KEYS)
-    if "preset" in items and "path" in items:
-        second = max(items["preset"][0], items["path"][0], key=lambda key: key.start_mark.index)
-        _fail(second, field, "give either a preset or a path, not both")
+    given = [key for key in ("preset", "path", "repo") if key in items]
+    if len(given) > 1:
+        second = max((items[key][0] for key in given), key=lambda key: key.start_mark.index)
+        _fail(second, field, "give one of a preset, a path or a repo, not several")
+    repo = None
     if "preset" in items:
         preset = _choice(items["preset"][1], _join(field, "preset"), preset_names(), "preset")
         path, depths = None, _preset_layers(items, field, preset)
     elif "path" in items:
         preset, path, depths = None, _checkpoint(items, field, check_paths), (None,)
+    elif "repo" in items:
+        preset, path, depths = None, None, (None,)
+        repo = _repo(items, field)
     else:
         _fail(
             node,
             field,
-            f"give a preset (one of {_choices(preset_names())}) "
-            "or a path to a checkpoint directory",
+            f"give a preset (one of {_choices(preset_names())}), a path to a checkpoint "
+            "directory, or a Hugging Face repo id (repo: org/name)",
         )
     size = _optional(items, "size", field, _text, None)
     dtype = _optional(
@@ -673,6 +691,7 @@ def _model(node: Node, field: str, check_paths: bool) -> list[ModelSpec]:
             dtype=dtype,
             quantize=quantize,
             implementation=implementation,
+            repo=repo,
         )
         for layers in depths
     ]
@@ -713,6 +732,20 @@ def _checkpoint(items: _Items, field: str, check_paths: bool) -> str:
             "only for presets; a checkpoint at `path` runs whole",
         )
     return path
+
+
+def _repo(items: _Items, field: str) -> str:
+    node = items["repo"][1]
+    repo = _text(node, _join(field, "repo"))
+    if not REPO_ID.fullmatch(repo):
+        _fail(node, _join(field, "repo"), f"{repo!r} is not a repo id; give org/name[@revision]")
+    if "layers" in items:
+        _fail(
+            items["layers"][0],
+            _join(field, "layers"),
+            "only for presets; a checkpoint from a repo runs whole",
+        )
+    return repo
 
 
 def _implementation(node: Node, field: str) -> str:
@@ -1028,9 +1061,13 @@ KEYS = (
         nested=(
             (
                 "- preset: e2b",
-                "exactly one of `preset` (a bundled preset) or `path` (a checkpoint directory)",
+                "exactly one of `preset` (a bundled preset), `path` (a checkpoint directory) or "
+                "`repo` (a Hugging Face repo id, org/name[@revision], found in its cache)",
             ),
-            ("  size: E2B", "display label; default: the preset's size, or the directory name"),
+            (
+                "  size: E2B",
+                "display label; default: the preset's size, the repo's or the directory's name",
+            ),
             (
                 "  layers: 2",
                 "presets only: 1..num_hidden_layers, or a list ([2, "

@@ -49,6 +49,7 @@ from ..core.spec import MIN_AUTO_ROUNDS, Cell, Experiment, ModelSpec, Schedule, 
 from ..present.format import format_count, format_duration
 from .duet import ScheduleChoice, choose_schedule, pin
 from .env import blas_warning, cache_dir, machine_key, thread_env
+from .hub import with_repos_found
 from .job import (
     Agreement,
     CellShape,
@@ -928,6 +929,7 @@ def run_experiment(
     exp: Experiment, options: RunOptions, console: Console, resume: Path | None = None
 ) -> int:
     started = time.monotonic()  # budget_s bounds the run's wall time from here
+    exp = with_repos_found(exp)
     cells = shard_cells(exp.cells(), *options.shard)
     if options.dry_run:
         print_dry_run(exp, cells, console)
@@ -969,6 +971,7 @@ def run_experiment(
                 pinned=options.pin,
                 threads_choice=threads.to_json(),
                 schedule_choice=schedule.to_json(),
+                repos={m.repo: m.commit for m in exp.models if m.repo and m.commit},
                 stopping=Stopping.ADAPTIVE if exp.precision else Stopping.FIXED,
             )
         )

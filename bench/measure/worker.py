@@ -52,7 +52,7 @@ from functools import partial
 import mlx.core as mx
 from mlx.utils import tree_flatten
 
-from models.config import Overrides, min_layers, preset_config, runs_own_decoder
+from models.config import Overrides, min_layers, preset_config, preset_names, runs_own_decoder
 from models.gemma4 import Model
 from models.loading import AnyModel, build_model, load_model
 from models.switched import SwitchedModel
@@ -428,7 +428,10 @@ def model_kernels(model: AnyModel, prompt: mx.array, dtype: str, step: int) -> M
 def probe_model(preset: str, dtype: str) -> AnyModel:
     """A preset's model for `fusebench kernels`, at two layers (one sliding, one full: per-layer
     shapes do not depend on the count) or the fewest it runs with. fusebench's decoder declares its
-    calls, so its weights stay lazy; an mlx-lm model is traced, so its weights are seeded."""
+    calls, so its weights stay lazy; an mlx-lm model is traced, so its weights are seeded. A
+    checkpoint folder (not a preset) loads whole."""
+    if preset not in preset_names():
+        return load_model(preset, dtype=dtype)
     config = preset_config(preset, Overrides(dtype=dtype))
     layers = max(2, min_layers(config))
     if runs_own_decoder(config, None):

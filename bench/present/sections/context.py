@@ -79,6 +79,17 @@ def design_note(runs: Sequence[RunInfo]) -> str | None:
     return f"Rounds: {how} ({choice.reason}). Intervals: {interval}."
 
 
+def weights_note(runs: Sequence[RunInfo]) -> str | None:
+    """Which weights a Hugging Face repo id named: the snapshot's commit of each, so a result says
+    exactly what ran."""
+    repos = {repo: commit for run in runs for repo, commit in run.repos.items()}
+    if not repos:
+        return None
+    return "Weights: " + "; ".join(
+        f"{repo} at commit {commit[:12]} (Hugging Face)" for repo, commit in repos.items()
+    )
+
+
 def plot_caption(study: Study, machine: str) -> str:
     return envs_caption(study.envs(machine))
 

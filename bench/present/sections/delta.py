@@ -49,6 +49,7 @@ from .context import (
     plot_caption,
     slug,
     threads_note,
+    weights_note,
 )
 from .kernels import probe_note
 
@@ -378,6 +379,8 @@ def delta_section(
     if note := threads_note(runs):
         context.append(note)
     if note := design_note(runs):
+        context.append(note)
+    if note := weights_note(runs):
         context.append(note)
     where = workload if len(study.machines) == 1 else f"{workload} · {machine}"
     blocks: list[Block] = [
