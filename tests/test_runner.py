@@ -17,6 +17,7 @@ from pathlib import Path
 import pytest
 
 from bench.commands import main
+from bench.core.records import ResultsError
 from bench.core.results import read_results
 from bench.core.spec import load_experiment
 from bench.measure.resume import DoneWork
@@ -189,7 +190,7 @@ def test_sigint_then_resume_gives_the_uninterrupted_set_of_trials(tmp_path):
         preexec_fn=lambda: signal.signal(signal.SIGINT, signal.SIG_DFL),
     )
     deadline = time.monotonic() + 120
-    while time.monotonic() < deadline and (not out.exists() or len(trial_keys(out)) < 10):
+    while time.monotonic() < deadline and recorded_trials(out) < 10:
         time.sleep(0.05)
     process.send_signal(signal.SIGINT)
     output, _ = process.communicate(timeout=60)
@@ -209,6 +210,15 @@ def test_sigint_then_resume_gives_the_uninterrupted_set_of_trials(tmp_path):
         for r in range(count)
     }
     assert set(keys) == expected
+
+
+def recorded_trials(path: Path) -> int:
+    """The trials a running run has written so far: none while its file is missing or still empty
+    (the writer creates it a moment before the header lands)."""
+    try:
+        return len(trial_keys(path))
+    except ResultsError:
+        return 0
 
 
 def test_resume_refuses_a_changed_experiment(tmp_path, capsys, tiny_run: Path):
