@@ -725,13 +725,14 @@ def _checkpoint(items: _Items, field: str, check_paths: bool) -> str:
     if check_paths and not os.path.isdir(path):
         problem = "is not a directory" if os.path.exists(path) else "does not exist"
         _fail(path_node, _join(field, "path"), f"{path!r} {problem}; give a checkpoint directory")
-    if "layers" in items:
-        _fail(
-            items["layers"][0],
-            _join(field, "layers"),
-            "only for presets; a checkpoint at `path` runs whole",
-        )
+    _runs_whole(items, field, "a checkpoint at `path`")
     return path
+
+
+def _runs_whole(items: _Items, field: str, what: str) -> None:
+    """`layers` truncates presets only: a checkpoint runs as it was saved."""
+    if "layers" in items:
+        _fail(items["layers"][0], _join(field, "layers"), f"only for presets; {what} runs whole")
 
 
 def _repo(items: _Items, field: str) -> str:
@@ -739,12 +740,7 @@ def _repo(items: _Items, field: str) -> str:
     repo = _text(node, _join(field, "repo"))
     if not REPO_ID.fullmatch(repo):
         _fail(node, _join(field, "repo"), f"{repo!r} is not a repo id; give org/name[@revision]")
-    if "layers" in items:
-        _fail(
-            items["layers"][0],
-            _join(field, "layers"),
-            "only for presets; a checkpoint from a repo runs whole",
-        )
+    _runs_whole(items, field, "a checkpoint from a repo")
     return repo
 
 
