@@ -26,7 +26,6 @@ docs/duet.md), so a duet would answer for another configuration than the one the
 from __future__ import annotations
 
 import contextlib
-import json
 import math
 import os
 import subprocess
@@ -41,7 +40,7 @@ from ..analysis.inference import pairwise_scale
 from ..core.records import Env
 from ..core.spec import Schedule
 from ..core.typed import from_mapping
-from .env import cache_dir, machine_key, thread_env
+from .env import cache_dir, machine_key, read_cached, thread_env, write_cached
 from .load import LoadSampler
 
 TURNS = 24  # timed pairs per schedule
@@ -165,12 +164,8 @@ def choose_schedule(
             "around it)",
         )
     path = cache_path(env)
-    if not fresh:
-        try:
-            cached = ScheduleChoice.from_json(json.loads(path.read_text()))
-            return ScheduleChoice(cached.schedule, cached.reason, cached.probes, cores)
-        except (OSError, ValueError, KeyError, TypeError):
-            pass
+    if not fresh and (cached := read_cached(path, ScheduleChoice.from_json)):
+        return replace(cached, cores=cores)
     with LoadSampler() as sampler:
         choice = decide(measure(duet_env, sequential_env, cores), cores)
     load = sampler.summary()
@@ -181,11 +176,7 @@ def choose_schedule(
             reason=f"{choice.reason}; other processes used {load['other_cores_mean']:.1f} cores "
             "meanwhile, so this choice is not cached",
         )
-    try:
-        path.parent.mkdir(parents=True, exist_ok=True)
-        path.write_text(json.dumps(choice.to_json()))
-    except OSError:
-        pass  # an unwritable cache only means measuring again next time
+    write_cached(path, choice.to_json())
     return choice
 
 

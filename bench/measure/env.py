@@ -14,6 +14,7 @@ import ctypes
 import glob
 import hashlib
 import importlib.metadata
+import json
 import os
 import platform
 import re
@@ -25,7 +26,7 @@ import sysconfig
 import time
 from collections.abc import Callable, Mapping
 from pathlib import Path
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, TypeVar
 
 from ..core.errors import UserError
 from ..core.fingerprint import fingerprint
@@ -36,6 +37,7 @@ from . import blas_shim
 if TYPE_CHECKING:
     from .roofline import PeakProbe
 
+T = TypeVar("T")
 ENV_KEYS = tuple(Env.__annotations__)  # in the order collect_env writes them
 # Every BLAS reads its own variable; set them all, so whichever the workers load obeys.
 THREAD_VARIABLES = (
@@ -105,6 +107,23 @@ def require_backend() -> None:
 def cache_dir() -> Path:
     """This user's fusebench cache: measured peaks and thread choices, MLX's compiled kernels."""
     return Path(os.environ.get("XDG_CACHE_HOME") or Path.home() / ".cache") / "fusebench"
+
+
+def read_cached(path: Path, read: Callable[[dict], T]) -> T | None:
+    """A choice measured on this machine before and cached at `path` (measure.threads,
+    measure.duet), or None when there is none or it cannot be read: then it is measured again."""
+    try:
+        return read(json.loads(path.read_text()))
+    except (OSError, ValueError, KeyError, TypeError):
+        return None
+
+
+def write_cached(path: Path, data: dict) -> None:
+    try:
+        path.parent.mkdir(parents=True, exist_ok=True)
+        path.write_text(json.dumps(data))
+    except OSError:
+        pass  # an unwritable cache only means measuring again next time
 
 
 def machine_key(env: Env) -> str:

@@ -20,7 +20,6 @@ records the choice and its figures (`ThreadChoice`), and the report says what wa
 
 from __future__ import annotations
 
-import json
 import os
 import subprocess
 import sys
@@ -34,7 +33,7 @@ import numpy as np
 from ..analysis.inference import pairwise_scale
 from ..core.records import Env
 from ..core.typed import from_mapping
-from .env import cache_dir, machine_key, thread_env
+from .env import cache_dir, machine_key, read_cached, thread_env, write_cached
 
 SAMPLES = 30  # timed turns per setting
 WARMUP = 2  # untimed turns per setting first
@@ -85,17 +84,10 @@ def choose_threads(
     if cores == 1:
         return ThreadChoice(1, reason="one core")
     path = cache_path(env)
-    if not fresh:
-        try:
-            return ThreadChoice.from_json(json.loads(path.read_text()))
-        except (OSError, ValueError, KeyError, TypeError):
-            pass
+    if not fresh and (cached := read_cached(path, ThreadChoice.from_json)):
+        return cached
     choice = decide(measure(worker_env, (1, cores)))
-    try:
-        path.parent.mkdir(parents=True, exist_ok=True)
-        path.write_text(json.dumps(choice.to_json()))
-    except OSError:
-        pass  # an unwritable cache only means measuring again next time
+    write_cached(path, choice.to_json())
     return choice
 
 
