@@ -2,7 +2,7 @@
 
 Each run measures a *current* build against the reference build (this tree) with
 `experiments/ci.yaml`, exactly as .ci/run does, then asks `fusebench check`. The current build is a
-throwaway copy of this tree; for a slowdown of s%, the copy's worker sleeps s/(100 - s) of each
+throwaway copy of this tree; for a slowdown of s%, the copy's worker spins s/(100 - s) of each
 prefill and of each decode step after it happened, so its tok/s drop by s% (a patch to the copy's
 bench/measure/worker.py, never a hook in the product). s = 0 is an A/A run of two identical builds:
 any failure is a false alarm. The gate has three outcomes (check exits 0 passed, 1 failed, 3 cannot
@@ -34,12 +34,12 @@ from pathlib import Path
 ROOT = Path(__file__).resolve().parents[1]
 PREFILL = (
     "    mx.eval(first)\n    prefilled = time.perf_counter()\n",
-    "    mx.eval(first)\n    time.sleep(SLOWDOWN * (time.perf_counter() - start))\n"
+    "    mx.eval(first)\n    spin(SLOWDOWN * (time.perf_counter() - start))\n"
     "    prefilled = time.perf_counter()\n",
 )
-# Decode is pipelined: the next step is queued before the current token is read, so a sleep after
+# Decode is pipelined: the next step is queued before the current token is read, so a spin after
 # the read would overlap the queued step and cost nothing. The copy queues the next step only after
-# its sleep, while nothing runs; the next graph is still built while the current step computes, as
+# its spin, while nothing runs; the next graph is still built while the current step computes, as
 # in the product.
 DECODE = """def decode(model: Model, token: mx.array, cache: list, steps: int) -> list[float]:
     ready, last = [], time.perf_counter()
@@ -47,7 +47,7 @@ DECODE = """def decode(model: Model, token: mx.array, cache: list, steps: int) -
         next_token = greedy(model(token[:, None], cache=cache)[:, -1, :])
         mx.eval(token)
         if i:
-            time.sleep(SLOWDOWN * (time.perf_counter() - last))
+            spin(SLOWDOWN * (time.perf_counter() - last))
             last = time.perf_counter()
         ready.append(last if i else time.perf_counter())  # ready[0]: the prefill's token (the \
 TTFT reading)
@@ -55,9 +55,21 @@ TTFT reading)
         token = next_token
     if steps:
         mx.eval(token)
-        time.sleep(SLOWDOWN * (time.perf_counter() - last))
+        spin(SLOWDOWN * (time.perf_counter() - last))
         ready.append(time.perf_counter())
     return ready
+
+
+"""
+
+
+# The slowdown spins rather than sleeps: a slower kernel spends CPU time, so both clocks see it (a
+# sleep would show on the wall clock alone, and a run on the CPU clock would rightly call the clocks
+# disagreeing).
+SPIN = """def spin(seconds):
+    end = time.perf_counter() + seconds
+    while time.perf_counter() < end:
+        pass
 
 
 """
@@ -73,10 +85,9 @@ def slowed_copy(dest: Path, slowdown_pct: float) -> Path:
     assert PREFILL[0] in text and "def decode(" in text, "the worker changed; update the patch"
     text = text.replace(*PREFILL, 1)
     text = text[: text.index("def decode(")] + DECODE + text[text.index("def time_trial(") :]
-    sleep_fraction = slowdown_pct / (100 - slowdown_pct)  # time x 1/(1 - s): throughput x (1 - s)
-    worker.write_text(
-        text.replace("ATOL_BY_DTYPE = ", f"SLOWDOWN = {sleep_fraction!r}\nATOL_BY_DTYPE = ", 1)
-    )
+    spin_fraction = slowdown_pct / (100 - slowdown_pct)  # time x 1/(1 - s): throughput x (1 - s)
+    slowdown = f"SLOWDOWN = {spin_fraction!r}\n{SPIN}ATOL_BY_DTYPE = "
+    worker.write_text(text.replace("ATOL_BY_DTYPE = ", slowdown, 1))
     return dest
 
 

@@ -15,7 +15,7 @@ from conftest import cell, results_file, trials
 from bench.analysis import stats
 from bench.analysis.inference import adjust, paired_estimate, verdict
 from bench.commands import main
-from bench.core.records import METRICS, Stopping
+from bench.core.records import METRICS, Clock, Stopping
 from bench.core.results import read_results
 from bench.core.spec import Schedule
 from bench.measure.duet import ScheduleProbe, choose_schedule, decide, duet_cores
@@ -64,25 +64,70 @@ def test_two_cores_are_two_physical_cores_or_none():
 # --- the choice -----------------------------------------------------------------------------------
 
 
-def test_a_gpu_backend_and_an_asked_schedule_are_taken_without_measuring():
-    gpu = choose_schedule(Schedule.AUTO, {"backend": "cuda"}, {}, {})
+def test_a_gpu_backend_runs_sequentially_on_the_wall_clock_without_measuring():
+    gpu = choose_schedule(Schedule.AUTO, {"backend": "cuda"}, {})
     assert gpu.schedule == Schedule.SEQUENTIAL and "GPU" in gpu.reason
-    asked = choose_schedule(Schedule.SEQUENTIAL, {"backend": "cpu"}, {}, {})
-    assert asked.schedule == Schedule.SEQUENTIAL and asked.probes == ()
+    assert gpu.clock == Clock.WALL and gpu.probes == ()
 
 
-def test_auto_runs_sequentially_where_sequential_workers_run_more_threads(monkeypatch):
+class _Quiet:
+    """A load sampler that saw nothing else running, so a choice is cached as on an idle machine."""
+
+    def __enter__(self):
+        return self
+
+    def __exit__(self, *exc):
+        return False
+
+    def summary(self):
+        return None
+
+
+@pytest.fixture
+def pilots(monkeypatch, tmp_path):
+    """The pilot replaced by figures (each call recorded), on two cores, caching under tmp_path."""
+    calls = []
+
+    def pilot(worker_env, cores, threads):
+        calls.append(threads)
+        quiet_cpu = ScheduleProbe(Schedule.SEQUENTIAL, wall_sd=0.08, cpu_sd=0.04, pair_s=2.0)
+        duet = ScheduleProbe(Schedule.DUET, wall_sd=0.05, cpu_sd=0.05, pair_s=1.0)
+        return (quiet_cpu, duet) if threads == 1 else (quiet_cpu,)
+
+    monkeypatch.setattr("bench.measure.duet.pilot", pilot)
     monkeypatch.setattr("bench.measure.duet.duet_cores", lambda: (0, 1))
-    choice = choose_schedule(Schedule.AUTO, {"backend": "cpu"}, {}, {}, threads=2)
+    monkeypatch.setattr("bench.measure.duet.cache_dir", lambda: tmp_path)
+    monkeypatch.setattr("bench.measure.duet.LoadSampler", _Quiet)
+    return calls
+
+
+def test_auto_runs_sequentially_where_sequential_workers_run_more_threads(pilots):
+    choice = choose_schedule(Schedule.AUTO, {"backend": "cpu"}, {}, threads=2)
     assert choice.schedule == Schedule.SEQUENTIAL and "2 BLAS threads" in choice.reason
-    asked = choose_schedule(Schedule.DUET, {"backend": "cpu"}, {}, {}, threads=2)
+    # the pilot timed the sequential pair alone, for the clock: its CPU clock scattered half as much
+    assert pilots == [2] and choice.clock == Clock.CPU and "4.00x" in choice.clock_reason
+    asked = choose_schedule(Schedule.DUET, {"backend": "cpu"}, {}, threads=2)
     assert asked.schedule == Schedule.DUET and "one BLAS thread each" in asked.reason
+    # no pilot measured a duet at 2 threads: the wall clock, said so
+    assert asked.clock == Clock.WALL and "no pilot" in asked.clock_reason and pilots == [2]
+
+
+def test_the_pilot_runs_once_per_machine_and_an_asked_schedule_reads_its_clock(pilots):
+    first = choose_schedule(Schedule.AUTO, {"backend": "cpu"}, {}, threads=1)
+    again = choose_schedule(Schedule.AUTO, {"backend": "cpu"}, {}, threads=1)
+    assert pilots == [1] and first == again
+    # the duet bought (8/5)² x 2 = 5.12x: chosen, on the wall clock (its clocks scattered alike)
+    assert first.schedule == Schedule.DUET and "5.12x" in first.reason
+    assert first.clock == Clock.WALL and "1.00x" in first.clock_reason
+    asked = choose_schedule(Schedule.SEQUENTIAL, {"backend": "cpu"}, {}, threads=1)
+    assert asked.schedule == Schedule.SEQUENTIAL and asked.clock == Clock.CPU and pilots == [1]
 
 
 def test_one_core_runs_sequentially(monkeypatch):
     monkeypatch.setattr("bench.measure.duet.duet_cores", lambda: None)
-    choice = choose_schedule(Schedule.DUET, {"backend": "cpu"}, {}, {})
+    choice = choose_schedule(Schedule.DUET, {"backend": "cpu"}, {})
     assert choice.schedule == Schedule.SEQUENTIAL and "two physical cores" in choice.reason
+    assert choice.clock == Clock.WALL
 
 
 @pytest.mark.parametrize(
@@ -96,6 +141,13 @@ def test_auto_takes_the_duet_only_for_enough_precision_per_second(duet_sd, expec
     choice = decide((sequential, duet), (0, 1))
     assert choice.schedule == expected
     assert gain in choice.reason and choice.cores == (0, 1)
+
+
+@pytest.mark.parametrize(("cpu_sd", "clock"), [(0.035, Clock.CPU), (0.037, Clock.WALL)])
+def test_the_cpu_clock_must_buy_the_margin_in_precision(cpu_sd, clock):
+    # (4 / 3.5)² = 1.31x clears the 1.25x margin; (4 / 3.7)² = 1.17x does not
+    sequential = ScheduleProbe(Schedule.SEQUENTIAL, wall_sd=0.04, cpu_sd=cpu_sd, pair_s=2.0)
+    assert decide((sequential,), (0, 1), threads=2).clock == clock
 
 
 def test_a_bad_schedule_is_one_line_and_exit_2(tmp_path, capsys):

@@ -59,7 +59,7 @@ import pandas as pd
 
 from ..core.baselines import load_baseline, require_timed_trials
 from ..core.fingerprint import Fingerprint, MachineMismatchError
-from ..core.records import Column, ResultsError
+from ..core.records import Clock, Column, ResultsError
 from ..core.results import Results, read_results, results_fingerprint
 from ..core.spec import DEFAULT_MARGIN_PCT, Experiment, parse_experiment
 from . import stats
@@ -177,6 +177,7 @@ class Finding:
     # paired rows only: the stall rule's figures (analysis.inference, "Stalls")
     stalls: Stalls | None = None
     settle: Settle | None = None  # cannot tell: what would settle it
+    clock: Clock = Clock.WALL  # paired rows: the clock Δ and the interval are on (analysis.clocks)
 
     @property
     def failed(self) -> bool:
@@ -577,6 +578,8 @@ def _build_finding(
         limit=limit,
         model_key=row.model_key,
         stalls=row.stalls,
+        clock=row.clock,
+        note=f"on the wall clock: {row.clock_note}" if row.clock_note else "",
     )
     return with_settle(judge(base, row.interval, row.n_pairs, row.n_pairs), row, pace)
 

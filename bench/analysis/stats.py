@@ -21,8 +21,17 @@ import numpy as np
 import pandas as pd
 from numpy.typing import ArrayLike
 
-from ..core.records import METRIC_COLUMNS, METRICS, Column, Stopping
+from ..core.records import (
+    CPU_CLOCK_COLUMNS,
+    METRIC_COLUMNS,
+    METRICS,
+    Clock,
+    Column,
+    Stopping,
+    cpu_clock_tps,
+)
 from ..core.spec import DEFAULT_MARGIN_PCT
+from .clocks import clocked_estimate
 from .inference import (
     STALLS_BASELINE,
     Adjusted,
@@ -31,7 +40,6 @@ from .inference import (
     RoundsMean,
     Verdict,
     adjust,
-    paired_estimate,
 )
 from .inference import verdict as inference_verdict
 from .stopping import Goal, Row
@@ -175,10 +183,12 @@ class Comparison:
     stalls are None.
 
     baseline_gmean / new_gmean are the geometric means of the rounds Δ is over, so
-    new_gmean / baseline_gmean − 1 = delta_pct; low / high are the row's own 95% interval (a
-    confidence sequence, analysis.sequential), adj_low / adj_high the Holm-adjusted one the verdict
-    is dual to, and half_width_pct that interval's half-width, the smallest effect the row could
-    have detected.
+    new_gmean / baseline_gmean − 1 = delta_pct on the wall clock; low / high are the row's own 95%
+    interval (a confidence sequence, analysis.sequential), adj_low / adj_high the Holm-adjusted one
+    the verdict is dual to, and half_width_pct that interval's half-width, the smallest effect the
+    row could have detected. `clock` is the clock Δ and the intervals are on (analysis.clocks): on
+    the CPU clock the gmeans stay wall tok/s; `clock_note` says why a row of a run on the CPU clock
+    is on the wall clock.
     """
 
     machine: str
@@ -206,6 +216,8 @@ class Comparison:
     mean_log: float = math.nan  # the estimate behind Δ, for forecasting the rounds a decision needs
     sd_log: float = math.nan
     level: float = math.nan  # the Holm level the adjusted interval is at
+    clock: Clock = Clock.WALL
+    clock_note: str = ""
 
     @property
     def delta_pct(self) -> float:
@@ -262,7 +274,14 @@ def timed_trials(trials: pd.DataFrame) -> pd.DataFrame:
     # Which worker processes ran a round (run --against starts a fresh pair every worker_rounds);
     # files written before it ran each cell in one process per build.
     process = timed[Column.PROCESS].fillna(0) if Column.PROCESS in timed else 0
-    return timed.assign(process=process)
+    on_cpu_clock = {
+        derived: cpu_clock_tps(
+            *(pd.to_numeric(timed[c], errors="coerce") for c in (tps, wall_s, cpu_s))
+        )
+        for tps, wall_s, cpu_s, derived in CPU_CLOCK_COLUMNS.values()
+        if cpu_s in timed
+    }
+    return timed.assign(process=process, **on_cpu_clock)
 
 
 @dataclass(frozen=True)
@@ -388,13 +407,18 @@ def every_variant(timed: pd.DataFrame, n_variants: int) -> pd.DataFrame:
     of the variants' current/reference ratios.
     """
     keys = [*CELL_KEYS, "run_id", "cell", "round", "process", "build"]
-    keys += [Column.STOPPING] if Column.STOPPING in timed else []
-    columns = list(METRIC_COLUMNS.values())
+    keys += [c for c in (Column.STOPPING, Column.CLOCK) if c in timed]
+    cpu_columns = [c[3] for c in CPU_CLOCK_COLUMNS.values() if c[3] in timed]
+    columns = [*METRIC_COLUMNS.values(), *cpu_columns]
     logs = timed[[*keys, "variant"]].assign(
         **{c: np.log(timed[c].astype(np.float64)) for c in columns}
     )
     grouped = logs.groupby(keys, sort=False, dropna=False)
     pooled = grouped[columns].mean().apply(np.exp)
+    # a round's CPU-clock value pools every variant or is missing (analysis.clocks then keeps the
+    # row on the wall clock)
+    counts = grouped[cpu_columns].count()
+    pooled[cpu_columns] = pooled[cpu_columns].where(counts == n_variants)
     complete = grouped[Column.VARIANT].nunique() == n_variants
     return pooled[complete].reset_index().assign(warmup=False)
 
@@ -407,6 +431,8 @@ class _Paired:
     cell: dict[str, str]  # CELL_KEYS -> value
     metric: str
     estimate: PairedEstimate | None
+    clock: Clock = Clock.WALL
+    clock_note: str = ""
     variant: str = ""
 
 
@@ -414,7 +440,7 @@ def _paired_rows(
     trials: pd.DataFrame, baseline: str, new: str, metrics: Sequence[str]
 ) -> list[_Paired]:
     """compare()'s rows before Holm: per cell and metric, the paired estimate of new against
-    baseline."""
+    baseline, on the clock of the run (analysis.clocks)."""
     columns = [_metric_column(m) for m in metrics]
     timed = timed_trials(trials)
     rows = []
@@ -422,26 +448,40 @@ def _paired_rows(
         _require_columns(timed, [*CELL_KEYS, "run_id", "cell", "round", "variant", *columns])
         for keys, group in timed.groupby(list(CELL_KEYS), sort=False, dropna=False):
             for metric_name, column in zip(metrics, columns, strict=True):
-                base_side, new_side = _sides(group, baseline, new, column)
+                cpu_column = CPU_CLOCK_COLUMNS[metric_name][3]
+                base_side, new_side = _sides(group, baseline, new, column, cpu_column)
                 if base_side.empty and new_side.empty:
                     continue
                 pairs = base_side.merge(
                     new_side, on=[*_PAIR_KEYS, "process"], suffixes=("_baseline", "_new")
                 )
-                b, n = (
-                    pairs["value_baseline"].to_numpy(np.float64),
-                    pairs["value_new"].to_numpy(np.float64),
-                )
-                # A round's processes: its run and its pair of workers (different runs never share
-                # one).
-                processes = list(zip(pairs[Column.RUN_ID], pairs[Column.PROCESS], strict=True))
-                estimate = (
-                    paired_estimate(b, n, processes=processes, fixed_rounds=fixed_rounds(group))
-                    if b.size
-                    else None
-                )
-                rows.append(_Paired(dict(zip(CELL_KEYS, keys, strict=True)), metric_name, estimate))
+                cell = dict(zip(CELL_KEYS, keys, strict=True))
+                rows.append(_Paired(cell, metric_name, *_estimate(pairs, group)))
     return rows
+
+
+def _estimate(pairs: pd.DataFrame, group: pd.DataFrame) -> tuple[PairedEstimate | None, Clock, str]:
+    """A row's paired estimate on its run's clock, the clock, and why it left the run's clock."""
+    if pairs.empty:
+        return None, Clock.WALL, ""
+    sides = [
+        pairs[f"{value}_{arm}"].to_numpy(np.float64)
+        for value in ("value", "cpu")
+        for arm in ("baseline", "new")
+    ]
+    # A round's processes: its run and its pair of workers (different runs never share one).
+    processes = list(zip(pairs[Column.RUN_ID], pairs[Column.PROCESS], strict=True))
+    clocked = clocked_estimate(
+        *sides, _clock(group), processes=processes, fixed_rounds=fixed_rounds(group)
+    )
+    return clocked.estimate, clocked.clock, clocked.note
+
+
+def _clock(trials: pd.DataFrame) -> Clock:
+    """The clock these trials' runs chose: the CPU clock only when every run chose it."""
+    if Column.CLOCK in trials and (trials[Column.CLOCK] == Clock.CPU).all():
+        return Clock.CPU
+    return Clock.WALL
 
 
 def fixed_rounds(trials: pd.DataFrame) -> bool:
@@ -504,6 +544,8 @@ def _comparison(
         level=adjusted.level,
         verdict=inference_verdict(adjusted, margin_pct=margin_pct, alpha=alpha),
         stalls=_stalls(est),
+        clock=row.clock,
+        clock_note=row.clock_note,
     )
 
 
@@ -520,18 +562,18 @@ def _require_columns(frame: pd.DataFrame, columns: Sequence[str]) -> None:
 
 
 def _sides(
-    group: pd.DataFrame, baseline: str, new: str, column: str
+    group: pd.DataFrame, baseline: str, new: str, column: str, cpu_column: str
 ) -> tuple[pd.DataFrame, pd.DataFrame]:
     """Each side's values keyed by (run_id, cell, pair), one value per key (the median if a round
-    repeats)."""
+    repeats): `value` on the wall clock, `cpu` on the CPU clock (NaN where not recorded)."""
 
     def side(rows: pd.DataFrame, pair: pd.Series) -> pd.DataFrame:
-        keyed = rows.assign(pair=pair, value=rows[column].astype(np.float64)).dropna(
+        cpu = rows[cpu_column].astype(np.float64) if cpu_column in rows else math.nan
+        keyed = rows.assign(pair=pair, value=rows[column].astype(np.float64), cpu=cpu).dropna(
             subset=["value"]
         )
-        return (
-            keyed.groupby([*_PAIR_KEYS, Column.PROCESS], sort=False)["value"].median().reset_index()
-        )
+        grouped = keyed.groupby([*_PAIR_KEYS, Column.PROCESS], sort=False)
+        return grouped[["value", "cpu"]].median().reset_index()
 
     if baseline == new:
         rows = group[group[Column.VARIANT] == baseline]

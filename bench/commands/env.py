@@ -14,6 +14,7 @@ examples:
 from __future__ import annotations
 
 import argparse
+from functools import partial
 
 from rich.console import Console
 
@@ -54,8 +55,9 @@ def main(args: argparse.Namespace, console: Console) -> int:
             f"BLAS threads: {threads.threads}, measured on this machine: {threads.reason}",
             highlight=False,
         )
+    say = partial(console.print, highlight=False)  # a pilot says it is starting
     schedule = choose_schedule(
-        Schedule.AUTO, env, worker_env, worker_env, threads.threads, fresh=args.probe
+        Schedule.AUTO, env, worker_env, threads.threads, fresh=args.probe, say=say
     )
     console.print(schedule.line, highlight=False)
     return 0

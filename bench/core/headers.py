@@ -10,7 +10,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass, field
 
-from .records import FORMAT, RunHeader, Stopping
+from .records import FORMAT, Clock, RunHeader, Stopping
 from .text import short_commit
 from .typed import from_mapping
 
@@ -116,6 +116,8 @@ class ScheduleChoiceInfo:
 
     schedule: str = "sequential"
     reason: str = ""
+    clock: Clock = Clock.WALL  # runs from before the clock was chosen used the wall clock
+    clock_reason: str = ""
 
 
 @dataclass(frozen=True)
@@ -151,6 +153,11 @@ class RunInfo:
     @classmethod
     def read(cls, header: RunHeader) -> RunInfo:
         return from_mapping(cls, header)
+
+    @property
+    def clock(self) -> Clock:
+        """The clock the run's intervals use (the wall clock for runs from before the choice)."""
+        return self.schedule_choice.clock if self.schedule_choice else Clock.WALL
 
     @property
     def machine(self) -> str:

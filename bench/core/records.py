@@ -13,9 +13,11 @@ from dataclasses import asdict, dataclass, field
 from datetime import UTC, datetime
 from enum import StrEnum
 from pathlib import Path
-from typing import Any, ClassVar, TypedDict
+from typing import Any, ClassVar, TypedDict, TypeVar
 
 from .errors import UserError
+
+T = TypeVar("T")
 
 RECORD_KINDS = (
     "run",
@@ -41,6 +43,8 @@ class Column(StrEnum):
     MACHINE = "machine"  # not in the record: Results.frame adds its run's machine label
     # not in the record: Results.frame adds to trials how their run decided its rounds (Stopping)
     STOPPING = "stopping"
+    # not in the record: Results.frame adds to trials the clock their run's intervals use (Clock)
+    CLOCK = "clock"
     CELL = "cell"
     MODEL = "model"
     MODEL_KEY = "model_key"
@@ -62,6 +66,11 @@ class Column(StrEnum):
     GEN_TPS = "gen_tps"
     PREFILL_S = "prefill_s"
     GEN_S = "gen_s"
+    PREFILL_CPU_S = "prefill_cpu_s"  # the worker process's CPU seconds over the prefill
+    GEN_CPU_S = "gen_cpu_s"
+    # not in the record: analysis.stats.timed_trials derives them (cpu_clock_tps)
+    PREFILL_CPU_TPS = "prefill_cpu_tps"
+    GEN_CPU_TPS = "gen_cpu_tps"
     STEP_S = "step_s"
     COMPILE_S = "compile_s"
     PEAK_MEMORY_BYTES = "peak_memory_bytes"
@@ -94,6 +103,19 @@ class Column(StrEnum):
 # Throughput metrics, all tokens/s and bigger-is-better, and the trial field holding each.
 METRICS = ("prefill", "gen")
 METRIC_COLUMNS = {"prefill": Column.PREFILL_TPS, "gen": Column.GEN_TPS}
+# Each metric on the process CPU clock: the tok/s field, its wall seconds and CPU seconds, and the
+# derived column (cpu_clock_tps).
+CPU_CLOCK_COLUMNS = {
+    "prefill": (Column.PREFILL_TPS, Column.PREFILL_S, Column.PREFILL_CPU_S, Column.PREFILL_CPU_TPS),
+    "gen": (Column.GEN_TPS, Column.GEN_S, Column.GEN_CPU_S, Column.GEN_CPU_TPS),
+}
+
+
+def cpu_clock_tps(tps: T, wall_s: T, cpu_s: T) -> T:
+    """A trial's throughput on the process CPU clock: the same tokens over the worker's CPU seconds
+    (tok/s x wall s / CPU s). Arithmetic only, so one float or a whole column."""
+    return tps * wall_s / cpu_s
+
 
 TRIAL_FIELDS = (
     Column.RUN_ID,
@@ -322,14 +344,26 @@ class Stopping(StrEnum):
     ADAPTIVE = "adaptive"
 
 
+class Clock(StrEnum):
+    """The clock a run's intervals use (the header's `schedule_choice.clock`; chosen by
+    measurement, measure.duet): WALL, the trial's wall seconds (what tok/s means); CPU, the worker
+    process's CPU seconds, which leave out what a KVM hypervisor stole and what other processes
+    took. tok/s columns are always the wall clock's. Headers without it read as WALL."""
+
+    WALL = "wall"
+    CPU = "cpu"
+
+
 class StoredScheduleChoice(TypedDict):
-    """measure.duet.ScheduleChoice.to_json: the schedule the run used, why, and the probe's
-    figures."""
+    """measure.duet.ScheduleChoice.to_json: the schedule the run used, why, the pilot's figures,
+    and the clock its intervals use and why."""
 
     schedule: str
     reason: str
     probes: list[dict[str, float | str]]
     cores: list[int] | None
+    clock: str
+    clock_reason: str
 
 
 class StoredThreadChoice(TypedDict):

@@ -29,6 +29,7 @@ from .records import (
     FORMAT,
     RECORD_KINDS,
     CellPlace,
+    Clock,
     Column,
     KernelFact,
     KernelRecord,
@@ -147,8 +148,11 @@ class Results:
             return frame
         frame["machine"] = frame["run_id"].map(self.machines()).fillna(UNKNOWN_MACHINE)
         if kind == "trial":
-            stopping = {run_id: run.stopping for run_id, run in self.headers.items()}
+            headers = self.headers
+            stopping = {run_id: run.stopping for run_id, run in headers.items()}
             frame[Column.STOPPING] = frame["run_id"].map(stopping).fillna(Stopping.ADAPTIVE)
+            clock = {run_id: run.clock for run_id, run in headers.items()}
+            frame[Column.CLOCK] = frame["run_id"].map(clock).fillna(Clock.WALL)
         return frame
 
 

@@ -1,26 +1,38 @@
 """Duet rounds on this machine: which two cores the arms run on, pinning a worker (every thread of
 it) to one, and `schedule: auto`, which measures whether a duet buys more precision per second here
-than trials one after another.
+than trials one after another, and which clock the intervals use.
 
-How `auto` measures
-    Two pairs of sampler processes start as workers do (same interpreter and BLAS preload, the
-    sampler of measure.threads). The duet pair runs one BLAS thread each, pinned to the two cores;
-    the sequential pair runs the thread count `threads: auto` chose, unpinned, as sequential workers
-    do. Every turn times one pair of identical pieces of step-shaped work in each schedule: the
-    sequential pair one after the other (ABBA), the duet pair both at once (cores swapped every
-    turn). The schedules take turns, so a slow minute of the machine hits both. Per schedule and
-    clock (wall, process CPU): the spread s of log(tA / tB) (pairwise scale, as analysis.inference's
-    outlier rule, so one stalled turn does not decide) and the seconds a pair takes t (sequential:
-    both trials; duet: the slower one). Precision per second is 1 / (s² · t). The duet wins when it
-    buys at least MARGIN times the sequential pair's on the wall clock, the clock intervals use.
+How `auto` measures (the pilot)
+    Real trials: workers of this build load the gate's model (experiments/ci.yaml: E2B's per-layer
+    shapes at 2 layers, fp32, a 128-token prompt) and time its baseline variant, as a run does.
+    The sequential schedule's worker runs the BLAS threads `threads: auto` chose, unpinned, and
+    times each pair's two trials one after the other; the duet's two workers run one BLAS thread
+    each, pinned to the two cores, and time a pair's trials at once (cores swapped every turn). The
+    schedules take turns, so a slow minute of the machine hits both. Per schedule and clock (wall,
+    process CPU): the spread s of the pair's log ratio (pairwise scale, as analysis.inference's
+    outlier rule, so one stalled turn does not decide) and the seconds a pair took t, commands and
+    answers included. Precision per second is 1 / (s² · t). The duet wins when it buys at least
+    MARGIN times the sequential pair's on the wall clock.
 
-Cached per machine (`machine_key`) as the thread choice is, unless other processes used more than
-BUSY_CORES meanwhile (then it holds for that run only); `fusebench env --probe` measures again.
-GPU backends run sequentially (one device), and so does a machine without two free cores. `auto`
-also runs sequentially where `threads: auto` chose more than one BLAS thread: a duet's workers run
-one thread each, and an op's Δ depends on the speed of the BLAS work around it (measured: the
-tenfold softcap read −14.0% gen on 2 threads, −9.4% on 1 thread sequentially and −6.6% in a duet;
-docs/duet.md), so a duet would answer for another configuration than the one the user runs.
+    Where `threads: auto` chose more than one BLAS thread, `auto` runs sequentially without a
+    contest: a duet's workers run one thread each, and an op's Δ depends on the speed of the BLAS
+    work around it (measured: the tenfold softcap read −14.0% gen on 2 threads, −9.4% on 1 thread
+    sequentially and −6.6% in a duet; docs/duet.md), so a duet would answer for another
+    configuration than the one the user runs. The pilot then times the sequential pair alone, for
+    the clock.
+
+The clock
+    The chosen schedule's process CPU clock is used for the intervals when the pilot measured it
+    buying at least MARGIN times the wall clock's precision (it leaves out what a KVM hypervisor
+    stole and what other processes took); else the wall clock. The choice is made before the run,
+    so it never looks at the rows it decides; analysis.clocks still falls back to the wall clock
+    for a row whose two clocks disagree. A schedule the experiment asked for uses the clock a
+    cached pilot measured for it, else the wall clock.
+
+Cached per machine and BLAS thread count (`machine_key`) as the thread choice is, unless other
+processes used more than BUSY_CORES meanwhile (then it holds for that run only); `fusebench env
+--probe` measures again. GPU backends run sequentially (one device) on the wall clock, and so does
+a machine without two free cores.
 """
 
 from __future__ import annotations
@@ -28,26 +40,27 @@ from __future__ import annotations
 import contextlib
 import math
 import os
-import subprocess
-import sys
-from collections.abc import Sequence
+import time
+from collections.abc import Callable, Sequence
 from dataclasses import asdict, dataclass, replace
 from pathlib import Path
 
 import numpy as np
 
 from ..analysis.inference import pairwise_scale
-from ..core.records import Env
-from ..core.spec import Schedule
+from ..core.records import Clock, Env
+from ..core.spec import Experiment, Schedule, experiment_path, load_experiment
 from ..core.typed import from_mapping
 from .env import cache_dir, machine_key, read_cached, thread_env, write_cached
+from .job import CellShape, Command, Do, Measured, Trial
 from .load import LoadSampler
+from .session import CURRENT, WorkerSession, worker_job
 
-TURNS = 24  # timed pairs per schedule
+PILOT_EXPERIMENT = "ci"  # the gate's model: a trial of about a second on a 2-core VM
+TURNS = 20  # timed pairs per schedule
 WARMUP = 2  # untimed pairs per schedule first
-MARGIN = 1.25  # the duet must buy this much more precision per second than sequential trials
-TRIAL_S = 0.25  # each sample's length: repetitions of the sampler's work up to about this
-BUSY_CORES = 0.25  # other processes' mean CPU, in cores, above which a probe is not cached
+MARGIN = 1.25  # a duet (or the CPU clock) must buy this much more precision per second
+BUSY_CORES = 0.25  # other processes' mean CPU, in cores, above which a pilot is not cached
 
 
 def duet_cores(allowed: Sequence[int] | None = None) -> tuple[int, int] | None:
@@ -89,7 +102,7 @@ def pin(pid: int, cpu: int) -> None:
 
 @dataclass(frozen=True)
 class ScheduleProbe:
-    """One schedule's figures from the probe: SD of the pair's log ratio on each clock, and the
+    """One schedule's figures from the pilot: SD of the pair's log ratio on each clock, and the
     seconds a pair took (mean)."""
 
     schedule: str
@@ -102,24 +115,29 @@ class ScheduleProbe:
         return 1.0 / (max(self.wall_sd, 1e-4) ** 2 * self.pair_s)
 
     @property
-    def cpu_precision_per_s(self) -> float:
-        return 1.0 / (max(self.cpu_sd, 1e-4) ** 2 * self.pair_s)
+    def cpu_gain(self) -> float:
+        """The CPU clock's precision over the wall clock's, on the same pairs."""
+        return (max(self.wall_sd, 1e-4) / max(self.cpu_sd, 1e-4)) ** 2
 
 
 @dataclass(frozen=True)
 class ScheduleChoice:
-    """What `schedule` resolved to and why: the probe's figures (empty: nothing was measured), the
-    cores a duet runs on."""
+    """What `schedule` resolved to and why, the clock the intervals use and why, the pilot's
+    figures (empty: nothing was measured), the cores a duet runs on."""
 
     schedule: str
     reason: str
     probes: tuple[ScheduleProbe, ...] = ()
     cores: tuple[int, int] | None = None
+    clock: Clock = Clock.WALL
+    clock_reason: str = ""
 
     @property
     def line(self) -> str:
         """The first screen's word on it."""
-        return f"schedule: {self.schedule} ({self.reason})"
+        return (
+            f"schedule: {self.schedule} ({self.reason}); clock: {self.clock} ({self.clock_reason})"
+        )
 
     def to_json(self) -> dict:
         return asdict(self)
@@ -129,48 +147,50 @@ class ScheduleChoice:
         return from_mapping(cls, data)
 
 
-def cache_path(env: Env) -> Path:
-    return cache_dir() / f"schedule-v1-{machine_key(env)}.json"
+def cache_path(env: Env, threads: int) -> Path:
+    return cache_dir() / f"schedule-v2-{machine_key(env)}-t{threads}.json"
 
 
 def choose_schedule(
     asked: Schedule,
     env: Env,
-    duet_env: dict[str, str],
-    sequential_env: dict[str, str],
+    worker_env: dict[str, str],
     threads: int = 1,
     fresh: bool = False,
+    say: Callable[[str], object] | None = None,
 ) -> ScheduleChoice:
-    """The schedule a run uses: what the experiment asked where it can run, else sequential with
-    the reason; `auto` measured here once (cached). `threads`: the BLAS threads a sequential
-    worker runs."""
-    if asked == Schedule.SEQUENTIAL:
-        return ScheduleChoice(Schedule.SEQUENTIAL, "asked for")
+    """The schedule and clock a run uses: what the experiment asked where it can run, else
+    sequential with the reason; `auto` measured here by the pilot once (cached). `threads`: the
+    BLAS threads a sequential worker runs; `say` tells the user a pilot is starting."""
     if env.get("backend") != "cpu":
-        return ScheduleChoice(Schedule.SEQUENTIAL, "a GPU backend: its one device runs one trial")
-    cores = duet_cores()
-    if cores is None:
-        return ScheduleChoice(Schedule.SEQUENTIAL, "fewer than two physical cores to run on")
-    if asked == Schedule.DUET:
-        where = f"asked for; on cores {cores[0]} and {cores[1]}, one BLAS thread each"
-        return ScheduleChoice(Schedule.DUET, where, cores=cores)
-    if threads > 1:
-        # An op's Δ is its share of the step, and the step is slower on one BLAS thread: a duet
-        # would measure another configuration than the sequential one (docs/duet.md).
         return ScheduleChoice(
             Schedule.SEQUENTIAL,
-            f"sequential workers run {threads} BLAS threads here, and a duet's one-thread "
-            "workers would measure another configuration (an op's Δ depends on the BLAS speed "
-            "around it)",
+            "a GPU backend: its one device runs one trial",
+            clock_reason="a GPU's time is not the process's CPU time",
         )
-    path = cache_path(env)
-    if not fresh and (cached := read_cached(path, ScheduleChoice.from_json)):
+    cores = duet_cores()
+    if cores is None:
+        return ScheduleChoice(
+            Schedule.SEQUENTIAL,
+            "fewer than two physical cores to run on",
+            clock_reason="no pilot: it needs two cores",
+        )
+    path = cache_path(env, threads)
+    cached = None if fresh else read_cached(path, ScheduleChoice.from_json)
+    if asked != Schedule.AUTO:
+        return _asked(asked, cores, cached.probes if cached else ())
+    if cached:
         return replace(cached, cores=cores)
+    if say:
+        say(
+            f"schedule: auto: measuring this machine once (cached): {TURNS} pairs of the gate's "
+            "model's trials in each schedule, taking turns, about a minute"
+        )
     with LoadSampler() as sampler:
-        choice = decide(measure(duet_env, sequential_env, cores), cores)
+        choice = decide(pilot(worker_env, cores, threads), cores, threads)
     load = sampler.summary()
     if load and load["other_cores_mean"] > BUSY_CORES:
-        # a probe beside other work measures that work: use it for this run, measure again next
+        # a pilot beside other work measures that work: use it for this run, measure again next
         return replace(
             choice,
             reason=f"{choice.reason}; other processes used {load['other_cores_mean']:.1f} cores "
@@ -180,104 +200,163 @@ def choose_schedule(
     return choice
 
 
-def decide(probes: tuple[ScheduleProbe, ScheduleProbe], cores: tuple[int, int]) -> ScheduleChoice:
-    sequential, duet = probes
+def _asked(
+    asked: Schedule, cores: tuple[int, int], probes: Sequence[ScheduleProbe]
+) -> ScheduleChoice:
+    """The schedule the experiment asked for, on the clock a cached pilot measured for it."""
+    if asked == Schedule.DUET:
+        where = f"asked for; on cores {cores[0]} and {cores[1]}, one BLAS thread each"
+        choice = ScheduleChoice(Schedule.DUET, where, cores=cores)
+    else:
+        choice = ScheduleChoice(Schedule.SEQUENTIAL, "asked for")
+    return _with_clock(choice, probes)
+
+
+def _with_clock(choice: ScheduleChoice, probes: Sequence[ScheduleProbe]) -> ScheduleChoice:
+    """`choice` on the clock the pilot measured the better for its schedule (see The clock)."""
+    probe = next((p for p in probes if p.schedule == choice.schedule), None)
+    if probe is None:
+        return replace(
+            choice,
+            clock=Clock.WALL,
+            clock_reason=f"no pilot measured a {choice.schedule} schedule's clocks here "
+            "(`schedule: auto` or `fusebench env --probe` runs one)",
+        )
+    figures = f"{100 * probe.cpu_sd:.1f}% against {100 * probe.wall_sd:.1f}% on the wall clock"
+    if probe.cpu_gain >= MARGIN:
+        reason = f"the pilot's pairs scattered {figures}, {probe.cpu_gain:.2f}x the precision"
+        return replace(choice, probes=tuple(probes), clock=Clock.CPU, clock_reason=reason)
+    reason = (
+        f"the process CPU clock bought {probe.cpu_gain:.2f}x the precision in the pilot, less "
+        f"than the {MARGIN:g}x it must ({figures})"
+    )
+    return replace(choice, probes=tuple(probes), clock=Clock.WALL, clock_reason=reason)
+
+
+def decide(
+    probes: Sequence[ScheduleProbe], cores: tuple[int, int], threads: int = 1
+) -> ScheduleChoice:
+    """The schedule and clock the pilot's figures choose: sequential alone where the sequential
+    workers run more than one BLAS thread, else the duet at MARGIN or more of the precision per
+    second."""
+    by_schedule = {p.schedule: p for p in probes}
+    duet, sequential = by_schedule.get(Schedule.DUET), by_schedule[Schedule.SEQUENTIAL]
+    if duet is None:
+        # An op's Δ is its share of the step, and the step is slower on one BLAS thread: a duet
+        # would measure another configuration than the sequential one (docs/duet.md).
+        choice = ScheduleChoice(
+            Schedule.SEQUENTIAL,
+            f"sequential workers run {threads} BLAS threads here, and a duet's one-thread "
+            "workers would measure another configuration (an op's Δ depends on the BLAS speed "
+            "around it)",
+            cores=cores,
+        )
+        return _with_clock(choice, probes)
     gain = duet.precision_per_s / sequential.precision_per_s
     figures = (
         f"pair SD {100 * duet.wall_sd:.1f}% in {duet.pair_s:.2f} s against "
         f"{100 * sequential.wall_sd:.1f}% in {sequential.pair_s:.2f} s"
     )
     if gain >= MARGIN:
-        return ScheduleChoice(
-            Schedule.DUET,
+        reason = (
             f"measured {gain:.2f}x the precision per second of sequential trials here "
-            f"({figures}); on cores {cores[0]} and {cores[1]}",
-            probes,
-            cores,
+            f"({figures}); on cores {cores[0]} and {cores[1]}"
         )
-    return ScheduleChoice(
-        Schedule.SEQUENTIAL,
+        return _with_clock(ScheduleChoice(Schedule.DUET, reason, cores=cores), probes)
+    reason = (
         f"a duet measured {gain:.2f}x the precision per second here, less than the "
-        f"{MARGIN:g}x it must ({figures})",
-        probes,
-        cores,
+        f"{MARGIN:g}x it must ({figures})"
     )
+    return _with_clock(ScheduleChoice(Schedule.SEQUENTIAL, reason, cores=cores), probes)
 
 
-def measure(
-    duet_env: dict[str, str], sequential_env: dict[str, str], cores: tuple[int, int]
-) -> tuple[ScheduleProbe, ScheduleProbe]:
-    """The sequential and the duet pair's figures, the schedules taking turns."""
-    duet = [_sampler(thread_env(duet_env, 1)) for _ in range(2)]
-    sequential = [_sampler(sequential_env) for _ in range(2)]
+Sample = tuple[float, float]  # a trial's (wall s, CPU s)
+
+
+def pilot(
+    worker_env: dict[str, str], cores: tuple[int, int], threads: int
+) -> tuple[ScheduleProbe, ...]:
+    """The sequential pair's figures, and the duet pair's where the schedules contend (one BLAS
+    thread in sequential workers), the schedules taking turns."""
+    exp = load_experiment(experiment_path(PILOT_EXPERIMENT))
+    cell = exp.cells()[0]
+    job = worker_job(cell.model, exp)
+    w = cell.workload
+    trial = _Trials(CellShape(cell.key, w.prompt_tokens, w.gen_tokens, w.batch), exp, cores)
+    sequential = WorkerSession(job, CURRENT, worker_env)
+    duet = [
+        WorkerSession(job, CURRENT, thread_env(worker_env, 1), [core])
+        for core in (cores if threads == 1 else ())
+    ]
+    workers = [sequential, *duet]
     try:
-        reps = _repetitions(duet[0])
-        seq_times, duet_times = [], []
+        for worker in workers:
+            worker.loaded(trial.deadline, exp.timeout_s)
+        seq_pairs, duet_pairs = [], []
         for turn in range(WARMUP + TURNS):
-            first, second = sequential if turn % 2 == 0 else sequential[::-1]
-            one, other = _ask(first, reps), _ask(second, reps)
-            flip = turn % 2
-            pin(duet[0].pid, cores[flip])
-            pin(duet[1].pid, cores[1 - flip])
-            together = _ask_together(duet, reps)
+            pair = trial.one_after_other(sequential), trial.at_once(duet, turn) if duet else None
             if turn >= WARMUP:
-                seq_times.append((one, other) if turn % 2 == 0 else (other, one))
-                duet_times.append(together)
-    finally:
-        for sampler in [*duet, *sequential]:
-            sampler.stdin.close()
-            sampler.wait(timeout=30)
-    return (
-        _probe(Schedule.SEQUENTIAL, seq_times, lambda a, b: a[0] + b[0]),
-        _probe(Schedule.DUET, duet_times, lambda a, b: max(a[0], b[0])),
-    )
+                seq_pairs.append(pair[0])
+                duet_pairs += [pair[1]] if pair[1] else []
+    except BaseException:
+        for worker in workers:
+            worker.stop(kill=True)
+        raise
+    for worker in workers:
+        worker.stop()
+    probes = [_probe(Schedule.SEQUENTIAL, seq_pairs)]
+    return tuple(probes + ([_probe(Schedule.DUET, duet_pairs)] if duet_pairs else []))
 
 
-Sample = tuple[float, float]  # (wall s, CPU s)
+Pair = tuple[Sample, Sample, float]  # both trials, and the seconds the pair took
 
 
-def _probe(schedule: str, pairs: list[tuple[Sample, Sample]], pair_s) -> ScheduleProbe:
-    wall = [math.log(a[0] / b[0]) for a, b in pairs]
-    cpu = [math.log(a[1] / b[1]) for a, b in pairs]
+class _Trials:
+    """The pilot's trials of the experiment's reference variant, numbered as a run's rounds."""
+
+    def __init__(self, shape: CellShape, exp: Experiment, cores: tuple[int, int]) -> None:
+        self.shape, self.variant, self.timeout_s = shape, exp.correctness.reference, exp.timeout_s
+        self.cores = cores
+        self.deadline = time.monotonic() + exp.timeout_s
+        self.round = 0
+
+    def _command(self) -> Command:
+        self.round += 1
+        return Command(Do.TRIAL, self.shape, self.variant, round=self.round)
+
+    def _sample(self, worker: WorkerSession, command: Command) -> Sample:
+        results = worker.collect(command, self.deadline, self.timeout_s)
+        measured: Measured = next(r for r in results if isinstance(r, Trial)).measured
+        wall = measured.prefill_s + (measured.gen_s or 0.0)
+        cpu = (measured.prefill_cpu_s or math.nan) + (measured.gen_cpu_s or 0.0)
+        return wall, cpu
+
+    def one_after_other(self, worker: WorkerSession) -> Pair:
+        start = time.perf_counter()
+        first, second = (self._sample(worker, self._send(worker)) for _ in range(2))
+        return first, second, time.perf_counter() - start
+
+    def at_once(self, workers: list[WorkerSession], turn: int) -> Pair:
+        flip = turn % 2  # the arms swap cores every turn, so a faster core cancels
+        for worker, core in zip(workers, (flip, 1 - flip), strict=True):
+            pin(worker.process.pid, self.cores[core])
+        start = time.perf_counter()
+        commands = [self._send(worker) for worker in workers]
+        first, second = (self._sample(w, c) for w, c in zip(workers, commands, strict=True))
+        return first, second, time.perf_counter() - start
+
+    def _send(self, worker: WorkerSession) -> Command:
+        command = self._command()
+        worker.send(command)
+        return command
+
+
+def _probe(schedule: str, pairs: list[Pair]) -> ScheduleProbe:
+    wall = [math.log(a[0] / b[0]) for a, b, _ in pairs]
+    cpu = [math.log(a[1] / b[1]) for a, b, _ in pairs]
     return ScheduleProbe(
         schedule,
         wall_sd=pairwise_scale(np.array(wall)),
         cpu_sd=pairwise_scale(np.array(cpu)),
-        pair_s=float(np.mean([pair_s(a, b) for a, b in pairs])),
+        pair_s=float(np.mean([seconds for _, _, seconds in pairs])),
     )
-
-
-def _sampler(env: dict[str, str]) -> subprocess.Popen:
-    return subprocess.Popen(
-        [sys.executable, "-m", "bench.measure.threads"],
-        env=env,
-        text=True,
-        stdin=subprocess.PIPE,
-        stdout=subprocess.PIPE,
-    )
-
-
-def _repetitions(sampler: subprocess.Popen) -> int:
-    """How many of the sampler's pieces of work make one sample of about TRIAL_S."""
-    _ask(sampler, 1)
-    once = _ask(sampler, 1)[0]
-    return max(1, round(TRIAL_S / max(once, 1e-4)))
-
-
-def _ask(sampler: subprocess.Popen, reps: int) -> Sample:
-    sampler.stdin.write(f"sample {reps}\n")
-    sampler.stdin.flush()
-    return _answer(sampler)
-
-
-def _ask_together(samplers: list[subprocess.Popen], reps: int) -> tuple[Sample, Sample]:
-    for sampler in samplers:
-        sampler.stdin.write(f"sample {reps}\n")
-        sampler.stdin.flush()
-    first, second = (_answer(sampler) for sampler in samplers)
-    return first, second
-
-
-def _answer(sampler: subprocess.Popen) -> Sample:
-    wall, cpu = sampler.stdout.readline().split()
-    return float(wall), float(cpu)

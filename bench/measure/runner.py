@@ -17,6 +17,7 @@ import time
 from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
 from datetime import datetime
+from functools import partial
 from pathlib import Path
 
 from rich.console import Console
@@ -30,17 +31,20 @@ from rich.progress import (
 )
 from rich.table import Table
 
-from ..analysis.inference import PairedEstimate, paired_estimate
+from ..analysis.clocks import clocked_estimate
+from ..analysis.inference import PairedEstimate
 from ..analysis.stopping import Goal, Row, RunBudget, print_level
 from ..core.records import (
     METRICS,
     BuildEnvironment,
     BuildFields,
     CellFields,
+    Clock,
     Env,
     PluginFile,
     Stopping,
     StoredExperiment,
+    cpu_clock_tps,
     new_run_id,
     run_header,
 )
@@ -55,11 +59,9 @@ from .job import (
     CellShape,
     Command,
     Do,
-    Gate,
     Measured,
     Result,
     Trial,
-    WorkerJob,
     result_fields,
     result_kind,
 )
@@ -81,8 +83,7 @@ from .roofline import (
     percent_of_peak,
 )
 from .schedule import Arm, Duet, centre_order, duet_plan, round_plan
-from .session import CURRENT, Build, WorkerFailed, WorkerSession
-from .worker import ATOL_BY_DTYPE
+from .session import CURRENT, Build, WorkerFailed, WorkerSession, worker_job
 
 
 @dataclass
@@ -134,23 +135,6 @@ def plan_jobs(cells: Iterable[Cell], done: DoneWork) -> list[ModelJob]:
     return list(jobs.values())
 
 
-def worker_job(model: ModelSpec, exp: Experiment) -> WorkerJob:
-    return WorkerJob(
-        model=model,
-        variants=exp.variants,
-        prefill_step_size=exp.prefill_step_size,
-        seed=exp.seed,
-        correctness=Gate(
-            reference=exp.correctness.reference,
-            atol=exp.correctness.atol
-            if exp.correctness.atol is not None
-            else ATOL_BY_DTYPE[model.dtype],
-            tokens=exp.correctness.tokens,
-        ),
-        plugins=exp.plugins,
-    )
-
-
 def comparison_pairs(
     exp: Experiment, builds: Sequence[str]
 ) -> list[tuple[tuple[str, str], tuple[str, str]]]:
@@ -171,6 +155,15 @@ class Forecast:
     seconds: float | None
 
 
+_Clocked = tuple[float | None, float | None]  # a trial's metric: (wall-clock, CPU-clock tok/s)
+
+
+def _on_clocks(tps: float | None, wall_s: float | None, cpu_s: float | None) -> _Clocked:
+    if tps is None or wall_s is None or not cpu_s:
+        return tps, None
+    return tps, cpu_clock_tps(tps, wall_s, cpu_s)
+
+
 class CellStop:
     """When a cell has enough rounds (analysis.stopping). With `trials: auto`: after a pilot of
     MIN_AUTO_ROUNDS rounds, every round, stop when every watched row is decided at the level the
@@ -179,8 +172,15 @@ class CellStop:
     would not fit the cell's share of the run's budget. The intervals are confidence sequences, so
     stopping on a decision leaves them valid."""
 
-    def __init__(self, exp: Experiment, builds: Sequence[str], share_s: float | None) -> None:
+    def __init__(
+        self,
+        exp: Experiment,
+        builds: Sequence[str],
+        share_s: float | None,
+        clock: Clock = Clock.WALL,
+    ) -> None:
         self.exp = exp
+        self.clock = clock
         self.pairs = comparison_pairs(exp, builds)
         across = len(builds) > 1
         self.alpha = 1.0 - print_level(table_rows(exp, builds))
@@ -190,7 +190,8 @@ class CellStop:
         self.goal = Goal(
             exp.margin_pct, limit_pct=exp.margin_pct if across else None, target_pct=target
         )
-        self.values: dict[tuple[str, str], dict[int, tuple[float, float | None]]] = {}
+        # (build, variant) -> round -> each metric's (wall-clock tok/s, CPU-clock tok/s)
+        self.values: dict[tuple[str, str], dict[int, tuple[_Clocked, _Clocked]]] = {}
         self.process_of: dict[int, int] = {}  # round -> the worker process (pair) that ran it
         self.share_s = share_s
         self.started = time.monotonic()
@@ -205,25 +206,33 @@ class CellStop:
                     time.monotonic() - measured.prefill_s - (measured.gen_s or 0.0)
                 )
             self.values.setdefault((build, trial.variant), {})[trial.round] = (
-                measured.prefill_tps,
-                measured.gen_tps,
+                _on_clocks(measured.prefill_tps, measured.prefill_s, measured.prefill_cpu_s),
+                _on_clocks(measured.gen_tps, measured.gen_s, measured.gen_cpu_s),
             )
 
     def _estimates(self) -> dict[str, PairedEstimate]:
         estimates = {}
         for a, b in self.pairs:
             rounds = sorted(set(self.values.get(a, {})) & set(self.values.get(b, {})))
+            if len(rounds) < 2:
+                continue
             for i, metric in enumerate(METRICS):
-                base = [self.values[a][r][i] for r in rounds]
-                new = [self.values[b][r][i] for r in rounds]
-                if len(rounds) >= 2 and None not in base and None not in new:
+                base, base_cpu = zip(*(self.values[a][r][i] for r in rounds), strict=True)
+                new, new_cpu = zip(*(self.values[b][r][i] for r in rounds), strict=True)
+                if None not in base and None not in new:
                     label = f"{'/'.join(b)} vs {'/'.join(a)} {metric}".replace(
                         f"{CURRENT.name}/", ""
                     )
                     processes = [self.process_of[r] for r in rounds]
-                    estimates[label] = paired_estimate(
-                        base, new, processes=processes, fixed_rounds=self.exp.precision is None
-                    )
+                    estimates[label] = clocked_estimate(
+                        base,
+                        new,
+                        None if None in base_cpu else base_cpu,
+                        None if None in new_cpu else new_cpu,
+                        self.clock,
+                        processes=processes,
+                        fixed_rounds=self.exp.precision is None,
+                    ).estimate
         return estimates
 
     def rows(self) -> dict[str, Row]:
@@ -586,7 +595,10 @@ class CellRun:
         # The cell's deadline (timeout_s) counts from here too: a share past it would end in a
         # timeout, not a stop.
         self.target = CellStop(
-            self.exp, self.builds, None if share is None else min(share, self.exp.timeout_s)
+            self.exp,
+            self.builds,
+            None if share is None else min(share, self.exp.timeout_s),
+            runner.schedule.clock,
         )
 
     def run(self, first: bool) -> None:
@@ -928,7 +940,6 @@ def build_fields(build: Build, env: Env) -> BuildFields:
 def run_experiment(
     exp: Experiment, options: RunOptions, console: Console, resume: Path | None = None
 ) -> int:
-    started = time.monotonic()  # budget_s bounds the run's wall time from here
     exp = with_repos_found(exp)
     cells = shard_cells(exp.cells(), *options.shard)
     if options.dry_run:
@@ -937,7 +948,11 @@ def run_experiment(
     for warning in honest_warnings(exp):
         console.print(f"[yellow]warning[/]: {warning}")
     worker_env, env, threads = worker_environment(options.blas, exp.threads)
-    schedule = choose_schedule(exp.schedule, env, worker_env, worker_env, threads.threads)
+    say = None if options.quiet else partial(console.print, highlight=False)
+    schedule = choose_schedule(exp.schedule, env, worker_env, threads.threads, say=say)
+    # budget_s bounds the run's wall time from here: the machine's one-time measurements above
+    # (threads, schedule and clock, cached) are not the run's
+    started = time.monotonic()
     if schedule.schedule == Schedule.DUET:
         # two workers at once, one core each: one BLAS thread apiece, whatever threads chose
         worker_env, env = thread_env(worker_env, 1), Env(**{**env, "threads": 1})

@@ -15,8 +15,10 @@ from collections.abc import Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 
+from ..core.spec import Experiment, ModelSpec
 from .env import compile_failure
-from .job import Command, Done, Loaded, Recorded, Result, WorkerJob, decode_event
+from .job import Command, Done, Gate, Loaded, Recorded, Result, WorkerJob, decode_event
+from .worker import ATOL_BY_DTYPE
 
 
 @dataclass(frozen=True)
@@ -172,3 +174,21 @@ class WorkerSession:
                 pass
         self.process.kill()
         self.process.wait()
+
+
+def worker_job(model: ModelSpec, exp: Experiment) -> WorkerJob:
+    """The job a worker of this experiment is started with, for one of its models."""
+    return WorkerJob(
+        model=model,
+        variants=exp.variants,
+        prefill_step_size=exp.prefill_step_size,
+        seed=exp.seed,
+        correctness=Gate(
+            reference=exp.correctness.reference,
+            atol=exp.correctness.atol
+            if exp.correctness.atol is not None
+            else ATOL_BY_DTYPE[model.dtype],
+            tokens=exp.correctness.tokens,
+        ),
+        plugins=exp.plugins,
+    )

@@ -263,6 +263,7 @@ class FindingJson(TypedDict):
     # cannot tell: the rounds that would settle it, and their seconds at the run's pace
     settle_rounds: int | None
     settle_seconds: float | None
+    clock: str  # the clock Δ and the interval are on: "wall" or "cpu"
 
 
 class CheckJson(TypedDict):
@@ -331,6 +332,7 @@ def finding_json(f: Finding) -> FindingJson:
         settle_seconds=json_number(f.settle.seconds)
         if f.settle and f.settle.seconds is not None
         else None,
+        clock=f.clock.value,
     )
 
 

@@ -6,8 +6,8 @@ import re
 from collections.abc import Callable, Sequence
 
 from ...analysis.study import Study
-from ...core.headers import EnvInfo, RunInfo
-from ...core.records import Stopping
+from ...core.headers import EnvInfo, RunInfo, ScheduleChoiceInfo
+from ...core.records import Clock, Stopping
 from ...core.spec import Schedule
 
 
@@ -76,7 +76,17 @@ def design_note(runs: Sequence[RunInfo]) -> str | None:
         if run.stopping == Stopping.FIXED and not pooled
         else "a confidence sequence, valid at whatever round the run stopped on its data"
     )
-    return f"Rounds: {how} ({choice.reason}). Intervals: {interval}."
+    return f"Rounds: {how} ({choice.reason}). Intervals: {interval}. {_clock_sentence(choice)}"
+
+
+def _clock_sentence(choice: ScheduleChoiceInfo) -> str:
+    reason = f" ({choice.clock_reason})" if choice.clock_reason else ""
+    if choice.clock == Clock.CPU:
+        return (
+            f"Δ and its interval: the worker process's CPU clock{reason}; Baseline and New are "
+            "wall-clock tok/s, so New / Baseline − 1 is the wall clock's Δ."
+        )
+    return f"Clock: wall{reason}."
 
 
 def weights_note(runs: Sequence[RunInfo]) -> str | None:

@@ -228,6 +228,8 @@ def delta_table(
         failed = [v for v in dict.fromkeys(pair) if (cell[0], v) in failing]
         notes.extend(_incorrect_note(label, failing[(cell[0], v)], cell_rows) for v in failed)
         for row in cell_rows:
+            if row.clock_note:
+                notes.append(f"{label} {row.metric}: on the wall clock: {row.clock_note}")
             ref = _ref_delta(fitting, cell[1], row.metric) if reference else None
             # A variant that fails correctness gets no expected speed-up either.
             expected = (
