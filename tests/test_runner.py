@@ -20,8 +20,8 @@ from bench.commands import main
 from bench.core.records import ResultsError
 from bench.core.results import read_results
 from bench.core.spec import load_experiment
+from bench.measure.plan import plan_jobs
 from bench.measure.resume import DoneWork
-from bench.measure.runner import plan_jobs
 from bench.measure.schedule import centre_order, round_order, round_plan
 from models import save_checkpoint
 from models.loading import load_model

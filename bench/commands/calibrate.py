@@ -123,8 +123,9 @@ def run_calibration(exp: Experiment, runs: int, console: Console) -> list[Path]:
     itself)."""
     from ..core.errors import UserError
     from ..measure.env import require_backend
+    from ..measure.plan import RunOptions
     from ..measure.plugins import bind_experiment
-    from ..measure.runner import RunOptions, run_experiment
+    from ..measure.runner import run_experiment
 
     require_backend()
     exp = bind_experiment(exp, [])

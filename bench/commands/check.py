@@ -138,8 +138,9 @@ def confirmed(first: Outcome, request: CheckRequest, console: Console) -> Outcom
     from ..core.spec import load_experiment
     from ..measure.builds import reference_build
     from ..measure.env import require_backend
+    from ..measure.plan import RunOptions
     from ..measure.plugins import bind_experiment
-    from ..measure.runner import RunOptions, run_experiment
+    from ..measure.runner import run_experiment
 
     require_backend()
     run = next(iter(read_results([request.results]).headers.values()))

@@ -187,8 +187,9 @@ def main(args: argparse.Namespace, console: Console) -> int:
     from ..core.results import read_results
     from ..core.spec import Schedule, load_experiment, select_models
     from ..measure.builds import ReferenceBuildError, environment_builds, reference_build
+    from ..measure.plan import RunOptions, default_out_path
     from ..measure.plugins import bind_experiment
-    from ..measure.runner import RunOptions, default_out_path, run_experiment
+    from ..measure.runner import run_experiment
     from ..measure.session import CURRENT
     from ..present.summary import print_summary
 

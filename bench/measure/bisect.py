@@ -24,8 +24,9 @@ from ..core.results import read_results
 from ..core.spec import Experiment
 from . import envs
 from .builds import commit_build, environment_build, git_output, resolve_commit
+from .plan import RunOptions
 from .resume import DoneWork
-from .runner import RunOptions, run_experiment
+from .runner import run_experiment
 from .session import Build
 
 

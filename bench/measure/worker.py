@@ -4,7 +4,7 @@ variant, a depth sweep. The variants are switched with `set_ops`; the runner dec
 
 It reads a job (`job.WorkerJob`) and then commands (`job.Command`), one JSON line each, on stdin,
 and writes events (`job.Event`, JSON lines) on stdout; anything else that prints goes to stderr, so
-a chatty library cannot corrupt the stream. The parent (runner.py) stores the records.
+a chatty library cannot corrupt the stream. The parent (measure.runner) stores the records.
 
 Timing follows mlx-lm's generate_step, so the figures compare with mlx_lm.benchmark and ollama's
 bench:

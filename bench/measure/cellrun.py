@@ -1,0 +1,242 @@
+"""One cell's work on its workers (`CellRun`): correctness and kernel facts per build, warmups,
+op shares, then timed rounds, sequential or in duets (measure.schedule), until the cell stops
+(measure.cellstop), every result written as it arrives."""
+
+from __future__ import annotations
+
+import time
+from collections.abc import Callable
+from dataclasses import dataclass
+from typing import TYPE_CHECKING
+
+from ..core.results import ResultsWriter
+from ..core.spec import MIN_AUTO_ROUNDS, Cell, Schedule
+from .cellstop import CellStop
+from .duet import pin
+from .job import (
+    Agreement,
+    CellShape,
+    Command,
+    Do,
+    Result,
+    Trial,
+)
+from .plan import variant_pairs
+from .resume import DoneWork
+from .schedule import Arm, Duet, duet_plan, round_plan
+from .session import CURRENT, WorkerSession
+
+if TYPE_CHECKING:
+    from .runner import Runner
+
+
+class CellRun:
+    """One cell: correctness and kernel facts per build, warmups, timed rounds until the cell stops,
+    depth rounds."""
+
+    def __init__(
+        self,
+        runner: Runner,
+        cell: Cell,
+        workers: list[WorkerSession],
+        duet: bool,
+        done: DoneWork,
+        writer: ResultsWriter,
+        update: Callable,
+    ) -> None:
+        self.runner, self.exp, self.cell, self.workers = runner, runner.exp, cell, workers
+        self.duet = duet
+        self.builds = list(dict.fromkeys(worker.build.name for worker in workers))
+        self.done, self.writer, self.update = done, writer, update
+        w = cell.workload
+        self.shape = CellShape(cell.key, w.prompt_tokens, w.gen_tokens, w.batch)
+        self.deadline = time.monotonic() + self.exp.timeout_s
+        share = runner.cell_share_s()
+        # The cell's deadline (timeout_s) counts from here too: a share past it would end in a
+        # timeout, not a stop.
+        self.target = CellStop(
+            self.exp,
+            self.builds,
+            None if share is None else min(share, self.exp.timeout_s),
+            runner.schedule.clock,
+        )
+
+    def run(self, first: bool) -> None:
+        for build in self.builds:
+            for kind, do in (("correctness", Do.CORRECTNESS), ("kernel", Do.KERNELS)):
+                if not self.done.has_facts(self.cell.key, build, kind):
+                    self._request(self._worker_of(build), Command(do, self.shape))
+        self._warmups()
+        rounds, reason = 0, None
+        while reason is None:
+            if self._pair_served(rounds):
+                self._fresh_workers()
+            self._round(rounds, warmup=False)
+            rounds += 1
+            reason = self.target.stop_reason(rounds)
+            if rounds == MIN_AUTO_ROUNDS and self.exp.precision and not self.runner.options.quiet:
+                self.runner.console.print(
+                    f"{self.cell.model.label} {self.cell.workload.label}: "
+                    f"{self.target.plan_line(rounds)}",
+                    highlight=False,
+                )
+        self.update(
+            f"{self.cell.model.label} {self.cell.workload.label}: {reason}",
+            drop=(self.exp.trials - rounds) * self.runner.round_trials(self.duet),
+        )
+        forecasts = self.target.forecasts(rounds)
+        stop = {
+            "rounds": rounds,
+            "reason": reason,
+            "schedule": Schedule.DUET if self.duet else Schedule.SEQUENTIAL,
+            "half_width_pct": self.target.half_widths(),
+            "round_s": self.target.round_s(rounds),
+            "undecided": {
+                label: {"rounds": f.rounds, "seconds": f.seconds} for label, f in forecasts.items()
+            },
+        }
+        self.runner.write_record(self.writer, self.cell.key, "stop", stop)
+        self.runner.cell_finished()
+        # Op shares explain a Δ; where the budget left rows undecided, their time went to rounds
+        # instead.
+        self.shares_wanted = not (forecasts and self.runner.budget)
+        # One depth curve per model: it depends on the KV depth, not on the workload's prompt
+        # length.
+        if self.exp.depths and first:
+            for r in range(rounds):
+                for build, variant in round_plan(self.runner.order, self.builds, r):
+                    if not self.done.has_depth(self.cell.key, build, variant, r):
+                        self._request(
+                            self._worker_of(build),
+                            Command(Do.DEPTH, self.shape, variant, r, depths=self.exp.depths),
+                        )
+        self._shares()
+
+    def _worker_of(self, build: str) -> WorkerSession:
+        """The (first) worker of a build: the one that answers a build's single commands."""
+        return next(worker for worker in self.workers if worker.build.name == build)
+
+    def _warmups(self, fresh: bool = False) -> None:
+        """The experiment's warmup rounds; in a duet of variants twice as many, so each worker has
+        run every variant before the timed rounds (the workers swap variants every round)."""
+        twice = self.duet and len(self.builds) == 1
+        for w in range(self.exp.warmup * (2 if twice else 1)):
+            self._round(w, warmup=True, fresh=fresh)
+
+    def _shares(self) -> None:
+        """Each switchable op's time in a prefill and a decode step of this cell, for the expected
+        Δ. The current build only: its ops are the variants' (a reference build's may differ, and
+        may not know the command)."""
+        if CURRENT.name not in self.builds:
+            return
+        if not self.shares_wanted and self.exp.shares:
+            self.runner.console.print(
+                f"{self.cell.model.label} {self.cell.workload.label}: op shares skipped: "
+                "rows are undecided, and the budget went to their rounds",
+                highlight=False,
+            )
+            return
+        for r in range(self.exp.shares):
+            if not self.done.has_share(self.cell.key, r):
+                self.update(
+                    f"{self.cell.model.label} {self.cell.workload.label}: op shares, round {r + 1}"
+                )
+                self._request(
+                    self._worker_of(CURRENT.name), Command(Do.SHARES, self.shape, round=r)
+                )
+
+    def _pair_served(self, rounds: int) -> bool:
+        """Whether a pair of workers (two builds', or a duet's) has run its worker_rounds (a fresh
+        pair is due)."""
+        every = self.exp.worker_rounds
+        return len(self.workers) > 1 and every > 0 and rounds > 0 and rounds % every == 0
+
+    def _fresh_workers(self) -> None:
+        """Fresh workers, loaded and warmed up, so the next rounds come from other processes."""
+        self.update(f"{self.cell.model.label} {self.cell.workload.label}: fresh workers")
+        for worker in self.workers:
+            worker.stop()
+        # in place: the runner stops these
+        self.workers[:] = self.runner.start_workers(self.cell.model, self.duet)
+        for worker in self.workers:
+            worker.loaded(self.deadline, self.exp.timeout_s)
+        self._warmups(fresh=True)
+
+    @property
+    def process(self) -> int:
+        """The label of the worker processes now running: the first worker's process id."""
+        return self.workers[0].process.pid
+
+    def _round(self, index: int, *, warmup: bool, fresh: bool = False) -> None:
+        if self.duet:
+            self._duet_round(index, warmup=warmup, fresh=fresh)
+            return
+        for build, variant in round_plan(self.runner.order, self.builds, index):
+            if not fresh and self.done.has_trial(self.cell.key, build, variant, warmup, index):
+                continue
+            command = Command(Do.TRIAL, self.shape, variant, index, warmup)
+            for trial in self._request(self._worker_of(build), command):
+                self._took(build, trial, index, warmup)
+
+    def _duet_round(self, index: int, *, warmup: bool, fresh: bool) -> None:
+        """Each duet of the round: both arms' trials sent together, then both collected."""
+        cores = self.runner.schedule.cores or (0, 1)
+        pairs = variant_pairs(self.exp)
+        for duet in duet_plan(self.runner.order, self.builds, pairs, index, cores):
+            arms = [arm for arm in duet.arms if fresh or not self._recorded(arm, duet, warmup)]
+            if len(self.builds) == 2:  # the builds' workers swap cores every round
+                for arm, core in zip(duet.arms, duet.cores, strict=True):
+                    pin(self.workers[arm.worker].process.pid, core)
+            commands = [
+                Command(Do.TRIAL, self.shape, arm.variant, duet.round, warmup) for arm in arms
+            ]
+            for arm, command in zip(arms, commands, strict=True):
+                self.workers[arm.worker].send(command)
+            for arm, command in zip(arms, commands, strict=True):
+                other = next(a for a in duet.arms if a is not arm)
+                side = DuetSide(f"{other.build}/{other.variant}", duet.cores[duet.arms.index(arm)])
+                for result in self._collect(self.workers[arm.worker], command, side):
+                    self._took(arm.build, result, duet.round, warmup)
+
+    def _recorded(self, arm: Arm, duet: Duet, warmup: bool) -> bool:
+        """Whether a resumed run's file already holds this arm's trial."""
+        return self.done.has_trial(self.cell.key, arm.build, arm.variant, warmup, duet.round)
+
+    def _took(self, build: str, result: Result, index: int, warmup: bool) -> None:
+        if isinstance(result, Trial):
+            self.target.add(build, result, self.process)
+            label = "warmup" if warmup else f"round {index + 1}"
+            where = "" if len(self.builds) == 1 else f" [{build}]"
+            self.update(
+                f"{self.cell.model.label} {self.cell.workload.label} {result.variant}{where} "
+                f"{label}",
+                advance=1,
+            )
+
+    def _request(self, worker: WorkerSession, command: Command) -> list[Result]:
+        worker.send(command)
+        return self._collect(worker, command, None)
+
+    def _collect(
+        self, worker: WorkerSession, command: Command, side: DuetSide | None
+    ) -> list[Result]:
+        build = worker.build.name
+        results = worker.collect(command, self.deadline, self.exp.timeout_s)
+        for result in results:
+            self.runner.write_result(self.writer, self.cell.key, build, result, self.process, side)
+            if isinstance(result, Agreement) and not result.passed:
+                self.runner.console.print(
+                    f"[red]correctness[/]: {result.variant} differs from {result.reference} on "
+                    f"{self.cell.key} ({build} build): max |Δlogit| {result.max_abs_err:.3g} > "
+                    f"{result.atol:.3g}"
+                )
+        return results
+
+
+@dataclass(frozen=True)
+class DuetSide:
+    """What a duet trial's record adds: the arm that ran beside it ("build/variant") and the core
+    it ran on."""
+
+    beside: str
+    core: int

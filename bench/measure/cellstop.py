@@ -1,0 +1,221 @@
+"""When a cell has enough rounds (`CellStop`, analysis.stopping): fixed rounds, or with `trials:
+auto` every round until its rows are decided, out of reach or out of time; and the forecasts the
+first screen and the gate print."""
+
+from __future__ import annotations
+
+import math
+import time
+from collections.abc import Sequence
+from dataclasses import dataclass
+
+from ..analysis.clocks import clocked_estimate
+from ..analysis.inference import PairedEstimate
+from ..analysis.stopping import Goal, Row, print_level
+from ..core.records import (
+    METRICS,
+    Clock,
+    cpu_clock_tps,
+)
+from ..core.spec import MIN_AUTO_ROUNDS, Experiment
+from ..present.format import format_duration
+from .job import (
+    Trial,
+)
+from .plan import comparison_pairs, table_rows
+from .session import CURRENT
+
+
+@dataclass(frozen=True)
+class Forecast:
+    """An undecided row after some rounds: the rounds that would decide it at its present estimate
+    and spread (None: none would), and what they would take at this cell's pace."""
+
+    rounds: int | None
+    seconds: float | None
+
+
+_Clocked = tuple[float | None, float | None]  # a trial's metric: (wall-clock, CPU-clock tok/s)
+
+
+def _on_clocks(tps: float | None, wall_s: float | None, cpu_s: float | None) -> _Clocked:
+    if tps is None or wall_s is None or not cpu_s:
+        return tps, None
+    return tps, cpu_clock_tps(tps, wall_s, cpu_s)
+
+
+class CellStop:
+    """When a cell has enough rounds (analysis.stopping). With `trials: auto`: after a pilot of
+    MIN_AUTO_ROUNDS rounds, every round, stop when every watched row is decided at the level the
+    table prints it (Bonferroni over the table's rows, which Holm never exceeds), when no undecided
+    row's decision is in reach of the rounds and time left, at max_rounds, or before a round that
+    would not fit the cell's share of the run's budget. The intervals are confidence sequences, so
+    stopping on a decision leaves them valid."""
+
+    def __init__(
+        self,
+        exp: Experiment,
+        builds: Sequence[str],
+        share_s: float | None,
+        clock: Clock = Clock.WALL,
+    ) -> None:
+        self.exp = exp
+        self.clock = clock
+        self.pairs = comparison_pairs(exp, builds)
+        across = len(builds) > 1
+        self.alpha = 1.0 - print_level(table_rows(exp, builds))
+        target = exp.precision.target_pct if exp.precision else None
+        # A gate row is decided against the experiment's margin as the limit (ci.yaml's 5%: check's
+        # default).
+        self.goal = Goal(
+            exp.margin_pct, limit_pct=exp.margin_pct if across else None, target_pct=target
+        )
+        # (build, variant) -> round -> each metric's (wall-clock tok/s, CPU-clock tok/s)
+        self.values: dict[tuple[str, str], dict[int, tuple[_Clocked, _Clocked]]] = {}
+        self.process_of: dict[int, int] = {}  # round -> the worker process (pair) that ran it
+        self.share_s = share_s
+        self.started = time.monotonic()
+        self.first_round_at: float | None = None
+
+    def add(self, build: str, trial: Trial, process: int) -> None:
+        if not trial.warmup:
+            self.process_of[trial.round] = process
+            measured = trial.measured
+            if self.first_round_at is None:
+                self.first_round_at = (
+                    time.monotonic() - measured.prefill_s - (measured.gen_s or 0.0)
+                )
+            self.values.setdefault((build, trial.variant), {})[trial.round] = (
+                _on_clocks(measured.prefill_tps, measured.prefill_s, measured.prefill_cpu_s),
+                _on_clocks(measured.gen_tps, measured.gen_s, measured.gen_cpu_s),
+            )
+
+    def _estimates(self) -> dict[str, PairedEstimate]:
+        estimates = {}
+        for a, b in self.pairs:
+            rounds = sorted(set(self.values.get(a, {})) & set(self.values.get(b, {})))
+            if len(rounds) < 2:
+                continue
+            for i, metric in enumerate(METRICS):
+                base, base_cpu = zip(*(self.values[a][r][i] for r in rounds), strict=True)
+                new, new_cpu = zip(*(self.values[b][r][i] for r in rounds), strict=True)
+                if None not in base and None not in new:
+                    label = f"{'/'.join(b)} vs {'/'.join(a)} {metric}".replace(
+                        f"{CURRENT.name}/", ""
+                    )
+                    processes = [self.process_of[r] for r in rounds]
+                    estimates[label] = clocked_estimate(
+                        base,
+                        new,
+                        None if None in base_cpu else base_cpu,
+                        None if None in new_cpu else new_cpu,
+                        self.clock,
+                        processes=processes,
+                        fixed_rounds=self.exp.precision is None,
+                    ).estimate
+        return estimates
+
+    def rows(self) -> dict[str, Row]:
+        return {
+            label: Row(e.mean_log, e.sd_log, e.n, self.alpha, self.goal)
+            for label, e in self._estimates().items()
+        }
+
+    def half_widths(self) -> dict[str, float]:
+        """Each watched row's half-width in percent at the level the table prints it."""
+        level = 1.0 - self.alpha
+        widths = {}
+        for label, est in self._estimates().items():
+            low, high = est.interval(level)
+            widths[label] = round((high - low) / 2.0 * 100.0, 3)
+        return widths
+
+    def round_s(self, rounds: int) -> float | None:
+        if self.first_round_at is None or rounds < 1:
+            return None
+        return (time.monotonic() - self.first_round_at) / rounds
+
+    def time_left_s(self) -> float:
+        return (
+            math.inf if self.share_s is None else self.share_s - (time.monotonic() - self.started)
+        )
+
+    def forecasts(self, rounds: int) -> dict[str, Forecast]:
+        """Each undecided row's forecast (analysis.stopping, "In reach")."""
+        pace = self.round_s(rounds)
+        found = {}
+        for label, row in self.rows().items():
+            if not row.decided:
+                needed = row.rounds_to_decide()
+                seconds = None if needed is None or pace is None else (needed - rounds) * pace
+                found[label] = Forecast(needed, seconds)
+        return found
+
+    def _in_reach(self, forecast: Forecast) -> bool:
+        return (
+            forecast.rounds is not None
+            and forecast.rounds <= self.exp.trials
+            and (forecast.seconds or 0.0) <= self.time_left_s()
+        )
+
+    def stop_reason(self, rounds: int) -> str | None:
+        """Why the cell stops after `rounds` timed rounds, or None to go on."""
+        if self.exp.precision is None:
+            return "trials" if rounds >= self.exp.trials else None
+        if rounds < MIN_AUTO_ROUNDS:
+            return None
+        forecasts = self.forecasts(rounds)
+        if not forecasts:
+            return "decided"
+        if rounds >= self.exp.trials:
+            return "max_rounds"
+        pace = self.round_s(rounds) or 0.0
+        if pace > self.time_left_s():
+            return "budget"
+        if not any(self._in_reach(f) for f in forecasts.values()):
+            return "out of reach"
+        return None
+
+    def plan_line(self, rounds: int) -> str:
+        """What the pilot says this cell can decide in its share: the first screen's early word."""
+        forecasts = self.forecasts(rounds)
+        rows = len(self.rows())
+        pace = self.round_s(rounds)
+        head = (
+            f"after {rounds} rounds ({pace:.1f} s a round): "
+            f"{rows - len(forecasts)} of {rows} rows decided"
+            if pace
+            else f"after {rounds} rounds: {rows - len(forecasts)} of {rows} rows decided"
+        )
+        left = self.time_left_s()
+        allows = (
+            (rounds + max(0, int(left // pace)))
+            if pace and math.isfinite(left)
+            else self.exp.trials
+        )
+        allows = min(allows, self.exp.trials)
+        far = {label: f for label, f in forecasts.items() if not self._in_reach(f)}
+        out = [f"{label} {settle_text(f)}" for label, f in far.items()]
+        reach = len(forecasts) - len(out)
+        beyond = (
+            [
+                f"out of reach (this size's share of the budget allows {allows} rounds): "
+                + ", ".join(out)
+            ]
+            if out
+            else []
+        )
+        more = [f.seconds for f in far.values() if f.seconds is not None]
+        if more and all(f.rounds is not None for f in far.values()):
+            beyond.append(
+                f"about {format_duration(max(more))} more budget for this size would settle them"
+            )
+        return "; ".join([head, *([f"{reach} more in reach"] if reach else []), *beyond])
+
+
+def settle_text(forecast: Forecast) -> str:
+    """ "about 60 rounds (9 min) would settle it"."""
+    if forecast.rounds is None:
+        return "cannot be settled at this estimate"
+    took = f" ({format_duration(forecast.seconds)} more)" if forecast.seconds is not None else ""
+    return f"about {forecast.rounds} rounds{took} would settle it"

@@ -1,0 +1,174 @@
+"""What a run will do, decided before it starts: the experiment's cells grouped into one job per
+model, the comparisons a cell's stopping rule watches, the rows of its table, and the dry run's
+plan (`run --dry-run`)."""
+
+from __future__ import annotations
+
+import os
+from collections.abc import Iterable, Sequence
+from dataclasses import dataclass, field
+from datetime import datetime
+from pathlib import Path
+
+from rich.console import Console
+from rich.table import Table
+
+from ..core.records import (
+    METRICS,
+    CellFields,
+)
+from ..core.spec import MIN_AUTO_ROUNDS, Cell, Experiment, ModelSpec, Schedule
+from .memory import memory_verdict
+from .resume import DoneWork
+from .schedule import centre_order
+from .session import CURRENT, Build
+
+
+@dataclass
+class ModelJob:
+    model: ModelSpec
+    cells: list[Cell]
+    done: DoneWork = field(default_factory=DoneWork)
+
+
+@dataclass
+class RunOptions:
+    out: Path
+    blas: str = "auto"
+    quiet: bool = False
+    shard: tuple[int, int] = (1, 1)
+    dry_run: bool = False
+    # pin workers to the cores their BLAS threads use, leaving the others to the runner and OS
+    pin: bool = False
+    # run --against: this build's workers run beside the current one's
+    reference: Build | None = None
+    current: Build = CURRENT  # another tree or environment under test (bisect, run --against-env)
+
+
+def cell_meta(cell: Cell, run_id: str) -> CellFields:
+    """The fields every record of a cell carries, so each line of the results file stands on its
+    own."""
+    m, w = cell.model, cell.workload
+    return CellFields(
+        run_id=run_id,
+        cell=cell.key,
+        model=m.source,
+        model_key=m.key,
+        size=m.label,
+        layers=m.layers,
+        dtype=m.dtype,
+        quantize=m.quantize,
+        prompt_tokens=w.prompt_tokens,
+        gen_tokens=w.gen_tokens,
+        batch=w.batch,
+        workload=w.label,
+    )
+
+
+def plan_jobs(cells: Iterable[Cell], done: DoneWork) -> list[ModelJob]:
+    jobs: dict[str, ModelJob] = {}
+    for cell in cells:
+        if not done.finished(cell.key):
+            jobs.setdefault(cell.model.key, ModelJob(cell.model, [], done)).cells.append(cell)
+    return list(jobs.values())
+
+
+def comparison_pairs(
+    exp: Experiment, builds: Sequence[str]
+) -> list[tuple[tuple[str, str], tuple[str, str]]]:
+    """The ((build, variant), (build, variant)) pairs a cell's stopping rule watches: with one build
+    the experiment's comparisons (or the first variant against each other one); with a reference
+    build, each variant across the builds, which is what the gate judges."""
+    if len(builds) > 1:
+        return [((builds[1], v), (builds[0], v)) for v in exp.variants]
+    return [((builds[0], a), (builds[0], b)) for a, b in variant_pairs(exp)]
+
+
+def table_rows(exp: Experiment, builds: Sequence[str]) -> int:
+    """Rows of the largest table a cell's comparisons appear in: every model at this workload, both
+    metrics, and with a reference build every variant plus the pooled row."""
+    per_metric = len(exp.models) * ((len(exp.variants) + 1) if len(builds) > 1 else 1)
+    return per_metric * len(METRICS)
+
+
+def variant_pairs(exp: Experiment) -> list[tuple[str, str]]:
+    """The (baseline, new) variant pairs a cell of one build compares: the experiment's
+    comparisons, or the first variant against each other one."""
+    pairs = [(c.baseline, c.new) for c in exp.comparisons if c.baseline != c.new]
+    if not pairs and not exp.comparisons:
+        first, *others = exp.variants
+        pairs = [(first, other) for other in others]
+    return pairs
+
+
+def default_out_path(exp: Experiment) -> Path:
+    stamp = datetime.now().strftime("%Y%m%d-%H%M%S")
+    return Path("results") / f"{exp.name}-{stamp}.jsonl"
+
+
+def print_dry_run(exp: Experiment, cells: list[Cell], console: Console) -> None:
+    table = Table(title=f"{exp.name}: {len(cells)} cells × {len(exp.variants)} variants")
+    for column in ("size", "source", "layers", "dtype", "quantize", "workload", "memory estimate"):
+        table.add_column(column)
+    for cell in cells:
+        m = cell.model
+        fits, reason = memory_verdict(m, exp)
+        table.add_row(
+            m.size,
+            m.source,
+            str(m.layers or "all"),
+            m.dtype,
+            m.quantize or "-",
+            cell.workload.label,
+            reason if fits else f"[yellow]skip: {reason}[/]",
+        )
+    console.print(table)
+    for name, ops in exp.variants.items():
+        console.print(
+            f"variant [bold]{name}[/]: " + ", ".join(f"{op}={v}" for op, v in ops.items())
+        )
+    rounds = auto_rounds_text(exp) if exp.precision else f"{exp.trials} timed rounds"
+    trials = len(cells) * len(exp.variants) * (exp.trials + exp.warmup)
+    order = " ".join(
+        centre_order(list(exp.variants), [(c.baseline, c.new) for c in exp.comparisons])
+    )
+    console.print(
+        f"{trials} trials{' at most' if exp.precision else ''}: per variant and cell, "
+        f"{exp.warmup} warmup round(s), then {rounds}; order {order}, reversed every other round; "
+        "BLAS threads: "
+        f"{exp.threads or 'auto (measured on this machine when the run starts, then cached)'}; "
+        f"schedule: {exp.schedule}"
+        + (
+            " (duet or sequential, measured on this machine, then cached)"
+            if exp.schedule == Schedule.AUTO
+            else ""
+        )
+    )
+
+
+def auto_rounds_text(exp: Experiment) -> str:
+    """What `trials: auto` will do, in words."""
+    auto = exp.precision
+    target = f", each interval within ±{auto.target_pct:g}%" if auto.target_pct else ""
+    budget = f", the whole run within {auto.budget_s:g} s" if auto.budget_s else ""
+    return (
+        "rounds until every row is decided (faster, slower, or no change within "
+        f"±{exp.margin_pct:g}%{target}; a pilot of {MIN_AUTO_ROUNDS}, "
+        f"at most {exp.trials}{budget})"
+    )
+
+
+def honest_warnings(exp: Experiment) -> list[str]:
+    warnings = []
+    if exp.warmup == 0:
+        warnings.append(
+            "warmup is 0: the first timed round of each variant includes JIT and compile time"
+        )
+    if exp.precision is None and exp.trials < 3:
+        warnings.append(f"trials is {exp.trials}: fewer than 3 paired rounds give no verdict")
+    if (os.cpu_count() or 1) > 1 and exp.threads == os.cpu_count():
+        warnings.append(
+            f"threads is {exp.threads}, every core: anything else on the machine stalls a BLAS "
+            "thread and the whole matmul waits (threads: auto measures which count pays here)"
+        )
+    return warnings
