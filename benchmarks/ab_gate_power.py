@@ -82,12 +82,15 @@ def slowed_copy(dest: Path, slowdown_pct: float) -> Path:
         shutil.copytree(ROOT / part, dest / part, ignore=shutil.ignore_patterns("__pycache__"))
     worker = dest / "bench" / "measure" / "worker.py"
     text = worker.read_text()
-    assert PREFILL[0] in text and "def decode(" in text, "the worker changed; update the patch"
+    assert PREFILL[0] in text and "def decode(" in text and "# Prompt streams:" in text, (
+        "the worker changed; update the patch"
+    )
     text = text.replace(*PREFILL, 1)
     text = text[: text.index("def decode(")] + DECODE + text[text.index("def time_trial(") :]
     spin_fraction = slowdown_pct / (100 - slowdown_pct)  # time x 1/(1 - s): throughput x (1 - s)
-    slowdown = f"SLOWDOWN = {spin_fraction!r}\n{SPIN}ATOL_BY_DTYPE = "
-    worker.write_text(text.replace("ATOL_BY_DTYPE = ", slowdown, 1))
+    anchor = "# Prompt streams:"
+    slowdown = f"SLOWDOWN = {spin_fraction!r}\n{SPIN}{anchor}"
+    worker.write_text(text.replace(anchor, slowdown, 1))
     return dest
 
 

@@ -98,6 +98,7 @@ def pilots(monkeypatch, tmp_path):
     monkeypatch.setattr("bench.measure.duet.duet_cores", lambda: (0, 1))
     monkeypatch.setattr("bench.measure.duet.cache_dir", lambda: tmp_path)
     monkeypatch.setattr("bench.measure.duet.LoadSampler", _Quiet)
+    monkeypatch.setattr("bench.measure.duet.preflight", lambda: None)
     return calls
 
 
@@ -121,6 +122,14 @@ def test_the_pilot_runs_once_per_machine_and_an_asked_schedule_reads_its_clock(p
     assert first.clock == Clock.WALL and "1.00x" in first.clock_reason
     asked = choose_schedule(Schedule.SEQUENTIAL, {"backend": "cpu"}, {}, threads=1)
     assert asked.schedule == Schedule.SEQUENTIAL and asked.clock == Clock.CPU and pilots == [1]
+
+
+def test_no_pilot_starts_beside_other_work(pilots, monkeypatch):
+    busy = {"loadavg_1m": 2.0, "cores": 2, "other_cores": 1.5, "steal_cores": 0.0}
+    monkeypatch.setattr("bench.measure.duet.preflight", lambda: busy)
+    choice = choose_schedule(Schedule.AUTO, {"backend": "cpu"}, {}, threads=1)
+    assert choice.schedule == Schedule.SEQUENTIAL and "1.5 cores" in choice.reason
+    assert choice.clock == Clock.WALL and pilots == []
 
 
 def test_one_core_runs_sequentially(monkeypatch):

@@ -18,7 +18,7 @@ from dataclasses import dataclass, replace
 
 import numpy as np
 import pandas as pd
-from scipy import stats as scipy_stats
+from scipy.special import stdtrit
 
 from ..core.fingerprint import fingerprint
 from ..core.history import HistoryPoint, HistoryRun, Series
@@ -104,7 +104,7 @@ def _rates(timed: pd.DataFrame) -> list[HistoryPoint]:
 
 
 def _t_half(logs: np.ndarray) -> float:
-    return float(scipy_stats.t.ppf(0.975, len(logs) - 1) * logs.std(ddof=1) / math.sqrt(len(logs)))
+    return float(stdtrit(len(logs) - 1, 0.975) * logs.std(ddof=1) / math.sqrt(len(logs)))
 
 
 def _comparisons(
@@ -145,7 +145,7 @@ def _delta(series: Series, name: str, row: stats.Comparison) -> HistoryPoint:
 def _t_interval(row: stats.Comparison) -> tuple[float, float]:
     if row.n_pairs < 2 or not math.isfinite(row.sd_log):
         return math.nan, math.nan
-    half = scipy_stats.t.ppf(0.975, row.n_pairs - 1) * row.sd_log / math.sqrt(row.n_pairs)
+    half = stdtrit(row.n_pairs - 1, 0.975) * row.sd_log / math.sqrt(row.n_pairs)
     return math.expm1(row.mean_log - half) * 100.0, math.expm1(row.mean_log + half) * 100.0
 
 

@@ -13,7 +13,7 @@ from typing import Any
 
 import numpy as np
 import pandas as pd
-from scipy import stats as scipy_stats
+from scipy.special import stdtrit
 
 from models.config import (
     LayerGeometry,
@@ -292,7 +292,7 @@ class LayerFit:
 def quantile(dof: float) -> float:
     """The two-sided 95% quantile of Student t with `dof` degrees of freedom (inf: the normal
     one)."""
-    return float(scipy_stats.t.ppf((1 + CONFIDENCE) / 2, dof))
+    return float(stdtrit(dof, (1 + CONFIDENCE) / 2))
 
 
 def welch_dof(variances: Sequence[float], dofs: Sequence[float]) -> float:

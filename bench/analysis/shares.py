@@ -32,7 +32,7 @@ from collections import defaultdict
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 
-from scipy import stats as scipy_stats
+from scipy.special import stdtrit
 
 from ..core.records import CURRENT_BUILD, Column, Record
 from ..core.typed import from_mapping
@@ -216,7 +216,7 @@ class ShareData:
         scale = 100 / (step_s + extra_s) ** 2
         se = scale * math.hypot(step_s * se_extra, extra_s * se_step)
         dof = min(len(added), len(steps)) - 1
-        half = float(scipy_stats.t.ppf(0.975, dof)) * se if dof > 0 else 0.0
+        half = float(stdtrit(dof, 0.975)) * se if dof > 0 else 0.0
 
         def tps_delta(extra: float) -> float:
             return 100 * (step_s / (step_s + extra) - 1)

@@ -31,8 +31,9 @@ The clock
 
 Cached per machine and BLAS thread count (`machine_key`) as the thread choice is, unless other
 processes used more than BUSY_CORES meanwhile (then it holds for that run only); `fusebench env
---probe` measures again. GPU backends run sequentially (one device) on the wall clock, and so does
-a machine without two free cores.
+--probe` measures again. Where other processes already use more than BUSY_CORES when a pilot would
+start, none starts: the run is sequential on the wall clock, and says why. GPU backends run
+sequentially (one device) on the wall clock, and so does a machine without two free cores.
 """
 
 from __future__ import annotations
@@ -53,7 +54,7 @@ from ..core.spec import Experiment, Schedule, experiment_path, load_experiment
 from ..core.typed import from_mapping
 from .env import cache_dir, machine_key, read_cached, thread_env, write_cached
 from .job import CellShape, Command, Do, Measured, Trial
-from .load import LoadSampler
+from .load import LoadSampler, preflight
 from .session import CURRENT, WorkerSession, worker_job
 
 PILOT_EXPERIMENT = "ci"  # the gate's model: a trial of about a second on a 2-core VM
@@ -181,6 +182,15 @@ def choose_schedule(
         return _asked(asked, cores, cached.probes if cached else ())
     if cached:
         return replace(cached, cores=cores)
+    if (before := preflight()) and before["other_cores"] > BUSY_CORES:
+        return _with_clock(
+            ScheduleChoice(
+                Schedule.SEQUENTIAL,
+                f"other processes were using {before['other_cores']:.1f} cores, so a pilot now "
+                "would measure them; the pilot waits for a quiet machine",
+            ),
+            (),
+        )
     if say:
         say(
             f"schedule: auto: measuring this machine once (cached): {TURNS} pairs of the gate's "

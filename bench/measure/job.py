@@ -36,6 +36,10 @@ PROTOCOL = 2
 _MODEL_FIELDS = ("preset", "path", "layers", "dtype", "quantize")
 
 
+# Defaults of the correctness gate: max |logit error| against the reference variant, by dtype.
+ATOL_BY_DTYPE = {"float32": 1e-2, "float16": 0.25, "bfloat16": 0.5}
+
+
 @dataclass(frozen=True)
 class Gate:
     """The correctness gate: every variant's logits against the reference variant's."""

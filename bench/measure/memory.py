@@ -79,10 +79,11 @@ def estimate_bytes(spec: ModelSpec, exp: Experiment) -> int:
 
 
 def memory_verdict(spec: ModelSpec, exp: Experiment, copies: int = 1) -> tuple[bool, str]:
-    """(fits, reason): whether `copies` of the model (one per build, side by side) fit in available
-    memory, and the figures either way."""
+    """(fits, reason): whether `copies` of the model (one per build, or a duet's two, side by side)
+    fit in available memory, and the figures either way."""
     need, have = copies * estimate_bytes(spec, exp), available_bytes()
-    figures = f"needs ~{need / 2**30:.1f} GiB" + (f" for {copies} builds" if copies > 1 else "")
+    copies_text = f" for {copies} copies" if copies > 1 else ""
+    figures = f"needs ~{need / 2**30:.1f} GiB{copies_text}"
     figures += f", {have / 2**30:.1f} GiB available"
     if need > HEADROOM * have:
         return False, f"does not fit in memory: {figures}"

@@ -17,8 +17,17 @@ from pathlib import Path
 
 from ..core.spec import Experiment, ModelSpec
 from .env import compile_failure
-from .job import Command, Done, Gate, Loaded, Recorded, Result, WorkerJob, decode_event
-from .worker import ATOL_BY_DTYPE
+from .job import (
+    ATOL_BY_DTYPE,
+    Command,
+    Done,
+    Gate,
+    Loaded,
+    Recorded,
+    Result,
+    WorkerJob,
+    decode_event,
+)
 
 
 @dataclass(frozen=True)

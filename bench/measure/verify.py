@@ -14,8 +14,8 @@ from models.loading import load_model
 from models.ops import REGISTRY, reference_assignment
 from models.switched import called_ops
 
-from .job import Agreement
-from .worker import ATOL_BY_DTYPE, agreements, make_prompt
+from .job import ATOL_BY_DTYPE, Agreement
+from .worker import agreements, make_prompt
 
 
 @dataclass

@@ -84,9 +84,6 @@ WARMUP_STREAM, DEPTH_STREAM = 100_000, 200_000
 # The correctness gate compares logits on at most this many prompt tokens.
 CORRECTNESS_PROMPT = 256
 
-# Defaults of the correctness gate: max |logit error| against the reference variant, by dtype.
-ATOL_BY_DTYPE = {"float32": 1e-2, "float16": 0.25, "bfloat16": 0.5}
-
 
 @dataclass
 class TrialTiming:

@@ -12,15 +12,17 @@ import textwrap
 from collections.abc import Sequence
 from dataclasses import dataclass
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 import numpy as np
-from matplotlib.axes import Axes
-from matplotlib.colors import to_rgba
-from matplotlib.figure import Figure
-from matplotlib.patches import Patch
-from matplotlib.ticker import FuncFormatter, NullLocator
 
 from ..analysis.inference import RatioInterval
+
+if TYPE_CHECKING:
+    from matplotlib.axes import Axes
+    from matplotlib.figure import Figure
+# matplotlib itself is imported where a plot is drawn: the commands that draw none (a run's first
+# screen, check) skip its import.
 
 DPI = 120
 METRICS = ("prefill", "gen")
@@ -134,6 +136,8 @@ def delta_plot(
             np.array([bar.high_pct for _, bar in shown]),
         )
         color = METRIC_COLORS[metric]
+        from matplotlib.colors import to_rgba
+
         fills = [to_rgba(color, 1.0 if bar.decided else 0.35) for _, bar in shown]
         ax.bar(
             pos,
@@ -375,6 +379,9 @@ def op_delta_plot(bars: Sequence[OpBar], *, title: str, caption: str, path: Path
         np.array([bar.speed.low for bar in bars]),
         np.array([bar.speed.high for bar in bars]),
     )
+    from matplotlib.colors import to_rgba
+    from matplotlib.patches import Patch
+
     fills = [to_rgba(colors[bar.op], 1.0 if bar.decided else 0.35) for bar in bars]
     ax.barh(
         y,
@@ -423,6 +430,8 @@ def op_delta_plot(bars: Sequence[OpBar], *, title: str, caption: str, path: Path
 def _ratio_axis(ax: Axes, ratios: Sequence[float]) -> bool:
     """An x axis of speed ratios labelled as Δ%, with room beyond the extremes for the bars' labels;
     logarithmic (True) when they span widely, so 2x faster and 2x slower lie equally far from 0%."""
+    from matplotlib.ticker import FuncFormatter, NullLocator
+
     values = np.asarray(ratios, dtype=np.float64)
     finite = values[np.isfinite(values)]  # a row of one round has no interval
     low, high = float(finite.min(initial=1.0)), float(finite.max(initial=1.0))
@@ -445,6 +454,8 @@ def _percent_change(ratio: float) -> str:
 
 
 def _figure(width: float, height: float) -> Figure:
+    from matplotlib.figure import Figure
+
     return Figure(figsize=(width, height), dpi=DPI, layout="constrained")
 
 
@@ -458,6 +469,8 @@ def _legend(fig: Figure, ax: Axes) -> None:
 def _token_axis(ax: Axes, values: Sequence[int]) -> None:
     """A log2 axis of token counts, ticked at the measured values and labelled in plain numbers
     (2048, not 2^11)."""
+    from matplotlib.ticker import NullLocator
+
     ticks = sorted(set(int(v) for v in values))
     ax.set_xscale("log", base=2)
     ax.set_xticks(ticks, [f"{t:,}" for t in ticks])
