@@ -75,27 +75,31 @@ def test_a_row_without_cpu_seconds_stays_on_the_wall_clock():
     assert clocked.clock == Clock.WALL and "no CPU seconds" in clocked.note
 
 
+def _trial(wall_s: float, cpu_s: float, **fields) -> dict:
+    """A timed trial of the tiny cell whose prefill took half of `wall_s` and decode a quarter,
+    on each clock."""
+    prefill_s, gen_s = 0.5 * wall_s, 0.25 * wall_s
+    return {
+        "kind": "trial",
+        **cell(),
+        "warmup": False,
+        "prefill_tps": 128 / prefill_s,
+        "gen_tps": 4 / gen_s,
+        "prefill_s": prefill_s,
+        "gen_s": gen_s,
+        "prefill_cpu_s": 0.5 * cpu_s,
+        "gen_cpu_s": 0.25 * cpu_s,
+        **fields,
+    }
+
+
 def _file(tmp_path, clock: str | None):
     wall, cpu = _rounds(seed=4, stolen=0.15)
-    records = []
-    for arm, variant in (("baseline", "baseline"), ("new", "compiled")):
-        for r in range(ROUNDS):
-            prefill_s, gen_s = 0.5 * wall[arm][r], 0.25 * wall[arm][r]
-            records.append(
-                {
-                    "kind": "trial",
-                    **cell(),
-                    "variant": variant,
-                    "round": r,
-                    "warmup": False,
-                    "prefill_tps": 128 / prefill_s,
-                    "gen_tps": 4 / gen_s,
-                    "prefill_s": prefill_s,
-                    "gen_s": gen_s,
-                    "prefill_cpu_s": 0.5 * cpu[arm][r],
-                    "gen_cpu_s": 0.25 * cpu[arm][r],
-                }
-            )
+    records = [
+        _trial(wall[arm][r], cpu[arm][r], variant=variant, round=r)
+        for arm, variant in (("baseline", "baseline"), ("new", "compiled"))
+        for r in range(ROUNDS)
+    ]
     choice = None
     if clock:
         choice = {"schedule": "sequential", "reason": "asked for", "probes": [], "cores": None}
@@ -122,27 +126,12 @@ def test_a_run_from_before_the_clock_reads_as_the_wall_clock(tmp_path):
 
 def test_the_gate_pools_every_variant_on_the_cpu_clock_and_says_which_clock(tmp_path):
     wall, cpu = _rounds(seed=5, stolen=0.15, cpu_delta=0.0)
-    records = []
-    for arm, build in (("baseline", "reference"), ("new", "current")):
-        for variant in ("baseline", "compiled"):
-            for r in range(ROUNDS):
-                prefill_s, gen_s = 0.5 * wall[arm][r], 0.25 * wall[arm][r]
-                records.append(
-                    {
-                        "kind": "trial",
-                        **cell(),
-                        "build": build,
-                        "variant": variant,
-                        "round": r,
-                        "warmup": False,
-                        "prefill_tps": 128 / prefill_s,
-                        "gen_tps": 4 / gen_s,
-                        "prefill_s": prefill_s,
-                        "gen_s": gen_s,
-                        "prefill_cpu_s": 0.5 * cpu[arm][r],
-                        "gen_cpu_s": 0.25 * cpu[arm][r],
-                    }
-                )
+    records = [
+        _trial(wall[arm][r], cpu[arm][r], build=build, variant=variant, round=r)
+        for arm, build in (("baseline", "reference"), ("new", "current"))
+        for variant in ("baseline", "compiled")
+        for r in range(ROUNDS)
+    ]
     choice = {"schedule": "duet", "reason": "asked for", "probes": [], "cores": [0, 1]}
     choice |= {"clock": "cpu", "clock_reason": "measured"}
     path = results_file(

@@ -55,7 +55,7 @@ from ..core.typed import from_mapping
 from .env import cache_dir, machine_key, read_cached, thread_env, write_cached
 from .job import CellShape, Command, Do, Measured, Trial
 from .load import LoadSampler, preflight
-from .session import CURRENT, WorkerSession, worker_job
+from .session import CURRENT, WorkerSession, stopped_after, worker_job
 
 PILOT_EXPERIMENT = "ci"  # the gate's model: a trial of about a second on a 2-core VM
 TURNS = 20  # timed pairs per schedule
@@ -298,8 +298,7 @@ def pilot(
         WorkerSession(job, CURRENT, thread_env(worker_env, 1), [core])
         for core in (cores if threads == 1 else ())
     ]
-    workers = [sequential, *duet]
-    try:
+    with stopped_after([sequential, *duet]) as workers:
         for worker in workers:
             worker.loaded(trial.deadline, exp.timeout_s)
         seq_pairs, duet_pairs = [], []
@@ -308,12 +307,6 @@ def pilot(
             if turn >= WARMUP:
                 seq_pairs.append(pair[0])
                 duet_pairs += [pair[1]] if pair[1] else []
-    except BaseException:
-        for worker in workers:
-            worker.stop(kill=True)
-        raise
-    for worker in workers:
-        worker.stop()
     probes = [_probe(Schedule.SEQUENTIAL, seq_pairs)]
     return tuple(probes + ([_probe(Schedule.DUET, duet_pairs)] if duet_pairs else []))
 

@@ -82,7 +82,7 @@ from .roofline import (
     percent_of_peak,
 )
 from .schedule import centre_order
-from .session import Build, WorkerFailed, WorkerSession, worker_job
+from .session import Build, WorkerFailed, WorkerSession, stopped_after, worker_job
 
 
 class Runner:
@@ -282,8 +282,7 @@ class Runner:
     def _run_workers(
         self, job: ModelJob, duet: bool, writer: ResultsWriter, update: Callable
     ) -> None:
-        workers = self.start_workers(job.model, duet)
-        try:
+        with stopped_after(self.start_workers(job.model, duet)) as workers:
             deadline = time.monotonic() + self.exp.timeout_s
             for worker in workers:
                 loaded = worker.loaded(deadline, self.exp.timeout_s)
@@ -299,12 +298,6 @@ class Runner:
                 CellRun(self, cell, workers, duet, job.done, writer, update).run(
                     first=cell is job.cells[0]
                 )
-        except BaseException:
-            for worker in workers:
-                worker.stop(kill=True)
-            raise
-        for worker in workers:
-            worker.stop()
 
 
 def pinned_cpus(env: dict[str, str]) -> list[int] | None:

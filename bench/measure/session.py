@@ -3,6 +3,7 @@ message."""
 
 from __future__ import annotations
 
+import contextlib
 import os
 import queue
 import re
@@ -11,7 +12,7 @@ import sys
 import threading
 import time
 from collections import deque
-from collections.abc import Sequence
+from collections.abc import Iterator, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 
@@ -201,3 +202,17 @@ def worker_job(model: ModelSpec, exp: Experiment) -> WorkerJob:
         ),
         plugins=exp.plugins,
     )
+
+
+@contextlib.contextmanager
+def stopped_after(workers: Sequence[WorkerSession]) -> Iterator[Sequence[WorkerSession]]:
+    """The workers, stopped when the block ends: closed so they finish, or killed when it raised
+    (a failure, a timeout, Ctrl-C)."""
+    try:
+        yield workers
+    except BaseException:
+        for worker in workers:
+            worker.stop(kill=True)
+        raise
+    for worker in workers:
+        worker.stop()
