@@ -1,5 +1,5 @@
 """Tools the tests share: one results-file factory, writing run headers and records as
-`fusebench run` does (core.records.run_header through core.results.ResultsWriter), with the cell and
+`fusebench run` does (core.header.RunHeader through core.results.ResultsWriter), with the cell and
 trial records it writes, and one way to run the `fusebench` CLI in a process of its own, as its user
 runs it, or in this one where which process runs it does not matter (it loads no plugin, needs no
 environment of its own, and the tree it runs is this one): the second of imports each call saves
@@ -19,8 +19,10 @@ from typing import Any
 import yaml
 
 from bench.commands import main
-from bench.core.records import run_header
+from bench.core.header import RunHeader
+from bench.core.records import utc_now
 from bench.core.results import ResultsWriter
+from bench.core.typed import from_mapping, to_record
 from bench.measure.env import own_compile_dir
 
 ROOT = Path(__file__).resolve().parent.parent
@@ -147,7 +149,8 @@ def header(
         "sha256": hashlib.sha256(experiment.encode()).hexdigest(),
         "content": experiment,
     }
-    return run_header(run_id, stored, env or TEST_ENV, **extra)
+    fields = {"run_id": run_id, "experiment": stored, "env": env or TEST_ENV, **extra}
+    return to_record(from_mapping(RunHeader, {"started_at": utc_now(), **fields}))
 
 
 def write_records(path: Path, records: Iterable[Mapping[str, Any]]) -> Path:

@@ -10,7 +10,7 @@ from conftest import cell, fusebench_here, results_file
 
 from bench.analysis import stats
 from bench.analysis.clocks import clocked_estimate
-from bench.core.headers import RunInfo
+from bench.core.header import RunHeader
 from bench.core.records import Clock
 from bench.core.results import read_results
 from bench.present.sections.context import design_note
@@ -121,7 +121,7 @@ def test_a_run_from_before_the_clock_reads_as_the_wall_clock(tmp_path):
     rows = stats.compare(results.frame("trial"), "baseline", "compiled", ["prefill", "gen"])
     assert {row.clock for row in rows} == {Clock.WALL} and not any(r.clock_note for r in rows)
     (run,) = results.headers.values()
-    assert isinstance(run, RunInfo) and run.clock == Clock.WALL
+    assert isinstance(run, RunHeader) and run.clock == Clock.WALL
 
 
 def test_the_gate_pools_every_variant_on_the_cpu_clock_and_says_which_clock(tmp_path):

@@ -15,6 +15,7 @@ from conftest import cell, results_file, trials
 from bench.analysis import stats
 from bench.analysis.inference import adjust, paired_estimate, verdict
 from bench.commands import main
+from bench.core.header import Env, LoadSummary, MachineLoad
 from bench.core.records import METRICS, Clock, Stopping
 from bench.core.results import read_results
 from bench.core.spec import Schedule
@@ -65,7 +66,7 @@ def test_two_cores_are_two_physical_cores_or_none():
 
 
 def test_a_gpu_backend_runs_sequentially_on_the_wall_clock_without_measuring():
-    gpu = choose_schedule(Schedule.AUTO, {"backend": "cuda"}, {})
+    gpu = choose_schedule(Schedule.AUTO, Env(backend="cuda"), {})
     assert gpu.schedule == Schedule.SEQUENTIAL and "GPU" in gpu.reason
     assert gpu.clock == Clock.WALL and gpu.probes == ()
 
@@ -80,7 +81,7 @@ class _Quiet:
         return False
 
     def summary(self):
-        return None
+        return LoadSummary(samples=3, interval_s=1.0)
 
 
 @pytest.fixture
@@ -103,38 +104,38 @@ def pilots(monkeypatch, tmp_path):
 
 
 def test_auto_runs_sequentially_where_sequential_workers_run_more_threads(pilots):
-    choice = choose_schedule(Schedule.AUTO, {"backend": "cpu"}, {}, threads=2)
+    choice = choose_schedule(Schedule.AUTO, Env(backend="cpu"), {}, threads=2)
     assert choice.schedule == Schedule.SEQUENTIAL and "2 BLAS threads" in choice.reason
     # the pilot timed the sequential pair alone, for the clock: its CPU clock scattered half as much
     assert pilots == [2] and choice.clock == Clock.CPU and "4.00x" in choice.clock_reason
-    asked = choose_schedule(Schedule.DUET, {"backend": "cpu"}, {}, threads=2)
+    asked = choose_schedule(Schedule.DUET, Env(backend="cpu"), {}, threads=2)
     assert asked.schedule == Schedule.DUET and "one BLAS thread each" in asked.reason
     # no pilot measured a duet at 2 threads: the wall clock, said so
     assert asked.clock == Clock.WALL and "no pilot" in asked.clock_reason and pilots == [2]
 
 
 def test_the_pilot_runs_once_per_machine_and_an_asked_schedule_reads_its_clock(pilots):
-    first = choose_schedule(Schedule.AUTO, {"backend": "cpu"}, {}, threads=1)
-    again = choose_schedule(Schedule.AUTO, {"backend": "cpu"}, {}, threads=1)
+    first = choose_schedule(Schedule.AUTO, Env(backend="cpu"), {}, threads=1)
+    again = choose_schedule(Schedule.AUTO, Env(backend="cpu"), {}, threads=1)
     assert pilots == [1] and first == again
     # the duet bought (8/5)² x 2 = 5.12x: chosen, on the wall clock (its clocks scattered alike)
     assert first.schedule == Schedule.DUET and "5.12x" in first.reason
     assert first.clock == Clock.WALL and "1.00x" in first.clock_reason
-    asked = choose_schedule(Schedule.SEQUENTIAL, {"backend": "cpu"}, {}, threads=1)
+    asked = choose_schedule(Schedule.SEQUENTIAL, Env(backend="cpu"), {}, threads=1)
     assert asked.schedule == Schedule.SEQUENTIAL and asked.clock == Clock.CPU and pilots == [1]
 
 
 def test_no_pilot_starts_beside_other_work(pilots, monkeypatch):
-    busy = {"loadavg_1m": 2.0, "cores": 2, "other_cores": 1.5, "steal_cores": 0.0}
+    busy = MachineLoad(loadavg_1m=2.0, cores=2, other_cores=1.5, steal_cores=0.0)
     monkeypatch.setattr("bench.measure.duet.preflight", lambda: busy)
-    choice = choose_schedule(Schedule.AUTO, {"backend": "cpu"}, {}, threads=1)
+    choice = choose_schedule(Schedule.AUTO, Env(backend="cpu"), {}, threads=1)
     assert choice.schedule == Schedule.SEQUENTIAL and "1.5 cores" in choice.reason
     assert choice.clock == Clock.WALL and pilots == []
 
 
 def test_one_core_runs_sequentially(monkeypatch):
     monkeypatch.setattr("bench.measure.duet.duet_cores", lambda: None)
-    choice = choose_schedule(Schedule.DUET, {"backend": "cpu"}, {})
+    choice = choose_schedule(Schedule.DUET, Env(backend="cpu"), {})
     assert choice.schedule == Schedule.SEQUENTIAL and "two physical cores" in choice.reason
     assert choice.clock == Clock.WALL
 

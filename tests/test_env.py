@@ -1,3 +1,4 @@
+import dataclasses
 import io
 import json
 import os
@@ -10,8 +11,9 @@ from conftest import fusebench
 from rich.console import Console
 
 import bench.measure.env as env_mod
+from bench.core.header import Env
+from bench.core.typed import from_mapping, to_mapping
 from bench.measure.env import (
-    ENV_KEYS,
     BlasChoiceError,
     blas_kind,
     blas_preload_env,
@@ -34,18 +36,19 @@ needs_optimized_blas = pytest.mark.skipif(
 )
 
 
-def test_collect_env_has_exactly_the_keys_and_serializes():
+def test_collect_env_fills_every_field_and_serializes():
     env = collect_env()
-    assert tuple(env) == ENV_KEYS
-    json.dumps(env)
-    assert env["cores"] >= 1
+    written = to_mapping(env)
+    assert list(written) == [f.name for f in dataclasses.fields(Env)]
+    assert from_mapping(Env, json.loads(json.dumps(written))) == env
+    assert env.cores >= 1 and "?" not in (env.python, env.backend, env.os)
 
 
 @pytest.mark.skipif(
     not sys.platform.startswith("linux"), reason="this machine class runs mlx on CPU"
 )
 def test_backend_is_cpu_here():
-    assert collect_env()["backend"] == "cpu"
+    assert collect_env().backend == "cpu"
 
 
 def test_loaded_blas_returns_a_label():
@@ -152,18 +155,18 @@ def test_worker_with_reference_uses_the_reference_blas():
 
 
 def test_warning_only_for_cpu_with_reference_blas():
-    warning = blas_warning({"backend": "cpu", "blas": f"reference ({REFERENCE})"})
+    warning = blas_warning(Env(backend="cpu", blas=f"reference ({REFERENCE})"))
     assert warning is not None
     assert "libopenblas0-pthread" in warning
     assert "pip install scipy-openblas32" in warning  # the fast BLAS without root
-    assert blas_warning({"backend": "cpu", "blas": f"openblas ({OPENBLAS})"}) is None
-    assert blas_warning({"backend": "metal", "blas": f"reference ({REFERENCE})"}) is None
-    assert blas_warning({}) is None
+    assert blas_warning(Env(backend="cpu", blas=f"openblas ({OPENBLAS})")) is None
+    assert blas_warning(Env(backend="metal", blas=f"reference ({REFERENCE})")) is None
+    assert blas_warning(Env()) is None
 
 
 def test_print_env_shows_table_and_warning():
     out = io.StringIO()
-    env = {**collect_env(), "backend": "cpu", "blas": f"reference ({REFERENCE})"}
+    env = dataclasses.replace(collect_env(), backend="cpu", blas=f"reference ({REFERENCE})")
     probe = {
         "matmul_gflops": 3.5,
         "copy_gbps": 4.0,
@@ -197,7 +200,7 @@ def test_a_source_checkout_records_its_commit():
     )
     if head.returncode != 0:
         pytest.skip("not a git checkout")
-    assert collect_env()["git_commit"] == head.stdout.strip()
+    assert collect_env().git_commit == head.stdout.strip()
 
 
 # --- threads: auto, measured (measure.threads) ----------------------------------------------------
@@ -216,10 +219,10 @@ def test_every_core_wins_only_by_a_clear_margin_of_precision_per_second():
 
 
 def test_a_thread_choice_reads_back_as_it_was_written():
-    from bench.measure.threads import Setting, ThreadChoice
+    from bench.core.header import Setting, ThreadChoice
 
     choice = ThreadChoice(1, (Setting(1, 0.1, 0.01), Setting(2, 0.05, 0.03)), "why")
-    assert ThreadChoice.from_json(json.loads(json.dumps(choice.to_json()))) == choice
+    assert from_mapping(ThreadChoice, json.loads(json.dumps(to_mapping(choice)))) == choice
 
 
 def test_two_machines_of_one_cpu_name_keep_their_own_cache(monkeypatch, tmp_path):
@@ -232,9 +235,7 @@ def test_two_machines_of_one_cpu_name_keep_their_own_cache(monkeypatch, tmp_path
         monkeypatch.setattr(
             env_module, "Path", lambda p, _info=info: _info if p == "/proc/cpuinfo" else Path(p)
         )
-        keys.append(
-            env_module.machine_key({"backend": "cpu", "device": "AMD EPYC", "cpu": "AMD EPYC"})
-        )
+        keys.append(env_module.machine_key(Env(backend="cpu", device="AMD EPYC", cpu="AMD EPYC")))
     assert keys[0] != keys[1] and all(k.startswith("cpu-") for k in keys)
 
 

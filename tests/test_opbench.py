@@ -172,7 +172,7 @@ def test_experiment_gives_sizes_and_workloads_and_notes_path_models(tmp_path):
     ]
     assert plan.workloads == ((8, 1), (32, 1))
     assert len(plan.notes) == 1 and "skipped" in plan.notes[0]
-    assert plan.experiment["file"] == str(experiment) and plan.experiment["name"] == "ops"
+    assert plan.experiment.file == str(experiment) and plan.experiment.name == "ops"
     # Per-layer shapes are the full preset's: layers: 2 leaves the tiny preset's MLP widths as they
     # are.
     roles = {
@@ -242,8 +242,8 @@ def extra_geglu_variant():
 
 
 def test_a_registered_variant_is_benchmarked_without_other_changes(tmp_path, extra_geglu_variant):
-    records = quick_run(tmp_path, ["geglu"]).of_kind("op")
-    timed = {r["variant"] for r in records}
+    records = quick_run(tmp_path, ["geglu"]).op_records()
+    timed = {r.variant for r in records}
     assert timed == {"unfused", "compiled", extra_geglu_variant}
     summaries = summarize_ops(records)
     extra = [s for s in summaries if s.variant == extra_geglu_variant]

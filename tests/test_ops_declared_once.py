@@ -64,12 +64,12 @@ def test_ops_plans_its_cases_after_the_built_in_ones(scale2):
 def test_its_variants_time_and_match_the_reference(scale2):
     [case] = tiny_plan().cases([scale2])
     records = []
-    bench_case(case, 1, records.append, min_sample_s=1e-4)
-    assert sorted(r["variant"] for r in records) == ["compiled", "plain"]
+    bench_case("run1", case, 1, records.append, min_sample_s=1e-4)
+    assert sorted(r.variant for r in records) == ["compiled", "plain"]
     for record in records:
-        assert record["reference"] == "plain" and record["max_abs_err"] == 0.0
+        assert record.reference == "plain" and record.max_abs_err == 0.0
         # x read, the output written
-        assert record["flops"] == L * HIDDEN and record["bytes"] == 2 * L * HIDDEN * 4
+        assert record.flops == L * HIDDEN and record.bytes == 2 * L * HIDDEN * 4
 
 
 def test_kernels_probe_its_variants_at_its_own_calls(scale2):

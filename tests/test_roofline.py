@@ -3,10 +3,11 @@ from dataclasses import replace
 import pytest
 import yaml
 
+from bench.core.cell import PeakShares, Rates
+from bench.core.header import Env, Peak
+from bench.core.typed import from_mapping, to_mapping
 from bench.measure.roofline import (
     CHIPS_FILE,
-    Peak,
-    Rates,
     achieved,
     attended_pairs,
     cell_work,
@@ -133,32 +134,17 @@ def _peak(**figures: float | None) -> Peak:
 def test_achieved_and_percent_of_peak(tiny):
     work = replace(cell_work(tiny, 8, 32, 1), prefill_flops=2e12, gen_bytes=30e9, gen_steps=31)
     rates = achieved(4.0, 3.0, work)
-    assert rates.to_dict() == {
-        "prefill_tflops": pytest.approx(0.5),
-        "gen_gbps": pytest.approx(10.0),
-    }
+    assert rates == Rates(prefill_tflops=pytest.approx(0.5), gen_gbps=pytest.approx(10.0))
     peak = _peak(fp32_tflops=1.0, bf16_tflops=2.0, memory_gbps=40.0)
-    assert percent_of_peak(rates, peak).to_dict() == {
-        "prefill_pct_of_peak": pytest.approx(50.0),
-        "gen_pct_of_peak": pytest.approx(25.0),
-        "above_peak": [],
-    }
+    assert percent_of_peak(rates, peak) == PeakShares(pytest.approx(50.0), pytest.approx(25.0), ())
     assert percent_of_peak(rates, peak, "bfloat16").prefill_pct_of_peak == pytest.approx(25.0)
-    assert percent_of_peak(rates, None).to_dict() == {
-        "prefill_pct_of_peak": None,
-        "gen_pct_of_peak": None,
-        "above_peak": [],
-    }
+    assert percent_of_peak(rates, None) == PeakShares(None, None, ())
 
 
 def test_a_rate_above_the_peak_is_flagged_never_a_percentage_over_100():
     low_peak = _peak(fp32_tflops=0.5, bf16_tflops=None, memory_gbps=10.0)
     shares = percent_of_peak(Rates(prefill_tflops=1.0, gen_gbps=5.0), low_peak)
-    assert shares.to_dict() == {
-        "prefill_pct_of_peak": None,
-        "gen_pct_of_peak": pytest.approx(50.0),
-        "above_peak": ["prefill"],
-    }
+    assert shares == PeakShares(None, pytest.approx(50.0), ("prefill",))
 
 
 PROBE = {
@@ -170,7 +156,7 @@ PROBE = {
 
 
 def test_peak_for_prefers_the_probe():
-    peak = peak_for({"backend": "metal", "device": "Apple M2 Max"}, PROBE)
+    peak = peak_for(Env(backend="metal", device="Apple M2 Max"), PROBE)
     assert peak.fp32_tflops == pytest.approx(0.25)
     assert peak.memory_gbps == 12.5
     assert peak.confidence == "measured"
@@ -193,7 +179,7 @@ def test_peak_for_prefers_the_probe():
     ],
 )
 def test_peak_for_matches_known_chips(backend, device, chip):
-    assert peak_for({"backend": backend, "device": device}).name == chip
+    assert peak_for(Env(backend=backend, device=device)).name == chip
 
 
 @pytest.mark.parametrize(
@@ -206,7 +192,7 @@ def test_peak_for_matches_known_chips(backend, device, chip):
     ],
 )
 def test_peak_for_unknown_device_is_none(backend, device):
-    assert peak_for({"backend": backend, "device": device}) is None
+    assert peak_for(Env(backend=backend, device=device)) is None
 
 
 def test_chips_table_is_complete_and_sourced():
@@ -223,12 +209,9 @@ def test_chips_table_is_complete_and_sourced():
 
 def test_a_peak_is_recorded_as_chips_yaml_lists_it():
     listed = yaml.safe_load(CHIPS_FILE.read_text())["chips"]
-    assert [chip.to_dict() for chip in load_chips()] == listed
-    assert list(peak_for({"backend": "cpu"}, PROBE).to_dict()) == [
-        "name",
-        "fp32_tflops",
-        "bf16_tflops",
-        "memory_gbps",
-        "source",
-        "confidence",
-    ]
+    # what a header records of a known chip is its chips.yaml entry, and reads back as the chip
+    recorded = [to_mapping(chip) for chip in load_chips()]
+    assert [{k: v for k, v in r.items() if v is not None} for r in recorded] == listed
+    assert [from_mapping(Peak, r) for r in recorded] == list(load_chips())
+    measured = to_mapping(peak_for(Env(backend="cpu"), PROBE))
+    assert measured["confidence"] == "measured" and measured["fp32_tflops"] > 0

@@ -8,18 +8,15 @@ import json
 
 import pytest
 
+from bench.core.cell import Agreement, DepthSpeed, Measured, Trial
 from bench.core.records import KernelFact
 from bench.core.spec import model_spec
 from bench.measure.job import (
     PROTOCOL,
-    Agreement,
-    DepthSpeed,
     Done,
     Gate,
     Loaded,
-    Measured,
     Recorded,
-    Trial,
     WorkerJob,
     decode_event,
     encode_event,
@@ -32,7 +29,7 @@ MEASURED = Measured(
     prefill_tps=120.0,
     gen_s=0.2,
     gen_tps=10.0,
-    step_s=[0.1, 0.1],
+    step_s=(0.1, 0.1),
     peak_memory_bytes=2**20,
     ttft_s=0.11,
     ttft_tps=109.0,

@@ -42,7 +42,7 @@ import pandas as pd
 
 from ..core.baselines import BASELINE_DIR
 from ..core.fingerprint import Fingerprint
-from ..core.headers import ExperimentInfo
+from ..core.header import StoredExperiment
 from ..core.records import Column, ResultsError, utc_now
 from ..core.results import read_results, results_fingerprint
 from ..core.spec import Experiment, parse_experiment
@@ -197,7 +197,7 @@ class _StoredNoise:
     """A NoiseRecord read back (load_noise): a field it lacks makes it a malformed noise file."""
 
     fingerprint: Fingerprint
-    experiment: ExperimentInfo
+    experiment: StoredExperiment
     runs: int
     bands: dict[str, dict[str, Band]]  # scope -> metric -> Band
     speedup_history: tuple[SpeedupHistory, ...] = ()

@@ -5,61 +5,14 @@ from __future__ import annotations
 
 from collections.abc import Iterable
 from dataclasses import dataclass, replace
-from typing import TypedDict
 
-from ..core.typed import from_mapping
+from ..core.records import OpRecord
 from .inference import Adjusted, PairedEstimate, Verdict, adjust, paired_estimate
 from .inference import verdict as inference_verdict
 from .stats import ALPHA, DEFAULT_MARGIN_PCT, summarize
 
 # A case of one run: (run_id, op, shape_label).
 CaseKey = tuple[str | None, str, str]
-
-
-class _OpSample(TypedDict):
-    kind: str  # "op"
-    op: str
-    variant: str
-    reference: str  # the op's reference variant, which the speed is paired against
-    shape_label: str  # names the case: the sizes that produce it, its role, its shapes and dtype
-    size: str
-    sizes: list[str]
-    role: str
-    shape: list[int]
-    arg_shapes: list[list[int]]
-    dtype: str
-    round: int
-    iterations: int  # calls per sample
-    seconds: float  # per call
-    bytes: int  # read and written by one call
-    flops: int | None  # of one call; None for pure data movement
-    gbps: float
-    gflops: float | None
-    max_abs_err: float  # the output's largest deviation from the reference variant's
-    note: str | None
-
-
-class OpRecord(_OpSample, total=False):
-    """A `kind: "op"` record: one timed sample of one op variant at one case (`fusebench ops`)."""
-
-    run_id: str
-
-
-@dataclass(frozen=True)
-class OpSample:
-    """What the statistics read of an OpRecord."""
-
-    op: str
-    variant: str
-    reference: str
-    shape_label: str
-    round: int
-    seconds: float
-    bytes: int
-    flops: int | None
-    max_abs_err: float
-    run_id: str | None = None
-    note: str | None = None
 
 
 @dataclass(frozen=True)
@@ -87,9 +40,8 @@ def summarize_ops(records: Iterable[OpRecord]) -> list[VariantSummary]:
 
     Runs are kept apart: samples from different machines are never paired.
     """
-    by_case: dict[CaseKey, dict[str, dict[int, OpSample]]] = {}
-    ops = (from_mapping(OpSample, record) for record in records if record.get("kind") == "op")
-    for r in ops:
+    by_case: dict[CaseKey, dict[str, dict[int, OpRecord]]] = {}
+    for r in records:
         variants = by_case.setdefault((r.run_id, r.op, r.shape_label), {})
         variants.setdefault(r.variant, {})[r.round] = r
     summaries = [
@@ -100,7 +52,7 @@ def summarize_ops(records: Iterable[OpRecord]) -> list[VariantSummary]:
     return _judge(summaries, {_key(s): _speed(by_case, s) for s in summaries})
 
 
-def _summarize_variant(samples: dict[int, OpSample]) -> VariantSummary:
+def _summarize_variant(samples: dict[int, OpRecord]) -> VariantSummary:
     first = next(iter(samples.values()))
     seconds = summarize([r.seconds for r in samples.values()]).median
     return VariantSummary(
@@ -119,7 +71,7 @@ def _summarize_variant(samples: dict[int, OpSample]) -> VariantSummary:
 
 
 def _speed(
-    by_case: dict[CaseKey, dict[str, dict[int, OpSample]]], s: VariantSummary
+    by_case: dict[CaseKey, dict[str, dict[int, OpRecord]]], s: VariantSummary
 ) -> PairedEstimate | None:
     """Speed (1 / time, so bigger is better) of a variant against the op's reference, paired per
     round."""

@@ -34,7 +34,8 @@ from dataclasses import dataclass
 
 from scipy.special import stdtrit
 
-from ..core.records import CURRENT_BUILD, Column, Record
+from ..core.cell import CURRENT_BUILD, ShareRecord, ShareTime, TrialRecord
+from ..core.records import Column, Record
 from ..core.typed import from_mapping
 from .study import Study
 
@@ -48,37 +49,6 @@ PHASE_OF_METRIC = {"prefill": "prefill", "gen": "decode"}
 # decode differs is not known; page faults, cache flushes and pipelining were ruled out. A later run
 # (README) checks the calibration.
 IN_MODEL_ERROR = 0.35
-
-
-@dataclass(frozen=True)
-class ShareSample:
-    """One `share` record, typed: seconds per call of one implementation of one traced call."""
-
-    cell: str
-    phase: str
-    op: str
-    variant: str  # the op's implementation timed
-    call: str
-    calls: int
-    round: int
-    seconds: float
-    overhead_s: float
-
-
-@dataclass(frozen=True)
-class TrialStep:
-    """What the share table reads of a trial: its variant's op assignment and its step rates."""
-
-    cell: str
-    variant: str
-    batch: int
-    prompt_tokens: int
-    prefill_tps: float
-    gen_tps: float | None = None
-    warmup: bool = False
-    build: str | None = CURRENT_BUILD
-    # the full op assignment; None in trials written before runs recorded it (they have no shares)
-    ops: dict[str, str] | None = None
 
 
 @dataclass(frozen=True)
@@ -129,24 +99,26 @@ class ShareData:
 
     def __init__(self, share_records: Sequence[Record], trials: Sequence[Record]) -> None:
         # (cell, phase, op) -> (call, round, implementation) -> sample
-        self._per_call: dict[tuple[str, str, str], dict[tuple[str, int, str], ShareSample]] = (
+        self._per_call: dict[tuple[str, str, str], dict[tuple[str, int, str], ShareTime]] = (
             defaultdict(dict)
         )
-        for sample in (from_mapping(ShareSample, record) for record in share_records):
+        for share in (from_mapping(ShareRecord, record) for record in share_records):
+            sample = share.share
             key = (sample.call, sample.round, sample.variant)
-            self._per_call[(sample.cell, sample.phase, sample.op)][key] = sample
+            self._per_call[(share.cell.cell, sample.phase, sample.op)][key] = sample
         self.assignments: dict[str, dict[str, str]] = {}
         steps: dict[tuple[str, str, str], list[float]] = defaultdict(list)
-        for trial in (from_mapping(TrialStep, record) for record in trials):
-            if trial.warmup or trial.build != CURRENT_BUILD or trial.ops is None:
+        for record in (from_mapping(TrialRecord, record) for record in trials):
+            cell, trial, measured = record.cell, record.trial, record.trial.measured
+            if trial.warmup or record.build != CURRENT_BUILD or trial.ops is None:
                 continue
             self.assignments.setdefault(trial.variant, dict(trial.ops))
             # A step's time from its rate, as the runner defines the rates: the batch's tokens per
             # second.
-            key = (trial.cell, trial.variant)
-            steps[(*key, "prefill")].append(trial.batch * trial.prompt_tokens / trial.prefill_tps)
-            if trial.gen_tps:
-                steps[(*key, "gen")].append(trial.batch / trial.gen_tps)
+            key = (cell.cell, trial.variant)
+            steps[(*key, "prefill")].append(cell.batch * cell.prompt_tokens / measured.prefill_tps)
+            if measured.gen_tps:
+                steps[(*key, "gen")].append(cell.batch / measured.gen_tps)
         self._step_samples = dict(steps)
         self._steps = {key: statistics.median(values) for key, values in steps.items()}
 
@@ -156,7 +128,7 @@ class ShareData:
 
     def _samples(
         self, cell: str, phase: str, op: str, implementation: str
-    ) -> dict[tuple[str, int], ShareSample]:
+    ) -> dict[tuple[str, int], ShareTime]:
         found = self._per_call.get((cell, phase, op), {})
         return {(call, rnd): s for (call, rnd, impl), s in found.items() if impl == implementation}
 
@@ -168,7 +140,7 @@ class ShareData:
         samples = self._samples(cell, phase, op, implementation)
         if not samples:
             return None
-        by_call: dict[str, list[ShareSample]] = defaultdict(list)
+        by_call: dict[str, list[ShareTime]] = defaultdict(list)
         for (call, _), sample in samples.items():
             by_call[call].append(sample)
         seconds = sum(

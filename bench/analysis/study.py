@@ -16,12 +16,12 @@ from pathlib import Path
 import numpy as np
 import pandas as pd
 
+from ..core.cell import CURRENT_BUILD
 from ..core.errors import UserError
-from ..core.headers import EnvInfo, LoadInfo, RunInfo
+from ..core.header import Env, LoadSummary, RunHeader
 from ..core.records import (
     CELL_FIELDS,
     CORRECTNESS_FIELDS,
-    CURRENT_BUILD,
     REQUIRED_FIELDS,
     ROOFLINE_FIELDS,
     Column,
@@ -82,8 +82,8 @@ class Study:
     ops: dict[str, dict[str, str]]
     planned: list[tuple[str, str]]  # the experiments' comparisons
     machines: list[str]
-    runs: dict[str, RunInfo]  # every run header, by run id
-    loads: list[LoadInfo]  # what else ran on the machine while each run measured
+    runs: dict[str, RunHeader]  # every run header, by run id
+    loads: list[LoadSummary]  # what else ran on the machine while each run measured
     # per run x op x shape x variant statistics (analysis.opstats)
     op_summaries: list[VariantSummary]
     # "no change" means within ± this (the experiments' margin_pct)
@@ -104,14 +104,14 @@ class Study:
         """Whether there is anything for the trial sections (an ops-only file has none)."""
         return not (self.timed.empty and self.closed.empty)
 
-    def run_env(self, run_id: str | None) -> EnvInfo:
+    def run_env(self, run_id: str | None) -> Env:
         run = self.runs.get(run_id or "")
-        return run.env if run else EnvInfo()
+        return run.env if run else Env()
 
-    def envs(self, machine: str) -> list[EnvInfo]:
+    def envs(self, machine: str) -> list[Env]:
         """The environment of each run on a machine (at least one: a machine no run header names
         reads as "?")."""
-        return [run.env for run in self.runs.values() if run.machine == machine] or [EnvInfo()]
+        return [run.env for run in self.runs.values() if run.machine == machine] or [Env()]
 
 
 def current_build(frame: pd.DataFrame) -> pd.DataFrame:
@@ -174,7 +174,7 @@ def build_study(results: Results) -> Study:
         ),
         runs=runs,
         loads=results.loads(),
-        op_summaries=summarize_ops(results.of_kind("op")),
+        op_summaries=summarize_ops(results.op_records()),
         margin_pct=max(
             (exp.margin_pct for exp in experiments if exp), default=stats.DEFAULT_MARGIN_PCT
         ),
@@ -185,7 +185,7 @@ def build_study(results: Results) -> Study:
     )
 
 
-def stored_experiment(run: RunInfo, unread: list[str]) -> Experiment | None:
+def stored_experiment(run: RunHeader, unread: list[str]) -> Experiment | None:
     """The experiment a run header stores, read by the one spec parser (none for a header without
     one).
 

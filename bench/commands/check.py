@@ -132,8 +132,8 @@ def confirmed(first: Outcome, request: CheckRequest, console: Console) -> Outcom
     import tempfile
 
     from ..analysis.gate import run_check
-    from ..core.headers import BuildInfo
-    from ..core.records import REFERENCE_BUILD
+    from ..core.cell import REFERENCE_BUILD
+    from ..core.header import BuildFields
     from ..core.results import read_results
     from ..core.spec import load_experiment
     from ..measure.builds import reference_build
@@ -145,7 +145,7 @@ def confirmed(first: Outcome, request: CheckRequest, console: Console) -> Outcom
     require_backend()
     run = next(iter(read_results([request.results]).headers.values()))
     # The same reference: the checkout it named if it is still there, else the commit it was at.
-    named = run.builds.get(REFERENCE_BUILD) or BuildInfo()
+    named = run.builds.get(REFERENCE_BUILD) or BuildFields()
     ref = named.ref if named.ref and Path(named.ref).is_dir() else named.commit
     rows = [*first.failures, *first.undecided]
     failing = {f.model_key for f in rows if f.model_key}

@@ -62,7 +62,8 @@ def main(args: argparse.Namespace, console: Console) -> int:
 
     require_backend()  # before anything imports mlx: one line naming the extra, not a traceback
 
-    from ..core.records import new_run_id, run_header
+    from ..core.header import StoredExperiment, run_header
+    from ..core.records import new_run_id
     from ..core.results import ResultsWriter
     from ..measure.env import collect_env, require_backend
     from ..measure.hub import is_repo_id, resolve
@@ -92,7 +93,7 @@ def main(args: argparse.Namespace, console: Console) -> int:
         )
     if args.out:
         run_id = new_run_id()
-        experiment = {"name": "kernels", "file": None, "sha256": None, "content": None}
+        experiment = StoredExperiment(name="kernels")
         with ResultsWriter(args.out) as writer:
             writer.write(run_header(run_id, experiment, collect_env()))
             for size, facts in facts_by_size.items():

@@ -107,7 +107,7 @@ def main(args: argparse.Namespace, console: Console) -> int:
     out = args.out or Path("results") / f"ops-{datetime.now().strftime('%Y%m%d-%H%M%S')}.jsonl"
     console.print(
         f"{len(cases)} op shapes × their variants, {args.rounds} rounds -> {out}  "
-        f"({env['backend']}, {env['device']}, BLAS {env['blas']}, {env['threads']} thread(s))"
+        f"({env.backend}, {env.device}, BLAS {env.blas}, {env.threads} thread(s))"
     )
     if args.rounds < 3:
         console.print(

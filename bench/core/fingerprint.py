@@ -6,9 +6,8 @@ from __future__ import annotations
 import re
 from dataclasses import dataclass
 
-from .headers import EnvInfo
-from .records import Env, ResultsError
-from .typed import from_mapping
+from .header import Env
+from .records import ResultsError
 
 
 @dataclass(frozen=True)
@@ -37,9 +36,8 @@ class MachineMismatchError(ResultsError):
     machines."""
 
 
-def fingerprint(env: Env | EnvInfo) -> Fingerprint:
+def fingerprint(env: Env) -> Fingerprint:
     """The fingerprint of a run header's `env`."""
-    info = env if isinstance(env, EnvInfo) else from_mapping(EnvInfo, env)
     return Fingerprint(
-        backend=str(info.backend), device=str(info.device), blas=info.blas_family, cpu=str(info.cpu)
+        backend=str(env.backend), device=str(env.device), blas=env.blas_family, cpu=str(env.cpu)
     )

@@ -13,9 +13,11 @@ from dataclasses import asdict, dataclass, field
 from datetime import UTC, datetime
 from enum import StrEnum
 from pathlib import Path
-from typing import Any, ClassVar, TypedDict, TypeVar
+from typing import Any, ClassVar, TypeVar
 
+from .cell import ShareRecord, TrialRecord
 from .errors import UserError
+from .typed import required_fields
 
 T = TypeVar("T")
 
@@ -117,21 +119,6 @@ def cpu_clock_tps(tps: T, wall_s: T, cpu_s: T) -> T:
     return tps * wall_s / cpu_s
 
 
-TRIAL_FIELDS = (
-    Column.RUN_ID,
-    Column.CELL,
-    Column.MODEL_KEY,
-    Column.SIZE,
-    Column.WORKLOAD,
-    Column.PROMPT_TOKENS,
-    Column.GEN_TOKENS,
-    Column.BATCH,
-    Column.VARIANT,
-    Column.ROUND,
-    Column.WARMUP,
-    Column.PREFILL_TPS,
-    Column.GEN_TPS,
-)
 DEPTH_FIELDS = (
     Column.RUN_ID,
     Column.MODEL_KEY,
@@ -160,18 +147,6 @@ CORRECTNESS_FIELDS = (
     Column.ATOL,
     Column.PASSED,
 )
-OP_FIELDS = (
-    Column.RUN_ID,
-    Column.OP,
-    Column.VARIANT,
-    Column.REFERENCE,
-    Column.SHAPE_LABEL,
-    Column.ROUND,
-    Column.SECONDS,
-    Column.BYTES,
-    Column.FLOPS,
-    Column.MAX_ABS_ERR,
-)
 # A trial's time to first token as mlx-lm's stream_generate reads it (after queuing the first decode
 # step), and that as mlx-lm's "prompt_tps". Optional: trials recorded before them (and a
 # `run --against` reference build of an older commit) lack them, so readers show them only where
@@ -195,27 +170,45 @@ CELL_FIELDS = (
     Column.DTYPE,
     Column.QUANTIZE,
 )
-# An op call of a step timed on its own (measure.shares), for the share table and the expected Δ.
-SHARE_FIELDS = (
-    Column.RUN_ID,
-    Column.CELL,
-    Column.PHASE,
-    Column.OP,
-    Column.VARIANT,
-    Column.CALL,
-    Column.CALLS,
-    Column.ROUND,
-    Column.SECONDS,
-    Column.OVERHEAD_S,
-)
+
+
+@dataclass(frozen=True, kw_only=True)
+class OpRecord:
+    """One timed sample of one op variant at one case (`fusebench ops`). Fields with defaults are
+    those the statistics do not read (they name and describe the case)."""
+
+    KIND: ClassVar[str] = "op"
+
+    run_id: str
+    op: str
+    variant: str
+    reference: str  # the op's reference variant, which the speed is paired against
+    shape_label: str  # names the case: the sizes that produce it, its role, its shapes and dtype
+    size: str = ""
+    sizes: tuple[str, ...] = ()
+    role: str = ""
+    shape: tuple[int, ...] = ()
+    arg_shapes: tuple[tuple[int, ...], ...] = ()
+    dtype: str = ""
+    round: int
+    iterations: int = 1  # calls per sample
+    seconds: float  # per call
+    bytes: int  # read and written by one call
+    flops: int | None  # of one call; None for pure data movement
+    gbps: float | None = None
+    gflops: float | None = None
+    max_abs_err: float  # the output's largest deviation from the reference variant's
+    note: str | None = None  # what the op's declaration says about this shape
+
+
 # What the readers key on, per kind: a record lacking one is bad input, reported with its file, not
 # a traceback.
 REQUIRED_FIELDS = {
-    "trial": TRIAL_FIELDS,
+    "trial": required_fields(TrialRecord),
     "correctness": CORRECTNESS_FIELDS,
     "depth": DEPTH_FIELDS,
-    "op": OP_FIELDS,
-    "share": SHARE_FIELDS,
+    "op": required_fields(OpRecord),
+    "share": required_fields(ShareRecord),
 }
 
 
@@ -232,105 +225,12 @@ FORMAT = 3
 
 
 # One line of a results file as parsed: a JSON object whose "kind" says which fields it holds. The
-# store and `upgrade` handle it whole; readers take typed views of it (core.typed, core.headers).
+# store and `upgrade` handle it whole; readers read it as the type that wrote it (core.typed).
 Record = dict[str, Any]
 
 
 class ResultsError(UserError):
     """A results file that cannot be used; the message names the file (and line)."""
-
-
-# --- what today's writers write -------------------------------------------------------------------
-# A header read from an older file may lack what these declare (see `upgrade`); readers read it as a
-# core.headers.RunInfo, whose defaults stand for what came later.
-
-
-class Env(TypedDict, total=False):
-    """The environment the workers ran in (measure.env.collect_env): software, backend, machine,
-    checkout."""
-
-    fusebench: str
-    mlx: str | None
-    mlx_lm: str | None
-    python: str
-    backend: str  # "cpu", "metal" or "cuda"
-    device: str
-    blas: str  # the BLAS serving mlx's matmuls, with its path: "openblas (/usr/lib/...)"
-    threads: int | None  # BLAS threads; None: left to the library
-    cpu: str
-    cores: int | None
-    ram_bytes: int | None
-    os: str
-    hostname: str | None
-    git_commit: str | None
-    git_dirty: bool | None
-
-
-class StoredExperiment(TypedDict):
-    """The experiment a run executed, whole, so the results file stands on its own (None: a run of
-    no experiment file, `fusebench kernels`)."""
-
-    name: str
-    file: str | None
-    sha256: str | None
-    content: str | None
-
-
-class PluginFile(TypedDict):
-    path: str
-    sha256: str
-
-
-class BuildEnvironment(TypedDict, total=False):
-    """A build's Python environment, where a run compares two (run --against-env, bisect
-    --package)."""
-
-    python: str
-    packages: dict[str, str]  # the versions that tell the environments apart
-    label: str  # how tables name the build when a commit does not, e.g. "mlx 0.31.2"
-
-
-class BuildFields(BuildEnvironment):
-    """One build a run measured: the commit (None outside a git checkout), what the user named,
-    uncommitted changes."""
-
-    commit: str | None
-    ref: str | None
-    dirty: bool | None
-
-
-class MachineLoad(TypedDict):
-    """What else the machine was doing, over a second before the run: load average, and in cores,
-    other processes' busy time and the hypervisor's steal time."""
-
-    loadavg_1m: float
-    cores: int | None
-    other_cores: float
-    steal_cores: float
-
-
-class LoadSummary(TypedDict):
-    """The same while the run measured, sampled every `interval_s`: means and maxima."""
-
-    samples: int
-    interval_s: float
-    other_cores_mean: float
-    steal_cores_mean: float
-    loadavg_1m_mean: float
-    other_cores_max: float
-    steal_cores_max: float
-    loadavg_1m_max: float
-
-
-class StoredPeak(TypedDict, total=False):
-    """What the header keeps of a measure.roofline.Peak."""
-
-    name: str
-    fp32_tflops: float
-    bf16_tflops: float | None
-    memory_gbps: float
-    source: str
-    confidence: str  # "published" or "approximate" (chips.yaml), "measured"
 
 
 class Stopping(StrEnum):
@@ -354,89 +254,12 @@ class Clock(StrEnum):
     CPU = "cpu"
 
 
-class StoredScheduleChoice(TypedDict):
-    """measure.duet.ScheduleChoice.to_json: the schedule the run used, why, the pilot's figures,
-    and the clock its intervals use and why."""
-
-    schedule: str
-    reason: str
-    probes: list[dict[str, float | str]]
-    cores: list[int] | None
-    clock: str
-    clock_reason: str
-
-
-class StoredThreadChoice(TypedDict):
-    """measure.threads.ThreadChoice.to_json: how `threads: auto` chose, and why."""
-
-    threads: int
-    settings: list[dict[str, float]]  # each thread count's probe (measure.threads.Setting)
-    reason: str
-
-
-class _Header(TypedDict):
-    kind: str  # "run"
-    run_id: str
-    format: int
-    experiment: StoredExperiment
-    env: Env
-    started_at: str
-
-
-class RunHeader(_Header, total=False):
-    """The first record of a run. The runner adds peak ... pinned; `fusebench ops` adds rounds."""
-
-    peak: StoredPeak | None  # the roof its trials are held against
-    shard: str  # "I/N"
-    resumed: bool
-    plugins: list[PluginFile]
-    builds: dict[str, BuildFields]  # "current", and with run --against(-env) "reference"
-    preflight: MachineLoad | None  # None off Linux
-    pinned: bool
-    rounds: int
-    threads_choice: StoredThreadChoice
-    schedule_choice: StoredScheduleChoice
-    stopping: str  # a Stopping
-    repos: dict[str, str]  # each Hugging Face repo id run -> its snapshot's commit hash
-
-
-class CellFields(TypedDict):
-    """What every record of a cell carries, so each line of the results file stands on its own."""
-
-    run_id: str
-    cell: str
-    model: str
-    model_key: str
-    size: str
-    layers: int | None
-    dtype: str
-    quantize: str | None
-    prompt_tokens: int
-    gen_tokens: int
-    batch: int
-    workload: str
-
-
 def new_run_id() -> str:
     return datetime.now().strftime("%Y%m%d-%H%M%S-") + uuid.uuid4().hex[:6]
 
 
 def utc_now() -> str:
     return datetime.now(UTC).isoformat(timespec="seconds")
-
-
-def run_header(run_id: str, experiment: StoredExperiment, env: Env, **extra: object) -> RunHeader:
-    """The first record of a run: what ran (the experiment's name, file, sha256 and content) and
-    where."""
-    return {
-        "kind": "run",
-        "run_id": run_id,
-        "format": FORMAT,
-        "experiment": StoredExperiment(**experiment),
-        "env": Env(**env),
-        "started_at": utc_now(),
-        **extra,
-    }
 
 
 def header_format(header: Record) -> int:
@@ -514,12 +337,6 @@ def require_fields(
             )
 
 
-# The build a record names when it is the build under test (records of a one-build run name none),
-# and the one `run --against` measures it against.
-CURRENT_BUILD = "current"
-REFERENCE_BUILD = "reference"
-
-
 # --- kernel facts ---------------------------------------------------------------------------------
 
 
@@ -567,8 +384,9 @@ class SiteCalls:
     decode_calls: int
 
 
-class CellPlace(TypedDict):
-    """Where a cell's record was measured: what KernelRecord and SiteRecord carry beside it."""
+@dataclass(frozen=True)
+class CellPlace:
+    """Where a cell's record was measured: its machine, cell and build."""
 
     machine: str
     model_key: str
@@ -578,24 +396,14 @@ class CellPlace(TypedDict):
 
 
 @dataclass(frozen=True)
-class KernelRecord:
+class KernelRecord(CellPlace):
     """A stored kernel fact with the cell and machine it was recorded on."""
 
-    machine: str
-    model_key: str
-    size: str
-    workload: str
-    build: str
     fact: KernelFact
 
 
 @dataclass(frozen=True)
-class SiteRecord:
+class SiteRecord(CellPlace):
     """A stored switched name (SiteCalls) with the cell and machine it was recorded on."""
 
-    machine: str
-    model_key: str
-    size: str
-    workload: str
-    build: str
     site: SiteCalls

@@ -22,10 +22,10 @@ from typing import Any
 
 import pandas as pd
 
+from .cell import CURRENT_BUILD, TrialRecord
 from .fingerprint import Fingerprint, MachineMismatchError, fingerprint
-from .headers import UNKNOWN_MACHINE, LoadInfo, RunInfo
+from .header import UNKNOWN_MACHINE, LoadSummary, RunHeader
 from .records import (
-    CURRENT_BUILD,
     FORMAT,
     RECORD_KINDS,
     CellPlace,
@@ -33,16 +33,19 @@ from .records import (
     Column,
     KernelFact,
     KernelRecord,
+    OpRecord,
     Record,
     ResultsError,
-    RunHeader,
     SiteCalls,
     SiteRecord,
     Stopping,
     header_format,
     upgrade,
 )
-from .typed import from_mapping
+from .typed import from_mapping, to_record
+
+# The records written as the dataclass that declares them (core.typed.to_record).
+Written = RunHeader | LoadSummary | OpRecord | TrialRecord
 
 
 class ResultsWriter:
@@ -54,8 +57,10 @@ class ResultsWriter:
         self.path.parent.mkdir(parents=True, exist_ok=True)
         self._file = self.path.open("a", encoding="utf-8")
 
-    def write(self, record: Mapping[str, object]) -> None:
-        self._file.write(json.dumps(record, sort_keys=False) + "\n")
+    def write(self, record: Mapping[str, object] | Written) -> None:
+        """One record, a mapping or a dataclass that declares its kind (core.typed.to_record)."""
+        line = record if isinstance(record, Mapping) else to_record(record)
+        self._file.write(json.dumps(line, sort_keys=False) + "\n")
         self._file.flush()
         os.fsync(self._file.fileno())
 
@@ -83,7 +88,7 @@ class Results:
         """Every kernel fact, read back as the type that wrote it, with its cell and machine."""
         machines = self.machines()
         return [
-            KernelRecord(**_place(record, machines), fact=from_mapping(KernelFact, record))
+            KernelRecord(**vars(_place(record, machines)), fact=from_mapping(KernelFact, record))
             for record in self.of_kind("kernel")
         ]
 
@@ -91,30 +96,34 @@ class Results:
         """Every switched name of an mlx-lm model (models.switched), with its cell and machine."""
         machines = self.machines()
         return [
-            SiteRecord(**_place(record, machines), site=from_mapping(SiteCalls, record))
+            SiteRecord(**vars(_place(record, machines)), site=from_mapping(SiteCalls, record))
             for record in self.of_kind(SiteCalls.KIND)
         ]
 
+    def op_records(self) -> list[OpRecord]:
+        """Every `fusebench ops` sample, read back as the type that wrote it."""
+        return [from_mapping(OpRecord, record) for record in self.of_kind(OpRecord.KIND)]
+
     @property
-    def runs(self) -> dict[str, RunHeader]:
+    def runs(self) -> dict[str, Record]:
         """The first header of each run_id (a resumed run appends another with the same id)."""
-        headers: dict[str, RunHeader] = {}
+        headers: dict[str, Record] = {}
         for record in self.of_kind("run"):
             headers.setdefault(record["run_id"], record)
         return headers
 
     @property
-    def headers(self) -> dict[str, RunInfo]:
-        """The first header of each run_id, read back as a RunInfo."""
-        return {run_id: RunInfo.read(header) for run_id, header in self.runs.items()}
+    def headers(self) -> dict[str, RunHeader]:
+        """The first header of each run_id, read back as the type that wrote it."""
+        return {run_id: RunHeader.read(header) for run_id, header in self.runs.items()}
 
     def machines(self) -> dict[str, str]:
         """Each run's machine label, by run id."""
         return {run_id: run.machine for run_id, run in self.headers.items()}
 
-    def loads(self) -> list[LoadInfo]:
+    def loads(self) -> list[LoadSummary]:
         """The load records that hold samples."""
-        samples = (from_mapping(LoadInfo, record) for record in self.of_kind("load"))
+        samples = (from_mapping(LoadSummary, record) for record in self.of_kind("load"))
         return [load for load in samples if load.samples]
 
     def merge(self, other: Results, path: str | Path = "", *, warn: Any = None) -> None:

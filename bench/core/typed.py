@@ -1,9 +1,11 @@
-"""Records read back as the types that wrote them: a dataclass filled from a mapping (a JSON object,
-a YAML entry) by its own field names, as mlx-lm's BaseModelArgs.from_dict fills a model's args, so
-no reader names a key.
+"""Records written and read back as one type: a dataclass written as a mapping of its fields
+(`to_mapping`, `to_record`) and filled from one (a JSON object, a YAML entry) by its own field names
+(`from_mapping`), as mlx-lm's BaseModelArgs.from_dict fills a model's args, so no writer or reader
+names a key.
 
 Keys the dataclass does not declare are left out (a newer writer's fields, an older one's spares);
-fields the mapping lacks keep their defaults (what an older writer never recorded).
+fields the mapping lacks keep their defaults (what an older writer never recorded). A field marked
+FLAT holds a part whose fields are written beside the record's own, not under the field's name.
 """
 
 from __future__ import annotations
@@ -18,18 +20,79 @@ from typing import Any, TypeVar
 
 T = TypeVar("T")
 
+# A dataclass-typed field whose fields are written and read inline: a trial record's measurements
+# sit beside its cell's fields, as results files have always held them.
+FLAT = {"flat": True}
+
 
 def from_mapping(cls: type[T], mapping: Mapping[str, object]) -> T:
     """Dataclass `cls` from the mapping's values of its fields. A field typed as a dataclass (or
     None), a dict or tuple of them, or an enum is converted from what JSON holds for it."""
     hints = _hints(cls)
-    return cls(
-        **{
-            field.name: _converted(hints[field.name], mapping[field.name])
-            for field in dataclasses.fields(cls)  # type: ignore[arg-type]
-            if field.init and field.name in mapping
-        }
-    )
+    values = {}
+    for field in dataclasses.fields(cls):  # type: ignore[arg-type]
+        if field.metadata.get("flat"):
+            part = _flat_part(hints[field.name], mapping)
+            if part is not None:
+                values[field.name] = part
+        elif field.init and field.name in mapping:
+            values[field.name] = _converted(hints[field.name], mapping[field.name])
+    return cls(**values)
+
+
+def _flat_part(hint: Any, mapping: Mapping[str, object]) -> object:
+    """A FLAT part read from the record's own mapping; None for an optional part of which the
+    record holds no field (a trial of a format before the part)."""
+    kinds = [arg for arg in typing.get_args(hint) if arg is not type(None)] or [hint]
+    part = kinds[0]
+    if type(None) in typing.get_args(hint) and not any(
+        f.name in mapping for f in dataclasses.fields(part)
+    ):
+        return None
+    return from_mapping(part, mapping)
+
+
+def required_fields(cls: type) -> tuple[str, ...]:
+    """The fields a record of `cls` must hold: those without a default, FLAT parts' among them."""
+    hints = _hints(cls)
+    found: list[str] = []
+    for field in dataclasses.fields(cls):
+        if (
+            field.default is not dataclasses.MISSING
+            or field.default_factory is not dataclasses.MISSING
+        ):
+            continue
+        if field.metadata.get("flat"):
+            found += required_fields(hints[field.name])
+        else:
+            found.append(field.name)
+    return tuple(found)
+
+
+def to_mapping(value: object) -> Any:
+    """What JSON holds for `value`: a dataclass as an object of its fields (in declaration order),
+    an enum as its value, a tuple as a list, each within converted too."""
+    if dataclasses.is_dataclass(value) and not isinstance(value, type):
+        written: dict[str, Any] = {}
+        for f in dataclasses.fields(value):
+            item = to_mapping(getattr(value, f.name))
+            if f.metadata.get("flat"):
+                written.update(item or {})  # an absent part writes nothing
+            else:
+                written[f.name] = item
+        return written
+    if isinstance(value, Enum):
+        return value.value
+    if isinstance(value, list | tuple):
+        return [to_mapping(item) for item in value]
+    if isinstance(value, Mapping):
+        return {key: to_mapping(item) for key, item in value.items()}
+    return value
+
+
+def to_record(value: object) -> dict[str, Any]:
+    """A record of a results file: the dataclass's fields after its kind (its KIND)."""
+    return {"kind": type(value).KIND, **to_mapping(value)}  # type: ignore[attr-defined]
 
 
 # A dataclass's field types, resolved once (its annotations are strings under `from __future__`):

@@ -170,10 +170,10 @@ class StepRuns:
         if not path.is_file():
             return False
         results = read_results([path])
-        run_id, header = next(iter(results.runs.items()), ("", None))
+        run_id, header = next(iter(results.headers.items()), ("", None))
         if header is None:
             return False
-        if header["experiment"]["sha256"] != self.exp.sha256:
+        if header.experiment and header.experiment.sha256 != self.exp.sha256:
             raise BisectError(
                 f"bisect: {path} was measured with another version of {self.exp.file}; "
                 "resume with the same experiment, or give a new --out"

@@ -9,18 +9,12 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from typing import TYPE_CHECKING
 
+from ..core.cell import Agreement, Trial
 from ..core.results import ResultsWriter
 from ..core.spec import MIN_AUTO_ROUNDS, Cell, Schedule
 from .cellstop import CellStop
 from .duet import pin
-from .job import (
-    Agreement,
-    CellShape,
-    Command,
-    Do,
-    Result,
-    Trial,
-)
+from .job import CellShape, Command, Do, Result
 from .plan import variant_pairs
 from .resume import DoneWork
 from .schedule import Arm, Duet, duet_plan, round_plan

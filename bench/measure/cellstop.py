@@ -12,6 +12,7 @@ from dataclasses import dataclass
 from ..analysis.clocks import clocked_estimate
 from ..analysis.inference import PairedEstimate
 from ..analysis.stopping import Goal, Row, print_level
+from ..core.cell import Trial
 from ..core.records import (
     METRICS,
     Clock,
@@ -19,9 +20,6 @@ from ..core.records import (
 )
 from ..core.spec import MIN_AUTO_ROUNDS, Experiment
 from ..present.format import format_duration
-from .job import (
-    Trial,
-)
 from .plan import comparison_pairs, table_rows
 from .session import CURRENT
 

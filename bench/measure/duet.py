@@ -43,17 +43,18 @@ import math
 import os
 import time
 from collections.abc import Callable, Sequence
-from dataclasses import asdict, dataclass, replace
+from dataclasses import replace
 from pathlib import Path
 
 import numpy as np
 
 from ..analysis.inference import pairwise_scale
-from ..core.records import Clock, Env
+from ..core.cell import Measured, Trial
+from ..core.header import Env, ScheduleChoice, ScheduleProbe
+from ..core.records import Clock
 from ..core.spec import Experiment, Schedule, experiment_path, load_experiment
-from ..core.typed import from_mapping
 from .env import cache_dir, machine_key, read_cached, thread_env, write_cached
-from .job import CellShape, Command, Do, Measured, Trial
+from .job import CellShape, Command, Do
 from .load import LoadSampler, preflight
 from .session import CURRENT, WorkerSession, stopped_after, worker_job
 
@@ -101,53 +102,6 @@ def pin(pid: int, cpu: int) -> None:
             os.sched_setaffinity(tid, {cpu})
 
 
-@dataclass(frozen=True)
-class ScheduleProbe:
-    """One schedule's figures from the pilot: SD of the pair's log ratio on each clock, and the
-    seconds a pair took (mean)."""
-
-    schedule: str
-    wall_sd: float
-    cpu_sd: float
-    pair_s: float
-
-    @property
-    def precision_per_s(self) -> float:
-        return 1.0 / (max(self.wall_sd, 1e-4) ** 2 * self.pair_s)
-
-    @property
-    def cpu_gain(self) -> float:
-        """The CPU clock's precision over the wall clock's, on the same pairs."""
-        return (max(self.wall_sd, 1e-4) / max(self.cpu_sd, 1e-4)) ** 2
-
-
-@dataclass(frozen=True)
-class ScheduleChoice:
-    """What `schedule` resolved to and why, the clock the intervals use and why, the pilot's
-    figures (empty: nothing was measured), the cores a duet runs on."""
-
-    schedule: str
-    reason: str
-    probes: tuple[ScheduleProbe, ...] = ()
-    cores: tuple[int, int] | None = None
-    clock: Clock = Clock.WALL
-    clock_reason: str = ""
-
-    @property
-    def line(self) -> str:
-        """The first screen's word on it."""
-        return (
-            f"schedule: {self.schedule} ({self.reason}); clock: {self.clock} ({self.clock_reason})"
-        )
-
-    def to_json(self) -> dict:
-        return asdict(self)
-
-    @classmethod
-    def from_json(cls, data: dict) -> ScheduleChoice:
-        return from_mapping(cls, data)
-
-
 def cache_path(env: Env, threads: int) -> Path:
     return cache_dir() / f"schedule-v2-{machine_key(env)}-t{threads}.json"
 
@@ -163,7 +117,7 @@ def choose_schedule(
     """The schedule and clock a run uses: what the experiment asked where it can run, else
     sequential with the reason; `auto` measured here by the pilot once (cached). `threads`: the
     BLAS threads a sequential worker runs; `say` tells the user a pilot is starting."""
-    if env.get("backend") != "cpu":
+    if env.backend != "cpu":
         return ScheduleChoice(
             Schedule.SEQUENTIAL,
             "a GPU backend: its one device runs one trial",
@@ -177,16 +131,16 @@ def choose_schedule(
             clock_reason="no pilot: it needs two cores",
         )
     path = cache_path(env, threads)
-    cached = None if fresh else read_cached(path, ScheduleChoice.from_json)
+    cached = None if fresh else read_cached(path, ScheduleChoice)
     if asked != Schedule.AUTO:
         return _asked(asked, cores, cached.probes if cached else ())
     if cached:
         return replace(cached, cores=cores)
-    if (before := preflight()) and before["other_cores"] > BUSY_CORES:
+    if (before := preflight()) and before.other_cores > BUSY_CORES:
         return _with_clock(
             ScheduleChoice(
                 Schedule.SEQUENTIAL,
-                f"other processes were using {before['other_cores']:.1f} cores, so a pilot now "
+                f"other processes were using {before.other_cores:.1f} cores, so a pilot now "
                 "would measure them; the pilot waits for a quiet machine",
             ),
             (),
@@ -199,14 +153,14 @@ def choose_schedule(
     with LoadSampler() as sampler:
         choice = decide(pilot(worker_env, cores, threads), cores, threads)
     load = sampler.summary()
-    if load and load["other_cores_mean"] > BUSY_CORES:
+    if load.other_cores_mean > BUSY_CORES:
         # a pilot beside other work measures that work: use it for this run, measure again next
         return replace(
             choice,
-            reason=f"{choice.reason}; other processes used {load['other_cores_mean']:.1f} cores "
+            reason=f"{choice.reason}; other processes used {load.other_cores_mean:.1f} cores "
             "meanwhile, so this choice is not cached",
         )
-    write_cached(path, choice.to_json())
+    write_cached(path, choice)
     return choice
 
 

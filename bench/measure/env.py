@@ -30,7 +30,8 @@ from typing import TYPE_CHECKING, Any, TypeVar
 
 from ..core.errors import UserError
 from ..core.fingerprint import fingerprint
-from ..core.records import Env
+from ..core.header import Env
+from ..core.typed import from_mapping, to_mapping
 from . import blas_shim
 
 # roofline loads mlx-lm; this module answers before anything may (require_backend)
@@ -38,7 +39,6 @@ if TYPE_CHECKING:
     from .roofline import PeakProbe
 
 T = TypeVar("T")
-ENV_KEYS = tuple(Env.__annotations__)  # in the order collect_env writes them
 # Every BLAS reads its own variable; set them all, so whichever the workers load obeys.
 THREAD_VARIABLES = (
     "OPENBLAS_NUM_THREADS",
@@ -109,19 +109,19 @@ def cache_dir() -> Path:
     return Path(os.environ.get("XDG_CACHE_HOME") or Path.home() / ".cache") / "fusebench"
 
 
-def read_cached(path: Path, read: Callable[[dict], T]) -> T | None:
+def read_cached(path: Path, kind: type[T]) -> T | None:
     """A choice measured on this machine before and cached at `path` (measure.threads,
     measure.duet), or None when there is none or it cannot be read: then it is measured again."""
     try:
-        return read(json.loads(path.read_text()))
+        return from_mapping(kind, json.loads(path.read_text()))
     except (OSError, ValueError, KeyError, TypeError):
         return None
 
 
-def write_cached(path: Path, data: dict) -> None:
+def write_cached(path: Path, choice: object) -> None:
     try:
         path.parent.mkdir(parents=True, exist_ok=True)
-        path.write_text(json.dumps(data))
+        path.write_text(json.dumps(to_mapping(choice)))
     except OSError:
         pass  # an unwritable cache only means measuring again next time
 
@@ -301,27 +301,26 @@ def _git_info() -> tuple[str | None, bool | None]:
 
 
 def collect_env() -> Env:
-    """Facts about this machine and software, JSON-serializable, keys as in ENV_KEYS; never
-    raises."""
+    """Facts about this machine and software; never raises."""
     backend = _safe(detect_backend, "cpu")
     commit, dirty = _safe(_git_info, (None, None))
-    return {
-        "fusebench": _safe(lambda: _dist_version("fusebench")) or "0+unknown",
-        "mlx": _safe(lambda: _mlx().__version__),
-        "mlx_lm": _safe(lambda: _dist_version("mlx-lm")),
-        "python": platform.python_version(),
-        "backend": backend,
-        "device": _safe(lambda: _device_name(backend), backend),
-        "blas": _safe(loaded_blas, "unknown"),
-        "threads": _safe(lambda: int(os.environ["OPENBLAS_NUM_THREADS"])),
-        "cpu": _safe(_cpu_model, "unknown"),
-        "cores": os.cpu_count(),
-        "ram_bytes": _safe(_ram_bytes),
-        "os": _safe(platform.platform, sys.platform),
-        "hostname": _safe(socket.gethostname),
-        "git_commit": commit,
-        "git_dirty": dirty,
-    }
+    return Env(
+        fusebench=_safe(lambda: _dist_version("fusebench")) or "0+unknown",
+        mlx=_safe(lambda: _mlx().__version__),
+        mlx_lm=_safe(lambda: _dist_version("mlx-lm")),
+        python=platform.python_version(),
+        backend=backend,
+        device=_safe(lambda: _device_name(backend), backend),
+        blas=_safe(loaded_blas, "unknown"),
+        threads=_safe(lambda: int(os.environ["OPENBLAS_NUM_THREADS"])),
+        cpu=_safe(_cpu_model, "unknown"),
+        cores=os.cpu_count(),
+        ram_bytes=_safe(_ram_bytes),
+        os=_safe(platform.platform, sys.platform),
+        hostname=_safe(socket.gethostname),
+        git_commit=commit,
+        git_dirty=dirty,
+    )
 
 
 # ---------------------------------------------------------------- which BLAS is loaded
@@ -393,7 +392,7 @@ def blas_kind(label: str, backend: str | None = None) -> str:
 
 def blas_warning(env: Env) -> str | None:
     """A one-paragraph warning when matmuls run on the CPU with the reference BLAS, else None."""
-    if env.get("backend") != "cpu" or blas_kind(str(env.get("blas", ""))) != "reference":
+    if env.backend != "cpu" or blas_kind(env.blas) != "reference":
         return None
     example = find_optimized_blas() or DEBIAN_OPENBLAS
     return (

@@ -21,13 +21,14 @@ from __future__ import annotations
 
 import json
 from collections.abc import Mapping
-from dataclasses import asdict, dataclass, fields
+from dataclasses import asdict, dataclass
 from enum import StrEnum
-from typing import Any, ClassVar
+from typing import Any
 
+from ..core.cell import Agreement, DepthSpeed, ShareTime, Trial
 from ..core.records import KernelFact, SiteCalls
 from ..core.spec import ModelSpec, model_spec
-from ..core.typed import from_mapping
+from ..core.typed import from_mapping, to_mapping
 
 PROTOCOL = 2
 
@@ -114,114 +115,7 @@ class Command:
         return from_mapping(cls, json.loads(text))
 
 
-# --- results: what a command produces ------------------------------------------------------------
-
-
-@dataclass(frozen=True)
-class Measured:
-    """What one trial measured: prefill and generation times and rates (tokens/s of the whole
-    batch), each decode step's inter-token latency, the peak memory, and mlx-lm's own clock of the
-    first token (see worker's docstring)."""
-
-    prefill_s: float
-    prefill_tps: float
-    gen_s: float | None  # None: one generated token, no decode step
-    gen_tps: float | None
-    step_s: list[float]
-    peak_memory_bytes: int
-    # mlx-lm's time to first token and its "prompt_tps"; None with no decode step queued, and from a
-    # build of this protocol that predates them.
-    ttft_s: float | None = None
-    ttft_tps: float | None = None
-    # The process's CPU seconds over prefill and gen, and when the trial began and ended (Unix
-    # seconds); None from a build of this protocol that predates them.
-    prefill_cpu_s: float | None = None
-    gen_cpu_s: float | None = None
-    started_unix_s: float | None = None
-    ended_unix_s: float | None = None
-
-
-@dataclass(frozen=True)
-class Trial:
-    """One trial of one variant: a timed round, or a warmup. `compile_s`: the whole trial's time
-    when it was the variant's first (JIT and compile included), else None."""
-
-    KIND: ClassVar[str] = "trial"
-
-    variant: str
-    ops: dict[str, str]
-    round: int
-    warmup: bool
-    measured: Measured
-    compile_s: float | None
-
-    def record_fields(self) -> dict[str, object]:
-        """Its fields as a record holds them: the measurements among the trial's own."""
-        head = {
-            "variant": self.variant,
-            "ops": self.ops,
-            "round": self.round,
-            "warmup": self.warmup,
-        }
-        return {**head, **asdict(self.measured), "compile_s": self.compile_s}
-
-    @classmethod
-    def from_record_fields(cls, record: Mapping[str, Any]) -> Trial:
-        measured = {name: value for name, value in record.items() if name in _MEASURED_FIELDS}
-        own = {name: value for name, value in record.items() if name not in _MEASURED_FIELDS}
-        return cls(**own, measured=Measured(**measured))
-
-
-_MEASURED_FIELDS = frozenset(f.name for f in fields(Measured))
-
-
-@dataclass(frozen=True)
-class Agreement:
-    """One variant's logits and greedy tokens against the reference variant's, on the same
-    prompt."""
-
-    KIND: ClassVar[str] = "correctness"
-
-    variant: str
-    reference: str
-    max_abs_err: float
-    max_rel_err: float
-    tokens_checked: int
-    tokens_agree: int
-    atol: float
-    passed: bool
-
-
-@dataclass(frozen=True)
-class DepthSpeed:
-    """One variant's decode speed after a prefill to a KV depth."""
-
-    KIND: ClassVar[str] = "depth"
-
-    variant: str
-    round: int
-    depth: int
-    gen_tokens: int
-    gen_s: float
-    gen_tps: float
-
-
-@dataclass(frozen=True)
-class ShareTime:
-    """One op call of a step (`phase`: prefill or decode) timed on its own: seconds per call of one
-    implementation (`variant`), the calls per step, and mx.eval's fixed cost measured in the same
-    round (measure.shares)."""
-
-    KIND: ClassVar[str] = "share"
-
-    phase: str
-    op: str
-    variant: str
-    call: str
-    calls: int
-    round: int
-    seconds: float
-    overhead_s: float
+# --- results: what a command produces (declared with the records they become: core.cell) ---------
 
 
 # What a command produces; a kernel fact (measure.kernels) is one too.
@@ -235,26 +129,20 @@ def result_kind(result: Result) -> str:
 def result_fields(result: Result) -> dict[str, object]:
     """A result's fields as its record in the results file holds them, after its kind and the cell's
     own fields."""
-    found = result.record_fields() if isinstance(result, Trial) else asdict(result)
-    return {name: value for name, value in found.items() if name != "kind"}
+    return {name: value for name, value in to_mapping(result).items() if name != "kind"}
+
+
+# Each kind of result by the kind its record names.
+_RESULTS: dict[str, type[Result]] = {
+    kind.KIND: kind for kind in (Trial, Agreement, DepthSpeed, ShareTime, SiteCalls)
+} | {"kernel": KernelFact}
 
 
 def _result(record: Mapping[str, Any]) -> Result:
-    own = {name: value for name, value in record.items() if name != "kind"}
     kind = record.get("kind")
-    if kind == Trial.KIND:
-        return Trial.from_record_fields(own)
-    if kind == Agreement.KIND:
-        return Agreement(**own)
-    if kind == DepthSpeed.KIND:
-        return DepthSpeed(**own)
-    if kind == ShareTime.KIND:
-        return ShareTime(**own)
-    if kind == SiteCalls.KIND:
-        return SiteCalls(**own)
-    if kind == "kernel":
-        return KernelFact(**own)
-    raise ValueError(f"unknown result kind {kind!r}")
+    if kind not in _RESULTS:
+        raise ValueError(f"unknown result kind {kind!r}")
+    return from_mapping(_RESULTS[kind], record)
 
 
 # --- events: what the worker says ----------------------------------------------------------------

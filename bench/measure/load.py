@@ -13,7 +13,7 @@ import threading
 import time
 from dataclasses import dataclass
 
-from ..core.records import LoadSummary, MachineLoad
+from ..core.header import LoadSummary, MachineLoad
 
 _TICKS = os.sysconf("SC_CLK_TCK") if hasattr(os, "sysconf") else 100
 
@@ -130,13 +130,15 @@ class LoadSampler:
             self.samples.append(Sample(Share.between(before, after), os.getloadavg()[0]))
             before = after
 
-    def summary(self) -> LoadSummary | None:
+    def summary(self, run_id: str = "?") -> LoadSummary:
+        """Means and maxima of the samples taken (none where the machine cannot be sampled)."""
         if not self.samples:
-            return None
+            return LoadSummary(run_id=run_id)
         others = [s.share.other_cores for s in self.samples]
         steal = [s.share.steal_cores for s in self.samples]
         loadavg = [s.loadavg_1m for s in self.samples]
         return LoadSummary(
+            run_id=run_id,
             samples=len(self.samples),
             interval_s=self.interval_s,
             other_cores_mean=_mean(others),

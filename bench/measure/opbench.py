@@ -34,8 +34,8 @@ from models.config import Overrides, load_preset, preset_config, runs_own_decode
 from models.errors import UnknownOpError
 from models.ops import REGISTRY, Inputs, OpCase, calls_by_op
 
-from ..analysis.opstats import OpRecord
-from ..core.records import Env, StoredExperiment, new_run_id, run_header
+from ..core.header import Env, StoredExperiment, run_header
+from ..core.records import OpRecord, new_run_id
 from ..core.results import ResultsWriter
 from ..core.spec import Experiment, ModelSpec
 from .env import blas_kind, blas_preload_env, collect_env, loaded_blas, thread_env
@@ -224,6 +224,7 @@ def warm_up(
 
 
 def bench_case(
+    run_id: str,
     case: OpCase,
     rounds: int,
     emit: Callable[[OpRecord], None],
@@ -241,35 +242,41 @@ def bench_case(
     for round_index in range(rounds):
         for name in round_order(names, round_index):
             seconds = time_calls(variants[name], inputs, warm.iterations)
-            emit(op_record(case, name, round_index, seconds, warm, flops))
+            emit(op_record(run_id, case, name, round_index, seconds, warm, flops))
             advance()
 
 
 def op_record(
-    case: OpCase, variant: str, round_index: int, seconds: float, warm: Warm, flops: int | None
+    run_id: str,
+    case: OpCase,
+    variant: str,
+    round_index: int,
+    seconds: float,
+    warm: Warm,
+    flops: int | None,
 ) -> OpRecord:
-    return {
-        "kind": "op",
-        "op": case.op,
-        "variant": variant,
-        "reference": REGISTRY[case.op].reference,
-        "shape_label": case.label,
-        "size": "/".join(case.sizes),
-        "sizes": list(case.sizes),
-        "role": case.role,
-        "shape": list(case.shape),
-        "arg_shapes": [list(s) for s in case.arrays],
-        "dtype": case.dtype,
-        "round": round_index,
-        "iterations": warm.iterations,
-        "seconds": seconds,
-        "bytes": warm.bytes,
-        "flops": flops,
-        "gbps": warm.bytes / seconds / 1e9,
-        "gflops": None if flops is None else flops / seconds / 1e9,
-        "max_abs_err": warm.max_abs_err[variant],
-        "note": case.note,
-    }
+    return OpRecord(
+        run_id=run_id,
+        op=case.op,
+        variant=variant,
+        reference=REGISTRY[case.op].reference,
+        shape_label=case.label,
+        size="/".join(case.sizes),
+        sizes=tuple(case.sizes),
+        role=case.role,
+        shape=tuple(case.shape),
+        arg_shapes=tuple(tuple(s) for s in case.arrays),
+        dtype=case.dtype,
+        round=round_index,
+        iterations=warm.iterations,
+        seconds=seconds,
+        bytes=warm.bytes,
+        flops=flops,
+        gbps=warm.bytes / seconds / 1e9,
+        gflops=None if flops is None else flops / seconds / 1e9,
+        max_abs_err=warm.max_abs_err[variant],
+        note=case.note,
+    )
 
 
 def worker_like_env(
@@ -336,11 +343,10 @@ def run_ops(
         task = progress.add_task("ops", total=total)
 
         def emit(record: OpRecord) -> None:
-            record = {"kind": "op", "run_id": run_id, **record}
             writer.write(record)
             records.append(record)
 
         for case in cases:
             progress.update(task, description=case.label)
-            bench_case(case, rounds, emit, min_sample_s, lambda: progress.advance(task))
+            bench_case(run_id, case, rounds, emit, min_sample_s, lambda: progress.advance(task))
     return records

@@ -13,10 +13,8 @@ from pathlib import Path
 from rich.console import Console
 from rich.table import Table
 
-from ..core.records import (
-    METRICS,
-    CellFields,
-)
+from ..core.cell import CellFields
+from ..core.records import METRICS
 from ..core.spec import MIN_AUTO_ROUNDS, Cell, Experiment, ModelSpec, Schedule
 from .memory import memory_verdict
 from .resume import DoneWork

@@ -14,7 +14,8 @@ import sys
 from collections.abc import Callable
 from typing import TYPE_CHECKING, Any
 
-from ..core.records import Env
+from ..core.header import Env
+from ..core.typed import from_mapping, to_mapping
 from .env import blas_preload_env, collect_env, probe_peaks, thread_env
 from .threads import ThreadChoice, choose_threads
 
@@ -34,7 +35,7 @@ def _probe_in(env: dict[str, str], what: str) -> Any:
 
 def probe_env(env: dict[str, str]) -> Env:
     """What a process started with environment `env` really loads (collect_env there)."""
-    return _probe_in(env, "env")
+    return from_mapping(Env, _probe_in(env, "env"))
 
 
 def probe_peaks_in(env: dict[str, str]) -> PeakProbe:
@@ -67,7 +68,7 @@ def auto_threads(blas: str = "auto") -> int:
 
 
 def main() -> None:
-    print(json.dumps(PROBES[sys.argv[1]]()))
+    print(json.dumps(to_mapping(PROBES[sys.argv[1]]())))
 
 
 if __name__ == "__main__":

@@ -86,17 +86,17 @@ def resume_state(path: Path, exp: Experiment) -> tuple[str, DoneWork]:
     """The run id of the run FILE holds, and what it recorded; a ResultsError if FILE holds no run
     of `exp` as it is now (another experiment, or another version of its file)."""
     results = read_results([path])
-    runs = results.runs
+    runs = results.headers
     if not runs:
         raise ResultsError(f"{path}: no run header; it is not a fusebench results file")
     run_id, header = next(iter(runs.items()))
-    recorded = header["experiment"].get("name")
+    recorded = header.experiment.name if header.experiment else None
     if recorded != exp.name:
         raise ResultsError(
             f"{path}: holds a run of experiment {recorded!r}, not {exp.name!r}; resume it with "
             f"fusebench run {recorded} --resume {path}, or start a new run"
         )
-    if header["experiment"]["sha256"] != exp.sha256:
+    if header.experiment and header.experiment.sha256 != exp.sha256:
         raise ResultsError(
             f"{path}: was recorded from a different version of {exp.file} (sha256 differs); "
             "resume with the same experiment file, or start a new run"

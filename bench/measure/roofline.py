@@ -20,7 +20,7 @@ from __future__ import annotations
 
 import json
 import re
-from dataclasses import asdict, dataclass, fields
+from dataclasses import dataclass, fields
 from functools import cache, lru_cache
 from pathlib import Path
 from typing import TypedDict
@@ -31,45 +31,12 @@ from mlx.utils import tree_flatten
 from models.config import DTYPE_BYTES, LayerGeometry, ModelConfig, expert_share, layer_geometry
 from models.loading import MX_DTYPES, build_model, cast_weights, quantize_weights
 
-from ..core.records import Env
+from ..core.cell import PeakShares, Rates
+from ..core.header import Env, Peak
 from ..core.typed import from_mapping
 
 CHIPS_FILE = Path(__file__).parents[1] / "data" / "chips.yaml"
 CHIP_FIELDS = ("name", "match", "fp32_tflops", "bf16_tflops", "memory_gbps", "source")
-
-
-@dataclass(frozen=True, kw_only=True)
-class Peak:
-    """A machine's peak, as chips.yaml lists a known chip's and as the run header's `peak` records
-    it."""
-
-    name: str
-    match: tuple[str, ...] | None = None  # a known chip's patterns for the device name
-    fp32_tflops: float
-    bf16_tflops: float | None
-    memory_gbps: float
-    source: str
-    confidence: str | None = None  # "published" or "approximate" (chips.yaml), "measured"
-    note: str | None = None
-
-    def to_dict(self) -> dict[str, str | float | list[str] | None]:
-        """The run header's `peak`: the fields in chips.yaml's order, those a peak may lack only
-        where it has them."""
-        found = {name: getattr(self, name) for name in _PEAK_FIELDS}
-        return {
-            name: list(value) if isinstance(value, tuple) else value
-            for name, value in found.items()
-            if value is not None or name not in _OPTIONAL_PEAK_FIELDS
-        }
-
-    def compute_roof(self, dtype: str) -> float | None:
-        """TFLOP/s a trial in `dtype` is held against: 16-bit dtypes against the bf16 figure (fp16
-        runs at the same rate on every chip listed)."""
-        return self.fp32_tflops if dtype == "float32" else self.bf16_tflops
-
-
-_PEAK_FIELDS = tuple(field.name for field in fields(Peak))
-_OPTIONAL_PEAK_FIELDS = ("match", "confidence", "note")
 
 
 class _ProbeFigures(TypedDict):
@@ -83,44 +50,6 @@ class PeakProbe(_ProbeFigures, total=False):
     """The figures of bench.measure.env.probe_peaks() that a peak is made of."""
 
     gemv_read_gbps: float  # absent from a probe made before the matrix-vector read was measured
-
-
-@dataclass(frozen=True)
-class DeviceEnv:
-    """The fields of a run header's env that name its device."""
-
-    backend: str = ""
-    device: str = ""
-
-
-@dataclass(frozen=True)
-class Rates:
-    """What a trial achieved: TFLOP/s of its prefill, GB/s of its generation (None where it did not
-    generate)."""
-
-    prefill_tflops: float
-    gen_gbps: float | None
-
-    def to_dict(self) -> dict[str, float | None]:
-        """The rates as a trial record carries them."""
-        return asdict(self)
-
-    def highest(self, other: Rates) -> Rates:
-        """Each rate the higher of the two (one that only one side has, that side's)."""
-        gens = [rate for rate in (self.gen_gbps, other.gen_gbps) if rate is not None]
-        return Rates(max(self.prefill_tflops, other.prefill_tflops), max(gens, default=None))
-
-
-@dataclass(frozen=True)
-class PeakShares:
-    """Rates as % of the peak, as a trial record carries them."""
-
-    prefill_pct_of_peak: float | None
-    gen_pct_of_peak: float | None
-    above_peak: tuple[str, ...]  # the metrics whose rate exceeded the peak
-
-    def to_dict(self) -> dict[str, float | list[str] | None]:
-        return {**asdict(self), "above_peak": list(self.above_peak)}
 
 
 # --- parameters ----------------------------------------------------------------------------------
@@ -372,14 +301,13 @@ def probe_peak(probe: PeakProbe) -> Peak:
 
 
 def peak_for(env: Env, probe: PeakProbe | None = None) -> Peak | None:
-    """The peak to compare with: the probe's if given, else the known chip env["device"] names, else
+    """The peak to compare with: the probe's if given, else the known chip env.device names, else
     None.
 
     The table lists GPUs only, so a CPU-backend run (even on an Apple chip) matches nothing there.
     """
     if probe is not None:
         return probe_peak(probe)
-    device = from_mapping(DeviceEnv, env)
-    if device.backend == "cpu":
+    if env.backend == "cpu":
         return None
-    return match_chip(device.device)
+    return match_chip(env.device)

@@ -17,6 +17,7 @@ import json
 import os
 import time
 from collections.abc import Callable, Mapping, Sequence
+from dataclasses import replace
 from functools import partial
 from pathlib import Path
 
@@ -31,30 +32,18 @@ from rich.progress import (
 )
 
 from ..analysis.stopping import RunBudget
-from ..core.records import (
-    BuildEnvironment,
-    BuildFields,
-    Env,
-    PluginFile,
-    Stopping,
-    StoredExperiment,
-    new_run_id,
-    run_header,
-)
+from ..core.cell import Measured, Trial, TrialRecord
+from ..core.header import BuildFields, Env, PluginFile, StoredExperiment, run_header
+from ..core.records import Stopping, new_run_id
 from ..core.results import ResultsWriter
 from ..core.spec import Cell, Experiment, ModelSpec, Schedule, shard_cells
+from ..core.typed import to_mapping
 from ..present.format import format_count
 from .cellrun import CellRun, DuetSide
 from .duet import ScheduleChoice, choose_schedule
 from .env import blas_warning, cache_dir, machine_key, thread_env
 from .hub import with_repos_found
-from .job import (
-    Measured,
-    Result,
-    Trial,
-    result_fields,
-    result_kind,
-)
+from .job import Result, result_fields, result_kind
 from .load import LoadSampler, preflight
 from .memory import memory_verdict, model_config
 from .opcheck import check_ops_called
@@ -165,7 +154,7 @@ class Runner:
     ) -> None:
         """A record of a cell: its kind, the fields every record of the cell carries, then its
         own."""
-        writer.write({"kind": kind, **self.meta[cell_key], **fields})
+        writer.write({"kind": kind, **to_mapping(self.meta[cell_key]), **fields})
 
     def write_result(
         self,
@@ -178,12 +167,22 @@ class Runner:
     ) -> None:
         """What a build's worker found, with a trial's roofline, the worker process (pair) that
         ran it, and in a duet the arm beside it and its core."""
-        fields = {**result_fields(result), "build": build}
-        if isinstance(result, Trial):
-            rates, shares = self._roofline(cell_key, result.measured)
-            duet = {"beside": side.beside, "core": side.core} if side else {}
-            fields = {**fields, **rates.to_dict(), **shares.to_dict(), "process": process, **duet}
-        self.write_record(writer, cell_key, result_kind(result), fields)
+        if not isinstance(result, Trial):
+            fields = {**result_fields(result), "build": build}
+            self.write_record(writer, cell_key, result_kind(result), fields)
+            return
+        rates, shares = self._roofline(cell_key, result.measured)
+        trial = TrialRecord(
+            cell=self.meta[cell_key],
+            trial=result,
+            build=build,
+            rates=rates,
+            shares=shares,
+            process=process,
+            beside=side.beside if side else None,
+            core=side.core if side else None,
+        )
+        writer.write(trial)
 
     def _work(self, cell_key: str) -> CellWork:
         if cell_key not in self.work:
@@ -312,14 +311,14 @@ def pinned_cpus(env: dict[str, str]) -> list[int] | None:
 
 def peak_cache_path(env: Env) -> Path:
     # v3: keyed by machine_key, so two VMs of one CPU name (AVX-512 or not) keep their own peaks.
-    return cache_dir() / f"peak-v3-{machine_key(env)}-t{env.get('threads')}.json"
+    return cache_dir() / f"peak-v3-{machine_key(env)}-t{env.threads}.json"
 
 
 def measured_peak(worker_env: dict[str, str], env: Env) -> Peak | None:
     """The roof to hold each cell against. On a GPU, the known chip. On a CPU, measured under the
     workers' BLAS and thread count, best of several repeats, and cached per machine fingerprint and
     thread count (the cache is raised when a run achieves more: see raise_cached_peak)."""
-    if env["backend"] != "cpu":
+    if env.backend != "cpu":
         return peak_for(env)
     path = peak_cache_path(env)
     try:
@@ -350,25 +349,17 @@ def raise_cached_peak(env: Env, best: Rates, metrics: set[str]) -> str:
     )
 
 
-def build_environment(build: Build) -> BuildEnvironment:
-    """What the run header says of a build's environment, when it is one of two (run --against-env,
-    bisect)."""
-    if not build.packages:
-        return {}
-    return {
-        "python": build.interpreter,
-        "packages": build.packages,
-        **({"label": build.label} if build.label else {}),
-    }
-
-
 def build_fields(build: Build, env: Env) -> BuildFields:
-    """A build as the run header records it; the current checkout's commit is the env's."""
+    """A build as the run header records it; the current checkout's commit is the env's, and
+    its environment only when it is another one (run --against-env, bisect --package)."""
+    other = bool(build.packages)
     return BuildFields(
-        commit=build.commit or env.get("git_commit"),
+        commit=build.commit or env.git_commit,
         ref=build.ref,
-        dirty=build.dirty if build.root else env.get("git_dirty"),
-        **build_environment(build),
+        dirty=build.dirty if build.root else env.git_dirty,
+        python=build.interpreter if other else None,
+        packages=build.packages if other else {},
+        label=build.label if other else None,
     )
 
 
@@ -390,7 +381,7 @@ def run_experiment(
     started = time.monotonic()
     if schedule.schedule == Schedule.DUET:
         # two workers at once, one core each: one BLAS thread apiece, whatever threads chose
-        worker_env, env = thread_env(worker_env, 1), Env(**{**env, "threads": 1})
+        worker_env, env = thread_env(worker_env, 1), replace(env, threads=1)
     elif threads.reason and not options.quiet:
         console.print(f"BLAS threads: {threads.threads} ({threads.reason})", highlight=False)
     if not options.quiet:
@@ -405,29 +396,31 @@ def run_experiment(
         experiment = StoredExperiment(
             name=exp.name, file=exp.file, sha256=exp.sha256, content=exp.content
         )
-        plugins = [PluginFile(path=str(p.path), sha256=p.sha256) for p in load_plugins(exp.plugins)]
+        plugins = tuple(
+            PluginFile(path=str(p.path), sha256=p.sha256) for p in load_plugins(exp.plugins)
+        )
         builds = {b.name: build_fields(b, env) for b in runner.builds}
         writer.write(
             run_header(
                 run_id,
                 experiment,
                 env,
-                peak=peak.to_dict() if peak else None,
+                peak=peak,
                 shard=f"{options.shard[0]}/{options.shard[1]}",
                 resumed=resume is not None,
                 plugins=plugins,
                 builds=builds,
                 preflight=before,
                 pinned=options.pin,
-                threads_choice=threads.to_json(),
-                schedule_choice=schedule.to_json(),
+                threads_choice=threads,
+                schedule_choice=schedule,
                 repos={m.repo: m.commit for m in exp.models if m.repo and m.commit},
                 stopping=Stopping.ADAPTIVE if exp.precision else Stopping.FIXED,
             )
         )
         console.print(
-            f"results -> {options.out}  ({env['backend']}, {env['device']}, BLAS {env['blas']}, "
-            f"{env['threads']} thread(s))"
+            f"results -> {options.out}  ({env.backend}, {env.device}, BLAS {env.blas}, "
+            f"{env.threads} thread(s))"
         )
         with LoadSampler() as sampler:
             try:
@@ -439,10 +432,8 @@ def run_experiment(
                 )
                 return 130
             finally:
-                writer.write(
-                    {"kind": "load", "run_id": run_id, **(sampler.summary() or {"samples": 0})}
-                )
-    if runner.above_peak and env["backend"] == "cpu":
+                writer.write(sampler.summary(run_id))
+    if runner.above_peak and env.backend == "cpu":
         console.print(
             f"[yellow]warning[/]: {raise_cached_peak(env, runner.best, runner.above_peak)}"
         )

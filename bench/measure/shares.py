@@ -29,7 +29,7 @@ import mlx.core as mx
 from models.gemma4 import Model
 from models.ops import REGISTRY
 
-from .job import ShareTime
+from ..core.cell import ShareTime
 from .opbench import MIN_SAMPLE_S, Inputs, time_calls
 from .schedule import round_order
 

@@ -24,52 +24,19 @@ import os
 import subprocess
 import sys
 import time
-from dataclasses import asdict, dataclass
 from pathlib import Path
 from typing import TextIO
 
 import numpy as np
 
 from ..analysis.inference import pairwise_scale
-from ..core.records import Env
-from ..core.typed import from_mapping
+from ..core.header import Env, Setting, ThreadChoice
 from .env import cache_dir, machine_key, read_cached, thread_env, write_cached
 
 SAMPLES = 30  # timed turns per setting
 WARMUP = 2  # untimed turns per setting first
 MARGIN = 1.25  # every core must buy this much more precision per second than one thread
 SAMPLE_TOKENS, SAMPLE_IN, SAMPLE_OUT = 128, 1536, 16384
-
-
-@dataclass(frozen=True)
-class Setting:
-    """One thread count's probe: mean sample seconds, SD of log sample times, precision per
-    second."""
-
-    threads: int
-    mean_s: float
-    log_sd: float
-
-    @property
-    def precision_per_s(self) -> float:
-        return 1.0 / (max(self.log_sd, 1e-4) ** 2 * self.mean_s)
-
-
-@dataclass(frozen=True)
-class ThreadChoice:
-    """What `threads: auto` chose and why: the settings it measured (empty: it measured nothing) and
-    the rule."""
-
-    threads: int
-    settings: tuple[Setting, ...] = ()
-    reason: str = ""
-
-    def to_json(self) -> dict:
-        return asdict(self)
-
-    @classmethod
-    def from_json(cls, data: dict) -> ThreadChoice:
-        return from_mapping(cls, data)
 
 
 def cache_path(env: Env) -> Path:
@@ -84,10 +51,10 @@ def choose_threads(
     if cores == 1:
         return ThreadChoice(1, reason="one core")
     path = cache_path(env)
-    if not fresh and (cached := read_cached(path, ThreadChoice.from_json)):
+    if not fresh and (cached := read_cached(path, ThreadChoice)):
         return cached
     choice = decide(measure(worker_env, (1, cores)))
-    write_cached(path, choice.to_json())
+    write_cached(path, choice)
     return choice
 
 

@@ -14,7 +14,8 @@ from models.loading import load_model
 from models.ops import REGISTRY, reference_assignment
 from models.switched import called_ops
 
-from .job import ATOL_BY_DTYPE, Agreement
+from ..core.cell import Agreement
+from .job import ATOL_BY_DTYPE
 from .worker import agreements, make_prompt
 
 

@@ -57,21 +57,9 @@ from models.gemma4 import Model
 from models.loading import AnyModel, build_model, load_model
 from models.switched import SwitchedModel
 
+from ..core.cell import Agreement, DepthSpeed, Measured, Trial
 from ..core.records import KernelFact, SiteCalls
-from .job import (
-    Agreement,
-    Command,
-    DepthSpeed,
-    Do,
-    Done,
-    Event,
-    Loaded,
-    Measured,
-    Recorded,
-    Trial,
-    WorkerJob,
-    encode_event,
-)
+from .job import Command, Do, Done, Event, Loaded, Recorded, WorkerJob, encode_event
 from .kernels import kernel_facts, traced_kernel_facts
 from .plugins import load_plugins
 from .shares import ShareTimer, TracedCall, trace_steps
@@ -186,7 +174,7 @@ def trial_record(timing: TrialTiming, batch: int, prompt_tokens: int, gen_tokens
         prefill_tps=batch * prompt_tokens / timing.prefill_s,
         gen_s=timing.gen_s if gen_steps else None,
         gen_tps=batch * gen_steps / timing.gen_s if gen_steps else None,
-        step_s=timing.step_s,
+        step_s=tuple(timing.step_s),
         peak_memory_bytes=timing.peak_memory_bytes,
         ttft_s=timing.ttft_s,
         ttft_tps=batch * prompt_tokens / timing.ttft_s if timing.ttft_s else None,

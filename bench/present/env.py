@@ -11,7 +11,8 @@ from rich.panel import Panel
 from rich.table import Table
 from rich.text import Text
 
-from ..core.records import Env
+from ..core.header import Env
+from ..core.typed import to_mapping
 
 
 def _format_value(key: str, value: Any) -> str:
@@ -29,7 +30,7 @@ def render_env(env: Env, probe: Mapping[str, Any] | None = None) -> Table:
     table = Table(title="fusebench environment", show_header=False)
     table.add_column("key", style="bold")
     table.add_column("value", overflow="fold")  # fold, not truncate: the BLAS path is the point
-    for key, value in env.items():
+    for key, value in to_mapping(env).items():
         table.add_row(key, Text(_format_value(key, value)))  # Text: paths may contain [markup]
     if probe:
         table.add_row(

@@ -8,7 +8,7 @@ from pathlib import Path
 
 from ...analysis import stats
 from ...analysis.study import Study, cell_labels, on, ordered_workloads
-from ...core.headers import BuildInfo
+from ...core.header import BuildFields
 from .. import plots
 from ..document import Block, Bullets, Figure, Heading, Table
 from ..format import format_tps
@@ -77,7 +77,7 @@ def builds_section(context: ReportContext) -> list[Block]:
     return blocks
 
 
-def build_line(name: str, build: BuildInfo) -> str:
+def build_line(name: str, build: BuildFields) -> str:
     """ "reference: mlx 0.31.2 (/path/python), commit abc": a build of another environment is named
     by it."""
     commit = f"commit {build.short_commit}" + (" (uncommitted changes)" if build.dirty else "")

@@ -6,7 +6,7 @@ import re
 from collections.abc import Callable, Sequence
 
 from ...analysis.study import Study
-from ...core.headers import EnvInfo, RunInfo, ScheduleChoiceInfo
+from ...core.header import Env, RunHeader, ScheduleChoice
 from ...core.records import Clock, Stopping
 from ...core.spec import Schedule
 
@@ -15,17 +15,17 @@ def slug(text: str) -> str:
     return re.sub(r"[^A-Za-z0-9.]+", "-", text).strip("-").lower()
 
 
-def environment_line(envs: Sequence[EnvInfo]) -> str:
+def environment_line(envs: Sequence[Env]) -> str:
     """device, backend, BLAS, mlx version and commit; values that differ between runs are all
     listed."""
 
-    def values(render: Callable[[EnvInfo], str]) -> str:
+    def values(render: Callable[[Env], str]) -> str:
         return " / ".join(dict.fromkeys(render(env) for env in envs)) or "?"
 
-    def commit(env: EnvInfo) -> str:
+    def commit(env: Env) -> str:
         return env.commit[:7] + (" (dirty)" if env.git_dirty else "")
 
-    def threads(env: EnvInfo) -> str:
+    def threads(env: Env) -> str:
         return f"{env.threads or '?'} of {env.cores or '?'} cores"
 
     return (
@@ -36,7 +36,7 @@ def environment_line(envs: Sequence[EnvInfo]) -> str:
     )
 
 
-def threads_note(runs: Sequence[RunInfo]) -> str | None:
+def threads_note(runs: Sequence[RunHeader]) -> str | None:
     """How a CPU run's BLAS thread count was chosen: measured on its machine (`threads: auto`, with
     the figures that decided it), or set by the experiment."""
     run = runs[0] if runs else None
@@ -56,7 +56,7 @@ def threads_note(runs: Sequence[RunInfo]) -> str | None:
     )
 
 
-def design_note(runs: Sequence[RunInfo]) -> str | None:
+def design_note(runs: Sequence[RunHeader]) -> str | None:
     """How the rounds were laid out in time and which interval the table shows; None for runs
     from before either was recorded (their intervals are confidence sequences)."""
     run = runs[0] if runs else None
@@ -79,7 +79,7 @@ def design_note(runs: Sequence[RunInfo]) -> str | None:
     return f"Rounds: {how} ({choice.reason}). Intervals: {interval}. {_clock_sentence(choice)}"
 
 
-def _clock_sentence(choice: ScheduleChoiceInfo) -> str:
+def _clock_sentence(choice: ScheduleChoice) -> str:
     reason = f" ({choice.clock_reason})" if choice.clock_reason else ""
     if choice.clock == Clock.CPU:
         return (
@@ -89,7 +89,7 @@ def _clock_sentence(choice: ScheduleChoiceInfo) -> str:
     return f"Clock: wall{reason}."
 
 
-def weights_note(runs: Sequence[RunInfo]) -> str | None:
+def weights_note(runs: Sequence[RunHeader]) -> str | None:
     """Which weights a Hugging Face repo id named: the snapshot's commit of each, so a result says
     exactly what ran."""
     repos = {repo: commit for run in runs for repo, commit in run.repos.items()}
@@ -104,7 +104,7 @@ def plot_caption(study: Study, machine: str) -> str:
     return envs_caption(study.envs(machine))
 
 
-def envs_caption(envs: Sequence[EnvInfo]) -> str:
+def envs_caption(envs: Sequence[Env]) -> str:
     return f"Measured on {envs[0].hostname}: {environment_line(envs)}"
 
 

@@ -16,7 +16,7 @@ from ...analysis.study import (
     ordered_workloads,
     rooflines,
 )
-from ...core.headers import PeakInfo
+from ...core.header import Peak
 from ...core.records import Column
 from ..document import Block, Bullets, Heading, Paragraph, Table
 from ..format import format_rate
@@ -56,7 +56,7 @@ def roofline_section(context: ReportContext) -> list[Block]:
     return blocks
 
 
-def _peaks(study: Study, timed: pd.DataFrame) -> list[PeakInfo | None]:
+def _peaks(study: Study, timed: pd.DataFrame) -> list[Peak | None]:
     """The distinct peaks the runs of these trials were held against (one, unless runs measured it
     apart)."""
     return list(
@@ -67,7 +67,7 @@ def _peaks(study: Study, timed: pd.DataFrame) -> list[PeakInfo | None]:
     )
 
 
-def describe_peak(peak: PeakInfo | None) -> str:
+def describe_peak(peak: Peak | None) -> str:
     if not peak:
         return (
             "none known (a CPU run without a probe, or a device missing "
@@ -84,7 +84,7 @@ def describe_peak(peak: PeakInfo | None) -> str:
     ]
     return (
         f"{peak.name}: {', '.join(figures) or 'no figures'} "
-        f"(source: {peak.source}; confidence: {peak.confidence})"
+        f"(source: {peak.source}; confidence: {peak.confidence or '?'})"
     )
 
 

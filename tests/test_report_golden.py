@@ -1,0 +1,26 @@
+"""Reports of committed results files, byte for byte as the release before records were declared
+once (core.header) wrote them: how records are declared, written and read may change; what a report
+says of a file may not, unless on purpose (then rewrite tests/fixtures/report-digests.json with
+`python tests/golden_reports.py FILE...`, and say why in the commit).
+
+The files cover every record kind and header part: formats 1-3 and an ops run, a duet on the CPU
+clock with its load samples, two environments (run --against-env), an mlx-lm model from the hub
+with its kernel facts and switched names. Every committed results file was compared once, when
+the declarations changed (tests/golden_reports.py over results/)."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import pytest
+from golden_reports import report_digests
+
+ROOT = Path(__file__).resolve().parent.parent
+DIGESTS = json.loads((ROOT / "tests" / "fixtures" / "report-digests.json").read_text())
+
+
+@pytest.mark.parametrize("name", sorted(DIGESTS))
+def test_a_committed_file_reports_as_it_did(name, monkeypatch):
+    monkeypatch.chdir(ROOT)  # the report names its sources as given: relative to the checkout
+    assert report_digests(Path(name)) == DIGESTS[name]
