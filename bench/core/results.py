@@ -15,6 +15,7 @@ from __future__ import annotations
 
 import json
 import os
+from collections import Counter
 from collections.abc import Iterable, Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -40,6 +41,7 @@ from .records import (
     SiteRecord,
     Stopping,
     header_format,
+    require_fields,
     upgrade,
 )
 from .typed import from_mapping
@@ -121,7 +123,7 @@ class Results:
         """Add another file's records, leaving out those this one already holds.
 
         Duplicates are dropped, not refused: the same file given twice (`report a.jsonl a.jsonl`), a
-        copy of it, or a baseline saved from it (`baseline save` keeps the run_id and the records)
+        copy of it, or a file `baseline save` wrote from it (it kept the run_id and the records)
         holds the same records again, and counting them twice would double every step count and
         narrow every interval. A record is the same when its JSON is, so the rounds of one run that
         only one of the files holds (a later resume) are all kept; identical lines inside one file
@@ -257,3 +259,17 @@ def results_fingerprint(results: Results, path: Path) -> Fingerprint:
             f"({' | '.join(map(str, prints))}); keep one machine per file"
         )
     return prints[0]
+
+
+def require_timed_trials(results: Results, path: Path) -> list[Record]:
+    """The timed trial records, each with the fields the comparisons key on; none at all is an error
+    naming the file."""
+    trials = results.of_kind("trial")
+    require_fields(path, trials, "trial")
+    timed = [r for r in trials if not r[Column.WARMUP]]
+    if not timed:
+        found = ", ".join(
+            f"{n} {kind}" for kind, n in Counter(r["kind"] for r in results.records).items()
+        )
+        raise ResultsError(f"{path}: no timed trial records (found {found})")
+    return timed

@@ -1,20 +1,20 @@
-"""bench.analysis.history: the prediction bound a fusion's speedup is gated against, pinned and
-simulated."""
+"""bench.analysis.speedups: the prediction bound a fusion's speedup is gated against, pinned and
+simulated, and the stored speedups read back from the history's points."""
 
 from __future__ import annotations
 
 import math
 
 import numpy as np
-import pandas as pd
 import pytest
 
-from bench.analysis.history import SpeedupHistory, histories, run_speedups
+from bench.analysis.speedups import PastSpeedups, past_speedups
+from bench.core.history import HistoryPoint, HistoryRun, Series
 
 
-def history(speedups: list[float]) -> SpeedupHistory:
-    return SpeedupHistory(
-        "m", "E2B", "pp128 tg4 b1", "compiled/baseline", "prefill", tuple(speedups)
+def history(speedups: list[float]) -> PastSpeedups:
+    return PastSpeedups(
+        "m", "E2B", "pp128 tg4 b1", "compiled vs baseline", "prefill", tuple(speedups)
     )
 
 
@@ -65,34 +65,24 @@ def test_four_rows_together_fail_an_unchanged_run_at_most_2_5_percent_of_the_tim
     assert 0.015 < rate < 0.028, rate
 
 
-def test_run_speedups_pair_within_rounds_and_histories_collect_one_per_run():
-    def run(run_id: str, factor: float) -> pd.DataFrame:
-        rows = []
-        for r, load in enumerate([1.0, 0.8, 1.2, 0.9]):  # load moves both variants of a round alike
-            for variant, speed in (("baseline", 100.0), ("compiled", 110.0 * factor)):
-                rows.append(
-                    {
-                        "machine": "x",
-                        "size": "E2B",
-                        "model_key": "m",
-                        "workload": "w",
-                        "run_id": run_id,
-                        "cell": "m|w",
-                        "variant": variant,
-                        "round": r,
-                        "warmup": False,
-                        "prefill_tps": speed * load,
-                        "gen_tps": speed * load / 50,
-                    }
-                )
-        return pd.DataFrame(rows)
+def test_past_speedups_are_the_comparison_points_one_per_run_in_the_runs_order():
+    def run(run_id: str) -> HistoryRun:
+        return HistoryRun(run_id, "cpu · m", "vm", "ci", "c", None, None, None, "r.jsonl", "t")
 
-    one = run_speedups(run("a", 1.0), [("baseline", "compiled")])
-    assert list(one.comparison) == ["compiled/baseline"] * 2 and list(one.metric) == [
-        "prefill",
-        "gen",
+    def point(run_id: str, series: Series, metric: str, value: float) -> HistoryPoint:
+        return HistoryPoint(
+            run_id, "cpu · m", series, "m", "E2B", "w", "compiled vs baseline", metric,
+            value, value - 1.0, value + 1.0, 8,
+        )  # fmt: skip
+
+    points = [
+        point("b", Series.COMPARISON, "prefill", -1.0),
+        point("a", Series.COMPARISON, "prefill", 10.0),
+        point("a", Series.RATE, "prefill", 300.0),  # a rate, not a speedup
+        point("other", Series.COMPARISON, "prefill", 50.0),  # not one of the runs asked for
+        point("a", Series.COMPARISON, "gen", 5.0),
     ]
-    assert list(one.speedup) == pytest.approx([1.1, 1.1])
-    collected = histories([run("a", 1.0), run("b", 0.9)], [("baseline", "compiled")])
-    assert [(h.metric, h.runs) for h in collected] == [("prefill", 2), ("gen", 2)]
-    assert collected[0].speedups == pytest.approx((1.1, 0.99))
+    found = past_speedups([run("a"), run("b")], points)
+    assert [(p.metric, p.runs) for p in found] == [("prefill", 2), ("gen", 1)]
+    assert found[0].speedups == pytest.approx((1.10, 0.99))
+    assert found[0].key == ("m", "w", "compiled vs baseline", "prefill")
