@@ -20,7 +20,7 @@ from bench.commands import calibrate as calibrate_command
 from bench.commands import main
 from bench.core.errors import UserError
 from bench.core.fingerprint import Fingerprint
-from bench.core.history import HistoryStore
+from bench.core.history import HistoryRun, HistoryStore
 
 OLD_FILES = Path(__file__).parent / "fixtures" / "old-stores"  # written by baseline save, calibrate
 MODEL_KEY = "e2b:layers=2:float32:none"
@@ -680,6 +680,26 @@ def test_an_unknown_name_is_bad_input_listing_the_names(workdir: Path, baseline:
     assert code == 2 and out == "" and err.count("\n") == 1
     assert "--baseline nosuch: no such results file, and no run of that name" in err
     assert "(names: cpu-ci)" in err
+
+
+def test_a_name_on_a_run_added_before_trials_were_kept_says_how_to_mend_it(workdir: Path, capsys):
+    # A store made before it kept records: the run and a name, nothing else.
+    current = results_file(workdir / "now.jsonl")
+    machine = "cpu · Test CPU · openblas · Test CPU"
+    old = HistoryRun("r0", machine, "vm", "ci", "?", None, None, None, "old.jsonl", "t")
+    store = HistoryStore("results/history.sqlite")
+    store.add(old, [])
+    store.name("cpu-ci", old, "t")
+    code, _, err = run(["check", str(current), "--baseline", "cpu-ci"], capsys)
+    assert code == 2 and err.count("\n") == 1
+    assert "holds run r0 without its trials" in err and "history add old.jsonl" in err
+
+
+def test_a_noise_file_without_speedups_has_nothing_to_add(workdir: Path, capsys):
+    noise = noise_file(workdir / "noise.json", mde_pct=3.0)
+    code, _, err = run(["history", "add", str(noise)], capsys)
+    assert code == 2 and err.count("\n") == 1
+    assert "noise.json: no speedups to add" in err
 
 
 def test_a_file_baseline_save_wrote_still_reads_and_imports(workdir: Path, capsys):

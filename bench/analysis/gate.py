@@ -23,7 +23,7 @@ The checks, each used when its input is there:
     fingerprint and a calibration of it says what it can resolve: run-to-run tok/s on a shared VM
     moves by tens of percent;
   - speedup: for each comparison the experiment declares, the per-round speedup new/baseline (paired
-    within a round, so load that slows a whole run cancels) against the baseline file's; this
+    within a round, so load that slows a whole run cancels) against the remembered run's; this
     catches a fusion that stops paying off.
   A cell fails only when its whole CI lies beyond the allowed slowdown; a point estimate alone never
   fails. Cells in only one of the files are listed as missing or new, never failed. The baseline
@@ -62,7 +62,13 @@ import pandas as pd
 from ..core.fingerprint import Fingerprint, MachineMismatchError
 from ..core.history import HistoryPoint, HistoryStore, Series
 from ..core.records import Clock, Column, ResultsError
-from ..core.results import Results, read_results, require_timed_trials, results_fingerprint
+from ..core.results import (
+    Results,
+    kept_results,
+    read_results,
+    require_timed_trials,
+    results_fingerprint,
+)
 from ..core.spec import DEFAULT_MARGIN_PCT, Experiment, parse_experiment
 from . import stats
 from .drift import entries
@@ -168,7 +174,7 @@ class Finding:
     variant: str
     metric: str
     status: Status = Status.WITHIN_LIMIT
-    # the reference value: baseline file's median, or the baseline variant's
+    # the reference value: the remembered run's median, or the baseline variant's
     baseline: float = math.nan
     current: float = math.nan
     ci: stats.RatioCI | None = None
@@ -682,7 +688,7 @@ def remembered_run(
             f"--baseline {baseline}: the history holds run {run.run_id} without its trials "
             f"(added before they were kept); add it again: fusebench history add {run.source}"
         )
-    return Results(records=records)
+    return kept_results(records)
 
 
 def _baseline_file(path: Path) -> Results:

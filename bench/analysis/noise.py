@@ -6,9 +6,9 @@ round by round), keeping each run in results/scratch/ (or, with --from, takes ru
 already made on this machine), then compares every variant with itself in each way `fusebench check`
 compares, so each of the check's limits gets a noise band measured the way the check measures:
 - run_to_run_tps: each run against each other run, cell by cell, unpaired (ratio of medians,
-  bootstrap CI): the check of a variant's tok/s against a stored baseline;
+  bootstrap CI): the check of a variant's tok/s against a remembered run (check --baseline);
 - run_to_run_speedup: the same for each comparison's per-round speedup (new/baseline paired within a
-  round): the check of a fusion's speedup against the stored baseline's;
+  round): the check of a fusion's speedup against the remembered run's;
 - within_run: inside one run, even rounds against odd rounds, paired (stats.compare's A/A): an
   expectation such as "compiled no more than 5% slower than baseline".
 Nothing changed between the two sides, so every Δ seen is noise. An A/A pair has no direction, so
@@ -294,6 +294,11 @@ def noise_entries(noise: Noise, added_at: str) -> list[Entry]:
     speedup of every row): each run's COMPARISON points, without the interval, rates or trials
     the file never kept (rounds 0), at an unknown commit. Their ids come from the speedups, so
     adding the file twice changes nothing."""
+    if not noise.old_speedups:
+        raise NoiseFileError(
+            f"{noise.path}: no speedups to add (a noise file holds its A/A bands only since "
+            "calibrate adds its runs to the history)"
+        )
     digest = hashlib.sha256(repr(noise.old_speedups).encode()).hexdigest()[:12]
     machine = str(noise.fingerprint)
     found = []

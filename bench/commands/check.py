@@ -92,7 +92,7 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument(
         "--allow-other-machine",
         action="store_true",
-        help="compare against a baseline or noise file from another machine fingerprint",
+        help="compare against a remembered run or noise file from another machine fingerprint",
     )
     add_store_argument(parser)
 

@@ -198,12 +198,8 @@ def _read_file(path: Path, warn: Any) -> Results:
         if record is None:
             results.corrupt_lines.append(f"{path}:{number}")
             continue
-        if record["kind"] == "run":
-            formats.setdefault(record.get("run_id", ""), header_format(record))
-        # A record whose run has no header in this file has nothing to say which format it is: taken
-        # as today's.
         try:
-            results.records.append(upgrade(record, formats.get(record.get("run_id", ""), FORMAT)))
+            results.records.append(_upgraded(record, formats))
         except ResultsError as err:
             raise ResultsError(f"{path}:{number}: {err}") from None
     if not results.records:
@@ -211,6 +207,21 @@ def _read_file(path: Path, warn: Any) -> Results:
     if warn and results.corrupt_lines:
         warn(_corrupt_summary(path, results.corrupt_lines))
     return results
+
+
+def kept_results(records: Iterable[Record]) -> Results:
+    """Records kept elsewhere than in a results file (the history's), upgraded as a file's are."""
+    formats: dict[str, int] = {}
+    return Results(records=[_upgraded(record, formats) for record in records])
+
+
+def _upgraded(record: Record, formats: dict[str, int]) -> Record:
+    """A record in today's shape, from the format its run's header (read before it) names."""
+    if record["kind"] == "run":
+        formats.setdefault(record.get("run_id", ""), header_format(record))
+    # A record whose run has no header before it has nothing to say which format it is: taken as
+    # today's.
+    return upgrade(record, formats.get(record.get("run_id", ""), FORMAT))
 
 
 def _corrupt_summary(path: Path, where: list[str]) -> str:
