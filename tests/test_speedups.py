@@ -12,14 +12,14 @@ from bench.analysis.speedups import PastSpeedups, past_speedups
 from bench.core.history import HistoryPoint, HistoryRun, Series
 
 
-def history(speedups: list[float]) -> PastSpeedups:
+def stored(speedups: list[float]) -> PastSpeedups:
     return PastSpeedups(
         "m", "E2B", "pp128 tg4 b1", "compiled vs baseline", "prefill", tuple(speedups)
     )
 
 
 def test_expected_and_bound_by_hand():
-    past = history([1.10, 1.12, 1.08, 1.11, 1.09, 1.10, 1.13, 1.07, 1.10, 1.10])
+    past = stored([1.10, 1.12, 1.08, 1.11, 1.09, 1.10, 1.13, 1.07, 1.10, 1.10])
     logs = np.log(past.speedups)
     assert past.expected == pytest.approx(math.exp(logs.mean()))
     assert past.sd_pct == pytest.approx(100 * logs.std(ddof=1))
@@ -31,7 +31,7 @@ def test_expected_and_bound_by_hand():
     assert past.prediction_pct(rows=4) == pytest.approx(
         100 * (1 - math.exp(-3.1109 * logs.std(ddof=1) * math.sqrt(1.1))), rel=1e-4
     )
-    assert math.isnan(history([1.1]).prediction_pct())
+    assert math.isnan(stored([1.1]).prediction_pct())
 
 
 @pytest.mark.parametrize("k", [10, 30])
@@ -43,7 +43,7 @@ def test_an_unchanged_run_falls_below_the_bound_in_2_5_percent_of_cases(k: int):
     logs = np.log(1.1) + 0.03 * rng.standard_normal((cases, k + 1))
     below = 0
     for row in logs:
-        past = history(list(np.exp(row[:k])))
+        past = stored(list(np.exp(row[:k])))
         below += (math.exp(row[k]) / past.expected - 1) * 100 < -past.prediction_pct()
     rate = below / cases
     assert abs(rate - 0.025) < 0.004, rate  # 20 000 cases: binomial SD 0.11%
@@ -55,7 +55,7 @@ def test_four_rows_together_fail_an_unchanged_run_at_most_2_5_percent_of_the_tim
     logs = 0.03 * rng.standard_normal((cases, rows, k + 1))
     failed = 0
     for case in logs:
-        pasts = [history(list(np.exp(row[:k]))) for row in case]
+        pasts = [stored(list(np.exp(row[:k]))) for row in case]
         failed += any(
             (math.exp(row[k]) / past.expected - 1) * 100 < -past.prediction_pct(rows=rows)
             for row, past in zip(case, pasts, strict=True)
