@@ -697,8 +697,8 @@ def _baseline_file(path: Path) -> Results:
     results = read_results([path])
     if results.corrupt_lines:
         raise ResultsError(
-            f"{results.corrupt_lines[0]}: corrupt line in baseline; keep the run in the history "
-            "instead: fusebench history add RESULTS --name NAME"
+            f"{results.corrupt_lines[0]}: corrupt line in baseline; keep the run's own results "
+            "file in the history instead: fusebench history add RESULTS --name NAME"
         )
     results_fingerprint(results, path)
     require_timed_trials(results, path)
@@ -709,16 +709,16 @@ def speedups_against_history(
     results: Results,
     path: Path,
     store: HistoryStore,
+    machine: Fingerprint,
     experiments: Sequence[str],
     tolerance_pct: float,
     notes: list[str],
 ) -> list[Finding]:
     """This run's speedups against those of the history's runs of the same experiment on the same
     machine (never the run itself, where it was added already)."""
-    machine = str(results_fingerprint(results, path))
     runs = [
         run
-        for run in store.runs(machine)
+        for run in store.runs(str(machine))
         if run.experiment in experiments and run.run_id not in results.runs
     ]
     if not runs:
@@ -729,7 +729,7 @@ def speedups_against_history(
         for entry in entries(results, str(path), lambda commit: (None, None), "")
         for point in entry.points
     ]
-    past = past_speedups(runs, store.points(machine))
+    past = past_speedups(runs, store.points(str(machine)))
     labels = cell_names([current_build(results.frame("trial"))])
     return history_findings(current, past, tolerance_pct, labels)
 
@@ -797,7 +797,7 @@ def run_check(args: CheckRequest) -> Outcome:
         findings += expectation_findings(exp, *scoped, noise)
     names = [exp.name for exp, _ in experiments]
     findings += speedups_against_history(
-        results, args.results, store, names, args.max_regression, notes
+        results, args.results, store, machine, names, args.max_regression, notes
     )
     if not any(f.check in SPEED_CHECKS for f in findings):
         findings += ungated_speed(results, args.results, findings, notes)
