@@ -1,5 +1,5 @@
-"""`fusebench check`, `baseline save` and `calibrate` on synthetic results written to tmp_path: no
-model runs."""
+"""`fusebench check`, `calibrate` and the named runs of `history add --name` on synthetic results
+written to tmp_path: no model runs."""
 
 from __future__ import annotations
 
@@ -18,10 +18,11 @@ from bench.analysis import noise as calibrate
 from bench.analysis.gate import Status
 from bench.commands import calibrate as calibrate_command
 from bench.commands import main
-from bench.core.baselines import save_baseline
 from bench.core.errors import UserError
 from bench.core.fingerprint import Fingerprint
+from bench.core.history import HistoryRun, HistoryStore
 
+OLD_FILES = Path(__file__).parent / "fixtures" / "old-stores"  # written by baseline save, calibrate
 MODEL_KEY = "e2b:layers=2:float32:none"
 SIZE = "E2B (2/35 layers)"
 WORKLOAD = "pp128 tg4 b1"
@@ -133,15 +134,21 @@ def run(argv: list[str], capsys: pytest.CaptureFixture[str]) -> tuple[int, str, 
 
 @pytest.fixture
 def workdir(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Path:
-    """Baselines and noise files go to results/baselines/ under the current directory: make that
-    tmp_path."""
+    """The history (results/history.sqlite) and noise files (results/baselines/) go under the
+    current directory: make that tmp_path."""
     monkeypatch.chdir(tmp_path)
     return tmp_path
 
 
+def remember(path: Path, name: str, capsys: pytest.CaptureFixture[str]) -> str:
+    """The run of a results file, kept in the history under `name`."""
+    assert run(["history", "add", str(path), "--name", name], capsys)[0] == 0
+    return name
+
+
 @pytest.fixture
-def baseline(workdir: Path) -> Path:
-    return save_baseline(results_file(workdir / "base-run.jsonl"), "cpu-ci")
+def baseline(workdir: Path, capsys: pytest.CaptureFixture[str]) -> str:
+    return remember(results_file(workdir / "base-run.jsonl"), "cpu-ci", capsys)
 
 
 def noise_file(path: Path, mde_pct: float, machine: dict[str, str] | None = None) -> Path:
@@ -167,7 +174,7 @@ def noise_file(path: Path, mde_pct: float, machine: dict[str, str] | None = None
 # --- against a baseline ---------------------------------------------------------------------------
 
 
-def test_twenty_percent_slower_cell_fails_and_is_named(workdir: Path, baseline: Path, capsys):
+def test_twenty_percent_slower_cell_fails_and_is_named(workdir: Path, baseline: str, capsys):
     current = results_file(workdir / "now.jsonl", scale={("compiled", "prefill"): 0.8})
     # this machine calibrated: tok/s may fail
     noise = noise_file(workdir / "noise.json", mde_pct=3.0)
@@ -183,7 +190,7 @@ def test_twenty_percent_slower_cell_fails_and_is_named(workdir: Path, baseline: 
     assert failed.count("•") == 2 and "sdpa" not in failed and " gen:" not in failed
 
 
-def test_tok_s_without_a_calibration_is_information_only(workdir: Path, baseline: Path, capsys):
+def test_tok_s_without_a_calibration_is_information_only(workdir: Path, baseline: str, capsys):
     current = results_file(workdir / "now.jsonl", scale={("compiled", "prefill"): 0.8})
     code, out, _ = run(
         ["check", str(current), "--baseline", str(baseline), "--format", "json"], capsys
@@ -196,7 +203,7 @@ def test_tok_s_without_a_calibration_is_information_only(workdir: Path, baseline
     assert code == 1 and verdicts["speedup", "compiled/baseline", "prefill"]["failed"]
 
 
-def test_identical_file_passes(workdir: Path, baseline: Path, capsys):
+def test_identical_file_passes(workdir: Path, baseline: str, capsys):
     code, out, _ = run(
         ["check", str(results_file(workdir / "now.jsonl")), "--baseline", str(baseline)], capsys
     )
@@ -204,7 +211,7 @@ def test_identical_file_passes(workdir: Path, baseline: Path, capsys):
     assert "fusebench check: passed, 0 of 10 verdicts failed" in out
 
 
-def test_one_percent_slowdown_inside_the_noise_passes(workdir: Path, baseline: Path, capsys):
+def test_one_percent_slowdown_inside_the_noise_passes(workdir: Path, baseline: str, capsys):
     slower = {(v, m): 0.99 for v in SPEED for m in ("prefill", "gen")}
     code, out, _ = run(
         [
@@ -219,7 +226,7 @@ def test_one_percent_slowdown_inside_the_noise_passes(workdir: Path, baseline: P
     assert "-1.0%" in out
 
 
-def test_worst_offenders_come_first(workdir: Path, baseline: Path, capsys):
+def test_worst_offenders_come_first(workdir: Path, baseline: str, capsys):
     scale = {("sdpa", "gen"): 0.9, ("compiled", "prefill"): 0.7, ("baseline", "prefill"): 1.1}
     code, out, _ = run(
         [
@@ -242,7 +249,7 @@ def test_cells_in_one_file_only_are_listed_not_failed(workdir: Path, capsys):
     base_path = results_file(workdir / "base-run.jsonl")
     lines = [line for line in base_path.read_text().splitlines() if '"variant": "sdpa"' not in line]
     base_path.write_text("\n".join(lines) + "\n")
-    baseline = save_baseline(base_path, "no-sdpa")
+    baseline = remember(base_path, "no-sdpa", capsys)
     code, out, _ = run(
         ["check", str(results_file(workdir / "now.jsonl")), "--baseline", str(baseline)], capsys
     )
@@ -250,7 +257,7 @@ def test_cells_in_one_file_only_are_listed_not_failed(workdir: Path, capsys):
     assert "new (not in the baseline)" in out
 
 
-def test_other_machine_is_refused_unless_allowed(workdir: Path, baseline: Path, capsys):
+def test_other_machine_is_refused_unless_allowed(workdir: Path, baseline: str, capsys):
     current = results_file(
         workdir / "now.jsonl",
         env={
@@ -274,7 +281,7 @@ def test_other_machine_is_refused_unless_allowed(workdir: Path, baseline: Path, 
     assert "baseline from another machine" in out
 
 
-def test_a_new_hostname_is_the_same_machine(workdir: Path, baseline: Path, capsys):
+def test_a_new_hostname_is_the_same_machine(workdir: Path, baseline: str, capsys):
     current = results_file(workdir / "now.jsonl", env={"hostname": "ci-runner-2"})
     assert run(["check", str(current), "--baseline", str(baseline)], capsys)[0] == 0
 
@@ -319,7 +326,7 @@ def test_a_plain_run_passes_on_correctness_and_says_speed_was_not_gated(workdir:
         ["check", str(results_file(workdir / "now.jsonl")), "--format", "json"], capsys
     )
     (note,) = [note for note in json.loads(out)["notes"] if "speed not gated" in note]
-    assert "run --against REF" in note and "--baseline FILE" in note
+    assert "run --against REF" in note and "--baseline NAME" in note
     bad = results_file(workdir / "bad.jsonl", failing_variant="sdpa")
     assert run(["check", str(bad)], capsys)[0] == 1
 
@@ -344,15 +351,15 @@ def test_a_file_without_trials_is_still_nothing_to_check(workdir: Path, capsys):
 
 
 @pytest.mark.parametrize("threshold", ["abc", "-1", "100", "150%"])
-def test_bad_threshold_is_usage_error(workdir: Path, baseline: Path, capsys, threshold: str):
+def test_bad_threshold_is_usage_error(workdir: Path, baseline: str, capsys, threshold: str):
     code, _, err = run(
-        ["check", str(baseline), "--baseline", str(baseline), "--max-regression", threshold], capsys
+        ["check", "base-run.jsonl", "--baseline", baseline, "--max-regression", threshold], capsys
     )
     assert code == 2
     assert "--max-regression" in err
 
 
-def test_threshold_accepts_a_percent_sign(workdir: Path, baseline: Path, capsys):
+def test_threshold_accepts_a_percent_sign(workdir: Path, baseline: str, capsys):
     current = results_file(workdir / "now.jsonl", scale={("compiled", "prefill"): 0.8})
     code, out, _ = run(
         ["check", str(current), "--baseline", str(baseline), "--max-regression", "30%"], capsys
@@ -439,7 +446,7 @@ def test_invalid_expectation_in_the_header_is_bad_input(workdir: Path, capsys):
     assert "now.jsonl (run header: experiments/ci.yaml):" in err and "nosuch" in err
 
 
-def test_baseline_and_expectations_together(workdir: Path, baseline: Path, capsys):
+def test_baseline_and_expectations_together(workdir: Path, baseline: str, capsys):
     bad = results_file(workdir / "bad.jsonl", experiment=ALL_CORRECT, failing_variant="compiled")
     code, out, _ = run(["check", str(bad), "--baseline", str(baseline)], capsys)
     assert code == 1
@@ -449,9 +456,7 @@ def test_baseline_and_expectations_together(workdir: Path, baseline: Path, capsy
 # --- output formats -------------------------------------------------------------------------------
 
 
-def test_json_holds_verdicts_and_github_action_benchmark_list(
-    workdir: Path, baseline: Path, capsys
-):
+def test_json_holds_verdicts_and_github_action_benchmark_list(workdir: Path, baseline: str, capsys):
     current = results_file(
         workdir / "now.jsonl", scale={("compiled", "prefill"): 0.8}, experiment=ALL_CORRECT
     )
@@ -494,7 +499,7 @@ def test_json_holds_verdicts_and_github_action_benchmark_list(
     assert len(gab) == 3 * 2 + 2 * 2  # tok/s of 3 variants and 2 speedups, prefill and gen each
 
 
-def test_markdown_is_a_pasteable_table(workdir: Path, baseline: Path, capsys):
+def test_markdown_is_a_pasteable_table(workdir: Path, baseline: str, capsys):
     code, out, _ = run(
         [
             "check",
@@ -517,7 +522,7 @@ def test_markdown_is_a_pasteable_table(workdir: Path, baseline: Path, capsys):
 # --- noise calibration ----------------------------------------------------------------------------
 
 
-def test_noise_band_raises_the_limit_and_says_so(workdir: Path, baseline: Path, capsys):
+def test_noise_band_raises_the_limit_and_says_so(workdir: Path, baseline: str, capsys):
     current = results_file(workdir / "now.jsonl", scale={("compiled", "prefill"): 0.8})
     noise = noise_file(workdir / "noise.json", mde_pct=25.0)
     code, out, _ = run(
@@ -528,7 +533,7 @@ def test_noise_band_raises_the_limit_and_says_so(workdir: Path, baseline: Path, 
     assert f"noise band: {noise} (5 runs of ci)" in out
 
 
-def test_threshold_binds_when_above_the_noise(workdir: Path, baseline: Path, capsys):
+def test_threshold_binds_when_above_the_noise(workdir: Path, baseline: str, capsys):
     current = results_file(workdir / "now.jsonl", scale={("compiled", "prefill"): 0.8})
     noise = noise_file(workdir / "noise.json", mde_pct=3.0)
     code, out, _ = run(
@@ -549,7 +554,7 @@ def test_threshold_binds_when_above_the_noise(workdir: Path, baseline: Path, cap
 
 
 def test_a_small_slowdown_fails_a_zero_threshold_but_not_the_noise_band(
-    workdir: Path, baseline: Path, capsys
+    workdir: Path, baseline: str, capsys
 ):
     current = results_file(
         workdir / "now.jsonl", scale={(v, m): 0.95 for v in SPEED for m in ("prefill", "gen")}
@@ -589,7 +594,7 @@ def test_a_small_slowdown_fails_a_zero_threshold_but_not_the_noise_band(
     assert "(noise)" in out
 
 
-def test_this_machines_noise_file_is_found_automatically(workdir: Path, baseline: Path, capsys):
+def test_this_machines_noise_file_is_found_automatically(workdir: Path, baseline: str, capsys):
     machine = Fingerprint(backend="cpu", device="Test CPU", blas="openblas", cpu="Test CPU")
     path = noise_file(calibrate.default_noise_path(machine), mde_pct=30.0)
     assert path == Path("results/baselines/noise-cpu-openblas-test-cpu.json")
@@ -599,78 +604,117 @@ def test_this_machines_noise_file_is_found_automatically(workdir: Path, baseline
     assert f"noise band: {path}" in out
 
 
-def test_noise_from_another_machine_is_refused(workdir: Path, baseline: Path, capsys):
+def test_noise_from_another_machine_is_refused(workdir: Path, baseline: str, capsys):
     noise = noise_file(
         workdir / "noise.json",
         5.0,
         {"backend": "metal", "device": "M3", "blas": "accelerate", "cpu": "M3"},
     )
     code, _, err = run(
-        ["check", str(baseline), "--baseline", str(baseline), "--noise", str(noise)], capsys
+        ["check", "base-run.jsonl", "--baseline", baseline, "--noise", str(noise)], capsys
     )
     assert code == 2
     assert "noise calibrated on metal · M3" in err
 
 
 @pytest.mark.parametrize("text", ["", "{}", "[1, 2]", '{"kind": "fusebench-noise"}'])
-def test_malformed_noise_file_exits_2(workdir: Path, baseline: Path, capsys, text: str):
+def test_malformed_noise_file_exits_2(workdir: Path, baseline: str, capsys, text: str):
     path = workdir / "noise.json"
     path.write_text(text)
     code, _, err = run(
-        ["check", str(baseline), "--baseline", str(baseline), "--noise", str(path)], capsys
+        ["check", "base-run.jsonl", "--baseline", baseline, "--noise", str(path)], capsys
     )
     assert code == 2 and err.count("\n") == 1
     assert str(path) in err
 
 
-# --- baseline save --------------------------------------------------------------------------------
+# --- named runs: history add --name, and what baseline save wrote ---------------------------------
 
 
-def test_baseline_save_writes_header_with_fingerprint_and_timed_trials(workdir: Path, capsys):
+def test_baseline_save_is_retired_and_names_its_replacement(workdir: Path, capsys):
     source = results_file(workdir / "run.jsonl")
-    code, out, _ = run(["baseline", "save", str(source), "--name", "cpu-ci"], capsys)
-    assert code == 0
-    assert "wrote results/baselines/cpu-ci.jsonl" in out
-    records = [
-        json.loads(line) for line in Path("results/baselines/cpu-ci.jsonl").read_text().splitlines()
-    ]
-    assert records[0]["kind"] == "run"
-    assert records[0]["baseline"]["fingerprint"] == {
-        "backend": "cpu",
-        "device": "Test CPU",
-        "blas": "openblas",
-        "cpu": "Test CPU",
-    }
-    assert {r["kind"] for r in records[1:]} == {"trial"}
-    # warmups and correctness records are left behind
-    assert len(records) == 1 + len(SPEED) * len(JITTER)
+    code, out, err = run(["baseline", "save", str(source), "--name", "cpu-ci"], capsys)
+    assert code == 2 and out == "" and err.count("\n") == 1
+    assert "fusebench baseline is retired" in err and "history add RESULTS --name NAME" in err
+    assert not Path("results").exists()
 
 
-def test_baseline_save_refuses_to_overwrite_unless_forced(workdir: Path, capsys):
-    source = results_file(workdir / "run.jsonl")
-    assert run(["baseline", "save", str(source), "--name", "cpu-ci"], capsys)[0] == 0
-    code, _, err = run(["baseline", "save", str(source), "--name", "cpu-ci"], capsys)
-    assert code == 2
-    assert "exists; pass --force" in err
-    assert run(["baseline", "save", str(source), "--name", "cpu-ci", "--force"], capsys)[0] == 0
+def test_history_add_names_the_run_and_a_second_naming_moves_the_name(workdir: Path, capsys):
+    first = results_file(workdir / "a.jsonl", run_id="ra")
+    second = results_file(workdir / "b.jsonl", run_id="rb")
+    code, out, _ = run(["history", "add", str(first), "--name", "cpu-ci"], capsys)
+    assert code == 0 and "1 run(s) added" in out and "cpu-ci: run ra" in out
+    code, out, _ = run(["history", "add", str(second), "--name", "cpu-ci"], capsys)
+    assert code == 0 and "cpu-ci: run rb" in out and "(was run ra)" in out
+    (named,) = HistoryStore("results/history.sqlite").named("cpu-ci").values()
+    assert named.run_id == "rb"
+    # the run's header and timed trials are kept, its warmups and correctness records left behind
+    kinds = [r["kind"] for r in HistoryStore("results/history.sqlite").records(named)]
+    assert kinds == ["run"] + ["trial"] * len(SPEED) * len(JITTER)
 
 
 @pytest.mark.parametrize("name", ["../evil", "a/b", "..", ""])
-def test_baseline_name_with_path_separators_is_bad_input(workdir: Path, capsys, name: str):
+def test_a_name_with_path_separators_is_bad_input(workdir: Path, capsys, name: str):
     code, _, err = run(
-        ["baseline", "save", str(results_file(workdir / "run.jsonl")), "--name", name], capsys
+        ["history", "add", str(results_file(workdir / "run.jsonl")), "--name", name], capsys
     )
-    assert code == 2
+    assert code == 2 and err.count("\n") == 1
     assert "no path separators" in err
-    assert not Path("results/baselines").exists() or not any(Path("results/baselines").iterdir())
+    assert not Path("results/history.sqlite").exists()
 
 
-def test_baseline_save_of_a_file_without_trials_is_bad_input(workdir: Path, capsys):
-    source = workdir / "run.jsonl"
-    source.write_text(results_file(source).read_text().splitlines()[0] + "\n")
-    code, _, err = run(["baseline", "save", str(source), "--name", "x"], capsys)
-    assert code == 2
-    assert "no timed trial records" in err
+def test_a_name_takes_one_file_of_one_run(workdir: Path, capsys):
+    a, b = (results_file(workdir / f"{n}.jsonl", run_id=n) for n in "ab")
+    code, _, err = run(["history", "add", str(a), str(b), "--name", "x"], capsys)
+    assert code == 2 and "give the one results file" in err
+    both = workdir / "both.jsonl"
+    both.write_text(a.read_text() + b.read_text())
+    code, _, err = run(["history", "add", str(both), "--name", "x"], capsys)
+    assert code == 2 and "the file holds 2 run(s)" in err
+    code, _, err = run(["history", "show", "--name", "x"], capsys)
+    assert code == 2 and "takes no results files or --name" in err
+
+
+def test_an_unknown_name_is_bad_input_listing_the_names(workdir: Path, baseline: str, capsys):
+    code, out, err = run(["check", "base-run.jsonl", "--baseline", "nosuch"], capsys)
+    assert code == 2 and out == "" and err.count("\n") == 1
+    assert "--baseline nosuch: no such results file, and no run of that name" in err
+    assert "(names: cpu-ci)" in err
+
+
+def test_a_name_on_a_run_added_before_trials_were_kept_says_how_to_mend_it(workdir: Path, capsys):
+    # A store made before it kept records: the run and a name, nothing else.
+    current = results_file(workdir / "now.jsonl")
+    machine = "cpu · Test CPU · openblas · Test CPU"
+    old = HistoryRun("r0", machine, "vm", "ci", "?", None, None, None, "old.jsonl", "t")
+    store = HistoryStore("results/history.sqlite")
+    store.add(old, [])
+    store.name("cpu-ci", old, "t")
+    code, _, err = run(["check", str(current), "--baseline", "cpu-ci"], capsys)
+    assert code == 2 and err.count("\n") == 1
+    assert "holds run r0 without its trials" in err and "history add old.jsonl" in err
+
+
+def test_a_noise_file_without_speedups_has_nothing_to_add(workdir: Path, capsys):
+    noise = noise_file(workdir / "noise.json", mde_pct=3.0)
+    code, _, err = run(["history", "add", str(noise)], capsys)
+    assert code == 2 and err.count("\n") == 1
+    assert "noise.json: no speedups to add" in err
+
+
+def test_a_file_baseline_save_wrote_still_reads_and_imports(workdir: Path, capsys):
+    # Written by `baseline save` before the history kept named runs (tests/fixtures/old-stores).
+    old = OLD_FILES / "baseline-save-cpu-ci.jsonl"
+    current = results_file(workdir / "now.jsonl", scale={("compiled", "prefill"): 0.8})
+    by_file = run(["check", str(current), "--baseline", str(old), "--format", "json"], capsys)
+    assert run(["history", "add", str(old), "--name", "cpu-ci"], capsys)[0] == 0
+    by_name = run(["check", str(current), "--baseline", "cpu-ci", "--format", "json"], capsys)
+    assert by_file[0] == by_name[0] == 1
+    verdicts = [json.loads(out)["verdicts"] for _, out, _ in (by_file, by_name)]
+    assert verdicts[0] == verdicts[1]
+    assert {(v["check"], v["variant"]) for v in verdicts[0] if v["failed"]} == {
+        ("speedup", "compiled/baseline")
+    }
 
 
 # --- calibrate (the runs themselves stubbed: synthetic files instead of model runs) ---------------
@@ -710,6 +754,9 @@ def test_calibrate_writes_noise_bands_from_aa_comparisons(
     assert (speedup.mde_pct, speedup.max_aa_slowdown_pct, speedup.comparisons) == (0.0, 0.0, 3 * 2)
     assert noise.band("within_run", "prefill").comparisons == 3 * len(SPEED)
     assert json.loads(path.read_text())["experiment"]["name"] == "ci"
+    # the runs themselves go to the history, where check holds later speedups against them
+    assert out.count("1 run(s) added") == 3
+    assert [r.run_id for r in HistoryStore("results/history.sqlite").runs()] == ["r0", "r1", "r2"]
 
 
 def test_calibrate_from_existing_runs(workdir: Path, capsys):
@@ -758,7 +805,7 @@ def test_every_input_error_is_a_user_error():
         assert issubclass(error, UserError)
 
 
-# --- a fusion's speedup against its calibration history -------------------------------------------
+# --- a fusion's speedup against the history's runs ------------------------------------------------
 
 
 def calibration_runs(workdir: Path, factors: list[float]) -> list[Path]:
@@ -791,9 +838,9 @@ def test_a_speedup_is_gated_against_its_history(workdir: Path, capsys, factor: f
         if v["check"] == "history"
     }
     assert set(rows) == {
-        (c, m) for c in ("compiled/baseline", "sdpa/baseline") for m in ("prefill", "gen")
+        (c, m) for c in ("compiled vs baseline", "sdpa vs baseline") for m in ("prefill", "gen")
     }
-    row = rows["compiled/baseline", "prefill"]
+    row = rows["compiled vs baseline", "prefill"]
     assert row["baseline"] == pytest.approx(1.1, rel=1e-3) and row["current"] == pytest.approx(
         1.1 * factor
     )
@@ -812,7 +859,7 @@ def test_a_wide_history_sets_the_limit(workdir: Path, capsys):
     row = next(
         v
         for v in json.loads(out)["verdicts"]
-        if (v["check"], v["variant"], v["metric"]) == ("history", "compiled/baseline", "prefill")
+        if (v["check"], v["variant"], v["metric"]) == ("history", "compiled vs baseline", "prefill")
     )
     sd = float(np.std(np.log(wide), ddof=1))
     bound = 100 * (1 - math.exp(-3.1109 * sd * math.sqrt(1.1)))  # t(9, 1 - 0.025 / 4 rows) = 3.1109
@@ -832,6 +879,36 @@ def test_a_short_history_is_reported_never_failed(workdir: Path, capsys):
     rows = [v for v in json.loads(out)["verdicts"] if v["check"] == "history"]
     assert code == 0 and rows and not any(v["failed"] for v in rows)
     assert {v["verdict"] for v in rows} == {"needs more stored runs"}
+
+
+def test_a_run_the_history_holds_is_not_held_against_itself(workdir: Path, capsys):
+    runs = calibration_runs(workdir, WANDER)
+    assert run(["history", "add", *map(str, runs)], capsys)[0] == 0
+    # the last run, checked after it was added: the 9 others are its history
+    code, out, _ = run(["check", str(runs[-1]), "--format", "json"], capsys)
+    rows = [v for v in json.loads(out)["verdicts"] if v["check"] == "history"]
+    assert code == 0 and rows and all("of 9 runs" in v["note"] for v in rows)
+    assert {v["verdict"] for v in rows} == {"needs more stored runs"}
+
+
+def test_an_old_noise_files_speedups_import_into_the_history(workdir: Path, capsys):
+    # Written by calibrate before its runs went to the history: the bands still read as they were,
+    # and `history add` takes the speedups it kept, one run per calibration run.
+    old = OLD_FILES / "noise-with-speedup-history.json"
+    assert calibrate.load_noise(old).band("within_run", "prefill").mde_pct == 0.0
+    code, out, _ = run(["history", "add", str(old)], capsys)
+    assert code == 0 and "10 run(s) added" in out
+    assert "0 run(s) added, 10 already held" in run(["history", "add", str(old)], capsys)[1]
+    current = results_file(workdir / "now.jsonl", scale={("compiled", "prefill"): 0.9})
+    code, out, _ = run(["check", str(current), "--noise", str(old), "--format", "json"], capsys)
+    row = next(
+        v
+        for v in json.loads(out)["verdicts"]
+        if (v["check"], v["variant"], v["metric"]) == ("history", "compiled vs baseline", "prefill")
+    )
+    # the same gate as the ten calibration runs themselves give (test_a_speedup_is_gated_...)
+    assert code == 1 and row["failed"] and row["baseline"] == pytest.approx(1.1, rel=1e-3)
+    assert "from the mean of 10 runs" in row["note"]
 
 
 # --- the A/B gate: a current build that stalls ----------------------------------------------------

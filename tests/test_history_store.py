@@ -43,6 +43,14 @@ def _round_trip(store: HistoryStore) -> None:
     assert store.runs() == runs
     assert sorted(p.value for p in store.points()) == [-3.0, -0.5]
     assert store.points()[0].series is Series.BUILD
+    # a run's records, and its name: what check --baseline NAME reads back
+    records = [{"kind": "run", "run_id": "c"}, {"kind": "trial", "run_id": "c", "round": 0}]
+    named = _run("c", "c3", "2026-01-03T00:00:00Z")
+    assert store.add(named, [], records) and store.records(named) == records
+    assert store.name("cpu-ci", runs[0], "t") is None
+    assert store.name("cpu-ci", named, "t") == "a"  # moved from run a
+    assert store.named("cpu-ci") == {"cpu · m": named} and store.names() == ["cpu-ci"]
+    assert store.records(runs[0]) == []  # added without records
 
 
 def test_sqlite_round_trip_and_adding_twice_changes_nothing(tmp_path):

@@ -49,6 +49,7 @@ def files(tmp_path: Path) -> dict[str, Path]:
         "UTF16": utf16,
         "DIR": tmp_path,
         "MISSING": tmp_path / "missing.jsonl",
+        "STORE": tmp_path / "history.sqlite",
         "PLUGIN": bad_plugin,
         "UNKNOWN_OP": unknown_op,
         "NOISE": noise,
@@ -96,9 +97,17 @@ CASES = {
         ["check", "GOOD", "--max-regression", "150"],
         "below 100%",
     ),
-    "baseline save with a path as name": (
-        ["baseline", "save", "GOOD", "--name", "../x"],
+    "history add with a path as name": (
+        ["history", "add", "GOOD", "--name", "../x", "--store", "STORE"],
         "--name '../x'",
+    ),
+    "baseline save, retired": (
+        ["baseline", "save", "GOOD", "--name", "x"],
+        "retired; the history keeps named runs: fusebench history add RESULTS --name NAME",
+    ),
+    "check --baseline of an unknown name": (
+        ["check", "GOOD", "--baseline", "nosuch", "--store", "STORE"],
+        "--baseline nosuch: no such results file, and no run of that name in the history",
     ),
     "kernels of an unknown size": (
         ["kernels", "--sizes", "e9b"],

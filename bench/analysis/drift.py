@@ -22,7 +22,7 @@ from scipy.special import stdtrit
 
 from ..core.fingerprint import fingerprint
 from ..core.history import HistoryPoint, HistoryRun, Series
-from ..core.records import METRIC_COLUMNS, METRICS, Column
+from ..core.records import METRIC_COLUMNS, METRICS, Column, Record
 from ..core.results import Results
 from . import stats
 from .changepoints import Steps, find_steps, log_point
@@ -35,10 +35,12 @@ PARENT = "parent"
 
 @dataclass(frozen=True)
 class Entry:
-    """One run ready for the store: the run and its points."""
+    """One run ready for the store: the run, its points, and its header and timed trials (what
+    `check --baseline` compares with)."""
 
     run: HistoryRun
     points: list[HistoryPoint]
+    records: list[Record]
 
 
 def entries(results: Results, source: str, describe: Describe, added_at: str) -> list[Entry]:
@@ -64,8 +66,19 @@ def entries(results: Results, source: str, describe: Describe, added_at: str) ->
             *_comparisons(timed, study.planned, study.margin_pct),
             *_builds(builds, study.margin_pct),
         ]
-        found.append(Entry(run, [replace(p, run_id=run_id, machine=machine) for p in points]))
+        points = [replace(p, run_id=run_id, machine=machine) for p in points]
+        found.append(Entry(run, points, _kept_records(results, run_id)))
     return found
+
+
+def _kept_records(results: Results, run_id: str) -> list[Record]:
+    """The run's header(s) and timed trials, of both builds: what a stored baseline held."""
+    return [
+        r
+        for r in results.records
+        if r.get(Column.RUN_ID) == run_id
+        and (r["kind"] == "run" or (r["kind"] == "trial" and not r.get(Column.WARMUP)))
+    ]
 
 
 def _run_builds(build_trials: pd.DataFrame, run_id: str) -> pd.DataFrame:
@@ -115,14 +128,22 @@ def _comparisons(
         for baseline, new in planned
         for row in stats.compare(timed, baseline, new, METRICS, margin_pct=margin_pct)
     ]
-    return [_delta(Series.COMPARISON, f"{row.new} vs {row.baseline}", row) for row in rows]
+    return _measured(
+        [_delta(Series.COMPARISON, f"{row.new} vs {row.baseline}", row) for row in rows]
+    )
 
 
 def _builds(build_trials: pd.DataFrame, margin_pct: float) -> list[HistoryPoint]:
     if build_trials.empty:
         return []
     rows = stats.compare_builds(build_trials, margin_pct=margin_pct)
-    return [_delta(Series.BUILD, row.variant, row) for row in rows]
+    return _measured([_delta(Series.BUILD, row.variant, row) for row in rows])
+
+
+def _measured(points: list[HistoryPoint]) -> list[HistoryPoint]:
+    """The points with a figure and an interval: a variant missing from a run, or one paired round,
+    gives neither, and is not a point of the series."""
+    return [p for p in points if all(map(math.isfinite, (p.value, p.low, p.high)))]
 
 
 def _delta(series: Series, name: str, row: stats.Comparison) -> HistoryPoint:

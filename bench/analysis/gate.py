@@ -15,21 +15,23 @@ The checks, each used when its input is there:
   in the same job. A row also fails when the current build stalls (analysis.inference, "Stalls":
   significantly more outlier rounds against it than against the reference), whatever its Δ: a path
   that sometimes re-traces or falls back is a regression the mean can hide.
-- Against a stored baseline (`fusebench baseline save`), cell by cell (model x size x workload x
-  variant x metric):
+- Against a remembered run (`--baseline NAME`: a run the history holds under a name given with
+  `fusebench history add --name`, on this machine; or a results file, as `baseline save` wrote
+  them), cell by cell (model x size x workload x variant x metric):
   - tok/s: the ratio of medians current/baseline with a bootstrap CI, unpaired, since the runs share
     no rounds. This is information, never a failure, unless the baseline comes from this machine
     fingerprint and a calibration of it says what it can resolve: run-to-run tok/s on a shared VM
     moves by tens of percent;
   - speedup: for each comparison the experiment declares, the per-round speedup new/baseline (paired
-    within a round, so load that slows a whole run cancels) against the baseline file's; this
+    within a round, so load that slows a whole run cancels) against the remembered run's; this
     catches a fusion that stops paying off.
   A cell fails only when its whole CI lies beyond the allowed slowdown; a point estimate alone never
   fails. Cells in only one of the files are listed as missing or new, never failed. The baseline
   must come from the same machine fingerprint (backend, device, BLAS, CPU model) unless
   --allow-other-machine.
-- A fusion's speedup against its history: the speedups of the calibration runs stored in this
-  machine's noise file, from 10 runs on (bench.analysis.history).
+- A fusion's speedup against the history: the speedups of the runs of the same experiment on this
+  machine that the history holds (`history add`, `calibrate`), from 10 runs on
+  (bench.analysis.speedups).
 - The expectations the experiment declares (`expect:` in its YAML, read back from the results' run
   header):
   "new no more than X% slower than baseline on a metric" (paired rounds, stats.compare), and "all
@@ -57,15 +59,22 @@ from typing import Any
 
 import pandas as pd
 
-from ..core.baselines import load_baseline, require_timed_trials
 from ..core.fingerprint import Fingerprint, MachineMismatchError
+from ..core.history import HistoryPoint, HistoryStore, Series
 from ..core.records import Clock, Column, ResultsError
-from ..core.results import Results, read_results, results_fingerprint
+from ..core.results import (
+    Results,
+    kept_results,
+    read_results,
+    require_timed_trials,
+    results_fingerprint,
+)
 from ..core.spec import DEFAULT_MARGIN_PCT, Experiment, parse_experiment
 from . import stats
-from .history import MIN_RUNS, SpeedupHistory, run_speedups
+from .drift import entries
 from .inference import STALLS_NEW, Verdict, interval_verdict, slower_beyond
 from .noise import Noise, default_noise_path, load_noise
+from .speedups import MIN_RUNS, PastSpeedups, past_speedups, speedup
 from .stats import SEED, Comparison, Stalls
 from .stopping import Goal
 from .study import CorrectnessCheck, cell_labels, correctness_checks, current_build, ordered_cells
@@ -75,9 +84,9 @@ MIN_VALUES_FOR_CI = 3
 
 
 class Check(StrEnum):
-    """The kinds of check: tok/s and speedup against the baseline file, the experiment's
+    """The kinds of check: tok/s and speedup against the remembered run, the experiment's
     expectations, correctness, the current build against the reference build, and a speedup against
-    its history."""
+    the history's runs."""
 
     TPS = "tps"
     SPEEDUP = "speedup"
@@ -113,7 +122,7 @@ class Status(StrEnum):
     NEW = "new"  # not in the baseline
     MISSING = "missing"  # not in the current results
     TOO_FEW_VALUES = "too few values"  # fewer than MIN_VALUES_FOR_CI values for a CI
-    NEEDS_HISTORY = "needs more stored runs"  # fewer than history.MIN_RUNS calibration runs
+    NEEDS_HISTORY = "needs more stored runs"  # fewer than speedups.MIN_RUNS runs in the history
     WITHIN_HISTORY = "within history"
     # the interval reaches across the limit: neither within it nor beyond it
     CANNOT_TELL = "cannot tell"
@@ -133,7 +142,7 @@ class Bound(StrEnum):
 
     THRESHOLD = "threshold"  # the requested --max-regression
     NOISE = "noise"  # the calibrated minimum detectable effect
-    HISTORY = "history"  # the speedup history's prediction bound
+    HISTORY = "history"  # the prediction bound of the history's speedups
 
 
 @dataclass(frozen=True)
@@ -165,7 +174,7 @@ class Finding:
     variant: str
     metric: str
     status: Status = Status.WITHIN_LIMIT
-    # the reference value: baseline file's median, or the baseline variant's
+    # the reference value: the remembered run's median, or the baseline variant's
     baseline: float = math.nan
     current: float = math.nan
     ci: stats.RatioCI | None = None
@@ -338,42 +347,44 @@ def tps_information(
 
 
 def history_findings(
-    trials: pd.DataFrame,
-    comparisons: Sequence[tuple[str, str]],
-    history: Sequence[SpeedupHistory],
+    current: Sequence[HistoryPoint],
+    past: Sequence[PastSpeedups],
     tolerance_pct: float,
+    labels: dict[tuple[str, str, str], str],
 ) -> list[Finding]:
-    """Each comparison's speedup in this run against the calibration runs' (bench.analysis.history):
-    it fails when it falls below their geometric mean by more than max(tolerance, the prediction
-    bound, Bonferroni over the rows gated), and only from MIN_RUNS stored runs on."""
-    stored = {h.key: h for h in history}
-    labels = cell_names([trials])
+    """Each comparison's speedup in this run (its COMPARISON points, as the history would store
+    them) against the history's runs (bench.analysis.speedups): it fails when it falls below their
+    geometric mean by more than max(tolerance, the prediction bound, Bonferroni over the rows
+    gated), and only from MIN_RUNS stored runs on."""
+    stored = {p.key: p for p in past}
     measured = [
-        (row, stored.get((row.model_key, row.workload, row.comparison, row.metric)))
-        for row in run_speedups(trials, comparisons).itertuples()
+        (point, stored.get((point.model_key, point.workload, point.name, point.metric)))
+        for point in current
+        if point.series == Series.COMPARISON
     ]
     # Bonferroni over these rows
     gated = sum(1 for _, past in measured if past and past.runs >= MIN_RUNS)
     findings = []
-    for row, past in measured:
+    for point, past in measured:
         if past is None:
             continue
+        now = speedup(point)
         base = Finding(
             Check.HISTORY,
-            labels[row.model_key, row.size, row.workload],
-            row.comparison,
-            row.metric,
+            labels[point.model_key, point.size, point.workload],
+            point.name,
+            point.metric,
             baseline=past.expected,
-            current=row.speedup,
+            current=now,
         )
-        delta_pct = (row.speedup / past.expected - 1.0) * 100.0
+        delta_pct = (now / past.expected - 1.0) * 100.0
         facts = f"Δ {delta_pct:+.1f}% from the mean of {past.runs} runs (SD {past.sd_pct:.1f}%)"
         if past.runs < MIN_RUNS:
             findings.append(
                 replace(
                     base,
                     status=Status.NEEDS_HISTORY,
-                    note=f"{facts}; fusebench calibrate --runs {MIN_RUNS}",
+                    note=f"{facts}; add runs: fusebench history add, or calibrate",
                 )
             )
             continue
@@ -636,7 +647,7 @@ def ungated_speed(
     require_timed_trials(results, path)
     notes.append(
         "speed not gated (no reference build, baseline or history to compare with): gate it with "
-        "run --against REF, or check --baseline FILE"
+        "run --against REF, or check --baseline NAME"
     )
     if any(f.check == Check.CORRECT for f in findings):
         return []  # expect: all_correct already judged them
@@ -644,18 +655,94 @@ def ungated_speed(
     if correctness.empty:
         raise CheckError(
             f"{path}: nothing to check: no correctness records, "
-            "and speed needs --baseline FILE or a run --against file"
+            "and speed needs --baseline NAME or a run --against file"
         )
     return correctness_findings(correctness_checks(correctness), cell_names([correctness]))
 
 
+def remembered_run(
+    baseline: str, store: HistoryStore, machine: Fingerprint, allow_other_machine: bool
+) -> Results:
+    """--baseline: the results file at that path where there is one (a file `baseline save` wrote
+    is one), else the run the history holds under that name on this machine."""
+    if Path(baseline).is_file():
+        return _baseline_file(Path(baseline))
+    named = store.named(baseline)
+    run = named.get(str(machine))
+    if run is None and named and not allow_other_machine:
+        raise MachineMismatchError(
+            f"--baseline {baseline}: the history's run of that name was measured on "
+            f"{' | '.join(named)}, the results on {machine}; pass --allow-other-machine "
+            "to compare anyway"
+        )
+    if run is None and not named:
+        raise CheckError(
+            f"--baseline {baseline}: no such results file, and no run of that name in the history "
+            f"{store.where} (names: {', '.join(store.names()) or 'none'}); "
+            f"name one with fusebench history add RESULTS --name {baseline}"
+        )
+    run = run or next(iter(named.values()))
+    records = store.records(run)
+    if not records:
+        raise CheckError(
+            f"--baseline {baseline}: the history holds run {run.run_id} without its trials "
+            f"(added before they were kept); add it again: fusebench history add {run.source}"
+        )
+    return kept_results(records)
+
+
+def _baseline_file(path: Path) -> Results:
+    """A baseline file must be intact: a corrupt line means it was truncated or hand-edited, so
+    nothing in it is trusted."""
+    results = read_results([path])
+    if results.corrupt_lines:
+        raise ResultsError(
+            f"{results.corrupt_lines[0]}: corrupt line in baseline; keep the run's own results "
+            "file in the history instead: fusebench history add RESULTS --name NAME"
+        )
+    results_fingerprint(results, path)
+    require_timed_trials(results, path)
+    return results
+
+
+def speedups_against_history(
+    results: Results,
+    path: Path,
+    store: HistoryStore,
+    machine: Fingerprint,
+    experiments: Sequence[str],
+    tolerance_pct: float,
+    notes: list[str],
+) -> list[Finding]:
+    """This run's speedups against those of the history's runs of the same experiment on the same
+    machine (never the run itself, where it was added already)."""
+    runs = [
+        run
+        for run in store.runs(str(machine))
+        if run.experiment in experiments and run.run_id not in results.runs
+    ]
+    if not runs:
+        return []
+    notes.append(f"history: {store.where} ({len(runs)} earlier run(s) on this machine)")
+    current = [
+        point
+        for entry in entries(results, str(path), lambda commit: (None, None), "")
+        for point in entry.points
+    ]
+    past = past_speedups(runs, store.points(str(machine)))
+    labels = cell_names([current_build(results.frame("trial"))])
+    return history_findings(current, past, tolerance_pct, labels)
+
+
 @dataclass(frozen=True)
 class CheckRequest:
-    """What `fusebench check` was asked: the results to judge, and against what."""
+    """What `fusebench check` was asked: the results to judge, and against what (the history
+    `store` holds the named runs --baseline takes and the runs each speedup is gated against)."""
 
     results: Path
     max_regression: float
-    baseline: Path | None = None
+    store: str
+    baseline: str | None = None
     noise: Path | None = None
     allow_other_machine: bool = False
 
@@ -682,9 +769,10 @@ def run_check(args: CheckRequest) -> Outcome:
     findings: list[Finding] = []
     if len(trials) != len(all_trials):
         findings += build_findings(results, all_trials, args, notes)
+    store = HistoryStore(args.store)
     if args.baseline:
-        baseline = load_baseline(args.baseline)
-        baseline_machine = results_fingerprint(baseline, args.baseline)
+        baseline = remembered_run(args.baseline, store, machine, args.allow_other_machine)
+        baseline_machine = results_fingerprint(baseline, Path(args.baseline))
         if baseline_machine != machine:
             if not args.allow_other_machine:
                 raise MachineMismatchError(
@@ -707,13 +795,10 @@ def run_check(args: CheckRequest) -> Outcome:
             for frame in (trials, current_build(results.frame("correctness")))
         ]
         findings += expectation_findings(exp, *scoped, noise)
-    if noise and noise.history:
-        if all(exp.name == noise.experiment for exp, _ in experiments):
-            findings += history_findings(trials, comparisons, noise.history, args.max_regression)
-        else:
-            notes.append(
-                f"speedup history not used: it was stored for experiment {noise.experiment}"
-            )
+    names = [exp.name for exp, _ in experiments]
+    findings += speedups_against_history(
+        results, args.results, store, machine, names, args.max_regression, notes
+    )
     if not any(f.check in SPEED_CHECKS for f in findings):
         findings += ungated_speed(results, args.results, findings, notes)
     notes += [

@@ -6,9 +6,9 @@ round by round), keeping each run in results/scratch/ (or, with --from, takes ru
 already made on this machine), then compares every variant with itself in each way `fusebench check`
 compares, so each of the check's limits gets a noise band measured the way the check measures:
 - run_to_run_tps: each run against each other run, cell by cell, unpaired (ratio of medians,
-  bootstrap CI): the check of a variant's tok/s against a stored baseline;
+  bootstrap CI): the check of a variant's tok/s against a remembered run (check --baseline);
 - run_to_run_speedup: the same for each comparison's per-round speedup (new/baseline paired within a
-  round): the check of a fusion's speedup against the stored baseline's;
+  round): the check of a fusion's speedup against the remembered run's;
 - within_run: inside one run, even rounds against odd rounds, paired (stats.compare's A/A): an
   expectation such as "compiled no more than 5% slower than baseline".
 Nothing changed between the two sides, so every Δ seen is noise. An A/A pair has no direction, so
@@ -31,6 +31,7 @@ neighbour's job running throughout); on a shared machine whose load changes over
 from __future__ import annotations
 
 import dataclasses
+import hashlib
 import itertools
 import json
 from dataclasses import asdict, dataclass
@@ -40,19 +41,22 @@ from typing import Any, TypedDict
 import numpy as np
 import pandas as pd
 
-from ..core.baselines import BASELINE_DIR
 from ..core.fingerprint import Fingerprint
 from ..core.header import StoredExperiment
+from ..core.history import HistoryPoint, HistoryRun, Series
 from ..core.records import Column, ResultsError, utc_now
 from ..core.results import read_results, results_fingerprint
 from ..core.spec import Experiment, parse_experiment
 from ..core.typed import from_mapping
 from . import stats
-from .history import SpeedupHistory, histories
+from .drift import Entry
+from .speedups import PastSpeedups
 from .stats import SEED
 from .study import current_build
 
 NOISE_KIND = "fusebench-noise"
+NOISE_DIR = Path("results/baselines")  # where noise files have always been
+UNKNOWN_COMMIT = "?"
 SCOPES = ("run_to_run_tps", "run_to_run_speedup", "within_run")
 
 
@@ -77,15 +81,16 @@ class Noise:
     experiment: str
     runs: int
     bands: dict[str, dict[str, Band]]  # scope -> metric -> band
-    # each calibration run's speedups (bench.analysis.history)
-    history: tuple[SpeedupHistory, ...] = ()
+    # a file written before calibrate added its runs to the history kept their speedups here;
+    # `history add NOISE` imports them (noise_entries)
+    old_speedups: tuple[PastSpeedups, ...] = ()
 
     def band(self, scope: str, metric: str) -> Band | None:
         return self.bands.get(scope, {}).get(metric)
 
 
 def default_noise_path(machine: Fingerprint) -> Path:
-    return BASELINE_DIR / f"noise-{machine.slug}.json"
+    return NOISE_DIR / f"noise-{machine.slug}.json"
 
 
 # --- A/A comparisons ------------------------------------------------------------------------------
@@ -170,17 +175,14 @@ def noise_bands(aa: pd.DataFrame) -> dict[str, dict[str, Band]]:
 
 @dataclass(frozen=True)
 class Calibration:
-    """What calibrate measured: the runs' machine, their A/A comparisons, and each run's
-    speedups."""
+    """What calibrate measured: the runs' machine and their A/A comparisons."""
 
     machine: Fingerprint
     aa: pd.DataFrame
-    history: list[SpeedupHistory]
 
 
 class NoiseRecord(TypedDict):
-    """The noise file (load_noise reads it back): its bands as Band's fields, its history as
-    SpeedupHistory's."""
+    """The noise file (load_noise reads it back): its bands as Band's fields."""
 
     kind: str  # NOISE_KIND
     fingerprint: dict[str, str]
@@ -189,7 +191,6 @@ class NoiseRecord(TypedDict):
     results: list[str]
     created_at: str
     bands: dict[str, dict[str, dict[str, float]]]  # scope -> metric -> Band
-    speedup_history: list[dict[str, object]]
 
 
 @dataclass(frozen=True)
@@ -200,7 +201,7 @@ class _StoredNoise:
     experiment: StoredExperiment
     runs: int
     bands: dict[str, dict[str, Band]]  # scope -> metric -> Band
-    speedup_history: tuple[SpeedupHistory, ...] = ()
+    speedup_history: tuple[PastSpeedups, ...] = ()  # files written before the history held them
 
 
 def noise_record(exp: Experiment, sources: list[Path], calibration: Calibration) -> NoiseRecord:
@@ -215,7 +216,6 @@ def noise_record(exp: Experiment, sources: list[Path], calibration: Calibration)
             scope: {m: asdict(b) for m, b in by_metric.items()}
             for scope, by_metric in noise_bands(calibration.aa).items()
         },
-        speedup_history=[asdict(h) for h in calibration.history],
     )
 
 
@@ -240,7 +240,7 @@ def load_noise(path: Path) -> Noise:
             experiment=str(stored.experiment.name),
             runs=int(stored.runs),
             bands={scope: stored.bands.get(scope, {}) for scope in SCOPES},
-            history=stored.speedup_history,
+            old_speedups=stored.speedup_history,
         )
     except (KeyError, TypeError, AttributeError) as err:
         raise NoiseFileError(
@@ -271,9 +271,8 @@ def experiment_of_runs(paths: list[Path]) -> Experiment:
 
 
 def calibrate_from(paths: list[Path], comparisons: list[tuple[str, str]]) -> Calibration:
-    """The machine the runs were measured on, every A/A comparison among them, and each run's
-    speedups. From a run --against file only the current build counts: the reference build is
-    another tree."""
+    """The machine the runs were measured on and every A/A comparison among them. From a run
+    --against file only the current build counts: the reference build is another tree."""
     machines = []
     runs = []
     for path in paths:
@@ -284,4 +283,42 @@ def calibrate_from(paths: list[Path], comparisons: list[tuple[str, str]]) -> Cal
         raise ResultsError(
             f"calibration runs came from different machines: {' | '.join(map(str, set(machines)))}"
         )
-    return Calibration(machines[0], aa_comparisons(runs, comparisons), histories(runs, comparisons))
+    return Calibration(machines[0], aa_comparisons(runs, comparisons))
+
+
+# --- noise files written before the history held the calibration runs ----------------------------
+
+
+def noise_entries(noise: Noise, added_at: str) -> list[Entry]:
+    """An old noise file's stored speedups as history runs, one per calibration run (the i-th
+    speedup of every row): each run's COMPARISON points, without the interval, rates or trials
+    the file never kept (rounds 0), at an unknown commit. Their ids come from the speedups, so
+    adding the file twice changes nothing."""
+    if not noise.old_speedups:
+        raise NoiseFileError(
+            f"{noise.path}: no speedups to add (a noise file holds its A/A bands only since "
+            "calibrate adds its runs to the history)"
+        )
+    digest = hashlib.sha256(repr(noise.old_speedups).encode()).hexdigest()[:12]
+    machine = str(noise.fingerprint)
+    found = []
+    for i in range(max((past.runs for past in noise.old_speedups), default=0)):
+        run_id = f"noise-{digest}-{i + 1:02d}"
+        run = HistoryRun(
+            run_id, machine, machine, noise.experiment, UNKNOWN_COMMIT, None, None, None,
+            str(noise.path), added_at,
+        )  # fmt: skip
+        points = [_old_point(run_id, machine, past, i) for past in noise.old_speedups]
+        found.append(Entry(run, [p for p in points if p is not None], []))
+    return found
+
+
+def _old_point(run_id: str, machine: str, past: PastSpeedups, i: int) -> HistoryPoint | None:
+    if i >= past.runs:
+        return None
+    new, baseline = past.comparison.split("/", 1)  # the file named a comparison "new/baseline"
+    delta_pct = (past.speedups[i] - 1.0) * 100.0
+    return HistoryPoint(
+        run_id, machine, Series.COMPARISON, past.model_key, past.size, past.workload,
+        f"{new} vs {baseline}", past.metric, delta_pct, delta_pct, delta_pct, 0,
+    )  # fmt: skip

@@ -16,9 +16,8 @@ from types import ModuleType
 
 from rich.console import Console
 
-from ..core.errors import INPUT_ERRORS
+from ..core.errors import INPUT_ERRORS, UserError
 from . import (
-    baseline,
     bisect,
     calibrate,
     check,
@@ -60,12 +59,17 @@ COMMANDS: dict[str, ModuleType] = {
     "report": report,
     "project": project,
     "check": check,
-    "baseline": baseline,
     "calibrate": calibrate,
     "ops": ops,
     "bisect": bisect,
     "history": history,
     "publish": publish,
+}
+
+# Commands that were retired, and the one line that names what replaced each.
+RETIRED = {
+    "baseline": "the history keeps named runs: fusebench history add RESULTS --name NAME, then "
+    "fusebench check RESULTS --baseline NAME",
 }
 
 
@@ -93,7 +97,23 @@ def build_parser() -> argparse.ArgumentParser:
         )
         module.add_arguments(sub)
         sub.set_defaults(main=module.main)
+    for name, replacement in RETIRED.items():
+        # no help: a retired command is left out of the list, and answers with its replacement
+        retired = commands.add_parser(name, add_help=False)
+        retired.add_argument("anything", nargs=argparse.REMAINDER)
+        retired.set_defaults(main=_retired(name, replacement))
     return parser
+
+
+class RetiredCommandError(UserError):
+    """A command that was retired; the message names what replaced it."""
+
+
+def _retired(name: str, replacement: str):
+    def main(args: argparse.Namespace, console: Console) -> int:
+        raise RetiredCommandError(f"fusebench {name} is retired; {replacement}")
+
+    return main
 
 
 def main(argv: list[str] | None = None) -> int:

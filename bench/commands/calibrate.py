@@ -2,10 +2,11 @@
 
 Runs the experiment N times back to back (or takes runs already made, with --from), compares every
 variant with itself in each way `fusebench check` compares, and stores the noise per scope and
-metric in results/baselines/noise-<machine>.json, where check finds it, with each run's speedup per
-comparison: from 10 runs on, check fails a fusion whose speedup falls below that history's
-prediction bound. On a shared machine whose load changes over the day, calibrate --from runs spread
-over that day, or the band comes out too narrow.
+metric in results/baselines/noise-<machine>.json, where check finds it. The runs themselves go into
+the history (--store), as `fusebench history add` adds them: from 10 runs of the experiment on this
+machine on, check fails a fusion whose speedup falls below their prediction bound. On a shared
+machine whose load changes over the day, calibrate --from runs spread over that day, or the band
+comes out too narrow.
 
 examples:
   fusebench calibrate                      the shipped ci experiment, 10 runs, one after another
@@ -24,6 +25,7 @@ from rich.console import Console
 from rich.text import Text
 
 from .args import at_least
+from .history import add_store_argument, add_to_history
 
 if TYPE_CHECKING:
     from ..core.spec import Experiment
@@ -63,6 +65,7 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
         metavar="FILE",
         help="noise file (default: results/baselines/noise-<machine>.json, where check looks)",
     )
+    add_store_argument(parser)
 
 
 def main(args: argparse.Namespace, console: Console) -> int:
@@ -76,10 +79,12 @@ def main(args: argparse.Namespace, console: Console) -> int:
         noise_record,
     )
     from ..core.errors import UserError
+    from ..core.history import HistoryStore
     from ..core.spec import load_experiment
     from ..present.document import Paragraph, to_console
     from ..present.noise import bands_table
 
+    store = HistoryStore(args.store)  # a bad --store is said before any run
     if args.sources:
         if args.experiment or args.runs:
             raise UserError(
@@ -101,6 +106,7 @@ def main(args: argparse.Namespace, console: Console) -> int:
     out = args.out or default_noise_path(machine)
     out.parent.mkdir(parents=True, exist_ok=True)
     out.write_text(json.dumps(record, indent=1) + "\n", encoding="utf-8")
+    add_to_history(store, paths, console)
     to_console(
         [
             bands_table(noise_bands(calibration.aa)),

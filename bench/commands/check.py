@@ -5,16 +5,18 @@ What it checks, each when its input is there:
 - a run --against file (the CI gate): the current build against the reference build, every variant
   and metric and all variants pooled, paired round by round; --confirm re-measures failing cells
   once and fails only if they fail again;
-- against a stored baseline (fusebench baseline save): every declared comparison's paired per-round
-  speedup, and every cell's tok/s; tok/s only informs unless the baseline is from this machine and a
-  calibration of it exists; a baseline from another machine fingerprint is refused;
-- with this machine's calibration (fusebench calibrate, 10 runs or more): every declared
-  comparison's speedup against the calibration runs' (limit: max(--max-regression, the runs' 97.5%
-  prediction bound));
+- --baseline NAME: against a remembered run, the one the history holds under that name on this
+  machine (fusebench history add RESULTS --name NAME), or a results file at that path (a file
+  baseline save wrote is one): every declared comparison's paired per-round speedup, and every
+  cell's tok/s; tok/s only informs unless the run is from this machine and a calibration of it
+  exists; a run from another machine fingerprint is refused;
+- the history's runs of the same experiment on this machine (fusebench history add, calibrate; 10
+  runs or more): every declared comparison's speedup against theirs (limit: max(--max-regression,
+  the runs' 97.5% prediction bound));
 - the experiment's own `expect:` list (read back from the results' run header): paired slowdown
   limits between variants, and every variant correct;
 - a plain run with none of these: its correctness records, and a note that speed was not gated (gate
-  it with `fusebench run EXPERIMENT --against REF`, or `--baseline FILE`). A file without timed
+  it with `fusebench run EXPERIMENT --against REF`, or `--baseline NAME`). A file without timed
   trials exits 2.
 A cell fails only when its whole CI lies beyond the allowed slowdown: a point estimate never fails
 the gate (the history check compares a run's point estimate with a prediction bound that already
@@ -25,7 +27,7 @@ calibrated noise.
 
 examples:
   fusebench check results/ci.jsonl
-  fusebench check results/ci.jsonl --baseline results/baselines/cpu-ci.jsonl --max-regression 10
+  fusebench check results/ci.jsonl --baseline cpu-ci --max-regression 10
   fusebench check results/ci.jsonl --format markdown > comment.md        a PR comment
   fusebench check results/ci.jsonl --format json | jq .github_action_benchmark
   fusebench check results/ci-ab.jsonl --confirm   (run --against file: re-measure failing cells)
@@ -41,6 +43,7 @@ from rich.console import Console
 from rich.text import Text
 
 from .args import percent
+from .history import add_store_argument
 
 if TYPE_CHECKING:
     from ..analysis.gate import CheckRequest, Outcome
@@ -55,9 +58,9 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     )
     parser.add_argument(
         "--baseline",
-        type=Path,
-        metavar="FILE",
-        help="a baseline saved with fusebench baseline save (results/baselines/NAME.jsonl)",
+        metavar="NAME|FILE",
+        help="a run the history holds under NAME on this machine (fusebench history add RESULTS "
+        "--name NAME), or a results file",
     )
     parser.add_argument(
         "--max-regression",
@@ -89,8 +92,9 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument(
         "--allow-other-machine",
         action="store_true",
-        help="compare against a baseline or noise file from another machine fingerprint",
+        help="compare against a remembered run or noise file from another machine fingerprint",
     )
+    add_store_argument(parser)
 
 
 def main(args: argparse.Namespace, console: Console) -> int:
@@ -101,6 +105,7 @@ def main(args: argparse.Namespace, console: Console) -> int:
     request = CheckRequest(
         results=args.results,
         baseline=args.baseline,
+        store=args.store,
         max_regression=args.max_regression,
         noise=args.noise,
         allow_other_machine=args.allow_other_machine,

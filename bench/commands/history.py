@@ -1,16 +1,26 @@
-"""keep every run in a history: steps and drift over commits, per machine
+"""keep every run in the history, the one store of past runs: steps and drift over commits
 
-`add` stores results files (each run once: adding one twice changes nothing) in the history, a
-SQLite file by default or PostgreSQL by URL (--store postgresql+pg8000://user@host/db). Each run is
-keyed by its machine's fingerprint, its commit (parent and date read from git where the commit is
-in this checkout), its experiment, cells, variants and builds. `show` prints, per machine, every
-series whose level stepped (the commit, the shift and its 95% interval; single noisy runs are set
-aside and named, never flagged), and the drift since each anchor a run was A/B'd against. `check`
-gates that drift: exit 1 if a row's whole interval is slower than --limit, 3 if it cannot tell, 0
-if every row's interval lies above it. The method: docs/history.md.
+The history is a SQLite file by default or PostgreSQL by URL (--store
+postgresql+pg8000://user@host/db). `add` stores results files in it (each run once: adding one
+twice changes nothing), keyed by the machine's fingerprint, the commit (parent and date read from
+git where the commit is in this checkout), the experiment, cells, variants and builds, with each
+run's timed trials; --name NAME names the run on its machine, for `fusebench check --baseline
+NAME`. Every run added also gates later runs of its experiment on its machine: `fusebench check`
+holds each fusion's speedup against theirs (from 10 runs on). A results file `baseline save` wrote
+is added as any other; a noise file that still holds a speedup history (from calibrate before it
+added its runs here) is added as one run per calibration run, holding those speedups only.
+
+`show` prints, per machine, every series whose level stepped (the commit, the shift and its 95%
+interval; single noisy runs are set aside and named, never flagged), and the drift since each
+anchor a run was A/B'd against. `check` gates that drift: exit 1 if a row's whole interval is
+slower than --limit, 3 if it cannot tell, 0 if every row's interval lies above it. The method:
+docs/history.md.
 
 examples:
   fusebench history add results/ci-*.jsonl
+  fusebench history add results/ci-20261130-101500.jsonl --name cpu-ci   (check --baseline cpu-ci)
+  fusebench history add results/baselines/cpu-ci.jsonl --name cpu-ci     a baseline save file
+  fusebench history add results/baselines/noise-<machine>.json           an old noise file
   fusebench history show
   fusebench run ci --against v0.1.0 --out r.jsonl && fusebench history add r.jsonl
   fusebench history check --anchor v0.1.0 --limit 5
@@ -28,6 +38,7 @@ from rich.console import Console
 from ..core.errors import UserError
 
 if TYPE_CHECKING:
+    from ..analysis.drift import Entry
     from ..core.history import HistoryStore
 
 DEFAULT_STORE = "results/history.sqlite"
@@ -46,6 +57,11 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
         "results", nargs="*", type=Path, metavar="RESULTS.jsonl", help="add: the files to store"
     )
     add_store_argument(parser)
+    parser.add_argument(
+        "--name",
+        help="add: name the file's run on its machine, for fusebench check --baseline NAME "
+        "(a name given before moves to this run)",
+    )
     parser.add_argument(
         "--anchor",
         metavar="REF",
@@ -74,9 +90,11 @@ def main(args: argparse.Namespace, console: Console) -> int:
 
     store = HistoryStore(args.store)
     if args.action == "add":
-        return _add(store, args.results, console)
-    if args.results:
-        raise HistoryInputError(f"history {args.action}: takes no results files (add does)")
+        return _add(store, args.results, args.name, console)
+    if args.results or args.name:
+        raise HistoryInputError(
+            f"history {args.action}: takes no results files or --name (add does)"
+        )
     if args.action == "show":
         return _show(store, args.anchor, console)
     return _check(store, args.anchor, args.limit, console)
@@ -86,18 +104,44 @@ class HistoryInputError(UserError):
     """A history command given what it does not take; one line, exit 2."""
 
 
-def _add(store: HistoryStore, paths: list[Path], console: Console) -> int:
-    from ..analysis.drift import entries
+def _add(store: HistoryStore, paths: list[Path], name: str | None, console: Console) -> int:
+    from ..core.history import require_name
     from ..core.records import utc_now
-    from ..core.results import read_results
-    from ..measure.builds import describe_commit
 
     if not paths:
         raise HistoryInputError("history add: give the results files to store")
+    if name is not None:
+        require_name(name)
+        if len(paths) != 1:
+            raise HistoryInputError(
+                "history add --name: give the one results file whose run to name"
+            )
+    found = add_to_history(store, paths, console)
+    if name is not None:
+        if len(found) != 1 or not found[0].records:
+            raise HistoryInputError(
+                f"{paths[0]}: --name names one run with timed trials; the file holds "
+                f"{len(found)} run(s)" + ("" if len(found) != 1 else " without trials")
+            )
+        run = found[0].run
+        moved = store.name(name, run, utc_now())
+        console.print(
+            f"{name}: run {run.run_id} on {run.machine_label}"
+            + (f" (was run {moved})" if moved else ""),
+            highlight=False,
+        )
+    return 0
+
+
+def add_to_history(store: HistoryStore, paths: list[Path], console: Console) -> list[Entry]:
+    """Add each file's runs, saying for each file how many were new; every run found, held or
+    added."""
+    from ..core.records import utc_now
+
+    every = []
     for path in paths:
-        results = read_results([path])
-        found = entries(results, str(path), describe_commit, utc_now())
-        added = [entry for entry in found if store.add(entry.run, entry.points)]
+        found = _entries(path, utc_now())
+        added = [entry for entry in found if store.add(entry.run, entry.points, entry.records)]
         held = len(found) - len(added)
         console.print(
             f"{path}: {len(added)} run(s) added"
@@ -105,7 +149,20 @@ def _add(store: HistoryStore, paths: list[Path], console: Console) -> int:
             + ("" if found else " (no timed trials)"),
             highlight=False,
         )
-    return 0
+        every += found
+    return every
+
+
+def _entries(path: Path, added_at: str) -> list[Entry]:
+    """A results file's runs; a noise file's stored speedups (a .json file is read as one)."""
+    from ..analysis.drift import entries
+    from ..analysis.noise import load_noise, noise_entries
+    from ..core.results import read_results
+    from ..measure.builds import describe_commit
+
+    if path.suffix == ".json":
+        return noise_entries(load_noise(path), added_at)
+    return entries(read_results([path]), str(path), describe_commit, added_at)
 
 
 def _show(store: HistoryStore, anchor: str | None, console: Console) -> int:

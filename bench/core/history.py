@@ -1,5 +1,7 @@
 """The history store: every results file a team adds, kept as the figures its reports show, keyed by
-machine, commit, experiment, cell, series and build, so trends, steps and drift can be read back.
+machine, commit, experiment, cell, series and build, so trends, steps and drift can be read back,
+with each run's header and timed trials (so any run held can be gated against: `check --baseline`)
+and the names given to runs (`history add --name`), one name per machine.
 
 One embedded SQLite file by default (a path: nothing to start), or the same tables on PostgreSQL by
 URL (`postgresql+pg8000://user@host/db`) for runners that share one, through SQLAlchemy Core.
@@ -9,16 +11,23 @@ on its machine) is left as it is, so adding the same file twice changes nothing.
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+import contextlib
+import json
+import re
+from collections.abc import Iterator, Sequence
 from dataclasses import asdict, dataclass, fields
 from enum import StrEnum
 from pathlib import Path
+from typing import Any
 
 import sqlalchemy as sa
 from sqlalchemy.exc import ArgumentError, OperationalError, SQLAlchemyError
 
 from .errors import UserError
+from .records import Record
 from .typed import from_mapping
+
+_NAME = re.compile(r"[A-Za-z0-9._-]+")
 
 
 class HistoryError(UserError):
@@ -105,6 +114,26 @@ _POINTS = sa.Table(
     sa.ForeignKeyConstraint(["run_id", "machine"], ["runs.run_id", "runs.machine"]),
     sa.UniqueConstraint("run_id", "machine", "series", "model_key", "workload", "name", "metric"),
 )
+# A run's header and timed trials as JSON, in today's results format, in the order of its file.
+_RECORDS = sa.Table(
+    "records",
+    _METADATA,
+    sa.Column("run_id", sa.String(64), nullable=False),
+    sa.Column("machine", sa.String(400), nullable=False),
+    sa.Column("seq", sa.Integer, nullable=False),
+    sa.Column("record", sa.Text, nullable=False),
+    sa.ForeignKeyConstraint(["run_id", "machine"], ["runs.run_id", "runs.machine"]),
+    sa.UniqueConstraint("run_id", "machine", "seq"),
+)
+_NAMES = sa.Table(
+    "names",
+    _METADATA,
+    sa.Column("name", sa.String(200), primary_key=True),
+    sa.Column("machine", sa.String(400), primary_key=True),
+    sa.Column("run_id", sa.String(64), nullable=False),
+    sa.Column("named_at", sa.String(40), nullable=False),
+    sa.ForeignKeyConstraint(["run_id", "machine"], ["runs.run_id", "runs.machine"]),
+)
 
 
 def store_url(where: str) -> str:
@@ -122,18 +151,66 @@ class HistoryStore:
         except (ArgumentError, ImportError, SQLAlchemyError) as err:
             raise HistoryError(f"{where}: not a history store ({_reason(err)})") from None
 
-    def add(self, run: HistoryRun, points: Sequence[HistoryPoint]) -> bool:
-        """Store the run and its points; False (and nothing written) if the run is already held."""
-        if "://" not in self.where:  # a new SQLite file's folder (results/ in a fresh checkout)
-            Path(self.where).expanduser().parent.mkdir(parents=True, exist_ok=True)
-        with self._connection() as connection, connection.begin():
-            _METADATA.create_all(connection)
-            if self._holds(connection, run):
-                return False
-            connection.execute(_RUNS.insert(), [asdict(run)])
-            if points:
-                connection.execute(_POINTS.insert(), [_row(p) for p in points])
-        return True
+    def add(
+        self, run: HistoryRun, points: Sequence[HistoryPoint], records: Sequence[Record] = ()
+    ) -> bool:
+        """Store the run, its points and its records; False if the run is already held, which is
+        left as it is but for the records a store made before they were kept lacks."""
+        with self._writing() as connection:
+            held = self._holds(connection, run)
+            if not held:
+                connection.execute(_RUNS.insert(), [asdict(run)])
+                if points:
+                    connection.execute(_POINTS.insert(), [_row(p) for p in points])
+            if records and not self._records_held(connection, run):
+                rows = [
+                    {
+                        "run_id": run.run_id,
+                        "machine": run.machine,
+                        "seq": i,
+                        "record": json.dumps(r),
+                    }
+                    for i, r in enumerate(records)
+                ]
+                connection.execute(_RECORDS.insert(), rows)
+        return not held
+
+    def name(self, name: str, run: HistoryRun, named_at: str) -> str | None:
+        """Give a held run a name on its machine; the run_id the name was moved from, if any."""
+        require_name(name)
+        key = (_NAMES.c.name == name) & (_NAMES.c.machine == run.machine)
+        with self._writing() as connection:
+            before = connection.execute(sa.select(_NAMES.c.run_id).where(key)).scalar()
+            connection.execute(_NAMES.delete().where(key))
+            connection.execute(
+                _NAMES.insert(),
+                [
+                    {
+                        "name": name,
+                        "machine": run.machine,
+                        "run_id": run.run_id,
+                        "named_at": named_at,
+                    }
+                ],
+            )
+        return before if before != run.run_id else None
+
+    def named(self, name: str) -> dict[str, HistoryRun]:
+        """The runs a name is given to, by machine."""
+        on = (_RUNS.c.run_id == _NAMES.c.run_id) & (_RUNS.c.machine == _NAMES.c.machine)
+        query = sa.select(_RUNS).join(_NAMES, on).where(_NAMES.c.name == name)
+        runs = [from_mapping(HistoryRun, row) for row in self._read(query, _NAMES)]
+        return {run.machine: run for run in runs}
+
+    def names(self) -> list[str]:
+        return sorted(set(self._read(sa.select(_NAMES.c.name), _NAMES, scalars=True)))
+
+    def records(self, run: HistoryRun) -> list[Record]:
+        """The run's header and timed trials, as added (none for a run added before they were
+        kept)."""
+        key = (_RECORDS.c.run_id == run.run_id) & (_RECORDS.c.machine == run.machine)
+        query = sa.select(_RECORDS.c.record).where(key).order_by(_RECORDS.c.seq)
+        return [json.loads(text) for text in self._read(query, _RECORDS, scalars=True)]
 
     def runs(self, machine: str | None = None) -> list[HistoryRun]:
         query = sa.select(_RUNS).order_by(_RUNS.c.commit_date, _RUNS.c.added_at)
@@ -151,17 +228,54 @@ class HistoryStore:
         key = (_RUNS.c.run_id == run.run_id) & (_RUNS.c.machine == run.machine)
         return connection.execute(sa.select(_RUNS.c.run_id).where(key)).first() is not None
 
-    def _read(self, query: sa.Select) -> list[sa.RowMapping]:
+    def _records_held(self, connection: sa.Connection, run: HistoryRun) -> bool:
+        key = (_RECORDS.c.run_id == run.run_id) & (_RECORDS.c.machine == run.machine)
+        return connection.execute(sa.select(_RECORDS.c.seq).where(key)).first() is not None
+
+    def _writing(self) -> contextlib.AbstractContextManager[sa.Connection]:
+        """A connection in a transaction, on a store whose tables all exist (a store made before
+        records and names were kept gets those tables here)."""
+        if not self.is_database:  # a new SQLite file's folder (results/ in a fresh checkout)
+            Path(self.where).expanduser().parent.mkdir(parents=True, exist_ok=True)
+        return _created(self._connection())
+
+    @property
+    def is_database(self) -> bool:
+        return "://" in self.where
+
+    def _read(
+        self, query: sa.Select, table: sa.Table = _RUNS, *, scalars: bool = False
+    ) -> list[Any]:
+        """The query's rows; none from a store not made yet (a SQLite file is not created by a
+        read)."""
+        if not self.is_database and not Path(self.where).expanduser().is_file():
+            return []
         with self._connection() as connection:
-            if not sa.inspect(connection).has_table(_RUNS.name):
+            if not sa.inspect(connection).has_table(table.name):
                 return []
-            return list(connection.execute(query).mappings())
+            result = connection.execute(query)
+            return list(result.scalars() if scalars else result.mappings())
 
     def _connection(self) -> sa.Connection:
         try:
             return self.engine.connect()
         except (OperationalError, SQLAlchemyError) as err:
             raise HistoryError(f"{self.where}: cannot open the history ({_reason(err)})") from None
+
+
+@contextlib.contextmanager
+def _created(connection: sa.Connection) -> Iterator[sa.Connection]:
+    with connection, connection.begin():
+        _METADATA.create_all(connection)
+        yield connection
+
+
+def require_name(name: str) -> None:
+    """A run's name is also what `check --baseline` takes, beside a file's path: no separators."""
+    if not _NAME.fullmatch(name) or set(name) == {"."}:
+        raise HistoryError(
+            f"--name {name!r}: use letters, digits, '-', '_' and '.' (no path separators)"
+        )
 
 
 def _row(point: HistoryPoint) -> dict[str, object]:

@@ -15,6 +15,7 @@ from __future__ import annotations
 
 import json
 import os
+from collections import Counter
 from collections.abc import Iterable, Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -40,6 +41,7 @@ from .records import (
     SiteRecord,
     Stopping,
     header_format,
+    require_fields,
     upgrade,
 )
 from .typed import from_mapping, to_record
@@ -130,7 +132,7 @@ class Results:
         """Add another file's records, leaving out those this one already holds.
 
         Duplicates are dropped, not refused: the same file given twice (`report a.jsonl a.jsonl`), a
-        copy of it, or a baseline saved from it (`baseline save` keeps the run_id and the records)
+        copy of it, or a file `baseline save` wrote from it (it kept the run_id and the records)
         holds the same records again, and counting them twice would double every step count and
         narrow every interval. A record is the same when its JSON is, so the rounds of one run that
         only one of the files holds (a later resume) are all kept; identical lines inside one file
@@ -205,12 +207,8 @@ def _read_file(path: Path, warn: Any) -> Results:
         if record is None:
             results.corrupt_lines.append(f"{path}:{number}")
             continue
-        if record["kind"] == "run":
-            formats.setdefault(record.get("run_id", ""), header_format(record))
-        # A record whose run has no header in this file has nothing to say which format it is: taken
-        # as today's.
         try:
-            results.records.append(upgrade(record, formats.get(record.get("run_id", ""), FORMAT)))
+            results.records.append(_upgraded(record, formats))
         except ResultsError as err:
             raise ResultsError(f"{path}:{number}: {err}") from None
     if not results.records:
@@ -218,6 +216,21 @@ def _read_file(path: Path, warn: Any) -> Results:
     if warn and results.corrupt_lines:
         warn(_corrupt_summary(path, results.corrupt_lines))
     return results
+
+
+def kept_results(records: Iterable[Record]) -> Results:
+    """Records kept elsewhere than in a results file (the history's), upgraded as a file's are."""
+    formats: dict[str, int] = {}
+    return Results(records=[_upgraded(record, formats) for record in records])
+
+
+def _upgraded(record: Record, formats: dict[str, int]) -> Record:
+    """A record in today's shape, from the format its run's header (read before it) names."""
+    if record["kind"] == "run":
+        formats.setdefault(record.get("run_id", ""), header_format(record))
+    # A record whose run has no header before it has nothing to say which format it is: taken as
+    # today's.
+    return upgrade(record, formats.get(record.get("run_id", ""), FORMAT))
 
 
 def _corrupt_summary(path: Path, where: list[str]) -> str:
@@ -266,3 +279,17 @@ def results_fingerprint(results: Results, path: Path) -> Fingerprint:
             f"({' | '.join(map(str, prints))}); keep one machine per file"
         )
     return prints[0]
+
+
+def require_timed_trials(results: Results, path: Path) -> list[Record]:
+    """The timed trial records, each with the fields the comparisons key on; none at all is an error
+    naming the file."""
+    trials = results.of_kind("trial")
+    require_fields(path, trials, "trial")
+    timed = [r for r in trials if not r[Column.WARMUP]]
+    if not timed:
+        found = ", ".join(
+            f"{n} {kind}" for kind, n in Counter(r["kind"] for r in results.records).items()
+        )
+        raise ResultsError(f"{path}: no timed trial records (found {found})")
+    return timed

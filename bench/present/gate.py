@@ -21,8 +21,8 @@ from typing import TypedDict
 
 from ..analysis import stats
 from ..analysis.gate import RATIO_CHECKS, Check, Finding, Limit, Median, Outcome, Settle, Status
-from ..analysis.history import MIN_RUNS
 from ..analysis.inference import STALLS_NEW, slower_beyond
+from ..analysis.speedups import MIN_RUNS
 from ..analysis.stats import Stalls
 from .document import Block, Bullets, Heading, Paragraph, Table
 from .format import format_ci, format_delta, format_duration, format_tps, json_number, verdict_text

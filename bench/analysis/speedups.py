@@ -1,23 +1,24 @@
-"""A fusion's speedup against its own history: how `fusebench check` gates a speedup without a
-second build.
+"""A fusion's speedup against the runs the history holds: how `fusebench check` gates a speedup
+without a second build.
 
 A speedup (new / baseline, paired round by round inside one run) cancels load that moves a whole
 run, but it still wanders from run to run: the machine's state, the workers' heaps, which rounds the
-outlier rule dropped. So `fusebench calibrate` keeps every calibration run's speedup per cell,
-comparison and metric (`speedup_history` in the noise file), and a later run on the same machine
-fails only when its speedup falls below the history's geometric mean by more than
+outlier rule dropped. The history keeps every added run's speedup per cell, comparison and metric
+(its COMPARISON points, analysis.drift; `fusebench calibrate` adds its runs there too), and a later
+run of the same experiment on the same machine fails only when its speedup falls below the stored
+runs' geometric mean by more than
 
     limit = max(tolerance, 1 - exp(-t · SD · √(1 + 1/K)))
 
 where SD is the standard deviation of the K stored log speedups and t the 97.5% quantile of
 Student's t with K - 1 degrees of freedom. t · SD · √(1 + 1/K) is the one-sided 97.5% prediction
 bound for one more run drawn like the K stored ones: √(1 + 1/K) adds the uncertainty of the
-history's own mean to the spread of a single run, and t (2.26 at K = 10, 2.05 at K = 30) replaces
-the 2 of the rule of thumb so the bound holds at the K used. A new run's speedup is a point
+stored runs' own mean to the spread of a single run, and t (2.26 at K = 10, 2.05 at K = 30)
+replaces the 2 of the rule of thumb so the bound holds at the K used. A new run's speedup is a point
 estimate, and so is each stored one, so the within-run noise is already inside SD: no CI is needed
 on top. A run checks several rows at once (comparisons x metrics x cells), so each row's level is
 Bonferroni-adjusted to 1 - 2.5% / rows, and an unchanged run fails any row at most 2.5% of the time.
-tests/test_history.py simulates it: an unchanged run falls below the bound in 2.5% of cases at
+tests/test_speedups.py simulates it: an unchanged run falls below the bound in 2.5% of cases at
 K = 10 and 30, and below any of 4 independent rows' bounds in at most 2.5%.
 
 With fewer than MIN_RUNS stored runs the SD itself is too uncertain (its 95% CI at K = 5 spans
@@ -33,23 +34,22 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 
 import numpy as np
-import pandas as pd
 from scipy import special
 
-from . import stats
+from ..core.history import HistoryPoint, HistoryRun, Series
 
 MIN_RUNS = 10
 LEVEL = 0.975  # one-sided: only a speedup that fell counts
 
 
 @dataclass(frozen=True)
-class SpeedupHistory:
-    """One cell's stored speedups for one comparison and metric, one per calibration run."""
+class PastSpeedups:
+    """One cell's stored speedups for one comparison and metric, one per run the history holds."""
 
     model_key: str
     size: str
     workload: str
-    comparison: str  # "new/baseline"
+    comparison: str  # "new vs baseline", as the history names a COMPARISON point
     metric: str
     speedups: tuple[float, ...]
 
@@ -86,38 +86,22 @@ class SpeedupHistory:
         return 100.0 * (1.0 - math.exp(-half))
 
 
-def run_speedups(trials: pd.DataFrame, comparisons: Sequence[tuple[str, str]]) -> pd.DataFrame:
-    """One run's speedups, as `check` measures them (the paired estimate of stats.compare): one row
-    per cell, comparison and metric, with columns model_key, size, workload, comparison, metric,
-    speedup."""
-    rows = []
-    for baseline, new in comparisons:
-        if baseline == new:
+def past_speedups(runs: Sequence[HistoryRun], points: Sequence[HistoryPoint]) -> list[PastSpeedups]:
+    """Each cell, comparison and metric's speedups over the runs, in the runs' order (their
+    COMPARISON points; points of other runs are left out)."""
+    order = {run.run_id: i for i, run in enumerate(runs)}
+    collected: dict[tuple[str, str, str, str, str], list[tuple[int, float]]] = {}
+    for point in points:
+        if point.series != Series.COMPARISON or point.run_id not in order:
             continue
-        for row in stats.compare(trials, baseline, new, stats.METRICS):
-            if row.n_pairs and math.isfinite(row.ratio):
-                rows.append(
-                    {
-                        "model_key": row.model_key,
-                        "size": row.size,
-                        "workload": row.workload,
-                        "comparison": f"{new}/{baseline}",
-                        "metric": row.metric,
-                        "speedup": row.ratio,
-                    }
-                )
-    return pd.DataFrame(
-        rows, columns=["model_key", "size", "workload", "comparison", "metric", "speedup"]
-    )
+        key = (point.model_key, point.size, point.workload, point.name, point.metric)
+        collected.setdefault(key, []).append((order[point.run_id], speedup(point)))
+    return [
+        PastSpeedups(*key, speedups=tuple(value for _, value in sorted(values)))
+        for key, values in collected.items()
+    ]
 
 
-def histories(
-    runs: Sequence[pd.DataFrame], comparisons: Sequence[tuple[str, str]]
-) -> list[SpeedupHistory]:
-    """Each cell, comparison and metric's speedups over the runs (one trial frame per run)."""
-    collected: dict[tuple[str, str, str, str, str], list[float]] = {}
-    for trials in runs:
-        for row in run_speedups(trials, comparisons).itertuples():
-            key = (row.model_key, row.size, row.workload, row.comparison, row.metric)
-            collected.setdefault(key, []).append(round(float(row.speedup), 6))
-    return [SpeedupHistory(*key, speedups=tuple(values)) for key, values in collected.items()]
+def speedup(point: HistoryPoint) -> float:
+    """A COMPARISON point's Δ% as the speedup new / baseline."""
+    return 1.0 + point.value / 100.0
