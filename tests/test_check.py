@@ -773,7 +773,7 @@ def test_calibrate_from_existing_runs(workdir: Path, capsys):
     code, out, _ = run(["calibrate", "--from", *map(str, runs), "--out", str(out_file)], capsys)
     assert code == 0 and f"wrote {out_file}" in out.replace("\n", "")
     noise = calibrate.load_noise(out_file)
-    assert noise.runs == 2 and noise.experiment == "ci"
+    assert noise.runs == 2 and noise.experiment.name == "ci"
     assert noise.band("run_to_run_speedup", "prefill").max_aa_slowdown_pct == pytest.approx(10.0)
     assert noise.band("run_to_run_tps", "gen").max_aa_slowdown_pct == pytest.approx(0.0)
 

@@ -633,7 +633,7 @@ def resolve_noise(
             f"noise band from another machine ({noise.fingerprint}), "
             "allowed by --allow-other-machine"
         )
-    notes.append(f"noise band: {path} ({noise.runs} runs of {noise.experiment})")
+    notes.append(f"noise band: {path} ({noise.runs} runs of {noise.experiment.name})")
     return noise
 
 
@@ -755,11 +755,11 @@ def run_check(args: CheckRequest) -> Outcome:
     notes.append(f"machine: {machine}")
     noise = resolve_noise(args.noise, machine, args.allow_other_machine, notes)
     experiments = experiments_of(results, args.results)
-    if noise and any(exp.name != noise.experiment for exp, _ in experiments):
+    if noise and any(exp.name != noise.experiment.name for exp, _ in experiments):
         notes.append(
-            f"the noise band was measured on experiment {noise.experiment}; another experiment's "
-            "noise may differ (calibrate it with fusebench calibrate EXPERIMENT --out FILE, "
-            "then --noise FILE)"
+            f"the noise band was measured on experiment {noise.experiment.name}; another "
+            "experiment's noise may differ (calibrate it with fusebench calibrate EXPERIMENT "
+            "--out FILE, then --noise FILE)"
         )
     comparisons = list(
         dict.fromkeys((c.baseline, c.new) for exp, _ in experiments for c in exp.comparisons)

@@ -34,9 +34,9 @@ import dataclasses
 import hashlib
 import itertools
 import json
-from dataclasses import asdict, dataclass
+from dataclasses import dataclass
 from pathlib import Path
-from typing import Any, TypedDict
+from typing import Any, ClassVar
 
 import numpy as np
 import pandas as pd
@@ -76,14 +76,20 @@ class Band:
 
 @dataclass(frozen=True)
 class Noise:
-    path: Path
+    """The noise file, as `fusebench calibrate` writes it (core.typed.to_record) and load_noise
+    reads it back: a field without a default that a file lacks makes it a malformed noise file."""
+
+    KIND: ClassVar[str] = NOISE_KIND
+
     fingerprint: Fingerprint
-    experiment: str
+    experiment: StoredExperiment  # name, file, sha256
     runs: int
     bands: dict[str, dict[str, Band]]  # scope -> metric -> band
-    # a file written before calibrate added its runs to the history kept their speedups here;
-    # `history add NOISE` imports them (noise_entries)
-    old_speedups: tuple[PastSpeedups, ...] = ()
+    results: tuple[str, ...] = ()  # the calibration's results files
+    created_at: str = "?"
+    # a file written before calibrate added its runs to the history kept their speedups here (none
+    # since); `history add NOISE` imports them (noise_entries)
+    speedup_history: tuple[PastSpeedups, ...] = ()
 
     def band(self, scope: str, metric: str) -> Band | None:
         return self.bands.get(scope, {}).get(metric)
@@ -181,41 +187,14 @@ class Calibration:
     aa: pd.DataFrame
 
 
-class NoiseRecord(TypedDict):
-    """The noise file (load_noise reads it back): its bands as Band's fields."""
-
-    kind: str  # NOISE_KIND
-    fingerprint: dict[str, str]
-    experiment: dict[str, str | None]  # name, file, sha256
-    runs: int
-    results: list[str]
-    created_at: str
-    bands: dict[str, dict[str, dict[str, float]]]  # scope -> metric -> Band
-
-
-@dataclass(frozen=True)
-class _StoredNoise:
-    """A NoiseRecord read back (load_noise): a field it lacks makes it a malformed noise file."""
-
-    fingerprint: Fingerprint
-    experiment: StoredExperiment
-    runs: int
-    bands: dict[str, dict[str, Band]]  # scope -> metric -> Band
-    speedup_history: tuple[PastSpeedups, ...] = ()  # files written before the history held them
-
-
-def noise_record(exp: Experiment, sources: list[Path], calibration: Calibration) -> NoiseRecord:
-    return NoiseRecord(
-        kind=NOISE_KIND,
-        fingerprint=asdict(calibration.machine),
-        experiment={"name": exp.name, "file": exp.file, "sha256": exp.sha256},
+def noise_record(exp: Experiment, sources: list[Path], calibration: Calibration) -> Noise:
+    return Noise(
+        fingerprint=calibration.machine,
+        experiment=StoredExperiment(name=exp.name, file=exp.file, sha256=exp.sha256),
         runs=len(sources),
-        results=[str(p) for p in sources],
+        results=tuple(str(p) for p in sources),
         created_at=utc_now(),
-        bands={
-            scope: {m: asdict(b) for m, b in by_metric.items()}
-            for scope, by_metric in noise_bands(calibration.aa).items()
-        },
+        bands=noise_bands(calibration.aa),
     )
 
 
@@ -233,14 +212,9 @@ def load_noise(path: Path) -> Noise:
     if not isinstance(data, dict) or data.get("kind") != NOISE_KIND:
         raise NoiseFileError(f'{path}: not a noise file (expected "kind": "{NOISE_KIND}")')
     try:
-        stored = from_mapping(_StoredNoise, data)
-        return Noise(
-            path=path,
-            fingerprint=stored.fingerprint,
-            experiment=str(stored.experiment.name),
-            runs=int(stored.runs),
-            bands={scope: stored.bands.get(scope, {}) for scope in SCOPES},
-            old_speedups=stored.speedup_history,
+        stored = from_mapping(Noise, data)
+        return dataclasses.replace(
+            stored, bands={scope: stored.bands.get(scope, {}) for scope in SCOPES}
         )
     except (KeyError, TypeError, AttributeError) as err:
         raise NoiseFileError(
@@ -289,26 +263,26 @@ def calibrate_from(paths: list[Path], comparisons: list[tuple[str, str]]) -> Cal
 # --- noise files written before the history held the calibration runs ----------------------------
 
 
-def noise_entries(noise: Noise, added_at: str) -> list[Entry]:
-    """An old noise file's stored speedups as history runs, one per calibration run (the i-th
-    speedup of every row): each run's COMPARISON points, without the interval, rates or trials
-    the file never kept (rounds 0), at an unknown commit. Their ids come from the speedups, so
+def noise_entries(noise: Noise, path: Path, added_at: str) -> list[Entry]:
+    """An old noise file's (at `path`) stored speedups as history runs, one per calibration run
+    (the i-th speedup of every row): each run's COMPARISON points, without the interval, rates or
+    trials the file never kept (rounds 0), at an unknown commit. Their ids come from the speedups, so
     adding the file twice changes nothing."""
-    if not noise.old_speedups:
+    if not noise.speedup_history:
         raise NoiseFileError(
-            f"{noise.path}: no speedups to add (a noise file holds its A/A bands only since "
+            f"{path}: no speedups to add (a noise file holds its A/A bands only since "
             "calibrate adds its runs to the history)"
         )
-    digest = hashlib.sha256(repr(noise.old_speedups).encode()).hexdigest()[:12]
+    digest = hashlib.sha256(repr(noise.speedup_history).encode()).hexdigest()[:12]
     machine = str(noise.fingerprint)
     found = []
-    for i in range(max((past.runs for past in noise.old_speedups), default=0)):
+    for i in range(max((past.runs for past in noise.speedup_history), default=0)):
         run_id = f"noise-{digest}-{i + 1:02d}"
         run = HistoryRun(
-            run_id, machine, machine, noise.experiment, UNKNOWN_COMMIT, None, None, None,
-            str(noise.path), added_at,
+            run_id, machine, machine, noise.experiment.name, UNKNOWN_COMMIT, None, None, None,
+            str(path), added_at,
         )  # fmt: skip
-        points = [_old_point(run_id, machine, past, i) for past in noise.old_speedups]
+        points = [_old_point(run_id, machine, past, i) for past in noise.speedup_history]
         found.append(Entry(run, [p for p in points if p is not None], []))
     return found
 

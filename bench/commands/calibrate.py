@@ -81,6 +81,7 @@ def main(args: argparse.Namespace, console: Console) -> int:
     from ..core.errors import UserError
     from ..core.history import HistoryStore
     from ..core.spec import load_experiment
+    from ..core.typed import to_record
     from ..present.document import Paragraph, to_console
     from ..present.noise import bands_table
 
@@ -105,7 +106,7 @@ def main(args: argparse.Namespace, console: Console) -> int:
     record = noise_record(exp, paths, calibration)
     out = args.out or default_noise_path(machine)
     out.parent.mkdir(parents=True, exist_ok=True)
-    out.write_text(json.dumps(record, indent=1) + "\n", encoding="utf-8")
+    out.write_text(json.dumps(to_record(record), indent=1) + "\n", encoding="utf-8")
     add_to_history(store, paths, console)
     to_console(
         [

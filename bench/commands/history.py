@@ -161,7 +161,7 @@ def _entries(path: Path, added_at: str) -> list[Entry]:
     from ..measure.builds import describe_commit
 
     if path.suffix == ".json":
-        return noise_entries(load_noise(path), added_at)
+        return noise_entries(load_noise(path), path, added_at)
     return entries(read_results([path]), str(path), describe_commit, added_at)
 
 
