@@ -266,8 +266,8 @@ def calibrate_from(paths: list[Path], comparisons: list[tuple[str, str]]) -> Cal
 def noise_entries(noise: Noise, path: Path, added_at: str) -> list[Entry]:
     """An old noise file's (at `path`) stored speedups as history runs, one per calibration run
     (the i-th speedup of every row): each run's COMPARISON points, without the interval, rates or
-    trials the file never kept (rounds 0), at an unknown commit. Their ids come from the speedups, so
-    adding the file twice changes nothing."""
+    trials the file never kept (rounds 0), at an unknown commit. Their ids come from the
+    speedups, so adding the file twice changes nothing."""
     if not noise.speedup_history:
         raise NoiseFileError(
             f"{path}: no speedups to add (a noise file holds its A/A bands only since "
