@@ -15,12 +15,14 @@ from conftest import cell, results_file, trials
 from bench.analysis import stats
 from bench.analysis.inference import adjust, paired_estimate, verdict
 from bench.commands import main
-from bench.core.header import Env, LoadSummary, MachineLoad
+from bench.core.cell import CellFields, StopRecord
+from bench.core.header import Env, LoadSummary, MachineLoad, RunHeader, ScheduleChoice
 from bench.core.records import METRICS, Clock, Stopping
 from bench.core.results import read_results
 from bench.core.spec import Schedule
 from bench.measure.duet import ScheduleProbe, choose_schedule, decide, duet_cores
 from bench.measure.schedule import duet_plan
+from bench.present.sections.context import design_note, sequential_sizes
 
 PAIRS = [("baseline", "compiled"), ("baseline", "sdpa")]
 ORDER = ["compiled", "baseline", "sdpa"]
@@ -310,3 +312,21 @@ def test_a_results_file_from_before_the_field_reads_as_stopped_on_its_data(tmp_p
     del lines[0]["stopping"]
     path.write_text("".join(json.dumps(line) + "\n" for line in lines))
     assert not stats.fixed_rounds(read_results([path]).frame("trial"))
+
+
+def test_a_duet_runs_report_names_the_sizes_whose_rounds_ran_sequentially():
+    run = RunHeader(run_id="r1", schedule_choice=ScheduleChoice("duet", "measured faster"))
+
+    def stop(size: str, schedule: str) -> StopRecord:
+        cell = CellFields(
+            run_id="r1", cell=f"{size}|w", model_key=size, size=size, workload="w",
+            prompt_tokens=8, gen_tokens=2, batch=1,
+        )  # fmt: skip
+        return StopRecord(cell=cell, rounds=6, reason="out of reach", schedule=schedule)
+
+    stops = [stop("E2B", "duet"), stop("31B", "sequential")]
+    assert sequential_sizes(stops, [run], "w") == ["31B"]
+    assert sequential_sizes(stops, [run], "another workload") == []
+    note = design_note([run], ["31B"])
+    assert "(measured faster); 31B ran sequentially" in note
+    assert "ran sequentially" not in design_note([run], [])

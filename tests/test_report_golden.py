@@ -1,7 +1,8 @@
 """Reports of committed results files, byte for byte as the release before records were declared
 once (core.header) wrote them: how records are declared, written and read may change; what a report
 says of a file may not, unless on purpose (then rewrite tests/fixtures/report-digests.json with
-`python tests/golden_reports.py FILE...`, and say why in the commit).
+`python tests/golden_reports.py FILE...`, and say why in the commit: changed since, on purpose,
+results/default-duet-cpu-20261202's "Rounds:" lines, which name the size that ran sequentially).
 
 The files cover every record kind and header part: formats 1-3 and an ops run, a duet on the CPU
 clock with its load samples, two environments (run --against-env), an mlx-lm model from the hub

@@ -179,3 +179,30 @@ class ShareRecord:
     cell: CellFields = field(metadata=FLAT)
     share: ShareTime = field(metadata=FLAT)
     build: str = CURRENT_BUILD
+
+
+@dataclass(frozen=True)
+class Forecast:
+    """An undecided row after some rounds: the rounds that would decide it at its present estimate
+    and spread (None: none would), and what they would take at the cell's pace."""
+
+    rounds: int | None
+    seconds: float | None
+
+
+@dataclass(frozen=True, kw_only=True)
+class StopRecord:
+    """Why a cell stopped adding rounds, how its rounds ran, each watched row's half-width (in
+    percent, at the table's level), the pace of a round and each undecided row's forecast."""
+
+    KIND: ClassVar[str] = "stop"
+
+    cell: CellFields = field(metadata=FLAT)
+    rounds: int
+    reason: str
+    # "duet" or "sequential" (a cell of a duet run that two copies did not fit ran sequentially);
+    # files from before duets ran every cell sequentially
+    schedule: str = "sequential"
+    half_width_pct: dict[str, float] = field(default_factory=dict)
+    round_s: float | None = None
+    undecided: dict[str, Forecast] = field(default_factory=dict)

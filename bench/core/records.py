@@ -15,7 +15,7 @@ from enum import StrEnum
 from pathlib import Path
 from typing import Any, ClassVar, TypeVar
 
-from .cell import ShareRecord, TrialRecord
+from .cell import ShareRecord, StopRecord, TrialRecord
 from .errors import UserError
 from .typed import required_fields
 
@@ -209,6 +209,7 @@ REQUIRED_FIELDS = {
     "depth": DEPTH_FIELDS,
     "op": required_fields(OpRecord),
     "share": required_fields(ShareRecord),
+    "stop": required_fields(StopRecord),
 }
 
 

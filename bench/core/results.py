@@ -23,7 +23,7 @@ from typing import Any
 
 import pandas as pd
 
-from .cell import CURRENT_BUILD, TrialRecord
+from .cell import CURRENT_BUILD, StopRecord, TrialRecord
 from .fingerprint import Fingerprint, MachineMismatchError, fingerprint
 from .header import UNKNOWN_MACHINE, LoadSummary, RunHeader
 from .records import (
@@ -47,7 +47,7 @@ from .records import (
 from .typed import from_mapping, to_record
 
 # The records written as the dataclass that declares them (core.typed.to_record).
-Written = RunHeader | LoadSummary | OpRecord | TrialRecord
+Written = RunHeader | LoadSummary | OpRecord | TrialRecord | StopRecord
 
 
 class ResultsWriter:
@@ -101,6 +101,10 @@ class Results:
             SiteRecord(**vars(_place(record, machines)), site=from_mapping(SiteCalls, record))
             for record in self.of_kind(SiteCalls.KIND)
         ]
+
+    def stop_records(self) -> list[StopRecord]:
+        """Why each cell stopped adding rounds, read back as the type that wrote it."""
+        return [from_mapping(StopRecord, record) for record in self.of_kind(StopRecord.KIND)]
 
     def op_records(self) -> list[OpRecord]:
         """Every `fusebench ops` sample, read back as the type that wrote it."""

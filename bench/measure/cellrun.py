@@ -9,7 +9,7 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from typing import TYPE_CHECKING
 
-from ..core.cell import Agreement, Trial
+from ..core.cell import Agreement, StopRecord, Trial
 from ..core.results import ResultsWriter
 from ..core.spec import MIN_AUTO_ROUNDS, Cell, Schedule
 from .cellstop import CellStop
@@ -79,17 +79,17 @@ class CellRun:
             drop=(self.exp.trials - rounds) * self.runner.round_trials(self.duet),
         )
         forecasts = self.target.forecasts(rounds)
-        stop = {
-            "rounds": rounds,
-            "reason": reason,
-            "schedule": Schedule.DUET if self.duet else Schedule.SEQUENTIAL,
-            "half_width_pct": self.target.half_widths(),
-            "round_s": self.target.round_s(rounds),
-            "undecided": {
-                label: {"rounds": f.rounds, "seconds": f.seconds} for label, f in forecasts.items()
-            },
-        }
-        self.runner.write_record(self.writer, self.cell.key, "stop", stop)
+        self.writer.write(
+            StopRecord(
+                cell=self.runner.meta[self.cell.key],
+                rounds=rounds,
+                reason=reason,
+                schedule=Schedule.DUET if self.duet else Schedule.SEQUENTIAL,
+                half_width_pct=self.target.half_widths(),
+                round_s=self.target.round_s(rounds),
+                undecided=forecasts,
+            )
+        )
         self.runner.cell_finished()
         # Op shares explain a Δ; where the budget left rows undecided, their time went to rounds
         # instead.

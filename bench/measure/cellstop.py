@@ -7,12 +7,11 @@ from __future__ import annotations
 import math
 import time
 from collections.abc import Sequence
-from dataclasses import dataclass
 
 from ..analysis.clocks import clocked_estimate
 from ..analysis.inference import PairedEstimate
 from ..analysis.stopping import Goal, Row, print_level
-from ..core.cell import Trial
+from ..core.cell import Forecast, Trial
 from ..core.records import (
     METRICS,
     Clock,
@@ -22,16 +21,6 @@ from ..core.spec import MIN_AUTO_ROUNDS, Experiment
 from ..present.format import format_duration
 from .plan import comparison_pairs, table_rows
 from .session import CURRENT
-
-
-@dataclass(frozen=True)
-class Forecast:
-    """An undecided row after some rounds: the rounds that would decide it at its present estimate
-    and spread (None: none would), and what they would take at this cell's pace."""
-
-    rounds: int | None
-    seconds: float | None
-
 
 _Clocked = tuple[float | None, float | None]  # a trial's metric: (wall-clock, CPU-clock tok/s)
 

@@ -6,6 +6,7 @@ import re
 from collections.abc import Callable, Sequence
 
 from ...analysis.study import Study
+from ...core.cell import StopRecord
 from ...core.header import Env, RunHeader, ScheduleChoice
 from ...core.records import Clock, Stopping
 from ...core.spec import Schedule
@@ -56,9 +57,10 @@ def threads_note(runs: Sequence[RunHeader]) -> str | None:
     )
 
 
-def design_note(runs: Sequence[RunHeader]) -> str | None:
+def design_note(runs: Sequence[RunHeader], sequential: Sequence[str] = ()) -> str | None:
     """How the rounds were laid out in time and which interval the table shows; None for runs
-    from before either was recorded (their intervals are confidence sequences)."""
+    from before either was recorded (their intervals are confidence sequences). `sequential`: the
+    sizes of a duet run whose rounds ran sequentially all the same."""
     run = runs[0] if runs else None
     if run is None or run.schedule_choice is None:
         return None
@@ -68,6 +70,7 @@ def design_note(runs: Sequence[RunHeader]) -> str | None:
             "duet: each pair's two trials ran at the same moment, each worker pinned to its own "
             "core, the arms swapping cores every round"
         )
+
     else:
         how = "sequential: one trial after another, the order reversed every round"
     pooled = len(runs) > 1
@@ -76,7 +79,35 @@ def design_note(runs: Sequence[RunHeader]) -> str | None:
         if run.stopping == Stopping.FIXED and not pooled
         else "a confidence sequence, valid at whatever round the run stopped on its data"
     )
-    return f"Rounds: {how} ({choice.reason}). Intervals: {interval}. {_clock_sentence(choice)}"
+    if choice.schedule == Schedule.DUET and sequential:
+        how = (
+            f"{how} ({choice.reason}); {', '.join(sequential)} ran sequentially, one trial after "
+            "another (a duet needs a second copy of the weights in memory)"
+        )
+    else:
+        how = f"{how} ({choice.reason})"
+    return f"Rounds: {how}. Intervals: {interval}. {_clock_sentence(choice)}"
+
+
+def sequential_sizes(
+    stops: Sequence[StopRecord], runs: Sequence[RunHeader], workload: str
+) -> list[str]:
+    """The sizes whose cells of this workload ran sequentially in a duet run (their stop records
+    say so)."""
+    duets = {
+        run.run_id
+        for run in runs
+        if run.schedule_choice and run.schedule_choice.schedule == Schedule.DUET
+    }
+    return list(
+        dict.fromkeys(
+            stop.cell.size
+            for stop in stops
+            if stop.cell.run_id in duets
+            and stop.cell.workload == workload
+            and stop.schedule == Schedule.SEQUENTIAL
+        )
+    )
 
 
 def _clock_sentence(choice: ScheduleChoice) -> str:

@@ -47,6 +47,7 @@ from .context import (
     environment_line,
     machine_suffix,
     plot_caption,
+    sequential_sizes,
     slug,
     threads_note,
     weights_note,
@@ -380,7 +381,8 @@ def delta_section(
     runs = [run for run in study.runs.values() if run.machine == machine]
     if note := threads_note(runs):
         context.append(note)
-    if note := design_note(runs):
+    sequential = sequential_sizes(study.results.stop_records(), runs, workload)
+    if note := design_note(runs, sequential):
         context.append(note)
     if note := weights_note(runs):
         context.append(note)
