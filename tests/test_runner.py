@@ -17,7 +17,7 @@ from pathlib import Path
 import pytest
 
 from bench.commands import main
-from bench.core.records import ResultsError
+from bench.core.records import ResultsError, Stopping
 from bench.core.results import read_results
 from bench.core.spec import load_experiment
 from bench.measure.plan import plan_jobs
@@ -105,6 +105,22 @@ def test_run_records_every_trial_with_its_environment(tiny_run: Path):
     # Kernel facts for every cell: on this CPU, sdpa has no fused kernel.
     kernels = [k for k in results.of_kind("kernel") if k["probe"] == "force_fused"]
     assert kernels and all(k["cell"] in {t["cell"] for t in trials} for k in kernels)
+
+
+def test_trials_budget_runs_the_rounds_it_fixed_and_records_a_fixed_design(tmp_path):
+    text = TINY.format(trials="budget\nbudget_s: 300\nmax_rounds: 6", timeout=120)
+    out = tmp_path / "r.jsonl"
+    argv = ["run", str(write_experiment(tmp_path, text=text)), "--out", str(out), "--quiet"]
+    assert main([*argv, "--only", "tiny"]) == 0
+    results = read_results([out])
+    (header,) = results.headers.values()
+    assert header.stopping == Stopping.FIXED  # so its rows get the fixed-n t interval
+    (stop,) = results.stop_records()
+    # the count is fixed from the warm-up's pace (at least 3, at most max_rounds); only a round that
+    # would overrun the cell's time ends it sooner
+    assert stop.reason in ("fixed from the budget", "budget") and 3 <= stop.rounds <= 6
+    timed = [t for t in results.of_kind("trial") if not t["warmup"]]
+    assert {t["round"] for t in timed} == set(range(stop.rounds))
 
 
 def test_trials_auto_stops_when_its_rows_are_decided_or_out_of_reach(tmp_path):

@@ -18,6 +18,9 @@ from conftest import ROOT
 from bench.analysis import sequential
 from bench.analysis.inference import paired_estimate, rounds_needed
 from bench.analysis.stopping import Goal, Row, RunBudget, print_level, target_for_margin
+from bench.core.cell import Measured, Trial
+from bench.core.spec import parse_experiment
+from bench.measure.cellstop import MIN_BUDGET_ROUNDS, CellStop
 
 spec = importlib.util.spec_from_file_location(
     "sequential_coverage", ROOT / "benchmarks" / "sequential_coverage.py"
@@ -157,3 +160,36 @@ def test_a_fresh_pair_of_workers_every_few_rounds_keeps_coverage_that_one_pair_l
     fresh = sim.process_runs(sim.MODELS[0], 0.5, sim.WORKER_ROUNDS, runs=30, max_rounds=30, seed=7)
     assert fresh.covered / fresh.rows >= 0.95
     assert one_pair.covered / one_pair.rows < fresh.covered / fresh.rows
+
+
+BUDGET_EXPERIMENT = """\
+name: budget
+models: [{preset: tiny, layers: 2}]
+variants:
+  baseline: {geglu: unfused}
+  compiled: {geglu: compiled}
+workloads: {prompt_tokens: 8, gen_tokens: 2}
+trials: budget
+budget_s: 60
+max_rounds: 40
+"""
+
+
+def _trial(variant: str, round_: int, tps: float) -> Trial:
+    measured = Measured(prefill_s=0.1, prefill_tps=tps, gen_s=0.1, gen_tps=tps)
+    return Trial(variant=variant, round=round_, warmup=False, measured=measured)
+
+
+def test_trials_budget_fixes_the_rounds_its_share_holds_and_no_data_end_them_sooner():
+    exp = parse_experiment(BUDGET_EXPERIMENT)
+    assert CellStop(exp, ["current"], share_s=105.0).fix_rounds(10.0) == 10
+    assert CellStop(exp, ["current"], share_s=5.0).fix_rounds(10.0) == MIN_BUDGET_ROUNDS
+    assert CellStop(exp, ["current"], share_s=1e6).fix_rounds(10.0) == exp.trials
+    stop = CellStop(exp, ["current"], share_s=1e6)
+    stop.fix_rounds(1.0)
+    for round_ in range(exp.trials):  # compiled twice as fast, every round: decided at once
+        stop.add("current", _trial("baseline", round_, 100.0), process=0)
+        stop.add("current", _trial("compiled", round_, 200.0 + round_ % 3), process=0)
+        if round_ + 1 < exp.trials:
+            assert stop.stop_reason(round_ + 1) is None
+    assert stop.stop_reason(exp.trials) == "fixed from the budget"

@@ -16,6 +16,7 @@ from bench.core.spec import (
     Correctness,
     Expectation,
     ModelSpec,
+    Precision,
     SpecError,
     Workload,
     load_experiment,
@@ -445,7 +446,25 @@ ERRORS = {
         MINIMAL + "trials: five\n",
         10,
         "trials",
-        "expected a number of rounds (>= 1) or auto, got a string ('five')",
+        "expected a number of rounds (>= 1), auto or budget, got a string ('five')",
+    ),
+    "trials: budget without a budget": (
+        MINIMAL + "trials: budget\n",
+        10,
+        "trials",
+        "trials: budget needs budget_s",
+    ),
+    "trials: budget without a warm-up": (
+        MINIMAL + "trials: budget\nbudget_s: 60\nwarmup: 0\n",
+        10,
+        "trials",
+        "needs warmup >= 1",
+    ),
+    "trials: budget with a precision target": (
+        MINIMAL + "trials: budget\nbudget_s: 60\nprecision: 2%\n",
+        12,
+        "precision",
+        "only with trials: auto (trials: budget fixes its rounds, it adds none)",
     ),
     "precision beside fixed trials": (
         MINIMAL + "trials: 5\nprecision: 2%\n",
@@ -694,3 +713,11 @@ def test_explicit_trials_mean_exactly_that_many_rounds():
     fixed = with_trials(auto, 3)
     assert (fixed.trials, fixed.precision) == (3, None)
     assert fixed.sha256 == auto.sha256  # still the same file, so --resume keeps working
+
+
+def test_trials_budget_fixes_its_rounds_so_its_intervals_are_fixed_n():
+    budget = parse_experiment(MINIMAL + "trials: budget\nbudget_s: 90\nmax_rounds: 40\n")
+    assert budget.precision == Precision(None, 40, 90.0, by_budget=True)
+    assert budget.trials == 40 and not budget.adaptive
+    assert parse_experiment(MINIMAL + "trials: auto\n").adaptive
+    assert not parse_experiment(MINIMAL + "trials: 5\n").adaptive

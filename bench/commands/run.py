@@ -329,7 +329,7 @@ def override_trials(exp: Experiment, trials: int, console: Console) -> Experimen
     if exp.precision is not None:
         console.print(
             f"--trials {trials}: exactly {trials} timed rounds per cell; "
-            "the experiment's trials: auto (rounds until every row is decided) is off",
+            "the experiment's trials: auto or budget (rounds from the data or the budget) is off",
             highlight=False,
         )
     return with_trials(exp, trials)

@@ -64,6 +64,8 @@ DEFAULT_DTYPE = "float32"
 DEFAULT_BATCH = 1
 DEFAULT_TRIALS = 5
 AUTO = "auto"
+# trials: budget: as many rounds as the budget holds, fixed before the first timed round
+BUDGET = "budget"
 DEFAULT_MAX_ROUNDS = 30
 # trials: auto never stops before this many rounds: the first verdict should not rest on a handful
 # of rounds, and at a table's Bonferroni level (α/8) the confidence sequence is unbounded below 6
@@ -230,11 +232,16 @@ class Precision:
     """`trials: auto`: rounds are added to a cell until every watched row is decided (and, with
     target_pct, its interval within ±target_pct), no decision is in reach, max_rounds, or the run's
     budget_s (analysis.stopping). The intervals are confidence sequences, so stopping on a decision
-    leaves them valid."""
+    leaves them valid.
+
+    `trials: budget` (by_budget): a cell's rounds are fixed once its warm-up has shown their pace,
+    as many as its share of budget_s holds (at most max_rounds), before any timed round is seen;
+    no round count follows the data, so the fixed-n interval is exact."""
 
     target_pct: float | None
     max_rounds: int
     budget_s: float | None
+    by_budget: bool = False
 
 
 @dataclass(frozen=True)
@@ -288,6 +295,12 @@ class Experiment:
     variant_lines: dict[str, dict[str, tuple[int, int]]] = dataclasses.field(
         compare=False, repr=False
     )
+
+    @property
+    def adaptive(self) -> bool:
+        """Whether a cell's rounds are added on its data (trials: auto), so its intervals must be
+        confidence sequences; trials: N and trials: budget fix them before its first timed round."""
+        return self.precision is not None and not self.precision.by_budget
 
     def cells(self) -> list[Cell]:
         return [Cell(model, workload) for model in self.models for workload in self.workloads]
@@ -847,12 +860,17 @@ def _correctness(node: Node, field: str, context: _Context) -> Correctness:
 
 
 def _trials(node: Node, field: str, context: _Context) -> int | None:
-    """A number of rounds, or `auto` (None); the context keeps it, for the keys only trials: auto
-    allows."""
-    if isinstance(node, ScalarNode) and node.tag == _STR and node.value == AUTO:
+    """A number of rounds, or `auto` or `budget` (None); the context keeps it, for the keys only
+    those allow."""
+    if isinstance(node, ScalarNode) and node.tag == _STR and node.value in (AUTO, BUDGET):
         context.trials = None
+        context.by_budget = node.value == BUDGET
     elif isinstance(node, ScalarNode) and node.tag == _STR:
-        _fail(node, field, f"expected a number of rounds (>= 1) or {AUTO}, got {_describe(node)}")
+        _fail(
+            node,
+            field,
+            f"expected a number of rounds (>= 1), {AUTO} or {BUDGET}, got {_describe(node)}",
+        )
     else:
         context.trials = _int(node, field, minimum=1)
     return context.trials
@@ -987,7 +1005,8 @@ class _Context:
     check_paths: bool
     variants: list[str] = dataclasses.field(default_factory=list)
     variant_lines: dict[str, dict[str, tuple[int, int]]] = dataclasses.field(default_factory=dict)
-    trials: int | None = DEFAULT_TRIALS  # None: trials: auto
+    trials: int | None = DEFAULT_TRIALS  # None: trials: auto or budget
+    by_budget: bool = False  # trials: budget
 
 
 _Reader = Callable[[Node, str, _Context], object]
@@ -1023,7 +1042,7 @@ class Key:
             _fail(
                 items[self.name][0],
                 self.name,
-                f"only with trials: {AUTO} (trials is {context.trials} here)",
+                f"only with trials: {AUTO} or {BUDGET} (trials is {context.trials} here)",
             )
         if self.required:
             return self.read(items[self.name][1], self.name, context)
@@ -1121,7 +1140,8 @@ KEYS = (
     Key(
         "trials",
         "5",
-        f"timed rounds, >= 1; or {AUTO}: add rounds until every row is decided",
+        f"timed rounds, >= 1; or {AUTO}: add rounds until every row is decided; or {BUDGET}: as "
+        "many as budget_s holds, fixed from the warm-up's pace before the first timed round",
         _trials,
         DEFAULT_TRIALS,
     ),
@@ -1189,7 +1209,7 @@ KEYS = (
     Key(
         "max_rounds",
         "30",
-        f"with trials: {AUTO}, the most rounds a cell gets, >= {MIN_AUTO_ROUNDS}",
+        f"with trials: {AUTO} or {BUDGET}, the most rounds a cell gets, >= {MIN_AUTO_ROUNDS}",
         _plain(_int, minimum=MIN_AUTO_ROUNDS),
         DEFAULT_MAX_ROUNDS,
         auto_only=True,
@@ -1197,7 +1217,8 @@ KEYS = (
     Key(
         "budget_s",
         "600",
-        f"with trials: {AUTO}, the whole run's wall time in seconds, shared by its cells, > 0",
+        f"with trials: {AUTO} (optional) or {BUDGET} (required), the whole run's wall time in "
+        "seconds, shared by its cells, > 0",
         _plain(_number, minimum=0.0, exclusive=True),
         None,
         auto_only=True,
@@ -1233,6 +1254,24 @@ _REQUIRED = tuple(key.name for key in KEYS if key.required)
 _AUTO_ONLY = tuple(key.name for key in KEYS if key.auto_only)  # folded into Precision
 
 
+def _budget_rules(
+    items: _Items, root: Node, target_pct: float | None, budget_s: float | None, warmup: int
+) -> None:
+    """trials: budget takes its rounds from budget_s at the warm-up's pace, and decides nothing on
+    its data, so it needs both and has no precision target."""
+    where = items["trials"][0]
+    if budget_s is None:
+        _fail(where, "trials", f"trials: {BUDGET} needs budget_s (the rounds are what it holds)")
+    if warmup < 1:
+        _fail(where, "trials", f"trials: {BUDGET} needs warmup >= 1 (its pace sets the rounds)")
+    if target_pct is not None:
+        _fail(
+            items["precision"][0],
+            "precision",
+            f"only with trials: {AUTO} (trials: {BUDGET} fixes its rounds, it adds none)",
+        )
+
+
 def schema_text() -> str:
     """The experiment file's schema: every top-level key with an example value and what it takes."""
     return "\n".join(line for key in KEYS for line in key.schema_lines())
@@ -1250,7 +1289,11 @@ def _experiment(root: Node, text: str, file: str, sha256: str, check_paths: bool
     values = {key.name: key.value(items, context) for key in KEYS}
     trials = values.pop("trials")
     target_pct, max_rounds, budget_s = (values.pop(name) for name in _AUTO_ONLY)
-    precision = Precision(target_pct, max_rounds, budget_s) if trials is None else None
+    if context.by_budget:
+        _budget_rules(items, root, target_pct, budget_s, values["warmup"])
+    precision = (
+        Precision(target_pct, max_rounds, budget_s, context.by_budget) if trials is None else None
+    )
     return Experiment(
         file=file,
         content=text,

@@ -60,7 +60,7 @@ class CellRun:
             for kind, do in (("correctness", Do.CORRECTNESS), ("kernel", Do.KERNELS)):
                 if not self.done.has_facts(self.cell.key, build, kind):
                     self._request(self._worker_of(build), Command(do, self.shape))
-        self._warmups()
+        self._fix_rounds(self._warmups())
         rounds, reason = 0, None
         while reason is None:
             if self._pair_served(rounds):
@@ -68,7 +68,7 @@ class CellRun:
             self._round(rounds, warmup=False)
             rounds += 1
             reason = self.target.stop_reason(rounds)
-            if rounds == MIN_AUTO_ROUNDS and self.exp.precision and not self.runner.options.quiet:
+            if rounds == MIN_AUTO_ROUNDS and self.exp.adaptive and not self.runner.options.quiet:
                 self.runner.console.print(
                     f"{self.cell.model.label} {self.cell.workload.label}: "
                     f"{self.target.plan_line(rounds)}",
@@ -110,12 +110,31 @@ class CellRun:
         """The (first) worker of a build: the one that answers a build's single commands."""
         return next(worker for worker in self.workers if worker.build.name == build)
 
-    def _warmups(self, fresh: bool = False) -> None:
+    def _warmups(self, fresh: bool = False) -> float | None:
         """The experiment's warmup rounds; in a duet of variants twice as many, so each worker has
-        run every variant before the timed rounds (the workers swap variants every round)."""
+        run every variant before the timed rounds (the workers swap variants every round). Returns
+        the last one's seconds: the pace of a round once every variant has compiled."""
         twice = self.duet and len(self.builds) == 1
+        last = None
         for w in range(self.exp.warmup * (2 if twice else 1)):
+            started = time.monotonic()
             self._round(w, warmup=True, fresh=fresh)
+            last = time.monotonic() - started
+        return last
+
+    def _fix_rounds(self, round_s: float | None) -> None:
+        """trials: budget: the timed rounds, fixed now, before the first, from the warm-up's
+        pace."""
+        if not (self.exp.precision and self.exp.precision.by_budget) or round_s is None:
+            return
+        rounds = self.target.fix_rounds(round_s)
+        if not self.runner.options.quiet:
+            self.runner.console.print(
+                f"{self.cell.model.label} {self.cell.workload.label}: {rounds} timed rounds, "
+                f"fixed from the budget (a warm-up round took {round_s:.1f} s, "
+                f"{self.target.time_left_s():.0f} s of this cell's share left)",
+                highlight=False,
+            )
 
     def _shares(self) -> None:
         """Each switchable op's time in a prefill and a decode step of this cell, for the expected

@@ -22,6 +22,9 @@ from ..present.format import format_duration
 from .plan import comparison_pairs, table_rows
 from .session import CURRENT
 
+# trials: budget never fixes fewer rounds than this: the fewest a paired t interval is finite at
+# and a round's spread can be estimated from.
+MIN_BUDGET_ROUNDS = 3
 _Clocked = tuple[float | None, float | None]  # a trial's metric: (wall-clock, CPU-clock tok/s)
 
 
@@ -63,6 +66,7 @@ class CellStop:
         self.share_s = share_s
         self.started = time.monotonic()
         self.first_round_at: float | None = None
+        self.planned: int | None = None  # trials: budget: the rounds fixed before the first one
 
     def add(self, build: str, trial: Trial, process: int) -> None:
         if not trial.warmup:
@@ -98,7 +102,7 @@ class CellStop:
                         None if None in new_cpu else new_cpu,
                         self.clock,
                         processes=processes,
-                        fixed_rounds=self.exp.precision is None,
+                        fixed_rounds=not self.exp.adaptive,
                     ).estimate
         return estimates
 
@@ -145,10 +149,25 @@ class CellStop:
             and (forecast.seconds or 0.0) <= self.time_left_s()
         )
 
+    def fix_rounds(self, round_s: float) -> int:
+        """trials: budget: the timed rounds this cell's share of the budget holds at a warm-up
+        round's pace (`round_s`), at least MIN_BUDGET_ROUNDS and at most max_rounds, fixed before
+        any timed round is seen."""
+        left = self.time_left_s()
+        fits = int(left // round_s) if math.isfinite(left) and round_s > 0 else self.exp.trials
+        self.planned = min(self.exp.trials, max(MIN_BUDGET_ROUNDS, fits))
+        return self.planned
+
     def stop_reason(self, rounds: int) -> str | None:
         """Why the cell stops after `rounds` timed rounds, or None to go on."""
         if self.exp.precision is None:
             return "trials" if rounds >= self.exp.trials else None
+        if self.planned is not None:
+            # trials: budget: what the data say never ends it; only the count fixed before it, or
+            # a round that would overrun the cell's time (a stop no Δ had a say in)
+            if rounds >= self.planned:
+                return "fixed from the budget"
+            return "budget" if (self.round_s(rounds) or 0.0) > self.time_left_s() else None
         if rounds < MIN_AUTO_ROUNDS:
             return None
         forecasts = self.forecasts(rounds)

@@ -145,8 +145,13 @@ def print_dry_run(exp: Experiment, cells: list[Cell], console: Console) -> None:
 
 
 def auto_rounds_text(exp: Experiment) -> str:
-    """What `trials: auto` will do, in words."""
+    """What `trials: auto` or `trials: budget` will do, in words."""
     auto = exp.precision
+    if auto.by_budget:
+        return (
+            f"as many rounds as the whole run's {auto.budget_s:g} s holds, at most {exp.trials}, "
+            "fixed from the warm-up's pace before the first timed round (the fixed-n interval)"
+        )
     target = f", each interval within ±{auto.target_pct:g}%" if auto.target_pct else ""
     budget = f", the whole run within {auto.budget_s:g} s" if auto.budget_s else ""
     return (

@@ -415,7 +415,7 @@ def run_experiment(
                 threads_choice=threads,
                 schedule_choice=schedule,
                 repos={m.repo: m.commit for m in exp.models if m.repo and m.commit},
-                stopping=Stopping.ADAPTIVE if exp.precision else Stopping.FIXED,
+                stopping=Stopping.ADAPTIVE if exp.adaptive else Stopping.FIXED,
             )
         )
         console.print(
