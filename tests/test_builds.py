@@ -4,11 +4,10 @@ slowdowns are injected into throwaway copies of the tree, never through hooks in
 from __future__ import annotations
 
 import json
-import shutil
 from pathlib import Path
 
 import pytest
-from conftest import ROOT, fusebench, fusebench_here
+from conftest import ROOT, fusebench, fusebench_here, tree_copy
 
 EXPERIMENT = """\
 name: ab
@@ -22,19 +21,6 @@ trials: 8
 shares: 0
 warmup: 1
 """
-
-
-def tree_copy(dest: Path, patch: tuple[str, str] | None = None, file: str = "worker.py") -> Path:
-    """A copy of this fusebench tree (bench/ and models/), with one replacement in
-    bench/measure/`file`."""
-    for part in ("bench", "models"):
-        shutil.copytree(ROOT / part, dest / part, ignore=shutil.ignore_patterns("__pycache__"))
-    if patch:
-        changed = dest / "bench" / "measure" / file
-        text = changed.read_text()
-        assert patch[0] in text
-        changed.write_text(text.replace(patch[0], patch[1], 1))
-    return dest
 
 
 @pytest.fixture
