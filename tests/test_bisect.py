@@ -29,8 +29,6 @@ from bench.analysis.bisect import (
 
 ROOT = Path(__file__).resolve().parent.parent
 LIMIT = 5.0
-# Six rounds (worker_rounds) take one pair of workers an A/B run, eight a second pair (seconds of
-# imports each): six where any outcome passes, eight where a search must decide every step.
 EXPERIMENT = """\
 name: bisect-test
 models: [{preset: tiny}]
@@ -38,7 +36,10 @@ variants:
   base: {}
 comparisons: []
 workloads: {prompt_tokens: 12, gen_tokens: 3}
-trials: {trials}
+trials: 8
+# One pair of workers an A/B run (by default a fresh pair takes over after 6 rounds): each
+# worker is seconds of imports, and tests/test_builds.py checks the fresh pairs.
+worker_rounds: 0
 shares: 0
 warmup: 1
 """
@@ -196,20 +197,17 @@ def commit(repo: Path, message: str) -> str:
     return git(repo, "rev-parse", "HEAD")
 
 
-def scratch_repo(repo: Path, trials: int = 6) -> Path:
+@pytest.fixture
+def repo(tmp_path: Path) -> Path:
     """A scratch repository: a copy of this tree (bench/, models/) and a tiny experiment, one
     commit."""
+    repo = tmp_path / "repo"
     for part in ("bench", "models"):
         shutil.copytree(ROOT / part, repo / part, ignore=shutil.ignore_patterns("__pycache__"))
-    (repo / "exp.yaml").write_text(EXPERIMENT.replace("{trials}", str(trials)))
+    (repo / "exp.yaml").write_text(EXPERIMENT)
     git(repo, "init", "-q")
     commit(repo, "base")
     return repo
-
-
-@pytest.fixture
-def repo(tmp_path: Path) -> Path:
-    return scratch_repo(tmp_path / "repo")
 
 
 def history(repo: Path, count: int, slow_at: int | None) -> list[str]:
@@ -233,10 +231,7 @@ def one_line_exit_2(done: subprocess.CompletedProcess, message: str) -> None:
     assert done.stderr.count("\n") == 1 and message in done.stderr, done.stderr
 
 
-def test_bisect_names_the_commit_that_slowed_the_model(tmp_path: Path):
-    # Eight rounds: at six, on a machine loaded past its two cores (load 8), a search left the
-    # culprit unconfirmed once.
-    repo = scratch_repo(tmp_path / "repo", trials=8)
+def test_bisect_names_the_commit_that_slowed_the_model(repo: Path, tmp_path: Path):
     good = git(repo, "rev-parse", "HEAD")
     # Two commits after GOOD are enough for every kind of step, each its own A/B run (three in all,
     # each costing seconds): BAD against GOOD, one search step (commit 0, which decides good), and

@@ -107,6 +107,9 @@ def test_a_slower_current_build_fails_the_gate(tmp_path: Path, experiment: Path)
     # prefill even with both cores busy (at 50 ms, a loaded machine once brought the interval back
     # inside the 5% limit), so the verdict does not depend on how quiet the machine is. Being the
     # current build, the copy runs in a process of its own.
+    # One pair of workers a run, and in --confirm's (the first test checks the fresh pairs that
+    # take over every worker_rounds): each worker is seconds of imports.
+    experiment.write_text(EXPERIMENT.replace("trials: 8\n", "trials: 8\nworker_rounds: 0\n"))
     slow = tree_copy(
         tmp_path / "slow",
         (
