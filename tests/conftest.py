@@ -10,6 +10,7 @@ from __future__ import annotations
 import contextlib
 import hashlib
 import io
+import shutil
 import subprocess
 import sys
 from collections.abc import Iterable, Mapping, Sequence
@@ -59,6 +60,20 @@ def fusebench(
         text=True,
         timeout=timeout,
     )
+
+
+def tree_copy(dest: Path, patch: tuple[str, str] | None = None, file: str = "worker.py") -> Path:
+    """A copy of this fusebench tree (bench/ and models/), with one replacement in
+    bench/measure/`file`: faults and slowdowns go into throwaway copies, never through hooks in the
+    product. `python -m bench` run in the copy, and the workers it starts, run the copy's code."""
+    for part in ("bench", "models"):
+        shutil.copytree(ROOT / part, dest / part, ignore=shutil.ignore_patterns("__pycache__"))
+    if patch:
+        changed = dest / "bench" / "measure" / file
+        text = changed.read_text()
+        assert patch[0] in text
+        changed.write_text(text.replace(patch[0], patch[1], 1))
+    return dest
 
 
 def fusebench_here(*args: str, cwd: Path) -> subprocess.CompletedProcess:

@@ -37,6 +37,9 @@ variants:
 comparisons: []
 workloads: {prompt_tokens: 12, gen_tokens: 3}
 trials: 8
+# One pair of workers an A/B run (by default a fresh pair takes over after 6 rounds): each
+# worker is seconds of imports, and tests/test_builds.py checks the fresh pairs.
+worker_rounds: 0
 shares: 0
 warmup: 1
 """

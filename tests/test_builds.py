@@ -4,11 +4,10 @@ slowdowns are injected into throwaway copies of the tree, never through hooks in
 from __future__ import annotations
 
 import json
-import shutil
 from pathlib import Path
 
 import pytest
-from conftest import ROOT, fusebench, fusebench_here
+from conftest import ROOT, fusebench, fusebench_here, tree_copy
 
 EXPERIMENT = """\
 name: ab
@@ -22,19 +21,6 @@ trials: 8
 shares: 0
 warmup: 1
 """
-
-
-def tree_copy(dest: Path, patch: tuple[str, str] | None = None, file: str = "worker.py") -> Path:
-    """A copy of this fusebench tree (bench/ and models/), with one replacement in
-    bench/measure/`file`."""
-    for part in ("bench", "models"):
-        shutil.copytree(ROOT / part, dest / part, ignore=shutil.ignore_patterns("__pycache__"))
-    if patch:
-        changed = dest / "bench" / "measure" / file
-        text = changed.read_text()
-        assert patch[0] in text
-        changed.write_text(text.replace(patch[0], patch[1], 1))
-    return dest
 
 
 @pytest.fixture
@@ -121,6 +107,9 @@ def test_a_slower_current_build_fails_the_gate(tmp_path: Path, experiment: Path)
     # prefill even with both cores busy (at 50 ms, a loaded machine once brought the interval back
     # inside the 5% limit), so the verdict does not depend on how quiet the machine is. Being the
     # current build, the copy runs in a process of its own.
+    # One pair of workers a run, and in --confirm's (the first test checks the fresh pairs that
+    # take over every worker_rounds): each worker is seconds of imports.
+    experiment.write_text(EXPERIMENT.replace("trials: 8\n", "trials: 8\nworker_rounds: 0\n"))
     slow = tree_copy(
         tmp_path / "slow",
         (

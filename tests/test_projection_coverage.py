@@ -9,12 +9,18 @@ analysis.projection)."""
 
 from __future__ import annotations
 
+import functools
+import math
+
 import numpy as np
 import pandas as pd
+import pytest
 
 from bench.analysis.projection import (
+    DepthMean,
     FitScope,
     LayerFit,
+    RunSpread,
     Series,
     depth_means,
     fit_series,
@@ -35,8 +41,11 @@ SCOPE = FitScope("sim", "e2b", "float32", None, "pp128 tg4 b1", "E2B")
 LAYERS = full_depth("e2b")
 EXACT, ONE_DOF = (2, 4, 6, 8), (2, 4, 6, 8, 12)  # as many depths as terms; one more
 ROUNDS = (6, 8, 12, 30)
+# replications whose depth means are also computed by analysis.projection.depth_means, and compared
+CHECKED = 20
 
 
+@functools.cache  # layer_counts lays the layers out anew on every call
 def step_s(depth: int, metric: str, scale: float) -> float:
     fixed, sliding, full, shared = COSTS[metric]
     counts = layer_counts("e2b", depth)
@@ -44,25 +53,86 @@ def step_s(depth: int, metric: str, scale: float) -> float:
 
 
 def _fits(
-    rng: np.random.Generator, depths: tuple[int, ...], rounds: int, metric: str, runs: int = 1
+    rng: np.random.Generator,
+    depths: tuple[int, ...],
+    rounds: int,
+    metric: str,
+    runs: int = 1,
+    checked: bool = False,
 ) -> dict[str, LayerFit]:
     """Both variants' fits on `rounds` timed rounds per run at each depth, as
     analysis.projection.measured_series sums them; with several runs each (depth, run) is one
-    process whose speed factor both variants share."""
-    rows: dict[str, list[tuple[float, int, str]]] = {variant: [] for variant in VARIANTS}
-    for depth in depths:
+    process whose speed factor both variants share. `checked`: the points also from
+    analysis.projection.depth_means, which must give the same."""
+    times = {variant: np.empty((len(depths), runs, rounds)) for variant in VARIANTS}
+    for d, depth in enumerate(depths):
         for run in range(runs):
             process = 1 + (PROCESS_NOISE * rng.standard_normal() if runs > 1 else 0.0)
             for variant, scale in VARIANTS.items():
                 noise = 1 + TRIAL_NOISE * rng.standard_normal(rounds)
-                rows[variant] += [
-                    (t, depth, f"run{run}") for t in step_s(depth, metric, scale) * process * noise
-                ]
+                times[variant][d, run] = step_s(depth, metric, scale) * process * noise
     fits = {}
-    for variant, samples in rows.items():
-        points, spread = depth_means(pd.DataFrame(samples, columns=["seconds", "depth", "run"]))
+    for variant, seconds in times.items():
+        points, spread = _depth_means(depths, seconds)
+        if checked:
+            rows = [
+                (t, depth, f"run{run}")
+                for d, depth in enumerate(depths)
+                for run in range(runs)
+                for t in seconds[d, run]
+            ]
+            _assert_same(
+                (points, spread),
+                depth_means(pd.DataFrame(rows, columns=["seconds", "depth", "run"])),
+            )
         fits[variant] = fit_series(Series(SCOPE, variant, metric, TOKENS[metric], points, spread))
     return fits
+
+
+def _depth_means(
+    depths: tuple[int, ...], seconds: np.ndarray
+) -> tuple[tuple[DepthMean, ...], RunSpread | None]:
+    """analysis.projection.depth_means on `seconds[depth, run, round]`, in numpy: its pandas
+    groupby was three quarters of a replication's time. Checked against it (`_fits`)."""
+    _, runs, rounds = seconds.shape
+    means, sds = seconds.mean(axis=2), seconds.std(axis=2, ddof=1)
+    if runs == 1:
+        return tuple(
+            DepthMean(depth, rounds, float(m[0]), float(sd[0]) / math.sqrt(rounds), rounds - 1)
+            for depth, m, sd in zip(depths, means, sds, strict=True)
+        ), None
+    dof = len(depths) * (runs - 1)
+    spread = RunSpread(
+        math.sqrt(float(((means / means.mean(axis=1, keepdims=True) - 1) ** 2).sum()) / dof), dof
+    )
+    points = []
+    for depth, m, sd in zip(depths, means, sds, strict=True):
+        mean = float(m.mean())
+        rounds_se = math.sqrt(float((sd**2 / rounds).sum())) / runs
+        se = max(mean * spread.relative_sd / math.sqrt(runs), rounds_se)
+        run_means = tuple((f"run{run}", float(x)) for run, x in enumerate(m))
+        points.append(DepthMean(depth, rounds * runs, mean, se, dof, run_means))
+    return tuple(points), spread
+
+
+def _assert_same(
+    ours: tuple[tuple[DepthMean, ...], RunSpread | None],
+    theirs: tuple[tuple[DepthMean, ...], RunSpread | None],
+) -> None:
+    """The same points and spread, to rounding (pandas and numpy sum in other orders)."""
+
+    def fields(found: tuple[tuple[DepthMean, ...], RunSpread | None]) -> tuple[list, list]:
+        points, spread = found
+        exact = [(p.depth, p.rounds, p.dof, [run for run, _ in p.run_means]) for p in points]
+        exact.append(spread.dof if spread else None)
+        close = [(p.mean_s, p.se_s, *(m for _, m in p.run_means)) for p in points]
+        close.append((spread.relative_sd,) if spread else ())
+        return exact, close
+
+    (our_exact, our_close), (their_exact, their_close) = fields(ours), fields(theirs)
+    assert our_exact == their_exact
+    for a, b in zip(our_close, their_close, strict=True):
+        assert a == pytest.approx(b, rel=1e-12)
 
 
 def simulate(
@@ -72,9 +142,9 @@ def simulate(
     each with two variants' tok/s and one Δ."""
     rng = np.random.default_rng(seed)
     rates_covered = deltas_covered = 0
-    for _ in range(replications):
+    for replication in range(replications):
         for metric in COSTS:
-            fits = _fits(rng, depths, rounds, metric, runs)
+            fits = _fits(rng, depths, rounds, metric, runs, checked=replication < CHECKED)
             for variant, fit in fits.items():
                 rate = fit.rate_at(LAYERS)
                 rates_covered += (

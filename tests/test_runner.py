@@ -15,6 +15,7 @@ from collections import Counter
 from pathlib import Path
 
 import pytest
+from conftest import tree_copy
 
 from bench.commands import main
 from bench.core.records import ResultsError, Stopping
@@ -189,31 +190,56 @@ def test_rounds_alternate_the_variant_order(tiny_run: Path):
     assert round_order(["a", "b", "c"], 1) == ["c", "b", "a"]
 
 
+# The interrupted run's worker, in a copy of this tree, waits before its first trial of timed round
+# HELD_ROUND while the file HOLD_TRIALS names exists: the run cannot finish before the signal
+# however fast or loaded the machine (a race against 120 rounds of trials before, 40 once lost), so
+# a few rounds suffice. The resumed run is this tree's, and nothing holds it.
+HELD_ROUND = 4
+HOLD = (
+    "        cell, variant = command.cell, command.variant\n",
+    "        cell, variant = command.cell, command.variant\n"
+    f"        while not command.warmup and command.round == {HELD_ROUND} and os.path.exists(\n"
+    "            os.environ.get('HOLD_TRIALS', '')\n"
+    "        ):\n"
+    "            time.sleep(0.01)\n",
+)
+
+
 def test_sigint_then_resume_gives_the_uninterrupted_set_of_trials(tmp_path):
-    # Enough rounds that the run cannot finish between the 10th trial and the signal: with 40 it
-    # once did, in CI.
-    rounds = 120
+    rounds = HELD_ROUND + 2
     exp = write_experiment(tmp_path, trials=rounds)
     out = tmp_path / "r.jsonl"
+    held = tree_copy(tmp_path / "held", HOLD)
+    hold = tmp_path / "hold"
+    hold.touch()
     cmd = [sys.executable, "-m", "bench", "run", str(exp), "--out", str(out), "--quiet"]
     # A suite started in the background (`pytest &` in a script) inherits SIGINT ignored, and so
     # would the run: give it Ctrl-C's default, as a terminal's foreground run has it.
     process = subprocess.Popen(
         cmd,
+        cwd=held,
+        env={**os.environ, "HOLD_TRIALS": str(hold)},
         stdout=subprocess.PIPE,
         stderr=subprocess.STDOUT,
         text=True,
         preexec_fn=lambda: signal.signal(signal.SIGINT, signal.SIG_DFL),
     )
-    deadline = time.monotonic() + 120
-    while time.monotonic() < deadline and recorded_trials(out) < 10:
-        time.sleep(0.05)
-    process.send_signal(signal.SIGINT)
-    output, _ = process.communicate(timeout=60)
+    try:
+        # The first cell's warmups and rounds before the held one: then its worker waits.
+        deadline = time.monotonic() + 120
+        while time.monotonic() < deadline and recorded_trials(out) < 2 * (1 + HELD_ROUND):
+            time.sleep(0.05)
+        process.send_signal(signal.SIGINT)
+        output, _ = process.communicate(timeout=60)
+    finally:
+        hold.unlink()  # a worker the run failed to stop goes on, and ends
+        process.kill()
     assert process.returncode == 130, output
     assert "--resume" in output
     interrupted = trial_keys(out)
     assert 10 <= len(interrupted) < 2 * 2 * (rounds + 1)
+    # mid-cell: the resumed run finishes a cell it started as well as the one it never reached
+    assert {r for _, _, warmup, r in interrupted if not warmup} == set(range(HELD_ROUND))
 
     assert main(["run", str(exp), "--resume", str(out), "--quiet"]) == 0
     keys = trial_keys(out)

@@ -24,11 +24,10 @@ import time
 from collections.abc import Callable, Iterable, Sequence
 from dataclasses import dataclass, field, replace
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 import mlx.core as mx
 from mlx_lm.models.gemma4_text import ModelArgs
-from rich.console import Console
-from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
 
 from models.config import Overrides, load_preset, preset_config, runs_own_decoder
 from models.errors import UnknownOpError
@@ -36,10 +35,14 @@ from models.ops import REGISTRY, Inputs, OpCase, calls_by_op
 
 from ..core.header import Env, StoredExperiment, run_header
 from ..core.records import OpRecord, new_run_id
-from ..core.results import ResultsWriter
 from ..core.spec import Experiment, ModelSpec
 from .env import blas_kind, blas_preload_env, collect_env, loaded_blas, thread_env
 from .schedule import round_order
+
+# Every worker imports this module (its timing loop) and needs none of these at run time: rich,
+# pandas (the results store's frames) and scipy (the analysis) load where the ops command runs.
+if TYPE_CHECKING:
+    from rich.console import Console
 
 # Each sample runs enough calls to take this long, so timer resolution and dispatch jitter stay
 # small.
@@ -328,6 +331,10 @@ def run_ops(
     environment ensure_worker_env set)."""
     run_id = new_run_id()
     records: list[OpRecord] = []
+    from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
+
+    from ..core.results import ResultsWriter
+
     total = sum(len(REGISTRY[c.op].variants) for c in cases) * rounds
     progress = Progress(
         TextColumn("{task.description}"),
