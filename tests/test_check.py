@@ -827,23 +827,23 @@ WANDER = [1.00, 0.99, 1.01, 1.00, 0.98, 1.02, 1.00, 0.99, 1.01, 1.00]
 
 
 @pytest.fixture(scope="module")
-def wander_noise(tmp_path_factory: pytest.TempPathFactory) -> Path:
-    """results/baselines/ as `calibrate --from` the WANDER runs leaves it, made once: calibrating
-    compares every pair of the ten runs (seconds), and each test below gates against the same
-    history."""
+def wander_results(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    """results/ as `calibrate --from` the WANDER runs leaves it (the noise file and the history
+    holding the runs), made once: calibrating compares every pair of the ten runs (seconds), and
+    each test below gates against the same history."""
     folder = tmp_path_factory.mktemp("wander")
     done = fusebench_here(
         "calibrate", "--from", *map(str, calibration_runs(folder, WANDER)), cwd=folder
     )
     assert done.returncode == 0, done.stdout + done.stderr
-    return folder / "results" / "baselines"
+    return folder / "results"
 
 
 @pytest.mark.parametrize(("factor", "failed"), [(1.0, False), (0.97, False), (0.9, True)])
 def test_a_speedup_is_gated_against_its_history(
-    workdir: Path, wander_noise: Path, capsys, factor: float, failed: bool
+    workdir: Path, wander_results: Path, capsys, factor: float, failed: bool
 ):
-    shutil.copytree(wander_noise, workdir / "results" / "baselines")
+    shutil.copytree(wander_results, workdir / "results", dirs_exist_ok=True)
     current = results_file(workdir / "now.jsonl", scale={("compiled", "prefill"): factor})
     code, out, _ = run(["check", str(current), "--format", "json"], capsys)
     assert code == (1 if failed else 0)
