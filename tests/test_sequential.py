@@ -182,14 +182,21 @@ def _trial(variant: str, round_: int, tps: float) -> Trial:
 
 def test_trials_budget_fixes_the_rounds_its_share_holds_and_no_data_end_them_sooner():
     exp = parse_experiment(BUDGET_EXPERIMENT)
-    assert CellStop(exp, ["current"], share_s=105.0).fix_rounds(10.0) == 10
-    assert CellStop(exp, ["current"], share_s=5.0).fix_rounds(10.0) == MIN_BUDGET_ROUNDS
-    assert CellStop(exp, ["current"], share_s=1e6).fix_rounds(10.0) == exp.trials
+    assert CellStop(exp, ["current"], share_s=105.0).fix_rounds(10.0, 0.0) == 10
+    assert CellStop(exp, ["current"], share_s=5.0).fix_rounds(10.0, 0.0) == MIN_BUDGET_ROUNDS
+    assert CellStop(exp, ["current"], share_s=1e6).fix_rounds(10.0, 0.0) == exp.trials
     stop = CellStop(exp, ["current"], share_s=1e6)
-    stop.fix_rounds(1.0)
+    stop.fix_rounds(1.0, 0.0)
     for round_ in range(exp.trials):  # compiled twice as fast, every round: decided at once
         stop.add("current", _trial("baseline", round_, 100.0), process=0)
         stop.add("current", _trial("compiled", round_, 200.0 + round_ % 3), process=0)
         if round_ + 1 < exp.trials:
             assert stop.stop_reason(round_ + 1) is None
     assert stop.stop_reason(exp.trials) == "fixed from the budget"
+
+
+def test_trials_budget_counts_the_fresh_worker_pairs_between_its_rounds():
+    exp = parse_experiment(BUDGET_EXPERIMENT + "worker_rounds: 6\n")
+    # 13 rounds of 10 s need fresh pairs before rounds 7 and 13: 130 s + 2 x 20 s = 170 s
+    assert CellStop(exp, ["a", "b"], share_s=171.0).fix_rounds(10.0, 20.0) == 13
+    assert CellStop(exp, ["a", "b"], share_s=169.0).fix_rounds(10.0, 20.0) == 12

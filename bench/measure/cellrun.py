@@ -37,8 +37,10 @@ class CellRun:
         done: DoneWork,
         writer: ResultsWriter,
         update: Callable,
+        load_s: float,
     ) -> None:
         self.runner, self.exp, self.cell, self.workers = runner, runner.exp, cell, workers
+        self.load_s = load_s  # starting and loading this cell's workers, as a fresh pair will
         self.duet = duet
         self.builds = list(dict.fromkeys(worker.build.name for worker in workers))
         self.done, self.writer, self.update = done, writer, update
@@ -60,7 +62,8 @@ class CellRun:
             for kind, do in (("correctness", Do.CORRECTNESS), ("kernel", Do.KERNELS)):
                 if not self.done.has_facts(self.cell.key, build, kind):
                     self._request(self._worker_of(build), Command(do, self.shape))
-        self._fix_rounds(self._warmups())
+        warmup_s, round_s = self._warmups()
+        self._fix_rounds(round_s, self.load_s + warmup_s if len(self.workers) > 1 else 0.0)
         rounds, reason = 0, None
         while reason is None:
             if self._pair_served(rounds):
@@ -110,28 +113,34 @@ class CellRun:
         """The (first) worker of a build: the one that answers a build's single commands."""
         return next(worker for worker in self.workers if worker.build.name == build)
 
-    def _warmups(self, fresh: bool = False) -> float | None:
+    def _warmups(self, fresh: bool = False) -> tuple[float, float | None]:
         """The experiment's warmup rounds; in a duet of variants twice as many, so each worker has
         run every variant before the timed rounds (the workers swap variants every round). Returns
-        the last one's seconds: the pace of a round once every variant has compiled."""
+        their seconds and the last one's: the pace of a round once every variant has compiled."""
         twice = self.duet and len(self.builds) == 1
+        began = time.monotonic()
         last = None
         for w in range(self.exp.warmup * (2 if twice else 1)):
             started = time.monotonic()
             self._round(w, warmup=True, fresh=fresh)
             last = time.monotonic() - started
-        return last
+        return time.monotonic() - began, last
 
-    def _fix_rounds(self, round_s: float | None) -> None:
+    def _fix_rounds(self, round_s: float | None, fresh_pair_s: float) -> None:
         """trials: budget: the timed rounds, fixed now, before the first, from the warm-up's
-        pace."""
+        pace and what a fresh worker pair costs (its load and warm-up, as this one's took)."""
         if not (self.exp.precision and self.exp.precision.by_budget) or round_s is None:
             return
-        rounds = self.target.fix_rounds(round_s)
+        rounds = self.target.fix_rounds(round_s, fresh_pair_s)
         if not self.runner.options.quiet:
+            pairs = (
+                f", a fresh worker pair every {self.exp.worker_rounds} at {fresh_pair_s:.1f} s"
+                if fresh_pair_s and self.exp.worker_rounds
+                else ""
+            )
             self.runner.console.print(
                 f"{self.cell.model.label} {self.cell.workload.label}: {rounds} timed rounds, "
-                f"fixed from the budget (a warm-up round took {round_s:.1f} s, "
+                f"fixed from the budget (a warm-up round took {round_s:.1f} s{pairs}; "
                 f"{self.target.time_left_s():.0f} s of this cell's share left)",
                 highlight=False,
             )

@@ -149,14 +149,30 @@ class CellStop:
             and (forecast.seconds or 0.0) <= self.time_left_s()
         )
 
-    def fix_rounds(self, round_s: float) -> int:
+    def fix_rounds(self, round_s: float, fresh_pair_s: float) -> int:
         """trials: budget: the timed rounds this cell's share of the budget holds at a warm-up
-        round's pace (`round_s`), at least MIN_BUDGET_ROUNDS and at most max_rounds, fixed before
+        round's pace (`round_s`), with a fresh worker pair (`fresh_pair_s`: loading and warming up
+        one) every worker_rounds, at least MIN_BUDGET_ROUNDS and at most max_rounds, fixed before
         any timed round is seen."""
         left = self.time_left_s()
-        fits = int(left // round_s) if math.isfinite(left) and round_s > 0 else self.exp.trials
+        fits = self.exp.trials
+        if math.isfinite(left) and round_s > 0:
+            fits = next(
+                (
+                    n - 1
+                    for n in range(1, self.exp.trials + 1)
+                    if self._rounds_s(n, round_s, fresh_pair_s) > left
+                ),
+                self.exp.trials,
+            )
         self.planned = min(self.exp.trials, max(MIN_BUDGET_ROUNDS, fits))
         return self.planned
+
+    def _rounds_s(self, rounds: int, round_s: float, fresh_pair_s: float) -> float:
+        """The seconds `rounds` timed rounds take, the fresh worker pairs between them included."""
+        every = self.exp.worker_rounds
+        fresh_pairs = (rounds - 1) // every if every > 0 and fresh_pair_s > 0 else 0
+        return rounds * round_s + fresh_pairs * fresh_pair_s
 
     def stop_reason(self, rounds: int) -> str | None:
         """Why the cell stops after `rounds` timed rounds, or None to go on."""

@@ -281,6 +281,7 @@ class Runner:
     def _run_workers(
         self, job: ModelJob, duet: bool, writer: ResultsWriter, update: Callable
     ) -> None:
+        started = time.monotonic()
         with stopped_after(self.start_workers(job.model, duet)) as workers:
             deadline = time.monotonic() + self.exp.timeout_s
             for worker in workers:
@@ -293,8 +294,9 @@ class Runner:
                         f"in {loaded.load_s:.1f} s",
                         highlight=False,
                     )
+            load_s = time.monotonic() - started
             for cell in job.cells:
-                CellRun(self, cell, workers, duet, job.done, writer, update).run(
+                CellRun(self, cell, workers, duet, job.done, writer, update, load_s).run(
                     first=cell is job.cells[0]
                 )
 
