@@ -251,9 +251,8 @@ def main() -> None:
         "--budget-s", type=float, help="run the experiment with this budget_s instead of its own"
     )
     args = parser.parse_args()
-    args.out = (
-        args.out.resolve()
-    )  # the runs' working folder is a throwaway copy: a relative path would land there
+    # the runs' working folder is a throwaway copy: a relative path would land there
+    args.out, args.experiment = args.out.resolve(), args.experiment.resolve()
     args.out.mkdir(parents=True, exist_ok=True)
     if args.budget_s:
         text = args.experiment.read_text()
