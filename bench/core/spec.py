@@ -302,6 +302,12 @@ class Experiment:
         confidence sequences; trials: N and trials: budget fix them before its first timed round."""
         return self.precision is not None and not self.precision.by_budget
 
+    def fresh_pairs(self, rounds: int) -> int:
+        """The fresh worker pairs a cell of several workers starts during its first `rounds` timed
+        rounds: one before round worker_rounds + 1, 2 · worker_rounds + 1, ..."""
+        every = self.worker_rounds
+        return (rounds - 1) // every if every > 0 and rounds > 0 else 0
+
     def cells(self) -> list[Cell]:
         return [Cell(model, workload) for model in self.models for workload in self.workloads]
 

@@ -170,8 +170,8 @@ class CellRun:
     def _pair_served(self, rounds: int) -> bool:
         """Whether a pair of workers (two builds', or a duet's) has run its worker_rounds (a fresh
         pair is due)."""
-        every = self.exp.worker_rounds
-        return len(self.workers) > 1 and every > 0 and rounds > 0 and rounds % every == 0
+        due = self.exp.fresh_pairs(rounds + 1) > self.exp.fresh_pairs(rounds)
+        return len(self.workers) > 1 and due
 
     def _fresh_workers(self) -> None:
         """Fresh workers, loaded and warmed up, so the next rounds come from other processes."""

@@ -170,9 +170,7 @@ class CellStop:
 
     def _rounds_s(self, rounds: int, round_s: float, fresh_pair_s: float) -> float:
         """The seconds `rounds` timed rounds take, the fresh worker pairs between them included."""
-        every = self.exp.worker_rounds
-        fresh_pairs = (rounds - 1) // every if every > 0 and fresh_pair_s > 0 else 0
-        return rounds * round_s + fresh_pairs * fresh_pair_s
+        return rounds * round_s + self.exp.fresh_pairs(rounds) * fresh_pair_s
 
     def stop_reason(self, rounds: int) -> str | None:
         """Why the cell stops after `rounds` timed rounds, or None to go on."""
