@@ -7,6 +7,7 @@ from __future__ import annotations
 import json
 from collections import Counter
 from pathlib import Path
+from types import SimpleNamespace
 
 import numpy as np
 import pytest
@@ -15,12 +16,13 @@ from conftest import cell, results_file, trials
 from bench.analysis import stats
 from bench.analysis.inference import adjust, paired_estimate, verdict
 from bench.commands import main
-from bench.core.cell import CellFields, StopRecord
+from bench.core.cell import CellFields, Measured, StopRecord, Trial
 from bench.core.header import Env, LoadSummary, MachineLoad, RunHeader, ScheduleChoice
 from bench.core.records import METRICS, Clock, Stopping
 from bench.core.results import read_results
-from bench.core.spec import Schedule
-from bench.measure.duet import ScheduleProbe, choose_schedule, decide, duet_cores
+from bench.core.spec import Schedule, experiment_path, load_experiment
+from bench.measure.duet import PilotTrials, ScheduleProbe, choose_schedule, decide, duet_cores
+from bench.measure.job import CellShape
 from bench.measure.schedule import duet_plan
 from bench.present.sections.context import design_note, sequential_sizes
 
@@ -140,6 +142,54 @@ def test_one_core_runs_sequentially(monkeypatch):
     choice = choose_schedule(Schedule.DUET, Env(backend="cpu"), {})
     assert choice.schedule == Schedule.SEQUENTIAL and "two physical cores" in choice.reason
     assert choice.clock == Clock.WALL
+
+
+class _Worker:
+    """A worker that answers each trial at once, logging what it was sent and when it answered."""
+
+    def __init__(self, name: str, log: list) -> None:
+        self.name, self.log = name, log
+        self.process = SimpleNamespace(pid=2**22 + 1)  # no process has it: pinning is a no-op
+
+    def send(self, command) -> None:
+        self.log.append(("send", self.name, command.round))
+
+    def collect(self, command, deadline, timeout_s):
+        self.log.append(("collect", self.name, command.round))
+        measured = Measured(
+            prefill_s=1.0,
+            prefill_tps=128.0,
+            gen_s=0.5,
+            gen_tps=4.0,
+            prefill_cpu_s=0.9,
+            gen_cpu_s=0.4,
+        )
+        return [
+            Trial(variant=command.variant, round=command.round, warmup=False, measured=measured)
+        ]
+
+
+@pytest.mark.parametrize(
+    ("schedule", "expected"),
+    [
+        # both sent before either is collected: the two trials run at once
+        (Schedule.DUET, ["send a", "send b", "collect a", "collect b"]),
+        # strict turns, as run --against takes two builds' workers
+        (Schedule.SEQUENTIAL, ["send a", "collect a", "send b", "collect b"]),
+    ],
+)
+def test_a_pilot_pair_is_the_two_workers_on_one_prompt(schedule, expected):
+    exp = load_experiment(experiment_path("ci"))
+    shape = CellShape(exp.cells()[0].key, 128, 3, 1)
+    log: list = []
+    trials = PilotTrials(shape, exp, (0, 1))
+    workers = [_Worker("a", log), _Worker("b", log)]
+    first, second, _ = trials.pair(workers, schedule, turn=0)
+    again = trials.pair(workers, schedule, turn=1)
+    assert [f"{what} {name}" for what, name, _ in log[:4]] == expected
+    # one round number (the prompt) a pair, a new one the next pair
+    assert {r for *_, r in log[:4]} == {1} and {r for *_, r in log[4:]} == {2}
+    assert first == second == again[0] == (1.5, 1.3)
 
 
 @pytest.mark.parametrize(

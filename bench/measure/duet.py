@@ -3,16 +3,22 @@ it) to one, and `schedule: auto`, which measures whether a duet buys more precis
 than trials one after another, and which clock the intervals use.
 
 How `auto` measures (the pilot)
-    Real trials: workers of this build load the gate's model (experiments/ci.yaml: E2B's per-layer
-    shapes at 2 layers, fp32, a 128-token prompt) and time its baseline variant, as a run does.
-    The sequential schedule's worker runs the BLAS threads `threads: auto` chose, unpinned, and
-    times each pair's two trials one after the other; the duet's two workers run one BLAS thread
-    each, pinned to the two cores, and time a pair's trials at once (cores swapped every turn). The
-    schedules take turns, so a slow minute of the machine hits both. Per schedule and clock (wall,
-    process CPU): the spread s of the pair's log ratio (pairwise scale, as analysis.inference's
-    outlier rule, so one stalled turn does not decide) and the seconds a pair took t, commands and
-    answers included. Precision per second is 1 / (s² · t). The duet wins when it buys at least
-    MARGIN times the sequential pair's on the wall clock.
+    Real trials, paired as a run pairs them: two workers of this build load the gate's model
+    (experiments/ci.yaml: E2B's per-layer shapes at 2 layers, fp32, a 128-token prompt) and time
+    its baseline variant, both trials of a pair on the same prompt, as a round's trials are. The
+    sequential pair is the two workers' trials one after the other (strict turns, as `run
+    --against` takes them), unpinned, on the BLAS threads `threads: auto` chose; the duet pair is
+    the same two workers' trials at once, one BLAS thread each, pinned to the two cores (swapped
+    every turn). The schedules take turns on those two workers, neither always first, so a slow
+    minute of the machine, and what the two processes differ by, hit both. Per schedule and clock
+    (wall, process CPU): the spread s of the pair's log ratio (pairwise scale, as
+    analysis.inference's outlier rule, so one stalled turn does not decide) and the seconds a pair
+    took t, commands and answers included. Precision per second is 1 / (s² · t). The duet wins
+    when it buys at least MARGIN times the sequential pair's on the wall clock.
+
+    Until 2026-12-02 the sequential pair was one worker's two trials back to back, on two
+    prompts, beside a third worker for the duet: on the AVX2 EPYC the pilot then read the duet at
+    1.1-2.0x where an A/A of `ci` in each schedule measured 6-8x (docs/duet.md).
 
     Where `threads: auto` chose more than one BLAS thread, `auto` runs sequentially without a
     contest: a duet's workers run one thread each, and an op's Δ depends on the speed of the BLAS
@@ -91,19 +97,29 @@ def _physical_core(cpu: int) -> tuple[str, str]:
 
 
 def pin(pid: int, cpu: int) -> None:
-    """Every thread of process `pid` onto `cpu` (threads it starts later inherit it). A thread that
-    ended meanwhile is no error."""
+    """Every thread of process `pid` onto `cpu` (threads it starts later inherit it)."""
+    _set_affinity(pid, {cpu})
+
+
+def unpin(pid: int) -> None:
+    """Every thread of process `pid` free to run on any CPU this process may use, as an unpinned
+    worker's are."""
+    _set_affinity(pid, os.sched_getaffinity(0))
+
+
+def _set_affinity(pid: int, cpus: set[int]) -> None:
+    """A thread that ended meanwhile is no error."""
     try:
         threads = [int(tid) for tid in os.listdir(f"/proc/{pid}/task")]
     except OSError:
         threads = [pid]
     for tid in threads:
         with contextlib.suppress(OSError):  # the thread ended meanwhile
-            os.sched_setaffinity(tid, {cpu})
+            os.sched_setaffinity(tid, cpus)
 
 
 def cache_path(env: Env, threads: int) -> Path:
-    return cache_dir() / f"schedule-v2-{machine_key(env)}-t{threads}.json"
+    return cache_dir() / f"schedule-v3-{machine_key(env)}-t{threads}.json"
 
 
 def choose_schedule(
@@ -235,41 +251,40 @@ def decide(
 
 
 Sample = tuple[float, float]  # a trial's (wall s, CPU s)
+Pair = tuple[Sample, Sample, float]  # both trials, and the seconds the pair took
 
 
 def pilot(
     worker_env: dict[str, str], cores: tuple[int, int], threads: int
 ) -> tuple[ScheduleProbe, ...]:
     """The sequential pair's figures, and the duet pair's where the schedules contend (one BLAS
-    thread in sequential workers), the schedules taking turns."""
+    thread in sequential workers), the schedules taking turns on the same two workers."""
     exp = load_experiment(experiment_path(PILOT_EXPERIMENT))
     cell = exp.cells()[0]
     job = worker_job(cell.model, exp)
     w = cell.workload
-    trial = _Trials(CellShape(cell.key, w.prompt_tokens, w.gen_tokens, w.batch), exp, cores)
-    sequential = WorkerSession(job, CURRENT, worker_env)
-    duet = [
-        WorkerSession(job, CURRENT, thread_env(worker_env, 1), [core])
-        for core in (cores if threads == 1 else ())
-    ]
-    with stopped_after([sequential, *duet]) as workers:
+    trial = PilotTrials(CellShape(cell.key, w.prompt_tokens, w.gen_tokens, w.batch), exp, cores)
+    contest = threads == 1
+    env = thread_env(worker_env, 1) if contest else worker_env
+    pairs: dict[str, list[Pair]] = {Schedule.SEQUENTIAL: [], Schedule.DUET: []}
+    with stopped_after([WorkerSession(job, CURRENT, env) for _ in range(2)]) as workers:
         for worker in workers:
             worker.loaded(trial.deadline, exp.timeout_s)
-        seq_pairs, duet_pairs = [], []
         for turn in range(WARMUP + TURNS):
-            pair = trial.one_after_other(sequential), trial.at_once(duet, turn) if duet else None
-            if turn >= WARMUP:
-                seq_pairs.append(pair[0])
-                duet_pairs += [pair[1]] if pair[1] else []
-    probes = [_probe(Schedule.SEQUENTIAL, seq_pairs)]
-    return tuple(probes + ([_probe(Schedule.DUET, duet_pairs)] if duet_pairs else []))
+            schedules = [Schedule.SEQUENTIAL, *([Schedule.DUET] if contest else [])]
+            # neither schedule always runs right after the other
+            for schedule in schedules if turn % 2 == 0 else schedules[::-1]:
+                pair = trial.pair(workers, schedule, turn)
+                if turn >= WARMUP:
+                    pairs[schedule].append(pair)
+    return tuple(_probe(schedule, found) for schedule, found in pairs.items() if found)
 
 
-Pair = tuple[Sample, Sample, float]  # both trials, and the seconds the pair took
-
-
-class _Trials:
-    """The pilot's trials of the experiment's reference variant, numbered as a run's rounds."""
+class PilotTrials:
+    """The pilot's pairs: the experiment's reference variant on two workers of this build, as a
+    run's rounds pair two builds' workers. Both trials of a pair run the same prompt (one round
+    number, as a round's trials do), one after the other on cores the OS picks (sequential), or at
+    once, pinned to the two cores and swapped every turn (duet)."""
 
     def __init__(self, shape: CellShape, exp: Experiment, cores: tuple[int, int]) -> None:
         self.shape, self.variant, self.timeout_s = shape, exp.correctness.reference, exp.timeout_s
@@ -277,35 +292,32 @@ class _Trials:
         self.deadline = time.monotonic() + exp.timeout_s
         self.round = 0
 
-    def _command(self) -> Command:
+    def pair(self, workers: Sequence[WorkerSession], schedule: str, turn: int) -> Pair:
         self.round += 1
-        return Command(Do.TRIAL, self.shape, self.variant, round=self.round)
+        command = Command(Do.TRIAL, self.shape, self.variant, round=self.round)
+        if schedule == Schedule.DUET:
+            flip = turn % 2  # the arms swap cores every turn, so a faster core cancels
+            for worker, core in zip(workers, (flip, 1 - flip), strict=True):
+                pin(worker.process.pid, self.cores[core])
+            start = time.perf_counter()
+            for worker in workers:
+                worker.send(command)
+            first, second = (self._sample(worker, command) for worker in workers)
+        else:
+            for worker in workers:
+                unpin(worker.process.pid)
+            start = time.perf_counter()
+            first, second = (self._sample(worker, command, send=True) for worker in workers)
+        return first, second, time.perf_counter() - start
 
-    def _sample(self, worker: WorkerSession, command: Command) -> Sample:
+    def _sample(self, worker: WorkerSession, command: Command, send: bool = False) -> Sample:
+        if send:
+            worker.send(command)
         results = worker.collect(command, self.deadline, self.timeout_s)
         measured: Measured = next(r for r in results if isinstance(r, Trial)).measured
         wall = measured.prefill_s + (measured.gen_s or 0.0)
         cpu = (measured.prefill_cpu_s or math.nan) + (measured.gen_cpu_s or 0.0)
         return wall, cpu
-
-    def one_after_other(self, worker: WorkerSession) -> Pair:
-        start = time.perf_counter()
-        first, second = (self._sample(worker, self._send(worker)) for _ in range(2))
-        return first, second, time.perf_counter() - start
-
-    def at_once(self, workers: list[WorkerSession], turn: int) -> Pair:
-        flip = turn % 2  # the arms swap cores every turn, so a faster core cancels
-        for worker, core in zip(workers, (flip, 1 - flip), strict=True):
-            pin(worker.process.pid, self.cores[core])
-        start = time.perf_counter()
-        commands = [self._send(worker) for worker in workers]
-        first, second = (self._sample(w, c) for w, c in zip(workers, commands, strict=True))
-        return first, second, time.perf_counter() - start
-
-    def _send(self, worker: WorkerSession) -> Command:
-        command = self._command()
-        worker.send(command)
-        return command
 
 
 def _probe(schedule: str, pairs: list[Pair]) -> ScheduleProbe:
