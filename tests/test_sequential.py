@@ -20,7 +20,8 @@ from bench.analysis.inference import paired_estimate, rounds_needed
 from bench.analysis.stopping import Goal, Row, RunBudget, print_level, target_for_margin
 from bench.core.cell import Measured, Trial
 from bench.core.spec import parse_experiment
-from bench.measure.cellstop import MIN_BUDGET_ROUNDS, CellStop
+from bench.measure import cellstop
+from bench.measure.cellstop import MIN_BUDGET_ROUNDS, CellStop, RoundCosts
 
 spec = importlib.util.spec_from_file_location(
     "sequential_coverage", ROOT / "benchmarks" / "sequential_coverage.py"
@@ -180,13 +181,20 @@ def _trial(variant: str, round_: int, tps: float) -> Trial:
     return Trial(variant=variant, round=round_, warmup=False, measured=measured)
 
 
+def _fixed(exp, builds: list[str], share_s: float, costs: RoundCosts) -> int:
+    stop = CellStop(exp, builds, share_s=share_s)
+    stop.expect(costs)
+    return stop.fix_rounds()
+
+
 def test_trials_budget_fixes_the_rounds_its_share_holds_and_no_data_end_them_sooner():
     exp = parse_experiment(BUDGET_EXPERIMENT)
-    assert CellStop(exp, ["current"], share_s=105.0).fix_rounds(10.0, 0.0) == 10
-    assert CellStop(exp, ["current"], share_s=5.0).fix_rounds(10.0, 0.0) == MIN_BUDGET_ROUNDS
-    assert CellStop(exp, ["current"], share_s=1e6).fix_rounds(10.0, 0.0) == exp.trials
+    assert _fixed(exp, ["current"], 105.0, RoundCosts(10.0)) == 10
+    assert _fixed(exp, ["current"], 5.0, RoundCosts(10.0)) == MIN_BUDGET_ROUNDS
+    assert _fixed(exp, ["current"], 1e6, RoundCosts(10.0)) == exp.trials
     stop = CellStop(exp, ["current"], share_s=1e6)
-    stop.fix_rounds(1.0, 0.0)
+    stop.expect(RoundCosts(1.0))
+    stop.fix_rounds()
     for round_ in range(exp.trials):  # compiled twice as fast, every round: decided at once
         stop.add("current", _trial("baseline", round_, 100.0), process=0)
         stop.add("current", _trial("compiled", round_, 200.0 + round_ % 3), process=0)
@@ -195,8 +203,50 @@ def test_trials_budget_fixes_the_rounds_its_share_holds_and_no_data_end_them_soo
     assert stop.stop_reason(exp.trials) == "fixed from the budget"
 
 
-def test_trials_budget_counts_the_fresh_worker_pairs_between_its_rounds():
+def test_trials_budget_counts_the_fresh_worker_pairs_between_its_rounds_and_the_stop_after():
     exp = parse_experiment(BUDGET_EXPERIMENT + "worker_rounds: 6\n")
-    # 13 rounds of 10 s need fresh pairs before rounds 7 and 13: 130 s + 2 x 20 s = 170 s
-    assert CellStop(exp, ["a", "b"], share_s=171.0).fix_rounds(10.0, 20.0) == 13
-    assert CellStop(exp, ["a", "b"], share_s=169.0).fix_rounds(10.0, 20.0) == 12
+    # 13 rounds of 10 s need fresh pairs before rounds 7 and 13: 130 s + 2 x 20 s = 170 s, and
+    # stopping the last pair 5 s more
+    costs = RoundCosts(10.0, fresh_pair_s=20.0, stop_s=5.0)
+    assert _fixed(exp, ["a", "b"], 176.0, costs) == 13
+    assert _fixed(exp, ["a", "b"], 174.0, costs) == 12
+
+
+class _Clock:
+    """A stand-in for cellstop's clock, so a budget's stop is checked at set times, not timed."""
+
+    def __init__(self) -> None:
+        self.now = 0.0
+
+    def monotonic(self) -> float:
+        return self.now
+
+
+def test_a_budget_stops_before_a_round_whose_fresh_pair_or_the_final_stop_would_overrun(
+    monkeypatch: pytest.MonkeyPatch,
+):
+    exp = parse_experiment(BUDGET_EXPERIMENT + "worker_rounds: 6\n")
+    clock = _Clock()
+    monkeypatch.setattr(cellstop, "time", clock)
+    stop = CellStop(exp, ["a", "b"], share_s=100.0)
+    stop.expect(RoundCosts(10.0, fresh_pair_s=20.0, stop_s=5.0))
+    stop.planned = exp.trials  # fixed far beyond the share, as a too-cheap estimate would
+    clock.now = 85.0  # round 4 (10 s) and the stop (5 s) fit the 15 s left
+    assert stop.stop_reason(3) is None
+    clock.now = 86.0
+    assert stop.stop_reason(3) == "budget"
+    clock.now = 65.0  # round 7 needs a fresh pair first: 20 + 10 + 5 s, the 35 s left
+    assert stop.stop_reason(6) is None
+    clock.now = 66.0
+    assert stop.stop_reason(6) == "budget"
+
+
+def test_the_budget_plans_with_the_rounds_and_fresh_pairs_it_measured():
+    exp = parse_experiment(BUDGET_EXPERIMENT + "worker_rounds: 6\n")
+    stop = CellStop(exp, ["a", "b"], share_s=100.0)
+    stop.expect(RoundCosts(10.0, fresh_pair_s=20.0))
+    stop.round_took(12.0)
+    stop.round_took(14.0)
+    stop.fresh_pair_took(30.0, stop_s=4.0)
+    stop.fresh_pair_took(25.0, stop_s=6.0)
+    assert stop.costs == RoundCosts(13.0, fresh_pair_s=30.0, stop_s=6.0)

@@ -39,6 +39,7 @@ import argparse
 import contextlib
 import dataclasses
 import textwrap
+import time
 from pathlib import Path
 from typing import TYPE_CHECKING
 
@@ -179,6 +180,7 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
 
 
 def main(args: argparse.Namespace, console: Console) -> int:
+    started = time.monotonic()  # budget_s counts from here
     from ..measure.env import require_backend
 
     if args.list:
@@ -228,6 +230,7 @@ def main(args: argparse.Namespace, console: Console) -> int:
             pin=args.pin,
             reference=reference,
             current=current,
+            started=started,
         )
         code = run_experiment(exp, options, console, resume=args.resume)
     if code == 0 and not args.dry_run:

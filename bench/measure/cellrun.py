@@ -12,13 +12,13 @@ from typing import TYPE_CHECKING
 from ..core.cell import Agreement, StopRecord, Trial
 from ..core.results import ResultsWriter
 from ..core.spec import MIN_AUTO_ROUNDS, Cell, Schedule
-from .cellstop import CellStop
+from .cellstop import CellStop, RoundCosts
 from .duet import pin
 from .job import CellShape, Command, Do, Result
 from .plan import variant_pairs
 from .resume import DoneWork
 from .schedule import Arm, Duet, duet_plan, round_plan
-from .session import CURRENT, WorkerSession
+from .session import CURRENT, WorkerSession, stop_all
 
 if TYPE_CHECKING:
     from .runner import Runner
@@ -62,13 +62,14 @@ class CellRun:
             for kind, do in (("correctness", Do.CORRECTNESS), ("kernel", Do.KERNELS)):
                 if not self.done.has_facts(self.cell.key, build, kind):
                     self._request(self._worker_of(build), Command(do, self.shape))
-        warmup_s, round_s = self._warmups()
-        self._fix_rounds(round_s, self.load_s + warmup_s if len(self.workers) > 1 else 0.0)
+        self._expect_costs()
         rounds, reason = 0, None
         while reason is None:
             if self._pair_served(rounds):
                 self._fresh_workers()
+            began = time.monotonic()
             self._round(rounds, warmup=False)
+            self.target.round_took(time.monotonic() - began)
             rounds += 1
             reason = self.target.stop_reason(rounds)
             if rounds == MIN_AUTO_ROUNDS and self.exp.adaptive and not self.runner.options.quiet:
@@ -126,16 +127,21 @@ class CellRun:
             last = time.monotonic() - started
         return time.monotonic() - began, last
 
-    def _fix_rounds(self, round_s: float | None, fresh_pair_s: float) -> None:
-        """trials: budget: the timed rounds, fixed now, before the first, from the warm-up's
-        pace and what a fresh worker pair costs (its load and warm-up, as this one's took)."""
+    def _expect_costs(self) -> None:
+        """The warm-ups, then what the rounds will cost (CellStop.expect): the last warm-up round's
+        pace, once every variant has compiled, and a fresh pair at this pair's load and warm-up;
+        with trials: budget the rounds are fixed from them now, before the first."""
+        warmup_s, round_s = self._warmups()
+        paired = len(self.workers) > 1
+        fresh_pair_s = self.load_s + warmup_s if paired else 0.0
+        self.target.expect(RoundCosts(round_s or 0.0, fresh_pair_s))
         if not (self.exp.precision and self.exp.precision.by_budget) or round_s is None:
             return
-        rounds = self.target.fix_rounds(round_s, fresh_pair_s)
+        rounds = self.target.fix_rounds()
         if not self.runner.options.quiet:
             pairs = (
                 f", a fresh worker pair every {self.exp.worker_rounds} at {fresh_pair_s:.1f} s"
-                if fresh_pair_s and self.exp.worker_rounds
+                if paired and self.exp.worker_rounds
                 else ""
             )
             self.runner.console.print(
@@ -176,13 +182,15 @@ class CellRun:
     def _fresh_workers(self) -> None:
         """Fresh workers, loaded and warmed up, so the next rounds come from other processes."""
         self.update(f"{self.cell.model.label} {self.cell.workload.label}: fresh workers")
-        for worker in self.workers:
-            worker.stop()
+        began = time.monotonic()
+        stop_all(self.workers)
+        stop_s = time.monotonic() - began
         # in place: the runner stops these
         self.workers[:] = self.runner.start_workers(self.cell.model, self.duet)
         for worker in self.workers:
             worker.loaded(self.deadline, self.exp.timeout_s)
         self._warmups(fresh=True)
+        self.target.fresh_pair_took(time.monotonic() - began, stop_s)
 
     @property
     def process(self) -> int:

@@ -5,8 +5,10 @@ first screen and the gate print."""
 from __future__ import annotations
 
 import math
+import statistics
 import time
 from collections.abc import Sequence
+from dataclasses import dataclass, replace
 
 from ..analysis.clocks import clocked_estimate
 from ..analysis.inference import PairedEstimate
@@ -32,6 +34,18 @@ def _on_clocks(tps: float | None, wall_s: float | None, cpu_s: float | None) -> 
     if tps is None or wall_s is None or not cpu_s:
         return tps, None
     return tps, cpu_clock_tps(tps, wall_s, cpu_s)
+
+
+@dataclass(frozen=True)
+class RoundCosts:
+    """What a cell's budget pays for its rounds besides the rounds' trials: a fresh worker pair
+    (stopping the old pair, starting and loading one, its warm-up) every worker_rounds, and
+    stopping the workers once the last round is done. Estimated before the first timed round, then
+    raised to what the cell's own fresh pairs measured."""
+
+    round_s: float  # a timed round at the warm-up's pace, then at the timed rounds' mean
+    fresh_pair_s: float = 0.0
+    stop_s: float = 0.0
 
 
 class CellStop:
@@ -67,6 +81,8 @@ class CellStop:
         self.started = time.monotonic()
         self.first_round_at: float | None = None
         self.planned: int | None = None  # trials: budget: the rounds fixed before the first one
+        self.costs = RoundCosts(round_s=0.0)
+        self.round_times: list[float] = []
 
     def add(self, build: str, trial: Trial, process: int) -> None:
         if not trial.warmup:
@@ -149,28 +165,52 @@ class CellStop:
             and (forecast.seconds or 0.0) <= self.time_left_s()
         )
 
-    def fix_rounds(self, round_s: float, fresh_pair_s: float) -> int:
-        """trials: budget: the timed rounds this cell's share of the budget holds at a warm-up
-        round's pace (`round_s`), with a fresh worker pair (`fresh_pair_s`: loading and warming up
-        one) every worker_rounds, at least MIN_BUDGET_ROUNDS and at most max_rounds, fixed before
-        any timed round is seen."""
+    def expect(self, costs: RoundCosts) -> None:
+        """What the rounds will cost, estimated before the first (the warm-up's pace, the first
+        pair's load): the budget's stops plan with it until the rounds measure their own."""
+        self.costs = costs
+
+    def round_took(self, seconds: float) -> None:
+        self.round_times.append(seconds)
+        self.costs = replace(self.costs, round_s=statistics.fmean(self.round_times))
+
+    def fresh_pair_took(self, seconds: float, stop_s: float) -> None:
+        """A fresh pair's measured cost: the budget plans with the dearest seen."""
+        self.costs = replace(
+            self.costs,
+            fresh_pair_s=max(self.costs.fresh_pair_s, seconds),
+            stop_s=max(self.costs.stop_s, stop_s),
+        )
+
+    def fix_rounds(self) -> int:
+        """trials: budget: the timed rounds this cell's share of the budget holds at the expected
+        costs, at least MIN_BUDGET_ROUNDS and at most max_rounds, fixed before any timed round is
+        seen."""
         left = self.time_left_s()
         fits = self.exp.trials
-        if math.isfinite(left) and round_s > 0:
+        if math.isfinite(left) and self.costs.round_s > 0:
             fits = next(
-                (
-                    n - 1
-                    for n in range(1, self.exp.trials + 1)
-                    if self._rounds_s(n, round_s, fresh_pair_s) > left
-                ),
+                (n - 1 for n in range(1, self.exp.trials + 1) if self._rounds_s(n) > left),
                 self.exp.trials,
             )
         self.planned = min(self.exp.trials, max(MIN_BUDGET_ROUNDS, fits))
         return self.planned
 
-    def _rounds_s(self, rounds: int, round_s: float, fresh_pair_s: float) -> float:
-        """The seconds `rounds` timed rounds take, the fresh worker pairs between them included."""
-        return rounds * round_s + self.exp.fresh_pairs(rounds) * fresh_pair_s
+    def _rounds_s(self, rounds: int) -> float:
+        """The seconds `rounds` timed rounds take, the fresh worker pairs between them and the
+        workers' stop after them included."""
+        costs = self.costs
+        return (
+            rounds * costs.round_s
+            + self.exp.fresh_pairs(rounds) * costs.fresh_pair_s
+            + costs.stop_s
+        )
+
+    def _next_round_fits(self, rounds: int) -> bool:
+        """Whether one more round (after `rounds`), with the fresh pair due before it and the
+        workers' stop after it, fits the time left."""
+        extra = self._rounds_s(rounds + 1) - self._rounds_s(rounds)
+        return extra + self.costs.stop_s <= self.time_left_s()
 
     def stop_reason(self, rounds: int) -> str | None:
         """Why the cell stops after `rounds` timed rounds, or None to go on."""
@@ -181,7 +221,7 @@ class CellStop:
             # a round that would overrun the cell's time (a stop no Δ had a say in)
             if rounds >= self.planned:
                 return "fixed from the budget"
-            return "budget" if (self.round_s(rounds) or 0.0) > self.time_left_s() else None
+            return None if self._next_round_fits(rounds) else "budget"
         if rounds < MIN_AUTO_ROUNDS:
             return None
         forecasts = self.forecasts(rounds)
@@ -189,8 +229,7 @@ class CellStop:
             return "decided"
         if rounds >= self.exp.trials:
             return "max_rounds"
-        pace = self.round_s(rounds) or 0.0
-        if pace > self.time_left_s():
+        if not self._next_round_fits(rounds):
             return "budget"
         if not any(self._in_reach(f) for f in forecasts.values()):
             return "out of reach"

@@ -5,6 +5,7 @@ plan (`run --dry-run`)."""
 from __future__ import annotations
 
 import os
+import time
 from collections.abc import Iterable, Sequence
 from dataclasses import dataclass, field
 from datetime import datetime
@@ -41,6 +42,9 @@ class RunOptions:
     # run --against: this build's workers run beside the current one's
     reference: Build | None = None
     current: Build = CURRENT  # another tree or environment under test (bisect, run --against-env)
+    # time.monotonic() when the command began: budget_s counts from here, so a run's whole wall
+    # time (reference tree, imports, probes, summary) is inside it
+    started: float = field(default_factory=time.monotonic)
 
 
 def cell_meta(cell: Cell, run_id: str) -> CellFields:

@@ -64,6 +64,9 @@ class Build:
 
 
 CURRENT = Build("current")
+# A worker whose input closed exits once its command is done; one still running this long after is
+# killed.
+STOP_WAIT_S = 10.0
 
 
 class WorkerFailed(Exception):
@@ -170,20 +173,10 @@ class WorkerSession:
         last = (exceptions or lines or [""])[-1]
         return f"{prefix} {what}" + (f": {last.strip()}" if last else "")
 
-    def stop(self, *, kill: bool = False) -> None:
-        """End the worker: by closing its input (it finishes and exits), or at once with `kill`
-        (after a failure)."""
-        if self.process.poll() is not None:
-            return
-        if not kill:
-            try:
-                self.process.stdin.close()
-                self.process.wait(timeout=10)
-                return
-            except (OSError, subprocess.TimeoutExpired):
-                pass
-        self.process.kill()
-        self.process.wait()
+    def close_input(self) -> None:
+        """Close the worker's input: it finishes what it runs and exits."""
+        with contextlib.suppress(OSError):
+            self.process.stdin.close()
 
 
 def worker_job(model: ModelSpec, exp: Experiment) -> WorkerJob:
@@ -204,6 +197,24 @@ def worker_job(model: ModelSpec, exp: Experiment) -> WorkerJob:
     )
 
 
+def stop_all(workers: Sequence[WorkerSession], *, kill: bool = False) -> None:
+    """End the workers together: every input closed first, so they all finish and exit at once,
+    then each waited for (and killed past STOP_WAIT_S); with `kill`, at once (after a failure).
+    Stopping a pair costs one worker's exit, not two in turn."""
+    running = [worker for worker in workers if worker.process.poll() is None]
+    if not kill:
+        for worker in running:
+            worker.close_input()
+        deadline = time.monotonic() + STOP_WAIT_S
+        for worker in running:
+            with contextlib.suppress(subprocess.TimeoutExpired):
+                worker.process.wait(timeout=max(0.0, deadline - time.monotonic()))
+    for worker in running:
+        if worker.process.poll() is None:
+            worker.process.kill()
+            worker.process.wait()
+
+
 @contextlib.contextmanager
 def stopped_after(workers: Sequence[WorkerSession]) -> Iterator[Sequence[WorkerSession]]:
     """The workers, stopped when the block ends: closed so they finish, or killed when it raised
@@ -211,8 +222,6 @@ def stopped_after(workers: Sequence[WorkerSession]) -> Iterator[Sequence[WorkerS
     try:
         yield workers
     except BaseException:
-        for worker in workers:
-            worker.stop(kill=True)
+        stop_all(workers, kill=True)
         raise
-    for worker in workers:
-        worker.stop()
+    stop_all(workers)
