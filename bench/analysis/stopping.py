@@ -28,13 +28,14 @@ In reach
     what a row reads.
 
 Time (`RunBudget`)
-    `budget_s` bounds the whole run's wall time: building weights, warm-up, correctness, the timed
-    rounds and op shares. Each cell gets an even share of what the run has left when it starts (the
-    cells before it may have passed time on), and a round that would not fit its share is not
-    started. One thing lies outside it: a cell's pilot always runs, since before it no row has an
-    interval at all (the sequence is unbounded below 6 rounds at a table's α/8); where the pilots
-    alone outrun the budget, the run takes that long and each cell's pilot line says what a larger
-    budget would settle.
+    `budget_s` bounds the command's wall time from its start, less the machine's one-time
+    measurements: building weights, warm-up, correctness, the timed rounds, op shares and the
+    fresh worker pairs, each planned at what this cell measured it to cost. Each cell gets an even
+    share of what the run has left when it starts (the cells before it may have passed time on),
+    and a round that would not fit its share is not started. One thing lies outside it: a cell's
+    pilot always runs, since before it no row has an interval at all (the sequence is unbounded
+    below 6 rounds at a table's α/8); where the pilots alone outrun the budget, the run takes that
+    long and each cell's pilot line says what a larger budget would settle.
 """
 
 from __future__ import annotations

@@ -1223,8 +1223,9 @@ KEYS = (
     Key(
         "budget_s",
         "600",
-        f"with trials: {AUTO} (optional) or {BUDGET} (required), the whole run's wall time in "
-        "seconds, shared by its cells, > 0",
+        f"with trials: {AUTO} (optional) or {BUDGET} (required), the command's wall time in "
+        "seconds from its start (less the machine's one-time, cached measurements), shared by "
+        "its cells, > 0",
         _plain(_number, minimum=0.0, exclusive=True),
         None,
         auto_only=True,
