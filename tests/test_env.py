@@ -239,6 +239,25 @@ def test_two_machines_of_one_cpu_name_keep_their_own_cache(monkeypatch, tmp_path
     assert keys[0] != keys[1] and all(k.startswith("cpu-") for k in keys)
 
 
+def test_a_cpu_is_named_with_its_family_model_and_widest_vector_extension():
+    from bench.core.fingerprint import fingerprint
+    from bench.measure.env import cpuinfo_name
+
+    zen4 = (
+        "processor\t: 0\nvendor_id\t: AuthenticAMD\ncpu family\t: 25\nmodel\t\t: 17\n"
+        "model name\t: AMD EPYC\nflags\t\t: fpu avx2 avx512f\n\n"
+        "processor\t: 1\ncpu family\t: 25\nmodel\t\t: 17\nmodel name\t: AMD EPYC\n"
+    )
+    zen3 = zen4.replace("model\t\t: 17", "model\t\t: 1").replace(" avx512f", "")
+    assert cpuinfo_name(zen4) == "AMD EPYC (family 25, model 17, AVX-512)"
+    assert cpuinfo_name(zen3) == "AMD EPYC (family 25, model 1, AVX2)"
+    # the same bare name, two machines: their throughput is never pooled
+    assert len({fingerprint(Env(backend="cpu", cpu=cpuinfo_name(i))) for i in (zen4, zen3)}) == 2
+    # where cpuinfo gives a name alone (or none, as on many ARM kernels), that is what is recorded
+    assert cpuinfo_name("model name\t: Some CPU\n") == "Some CPU"
+    assert cpuinfo_name("processor\t: 0\nBogoMIPS\t: 50.00\n") is None
+
+
 # --- mx.compile on a shared machine ---------------------------------------------------------------
 
 

@@ -259,10 +259,28 @@ def _cpu_model() -> str:
     if sys.platform == "darwin":
         name = _run(["sysctl", "-n", "machdep.cpu.brand_string"])
     else:
-        name = _safe(lambda: _proc_field("/proc/cpuinfo", "model name"))
+        name = _safe(lambda: cpuinfo_name(Path("/proc/cpuinfo").read_text()))
     return (
         name or platform.processor() or _safe(_mlx_device_name) or platform.machine() or "unknown"
     )
+
+
+def cpuinfo_name(cpuinfo: str) -> str | None:
+    """The first processor's model name in /proc/cpuinfo and, where it gives them (x86), its family,
+    model and widest vector extension: "AMD EPYC (family 25, model 17, AVX-512)". A cloud VM's bare
+    "AMD EPYC" names several generations, with AVX-512 and without, whose speeds differ by up to 3x;
+    a run records which it was, and core.fingerprint never pools one's throughput with another's."""
+    fields: dict[str, str] = {}
+    for line in cpuinfo.split("\n\n")[0].splitlines():
+        key, _, value = line.partition(":")
+        fields.setdefault(key.strip(), value.strip())
+    name = fields.get("model name")
+    if not name or "cpu family" not in fields or "model" not in fields:
+        return name
+    flags = set(fields.get("flags", "").split())
+    widest = "AVX-512" if "avx512f" in flags else "AVX2" if "avx2" in flags else None
+    detail = [f"family {fields['cpu family']}", f"model {fields['model']}", *filter(None, [widest])]
+    return f"{name} ({', '.join(detail)})"
 
 
 def _device_name(backend: str) -> str:
