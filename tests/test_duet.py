@@ -21,7 +21,15 @@ from bench.core.header import Env, LoadSummary, MachineLoad, RunHeader, Schedule
 from bench.core.records import METRICS, Clock, Stopping
 from bench.core.results import read_results
 from bench.core.spec import Schedule, experiment_path, load_experiment
-from bench.measure.duet import PilotTrials, ScheduleProbe, choose_schedule, decide, duet_cores
+from bench.measure.duet import (
+    PilotTrials,
+    Sample,
+    ScheduleProbe,
+    _probe,
+    choose_schedule,
+    decide,
+    duet_cores,
+)
 from bench.measure.job import CellShape
 from bench.measure.schedule import duet_plan
 from bench.present.sections.context import design_note, sequential_sizes
@@ -189,7 +197,34 @@ def test_a_pilot_pair_is_the_two_workers_on_one_prompt(schedule, expected):
     assert [f"{what} {name}" for what, name, _ in log[:4]] == expected
     # one round number (the prompt) a pair, a new one the next pair
     assert {r for *_, r in log[:4]} == {1} and {r for *_, r in log[4:]} == {2}
-    assert first == second == again[0] == (1.5, 1.3)
+    assert first == second == again[0] == Sample(wall=(1.0, 0.5), cpu=(0.9, 0.4))
+
+
+def _pairs(prefill_wall, prefill_cpu, gen):
+    """Pilot pairs whose log ratios are the given sequences (the second trial's seconds 1.0)."""
+    one = Sample(wall=(1.0, 1.0), cpu=(1.0, 1.0))
+    return [
+        (Sample(wall=(np.exp(pw), np.exp(g)), cpu=(np.exp(pc), np.exp(g))), one, 2.0)
+        for pw, pc, g in zip(prefill_wall, prefill_cpu, gen, strict=True)
+    ]
+
+
+def test_the_pilot_reads_each_metric_as_a_row_and_keeps_the_noisier():
+    # prefill scatters twice as much on the wall clock as on the CPU clock; gen alike on both and
+    # quieter: a trial's sum would have hidden prefill's wall noise behind gen's time
+    rng = np.random.default_rng(7)
+    z, g = rng.standard_normal(200), 0.01 * rng.standard_normal(200)
+    probe = _probe(Schedule.SEQUENTIAL, _pairs(0.08 * z, 0.04 * z, g))
+    assert probe.wall_sd == pytest.approx(0.08, rel=0.15)
+    assert probe.cpu_sd == pytest.approx(0.04, rel=0.15)
+    assert decide((probe,), (0, 1), threads=2).clock == Clock.CPU
+
+
+def test_a_pilot_without_cpu_times_keeps_the_wall_clock():
+    z = np.random.default_rng(8).standard_normal(40)
+    probe = _probe(Schedule.SEQUENTIAL, _pairs(0.08 * z, [np.nan] * 40, 0.01 * z))
+    assert np.isnan(probe.cpu_sd)
+    assert decide((probe,), (0, 1), threads=2).clock == Clock.WALL
 
 
 @pytest.mark.parametrize(

@@ -166,7 +166,8 @@ class ThreadChoice:
 @dataclass(frozen=True)
 class ScheduleProbe:
     """One schedule's figures from the pilot (measure.duet): SD of the pair's log ratio on each
-    clock, and the seconds a pair took (mean)."""
+    clock, the noisier metric's (prefill or gen; before 2026-12-04, of their sum), and the seconds
+    a pair took (mean)."""
 
     schedule: str
     wall_sd: float

@@ -12,8 +12,9 @@ How `auto` measures (the pilot)
     every turn). The schedules take turns on those two workers, neither always first, so a slow
     minute of the machine, and what the two processes differ by, hit both. Per schedule and clock
     (wall, process CPU): the spread s of the pair's log ratio (pairwise scale, as
-    analysis.inference's outlier rule, so one stalled turn does not decide) and the seconds a pair
-    took t, commands and answers included. Precision per second is 1 / (s² · t). The duet wins
+    analysis.inference's outlier rule, so one stalled turn does not decide), per metric (prefill,
+    gen) as a run's rows are, the larger of the two kept; and the seconds a pair took t, commands
+    and answers included. Precision per second is 1 / (s² · t). The duet wins
     when it buys at least MARGIN times the sequential pair's on the wall clock.
 
     Until 2026-12-02 the sequential pair was one worker's two trials back to back, on two
@@ -51,6 +52,7 @@ import time
 from collections.abc import Callable, Sequence
 from dataclasses import replace
 from pathlib import Path
+from typing import NamedTuple
 
 import numpy as np
 
@@ -119,7 +121,8 @@ def _set_affinity(pid: int, cpus: set[int]) -> None:
 
 
 def cache_path(env: Env, threads: int) -> Path:
-    return cache_dir() / f"schedule-v3-{machine_key(env)}-t{threads}.json"
+    # v4: the probes' SDs are the noisiest metric's, no longer the trial's sum's (measured again)
+    return cache_dir() / f"schedule-v4-{machine_key(env)}-t{threads}.json"
 
 
 def choose_schedule(
@@ -250,7 +253,13 @@ def decide(
     return _with_clock(ScheduleChoice(Schedule.SEQUENTIAL, reason, cores=cores), probes)
 
 
-Sample = tuple[float, float]  # a trial's (wall s, CPU s)
+class Sample(NamedTuple):
+    """A trial's seconds on each clock, one per metric (prefill, and gen where it ran)."""
+
+    wall: tuple[float, ...]
+    cpu: tuple[float, ...]
+
+
 Pair = tuple[Sample, Sample, float]  # both trials, and the seconds the pair took
 
 
@@ -315,17 +324,28 @@ class PilotTrials:
             worker.send(command)
         results = worker.collect(command, self.deadline, self.timeout_s)
         measured: Measured = next(r for r in results if isinstance(r, Trial)).measured
-        wall = measured.prefill_s + (measured.gen_s or 0.0)
-        cpu = (measured.prefill_cpu_s or math.nan) + (measured.gen_cpu_s or 0.0)
-        return wall, cpu
+        if measured.gen_s is None:
+            return Sample((measured.prefill_s,), (measured.prefill_cpu_s or math.nan,))
+        return Sample(
+            (measured.prefill_s, measured.gen_s),
+            (measured.prefill_cpu_s or math.nan, measured.gen_cpu_s or math.nan),
+        )
 
 
 def _probe(schedule: str, pairs: list[Pair]) -> ScheduleProbe:
-    wall = [math.log(a[0] / b[0]) for a, b, _ in pairs]
-    cpu = [math.log(a[1] / b[1]) for a, b, _ in pairs]
     return ScheduleProbe(
         schedule,
-        wall_sd=pairwise_scale(np.array(wall)),
-        cpu_sd=pairwise_scale(np.array(cpu)),
+        wall_sd=_noisiest_metric([(a.wall, b.wall) for a, b, _ in pairs]),
+        cpu_sd=_noisiest_metric([(a.cpu, b.cpu) for a, b, _ in pairs]),
         pair_s=float(np.mean([seconds for _, _, seconds in pairs])),
     )
+
+
+def _noisiest_metric(pairs: list[tuple[tuple[float, ...], tuple[float, ...]]]) -> float:
+    """The larger of the metrics' spreads of the pair's log ratio, each metric on its own as a
+    run's rows are: a cell waits for its noisiest row. (The sum of a trial's metrics, used until
+    2026-12-04, is mostly the gen tokens' time at `ci`'s workload, and on the Zen 4 EPYC it hid the
+    prefill rows' wall-clock noise, twice the CPU clock's there; docs/duet.md.)"""
+    ratios = np.log(np.array([first for first, _ in pairs]) / np.array([s for _, s in pairs]))
+    # np.max keeps a NaN (no CPU clock on some trial), so that clock cannot win
+    return float(np.max([pairwise_scale(ratios[:, metric]) for metric in range(ratios.shape[1])]))
