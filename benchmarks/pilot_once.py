@@ -34,6 +34,8 @@ def main() -> None:
         "probes": [asdict(probe) for probe in probes],
         "schedule": choice.schedule,
         "reason": choice.reason,
+        "clock": choice.clock,
+        "clock_reason": choice.clock_reason,
     }
     print(json.dumps(line))
 

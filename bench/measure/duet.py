@@ -67,7 +67,7 @@ from .load import LoadSampler, preflight
 from .session import CURRENT, WorkerSession, stopped_after, worker_job
 
 PILOT_EXPERIMENT = "ci"  # the gate's model: a trial of about a second on a 2-core VM
-TURNS = 20  # timed pairs per schedule
+TURNS = 20  # timed pairs per schedule in a contest; twice as many where only one runs
 WARMUP = 2  # untimed pairs per schedule first
 MARGIN = 1.25  # a duet (or the CPU clock) must buy this much more precision per second
 BUSY_CORES = 0.25  # other processes' mean CPU, in cores, above which a pilot is not cached
@@ -166,8 +166,8 @@ def choose_schedule(
         )
     if say:
         say(
-            f"schedule: auto: measuring this machine once (cached): {TURNS} pairs of the gate's "
-            "model's trials in each schedule, taking turns, about a minute"
+            f"schedule: auto: measuring this machine once (cached): {pilot_turns(threads)} pairs "
+            "of the gate's model's trials in each schedule it weighs, about a minute"
         )
     with LoadSampler() as sampler:
         choice = decide(pilot(worker_env, cores, threads), cores, threads)
@@ -279,7 +279,7 @@ def pilot(
     with stopped_after([WorkerSession(job, CURRENT, env) for _ in range(2)]) as workers:
         for worker in workers:
             worker.loaded(trial.deadline, exp.timeout_s)
-        for turn in range(WARMUP + TURNS):
+        for turn in range(WARMUP + pilot_turns(threads)):
             schedules = [Schedule.SEQUENTIAL, *([Schedule.DUET] if contest else [])]
             # neither schedule always runs right after the other
             for schedule in schedules if turn % 2 == 0 else schedules[::-1]:
@@ -287,6 +287,14 @@ def pilot(
                 if turn >= WARMUP:
                     pairs[schedule].append(pair)
     return tuple(_probe(schedule, found) for schedule, found in pairs.items() if found)
+
+
+def pilot_turns(threads: int) -> int:
+    """Timed pairs per schedule: where no duet contends (sequential workers on more than one BLAS
+    thread) the sequential pairs get the duet's turns too, the pilot's time unchanged, as the clock
+    is then its only question; 20 pairs read the two clocks' spreads too loosely to choose
+    (docs/duet.md, "The clock's pilot")."""
+    return TURNS if threads == 1 else 2 * TURNS
 
 
 class PilotTrials:
