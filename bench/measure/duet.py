@@ -205,7 +205,10 @@ def _with_clock(choice: ScheduleChoice, probes: Sequence[ScheduleProbe]) -> Sche
             clock_reason=f"no pilot measured a {choice.schedule} schedule's clocks here "
             "(`schedule: auto` or `fusebench env --probe` runs one)",
         )
-    figures = f"{100 * probe.cpu_sd:.1f}% against {100 * probe.wall_sd:.1f}% on the wall clock"
+    figures = (
+        f"{100 * probe.cpu_sd:.1f}% against {100 * probe.wall_sd:.1f}% on the wall clock, the "
+        "noisier metric's"
+    )
     if probe.cpu_gain >= MARGIN:
         reason = f"the pilot's pairs scattered {figures}, {probe.cpu_gain:.2f}x the precision"
         return replace(choice, probes=tuple(probes), clock=Clock.CPU, clock_reason=reason)
