@@ -1,9 +1,9 @@
-"""Each clock's per-round spread in real A/B runs, per metric: what the schedule pilot's clock choice
-is meant to predict. For every run file of each folder given (gate campaigns, A/As): the per-round
-log ratio reference/current per variant, each variant's mean removed (so a built-in slowdown does
-not count as spread), on the wall clock and the process CPU clock, for prefill and gen. Per folder:
-the pooled SD per clock and metric, and in how many of its runs' metric rows the CPU clock scattered
-less than the wall clock.
+"""Each clock's per-round spread in real A/B runs, per metric: what the schedule pilot's clock
+choice is meant to predict. For every run file of each folder given (gate campaigns, A/As): the
+per-round log ratio reference/current per variant, each variant's mean removed (so a built-in
+slowdown does not count as spread), on the wall clock and the process CPU clock, for prefill and
+gen. Per folder: the pooled SD per clock and metric, and in how many of its runs' metric rows the
+CPU clock scattered less than the wall clock.
 
     .venv/bin/python benchmarks/clock_spread.py results/gate-ab-16 results/gate-ab-20
 """
@@ -19,23 +19,26 @@ import numpy as np
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 
-from duet_aa import CLOCKS, log_ratios  # noqa: E402
+from duet_aa import CLOCKS, log_ratios
 
 
 def folder_line(folder: Path) -> str:
     paths = sorted(folder.glob("s*.jsonl")) or sorted(folder.glob("*.jsonl"))
+    # each file read once per column: (clock, metric) -> every run's (ratios, s a round, variants)
+    found = {
+        (clock, metric): [log_ratios(path, column) for path in paths]
+        for clock, columns in CLOCKS.items()
+        for metric, column in columns.items()
+    }
     sds: dict[tuple[str, str], float] = {}
-    for clock, columns in CLOCKS.items():
-        for metric, column in columns.items():
-            found = [log_ratios(path, column) for path in paths]
-            pooled = np.concatenate([f[0] for f in found])
-            dof = pooled.size - sum(f[2] for f in found)  # a mean removed per run and variant
-            sds[(clock, metric)] = math.sqrt(float(np.sum(pooled**2)) / dof)
+    for key, runs in found.items():
+        pooled = np.concatenate([ratios for ratios, _, _ in runs])
+        dof = pooled.size - sum(variants for _, _, variants in runs)  # a mean per run and variant
+        sds[key] = math.sqrt(float(np.sum(pooled**2)) / dof)
     cpu_quieter = sum(
-        np.std(log_ratios(path, CLOCKS["CPU"][metric])[0])
-        < np.std(log_ratios(path, CLOCKS["wall"][metric])[0])
-        for path in paths
+        np.std(cpu[0]) < np.std(wall[0])
         for metric in ("prefill", "gen")
+        for cpu, wall in zip(found[("CPU", metric)], found[("wall", metric)], strict=True)
     )
     cells = " | ".join(f"{100 * sds[(c, m)]:.2f}%" for c in CLOCKS for m in ("prefill", "gen"))
     return f"| {folder.name} | {len(paths)} | {cells} | {cpu_quieter} of {2 * len(paths)} |"

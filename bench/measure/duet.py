@@ -357,6 +357,6 @@ def _noisiest_metric(pairs: list[tuple[tuple[float, ...], tuple[float, ...]]]) -
     run's rows are: a cell waits for its noisiest row. (The sum of a trial's metrics, used until
     2026-12-04, weighs gen most at `ci`'s workload, where the clocks tie, and on the Zen 4 EPYC it
     hid the prefill rows' wall-clock noise, twice the CPU clock's there; docs/duet.md.)"""
-    ratios = np.log(np.array([first for first, _ in pairs]) / np.array([s for _, s in pairs]))
+    ratios = np.log(np.array([a for a, _ in pairs]) / np.array([b for _, b in pairs]))
     # np.max keeps a NaN (no CPU clock on some trial), so that clock cannot win
     return float(np.max([pairwise_scale(ratios[:, metric]) for metric in range(ratios.shape[1])]))
