@@ -302,3 +302,34 @@ def test_a_dangling_or_unloadable_blas_is_passed_over(tmp_path, monkeypatch):
         env_mod, "_blas_search_patterns", lambda: [str(dangling), str(not_a_library), loads]
     )
     assert find_optimized_blas() == loads
+
+
+def test_a_runs_budget_leaves_out_the_thread_choice_but_not_the_environment_probes(monkeypatch):
+    """The budget leaves out only what a machine measures once (cached): the environment probes
+    every run makes count."""
+    import bench.measure.probe as probe_mod
+    import bench.measure.stopwatch as stopwatch_mod
+    from bench.core.header import ThreadChoice
+    from bench.measure.stopwatch import Stopwatch
+
+    class Clock:  # a stand-in for the stopwatch's clock: set times, nothing timed
+        now = 0.0
+
+        def monotonic(self) -> float:
+            return self.now
+
+    clock = Clock()
+
+    def advance(seconds: float) -> None:
+        clock.now += seconds
+
+    monkeypatch.setattr(stopwatch_mod, "time", clock)
+    env = collect_env()
+    monkeypatch.setattr(probe_mod, "probe_env", lambda _: advance(1.0) or env)
+    chosen = ThreadChoice(1, reason="measured")
+    monkeypatch.setattr(probe_mod, "choose_threads", lambda *_, **__: advance(30.0) or chosen)
+    measuring = Stopwatch()
+    _, _, threads = probe_mod.worker_environment("auto", measuring=measuring)
+    assert threads == chosen
+    assert measuring.seconds == 30.0  # the two probes' 2 s count against the budget
+    assert clock.now == 32.0

@@ -250,3 +250,20 @@ def test_the_budget_plans_with_the_rounds_and_fresh_pairs_it_measured():
     stop.fresh_pair_took(30.0, stop_s=4.0)
     stop.fresh_pair_took(25.0, stop_s=6.0)
     assert stop.costs == RoundCosts(13.0, fresh_pair_s=30.0, stop_s=6.0)
+
+
+def test_the_budget_judges_the_next_round_at_the_slowest_pace_a_round_took(
+    monkeypatch: pytest.MonkeyPatch,
+):
+    exp = parse_experiment(BUDGET_EXPERIMENT)
+    clock = _Clock()
+    monkeypatch.setattr(cellstop, "time", clock)
+    stop = CellStop(exp, ["a", "b"], share_s=100.0)
+    stop.expect(RoundCosts(10.0, stop_s=5.0))
+    stop.planned = exp.trials
+    stop.round_took(8.0)
+    stop.round_took(12.0)  # a mean of 10 s, the slowest 12 s
+    clock.now = 83.0  # 17 s left: a 12 s round and the 5 s stop fit
+    assert stop.stop_reason(2) is None
+    clock.now = 84.0  # 16 s left: a round at the mean would fit, one as slow as the slowest not
+    assert stop.stop_reason(2) == "budget"

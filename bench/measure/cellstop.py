@@ -207,9 +207,13 @@ class CellStop:
         )
 
     def _next_round_fits(self, rounds: int) -> bool:
-        """Whether one more round (after `rounds`), with the fresh pair due before it and the
-        workers' stop after it, fits the time left."""
-        extra = self._rounds_s(rounds + 1) - self._rounds_s(rounds)
+        """Whether one more round (after `rounds`) at the slowest pace a round has taken, with the
+        fresh pair due before it and the workers' stop after it, fits the time left. One round
+        is planned with the dearest seen, as a fresh pair is: the mean would let the last round
+        overrun the budget by its own scatter."""
+        fresh = self.exp.fresh_pairs(rounds + 1) - self.exp.fresh_pairs(rounds)
+        slowest = max(self.round_times, default=self.costs.round_s)
+        extra = slowest + fresh * self.costs.fresh_pair_s
         return extra + self.costs.stop_s <= self.time_left_s()
 
     def stop_reason(self, rounds: int) -> str | None:

@@ -17,6 +17,7 @@ from typing import TYPE_CHECKING, Any
 from ..core.header import Env
 from ..core.typed import from_mapping, to_mapping
 from .env import blas_preload_env, collect_env, probe_peaks, thread_env
+from .stopwatch import Stopwatch
 from .threads import ThreadChoice, choose_threads
 
 if TYPE_CHECKING:
@@ -45,17 +46,23 @@ def probe_peaks_in(env: dict[str, str]) -> PeakProbe:
 
 
 def worker_environment(
-    blas: str, threads: int | None = None, fresh: bool = False
+    blas: str,
+    threads: int | None = None,
+    fresh: bool = False,
+    measuring: Stopwatch | None = None,
 ) -> tuple[dict[str, str], Env, ThreadChoice]:
     """The workers' environment (an optimized BLAS preloaded when there is one, its threads limited
     to `threads`, or with None to the count measure.threads chooses on this machine, measured again
     when `fresh`), what a process started with it really loads, and how the thread count was
-    chosen."""
+    chosen. `measuring` times the thread choice (a machine's one-time measurement) apart from the
+    probes every run makes."""
     env, _ = blas_preload_env(blas, os.environ)
     if threads is not None:
         env = thread_env(env, threads)
         return env, probe_env(env), ThreadChoice(threads, reason="")
-    choice = choose_threads(env, probe_env(env), fresh=fresh)
+    probed = probe_env(env)
+    with measuring or Stopwatch():
+        choice = choose_threads(env, probed, fresh=fresh)
     env = thread_env(env, choice.threads)
     return env, probe_env(env), choice
 

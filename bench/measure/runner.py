@@ -72,6 +72,7 @@ from .roofline import (
 )
 from .schedule import centre_order
 from .session import Build, WorkerFailed, WorkerSession, stopped_after, worker_job
+from .stopwatch import Stopwatch
 
 
 class Runner:
@@ -375,13 +376,14 @@ def run_experiment(
         return 0
     for warning in honest_warnings(exp):
         console.print(f"[yellow]warning[/]: {warning}")
-    measuring = time.monotonic()
-    worker_env, env, threads = worker_environment(options.blas, exp.threads)
+    # budget_s bounds the command's wall time but for the machine's one-time measurements (threads,
+    # schedule and clock, peaks: minutes on a machine's first run, cached after); the probes of
+    # the workers' environment, a second each run, count
+    measuring = Stopwatch()
+    worker_env, env, threads = worker_environment(options.blas, exp.threads, measuring=measuring)
     say = None if options.quiet else partial(console.print, highlight=False)
-    schedule = choose_schedule(exp.schedule, env, worker_env, threads.threads, say=say)
-    # budget_s bounds the command's wall time but for the machine's one-time measurements above
-    # (threads, schedule and clock: minutes on a machine's first run, cached after)
-    started = options.started + (time.monotonic() - measuring)
+    with measuring:
+        schedule = choose_schedule(exp.schedule, env, worker_env, threads.threads, say=say)
     if schedule.schedule == Schedule.DUET:
         # two workers at once, one core each: one BLAS thread apiece, whatever threads chose
         worker_env, env = thread_env(worker_env, 1), replace(env, threads=1)
@@ -392,7 +394,9 @@ def run_experiment(
     if warning := blas_warning(env):
         console.print(f"[yellow]warning[/]: {warning}")
     run_id, done = resume_state(resume, exp) if resume else (new_run_id(), DoneWork())
-    peak = measured_peak(worker_env, env)
+    with measuring:
+        peak = measured_peak(worker_env, env)
+    started = options.started + measuring.seconds
     runner = Runner(exp, options, run_id, console, peak, worker_env, started, schedule)
     before = preflight()
     with ResultsWriter(options.out) as writer:
