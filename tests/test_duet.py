@@ -224,7 +224,9 @@ def test_a_pilot_without_cpu_times_keeps_the_wall_clock():
     z = np.random.default_rng(8).standard_normal(40)
     probe = _probe(Schedule.SEQUENTIAL, _pairs(0.08 * z, [np.nan] * 40, 0.01 * z))
     assert np.isnan(probe.cpu_sd)
-    assert decide((probe,), (0, 1), threads=2).clock == Clock.WALL
+    choice = decide((probe,), (0, 1), threads=2)
+    assert choice.clock == Clock.WALL
+    assert "no process CPU time" in choice.clock_reason and "nan" not in choice.clock_reason
 
 
 @pytest.mark.parametrize(

@@ -205,6 +205,9 @@ def _with_clock(choice: ScheduleChoice, probes: Sequence[ScheduleProbe]) -> Sche
             clock_reason=f"no pilot measured a {choice.schedule} schedule's clocks here "
             "(`schedule: auto` or `fusebench env --probe` runs one)",
         )
+    if math.isnan(probe.cpu_sd):
+        reason = "the pilot's trials carried no process CPU time on this machine"
+        return replace(choice, probes=tuple(probes), clock=Clock.WALL, clock_reason=reason)
     figures = (
         f"{100 * probe.cpu_sd:.1f}% against {100 * probe.wall_sd:.1f}% on the wall clock, the "
         "noisier metric's"
