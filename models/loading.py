@@ -76,8 +76,12 @@ def _pool_slice(pool: mx.array, name: str, size: int) -> mx.array:
     """`size` values of the pool, read cyclically from a start that depends on the parameter's
     name."""
     start = zlib.crc32(name.encode()) % _POOL_SIZE
-    repeats = (start + size) // _POOL_SIZE + 1
-    return mx.tile(pool, (repeats,))[start : start + size]
+    if start + size <= _POOL_SIZE:
+        return pool[start : start + size]
+    # One write of `size` values: the pool's tail, whole pools, then its head. (Tiling the pool
+    # and slicing wrote each value twice; benchmarks/weights_speed.py measures both.)
+    whole, head = divmod(size - (_POOL_SIZE - start), _POOL_SIZE)
+    return mx.concatenate([pool[start:], *([pool] * whole), pool[:head]])
 
 
 def _init_mean_std(shape: tuple[int, ...]) -> tuple[float, float]:

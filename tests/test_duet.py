@@ -314,6 +314,11 @@ def test_a_duet_run_pairs_each_comparison_beside_itself_on_two_cores(duet_run: P
     assert len({t["process"] for t in timed}) == 2
     stop = results.of_kind("stop")[0]
     assert stop["schedule"] == "duet" and stop["rounds"] == 3
+    # The correctness check rode on the two warm-up rounds, in the first worker, which ran every
+    # variant on the check prompt: once per variant, no pass of its own.
+    correctness = results.of_kind("correctness")
+    assert sorted(c["variant"] for c in correctness) == ["baseline", "compiled", "sdpa"]
+    assert all(c["passed"] and c["tokens_checked"] == 2 for c in correctness)
 
 
 def test_a_duet_run_reports_and_says_how_it_ran(duet_run: Path, tmp_path: Path):

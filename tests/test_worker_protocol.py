@@ -60,7 +60,7 @@ RESULTS = [
 ]
 
 
-def test_a_job_carries_the_model_as_protocol_2_always_has():
+def test_a_job_carries_the_model_as_protocols_2_and_3_have():
     model = model_spec(preset="tiny", size="my label", layers=2, dtype="bfloat16", quantize="nvfp4")
     job = WorkerJob(
         model, {"base": {"geglu": "unfused"}}, 512, 3, Gate("base", 0.01, 8), ("/p.py",)
@@ -75,7 +75,7 @@ def test_a_job_carries_the_model_as_protocol_2_always_has():
         "dtype": "bfloat16",
         "quantize": "nvfp4",
     }
-    assert sent["protocol"] == PROTOCOL == 2
+    assert sent["protocol"] == PROTOCOL == 3  # 3: the warm-up carries the correctness check
     received = WorkerJob.from_json(job.to_json())
     # the label the worker never shows
     assert received.model.key == model.key and received.model.size == "tiny"

@@ -1151,7 +1151,13 @@ KEYS = (
         _trials,
         DEFAULT_TRIALS,
     ),
-    Key("warmup", "1", "untimed rounds, >= 0", _plain(_int, minimum=0), DEFAULT_WARMUP),
+    Key(
+        "warmup",
+        "1",
+        "untimed rounds, >= 0; the first carries the correctness check, so 0 still runs one",
+        _plain(_int, minimum=0),
+        DEFAULT_WARMUP,
+    ),
     Key("prefill_step_size", "2048", ">= 1", _plain(_int, minimum=1), DEFAULT_PREFILL_STEP_SIZE),
     Key("seed", "0", "", _plain(_int), DEFAULT_SEED),
     Key(
@@ -1172,7 +1178,11 @@ KEYS = (
         nested=(
             ("reference: baseline", "default: the first variant"),
             ("atol: 0.05", "max abs logit error, >= 0; default null: chosen by dtype"),
-            ("tokens: 8", "greedy tokens that must agree, >= 0"),
+            (
+                "tokens: 8",
+                "greedy tokens that must agree, >= 0: the first warm-up round's own, so at most "
+                "a workload's gen_tokens",
+            ),
         ),
     ),
     Key(

@@ -1,6 +1,6 @@
-"""One cell's work on its workers (`CellRun`): correctness and kernel facts per build, warmups,
-op shares, then timed rounds, sequential or in duets (measure.schedule), until the cell stops
-(measure.cellstop), every result written as it arrives."""
+"""One cell's work on its workers (`CellRun`): kernel facts per build, warmups (which carry the
+correctness check), timed rounds, sequential or in duets (measure.schedule), until the cell stops
+(measure.cellstop), then op shares; every result written as it arrives."""
 
 from __future__ import annotations
 
@@ -25,8 +25,8 @@ if TYPE_CHECKING:
 
 
 class CellRun:
-    """One cell: correctness and kernel facts per build, warmups, timed rounds until the cell stops,
-    depth rounds."""
+    """One cell: kernel facts per build, warmups with the correctness check, timed rounds until the
+    cell stops, depth rounds, op shares."""
 
     def __init__(
         self,
@@ -59,9 +59,8 @@ class CellRun:
 
     def run(self, first: bool) -> None:
         for build in self.builds:
-            for kind, do in (("correctness", Do.CORRECTNESS), ("kernel", Do.KERNELS)):
-                if not self.done.has_facts(self.cell.key, build, kind):
-                    self._request(self._worker_of(build), Command(do, self.shape))
+            if not self.done.has_facts(self.cell.key, build, "kernel"):
+                self._request(self._worker_of(build), Command(Do.KERNELS, self.shape))
         self._expect_costs()
         rounds, reason = 0, None
         while reason is None:
@@ -116,16 +115,28 @@ class CellRun:
 
     def _warmups(self, fresh: bool = False) -> tuple[float, float | None]:
         """The experiment's warmup rounds; in a duet of variants twice as many, so each worker has
-        run every variant before the timed rounds (the workers swap variants every round). Returns
-        their seconds and the last one's: the pace of a round once every variant has compiled."""
+        run every variant before the timed rounds (the workers swap variants every round). The
+        first (the first two in such a duet) carry the correctness check, so a cell warms up at
+        least once; a fresh pair's warm-ups check nothing. Returns their seconds and the last
+        one's: the pace of a round once every variant has compiled."""
         twice = self.duet and len(self.builds) == 1
+        unchecked = set() if fresh else self._unchecked_builds()
+        warmups = max(self.exp.warmup, 1 if unchecked else 0)
+        checking = 2 if twice else 1
         began = time.monotonic()
         last = None
-        for w in range(self.exp.warmup * (2 if twice else 1)):
+        for w in range(warmups * (2 if twice else 1)):
             started = time.monotonic()
-            self._round(w, warmup=True, fresh=fresh)
+            check = unchecked if w < checking else set()
+            # a resumed cell without its check runs its check rounds again: the fresh worker
+            # holds none of the logits its trials had
+            self._round(w, warmup=True, fresh=fresh or bool(check), check=check)
             last = time.monotonic() - started
         return time.monotonic() - began, last
+
+    def _unchecked_builds(self) -> set[str]:
+        """The builds whose correctness this cell has not recorded yet (all, but on --resume)."""
+        return {b for b in self.builds if not self.done.has_facts(self.cell.key, b, "correctness")}
 
     def _expect_costs(self) -> None:
         """The warm-ups, then what the rounds will cost (CellStop.expect): the last warm-up round's
@@ -197,19 +208,25 @@ class CellRun:
         """The label of the worker processes now running: the first worker's process id."""
         return self.workers[0].process.pid
 
-    def _round(self, index: int, *, warmup: bool, fresh: bool = False) -> None:
+    def _round(
+        self, index: int, *, warmup: bool, fresh: bool = False, check: set[str] | None = None
+    ) -> None:
+        """One round of the cell's trials; on the builds in `check`, warm-up trials that carry the
+        correctness check."""
+        check = check or set()
         if self.duet:
-            self._duet_round(index, warmup=warmup, fresh=fresh)
+            self._duet_round(index, warmup=warmup, fresh=fresh, check=check)
             return
         for build, variant in round_plan(self.runner.order, self.builds, index):
             if not fresh and self.done.has_trial(self.cell.key, build, variant, warmup, index):
                 continue
-            command = Command(Do.TRIAL, self.shape, variant, index, warmup)
+            command = Command(Do.TRIAL, self.shape, variant, index, warmup, check=build in check)
             for trial in self._request(self._worker_of(build), command):
                 self._took(build, trial, index, warmup)
 
-    def _duet_round(self, index: int, *, warmup: bool, fresh: bool) -> None:
-        """Each duet of the round: both arms' trials sent together, then both collected."""
+    def _duet_round(self, index: int, *, warmup: bool, fresh: bool, check: set[str]) -> None:
+        """Each duet of the round: both arms' trials sent together, then both collected. A build's
+        check runs on its first worker, which has run every variant after two such rounds."""
         cores = self.runner.schedule.cores or (0, 1)
         pairs = variant_pairs(self.exp)
         for duet in duet_plan(self.runner.order, self.builds, pairs, index, cores):
@@ -218,7 +235,16 @@ class CellRun:
                 for arm, core in zip(duet.arms, duet.cores, strict=True):
                     pin(self.workers[arm.worker].process.pid, core)
             commands = [
-                Command(Do.TRIAL, self.shape, arm.variant, duet.round, warmup) for arm in arms
+                Command(
+                    Do.TRIAL,
+                    self.shape,
+                    arm.variant,
+                    duet.round,
+                    warmup,
+                    check=arm.build in check
+                    and self.workers[arm.worker] is self._worker_of(arm.build),
+                )
+                for arm in arms
             ]
             for arm, command in zip(arms, commands, strict=True):
                 self.workers[arm.worker].send(command)

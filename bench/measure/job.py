@@ -30,7 +30,7 @@ from ..core.records import KernelFact, SiteCalls
 from ..core.spec import ModelSpec, model_spec
 from ..core.typed import from_mapping, to_mapping
 
-PROTOCOL = 2
+PROTOCOL = 3
 
 # The model as a job carries it: what a worker builds it from. Its label stays with the runner (the
 # worker needs none, and protocol 2 has no field for it).
@@ -89,7 +89,6 @@ class Do(StrEnum):
     """What a command asks of the worker (the JSON carries the value: a reference build of an older
     commit reads the same strings)."""
 
-    CORRECTNESS = "correctness"  # every variant's logits against the reference, for a cell
     KERNELS = "kernels"  # the kernel facts of a cell
     TRIAL = "trial"  # one variant at one round
     DEPTH = "depth"  # one variant's decode speed at each KV depth, from one long prefill
@@ -106,6 +105,9 @@ class Command:
     round: int = 0
     warmup: bool = False
     depths: tuple[int, ...] = ()
+    # a warm-up trial whose logits the worker compares with the reference variant's (the run's
+    # correctness check, which thus costs no pass of its own)
+    check: bool = False
 
     def to_json(self) -> str:
         return json.dumps(asdict(self))

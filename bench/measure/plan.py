@@ -167,9 +167,10 @@ def auto_rounds_text(exp: Experiment) -> str:
 
 def honest_warnings(exp: Experiment) -> list[str]:
     warnings = []
-    if exp.warmup == 0:
+    if exp.warmup == 0 and exp.worker_rounds:
         warnings.append(
-            "warmup is 0: the first timed round of each variant includes JIT and compile time"
+            "warmup is 0: after each fresh worker pair, the first timed round of each variant "
+            "includes JIT and compile time (a cell's first pair warms up in its correctness check)"
         )
     if exp.precision is None and exp.trials < 3:
         warnings.append(f"trials is {exp.trials}: fewer than 3 paired rounds give no verdict")

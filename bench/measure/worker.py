@@ -1,6 +1,7 @@
 """The worker: one process per model (and build). It builds or loads the weights once, then carries
-out the runner's commands one by one: a correctness check, the kernel facts, one trial of one
-variant, a depth sweep. The variants are switched with `set_ops`; the runner decides their order.
+out the runner's commands one by one: the kernel facts, one trial of one variant (a warm-up trial
+may carry the correctness check: its logits against the reference variant's), a depth sweep, op
+shares. The variants are switched with `set_ops`; the runner decides their order.
 
 It reads a job (`job.WorkerJob`) and then commands (`job.Command`), one JSON line each, on stdin,
 and writes events (`job.Event`, JSON lines) on stdout; anything else that prints goes to stderr, so
@@ -88,6 +89,8 @@ class TrialTiming:
     # when the trial began and ended (Unix seconds): a duet's two trials show their overlap
     started_unix_s: float | None = None
     ended_unix_s: float | None = None
+    # with keep_logits: the logits of the prompt's last position, then of each decode step
+    logits: list[mx.array] | None = None
 
 
 def make_prompt(vocab_size: int, batch: int, length: int, seed: int, round_id: int) -> mx.array:
@@ -111,7 +114,9 @@ def greedy(logits: mx.array) -> mx.array:
     return mx.argmax(logits, axis=-1)
 
 
-def decode(model: AnyModel, token: mx.array, cache: list, steps: int) -> list[float]:
+def decode(
+    model: AnyModel, token: mx.array, cache: list, steps: int, kept: list | None = None
+) -> list[float]:
     """`steps` greedy steps, pipelined as mlx-lm does: the next step is queued before the current
     token is read.
 
@@ -119,11 +124,15 @@ def decode(model: AnyModel, token: mx.array, cache: list, steps: int) -> list[fl
     generate_step yields it, after step 1 was queued (stream_generate's time to first token; see the
     module docstring), then each generated token, whose gaps are the inter-token latencies a
     streaming user sees. Empty when steps is 0. The clock is read only where mlx-lm's loop waits
-    anyway, so the timing is unchanged.
+    anyway, so the timing is unchanged. `kept`, when given, receives each step's logits (computed
+    anyway for the greedy choice): the correctness check reads them.
     """
     ready = []
     for _ in range(steps):
-        next_token = greedy(model(token[:, None], cache=cache)[:, -1, :])
+        logits = model(token[:, None], cache=cache)[:, -1, :]
+        if kept is not None:
+            kept.append(logits)
+        next_token = greedy(logits)
         mx.async_eval(next_token)
         mx.eval(token)
         ready.append(time.perf_counter())
@@ -135,19 +144,27 @@ def decode(model: AnyModel, token: mx.array, cache: list, steps: int) -> list[fl
 
 
 def time_trial(
-    model: AnyModel, prompt: mx.array, gen_tokens: int, prefill_step_size: int
+    model: AnyModel,
+    prompt: mx.array,
+    gen_tokens: int,
+    prefill_step_size: int,
+    keep_logits: bool = False,
 ) -> TrialTiming:
     cache = model.make_cache()
+    kept: list[mx.array] | None = [] if keep_logits else None
     mx.synchronize()
     mx.reset_peak_memory()
     started_unix_s = time.time()
     cpu_start = time.process_time()
     start = time.perf_counter()
-    first = greedy(prefill(model, prompt, cache, prefill_step_size))
+    last = prefill(model, prompt, cache, prefill_step_size)
+    if kept is not None:
+        kept.append(last)
+    first = greedy(last)
     mx.eval(first)
     prefilled = time.perf_counter()
     cpu_prefilled = time.process_time()
-    ready = decode(model, first, cache, gen_tokens - 1)
+    ready = decode(model, first, cache, gen_tokens - 1, kept)
     generated = ready[1:]
     done = generated[-1] if generated else time.perf_counter()
     cpu_done = time.process_time()
@@ -163,6 +180,7 @@ def time_trial(
         gen_cpu_s=cpu_done - cpu_prefilled,
         started_unix_s=started_unix_s,
         ended_unix_s=time.time(),
+        logits=kept,
     )
 
 
@@ -221,10 +239,12 @@ def agreements(
     tokens: int,
     step: int,
 ) -> list[Agreement]:
-    """Each variant's logits and greedy tokens against the reference variant's, on the same prompt.
+    """Each variant's logits and greedy tokens against the reference variant's, on the same prompt,
+    each variant teacher-forced on the reference's tokens (`fusebench verify`; a run checks its
+    warm-up's own logits, `warmup_agreement`).
 
-    The gate uses the prompt's first row and at most CORRECTNESS_PROMPT tokens: agreement of the
-    logits does not need the full length, and a long prompt would cost more than the timing."""
+    The prompt's first row and at most CORRECTNESS_PROMPT tokens: agreement of the logits does not
+    need the full length."""
     prompt = prompt[:1, :CORRECTNESS_PROMPT]
     model.set_ops(variants[reference])
     greedy_tokens, ref_logits = greedy_logits(model, prompt, max(1, tokens), step)
@@ -238,6 +258,29 @@ def agreements(
         )
         found.append(_compare_logits(name, reference, ref_logits, logits, atol))
     return found
+
+
+def warmup_agreement(
+    name: str,
+    reference: str,
+    ref_logits: list[mx.array],
+    logits: list[mx.array],
+    atol: float,
+    tokens: int,
+) -> Agreement:
+    """A variant's logits against the reference variant's from two warm-up trials of the same
+    prompt, each decoding greedily on its own (no pass of their own: a run's check costs nothing).
+    Steps are compared while both chose the same tokens: a step after two different tokens has
+    other inputs. A decisive disagreement fails; a near tie ends the comparison there, and the
+    record's tokens_checked says how far it got. The first batch row, at most `tokens` steps."""
+    ref = [a[:1] for a in ref_logits[:tokens]]
+    new = [a[:1] for a in logits[:tokens]]
+    same_inputs = 1
+    while same_inputs < min(len(ref), len(new)):
+        if greedy(ref[same_inputs - 1]).item() != greedy(new[same_inputs - 1]).item():
+            break
+        same_inputs += 1
+    return _compare_logits(name, reference, ref[:same_inputs], new[:same_inputs], atol)
 
 
 def _compare_logits(
@@ -279,10 +322,12 @@ class CommandRunner:
         self.cold_variants: set[str] = set(job.variants)
         self.vocab = model.vocab_size
         self.share_timers: dict[str, ShareTimer] = {}  # cell -> its traced calls, warmed up
+        # the correctness check: cell -> each variant's logits from its check trial, until compared
+        self.check_logits: dict[str, dict[str, list[mx.array]]] = {}
+        self.checked: set[tuple[str, str]] = set()  # (cell, variant) compared
 
     def run(self, command: Command) -> None:
         handlers = {
-            Do.CORRECTNESS: self._correctness,
             Do.KERNELS: self._kernels,
             Do.TRIAL: self._trial,
             Do.DEPTH: self._depth,
@@ -290,20 +335,6 @@ class CommandRunner:
         }
         handlers[command.do](command)
         self.emit(Done())
-
-    def _correctness(self, command: Command) -> None:
-        gate, cell = self.job.correctness, command.cell
-        prompt = make_prompt(self.vocab, cell.batch, cell.prompt_tokens, self.job.seed, 0)
-        for agreement in agreements(
-            self.model,
-            self.job.variants,
-            gate.reference,
-            prompt,
-            gate.atol,
-            gate.tokens,
-            self.job.prefill_step_size,
-        ):
-            self.emit(Recorded(agreement))
 
     def _kernels(self, command: Command) -> None:
         # Which kernels this cell's variants really run (fused or fallback): the A/B means something
@@ -324,10 +355,18 @@ class CommandRunner:
         cell, variant = command.cell, command.variant
         # The same prompt for every variant (and build) of a round; warmup prompts never repeat a
         # timed round's.
-        round_id = WARMUP_STREAM + command.round if command.warmup else command.round
+        # A check trial's prompt is the first warm-up round's in every round, so that a worker of a
+        # duet compares variants it ran in different warm-up rounds on the same prompt.
+        round_id = (
+            WARMUP_STREAM + (0 if command.check else command.round)
+            if command.warmup
+            else command.round
+        )
         prompt = make_prompt(self.vocab, cell.batch, cell.prompt_tokens, self.job.seed, round_id)
         self.model.set_ops(self.job.variants[variant])
-        timing = time_trial(self.model, prompt, cell.gen_tokens, self.job.prefill_step_size)
+        timing = time_trial(
+            self.model, prompt, cell.gen_tokens, self.job.prefill_step_size, command.check
+        )
         cold = variant in self.cold_variants
         self.cold_variants.discard(variant)
         self.emit(
@@ -342,6 +381,27 @@ class CommandRunner:
                 )
             )
         )
+        if timing.logits is not None:
+            self._check(cell.key, variant, timing.logits)
+
+    def _check(self, cell: str, variant: str, logits: list[mx.array]) -> None:
+        """Each variant's agreement with the reference, as soon as this worker has run both on the
+        cell's check prompt."""
+        gate = self.job.correctness
+        held = self.check_logits.setdefault(cell, {})
+        held.setdefault(variant, logits)
+        reference = held.get(gate.reference)
+        if reference is None:
+            return
+        for name, found in held.items():
+            if (cell, name) not in self.checked:
+                self.checked.add((cell, name))
+                agreement = warmup_agreement(
+                    name, gate.reference, reference, found, gate.atol, gate.tokens
+                )
+                self.emit(Recorded(agreement))
+        if all((cell, name) in self.checked for name in self.job.variants):
+            del self.check_logits[cell]
 
     def _depth(self, command: Command) -> None:
         cell, steps = command.cell, max(1, command.cell.gen_tokens - 1)
