@@ -44,8 +44,8 @@ shares: 0
 warmup: 1
 """
 PREFILL = (
-    "    start = time.perf_counter()\n    first = greedy(",
-    "    start = time.perf_counter()\n    time.sleep(0.3)\n    first = greedy(",
+    "    start = time.perf_counter()\n    last = prefill(",
+    "    start = time.perf_counter()\n    time.sleep(0.3)\n    last = prefill(",
 )
 
 

@@ -113,8 +113,8 @@ def test_a_slower_current_build_fails_the_gate(tmp_path: Path, experiment: Path)
     slow = tree_copy(
         tmp_path / "slow",
         (
-            "    start = time.perf_counter()\n    first = greedy(",
-            "    start = time.perf_counter()\n    time.sleep(0.3)\n    first = greedy(",
+            "    start = time.perf_counter()\n    last = prefill(",
+            "    start = time.perf_counter()\n    time.sleep(0.3)\n    last = prefill(",
         ),
     )
     done = fusebench(

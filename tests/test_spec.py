@@ -446,7 +446,19 @@ ERRORS = {
         MINIMAL + "trials: five\n",
         10,
         "trials",
-        "expected a number of rounds (>= 1), auto or budget, got a string ('five')",
+        "expected a number of rounds (>= 1), auto, budget or plan, got a string ('five')",
+    ),
+    "trials: plan without a budget": (
+        MINIMAL + "trials: plan\n",
+        10,
+        "trials",
+        "trials: plan needs budget_s (the rounds are planned in it)",
+    ),
+    "trials: plan with fewer max_rounds than a planned cell's least": (
+        MINIMAL + "trials: plan\nbudget_s: 300\nmax_rounds: 6\n",
+        12,
+        "max_rounds",
+        "with trials: plan, at least 8 (a planned cell's fewest rounds)",
     ),
     "trials: budget without a budget": (
         MINIMAL + "trials: budget\n",

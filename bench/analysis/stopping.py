@@ -43,6 +43,8 @@ from __future__ import annotations
 import math
 from dataclasses import dataclass
 
+from scipy import special
+
 from . import sequential
 
 __all__ = ["Goal", "Row", "RunBudget", "print_level", "target_for_margin"]
@@ -72,19 +74,19 @@ class Goal:
 @dataclass(frozen=True)
 class Row:
     """One watched row after some rounds: its mean log ratio, log-ratio SD and rounds, and its
-    interval's half-width (log units) at `alpha`, Bonferroni's share of the table's 5%."""
+    interval's half-width (log units) at `alpha`, Bonferroni's share of the table's 5%: the
+    confidence sequence's, or with `fixed` rounds (trials: N, budget, plan) the t interval's."""
 
     mean_log: float
     sd_log: float
     n: int
     alpha: float
     goal: Goal
+    fixed: bool = False
 
     @property
     def half_log(self) -> float:
-        return (
-            sequential.half_width_log(self.n, self.sd_log, self.alpha) if self.sd_log > 0 else 0.0
-        )
+        return _half_log(self.n, self.sd_log, self.alpha, self.fixed) if self.sd_log > 0 else 0.0
 
     def _room(self) -> float:
         """The largest half-width (log units) at which this estimate would be decided."""
@@ -119,8 +121,35 @@ class Row:
         None when none would (an estimate on the boundary itself)."""
         if self.decided:
             return self.n
-        needed = sequential.rounds_to_reach(self._room(), self.sd_log, self.alpha)
+        if self.fixed:
+            needed = _t_rounds_to_reach(self._room(), self.sd_log, self.alpha)
+        else:
+            needed = sequential.rounds_to_reach(self._room(), self.sd_log, self.alpha)
         return None if needed is None else max(needed, self.n + 1)
+
+
+def _half_log(n: int, sd: float, alpha: float, fixed: bool) -> float:
+    if not fixed:
+        return sequential.half_width_log(n, sd, alpha)
+    if n < 2:
+        return math.inf
+    return float(special.stdtrit(n - 1, 1.0 - alpha / 2.0)) * sd / math.sqrt(n)
+
+
+def _t_rounds_to_reach(
+    half_log: float, sd: float, alpha: float, limit: int = 100_000
+) -> int | None:
+    """The fewest rounds whose fixed-n t half-width at this SD is at most `half_log`."""
+    if not (half_log > 0 and math.isfinite(sd)):
+        return None
+    n = 2
+    while _half_log(n, sd, alpha, True) > half_log:
+        n = n + 1 if n < 64 else int(n * 1.1)
+        if n > limit:
+            return None
+    while n > 2 and _half_log(n - 1, sd, alpha, True) <= half_log:
+        n -= 1
+    return n
 
 
 @dataclass(frozen=True)

@@ -40,6 +40,24 @@ def percent(text: str) -> float:
     return value
 
 
+def duration(text: str) -> float:
+    """`20m`, `90s`, `1h`, `1h30m` or `330` (seconds) -> seconds, > 0."""
+    parts = re.fullmatch(
+        r"\s*(?:(\d+(?:\.\d+)?)h)?\s*(?:(\d+(?:\.\d+)?)m)?\s*"
+        r"(?:(\d+(?:\.\d+)?)s?)?\s*",
+        text,
+    )
+    if not parts or not any(parts.groups()):
+        raise argparse.ArgumentTypeError(
+            f"{text!r} is not a duration such as 20m, 90s, 1h30m or 330 (seconds)"
+        )
+    hours, minutes, seconds = (float(value or 0.0) for value in parts.groups())
+    total = 3600.0 * hours + 60.0 * minutes + seconds
+    if total <= 0:
+        raise argparse.ArgumentTypeError(f"{text!r} must be longer than 0 s")
+    return total
+
+
 def shard(text: str) -> tuple[int, int]:
     """`2/4` -> (2, 4): shard I of N, 1 <= I <= N."""
     match = re.fullmatch(r"\s*(\d+)\s*/\s*(\d+)\s*", text)

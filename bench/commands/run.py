@@ -46,7 +46,7 @@ from typing import TYPE_CHECKING
 from rich.console import Console
 
 from ..core.errors import UserError
-from .args import names, op_values, positive_int, shard
+from .args import duration, names, op_values, positive_int, shard
 
 if TYPE_CHECKING:
     from ..core.spec import Experiment
@@ -114,6 +114,14 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
         metavar="N",
         help="exactly N timed rounds per cell (overrides the "
         "experiment's trials, and turns a trials: auto rule off)",
+    )
+    parser.add_argument(
+        "--budget",
+        type=duration,
+        metavar="DURATION",
+        help="the run's budget_s instead of the experiment's (20m, 90s, 1h30m or seconds), for "
+        "experiments whose rounds are planned or stop on the budget (trials: plan, auto, budget); "
+        "an undecided answer says which would decide its rows",
     )
     parser.add_argument(
         "--only",
@@ -187,7 +195,7 @@ def main(args: argparse.Namespace, console: Console) -> int:
         return list_experiments(console)
     require_backend()  # before anything imports mlx: one line naming the extra, not a traceback
     from ..core.results import read_results
-    from ..core.spec import Schedule, load_experiment, select_models
+    from ..core.spec import Schedule, load_experiment, select_models, with_budget
     from ..measure.builds import ReferenceBuildError, environment_builds, reference_build
     from ..measure.plan import RunOptions, default_out_path
     from ..measure.plugins import bind_experiment
@@ -200,6 +208,8 @@ def main(args: argparse.Namespace, console: Console) -> int:
     exp = select_models(load_experiment(args.experiment or DEFAULT_EXPERIMENT), args.only)
     if args.trials is not None:
         exp = override_trials(exp, args.trials, console)
+    if args.budget is not None:
+        exp = with_budget(exp, args.budget)
     if args.schedule is not None:
         exp = dataclasses.replace(exp, schedule=Schedule(args.schedule))
     exp = bind_experiment(exp, args.plugin)

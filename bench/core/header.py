@@ -120,6 +120,41 @@ class LoadSummary:
     loadavg_1m_max: float = 0.0
 
 
+@dataclass(frozen=True)
+class TimeSpent:
+    """Where a run's time went (a `time` record, written last): seconds by phase (`PHASES`,
+    measure.ledger), from the command's start to the run's last record. `machine` is the machine's
+    one-time measurements, which its budget leaves out; `rounds` and `shares` measure what the
+    answer reads."""
+
+    KIND: ClassVar[str] = "time"
+
+    run_id: str = "?"
+    total_s: float = 0.0
+    phases: dict[str, float] = field(default_factory=dict)
+
+    @property
+    def measuring_s(self) -> float:
+        return sum(self.phases.get(phase, 0.0) for phase in MEASURING_PHASES)
+
+
+# The phases of a run's time, in the order a run meets them, and what each holds.
+PHASES = {
+    "machine": "the machine's one-time measurements (threads, schedule, peak; cached after)",
+    "probes": "the workers' environment, probed every run",
+    "plan": "the round plan",
+    "load": "workers started and weights built or loaded",
+    "kernels": "which kernels each variant runs",
+    "warm-up": "warm-up rounds, which carry the correctness check",
+    "rounds": "timed rounds",
+    "fresh pairs": "fresh worker pairs and their warm-ups",
+    "shares": "op-share rounds and depth rounds",
+    "stop": "workers stopped",
+    "other": "the rest: imports, the header, writing records, the summary",
+}
+MEASURING_PHASES = ("rounds", "shares")
+
+
 @dataclass(frozen=True, kw_only=True)
 class Peak:
     """A machine's peak: a known chip's as chips.yaml lists it, or one measured; the run header's
@@ -177,11 +212,6 @@ class ScheduleProbe:
     @property
     def precision_per_s(self) -> float:
         return 1.0 / (max(self.wall_sd, 1e-4) ** 2 * self.pair_s)
-
-    @property
-    def cpu_gain(self) -> float:
-        """The CPU clock's precision over the wall clock's, on the same pairs."""
-        return (max(self.wall_sd, 1e-4) / max(self.cpu_sd, 1e-4)) ** 2
 
 
 @dataclass(frozen=True)

@@ -32,6 +32,7 @@ RECORD_KINDS = (
     "site",
     "stop",
     "load",
+    "time",
     "skip",
     "error",
 )

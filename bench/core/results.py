@@ -25,7 +25,7 @@ import pandas as pd
 
 from .cell import CURRENT_BUILD, StopRecord, TrialRecord
 from .fingerprint import Fingerprint, MachineMismatchError, fingerprint
-from .header import UNKNOWN_MACHINE, LoadSummary, RunHeader
+from .header import UNKNOWN_MACHINE, LoadSummary, RunHeader, TimeSpent
 from .records import (
     FORMAT,
     RECORD_KINDS,
@@ -47,7 +47,7 @@ from .records import (
 from .typed import from_mapping, to_record
 
 # The records written as the dataclass that declares them (core.typed.to_record).
-Written = RunHeader | LoadSummary | OpRecord | TrialRecord | StopRecord
+Written = RunHeader | LoadSummary | TimeSpent | OpRecord | TrialRecord | StopRecord
 
 
 class ResultsWriter:
@@ -131,6 +131,10 @@ class Results:
         """The load records that hold samples."""
         samples = (from_mapping(LoadSummary, record) for record in self.of_kind("load"))
         return [load for load in samples if load.samples]
+
+    def time_spent(self) -> list[TimeSpent]:
+        """Each run's time by phase (runs from before the record: none)."""
+        return [from_mapping(TimeSpent, record) for record in self.of_kind("time")]
 
     def merge(self, other: Results, path: str | Path = "", *, warn: Any = None) -> None:
         """Add another file's records, leaving out those this one already holds.

@@ -66,6 +66,12 @@ DEFAULT_TRIALS = 5
 AUTO = "auto"
 # trials: budget: as many rounds as the budget holds, fixed before the first timed round
 BUDGET = "budget"
+# trials: plan: each cell's rounds chosen to decide the most rows in the budget, fixed before its
+# first timed round (analysis.planner)
+PLAN = "plan"
+# trials: plan gives a cell none or at least this many: a t interval on fewer heavy-tailed rounds is
+# slightly liberal (docs/statistics.md)
+MIN_PLANNED_ROUNDS = 8
 DEFAULT_MAX_ROUNDS = 30
 # trials: auto never stops before this many rounds: the first verdict should not rest on a handful
 # of rounds, and at a table's Bonferroni level (α/8) the confidence sequence is unbounded below 6
@@ -236,12 +242,17 @@ class Precision:
 
     `trials: budget` (by_budget): a cell's rounds are fixed once its warm-up has shown their pace,
     as many as its share of budget_s holds (at most max_rounds), before any timed round is seen;
-    no round count follows the data, so the fixed-n interval is exact."""
+    no round count follows the data, so the fixed-n interval is exact.
+
+    `trials: plan` (planned): before each cell's first timed round, the rounds that maximise the
+    rows the whole budget is expected to decide, from the cells' measured costs and spreads
+    (analysis.planner); fixed then, so the fixed-n interval is exact too."""
 
     target_pct: float | None
     max_rounds: int
     budget_s: float | None
     by_budget: bool = False
+    planned: bool = False
 
 
 @dataclass(frozen=True)
@@ -299,8 +310,17 @@ class Experiment:
     @property
     def adaptive(self) -> bool:
         """Whether a cell's rounds are added on its data (trials: auto), so its intervals must be
-        confidence sequences; trials: N and trials: budget fix them before its first timed round."""
-        return self.precision is not None and not self.precision.by_budget
+        confidence sequences; trials: N, budget and plan fix them before its first timed round."""
+        return (
+            self.precision is not None
+            and not self.precision.by_budget
+            and not self.precision.planned
+        )
+
+    @property
+    def planned(self) -> bool:
+        """trials: plan (analysis.planner)."""
+        return self.precision is not None and self.precision.planned
 
     def fresh_pairs(self, rounds: int) -> int:
         """The fresh worker pairs a cell of several workers starts during its first `rounds` timed
@@ -459,6 +479,16 @@ def with_trials(exp: Experiment, trials: int) -> Experiment:
     """`run --trials N`: exactly N timed rounds per cell. A `trials: auto` rule is turned off: kept,
     it would take N for its max_rounds and might stop before N."""
     return replace(exp, trials=trials, precision=None)
+
+
+def with_budget(exp: Experiment, budget_s: float) -> Experiment:
+    """`run --budget`: the experiment's budget_s replaced; only where a rule spends one."""
+    if exp.precision is None:
+        raise UserError(
+            f"--budget: {exp.file} has trials: {exp.trials} (rounds fixed in the file); a budget "
+            f"needs trials: {PLAN}, {AUTO} or {BUDGET}"
+        )
+    return replace(exp, precision=replace(exp.precision, budget_s=budget_s))
 
 
 def select_models(
@@ -866,16 +896,18 @@ def _correctness(node: Node, field: str, context: _Context) -> Correctness:
 
 
 def _trials(node: Node, field: str, context: _Context) -> int | None:
-    """A number of rounds, or `auto` or `budget` (None); the context keeps it, for the keys only
-    those allow."""
-    if isinstance(node, ScalarNode) and node.tag == _STR and node.value in (AUTO, BUDGET):
+    """A number of rounds, or `auto`, `budget` or `plan` (None); the context keeps it, for the
+    keys only those allow."""
+    if isinstance(node, ScalarNode) and node.tag == _STR and node.value in (AUTO, BUDGET, PLAN):
         context.trials = None
         context.by_budget = node.value == BUDGET
+        context.planned = node.value == PLAN
     elif isinstance(node, ScalarNode) and node.tag == _STR:
         _fail(
             node,
             field,
-            f"expected a number of rounds (>= 1), {AUTO} or {BUDGET}, got {_describe(node)}",
+            f"expected a number of rounds (>= 1), {AUTO}, {BUDGET} or {PLAN}, "
+            f"got {_describe(node)}",
         )
     else:
         context.trials = _int(node, field, minimum=1)
@@ -1011,8 +1043,9 @@ class _Context:
     check_paths: bool
     variants: list[str] = dataclasses.field(default_factory=list)
     variant_lines: dict[str, dict[str, tuple[int, int]]] = dataclasses.field(default_factory=dict)
-    trials: int | None = DEFAULT_TRIALS  # None: trials: auto or budget
+    trials: int | None = DEFAULT_TRIALS  # None: trials: auto, budget or plan
     by_budget: bool = False  # trials: budget
+    planned: bool = False  # trials: plan
 
 
 _Reader = Callable[[Node, str, _Context], object]
@@ -1048,7 +1081,7 @@ class Key:
             _fail(
                 items[self.name][0],
                 self.name,
-                f"only with trials: {AUTO} or {BUDGET} (trials is {context.trials} here)",
+                f"only with trials: {AUTO}, {BUDGET} or {PLAN} (trials is {context.trials} here)",
             )
         if self.required:
             return self.read(items[self.name][1], self.name, context)
@@ -1146,8 +1179,10 @@ KEYS = (
     Key(
         "trials",
         "5",
-        f"timed rounds, >= 1; or {AUTO}: add rounds until every row is decided; or {BUDGET}: as "
-        "many as budget_s holds, fixed from the warm-up's pace before the first timed round",
+        f"timed rounds, >= 1; or {PLAN}: each size's rounds chosen to decide the most rows in "
+        f"budget_s, from this machine's measured costs and spreads, fixed before its first; or "
+        f"{AUTO}: add rounds until every row is decided; or {BUDGET}: as many as budget_s holds, "
+        "fixed from the warm-up's pace before the first timed round",
         _trials,
         DEFAULT_TRIALS,
     ),
@@ -1225,7 +1260,8 @@ KEYS = (
     Key(
         "max_rounds",
         "30",
-        f"with trials: {AUTO} or {BUDGET}, the most rounds a cell gets, >= {MIN_AUTO_ROUNDS}",
+        f"with trials: {AUTO}, {BUDGET} or {PLAN}, the most rounds a cell gets, "
+        f">= {MIN_AUTO_ROUNDS} ({PLAN}: >= {MIN_PLANNED_ROUNDS})",
         _plain(_int, minimum=MIN_AUTO_ROUNDS),
         DEFAULT_MAX_ROUNDS,
         auto_only=True,
@@ -1233,8 +1269,8 @@ KEYS = (
     Key(
         "budget_s",
         "600",
-        f"with trials: {AUTO} (optional) or {BUDGET} (required), the command's wall time in "
-        "seconds from its start (less the machine's one-time, cached measurements), shared by "
+        f"with trials: {AUTO} (optional), {BUDGET} or {PLAN} (required), the command's wall time "
+        "in seconds from its start (less the machine's one-time, cached measurements), shared by "
         "its cells, > 0",
         _plain(_number, minimum=0.0, exclusive=True),
         None,
@@ -1289,6 +1325,28 @@ def _budget_rules(
         )
 
 
+def _plan_rules(
+    items: _Items, target_pct: float | None, budget_s: float | None, max_rounds: int
+) -> None:
+    """trials: plan spends budget_s on the rounds it plans, none fewer than MIN_PLANNED_ROUNDS a
+    cell, and decides nothing on its data."""
+    where = items["trials"][0]
+    if budget_s is None:
+        _fail(where, "trials", f"trials: {PLAN} needs budget_s (the rounds are planned in it)")
+    if max_rounds < MIN_PLANNED_ROUNDS:
+        _fail(
+            items["max_rounds"][0],
+            "max_rounds",
+            f"with trials: {PLAN}, at least {MIN_PLANNED_ROUNDS} (a planned cell's fewest rounds)",
+        )
+    if target_pct is not None:
+        _fail(
+            items["precision"][0],
+            "precision",
+            f"only with trials: {AUTO} (trials: {PLAN} fixes its rounds, it adds none)",
+        )
+
+
 def schema_text() -> str:
     """The experiment file's schema: every top-level key with an example value and what it takes."""
     return "\n".join(line for key in KEYS for line in key.schema_lines())
@@ -1308,8 +1366,12 @@ def _experiment(root: Node, text: str, file: str, sha256: str, check_paths: bool
     target_pct, max_rounds, budget_s = (values.pop(name) for name in _AUTO_ONLY)
     if context.by_budget:
         _budget_rules(items, root, target_pct, budget_s, values["warmup"])
+    if context.planned:
+        _plan_rules(items, target_pct, budget_s, max_rounds)
     precision = (
-        Precision(target_pct, max_rounds, budget_s, context.by_budget) if trials is None else None
+        Precision(target_pct, max_rounds, budget_s, context.by_budget, context.planned)
+        if trials is None
+        else None
     )
     return Experiment(
         file=file,

@@ -16,6 +16,7 @@ from .cellstop import CellStop, RoundCosts
 from .duet import pin
 from .job import CellShape, Command, Do, Result
 from .plan import variant_pairs
+from .planning import CellMeasure, now_iso, sds_of
 from .resume import DoneWork
 from .schedule import Arm, Duet, duet_plan, round_plan
 from .session import CURRENT, WorkerSession, stop_all
@@ -41,6 +42,9 @@ class CellRun:
     ) -> None:
         self.runner, self.exp, self.cell, self.workers = runner, runner.exp, cell, workers
         self.load_s = load_s  # starting and loading this cell's workers, as a fresh pair will
+        # trials: plan: what this cell's setup cost (its load only in a model's first cell), and
+        # its fresh pairs
+        self.load_paid, self.setup_s, self.fresh_s = 0.0, 0.0, 0.0
         self.duet = duet
         self.builds = list(dict.fromkeys(worker.build.name for worker in workers))
         self.done, self.writer, self.update = done, writer, update
@@ -58,16 +62,24 @@ class CellRun:
         )
 
     def run(self, first: bool) -> None:
-        for build in self.builds:
-            if not self.done.has_facts(self.cell.key, build, "kernel"):
-                self._request(self._worker_of(build), Command(Do.KERNELS, self.shape))
-        self._expect_costs()
-        rounds, reason = 0, None
+        ledger = self.runner.ledger
+        setup_began = time.monotonic()
+        with ledger.phase("kernels"):
+            for build in self.builds:
+                if not self.done.has_facts(self.cell.key, build, "kernel"):
+                    self._request(self._worker_of(build), Command(Do.KERNELS, self.shape))
+        self._expect_costs(first, setup_began)
+        rounds = 0
+        reason = "the plan gives it no rounds" if self.target.planned == 0 else None
         while reason is None:
             if self._pair_served(rounds):
-                self._fresh_workers()
+                fresh_began = time.monotonic()
+                with ledger.phase("fresh pairs"):
+                    self._fresh_workers()
+                self.fresh_s += time.monotonic() - fresh_began
             began = time.monotonic()
-            self._round(rounds, warmup=False)
+            with ledger.phase("rounds"):
+                self._round(rounds, warmup=False)
             self.target.round_took(time.monotonic() - began)
             rounds += 1
             reason = self.target.stop_reason(rounds)
@@ -82,6 +94,7 @@ class CellRun:
             drop=(self.exp.trials - rounds) * self.runner.round_trials(self.duet),
         )
         forecasts = self.target.forecasts(rounds)
+        self.runner.undecided_rows += len(forecasts) if rounds else len(self.target.pairs) * 2
         self.writer.write(
             StopRecord(
                 cell=self.runner.meta[self.cell.key],
@@ -97,6 +110,16 @@ class CellRun:
         # Op shares explain a Δ; where the budget left rows undecided, their time went to rounds
         # instead.
         self.shares_wanted = not (forecasts and self.runner.budget)
+        rounds_ended = time.monotonic()
+        with ledger.phase("shares"):
+            self._after_rounds(rounds, first)
+        if self.runner.planner and rounds:
+            self.runner.planner.measured(
+                self.cell, self._measure(rounds, time.monotonic() - rounds_ended)
+            )
+
+    def _after_rounds(self, rounds: int, first: bool) -> None:
+        """Depth rounds and op shares."""
         # One depth curve per model: it depends on the KV depth, not on the workload's prompt
         # length.
         if self.exp.depths and first:
@@ -138,15 +161,23 @@ class CellRun:
         """The builds whose correctness this cell has not recorded yet (all, but on --resume)."""
         return {b for b in self.builds if not self.done.has_facts(self.cell.key, b, "correctness")}
 
-    def _expect_costs(self) -> None:
+    def _expect_costs(self, first: bool, setup_began: float) -> None:
         """The warm-ups, then what the rounds will cost (CellStop.expect): the last warm-up round's
         pace, once every variant has compiled, and a fresh pair at this pair's load and warm-up;
-        with trials: budget the rounds are fixed from them now, before the first."""
-        warmup_s, round_s = self._warmups()
+        with trials: budget or plan the rounds are fixed from them now, before the first."""
+        with self.runner.ledger.phase("warm-up"):
+            warmup_s, round_s = self._warmups()
         paired = len(self.workers) > 1
         fresh_pair_s = self.load_s + warmup_s if paired else 0.0
         self.target.expect(RoundCosts(round_s or 0.0, fresh_pair_s))
-        if not (self.exp.precision and self.exp.precision.by_budget) or round_s is None:
+        if round_s is None or not self.exp.precision:
+            return
+        if self.exp.planned:
+            self.load_paid = self.load_s if first else 0.0
+            self.setup_s = time.monotonic() - setup_began
+            self._fix_by_plan(round_s, fresh_pair_s if paired else 0.0)
+            return
+        if not self.exp.precision.by_budget:
             return
         rounds = self.target.fix_rounds()
         if not self.runner.options.quiet:
@@ -161,6 +192,54 @@ class CellRun:
                 f"{self.target.time_left_s():.0f} s of this cell's share left)",
                 highlight=False,
             )
+
+    def _fix_by_plan(self, round_s: float, fresh_pair_s: float) -> None:
+        """trials: plan: this cell's rounds, fixed now from the plan of what is left (a fresh pair's
+        cost spread over the rounds it serves)."""
+        planner = self.runner.planner
+        assert planner is not None
+        every = self.exp.worker_rounds
+        pace = round_s + (fresh_pair_s / every if fresh_pair_s and every else 0.0)
+        planned_before = planner.plan is not None
+        rounds, share = planner.fix(
+            self.cell, self.load_paid, self.setup_s, pace, self.runner.time_left_s()
+        )
+        self.target.planned = rounds
+        self.target.limit_to(min(share, self.deadline - time.monotonic()))
+        if self.runner.options.quiet:
+            return
+        if not planned_before and planner.plan is not None:
+            self.runner.console.print(
+                planner.line(planner.plan, self.runner.time_left_s()), highlight=False
+            )
+        said = (
+            f"{rounds} timed rounds, fixed by the plan (a warm-up round took {round_s:.1f} s)"
+            if rounds
+            else "no timed rounds: " + planner.needs(self.cell.key)
+        )
+        self.runner.console.print(
+            f"{self.cell.model.label} {self.cell.workload.label}: {said}", highlight=False
+        )
+
+    def _measure(self, rounds: int, after_s: float) -> CellMeasure:
+        """What this cell cost and how its rows scattered: the plans after it start from it."""
+        planner = self.runner.planner
+        assert planner is not None
+        work = planner.work[self.cell.key]
+        times = self.target.round_times
+        return CellMeasure(
+            load_s=self.load_paid,
+            warmup_s=self.setup_s,
+            warmups=work.warmups,
+            # a fresh pair's cost spread over the rounds, as the plan spends it
+            round_s=(sum(times) + self.fresh_s) / len(times) if times else 0.0,
+            after_s=after_s,
+            weight_bytes=work.weight_bytes,
+            round_flops=work.round_flops,
+            round_bytes=work.round_bytes,
+            sds=sds_of(self.target.row_sds()),
+            measured_at=now_iso(),
+        )
 
     def _shares(self) -> None:
         """Each switchable op's time in a prefill and a decode step of this cell, for the expected

@@ -124,9 +124,15 @@ class CellStop:
 
     def rows(self) -> dict[str, Row]:
         return {
-            label: Row(e.mean_log, e.sd_log, e.n, self.alpha, self.goal)
+            label: Row(
+                e.mean_log, e.sd_log, e.n, self.alpha, self.goal, fixed=not self.exp.adaptive
+            )
             for label, e in self._estimates().items()
         }
+
+    def row_sds(self) -> dict[str, float]:
+        """Each watched row's per-round log-ratio SD (the spread the plan of a later run uses)."""
+        return {label: est.sd_log for label, est in self._estimates().items()}
 
     def half_widths(self) -> dict[str, float]:
         """Each watched row's half-width in percent at the level the table prints it."""
@@ -141,6 +147,10 @@ class CellStop:
         if self.first_round_at is None or rounds < 1:
             return None
         return (time.monotonic() - self.first_round_at) / rounds
+
+    def limit_to(self, seconds: float) -> None:
+        """From now on, at most `seconds` for the rest of the cell (trials: plan's share)."""
+        self.share_s = seconds + (time.monotonic() - self.started)
 
     def time_left_s(self) -> float:
         return (
@@ -224,7 +234,7 @@ class CellStop:
             # trials: budget: what the data say never ends it; only the count fixed before it, or
             # a round that would overrun the cell's time (a stop no Δ had a say in)
             if rounds >= self.planned:
-                return "fixed from the budget"
+                return "planned" if self.exp.planned else "fixed from the budget"
             return None if self._next_round_fits(rounds) else "budget"
         if rounds < MIN_AUTO_ROUNDS:
             return None

@@ -13,10 +13,11 @@ and the run goes on with a fresh worker.
 
 from __future__ import annotations
 
+import contextlib
 import json
 import os
 import time
-from collections.abc import Callable, Mapping, Sequence
+from collections.abc import Callable, Iterator, Mapping, Sequence
 from dataclasses import replace
 from functools import partial
 from pathlib import Path
@@ -34,7 +35,7 @@ from rich.progress import (
 from ..analysis.stopping import RunBudget
 from ..core.cell import Measured, Trial, TrialRecord
 from ..core.header import BuildFields, Env, PluginFile, StoredExperiment, run_header
-from ..core.records import Stopping, new_run_id
+from ..core.records import METRICS, Stopping, new_run_id
 from ..core.results import ResultsWriter
 from ..core.spec import Cell, Experiment, ModelSpec, Schedule, shard_cells
 from ..core.typed import to_mapping
@@ -44,18 +45,23 @@ from .duet import ScheduleChoice, choose_schedule
 from .env import blas_warning, cache_dir, machine_key, thread_env
 from .hub import with_repos_found
 from .job import Result, result_fields, result_kind
+from .ledger import TimeLedger
 from .load import LoadSampler, preflight
-from .memory import memory_verdict, model_config
+from .memory import memory_verdict, model_config, weight_bytes
 from .opcheck import check_ops_called
 from .plan import (
     ModelJob,
     RunOptions,
     cell_meta,
+    comparison_pairs,
     honest_warnings,
     plan_jobs,
     print_dry_run,
+    table_rows,
     variant_pairs,
 )
+from .planning import CACHE_VERSION as PLAN_CACHE_VERSION
+from .planning import PlanWork, RunPlanner
 from .plugins import load_plugins
 from .probe import probe_peaks_in, worker_environment
 from .resume import DoneWork, resume_state
@@ -107,6 +113,31 @@ class Runner:
         self.budget: RunBudget | None = None  # the run's wall time, shared by its cells in turn
         self.started = started  # time.monotonic() when the run began: the budget counts from here
         self.cells_done = 0
+        self.ledger = TimeLedger(options.started)  # where the time went, from the command's start
+        self.planner: RunPlanner | None = None  # trials: plan
+        self.undecided_rows = 0  # rows a cell ended undecided or the plan gave no rounds
+
+    def time_left_s(self) -> float:
+        """What the run's budget has left (infinite without one)."""
+        if not (self.exp.precision and self.exp.precision.budget_s):
+            return float("inf")
+        return self.exp.precision.budget_s - (time.monotonic() - self.started)
+
+    def plan_from_the_start(self) -> None:
+        """trials: plan: the plan of every cell, when this machine has measured enough to make it
+        (else the first cell's setup makes it)."""
+        assert self.planner is not None
+        with self.ledger.phase("plan"):
+            plan = self.planner.make(self.time_left_s())
+        if self.options.quiet:
+            return
+        self.console.print(
+            self.planner.line(plan, self.time_left_s())
+            if plan
+            else "plan: made once the first size is set up (nothing measured on this machine "
+            "at this configuration yet)",
+            highlight=False,
+        )
 
     def run(self, jobs: list[ModelJob], writer: ResultsWriter) -> None:
         if self.exp.precision and self.exp.precision.budget_s:
@@ -115,6 +146,8 @@ class Runner:
             )
         for job in jobs:
             check_ops_called(job.model, self.exp)
+        if self.planner:
+            self.plan_from_the_start()
         cells = sum(len(job.cells) for job in jobs)
         duet = self.schedule.schedule == Schedule.DUET
         total = cells * (self.exp.trials + self.exp.warmup) * self.round_trials(duet)
@@ -185,7 +218,7 @@ class Runner:
         )
         writer.write(trial)
 
-    def _work(self, cell_key: str) -> CellWork:
+    def cell_work(self, cell_key: str) -> CellWork:
         if cell_key not in self.work:
             m, w = self.cells[cell_key].model, self.cells[cell_key].workload
             self.work[cell_key] = cell_work(
@@ -200,7 +233,7 @@ class Runner:
 
     def _roofline(self, cell_key: str, measured: Measured) -> tuple[Rates, PeakShares]:
         """Achieved TFLOP/s and GB/s of a trial, and their share of this machine's peak."""
-        rates = achieved(measured.prefill_s, measured.gen_s, self._work(cell_key))
+        rates = achieved(measured.prefill_s, measured.gen_s, self.cell_work(cell_key))
         shares = percent_of_peak(rates, self.peak, self.cells[cell_key].model.dtype)
         self.above_peak.update(shares.above_peak)
         self.best = self.best.highest(rates)
@@ -227,6 +260,15 @@ class Runner:
         fits, reason = memory_verdict(job.model, self.exp, copies=len(self.worker_builds(duet)))
         if not fits:
             self._close_cells(writer, job.cells, "skip", reason)
+            return
+        unplanned = (
+            [self.planner.skip_reason(c, self.time_left_s()) for c in job.cells]
+            if self.planner
+            else [None]
+        )
+        if all(unplanned) and self.planner:
+            self._close_cells(writer, job.cells, "skip", str(unplanned[0]))
+            self.undecided_rows += sum(self.planner.work[c.key].rows for c in job.cells)
             return
         pending = list(job.cells)
         while pending:
@@ -283,10 +325,11 @@ class Runner:
         self, job: ModelJob, duet: bool, writer: ResultsWriter, update: Callable
     ) -> None:
         started = time.monotonic()
-        with stopped_after(self.start_workers(job.model, duet)) as workers:
+        with self._stopped_after(self.start_workers(job.model, duet)) as workers:
             deadline = time.monotonic() + self.exp.timeout_s
             for worker in workers:
-                loaded = worker.loaded(deadline, self.exp.timeout_s)
+                with self.ledger.phase("load"):
+                    loaded = worker.loaded(deadline, self.exp.timeout_s)
                 if not self.options.quiet:
                     where = "" if len(self.builds) == 1 else f" ({worker.build.name} build)"
                     self.console.print(
@@ -300,6 +343,60 @@ class Runner:
                 CellRun(self, cell, workers, duet, job.done, writer, update, load_s).run(
                     first=cell is job.cells[0]
                 )
+
+    @contextlib.contextmanager
+    def _stopped_after(self, workers: list[WorkerSession]) -> Iterator[list[WorkerSession]]:
+        """session.stopped_after, with the stop on the ledger."""
+        stopping = time.monotonic()
+        try:
+            with stopped_after(workers) as running:
+                try:
+                    yield running
+                finally:
+                    stopping = time.monotonic()
+        finally:
+            self.ledger.add("stop", time.monotonic() - stopping)
+
+
+def run_planner(runner: Runner, cells: Sequence[Cell], env: Env) -> RunPlanner:
+    """trials: plan's planner for this run: each cell's work from its shapes, this machine's
+    cached costs, and the schedule pilot's spread."""
+    exp, schedule = runner.exp, runner.schedule
+    duet = schedule.schedule == Schedule.DUET
+    builds = [b.name for b in runner.builds]
+
+    def work(cell: Cell) -> PlanWork:
+        one = runner.cell_work(cell.key)
+        trials = runner.round_trials(duet)
+        return PlanWork(
+            round_flops=float(trials * one.prefill_flops),
+            round_bytes=float(trials * one.gen_bytes),
+            weight_bytes=len(runner.worker_builds(duet)) * weight_bytes(cell.model),
+            warmups=max(exp.warmup, 1) * (2 if duet and len(builds) == 1 else 1),
+            rows=len(METRICS) * len(comparison_pairs(exp, builds)),
+        )
+
+    peak = runner.peak
+    roof = (peak.compute_roof("float32") if peak else None) or 1.0  # TFLOP/s
+    bandwidth = (peak.memory_gbps if peak else None) or 10.0  # GB/s
+
+    def seconds_of(flops: float, nbytes: float) -> float:
+        return flops / (roof * 1e12) + nbytes / (bandwidth * 1e9)
+
+    probe = next((p for p in schedule.probes if p.schedule == schedule.schedule), None)
+    cache = cache_dir() / (
+        f"plan-v{PLAN_CACHE_VERSION}-{machine_key(env)}-t{env.threads}-{schedule.schedule}.json"
+    )
+    return RunPlanner(
+        exp,
+        cells,
+        builds,
+        cache,
+        work=work,
+        seconds_of=seconds_of,
+        pilot_sd=probe.wall_sd if probe else None,
+        rows=table_rows(exp, builds),
+    )
 
 
 def pinned_cpus(env: dict[str, str]) -> list[int] | None:
@@ -380,7 +477,9 @@ def run_experiment(
     # schedule and clock, peaks: minutes on a machine's first run, cached after); the probes of
     # the workers' environment, a second each run, count
     measuring = Stopwatch()
+    probing = time.monotonic()
     worker_env, env, threads = worker_environment(options.blas, exp.threads, measuring=measuring)
+    probes_s = time.monotonic() - probing - measuring.seconds
     say = None if options.quiet else partial(console.print, highlight=False)
     with measuring:
         schedule = choose_schedule(exp.schedule, env, worker_env, threads.threads, say=say)
@@ -398,7 +497,12 @@ def run_experiment(
         peak = measured_peak(worker_env, env)
     started = options.started + measuring.seconds
     runner = Runner(exp, options, run_id, console, peak, worker_env, started, schedule)
-    before = preflight()
+    runner.ledger.add("machine", measuring.seconds)
+    if exp.planned:
+        runner.planner = run_planner(runner, cells, env)
+    with runner.ledger.phase("probes"):
+        runner.ledger.add("probes", probes_s)
+        before = preflight()
     with ResultsWriter(options.out) as writer:
         experiment = StoredExperiment(
             name=exp.name, file=exp.file, sha256=exp.sha256, content=exp.content
@@ -440,6 +544,10 @@ def run_experiment(
                 return 130
             finally:
                 writer.write(sampler.summary(run_id))
+                writer.write(runner.ledger.spent(run_id))
+    closing = runner.planner.closing_line(runner.undecided_rows) if runner.planner else None
+    if closing and not options.quiet:
+        console.print(closing, highlight=False)
     if runner.above_peak and env.backend == "cpu":
         console.print(
             f"[yellow]warning[/]: {raise_cached_peak(env, runner.best, runner.above_peak)}"

@@ -1,0 +1,360 @@
+"""`trials: plan` in a run (analysis.planner): what each cell will cost and how its rows scatter,
+measured on this machine, and the plan, made when the run starts and again as each cell starts.
+
+Costs and spreads
+    A cell an earlier run measured on this machine (the same cell, variants and builds, at the same
+    BLAS threads and schedule) is planned at what that run measured: starting its workers and
+    loading its weights, its warm-ups (which carry the correctness check), a timed round, what
+    followed its rounds (op shares), and each row's per-round spread. They are cached per machine
+    (`plan-v1-*.json`, written as each cell ends), so the second run plans from the start. Any other
+    cell is scaled from the cells measured: its round by the roofline's work (the prefill's FLOPs
+    at the peak, the generation's bytes at the memory bandwidth), its load by its weight bytes, its
+    warm-ups and shares by its round; its rows are planned at the median spread of the rows
+    measured, or at the schedule pilot's pair spread before any row has one. With nothing measured
+    yet (a machine's first run), the first cell is set up first and the plan made from it.
+
+When the plan is made
+    Before each model's cells, for the cells left: a cell the plan gives no rounds is never
+    loaded, and its skip record says what it would need (unless its costs are scaled estimates
+    and no cell gets any rounds: estimates too far off to skip on; its own warm-up decides). Then at
+    each cell's start, once its warm-ups have measured its own pace: its rounds are fixed for
+    good, planned with the time left and the cells after it (their setup still to pay, this
+    cell's paid). No Δ enters: only paces and spreads.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import math
+import os
+import statistics
+import time
+from collections.abc import Callable, Mapping, Sequence
+from dataclasses import dataclass, field
+from pathlib import Path
+
+from ..analysis.planner import CellCost, Plan, plan_rounds, rounds_for
+from ..analysis.stopping import Goal
+from ..core.spec import MIN_PLANNED_ROUNDS, Cell, Experiment
+from ..core.typed import from_mapping, to_mapping
+from ..present.format import format_duration
+
+CACHE_VERSION = 1
+_MOST_BUDGET_S = 3600.0  # the largest budget a "would need" line looks at
+
+
+@dataclass(frozen=True)
+class CellMeasure:
+    """One cell as a run measured it here: what a later run's plan starts from."""
+
+    load_s: float  # its workers started and weights loaded (0 for a model's second workload)
+    warmup_s: float  # kernel facts and warm-ups
+    warmups: int  # the warm-up rounds those were
+    round_s: float  # a timed round, the mean
+    after_s: float  # op shares and depth rounds after the rounds
+    weight_bytes: int
+    round_flops: float  # a round's prefill FLOPs and generation bytes (the roofline's work)
+    round_bytes: float
+    sds: dict[str, float] = field(default_factory=dict)  # row -> per-round log-ratio SD
+    measured_at: str = ""
+
+
+@dataclass(frozen=True)
+class PlanWork:
+    """What a cell's round does and what it loads, from shapes alone."""
+
+    round_flops: float
+    round_bytes: float
+    weight_bytes: int
+    warmups: int
+    rows: int
+
+
+def cache_signature(cell: Cell, exp: Experiment, builds: Sequence[str]) -> str:
+    """The cell, its variants and comparisons, and how many builds: what its costs depend on."""
+    what = json.dumps(
+        [exp.variants, [(c.baseline, c.new) for c in exp.comparisons], len(builds)],
+        sort_keys=True,
+    )
+    return f"{cell.key}|{hashlib.sha256(what.encode()).hexdigest()[:12]}"
+
+
+class RunPlanner:
+    """The plan of one run with `trials: plan`: its cells' costs (measured, cached or scaled) and
+    each cell's rounds."""
+
+    def __init__(
+        self,
+        exp: Experiment,
+        cells: Sequence[Cell],
+        builds: Sequence[str],
+        cache: Path,
+        *,
+        work: Callable[[Cell], PlanWork],
+        seconds_of: Callable[[float, float], float],
+        pilot_sd: float | None,
+        rows: int,
+    ) -> None:
+        self.exp, self.cells, self.builds, self.cache = exp, list(cells), list(builds), cache
+        self.work = {cell.key: work(cell) for cell in cells}
+        self.seconds_of = seconds_of  # (FLOPs, bytes) -> roofline seconds at this machine's peak
+        self.pilot_sd = pilot_sd
+        self.rows = rows
+        self.goal = Goal(exp.margin_pct, limit_pct=exp.margin_pct if len(builds) > 1 else None)
+        self.known = self._read_cache()  # signature -> CellMeasure
+        self.setup_paid: dict[str, float] = {}  # cell -> seconds its setup took in this run
+        self.fixed: dict[str, int] = {}  # cell -> rounds fixed at its start
+        self.plan: Plan | None = None
+
+    # --- what the cells cost ---------------------------------------------------------------------
+
+    def _signature(self, cell: Cell) -> str:
+        return cache_signature(cell, self.exp, self.builds)
+
+    def _read_cache(self) -> dict[str, CellMeasure]:
+        try:
+            data = json.loads(self.cache.read_text())
+            return {key: from_mapping(CellMeasure, value) for key, value in data.items()}
+        except (OSError, ValueError, TypeError, KeyError):
+            return {}
+
+    def _scale(self) -> tuple[float, float, float, float] | None:
+        """From the cells measured: seconds of a round per roofline second, load seconds per byte,
+        warm-up and after seconds per round; None with nothing measured."""
+        measured = [m for m in self._mine() if m.round_s > 0]
+        if not measured:
+            return None
+        pace = statistics.median(
+            m.round_s / max(1e-9, self.seconds_of(m.round_flops, m.round_bytes)) for m in measured
+        )
+        loaded = [m.load_s / m.weight_bytes for m in measured if m.load_s > 0 and m.weight_bytes]
+        per_byte = statistics.median(loaded) if loaded else 0.0
+        warm = statistics.median(m.warmup_s / (max(1, m.warmups) * m.round_s) for m in measured)
+        after = statistics.median(m.after_s / m.round_s for m in measured)
+        return pace, per_byte, warm, after
+
+    def _spread(self) -> float | None:
+        """The rows' spread where a cell has none of its own: the median of every row measured, or
+        the schedule pilot's."""
+        sds = [sd for m in self._mine() for sd in m.sds.values() if sd > 0]
+        return statistics.median(sds) if sds else self.pilot_sd
+
+    def _mine(self) -> list[CellMeasure]:
+        """The measures of this run's cells: another experiment's cells (a tiny model's rounds are
+        all overhead) would scale these badly."""
+        signatures = (self._signature(cell) for cell in self.cells)
+        return [self.known[s] for s in signatures if s in self.known]
+
+    def source(self) -> str:
+        """Where the plan's costs came from, in words."""
+        mine = sum(self._signature(c) in self.known for c in self.cells)
+        if mine == len(self.cells):
+            dates = sorted({self.known[self._signature(c)].measured_at[:10] for c in self.cells})
+            return f"costs and spreads measured here ({', '.join(d for d in dates if d)})"
+        spread = (
+            "spreads of the measured rows"
+            if any(m.sds for m in self._mine())
+            else "spreads of the schedule pilot"
+            if self.pilot_sd
+            else "no spread measured yet: the time shared evenly"
+        )
+        return (
+            f"{mine} of {len(self.cells)} cells measured here, the others scaled by their "
+            f"roofline work; {spread}"
+        )
+
+    def _cost(self, cell: Cell, scale: tuple[float, float, float, float]) -> CellCost:
+        work = self.work[cell.key]
+        pace, per_byte, warm, after = scale
+        label = (
+            cell.model.label
+            if len(self.exp.workloads) == 1
+            else f"{cell.model.label} {cell.workload.label}"
+        )
+        known = self.known.get(self._signature(cell))
+        if known is not None:
+            round_s, after_s = known.round_s, known.after_s
+            setup_s = known.load_s + known.warmup_s
+            sds = tuple(known.sds.values()) or (self._spread() or 0.0,) * work.rows
+        else:
+            round_s = pace * self.seconds_of(work.round_flops, work.round_bytes)
+            first = cell is next(c for c in self.cells if c.model.key == cell.model.key)
+            setup_s = (per_byte * work.weight_bytes if first else 0.0) + warm * work.warmups * (
+                round_s
+            )
+            after_s = after * round_s
+            spread = self._spread()
+            sds = (spread,) * work.rows if spread else ()
+        if cell.key in self.setup_paid:
+            setup_s = 0.0
+        return CellCost(cell.key, label, setup_s, round_s, after_s, sds)
+
+    # --- the plan ------------------------------------------------------------------------------
+
+    def make(self, left_s: float) -> Plan | None:
+        """The plan of the cells not yet fixed, with `left_s` seconds left; None with nothing
+        measured to plan from."""
+        scale = self._scale()
+        if scale is None:
+            return None
+        costs = [self._cost(c, scale) for c in self.cells if c.key not in self.fixed]
+        self.plan = plan_rounds(
+            costs, left_s, rows=self.rows, goal=self.goal, max_rounds=self.exp.trials
+        )
+        return self.plan
+
+    def skip_reason(self, cell: Cell, left_s: float) -> str | None:
+        """Why the plan of what is left gives `cell` no rounds (so it is not loaded), or None."""
+        if cell.key in self.fixed or self.make(left_s) is None:
+            return None
+        assert self.plan is not None
+        if self.plan.rounds(cell.key):
+            return None
+        measured = self._signature(cell) in self.known
+        if (
+            not measured
+            and not any(self.fixed.values())
+            and not any(c.rounds for c in self.plan.cells)
+        ):
+            return None  # no cell gets rounds on estimates alone: let a measurement decide
+        return "the plan gives it no rounds: " + self.needs(cell.key)
+
+    def needs(self, cell: str) -> str:
+        """What a cell given no rounds would need, in words."""
+        assert self.plan is not None
+        cost = next(c.cost for c in self.plan.cells if c.cost.cell == cell)
+        alpha = 1.0 - self.plan.level
+        rounds = [rounds_for(sd, alpha, self.goal) for sd in cost.sds] or [None]
+        if None in rounds:
+            return f"its rows' spread is not known here; about {cost.setup_s:.0f} s to set it up"
+        n = max(MIN_PLANNED_ROUNDS, *(r for r in rounds if r is not None))
+        return (
+            f"its rows would need about {n} rounds at {cost.round_s:.1f} s "
+            f"({format_duration(cost.cost_s(n))} with its setup)"
+        )
+
+    def fix(
+        self, cell: Cell, load_s: float, warmup_s: float, round_s: float, left_s: float
+    ) -> tuple[int, float]:
+        """At the cell's start, its warm-ups done: its rounds, fixed for good, and the seconds it
+        may take (what is left less the later cells' plan). Its setup, measured now, and its pace
+        (an earlier run's mean round, else its warm-up's) also scale the cells not measured yet."""
+        work = self.work[cell.key]
+        signature = self._signature(cell)
+        earlier = self.known.get(signature)
+        self.known[signature] = CellMeasure(
+            load_s=load_s,
+            warmup_s=warmup_s,
+            warmups=work.warmups,
+            round_s=earlier.round_s if earlier else round_s,
+            after_s=earlier.after_s if earlier else 0.0,
+            weight_bytes=work.weight_bytes,
+            round_flops=work.round_flops,
+            round_bytes=work.round_bytes,
+            sds=earlier.sds if earlier else {},
+            measured_at=earlier.measured_at if earlier else "",
+        )
+        self.setup_paid[cell.key] = load_s + warmup_s
+        plan = self.make(left_s)
+        assert plan is not None  # this cell is measured now
+        rounds = plan.rounds(cell.key)
+        self.fixed[cell.key] = rounds
+        return rounds, left_s - plan.after(cell.key)
+
+    def measured(self, cell: Cell, measure: CellMeasure) -> None:
+        """A cell's measured costs and spreads: later plans use them, this run's and later runs'."""
+        self.known[self._signature(cell)] = measure
+        data = {key: to_mapping(value) for key, value in self.known.items()}
+        self.cache.parent.mkdir(parents=True, exist_ok=True)
+        partial = self.cache.with_suffix(f".{os.getpid()}.tmp")
+        partial.write_text(json.dumps(data, indent=1))
+        partial.replace(self.cache)  # atomic: a reader sees the old file or the new
+
+    # --- what the first screen says ------------------------------------------------------------
+
+    @property
+    def total_rows(self) -> int:
+        return sum(work.rows for work in self.work.values())
+
+    def line(self, plan: Plan, left_s: float) -> str:
+        """The plan in one line: each cell's rounds, the rows it expects to decide, and what the
+        cells given none would need."""
+        parts = [
+            f"{_short(c.cost.label)} {c.rounds} rounds ({c.cost.round_s:.1f} s each)"
+            if c.rounds
+            else f"{_short(c.cost.label)} none"
+            for c in plan.cells
+        ]
+        head = (
+            f"plan for the {left_s:.0f} s left ({self.source()}): {', '.join(parts)}; "
+            f"expected to decide {plan.expected:.1f} of {self.total_rows} rows"
+        )
+        dropped = [c for c in plan.cells if not c.rounds]
+        if not dropped:
+            return head
+        wider = self.budget_to_decide(plan, every_cell=True)
+        more = f"; `--budget {wider}` plans every size" if wider else ""
+        needs = "; ".join(f"{_short(c.cost.label)}: {self.needs(c.cost.cell)}" for c in dropped)
+        return f"{head}; {needs}{more}"
+
+    def budget_to_decide(self, plan: Plan, *, every_cell: bool = False) -> str | None:
+        """The smallest whole-minute budget (from the run's start) whose plan gives every cell
+        rounds (`every_cell`) or expects every row decided but half a row, at the costs and
+        spreads of `plan`'s cells; None past an hour."""
+        spent = (self.exp.precision.budget_s if self.exp.precision else 0.0) - plan.budget_s
+        costs = [c.cost for c in plan.cells]
+        rows = sum(len(cost.sds) for cost in costs)
+        minutes = max(1, math.ceil((spent + plan.budget_s) / 60.0))
+        while minutes * 60.0 <= _MOST_BUDGET_S:
+            wider = plan_rounds(
+                costs,
+                minutes * 60.0 - spent,
+                rows=self.rows,
+                goal=self.goal,
+                max_rounds=self.exp.trials,
+            )
+            if all(c.rounds for c in wider.cells) and (every_cell or wider.expected >= rows - 0.5):
+                return f"{minutes}m"
+            minutes += 1
+        return None
+
+    def closing_line(self, undecided: int) -> str | None:
+        """After the run: the spread its rows showed, and the budget at which the plan would
+        expect them decided."""
+        scale = self._scale()
+        if scale is None or not undecided:
+            return None
+        self.fixed.clear()
+        self.setup_paid.clear()
+        budget = self.exp.precision.budget_s if self.exp.precision else 0.0
+        plan = self.make(budget)
+        sds = sorted(sd for c in plan.cells for sd in c.cost.sds) if plan else []
+        if plan is None or not sds:
+            return None
+        wider = self.budget_to_decide(plan)
+        spread = f"{100 * sds[0]:.1f}-{100 * sds[-1]:.1f}%" if sds[0] != sds[-1] else ""
+        return (
+            f"{undecided} of {self.total_rows} rows undecided; the rows' per-round spread here "
+            f"was {spread or f'{100 * sds[0]:.1f}%'}"
+            + (
+                f": at this pace, `--budget {wider}` plans the rounds that would decide them"
+                if wider
+                else f": at this pace, neither an hour nor {self.exp.trials} rounds a size "
+                "(max_rounds) would decide them"
+            )
+        )
+
+
+def _short(label: str) -> str:
+    """ "E2B" for "E2B (2/35 layers)"."""
+    return label.split(" (")[0]
+
+
+def now_iso() -> str:
+    return time.strftime("%Y-%m-%dT%H:%M:%S%z")
+
+
+def sds_of(rows: Mapping[str, float]) -> dict[str, float]:
+    """Finite spreads only: a row of fewer than two rounds has none."""
+    return {label: sd for label, sd in rows.items() if math.isfinite(sd) and sd > 0}
