@@ -95,3 +95,17 @@ def test_the_writer_names_todays_format_and_a_newer_one_is_refused(tmp_path: Pat
     newer.write_text(json.dumps({**header_of(path), "format": FORMAT + 1}) + "\n")
     with pytest.raises(ResultsError, match=f"newer.jsonl:1: .*format {FORMAT + 1} is newer"):
         read_results([newer])
+
+
+@pytest.mark.parametrize("name", list(RUNS))
+def test_a_compressed_results_file_reads_as_the_plain_one(name: str, tmp_path: Path):
+    import gzip
+
+    plain = FIXTURES / name
+    packed = tmp_path / f"{name}.gz"
+    packed.write_bytes(gzip.compress(plain.read_bytes()))
+    assert read_results([packed]).records == read_results([plain]).records
+    cut = tmp_path / "cut.jsonl.gz"
+    cut.write_bytes(packed.read_bytes()[:-9])
+    with pytest.raises(ResultsError, match="cut.jsonl.gz: cannot read"):
+        read_results([cut])

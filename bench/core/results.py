@@ -13,6 +13,7 @@ Record kinds:
 
 from __future__ import annotations
 
+import gzip
 import json
 import os
 from collections import Counter
@@ -255,10 +256,18 @@ def _identity(record: Record) -> str:
 
 
 def _lines(path: Path) -> list[bytes]:
+    """The file's lines; a gzip-compressed file (`.jsonl.gz`, as results/ keeps raw rounds) is
+    read through gzip."""
     try:
-        return path.read_bytes().splitlines()
-    except OSError as err:
+        data = path.read_bytes()
+        return (gzip.decompress(data) if data[:2] == _GZIP_MAGIC else data).splitlines()
+    except OSError as err:  # gzip.BadGzipFile is one
         raise ResultsError(f"{path}: cannot read ({err.strerror or err})") from None
+    except EOFError:
+        raise ResultsError(f"{path}: cannot read (a gzip file cut short)") from None
+
+
+_GZIP_MAGIC = b"\x1f\x8b"
 
 
 def _parse_line(line: bytes) -> Record | None:

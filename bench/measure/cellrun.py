@@ -94,7 +94,6 @@ class CellRun:
             drop=(self.exp.trials - rounds) * self.runner.round_trials(self.duet),
         )
         forecasts = self.target.forecasts(rounds)
-        self.runner.undecided_rows += len(forecasts) if rounds else len(self.target.pairs) * 2
         self.writer.write(
             StopRecord(
                 cell=self.runner.meta[self.cell.key],

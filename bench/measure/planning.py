@@ -319,30 +319,26 @@ class RunPlanner:
             minutes += 1
         return None
 
-    def closing_line(self, undecided: int) -> str | None:
-        """After the run: the spread its rows showed, and the budget at which the plan would
-        expect them decided."""
-        scale = self._scale()
-        if scale is None or not undecided:
+    def closing_line(self) -> str | None:
+        """After the run, where its plan left rows to chance or gave a size none: the spread its
+        rows showed, and the budget at which a plan would expect every row decided."""
+        if self._scale() is None or not self.plan:
             return None
+        short = not all(self.fixed.get(c.key, 0) for c in self.cells)
         self.fixed.clear()
         self.setup_paid.clear()
         budget = self.exp.precision.budget_s if self.exp.precision else 0.0
         plan = self.make(budget)
         sds = sorted(sd for c in plan.cells for sd in c.cost.sds) if plan else []
-        if plan is None or not sds:
+        if plan is None or not sds or (not short and plan.expected >= len(sds) - 0.5):
             return None
         wider = self.budget_to_decide(plan)
         spread = f"{100 * sds[0]:.1f}-{100 * sds[-1]:.1f}%" if sds[0] != sds[-1] else ""
-        return (
-            f"{undecided} of {self.total_rows} rows undecided; the rows' per-round spread here "
-            f"was {spread or f'{100 * sds[0]:.1f}%'}"
-            + (
-                f": at this pace, `--budget {wider}` plans the rounds that would decide them"
-                if wider
-                else f": at this pace, neither an hour nor {self.exp.trials} rounds a size "
-                "(max_rounds) would decide them"
-            )
+        return f"the rows' per-round spread here was {spread or f'{100 * sds[0]:.1f}%'}" + (
+            f"; at this pace `--budget {wider}` plans rounds that would decide every row"
+            if wider
+            else f"; at this pace neither an hour nor {self.exp.trials} rounds a size "
+            "(max_rounds) would decide every row"
         )
 
 

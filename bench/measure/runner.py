@@ -115,7 +115,6 @@ class Runner:
         self.cells_done = 0
         self.ledger = TimeLedger(options.started)  # where the time went, from the command's start
         self.planner: RunPlanner | None = None  # trials: plan
-        self.undecided_rows = 0  # rows a cell ended undecided or the plan gave no rounds
 
     def time_left_s(self) -> float:
         """What the run's budget has left (infinite without one)."""
@@ -268,7 +267,6 @@ class Runner:
         )
         if all(unplanned) and self.planner:
             self._close_cells(writer, job.cells, "skip", str(unplanned[0]))
-            self.undecided_rows += sum(self.planner.work[c.key].rows for c in job.cells)
             return
         pending = list(job.cells)
         while pending:
@@ -545,7 +543,7 @@ def run_experiment(
             finally:
                 writer.write(sampler.summary(run_id))
                 writer.write(runner.ledger.spent(run_id))
-    closing = runner.planner.closing_line(runner.undecided_rows) if runner.planner else None
+    closing = runner.planner.closing_line() if runner.planner else None
     if closing and not options.quiet:
         console.print(closing, highlight=False)
     if runner.above_peak and env.backend == "cpu":

@@ -1,0 +1,333 @@
+"""trials: plan replayed on real rounds: the rows the main job decides in its budget, and the A/A
+tables with a false claim, on every committed machine profile.
+
+Each profile is a results file of the default experiment (four sizes, two comparisons, prefill and
+gen: 16 rows) from one machine and configuration. Its rounds are replayed through the product's own
+code: the planner (analysis.planner.plan_rounds, made again at each size's start with the time
+left, as measure.planning does), the paired estimate with the fixed-n t interval
+(analysis.inference.paired_estimate, fixed_rounds=True), Holm across each comparison's table, and
+the verdict at the experiment's ±5% margin.
+
+One replay:
+- the spreads the planner sees are those of an earlier run: 8 rounds of each size drawn from the
+  profile (what the plan cache holds after a run);
+- each size's round costs the profile's (the median of its rounds' durations), its setup the new
+  fixed costs: a load (the seconds given by --loads, measured on this machine) and one warm-up
+  round (two in duets), which carries the correctness check, and what follows its rounds (op
+  shares) at --after rounds' time; PROBES_S for the environment probes and the rest;
+- each row's log ratio round by round drawn as its mean + its SD x a residual drawn from the
+  profile's own (every row's rounds centred on its mean and scaled by its SD, pooled: 100-400 of
+  them a profile, so the tails are the machine's; a profile's 6-30 rounds a size drawn alone would
+  repeat each other and fool the outlier rule), and the 16 rows judged.
+A/A: the same with every row's mean 0 (the arms identical, the noise the profile's, heavy tails
+and all): a table with any "faster" or "slower" is a false claim.
+
+    .venv/bin/python benchmarks/plan_replay.py                   (400 replays a profile)
+    .venv/bin/python benchmarks/plan_replay.py --replays 50      (a quick look)
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import math
+import statistics
+import sys
+from collections import defaultdict
+from dataclasses import dataclass
+from pathlib import Path
+
+import numpy as np
+
+ROOT = Path(__file__).resolve().parent.parent
+sys.path.insert(0, str(ROOT))
+
+from bench.analysis.inference import VerdictWord, adjust, paired_estimate, verdict  # noqa: E402
+from bench.analysis.planner import CellCost, plan_rounds  # noqa: E402
+from bench.analysis.stopping import Goal  # noqa: E402
+
+SIZES = ("E2B", "E4B", "26B", "31B")
+PAIRS = (("baseline", "compiled"), ("baseline", "sdpa"))
+METRICS = ("prefill", "gen")
+MARGIN_PCT = 5.0
+BUDGET_S = 330.0
+MAX_ROUNDS = 60
+MIN_ROUNDS = 3  # a size's rounds below which its spread is the profile's typical one
+PROBES_S = 3.0  # the environment probes, the header and the summary (a run's "probes" + "other")
+# The profiles: results files of the default experiment, and the machine each ran on.
+PROFILES = {
+    "AVX-512 EPYC, sequential (the quiet one)": "results/default-20261201-0003.jsonl",
+    "AVX2 EPYC, sequential": "results/default-20261201-1004.jsonl",
+    "slow AVX2 VM, sequential": "../shared/data/slow-vm/default.jsonl",
+    "AVX-512 EPYC, duets": "results/default-duet-20261202.jsonl",
+    "Zen 3 EPYC, duets": "results/default-budget-zen3/default-budget.jsonl",
+    "Zen 4 EPYC, 1 thread": "results/default-20261204-015235.jsonl",
+    "Zen 4 EPYC, 2 threads": "results/default-zen4-20261203-234148.jsonl",
+}
+
+
+@dataclass
+class Size:
+    """One size of a profile: its rounds (each row's baseline and new tok/s) and its pace."""
+
+    rounds: list[dict[str, tuple[float, float]]]
+    round_s: float
+    duet: bool
+
+
+def read_profile(path: Path) -> dict[str, Size]:
+    """Each size's complete rounds (every row paired) from the file's first run."""
+    records = [json.loads(line) for line in path.read_text().splitlines() if line.strip()]
+    header = next(r for r in records if r["kind"] == "run")
+    duet = (header.get("schedule_choice") or {}).get("schedule") == "duet"
+    trials = [
+        r
+        for r in records
+        if r["kind"] == "trial"
+        and not r["warmup"]
+        and r.get("build", "current") in ("current", None)
+        and r["run_id"] == header["run_id"]
+    ]
+    by = defaultdict(dict)  # (size, round) -> variant -> trial
+    for t in trials:
+        by[(t["size"].split(" (")[0], t["round"])][t["variant"]] = t
+    sizes: dict[str, Size] = {}
+    for name in SIZES:
+        rounds, spans = [], []
+        for (size, _), variants in sorted(by.items(), key=lambda item: item[0][1]):
+            if size != name:
+                continue
+            row = {}
+            for base, new in PAIRS:
+                if base in variants and new in variants:
+                    for metric in METRICS:
+                        b, n = variants[base][f"{metric}_tps"], variants[new][f"{metric}_tps"]
+                        if b and n:
+                            row[f"{new} {metric}"] = (b, n)
+            if len(row) == len(PAIRS) * len(METRICS):
+                rounds.append(row)
+                spans.append(sum(v["prefill_s"] + (v["gen_s"] or 0.0) for v in variants.values()))
+        if duet:
+            # a duet round holds every comparison's two trials at once; the by-round map above
+            # numbers a duet's trials by comparison, so pair them per cycle instead
+            rounds, spans = _duet_rounds(trials, name)
+        if rounds:
+            sizes[name] = Size(rounds, statistics.median(spans), duet)
+    return sizes
+
+
+def _duet_rounds(trials: list[dict], name: str) -> tuple[list[dict], list[float]]:
+    """A duet run's rounds: round r holds comparison r % 2's pair; cycle r // 2 pairs both."""
+    by = defaultdict(dict)
+    for t in trials:
+        if t["size"].split(" (")[0] == name:
+            by[t["round"]][t["variant"]] = t
+    rounds, spans = [], []
+    cycles = defaultdict(dict)
+    for r, variants in by.items():
+        cycles[r // len(PAIRS)][r % len(PAIRS)] = variants
+    for cycle in sorted(cycles):
+        slots = cycles[cycle]
+        row, span = {}, 0.0
+        for slot, (base, new) in enumerate(PAIRS):
+            variants = slots.get(slot, {})
+            if base in variants and new in variants:
+                for metric in METRICS:
+                    b, n = variants[base][f"{metric}_tps"], variants[new][f"{metric}_tps"]
+                    if b and n:
+                        row[f"{new} {metric}"] = (b, n)
+                span += max(v["prefill_s"] + (v["gen_s"] or 0.0) for v in variants.values())
+        if len(row) == len(PAIRS) * len(METRICS):
+            rounds.append(row)
+            spans.append(span)
+    return rounds, spans
+
+
+def row_logs(rounds: list[dict[str, tuple[float, float]]]) -> dict[str, np.ndarray]:
+    return {
+        label: np.array([math.log(r[label][1] / r[label][0]) for r in rounds])
+        for label in sorted(rounds[0])
+    }
+
+
+def row_sds(rounds: list[dict[str, tuple[float, float]]]) -> tuple[float, ...]:
+    return tuple(float(np.std(x, ddof=1)) for x in row_logs(rounds).values())
+
+
+@dataclass
+class Noise:
+    """A profile's rows (each size's means and SDs) and its pooled standardised residuals."""
+
+    means: dict[str, np.ndarray]  # size -> each row's mean log ratio
+    sds: dict[str, np.ndarray]
+    residuals: np.ndarray
+
+    @classmethod
+    def of(cls, sizes: dict[str, Size]) -> Noise:
+        """A size of fewer than MIN_ROUNDS rounds (the Zen 3's 31B ran 1) has no spread of its
+        own: its rows get the profile's median row SD and mean 0."""
+        means, sds, residuals = {}, {}, []
+        for name, size in sizes.items():
+            if len(size.rounds) < MIN_ROUNDS:
+                continue
+            logs = row_logs(size.rounds)
+            means[name] = np.array([x.mean() for x in logs.values()])
+            sds[name] = np.array([x.std(ddof=1) for x in logs.values()])
+            for x in logs.values():
+                if x.std(ddof=1) > 0:
+                    residuals.extend((x - x.mean()) / x.std(ddof=1))
+        typical = float(np.median(np.concatenate(list(sds.values()))))
+        for name, size in sizes.items():
+            rows = len(size.rounds[0])
+            means.setdefault(name, np.zeros(rows))
+            sds.setdefault(name, np.full(rows, typical))
+        return cls(means, sds, np.asarray(residuals))
+
+    def draw(self, rng: np.random.Generator, size: str, n: int, aa: bool) -> np.ndarray:
+        """n rounds of the size's rows (n x rows log ratios)."""
+        z = rng.choice(self.residuals, size=(n, len(self.sds[size])))
+        return (0.0 if aa else self.means[size]) + self.sds[size] * z
+
+
+def plan_run(
+    sizes: dict[str, Size], sds: dict[str, tuple[float, ...]], loads: dict[str, float], after: float
+) -> dict[str, int]:
+    """Each size's rounds as a run plans them: made again at each size's start, with its setup
+    paid and the time left."""
+    goal = Goal(MARGIN_PCT)
+    left = BUDGET_S - PROBES_S
+    fixed: dict[str, int] = {}
+    names = [name for name in SIZES if name in sizes]
+    for i, name in enumerate(names):
+
+        def cost(other: str, paid: bool) -> CellCost:
+            size = sizes[other]
+            warmups = 2 if size.duet else 1
+            setup = 0.0 if paid else loads[other] + warmups * size.round_s
+            return CellCost(other, other, setup, size.round_s, after * size.round_s, sds[other])
+
+        # before loading this size: does the plan of what is left give it rounds?
+        ahead = plan_rounds(
+            [cost(n, False) for n in names[i:]], left, rows=8, goal=goal, max_rounds=MAX_ROUNDS
+        )
+        if not ahead.rounds(name):
+            fixed[name] = 0
+            continue
+        left -= loads[name] + (2 if sizes[name].duet else 1) * sizes[name].round_s
+        plan = plan_rounds(
+            [cost(name, True), *(cost(n, False) for n in names[i + 1 :])],
+            left,
+            rows=8,
+            goal=goal,
+            max_rounds=MAX_ROUNDS,
+        )
+        fixed[name] = plan.rounds(name)
+        left -= cost(name, True).cost_s(fixed[name])
+    return fixed
+
+
+def judge(drawn: dict[str, np.ndarray], labels: list[str]) -> tuple[int, list[bool]]:
+    """Rows decided (of 16) and, per comparison table, whether any row claims faster or slower."""
+    decided, claims = 0, []
+    for _, new in PAIRS:
+        estimates = []
+        for name in SIZES:
+            logs = drawn.get(name)
+            if logs is None or len(logs) < 2:
+                continue
+            for metric in METRICS:
+                column = logs[:, labels.index(f"{new} {metric}")]
+                estimates.append(
+                    paired_estimate(np.ones_like(column), np.exp(column), fixed_rounds=True)
+                )
+        words = [verdict(a, margin_pct=MARGIN_PCT).word for a in adjust(estimates)]
+        decided += sum(
+            w in (VerdictWord.FASTER, VerdictWord.SLOWER, VerdictWord.NO_CHANGE) for w in words
+        )
+        claims.append(any(w in (VerdictWord.FASTER, VerdictWord.SLOWER) for w in words))
+    return decided, claims
+
+
+def replay(
+    sizes: dict[str, Size], loads: dict[str, float], after: float, replays: int, seed: int
+) -> dict[str, float]:
+    rng = np.random.default_rng(seed)
+    noise = Noise.of(sizes)
+    labels = sorted(next(iter(sizes.values())).rounds[0])
+    decided, fourteen, false_claims, tables = [], 0, 0, 0
+    rounds_given = defaultdict(list)
+    for _ in range(replays):
+        # the spreads an earlier run of 8 rounds a size would have cached
+        earlier = {
+            name: tuple(noise.draw(rng, name, 8, aa=False).std(axis=0, ddof=1)) for name in sizes
+        }
+        plan = plan_run(sizes, earlier, loads, after)
+        for name, n in plan.items():
+            rounds_given[name].append(n)
+        for aa in (False, True):
+            drawn = {name: noise.draw(rng, name, n, aa) for name, n in plan.items() if n}
+            count, claims = judge(drawn, labels)
+            if aa:
+                false_claims += sum(claims)
+                tables += len(claims)
+            else:
+                decided.append(count)
+                fourteen += count >= 14
+    return {
+        "decided": float(np.mean(decided)),
+        "fourteen": fourteen / replays,
+        "false_claims": false_claims / tables,
+        **{f"rounds {n}": float(np.median(v)) for n, v in rounds_given.items()},
+    }
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
+    parser.add_argument("--replays", type=int, default=400)
+    parser.add_argument(
+        "--loads",
+        default="E2B=5.5,E4B=7.3,26B=18.8,31B=7.7",
+        help="each size's load seconds (default: the Zen 4's, 2026-12-04)",
+    )
+    parser.add_argument(
+        "--after", type=float, default=0.6, help="op shares after a size's rounds, in rounds"
+    )
+    parser.add_argument("--out", type=Path, help="also write the table here (markdown)")
+    args = parser.parse_args()
+    loads = {k: float(v) for k, v in (item.split("=") for item in args.loads.split(","))}
+    lines = [
+        f"trials: plan replayed, {args.replays} replays a profile, budget {BUDGET_S:g} s, "
+        f"loads {args.loads} s, op shares {args.after:g} rounds",
+        "",
+        "| profile | a size's round (median row SD, rounds in the file) | rounds planned (median) "
+        "| rows decided of 16 "
+        "(mean) | runs with >= 14 | A/A tables with a false claim (of 2 a replay) |",
+        "|---|---|---|---|---|---|",
+    ]
+    for seed, (label, file) in enumerate(PROFILES.items()):
+        path = (ROOT / file).resolve()
+        if not path.exists():
+            lines.append(f"| {label} | ({file} not here) | | | | |")
+            continue
+        sizes = read_profile(path)
+        found = replay(sizes, loads, args.after, args.replays, seed)
+        noise = Noise.of(sizes)
+        paces = ", ".join(
+            f"{n} {s.round_s:.1f} s ({100 * float(np.median(noise.sds[n])):.1f}%, "
+            f"{len(s.rounds)} rounds)"
+            for n, s in sizes.items()
+        )
+        given = ", ".join(f"{n} {found[f'rounds {n}']:.0f}" for n in sizes)
+        lines.append(
+            f"| {label} | {paces} | {given} | {found['decided']:.1f} | "
+            f"{100 * found['fourteen']:.0f}% | {100 * found['false_claims']:.1f}% |"
+        )
+        print(lines[-1], flush=True)
+    text = "\n".join(lines) + "\n"
+    print(text)
+    if args.out:
+        args.out.write_text(text)
+
+
+if __name__ == "__main__":
+    main()
