@@ -107,5 +107,5 @@ def test_a_compressed_results_file_reads_as_the_plain_one(name: str, tmp_path: P
     assert read_results([packed]).records == read_results([plain]).records
     cut = tmp_path / "cut.jsonl.gz"
     cut.write_bytes(packed.read_bytes()[:-9])
-    with pytest.raises(ResultsError, match="cut.jsonl.gz: cannot read"):
+    with pytest.raises(ResultsError, match=r"cut\.jsonl\.gz: cannot read"):
         read_results([cut])
