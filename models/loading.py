@@ -5,11 +5,15 @@ mlx-lm can load in mlx-lm's own classes (models.switched), Gemma 4 too when the 
 from __future__ import annotations
 
 import contextlib
+import hashlib
 import io
 import json
 import os
+import sys
+import time
 import zlib
 from collections.abc import Mapping
+from dataclasses import dataclass
 from importlib.metadata import version
 from pathlib import Path
 from typing import Any
@@ -143,20 +147,80 @@ def load_model(
     seed: int = 0,
     ops: Mapping[str, str] | None = None,
     implementation: str | None = None,
+    weights_cache: WeightsCache | None = None,
 ) -> AnyModel:
     """A preset name (seeded weights) or a local mlx-lm checkpoint directory, with its overrides
     applied, in fusebench's decoder or mlx-lm's classes (`implementation`, see
-    models.config.runs_own_decoder)."""
+    models.config.runs_own_decoder). With `weights_cache`, a preset's seeded weights are read from
+    that folder when a run wrote them there before, else seeded and written there
+    (`cached_weights`)."""
     overrides = Overrides(layers, dtype, quantize)
     if is_checkpoint_path(source):
         model = _load_checkpoint(Path(source), overrides, implementation)
     else:
-        model = build_model(preset_config(str(source), overrides), implementation)
-        seed_weights(model, seed, MX_DTYPES[dtype or "float32"])
+        config = preset_config(str(source), overrides)
+        model = build_model(config, implementation)
+        mx_dtype = MX_DTYPES[dtype or "float32"]
+        if weights_cache is None:
+            seed_weights(model, seed, mx_dtype)
+        else:
+            path = weights_cache.folder / weights_file_name(config, seed, mx_dtype)
+            weights_cache.written_s += cached_weights(model, path, seed, mx_dtype)
         if quantize:
             quantize_weights(model, quantize)
     model.set_ops(ops or {})
     return model
+
+
+# Bumped whenever seed_weights would write other values for the same preset, layers and seed.
+WEIGHTS_FORMAT = 1
+
+
+@dataclass
+class WeightsCache:
+    """Where presets' seeded weights are kept between loads, and the seconds this process spent
+    writing them there (a one-time cost, which a caller may keep apart from loading)."""
+
+    folder: Path
+    written_s: float = 0.0
+
+
+def weights_file_name(config: ConfigView, seed: int, dtype: mx.Dtype) -> str:
+    """A preset's seeded weights' file: the model's config (so a changed preset file is another
+    file), the seed, the dtype and the generator's format."""
+    digest = hashlib.sha256(json.dumps(dict(config), sort_keys=True).encode()).hexdigest()[:16]
+    name = str(config.get("model_type", "model"))
+    dtype_name = str(dtype).rsplit(".", 1)[-1]
+    return f"{name}-{digest}-seed{seed}-{dtype_name}-v{WEIGHTS_FORMAT}.safetensors"
+
+
+def cached_weights(model: AnyModel, path: Path, seed: int, dtype: mx.Dtype) -> float:
+    """The weights seed_weights would make, read from `path` where an earlier load wrote them
+    (a read from the page cache is about twice as fast as making them here:
+    benchmarks/weights_speed.py), else made and written there (a temporary name, then renamed: a
+    reader sees the whole file or none). A file that does not fit the model, or cannot be read or
+    written, is made again and said on stderr; nothing else changes. Returns the seconds writing
+    took (0 when read): a one-time cost of the machine, as its probes are."""
+    module = _module(model)
+    if path.is_file():
+        try:
+            module.load_weights(list(mx.load(str(path)).items()))
+            mx.eval(module.parameters())
+            return 0.0
+        except (ValueError, RuntimeError, OSError) as err:
+            print(f"weights cache: {path} unusable ({err}); made again", file=sys.stderr)
+    seed_weights(model, seed, dtype)
+    began = time.perf_counter()
+    # mx.save_safetensors names its file *.safetensors whatever it is given
+    partial = path.with_name(f".{path.stem}.{os.getpid()}.partial.safetensors")
+    try:
+        path.parent.mkdir(parents=True, exist_ok=True)
+        mx.save_safetensors(str(partial), dict(tree_flatten(module.parameters())))
+        os.replace(partial, path)
+    except (OSError, RuntimeError) as err:
+        partial.unlink(missing_ok=True)
+        print(f"weights cache: {path} not written ({err})", file=sys.stderr)
+    return time.perf_counter() - began
 
 
 def is_checkpoint_path(source: str | Path) -> bool:

@@ -19,6 +19,7 @@ from rich.console import Console
 from ..core.errors import INPUT_ERRORS, UserError
 from . import (
     bisect,
+    cache,
     calibrate,
     check,
     env,
@@ -64,6 +65,7 @@ COMMANDS: dict[str, ModuleType] = {
     "bisect": bisect,
     "history": history,
     "publish": publish,
+    "cache": cache,
 }
 
 # Commands that were retired, and the one line that names what replaced each.

@@ -277,7 +277,7 @@ class CellRun:
         # in place: the runner stops these
         self.workers[:] = self.runner.start_workers(self.cell.model, self.duet)
         for worker in self.workers:
-            worker.loaded(self.deadline, self.exp.timeout_s)
+            self.runner.wrote_weights(worker.loaded(self.deadline, self.exp.timeout_s).written_s)
         self._warmups(fresh=True)
         self.target.fresh_pair_took(time.monotonic() - began, stop_s)
 

@@ -109,6 +109,12 @@ def cache_dir() -> Path:
     return Path(os.environ.get("XDG_CACHE_HOME") or Path.home() / ".cache") / "fusebench"
 
 
+def weights_cache_dir() -> Path:
+    """Where presets' seeded weights are kept between runs (models.loading.cached_weights):
+    `fusebench cache` shows and clears it."""
+    return cache_dir() / "weights"
+
+
 def read_cached(path: Path, kind: type[T]) -> T | None:
     """A choice measured on this machine before and cached at `path` (measure.threads,
     measure.duet), or None when there is none or it cannot be read: then it is measured again."""

@@ -152,9 +152,10 @@ def _result(record: Mapping[str, Any]) -> Result:
 
 @dataclass(frozen=True)
 class Loaded:
-    load_s: float
+    load_s: float  # weights built or read, less written_s
     parameters: int
     weight_bytes: int
+    written_s: float = 0.0  # writing a preset's weights to the cache: the machine's one-time cost
 
 
 @dataclass(frozen=True)

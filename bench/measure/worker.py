@@ -55,11 +55,12 @@ from mlx.utils import tree_flatten
 
 from models.config import Overrides, min_layers, preset_config, preset_names, runs_own_decoder
 from models.gemma4 import Model
-from models.loading import AnyModel, build_model, load_model
+from models.loading import AnyModel, WeightsCache, build_model, load_model
 from models.switched import SwitchedModel
 
 from ..core.cell import Agreement, DepthSpeed, Measured, Trial
 from ..core.records import KernelFact, SiteCalls
+from .env import weights_cache_dir
 from .job import Command, Do, Done, Event, Loaded, Recorded, WorkerJob, encode_event
 from .kernels import kernel_facts, traced_kernel_facts
 from .plugins import load_plugins
@@ -498,12 +499,13 @@ def site_calls(model: SwitchedModel, prompt: mx.array, step: int) -> list[SiteCa
     ]
 
 
-def loaded(model: AnyModel, load_s: float) -> Loaded:
+def loaded(model: AnyModel, load_s: float, written_s: float = 0.0) -> Loaded:
     params = tree_flatten(model.parameters())
     return Loaded(
         load_s,
         parameters=sum(v.size for _, v in params),
         weight_bytes=sum(v.nbytes for _, v in params),
+        written_s=written_s,
     )
 
 
@@ -512,6 +514,7 @@ def serve(job: WorkerJob, commands: Iterable[str], emit: Emit) -> None:
     load_plugins(job.plugins)
     start = time.perf_counter()
     spec = job.model
+    cache = WeightsCache(weights_cache_dir())
     model = load_model(
         spec.source,
         layers=spec.layers,
@@ -519,8 +522,9 @@ def serve(job: WorkerJob, commands: Iterable[str], emit: Emit) -> None:
         quantize=spec.quantize,
         seed=job.seed,
         implementation=spec.implementation,
+        weights_cache=cache,
     )
-    emit(loaded(model, time.perf_counter() - start))
+    emit(loaded(model, time.perf_counter() - start - cache.written_s, cache.written_s))
     runner = CommandRunner(model, job, emit)
     for line in commands:
         if line.strip():

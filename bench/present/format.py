@@ -82,6 +82,15 @@ def format_count(n: int) -> str:
     return f"{n / 1e9:.2f}B" if n >= 1e9 else f"{n / 1e6:.1f}M"
 
 
+def format_bytes(size: int) -> str:
+    """ "8.87 GiB", "412 MiB", "3 KiB", "12 B"."""
+    for unit, scale in (("GiB", 2**30), ("MiB", 2**20), ("KiB", 2**10)):
+        if size >= scale:
+            value = size / scale
+            return f"{value:.2f} {unit}" if value < 10 else f"{value:.0f} {unit}"
+    return f"{size} B"
+
+
 def format_duration(seconds: float) -> str:
     """ "43 s", or "5 min" from two minutes on."""
     return f"{seconds:.0f} s" if seconds < 120 else f"{seconds / 60:.0f} min"
