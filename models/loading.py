@@ -216,6 +216,13 @@ def cached_weights(model: AnyModel, path: Path, seed: int, dtype: mx.Dtype) -> f
     try:
         path.parent.mkdir(parents=True, exist_ok=True)
         mx.save_safetensors(str(partial), dict(tree_flatten(module.parameters())))
+        # on disk before the first trial: the kernel's writeback of gigabytes would otherwise run
+        # beside the rounds that follow (results/plan-zen4: the run that wrote them scattered 2-3x)
+        descriptor = os.open(partial, os.O_RDONLY)
+        try:
+            os.fsync(descriptor)
+        finally:
+            os.close(descriptor)
         os.replace(partial, path)
     except (OSError, RuntimeError) as err:
         partial.unlink(missing_ok=True)
