@@ -65,3 +65,14 @@ def test_a_near_tie_that_goes_the_other_way_stops_the_comparison_without_failing
     new = [other, mx.eye(vocab)[5:6] * 9.0, mx.eye(vocab)[6:7]]  # later steps: other inputs
     found = warmup_agreement("v", "ref", ref, new, 1e-2, 3)
     assert found.passed and found.tokens_checked == 1 and found.tokens_agree == 1
+
+
+def test_a_trial_records_what_the_machine_did_beside_it(tiny):
+    from bench.measure.worker import machine_seconds, trial_record
+
+    prompt = make_prompt(tiny.args.vocab_size, 1, PROMPT, 0, 0)
+    record = trial_record(time_trial(tiny, prompt, GEN, 2048), 1, PROMPT, GEN)
+    if machine_seconds() is None:  # not Linux: nothing to read
+        assert record.steal_s is None and record.others_cpu_s is None
+    else:
+        assert record.steal_s >= 0.0 and record.others_cpu_s >= 0.0

@@ -62,6 +62,11 @@ class Measured:
     gen_cpu_s: float | None = None
     started_unix_s: float | None = None
     ended_unix_s: float | None = None
+    # What the machine did beside the trial, over its span (Linux; None elsewhere and before
+    # 2026-12-05): every core's time the hypervisor stole, and every core's busy time that was not
+    # this worker's (other processes, the harness's own parent included), in seconds.
+    steal_s: float | None = None
+    others_cpu_s: float | None = None
 
 
 @dataclass(frozen=True, kw_only=True)

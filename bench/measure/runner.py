@@ -155,7 +155,11 @@ class Runner:
 
             def update(text: str, advance: int = 0, drop: int = 0) -> None:
                 progress.update(
-                    task, description=text, advance=advance, total=progress.tasks[0].total - drop
+                    task,
+                    description=text,
+                    advance=advance,
+                    total=progress.tasks[0].total - drop,
+                    refresh=True,
                 )
 
             for job in jobs:
@@ -173,6 +177,10 @@ class Runner:
             console=self.console,
             disable=self.options.quiet,
             transient=False,
+            # drawn when a trial ends, never while one runs: a redraw ten times a second is work
+            # beside the trial on a core it may need (issue 53: 2% of a core beside two BLAS
+            # threads made each step 24% slower)
+            auto_refresh=False,
         )
 
     def round_trials(self, duet: bool) -> int:

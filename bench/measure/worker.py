@@ -90,6 +90,9 @@ class TrialTiming:
     # when the trial began and ended (Unix seconds): a duet's two trials show their overlap
     started_unix_s: float | None = None
     ended_unix_s: float | None = None
+    # beside it (machine_seconds): stolen time, and busy time not this process's
+    steal_s: float | None = None
+    others_cpu_s: float | None = None
     # with keep_logits: the logits of the prompt's last position, then of each decode step
     logits: list[mx.array] | None = None
 
@@ -155,6 +158,7 @@ def time_trial(
     kept: list[mx.array] | None = [] if keep_logits else None
     mx.synchronize()
     mx.reset_peak_memory()
+    machine_before = machine_seconds()
     started_unix_s = time.time()
     cpu_start = time.process_time()
     start = time.perf_counter()
@@ -169,8 +173,10 @@ def time_trial(
     generated = ready[1:]
     done = generated[-1] if generated else time.perf_counter()
     cpu_done = time.process_time()
+    machine_after = machine_seconds()
     steps = [b - a for a, b in zip([prefilled, *generated], generated, strict=False)]
     ttft_s = ready[0] - start if ready else None
+    steal_s, others_cpu_s = beside(machine_before, machine_after, cpu_done - cpu_start)
     return TrialTiming(
         prefilled - start,
         done - prefilled,
@@ -181,6 +187,8 @@ def time_trial(
         gen_cpu_s=cpu_done - cpu_prefilled,
         started_unix_s=started_unix_s,
         ended_unix_s=time.time(),
+        steal_s=steal_s,
+        others_cpu_s=others_cpu_s,
         logits=kept,
     )
 
@@ -201,7 +209,35 @@ def trial_record(timing: TrialTiming, batch: int, prompt_tokens: int, gen_tokens
         gen_cpu_s=timing.gen_cpu_s if gen_steps else None,
         started_unix_s=timing.started_unix_s,
         ended_unix_s=timing.ended_unix_s,
+        steal_s=timing.steal_s,
+        others_cpu_s=timing.others_cpu_s,
     )
+
+
+_TICKS = os.sysconf("SC_CLK_TCK") if hasattr(os, "sysconf") else 100
+
+
+def machine_seconds() -> tuple[float, float] | None:
+    """Every core's busy seconds (steal excluded) and stolen seconds so far, from /proc/stat's
+    first line (one read, tens of microseconds; clock ticks of 10 ms); None off Linux. Read just
+    outside a trial's timed span."""
+    try:
+        with open("/proc/stat") as f:
+            fields = [float(v) for v in f.readline().split()[1:9]]
+    except (OSError, ValueError):
+        return None
+    user, nice, system, _idle, _iowait, irq, softirq, steal = (fields + [0.0] * 8)[:8]
+    return (user + nice + system + irq + softirq) / _TICKS, steal / _TICKS
+
+
+def beside(
+    before: tuple[float, float] | None, after: tuple[float, float] | None, own_s: float
+) -> tuple[float | None, float | None]:
+    """Between two machine_seconds readings: the seconds stolen, and the busy seconds not this
+    process's (`own_s`)."""
+    if before is None or after is None:
+        return None, None
+    return round(after[1] - before[1], 3), round(max(0.0, after[0] - before[0] - own_s), 3)
 
 
 def teacher_forced_logits(
