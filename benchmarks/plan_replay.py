@@ -15,10 +15,12 @@ One replay:
   fixed costs: a load (the seconds given by --loads, measured on this machine) and one warm-up
   round (two in duets), which carries the correctness check, and what follows its rounds (op
   shares) at --after rounds' time; PROBES_S for the environment probes and the rest;
-- each row's log ratio round by round drawn as its mean + its SD x a residual drawn from the
-  profile's own (every row's rounds centred on its mean and scaled by its SD, pooled: 100-400 of
-  them a profile, so the tails are the machine's; a profile's 6-30 rounds a size drawn alone would
-  repeat each other and fool the outlier rule), and the 16 rows judged.
+- each row's log ratio round by round drawn as its mean + its SD x a residual: the tails come from
+  the identical-build gate campaigns (results/gate-ab*/s0-*.jsonl: runs of 40-60 rounds, each
+  row's rounds centred and scaled by its own SD, pooled over machines; TAILS below says how heavy
+  they are), the spread and the mean from the profile. A profile's own 6-30 rounds a size cannot
+  carry its tails: standardised by their own SD, 6 rounds can lie no further than 2.04 SDs out,
+  lighter than normal noise, and drawn alone they repeat each other and fool the outlier rule.
 A/A: the same with every row's mean 0 (the arms identical, the noise the profile's, heavy tails
 and all): a table with any "faster" or "slower" is a false claim.
 
@@ -163,30 +165,60 @@ class Noise:
     residuals: np.ndarray
 
     @classmethod
-    def of(cls, sizes: dict[str, Size]) -> Noise:
+    def of(cls, sizes: dict[str, Size], tails: np.ndarray) -> Noise:
         """A size of fewer than MIN_ROUNDS rounds (the Zen 3's 31B ran 1) has no spread of its
         own: its rows get the profile's median row SD and mean 0."""
-        means, sds, residuals = {}, {}, []
+        means, sds = {}, {}
         for name, size in sizes.items():
             if len(size.rounds) < MIN_ROUNDS:
                 continue
             logs = row_logs(size.rounds)
             means[name] = np.array([x.mean() for x in logs.values()])
             sds[name] = np.array([x.std(ddof=1) for x in logs.values()])
-            for x in logs.values():
-                if x.std(ddof=1) > 0:
-                    residuals.extend((x - x.mean()) / x.std(ddof=1))
         typical = float(np.median(np.concatenate(list(sds.values()))))
         for name, size in sizes.items():
             rows = len(size.rounds[0])
             means.setdefault(name, np.zeros(rows))
             sds.setdefault(name, np.full(rows, typical))
-        return cls(means, sds, np.asarray(residuals))
+        return cls(means, sds, tails)
 
     def draw(self, rng: np.random.Generator, size: str, n: int, aa: bool) -> np.ndarray:
         """n rounds of the size's rows (n x rows log ratios)."""
         z = rng.choice(self.residuals, size=(n, len(self.sds[size])))
         return (0.0 if aa else self.means[size]) + self.sds[size] * z
+
+
+def gate_tails(root: Path) -> np.ndarray:
+    """Standardised residuals of the identical-build gate runs: per run, variant and metric, the
+    current/reference log ratios of its rounds, centred and scaled by their SD (runs of at least
+    30 rounds)."""
+    found = []
+    for path in sorted(root.glob("results/gate-ab*/s0-*.jsonl")):
+        by = defaultdict(dict)
+        for line in path.read_text().splitlines():
+            r = json.loads(line)
+            if r.get("kind") == "trial" and not r["warmup"]:
+                for metric in METRICS:
+                    if r.get(f"{metric}_tps"):
+                        by[(r["run_id"], r["variant"], metric, r["round"])][r["build"]] = r[
+                            f"{metric}_tps"
+                        ]
+        rows = defaultdict(list)
+        for (run, variant, metric, _), builds in by.items():
+            if len(builds) == 2:
+                rows[(run, variant, metric)].append(
+                    math.log(builds["current"] / builds["reference"])
+                )
+        for x in map(np.asarray, rows.values()):
+            if len(x) >= 30 and x.std(ddof=1) > 0:
+                found.extend((x - x.mean()) / x.std(ddof=1))
+    return np.asarray(found)
+
+
+def worst_tenth_share(z: np.ndarray) -> float:
+    """The share of the variance the worst 10% of rounds carry (44% for normal noise)."""
+    squares = np.sort(z**2)[::-1]
+    return float(squares[: len(squares) // 10].sum() / squares.sum())
 
 
 def plan_run(
@@ -249,10 +281,15 @@ def judge(drawn: dict[str, np.ndarray], labels: list[str]) -> tuple[int, list[bo
 
 
 def replay(
-    sizes: dict[str, Size], loads: dict[str, float], after: float, replays: int, seed: int
+    sizes: dict[str, Size],
+    tails: np.ndarray,
+    loads: dict[str, float],
+    after: float,
+    replays: int,
+    seed: int,
 ) -> dict[str, float]:
     rng = np.random.default_rng(seed)
-    noise = Noise.of(sizes)
+    noise = Noise.of(sizes, tails)
     labels = sorted(next(iter(sizes.values())).rounds[0])
     decided, fourteen, false_claims, tables = [], 0, 0, 0
     rounds_given = defaultdict(list)
@@ -295,9 +332,12 @@ def main() -> None:
     parser.add_argument("--out", type=Path, help="also write the table here (markdown)")
     args = parser.parse_args()
     loads = {k: float(v) for k, v in (item.split("=") for item in args.loads.split(","))}
+    tails = gate_tails(ROOT)
     lines = [
         f"trials: plan replayed, {args.replays} replays a profile, budget {BUDGET_S:g} s, "
-        f"loads {args.loads} s, op shares {args.after:g} rounds",
+        f"loads {args.loads} s, op shares {args.after:g} rounds; tails: {len(tails)} residuals of "
+        f"the gate campaigns, the worst 10% of them {100 * worst_tenth_share(tails):.0f}% of the "
+        "variance (normal noise: 44%)",
         "",
         "| profile | a size's round (median row SD, rounds in the file) | rounds planned (median) "
         "| rows decided of 16 "
@@ -310,8 +350,8 @@ def main() -> None:
             lines.append(f"| {label} | ({file} not here) | | | | |")
             continue
         sizes = read_profile(path)
-        found = replay(sizes, loads, args.after, args.replays, seed)
-        noise = Noise.of(sizes)
+        found = replay(sizes, tails, loads, args.after, args.replays, seed)
+        noise = Noise.of(sizes, tails)
         paces = ", ".join(
             f"{n} {s.round_s:.1f} s ({100 * float(np.median(noise.sds[n])):.1f}%, "
             f"{len(s.rounds)} rounds)"

@@ -206,15 +206,40 @@ def test_a_source_checkout_records_its_commit():
 # --- threads: auto, measured (measure.threads) ----------------------------------------------------
 
 
-def test_every_core_wins_only_by_a_clear_margin_of_precision_per_second():
+def test_every_core_wins_only_when_its_gain_is_surely_above_one():
+    import numpy as np
+
+    from bench.measure.threads import BOUND, Setting, decide, gain_lower_bound
+
+    rng = np.random.default_rng(3)
+
+    def measured(threads: int, samples) -> Setting:
+        logs = np.log(samples)
+        return Setting(threads, float(np.mean(samples)), float(np.std(logs, ddof=1)), samples)
+
+    def setting(threads: int, mean_s: float, sd: float) -> Setting:
+        return measured(threads, tuple(mean_s * np.exp(sd * rng.standard_normal(30))))
+
+    one = setting(1, 0.10, 0.01)
+    # twice as fast but three times as noisy: 0.2x the precision per second
+    assert decide((one, setting(2, 0.05, 0.03))).threads == 1
+    # twice as fast and as quiet: 2x, surely
+    quiet = decide((one, setting(2, 0.05, 0.01)))
+    assert quiet.threads == 2 and f"{100 * (1 - BOUND):.0f}% confidence" in quiet.reason
+    # one stalled sample of 30 counts: the plain SD sees it, as a run's intervals will
+    calm = setting(2, 0.05, 0.01).samples
+    stalled = measured(2, (*calm[:-1], 0.05 * 1.35))
+    assert stalled.log_sd > 0.05 and decide((one, stalled)).threads == 1
+    # a gain of 1.18x on 30 samples a setting is not sure enough
+    bound = gain_lower_bound(one, setting(2, 0.085, 0.01))
+    assert bound is not None and bound < 1.0
+
+
+def test_a_cached_choice_without_samples_keeps_the_margin_rule():
     from bench.measure.threads import MARGIN, Setting, decide
 
     one = Setting(1, mean_s=0.10, log_sd=0.01)
-    faster_but_noisier = Setting(2, mean_s=0.055, log_sd=0.03)
-    assert decide((one, faster_but_noisier)).threads == 1
-    as_quiet = Setting(2, mean_s=0.055, log_sd=0.01)
-    choice = decide((one, as_quiet))
-    assert choice.threads == 2 and f"{MARGIN:g}x" in choice.reason
+    assert decide((one, Setting(2, mean_s=0.055, log_sd=0.01))).threads == 2
     assert decide((one, Setting(2, mean_s=0.10 / (MARGIN * 0.99), log_sd=0.01))).threads == 1
 
 

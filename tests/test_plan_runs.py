@@ -115,3 +115,34 @@ def test_budget_on_the_command_line_replaces_the_experiments(tmp_path: Path, cap
     exp.write_text(exp.read_text().replace("max_rounds: 12\n", ""))
     assert main(["run", str(exp), "--budget", "20m", "--dry-run"]) == 2
     assert "a budget needs trials: plan, auto or budget" in capsys.readouterr().err
+
+
+def test_rows_twice_as_noisy_as_the_pilot_send_the_machine_to_be_measured_again(
+    tmp_path: Path, monkeypatch
+):
+    from bench.core.header import Env, ScheduleChoice, ScheduleProbe
+    from bench.measure.duet import cache_path as schedule_cache
+    from bench.measure.runner import stale_machine_line
+    from bench.measure.threads import cache_path as threads_cache
+
+    monkeypatch.setenv("XDG_CACHE_HOME", str(tmp_path))
+    env = Env(backend="cpu", cpu="Test CPU", threads=1)
+    cached = [threads_cache(env), schedule_cache(env, 1)]
+    for path in cached:
+        path.parent.mkdir(parents=True, exist_ok=True)
+        path.write_text("{}")
+    pilot = ScheduleProbe("sequential", wall_sd=0.01, cpu_sd=0.01, pair_s=2.0)
+    choice = ScheduleChoice("sequential", "measured", (pilot,))
+
+    class Planner:
+        def __init__(self, spread: float) -> None:
+            self.spread = spread
+
+        def run_spread(self) -> float:
+            return self.spread
+
+    assert stale_machine_line(Planner(0.019), choice, env, 1) is None
+    assert all(path.exists() for path in cached)
+    line = stale_machine_line(Planner(0.03), choice, env, 1)
+    assert line is not None and "3.0x the 1.0% the cached pilot measured" in line
+    assert not any(path.exists() for path in cached)

@@ -177,11 +177,13 @@ class Peak:
 
 @dataclass(frozen=True)
 class Setting:
-    """One thread count's probe (measure.threads): mean sample seconds, SD of log sample times."""
+    """One thread count's probe (measure.threads): mean sample seconds, SD of log sample times, and
+    the samples, which give the choice its uncertainty."""
 
     threads: int
     mean_s: float
     log_sd: float
+    samples: tuple[float, ...] = ()  # the sample seconds (before 2026-12-05: not kept)
 
     @property
     def precision_per_s(self) -> float:

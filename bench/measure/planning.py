@@ -341,6 +341,16 @@ class RunPlanner:
             "(max_rounds) would decide every row"
         )
 
+    def run_spread(self) -> float | None:
+        """The median per-round spread of the rows this run measured (None before any)."""
+        sds = [
+            sd
+            for cell in self.cells
+            if self.fixed.get(cell.key) and self._signature(cell) in self.known
+            for sd in self.known[self._signature(cell)].sds.values()
+        ]
+        return statistics.median(sds) if sds else None
+
 
 def _short(label: str) -> str:
     """ "E2B" for "E2B (2/35 layers)"."""

@@ -42,6 +42,7 @@ from ..core.typed import to_mapping
 from ..present.format import format_count
 from .cellrun import CellRun, DuetSide
 from .duet import ScheduleChoice, choose_schedule
+from .duet import cache_path as schedule_cache_path
 from .env import blas_warning, cache_dir, machine_key, thread_env
 from .hub import with_repos_found
 from .job import Result, result_fields, result_kind
@@ -79,6 +80,7 @@ from .roofline import (
 from .schedule import centre_order
 from .session import Build, WorkerFailed, WorkerSession, stopped_after, worker_job
 from .stopwatch import Stopwatch
+from .threads import cache_path as threads_cache_path
 
 
 class Runner:
@@ -379,6 +381,28 @@ class Runner:
             self.ledger.add("stop", time.monotonic() - stopping)
 
 
+STALE_FACTOR = 2.0  # a run's rows this many times the pilot's spread: the machine is measured again
+
+
+def stale_machine_line(
+    planner: RunPlanner, schedule: ScheduleChoice, env: Env, threads: int
+) -> str | None:
+    """Where this run's rows scattered STALE_FACTOR times what the cached schedule pilot measured,
+    the machine has changed since its threads and schedule were chosen: both caches are dropped, so
+    the next run measures them again, and the line says so."""
+    probe = next((p for p in schedule.probes if p.schedule == schedule.schedule), None)
+    spread = planner.run_spread()
+    if probe is None or spread is None or spread < STALE_FACTOR * probe.wall_sd:
+        return None
+    for path in (threads_cache_path(env), schedule_cache_path(env, threads)):
+        path.unlink(missing_ok=True)
+    return (
+        f"this run's rows scattered {100 * spread:.1f}% a round, {spread / probe.wall_sd:.1f}x "
+        f"the {100 * probe.wall_sd:.1f}% the cached pilot measured: the machine has changed since "
+        "its BLAS threads and schedule were chosen; the next run measures them again"
+    )
+
+
 def run_planner(runner: Runner, cells: Sequence[Cell], env: Env) -> RunPlanner:
     """trials: plan's planner for this run: each cell's work from its shapes, this machine's
     cached costs, and the schedule pilot's spread."""
@@ -566,6 +590,13 @@ def run_experiment(
             finally:
                 writer.write(sampler.summary(run_id))
                 writer.write(runner.ledger.spent(run_id))
+    stale = (
+        stale_machine_line(runner.planner, schedule, env, threads.threads)
+        if runner.planner
+        else None
+    )
+    if stale and not options.quiet:
+        console.print(f"[yellow]warning[/]: {stale}", highlight=False)
     closing = runner.planner.closing_line() if runner.planner else None
     if closing and not options.quiet:
         console.print(closing, highlight=False)
