@@ -115,6 +115,8 @@ def test_a_trial_record_holds_its_measurements_among_its_own_fields():
         "gen_cpu_s",
         "started_unix_s",
         "ended_unix_s",
+        "steal_s",
+        "others_cpu_s",
         "compile_s",
     ]
 
