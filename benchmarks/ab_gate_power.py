@@ -41,10 +41,13 @@ PREFILL = (
 # the read would overlap the queued step and cost nothing. The copy queues the next step only after
 # its spin, while nothing runs; the next graph is still built while the current step computes, as
 # in the product.
-DECODE = """def decode(model: Model, token: mx.array, cache: list, steps: int) -> list[float]:
+DECODE = """def decode(model, token, cache, steps, kept=None):
     ready, last = [], time.perf_counter()
     for i in range(steps):
-        next_token = greedy(model(token[:, None], cache=cache)[:, -1, :])
+        logits = model(token[:, None], cache=cache)[:, -1, :]
+        if kept is not None:
+            kept.append(logits)
+        next_token = greedy(logits)
         mx.eval(token)
         if i:
             spin(SLOWDOWN * (time.perf_counter() - last))
