@@ -18,7 +18,7 @@ import pandas as pd
 
 from ..core.cell import CURRENT_BUILD
 from ..core.errors import UserError
-from ..core.header import Env, LoadSummary, RunHeader
+from ..core.header import Env, LoadSummary, RunHeader, TimeSpent
 from ..core.records import (
     CELL_FIELDS,
     CORRECTNESS_FIELDS,
@@ -84,6 +84,7 @@ class Study:
     machines: list[str]
     runs: dict[str, RunHeader]  # every run header, by run id
     loads: list[LoadSummary]  # what else ran on the machine while each run measured
+    times: list[TimeSpent]  # where each run's time went (runs from before 2026-12-04: none)
     # per run x op x shape x variant statistics (analysis.opstats)
     op_summaries: list[VariantSummary]
     # "no change" means within ± this (the experiments' margin_pct)
@@ -174,6 +175,7 @@ def build_study(results: Results) -> Study:
         ),
         runs=runs,
         loads=results.loads(),
+        times=results.time_spent(),
         op_summaries=summarize_ops(results.op_records()),
         margin_pct=max(
             (exp.margin_pct for exp in experiments if exp), default=stats.DEFAULT_MARGIN_PCT

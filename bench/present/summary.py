@@ -16,10 +16,10 @@ from ..analysis.study import (
     ordered_workloads,
     resolve_comparisons,
 )
-from ..core.header import TimeSpent
 from ..core.results import Results
 from .bottom_line import bottom_lines
 from .document import Heading, Paragraph, Table, to_console
+from .sections.context import time_line
 from .sections.delta import delta_cells
 from .sections.throughput import median_rows
 
@@ -48,25 +48,6 @@ def print_summary(
             )
     for spent in results.time_spent():
         console.print(time_line(spent), highlight=False)
-
-
-def time_line(spent: TimeSpent) -> str:
-    """Where a run's time went, in one line: the share that measured, then each phase, largest
-    first; the machine's one-time measurements apart (its budget leaves them out)."""
-    machine = spent.phases.get("machine", 0.0)
-    run_s = spent.total_s - machine
-    phases = sorted(
-        ((name, s) for name, s in spent.phases.items() if name != "machine" and s >= 0.05),
-        key=lambda item: -item[1],
-    )
-    share = 100.0 * spent.measuring_s / run_s if run_s > 0 else 0.0
-    listed = ", ".join(f"{name} {seconds:.1f} s" for name, seconds in phases)
-    head = f"time: {run_s:.0f} s, {share:.0f}% measuring ({listed})"
-    return head + (
-        f"; before it, the machine's one-time measurements {machine:.0f} s"
-        if machine >= 0.5
-        else ""
-    )
 
 
 def run_summary_table(

@@ -7,7 +7,7 @@ from collections.abc import Callable, Sequence
 
 from ...analysis.study import Study
 from ...core.cell import StopRecord
-from ...core.header import Env, RunHeader, ScheduleChoice
+from ...core.header import Env, RunHeader, ScheduleChoice, TimeSpent
 from ...core.records import Clock, Stopping
 from ...core.spec import Schedule
 
@@ -129,6 +129,32 @@ def weights_note(runs: Sequence[RunHeader]) -> str | None:
     return "Weights: " + "; ".join(
         f"{repo} at commit {commit[:12]} (Hugging Face)" for repo, commit in repos.items()
     )
+
+
+def time_line(spent: TimeSpent) -> str:
+    """Where a run's time went, in one line: the share that measured, then each phase, largest
+    first; the machine's one-time measurements apart (its budget leaves them out)."""
+    machine = spent.phases.get("machine", 0.0)
+    run_s = spent.total_s - machine
+    phases = sorted(
+        ((name, s) for name, s in spent.phases.items() if name != "machine" and s >= 0.05),
+        key=lambda item: -item[1],
+    )
+    share = 100.0 * spent.measuring_s / run_s if run_s > 0 else 0.0
+    listed = ", ".join(f"{name} {seconds:.1f} s" for name, seconds in phases)
+    head = f"time: {run_s:.0f} s, {share:.0f}% measuring ({listed})"
+    return head + (
+        f"; before it, the machine's one-time measurements {machine:.0f} s"
+        if machine >= 0.5
+        else ""
+    )
+
+
+def time_note(runs: Sequence[RunHeader], times: Sequence[TimeSpent]) -> str | None:
+    """Where these runs' time went (the `time` record), one sentence a run."""
+    ids = {run.run_id for run in runs}
+    lines = [time_line(spent) for spent in times if spent.run_id in ids]
+    return ("Time: " + "; ".join(line.removeprefix("time: ") for line in lines)) if lines else None
 
 
 def plot_caption(study: Study, machine: str) -> str:

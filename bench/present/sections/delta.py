@@ -50,6 +50,7 @@ from .context import (
     sequential_sizes,
     slug,
     threads_note,
+    time_note,
     weights_note,
 )
 from .kernels import probe_note
@@ -385,6 +386,8 @@ def delta_section(
     if note := design_note(runs, sequential):
         context.append(note)
     if note := weights_note(runs):
+        context.append(note)
+    if note := time_note(runs, study.times):
         context.append(note)
     where = workload if len(study.machines) == 1 else f"{workload} · {machine}"
     blocks: list[Block] = [
