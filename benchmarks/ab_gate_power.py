@@ -76,9 +76,16 @@ SPIN = """def spin(seconds):
 
 
 """
+# A slowdown that waits instead (a kernel that blocks, a host-side sleep): the wall clock sees it,
+# a process's CPU clock would not.
+WAIT = """def spin(seconds):
+    time.sleep(seconds)
 
 
-def slowed_copy(dest: Path, slowdown_pct: float) -> Path:
+"""
+
+
+def slowed_copy(dest: Path, slowdown_pct: float, wait: bool = False) -> Path:
     """This tree's bench/ and models/, with the worker's prefill and decode slowed so tok/s drops
     slowdown_pct%."""
     for part in ("bench", "models"):
@@ -92,7 +99,7 @@ def slowed_copy(dest: Path, slowdown_pct: float) -> Path:
     text = text[: text.index("def decode(")] + DECODE + text[text.index("def time_trial(") :]
     spin_fraction = slowdown_pct / (100 - slowdown_pct)  # time x 1/(1 - s): throughput x (1 - s)
     anchor = "# Prompt streams:"
-    slowdown = f"SLOWDOWN = {spin_fraction!r}\n{SPIN}{anchor}"
+    slowdown = f"SLOWDOWN = {spin_fraction!r}\n{WAIT if wait else SPIN}{anchor}"
     worker.write_text(text.replace(anchor, slowdown, 1))
     return dest
 

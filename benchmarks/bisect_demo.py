@@ -53,13 +53,16 @@ def git(repo: Path, *args: str) -> str:
     ).stdout.strip()
 
 
-def scratch_history(repo: Path, commits: int, slow_at: int, slowdown_pct: float) -> list[str]:
+def scratch_history(
+    repo: Path, commits: int, slow_at: int, slowdown_pct: float, wait: bool = False
+) -> list[str]:
     """commits+1 commits (the first is this tree as it is), oldest first; commit `slow_at` slows the
     worker."""
     for part in ("bench", "models"):
         shutil.copytree(ROOT / part, repo / part, ignore=shutil.ignore_patterns("__pycache__"))
     (repo / "demo.yaml").write_text(EXPERIMENT)
-    slow = slowed_copy(repo.parent / "slowed", slowdown_pct) / "bench" / "measure" / "worker.py"
+    slowed = slowed_copy(repo.parent / "slowed", slowdown_pct, wait)
+    slow = slowed / "bench" / "measure" / "worker.py"
     git(repo, "init", "-q")
     hashes = []
     for i in range(commits + 1):
@@ -96,13 +99,16 @@ def main() -> None:
         "--slow-at", type=int, default=5, help="which commit slows the worker (default 5)"
     )
     parser.add_argument("--slowdown", type=float, default=10.0, help="percent (default 10)")
+    parser.add_argument(
+        "--wait", action="store_true", help="the slow commit sleeps instead of spinning"
+    )
     parser.add_argument("--out", type=Path, default=ROOT / "results" / "bisect-demo")
     args = parser.parse_args()
     out = args.out.resolve()
     out.mkdir(parents=True, exist_ok=True)
     with tempfile.TemporaryDirectory(prefix="fusebench-bisect-demo-") as folder:
         repo = Path(folder) / "repo"
-        hashes = scratch_history(repo, args.commits, args.slow_at, args.slowdown)
+        hashes = scratch_history(repo, args.commits, args.slow_at, args.slowdown, args.wait)
         start = time.monotonic()
         done = subprocess.run(
             [
