@@ -47,7 +47,7 @@ def synthetic(rng: np.random.Generator, n: int, trial_sd: float, stolen: float):
 def replayed_rounds() -> np.ndarray:
     """results/duet-aa's A/A rounds: (wall, CPU) log ratio current/reference, prefill and gen."""
     found = []
-    for path in sorted((ROOT / "results" / "duet-aa").glob("*.jsonl")):
+    for path in sorted((ROOT / "results" / "duet-aa").glob("*.jsonl*")):
         trials = [t for t in read_results([path]).of_kind("trial") if not t["warmup"]]
         sides: dict[tuple, dict[str, dict]] = {}
         for t in trials:

@@ -23,7 +23,7 @@ from duet_aa import CLOCKS, log_ratios
 
 
 def folder_line(folder: Path) -> str:
-    paths = sorted(folder.glob("s*.jsonl")) or sorted(folder.glob("*.jsonl"))
+    paths = sorted(folder.glob("s*.jsonl*")) or sorted(folder.glob("*.jsonl*"))
     # each file read once per column: (clock, metric) -> every run's (ratios, s a round, variants)
     found = {
         (clock, metric): [log_ratios(path, column) for path in paths]

@@ -77,7 +77,7 @@ def log_ratios(path: Path, seconds: str) -> tuple[np.ndarray, float, int]:
 
 
 def summary(out: Path) -> list[str]:
-    files = {s: sorted(out.glob(f"{s}-*.jsonl")) for s in SCHEDULES}
+    files = {s: sorted(out.glob(f"{s}-*.jsonl*")) for s in SCHEDULES}
     lines = [
         "| schedule | runs | rounds | s a round | clock | prefill SD | gen SD "
         "| prefill precision/s | gen precision/s |",
@@ -130,7 +130,7 @@ def main() -> None:
     args = parser.parse_args()
     args.out.mkdir(parents=True, exist_ok=True)
     if not args.summary:
-        done = {s: len(list(args.out.glob(f"{s}-*.jsonl"))) for s in SCHEDULES}
+        done = {s: len(list(args.out.glob(f"{s}-*.jsonl*"))) for s in SCHEDULES}
         for i in range(args.repeats):
             for schedule in SCHEDULES if i % 2 == 0 else SCHEDULES[::-1]:
                 run(schedule, args.rounds, args.out / f"{schedule}-{done[schedule] + i + 1}.jsonl")

@@ -63,12 +63,12 @@ def summary(out: Path) -> list[str]:
         "|---|---|---|---|---|---|",
     ]
     for case, (_, baseline, new) in CASES.items():
-        duet = out / f"{case}-duet.jsonl"
+        duet = next(iter(sorted(out.glob(f"{case}-duet.jsonl*"))), out / f"{case}-duet.jsonl")
         # the sequential run at the run's own thread choice, and one at 1 thread where it was made
-        for sequential in sorted(out.glob(f"{case}-sequential*.jsonl")):
+        for sequential in sorted(out.glob(f"{case}-sequential*.jsonl*")):
             if not duet.exists():
                 continue
-            label = case + sequential.stem.removeprefix(f"{case}-sequential").replace("-", " ")
+            label = case + sequential.name.split(".")[0].removeprefix(f"{case}-sequential").replace("-", " ")
             threads = read_results([sequential]).of_kind("run")[0]["env"]["threads"]
             for metric, column in METRICS.items():
                 seq, two = (estimate(p, baseline, new, column) for p in (sequential, duet))

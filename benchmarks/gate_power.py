@@ -1,8 +1,8 @@
 """How often does `fusebench check` cry wolf, and how small a slowdown does it catch, on this
 machine?
 
-    python3 benchmarks/gate_power.py [--runs 'results/ci-runs/ci-*.jsonl' ...] [--max-regression 10]
-                                     [--baseline results/baselines/cpu-ci.jsonl] [--noise FILE]
+    python3 benchmarks/gate_power.py [--runs 'results/ci-runs/ci-*.jsonl*' ...] [--max-regression 10]
+                                     [--baseline results/baselines/cpu-ci.jsonl.gz] [--noise FILE]
                                      [--variant compiled] [--factors 0.95,0.9,0.85,0.8,0.7,0.6,0.5]
 
 Reads real, unchanged `fusebench run experiments/ci.yaml` results files and checks each against the
@@ -19,6 +19,7 @@ from __future__ import annotations
 
 import argparse
 import glob
+import gzip
 import json
 import sys
 import tempfile
@@ -36,7 +37,8 @@ DEFAULT_FACTORS = "0.95,0.90,0.85,0.80,0.70,0.60,0.50"
 def doctor(source: Path, target: Path, variant: str, factor: float) -> Path:
     """A copy of a results file in which `variant` runs `factor` times as fast."""
     lines = []
-    for line in source.read_text(encoding="utf-8").splitlines():
+    data = source.read_bytes()
+    for line in (gzip.decompress(data) if source.suffix == ".gz" else data).decode().splitlines():
         record = json.loads(line)
         if record.get("kind") == "trial" and record.get("variant") == variant:
             for column in ("prefill_tps", "gen_tps"):
@@ -78,10 +80,10 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument(
         "--runs",
         nargs="+",
-        default=["results/ci-runs/ci-*.jsonl"],
+        default=["results/ci-runs/ci-*.jsonl*"],
         help="globs of unchanged ci.yaml results files",
     )
-    parser.add_argument("--baseline", type=Path, default=Path("results/baselines/cpu-ci.jsonl"))
+    parser.add_argument("--baseline", type=Path, default=Path("results/baselines/cpu-ci.jsonl.gz"))
     parser.add_argument(
         "--max-regression", type=float, default=DEFAULT_MAX_REGRESSION_PCT, metavar="PCT"
     )

@@ -16,7 +16,8 @@ One replay:
   round (two in duets), which carries the correctness check, and what follows its rounds (op
   shares) at --after rounds' time; PROBES_S for the environment probes and the rest;
 - each row's log ratio round by round drawn as its mean + its SD x a residual: the tails come from
-  the identical-build gate campaigns (results/gate-ab*/s0-*.jsonl: runs of 40-60 rounds, each
+  the identical-build gate campaigns (results/gate-ab*/s0-*.jsonl at commit 6efa661, kept as
+  results/plan-zen4/gate-tails.json.gz; runs of 40-60 rounds, each
   row's rounds centred and scaled by its own SD, pooled over machines; TAILS below says how heavy
   they are), the spread and the mean from the profile. A profile's own 6-30 rounds a size cannot
   carry its tails: standardised by their own SD, 6 rounds can lie no further than 2.04 SDs out,
@@ -31,6 +32,7 @@ and all): a table with any "faster" or "slower" is a false claim.
 from __future__ import annotations
 
 import argparse
+import gzip
 import json
 import math
 import statistics
@@ -55,16 +57,19 @@ MARGIN_PCT = 5.0
 BUDGET_S = 330.0
 MAX_ROUNDS = 60
 MIN_ROUNDS = 3  # a size's rounds below which its spread is the profile's typical one
+# The gate campaigns' residuals, extracted once (--tails-from) from the tree that held them.
+TAILS = ROOT / "results" / "plan-zen4" / "gate-tails.json.gz"
+TAILS_COMMIT = "6efa661"
 PROBES_S = 3.0  # the environment probes, the header and the summary (a run's "probes" + "other")
 # The profiles: results files of the default experiment, and the machine each ran on.
 PROFILES = {
-    "AVX-512 EPYC, sequential (the quiet one)": "results/default-20261201-0003.jsonl",
-    "AVX2 EPYC, sequential": "results/default-20261201-1004.jsonl",
+    "AVX-512 EPYC, sequential (the quiet one)": "results/default-20261201-0003.jsonl.gz",
+    "AVX2 EPYC, sequential": "results/default-20261201-1004.jsonl.gz",
     "slow AVX2 VM, sequential": "../shared/data/slow-vm/default.jsonl",
-    "AVX-512 EPYC, duets": "results/default-duet-20261202.jsonl",
-    "Zen 3 EPYC, duets": "results/default-budget-zen3/default-budget.jsonl",
-    "Zen 4 EPYC, 1 thread": "results/default-20261204-015235.jsonl",
-    "Zen 4 EPYC, 2 threads": "results/default-zen4-20261203-234148.jsonl",
+    "AVX-512 EPYC, duets": "results/default-duet-20261202.jsonl.gz",
+    "Zen 3 EPYC, duets": "results/default-budget-zen3/default-budget.jsonl.gz",
+    "Zen 4 EPYC, 1 thread": "results/default-20261204-015235.jsonl.gz",
+    "Zen 4 EPYC, 2 threads": "results/default-zen4-20261203-234148.jsonl.gz",
 }
 
 
@@ -79,7 +84,7 @@ class Size:
 
 def read_profile(path: Path) -> dict[str, Size]:
     """Each size's complete rounds (every row paired) from the file's first run."""
-    records = [json.loads(line) for line in path.read_text().splitlines() if line.strip()]
+    records = read_records(path)
     header = next(r for r in records if r["kind"] == "run")
     duet = (header.get("schedule_choice") or {}).get("schedule") == "duet"
     trials = [
@@ -188,15 +193,21 @@ class Noise:
         return (0.0 if aa else self.means[size]) + self.sds[size] * z
 
 
-def gate_tails(root: Path) -> np.ndarray:
+def read_records(path: Path) -> list[dict]:
+    """A results file's records, plain or gzip-compressed."""
+    data = path.read_bytes()
+    text = gzip.decompress(data) if data[:2] == b"\x1f\x8b" else data
+    return [json.loads(line) for line in text.splitlines() if line.strip()]
+
+
+def gate_tails(campaigns: list[Path]) -> np.ndarray:
     """Standardised residuals of the identical-build gate runs: per run, variant and metric, the
     current/reference log ratios of its rounds, centred and scaled by their SD (runs of at least
     30 rounds)."""
     found = []
-    for path in sorted(root.glob("results/gate-ab*/s0-*.jsonl")):
+    for path in campaigns:
         by = defaultdict(dict)
-        for line in path.read_text().splitlines():
-            r = json.loads(line)
+        for r in read_records(path):
             if r.get("kind") == "trial" and not r["warmup"]:
                 for metric in METRICS:
                     if r.get(f"{metric}_tps"):
@@ -213,6 +224,22 @@ def gate_tails(root: Path) -> np.ndarray:
             if len(x) >= 30 and x.std(ddof=1) > 0:
                 found.extend((x - x.mean()) / x.std(ddof=1))
     return np.asarray(found)
+
+
+def stored_tails(tree: Path | None) -> np.ndarray:
+    """The residuals, from TAILS (what the campaigns gave, kept when their raw files left the
+    tree), or extracted again from a tree that holds the campaigns (a checkout of the commit
+    TAILS names) and written to TAILS."""
+    if tree is None:
+        return np.asarray(json.loads(gzip.decompress(TAILS.read_bytes()))["residuals"])
+    campaigns = sorted(tree.glob("results/gate-ab*/s0-*.jsonl*"))
+    tails = gate_tails(campaigns)
+    stored = {
+        "from": [str(path.relative_to(tree)) for path in campaigns],
+        "residuals": [round(float(z), 6) for z in tails],
+    }
+    TAILS.write_bytes(gzip.compress(json.dumps(stored).encode(), mtime=0))
+    return tails
 
 
 def worst_tenth_share(z: np.ndarray) -> float:
@@ -330,9 +357,16 @@ def main() -> None:
         "--after", type=float, default=0.6, help="op shares after a size's rounds, in rounds"
     )
     parser.add_argument("--out", type=Path, help="also write the table here (markdown)")
+    parser.add_argument(
+        "--tails-from",
+        type=Path,
+        metavar="TREE",
+        help=f"extract the tails again from the gate campaigns of a checkout (of {TAILS_COMMIT}: "
+        f"`git worktree add /tmp/t {TAILS_COMMIT}`) into {TAILS.relative_to(ROOT)}",
+    )
     args = parser.parse_args()
     loads = {k: float(v) for k, v in (item.split("=") for item in args.loads.split(","))}
-    tails = gate_tails(ROOT)
+    tails = stored_tails(args.tails_from)
     lines = [
         f"trials: plan replayed, {args.replays} replays a profile, budget {BUDGET_S:g} s, "
         f"loads {args.loads} s, op shares {args.after:g} rounds; tails: {len(tails)} residuals of "

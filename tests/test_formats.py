@@ -6,6 +6,7 @@ the header named it, a `run --against` file (gate-ab/budget-85s/s10-02-confirm.j
 
 from __future__ import annotations
 
+import gzip
 import json
 from pathlib import Path
 
@@ -13,7 +14,7 @@ import pytest
 from conftest import cell, fusebench_here, results_file, trials
 
 from bench.core.records import FORMAT, ResultsError, header_format
-from bench.core.results import read_results
+from bench.core.results import ResultsWriter, read_results
 
 FIXTURES = Path(__file__).resolve().parent / "fixtures" / "results"
 # fixture -> its format, and the exit `fusebench check` gives it (the A/B file: 3 rounds, every
@@ -99,13 +100,38 @@ def test_the_writer_names_todays_format_and_a_newer_one_is_refused(tmp_path: Pat
 
 @pytest.mark.parametrize("name", list(RUNS))
 def test_a_compressed_results_file_reads_as_the_plain_one(name: str, tmp_path: Path):
-    import gzip
-
     plain = FIXTURES / name
     packed = tmp_path / f"{name}.gz"
     packed.write_bytes(gzip.compress(plain.read_bytes()))
     assert read_results([packed]).records == read_results([plain]).records
-    cut = tmp_path / "cut.jsonl.gz"
-    cut.write_bytes(packed.read_bytes()[:-9])
-    with pytest.raises(ResultsError, match=r"cut\.jsonl\.gz: cannot read"):
-        read_results([cut])
+    junk = tmp_path / "junk.jsonl.gz"
+    junk.write_bytes(packed.read_bytes()[:10] + b"not deflate")
+    with pytest.raises(ResultsError, match=r"junk\.jsonl\.gz: cannot read"):
+        read_results([junk])
+
+
+def test_a_compressed_file_written_record_by_record_survives_a_cut_and_a_resume(tmp_path: Path):
+    lines = (FIXTURES / "format3-ab.jsonl").read_text().splitlines()
+    records = [json.loads(line) for line in lines]
+    packed = tmp_path / "r.jsonl.gz"
+    writer = ResultsWriter(packed)
+    for record in records[:-1]:
+        writer.write(record)
+    # A run killed here: every record is on disk, the gzip trailer is not.
+    cut = packed.read_bytes()
+    writer.close()
+    packed.write_bytes(cut)
+    assert read_results([packed]).records == read_results_of(records[:-1], tmp_path)
+    with ResultsWriter(packed) as resumed:  # `run --resume`: the cut stream is made whole first
+        resumed.write(records[-1])
+    assert gzip.decompress(packed.read_bytes()).decode().splitlines() == [
+        json.dumps(record) for record in records
+    ]
+
+
+def read_results_of(records: list[dict], tmp_path: Path) -> list[dict]:
+    plain = tmp_path / "plain.jsonl"
+    plain.write_text("".join(json.dumps(record) + "\n" for record in records))
+    return read_results([plain]).records
+
+

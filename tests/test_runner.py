@@ -205,10 +205,11 @@ HOLD = (
 )
 
 
-def test_sigint_then_resume_gives_the_uninterrupted_set_of_trials(tmp_path):
+@pytest.mark.parametrize("name", ["r.jsonl", "r.jsonl.gz"])
+def test_sigint_then_resume_gives_the_uninterrupted_set_of_trials(tmp_path, name):
     rounds = HELD_ROUND + 2
     exp = write_experiment(tmp_path, trials=rounds)
-    out = tmp_path / "r.jsonl"
+    out = tmp_path / name
     held = tree_copy(tmp_path / "held", HOLD)
     hold = tmp_path / "hold"
     hold.touch()

@@ -154,7 +154,10 @@ def confirmed(first: Outcome, request: CheckRequest, console: Console) -> Outcom
     ref = named.ref if named.ref and Path(named.ref).is_dir() else named.commit
     rows = [*first.failures, *first.undecided]
     failing = {f.model_key for f in rows if f.model_key}
-    out = request.results.with_name(f"{request.results.stem}-confirm.jsonl")
+    # x.jsonl -> x-confirm.jsonl, x.jsonl.gz -> x-confirm.jsonl.gz: compressed as the file judged
+    given = request.results
+    suffix = ".jsonl.gz" if given.name.endswith(".jsonl.gz") else given.suffix or ".jsonl"
+    out = given.with_name(f"{given.name.removesuffix(suffix)}-confirm{suffix}")
     with tempfile.TemporaryDirectory() as folder:
         # The stored experiment, as a file the reference build's own parser can read.
         stored = run.experiment

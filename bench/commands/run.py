@@ -100,7 +100,10 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     )
     parser.add_argument("--list", action="store_true", help="list the shipped experiments and exit")
     parser.add_argument(
-        "--out", type=Path, help="results file (default: results/<experiment>-<timestamp>.jsonl)"
+        "--out",
+        type=Path,
+        help="results file (default: results/<experiment>-<timestamp>.jsonl); a name ending in .gz "
+        "is written gzip-compressed, as results/ keeps raw rounds",
     )
     parser.add_argument(
         "--resume",

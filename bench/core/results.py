@@ -14,13 +14,15 @@ Record kinds:
 from __future__ import annotations
 
 import gzip
+import io
 import json
 import os
+import zlib
 from collections import Counter
 from collections.abc import Iterable, Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any
+from typing import IO, Any
 
 import pandas as pd
 
@@ -53,28 +55,55 @@ Written = RunHeader | LoadSummary | TimeSpent | OpRecord | TrialRecord | StopRec
 
 class ResultsWriter:
     """Appends records to a JSONL file, flushing and fsyncing each, so an interrupted run loses
-    nothing."""
+    nothing. A path ending in `.gz` is written compressed, as results/ keeps raw rounds: each
+    record is sync-flushed, so a file cut short reads back to its last whole record, and a run
+    resumed onto such a file first rewrites what it holds as a whole gzip stream."""
 
     def __init__(self, path: str | Path) -> None:
         self.path = Path(path)
         self.path.parent.mkdir(parents=True, exist_ok=True)
-        self._file = self.path.open("a", encoding="utf-8")
+        self._raw = None
+        if self.path.suffix == ".gz":
+            _finish_cut_gzip(self.path)
+            self._raw = self.path.open("ab")
+            self._file: IO[str] = io.TextIOWrapper(
+                gzip.GzipFile(fileobj=self._raw, mode="ab"), encoding="utf-8"
+            )
+        else:
+            self._file = self.path.open("a", encoding="utf-8")
 
     def write(self, record: Mapping[str, object] | Written) -> None:
         """One record, a mapping or a dataclass that declares its kind (core.typed.to_record)."""
         line = record if isinstance(record, Mapping) else to_record(record)
         self._file.write(json.dumps(line, sort_keys=False) + "\n")
-        self._file.flush()
-        os.fsync(self._file.fileno())
+        self._file.flush()  # through a GzipFile, a zlib sync flush: whole records reach the file
+        os.fsync((self._raw or self._file).fileno())
 
     def close(self) -> None:
         self._file.close()
+        if self._raw is not None:
+            self._raw.close()
 
     def __enter__(self) -> ResultsWriter:
         return self
 
     def __exit__(self, *exc: object) -> None:
         self.close()
+
+
+def _finish_cut_gzip(path: Path) -> None:
+    """A `.gz` results file an interrupted run left without its gzip trailer, rewritten (atomically)
+    as a whole stream of the records it holds, so records appended after it stay readable."""
+    if not path.exists() or path.stat().st_size == 0:
+        return
+    data = path.read_bytes()
+    text, whole = _gunzip(data)
+    if whole:
+        return
+    kept = text[: text.rfind(b"\n") + 1]
+    spare = path.with_name(path.name + ".partial")
+    spare.write_bytes(gzip.compress(kept, mtime=0))
+    os.replace(spare, path)
 
 
 @dataclass
@@ -257,14 +286,34 @@ def _identity(record: Record) -> str:
 
 def _lines(path: Path) -> list[bytes]:
     """The file's lines; a gzip-compressed file (`.jsonl.gz`, as results/ keeps raw rounds) is
-    read through gzip."""
+    read through gzip, up to where an interrupted run cut it short (its last line, if cut, is
+    counted as corrupt like any other)."""
     try:
         data = path.read_bytes()
-        return (gzip.decompress(data) if data[:2] == _GZIP_MAGIC else data).splitlines()
-    except OSError as err:  # gzip.BadGzipFile is one
+    except OSError as err:
         raise ResultsError(f"{path}: cannot read ({err.strerror or err})") from None
-    except EOFError:
-        raise ResultsError(f"{path}: cannot read (a gzip file cut short)") from None
+    if data[:2] != _GZIP_MAGIC:
+        return data.splitlines()
+    text, _ = _gunzip(data)
+    if not text and data:
+        raise ResultsError(f"{path}: cannot read (a gzip file cut before its first record)")
+    return text.splitlines()
+
+
+def _gunzip(data: bytes) -> tuple[bytes, bool]:
+    """The bytes of every gzip member in `data` and whether the last one was whole: a member cut
+    short (a run interrupted while writing) yields what it decompressed so far."""
+    out = []
+    while data[:2] == _GZIP_MAGIC:
+        member = zlib.decompressobj(16 + zlib.MAX_WBITS)
+        try:
+            out.append(member.decompress(data))
+        except zlib.error:
+            return b"".join(out), False
+        if not member.eof:
+            return b"".join(out), False
+        data = member.unused_data
+    return b"".join(out), True
 
 
 _GZIP_MAGIC = b"\x1f\x8b"
