@@ -68,7 +68,8 @@ def summary(out: Path) -> list[str]:
         for sequential in sorted(out.glob(f"{case}-sequential*.jsonl*")):
             if not duet.exists():
                 continue
-            label = case + sequential.name.split(".")[0].removeprefix(f"{case}-sequential").replace("-", " ")
+            stem = sequential.name.split(".")[0]
+            label = case + stem.removeprefix(f"{case}-sequential").replace("-", " ")
             threads = read_results([sequential]).of_kind("run")[0]["env"]["threads"]
             for metric, column in METRICS.items():
                 seq, two = (estimate(p, baseline, new, column) for p in (sequential, duet))

@@ -1,7 +1,8 @@
 """How often does `fusebench check` cry wolf, and how small a slowdown does it catch, on this
 machine?
 
-    python3 benchmarks/gate_power.py [--runs 'results/ci-runs/ci-*.jsonl*' ...] [--max-regression 10]
+    python3 benchmarks/gate_power.py [--runs 'results/ci-runs/ci-*.jsonl*' ...]
+                                     [--max-regression 10]
                                      [--baseline results/baselines/cpu-ci.jsonl.gz] [--noise FILE]
                                      [--variant compiled] [--factors 0.95,0.9,0.85,0.8,0.7,0.6,0.5]
 

@@ -133,5 +133,3 @@ def read_results_of(records: list[dict], tmp_path: Path) -> list[dict]:
     plain = tmp_path / "plain.jsonl"
     plain.write_text("".join(json.dumps(record) + "\n" for record in records))
     return read_results([plain]).records
-
-
