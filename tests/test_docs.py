@@ -54,6 +54,38 @@ def test_the_readme_is_a_front_door():
     assert len(first) == 2  # set up and run the main job; set up and run the tests
 
 
+def test_the_readme_and_the_manual_stay_within_their_length():
+    words = {page.relative_to(ROOT).as_posix(): len(page.read_text().split()) for page in PAGES}
+    assert words.pop("README.md") <= 1500
+    assert sum(words.values()) <= 18000, words
+
+
 def test_the_experiment_page_holds_the_schema_as_the_code_declares_it():
     page = (ROOT / "docs" / "experiments.md").read_text()
     assert f"```yaml\n{schema_text()}\n```" in page, "regenerate: .venv/bin/python docs/make.py"
+
+
+def doc_commands() -> list[tuple[str, str]]:
+    """Each `fusebench ...` command in the README's and docs' fenced blocks, as a reader would
+    type it: one line, its comment, pipes and redirections cut away."""
+    found = []
+    for page in PAGES:
+        for block in FENCE.findall(page.read_text()):
+            for line in block.splitlines()[1:-1]:
+                for part in re.split(r"\s(?:&&|;|\|)\s", line.split("  #")[0]):
+                    words = part.split(">")[0].strip().removeprefix(".venv/bin/")
+                    if words.startswith("fusebench ") and not words.startswith("fusebench:"):
+                        found.append((page.relative_to(ROOT).as_posix(), words))
+    return found
+
+
+@pytest.mark.parametrize("page, command", doc_commands())
+def test_every_documented_command_is_one_the_cli_accepts(page: str, command: str):
+    import shlex
+
+    from bench.commands import build_parser
+
+    try:
+        build_parser().parse_args(shlex.split(command)[1:])
+    except SystemExit as exit:
+        pytest.fail(f"{page}: `{command}` is refused (exit {exit.code})")

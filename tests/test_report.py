@@ -978,7 +978,7 @@ def test_two_ops_runs_are_kept_apart(tmp_path: Path):
 
 def test_real_ops_results_file(tmp_path: Path):
     # the committed run
-    real = sorted((Path(__file__).parents[1] / "results").glob("ops-*.jsonl"))[-1]
+    real = sorted((Path(__file__).parents[1] / "results").glob("ops-*.jsonl.gz"))[-1]
     _, out, _ = run_report(tmp_path, real)
     markdown = read_md(out / "report.md")
     assert "## Op microbenchmarks" in markdown

@@ -19,12 +19,12 @@ How `auto` measures (the pilot)
 
     Until 2026-12-02 the sequential pair was one worker's two trials back to back, on two
     prompts, beside a third worker for the duet: on the AVX2 EPYC the pilot then read the duet at
-    1.1-2.0x where an A/A of `ci` in each schedule measured 6-8x (docs/duet.md).
+    1.1-2.0x where an A/A of `ci` in each schedule measured 6-8x (results/duet-aa-avx2).
 
     Where `threads: auto` chose more than one BLAS thread, `auto` runs sequentially without a
     contest: a duet's workers run one thread each, and an op's Δ depends on the speed of the BLAS
     work around it (measured: the tenfold softcap read −14.0% gen on 2 threads, −9.4% on 1 thread
-    sequentially and −6.6% in a duet; docs/duet.md), so a duet would answer for another
+    sequentially and −6.6% in a duet; results/duet-effects), so a duet would answer for another
     configuration than the one the user runs. The pilot then times the sequential pair alone, for
     the clock.
 
@@ -290,7 +290,7 @@ def pilot_turns(threads: int) -> int:
     """Timed pairs per schedule: where no duet contends (sequential workers on more than one BLAS
     thread) the sequential pairs get the duet's turns too, the pilot's time unchanged, as the clock
     is then its only question; 20 pairs read the two clocks' spreads too loosely to choose
-    (docs/duet.md, "The clock's pilot")."""
+    (results/pilot-zen4/clock-spread.md)."""
     return TURNS if threads == 1 else 2 * TURNS
 
 
@@ -350,7 +350,7 @@ def _noisiest_metric(pairs: list[tuple[tuple[float, ...], tuple[float, ...]]]) -
     """The larger of the metrics' spreads of the pair's log ratio, each metric on its own as a
     run's rows are: a cell waits for its noisiest row. (The sum of a trial's metrics, used until
     2026-12-04, weighs gen most at `ci`'s workload, where the clocks tie, and on the Zen 4 EPYC it
-    hid the prefill rows' wall-clock noise, twice the CPU clock's there; docs/duet.md.)"""
+    hid the prefill rows' wall-clock noise, twice the CPU clock's there; results/pilot-zen4.)"""
     ratios = np.log(np.array([a for a, _ in pairs]) / np.array([b for _, b in pairs]))
     # np.max keeps a NaN (no CPU clock on some trial), so that clock cannot win
     return float(np.max([pairwise_scale(ratios[:, metric]) for metric in range(ratios.shape[1])]))
