@@ -85,6 +85,37 @@ def within(module: str, packages: set[str]) -> bool:
 SOURCES = sorted([*(ROOT / "bench").rglob("*.py"), *(ROOT / "models").rglob("*.py")])
 
 
+def import_graph() -> dict[str, set[str]]:
+    """Each module of the tree and the modules of the tree it imports (TYPE_CHECKING ones too: a
+    reader follows them as well)."""
+    modules = {module_name(path): path for path in SOURCES}
+
+    def owner(name: str) -> str | None:  # `from .x import f`: f is no module, x is
+        while name and name not in modules:
+            name = name.rpartition(".")[0]
+        return name or None
+
+    return {
+        me: {found for name in imports(path) if (found := owner(name)) not in (None, me)}
+        for me, path in modules.items()
+    }
+
+
+def test_no_two_modules_import_each_other_by_any_path():
+    graph, cycles = import_graph(), []
+    for start in graph:
+        seen, stack = {start}, [(start, [start])]
+        while stack:
+            module, path = stack.pop()
+            for imported in graph[module]:
+                if imported == start:
+                    cycles.append(" -> ".join([*path, start]))
+                elif imported not in seen:
+                    seen.add(imported)
+                    stack.append((imported, [*path, imported]))
+    assert cycles == []
+
+
 @pytest.mark.parametrize("path", SOURCES, ids=lambda p: str(p.relative_to(ROOT)))
 def test_imports_follow_the_layers(path: Path):
     me = module_name(path)

@@ -29,6 +29,7 @@ from bench.measure.duet import (
     choose_schedule,
     decide,
     duet_cores,
+    gain_lower_bound,
 )
 from bench.measure.job import CellShape
 from bench.measure.schedule import duet_plan
@@ -224,6 +225,14 @@ def test_the_pilot_reads_each_metric_as_a_row_and_keeps_the_noisier():
     assert decide((probe,), (0, 1), threads=2).clock == Clock.WALL
 
 
+def test_a_stalled_pair_counts_in_the_pilots_spread_as_in_a_runs_intervals():
+    z = 0.01 * np.random.default_rng(9).standard_normal(20)
+    stalled = np.append(z, 0.30)  # one turn 30% slow: what decides a run's interval
+    probe = _probe(Schedule.SEQUENTIAL, _pairs(stalled, stalled, [*z.tolist(), 0.0]))
+    assert probe.wall_sd == pytest.approx(float(np.std(stalled, ddof=1)))
+    assert probe.wall_sd > 0.05 and len(probe.prefill_ratios) == len(probe.pair_seconds) == 21
+
+
 def test_a_pilot_without_cpu_times_keeps_the_wall_clock():
     z = np.random.default_rng(8).standard_normal(40)
     probe = _probe(Schedule.SEQUENTIAL, _pairs(0.08 * z, [np.nan] * 40, 0.01 * z))
@@ -244,6 +253,33 @@ def test_auto_takes_the_duet_only_for_enough_precision_per_second(duet_sd, expec
     choice = decide((sequential, duet), (0, 1))
     assert choice.schedule == expected
     assert gain in choice.reason and choice.cores == (0, 1)
+
+
+def pilot_probe(schedule: str, sd: float, pair_s: float, pairs: int = 20) -> ScheduleProbe:
+    """A pilot's probe with its pairs: log ratios of SD `sd` exactly, `pair_s` seconds each."""
+    z = np.random.default_rng(7).standard_normal((pairs, 2))
+    ratios = sd * (z - z.mean(axis=0)) / z.std(axis=0, ddof=1)
+    return ScheduleProbe(
+        schedule,
+        wall_sd=sd,
+        cpu_sd=sd,
+        pair_s=pair_s,
+        prefill_ratios=tuple(ratios[:, 0]),
+        gen_ratios=tuple(ratios[:, 1]),
+        pair_seconds=(pair_s,) * pairs,
+    )
+
+
+def test_a_duet_must_win_at_its_lower_bound_not_at_its_point_estimate():
+    sequential = pilot_probe(Schedule.SEQUENTIAL, 0.04, 2.0)
+    # 1.42x the sequential pair's precision per second: past the old 1.25x, not surely above 1
+    near = decide((sequential, pilot_probe(Schedule.DUET, 0.0475, 1.0)), (0, 1))
+    assert near.schedule == Schedule.SEQUENTIAL
+    assert "1.42x" in near.reason and "not surely more" in near.reason
+    clear = decide((sequential, pilot_probe(Schedule.DUET, 0.02, 1.0)), (0, 1))
+    assert clear.schedule == Schedule.DUET and "at least" in clear.reason
+    low = gain_lower_bound(sequential, pilot_probe(Schedule.DUET, 0.02, 1.0))
+    assert low is not None and 1.0 < low < 8.0
 
 
 @pytest.mark.parametrize("cpu_sd", [0.01, 0.035, 0.08])

@@ -11,7 +11,7 @@ from conftest import fusebench
 from rich.console import Console
 
 import bench.measure.env as env_mod
-from bench.core.header import Env
+from bench.core.header import Env, PeakProbe
 from bench.core.typed import from_mapping, to_mapping
 from bench.measure.env import (
     BlasChoiceError,
@@ -167,12 +167,9 @@ def test_warning_only_for_cpu_with_reference_blas():
 def test_print_env_shows_table_and_warning():
     out = io.StringIO()
     env = dataclasses.replace(collect_env(), backend="cpu", blas=f"reference ({REFERENCE})")
-    probe = {
-        "matmul_gflops": 3.5,
-        "copy_gbps": 4.0,
-        "matmul_shape": "512x512 @ 512x512 fp32",
-        "copy_bytes": 2**28,
-    }
+    probe = PeakProbe(
+        matmul_gflops=3.5, matmul_shape="512x512 @ 512x512 fp32", copy_gbps=4.0, copy_bytes=2**28
+    )
     print_env(Console(file=out, width=200), env, probe, blas_warning(env))
     text = out.getvalue()
     assert "git_commit" in text
@@ -182,16 +179,8 @@ def test_print_env_shows_table_and_warning():
 
 def test_probe_peaks_is_quick_and_positive():
     peaks = env_mod.probe_peaks(seconds=0.3)
-    assert set(peaks) == {
-        "matmul_gflops",
-        "copy_gbps",
-        "gemv_read_gbps",
-        "matmul_shape",
-        "copy_bytes",
-    }
-    assert peaks["matmul_gflops"] > 0
-    assert peaks["copy_gbps"] > 0
-    json.dumps(peaks)
+    assert peaks.matmul_gflops > 0 and peaks.copy_gbps > 0 and peaks.gemv_read_gbps > 0
+    assert from_mapping(PeakProbe, json.loads(json.dumps(to_mapping(peaks)))) == peaks
 
 
 def test_a_source_checkout_records_its_commit():

@@ -267,9 +267,8 @@ def test_every_row_reads_new_over_baseline_as_its_delta(tmp_path: Path, suite: P
 
 def test_delta_numbers_match_the_stats_module(tmp_path: Path, suite: Path):
     study = report.build_study(read_results([suite]))
-    table = report.compare_scope(
-        study, study.machines[0], "pp128 tg32 b1", ("baseline", "compiled")
-    )
+    pair = ("baseline", "compiled")
+    table = report.compare_scope(study, study.machines[0], "pp128 tg32 b1", pair, family=[pair])
     e2b = {row.metric: row for row in table if row.size == "E2B (2/35 layers)"}
     expected = paired_estimate(E2B_BASE_PREFILL, [p * E2B_RATIO for p in E2B_BASE_PREFILL])
     assert e2b["prefill"].baseline_gmean == pytest.approx(expected.baseline_gmean)
@@ -328,9 +327,8 @@ def test_context_lines_above_the_table(tmp_path: Path, suite: Path):
 
 def test_holm_is_applied_across_the_rows_of_a_table(suite: Path):
     study = report.build_study(read_results([suite]))
-    table = report.compare_scope(
-        study, study.machines[0], "pp128 tg32 b1", ("baseline", "compiled")
-    )
+    pair = ("baseline", "compiled")
+    table = report.compare_scope(study, study.machines[0], "pp128 tg32 b1", pair, family=[pair])
     tested = [row for row in table if not math.isnan(row.p_value)]
     assert len(tested) == 6  # E2B, E4B, tiny x prefill, gen
     by_size = {f"{row.size.split()[0]} {row.metric}": row for row in tested}
@@ -347,6 +345,33 @@ def test_holm_is_applied_across_the_rows_of_a_table(suite: Path):
         "no change",
         "no change",
     ]
+
+
+def test_holm_takes_every_comparison_of_the_table_as_one_family(tmp_path: Path):
+    # Two comparisons at one machine and workload: the run's table, as the first screen prints it.
+    rng = np.random.default_rng(3)
+    noisy = {
+        v: list(100.0 * np.exp(0.02 * rng.standard_normal(6)))
+        for v in ("baseline", "compiled", "sdpa")
+    }
+    experiment = EXPERIMENT.replace("comparisons:\n  - [baseline, compiled]\n", "").replace(
+        "  compiled:", "  sdpa: {attention: sdpa}\n  compiled:"
+    )
+    path = write(tmp_path / "r.jsonl", rounds(meta("E2B"), noisy, noisy), experiment=experiment)
+    study = report.build_study(read_results([path]))
+    pairs = report.resolve_comparisons((), study)
+    where = (study.machines[0], next(iter(study.timed["workload"])))
+    table = [r for pair in pairs for r in report.compare_scope(study, *where, pair, family=pairs)]
+    assert len(table) == 4
+    # Holm's step-down over the four rows' own p-values
+    order = sorted(range(4), key=lambda i: table[i].p_value)
+    holm, running = [0.0] * 4, 0.0
+    for rank, i in enumerate(order):
+        running = max(running, (4 - rank) * table[i].p_value)
+        holm[i] = min(1.0, running)
+    assert [row.p_holm for row in table] == pytest.approx(holm)
+    alone = report.compare_scope(study, *where, pairs[0], family=[pairs[0]])
+    assert all(a.p_holm <= b.p_holm for a, b in zip(alone, table, strict=False))
 
 
 def test_the_prs_own_method_can_say_faster(tmp_path: Path):

@@ -4,7 +4,7 @@ import pytest
 import yaml
 
 from bench.core.cell import PeakShares, Rates
-from bench.core.header import Env, Peak
+from bench.core.header import Env, Peak, PeakProbe
 from bench.core.typed import from_mapping, to_mapping
 from bench.measure.roofline import (
     CHIPS_FILE,
@@ -147,12 +147,12 @@ def test_a_rate_above_the_peak_is_flagged_never_a_percentage_over_100():
     assert shares == PeakShares(None, pytest.approx(50.0), ("prefill",))
 
 
-PROBE = {
-    "matmul_gflops": 250.0,
-    "copy_gbps": 12.5,
-    "matmul_shape": "2048x2048 @ 2048x2048 fp32",
-    "copy_bytes": 256 * 2**20,
-}
+PROBE = PeakProbe(
+    matmul_gflops=250.0,
+    matmul_shape="2048x2048 @ 2048x2048 fp32",
+    copy_gbps=12.5,
+    copy_bytes=256 * 2**20,
+)
 
 
 def test_peak_for_prefers_the_probe():

@@ -71,7 +71,7 @@ from ..core.results import (
 )
 from ..core.spec import DEFAULT_MARGIN_PCT, Experiment, parse_experiment
 from . import stats
-from .drift import entries
+from .history import entries
 from .inference import STALLS_NEW, Verdict, interval_verdict, slower_beyond
 from .noise import Noise, default_noise_path, load_noise
 from .speedups import MIN_RUNS, PastSpeedups, past_speedups, speedup

@@ -49,7 +49,7 @@ from ..core.results import read_results, results_fingerprint
 from ..core.spec import Experiment, parse_experiment
 from ..core.typed import from_mapping
 from . import stats
-from .drift import Entry
+from .history import Entry
 from .speedups import PastSpeedups
 from .stats import SEED
 from .study import current_build

@@ -4,9 +4,9 @@ without a second build.
 A speedup (new / baseline, paired round by round inside one run) cancels load that moves a whole
 run, but it still wanders from run to run: the machine's state, the workers' heaps, which rounds the
 outlier rule dropped. The history keeps every added run's speedup per cell, comparison and metric
-(its COMPARISON points, analysis.drift; `fusebench calibrate` adds its runs there too), and a later
-run of the same experiment on the same machine fails only when its speedup falls below the stored
-runs' geometric mean by more than
+(its COMPARISON points, analysis.history; `fusebench calibrate` adds its runs there too), and a
+later run of the same experiment on the same machine fails only when its speedup falls below the
+stored runs' geometric mean by more than
 
     limit = max(tolerance, 1 - exp(-t · SD · √(1 + 1/K)))
 

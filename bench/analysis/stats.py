@@ -331,7 +331,7 @@ def compare(
     margin_pct: float = DEFAULT_MARGIN_PCT,
 ) -> list[Comparison]:
     """Compare two variants cell by cell, with analysis.inference's paired method: one row per
-    machine x size x model x workload x metric, the rows of one table and so one Holm family.
+    machine x size x model x workload x metric, one Holm family (compare_table: several).
 
     - Pairing: within each (run_id, cell, round), the log ratio new/baseline. Δ is exp(mean log
       ratio) − 1, and baseline_gmean / new_gmean are the geometric means of the kept rounds, so
@@ -348,14 +348,25 @@ def compare(
       round-to-round noise.
     `metric` is "prefill", "gen", or a list of them.
     """
+    return compare_table(trials, [(baseline, new)], metric, alpha=alpha, margin_pct=margin_pct)[
+        (baseline, new)
+    ]
+
+
+def compare_table(
+    trials: pd.DataFrame,
+    pairs: Sequence[tuple[str, str]],
+    metric: str | Sequence[str],
+    *,
+    alpha: float = ALPHA,
+    margin_pct: float = DEFAULT_MARGIN_PCT,
+) -> dict[tuple[str, str], list[Comparison]]:
+    """Several comparisons shown as one table (the main job's first screen: every size, metric
+    and comparison of one machine and workload), compare()'s rows for each pair, with one Holm
+    family across all of them: the table's verdicts together keep the 5% family-wise error."""
     metrics = [metric] if isinstance(metric, str) else list(metric)
-    return _judge(
-        _paired_rows(trials, baseline, new, metrics),
-        baseline,
-        new,
-        alpha=alpha,
-        margin_pct=margin_pct,
-    )
+    rows = {pair: _paired_rows(trials, *pair, metrics) for pair in dict.fromkeys(pairs)}
+    return _judge(rows, alpha=alpha, margin_pct=margin_pct)
 
 
 def compare_builds(
@@ -377,7 +388,8 @@ def compare_builds(
                 mine.assign(variant=mine[Column.BUILD]), "reference", "current", METRICS
             )
             rows += [dataclasses.replace(row, variant=variant) for row in more]
-    return _judge(rows, "reference", "current", alpha=alpha, margin_pct=margin_pct)
+    pair = ("reference", "current")
+    return _judge({pair: rows}, alpha=alpha, margin_pct=margin_pct)[pair]
 
 
 def round_seconds(trials: pd.DataFrame) -> dict[tuple[str, str], float]:
@@ -494,21 +506,26 @@ def fixed_rounds(trials: pd.DataFrame) -> bool:
 
 
 def _judge(
-    rows: list[_Paired], baseline: str, new: str, *, alpha: float, margin_pct: float
-) -> list[Comparison]:
-    """Holm across the rows that have an estimate, then each row's verdict."""
-    adjusted = iter(adjust([row.estimate for row in rows if row.estimate is not None], alpha=alpha))
-    return [
-        _comparison(
-            row,
-            baseline,
-            new,
-            next(adjusted) if row.estimate else None,
-            alpha=alpha,
-            margin_pct=margin_pct,
-        )
-        for row in rows
-    ]
+    rows: dict[tuple[str, str], list[_Paired]], *, alpha: float, margin_pct: float
+) -> dict[tuple[str, str], list[Comparison]]:
+    """Holm across every pair's rows that have an estimate (one family), then each row's
+    verdict."""
+    estimates = [row.estimate for found in rows.values() for row in found if row.estimate]
+    adjusted = iter(adjust(estimates, alpha=alpha))
+    return {
+        (baseline, new): [
+            _comparison(
+                row,
+                baseline,
+                new,
+                next(adjusted) if row.estimate else None,
+                alpha=alpha,
+                margin_pct=margin_pct,
+            )
+            for row in found
+        ]
+        for (baseline, new), found in rows.items()
+    }
 
 
 def _comparison(

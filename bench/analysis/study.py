@@ -296,12 +296,21 @@ def on(frame: pd.DataFrame, machine: str, workload: str | None = None) -> pd.Dat
 
 
 def compare_scope(
-    study: Study, machine: str, workload: str, pair: tuple[str, str]
+    study: Study,
+    machine: str,
+    workload: str,
+    pair: tuple[str, str],
+    *,
+    family: Sequence[tuple[str, str]],
 ) -> list[stats.Comparison]:
-    """stats.compare over exactly the rows of one table, which is therefore the Holm family."""
-    return stats.compare(
-        on(study.timed, machine, workload), *pair, stats.METRICS, margin_pct=study.margin_pct
-    )
+    """One comparison's rows of one machine and workload. The Holm family is the table the run
+    shows: every comparison in `family` (the report's comparisons) at that machine and workload."""
+    return stats.compare_table(
+        on(study.timed, machine, workload),
+        [*family, pair],
+        stats.METRICS,
+        margin_pct=study.margin_pct,
+    )[pair]
 
 
 @dataclass(frozen=True)

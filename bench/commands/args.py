@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import argparse
 import re
+from pathlib import Path
 
 
 def at_least(minimum: int, why: str = ""):
@@ -96,3 +97,15 @@ def op_values(text: str) -> tuple[str, tuple[str, ...]]:
             f"expected OP=BASELINE,NEW[,...] (an op and two or more of its variants), got {text!r}"
         )
     return op.strip(), names
+
+
+def add_plugin_argument(parser: argparse.ArgumentParser, also: str = "") -> None:
+    """`--plugin FILE`, repeatable, as every command that loads op variants declares it."""
+    parser.add_argument(
+        "--plugin",
+        action="append",
+        type=Path,
+        default=[],
+        metavar="FILE",
+        help=f"a Python file registering more op variants (repeatable{also})",
+    )

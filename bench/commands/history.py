@@ -38,7 +38,7 @@ from rich.console import Console
 from ..core.errors import UserError
 
 if TYPE_CHECKING:
-    from ..analysis.drift import Entry
+    from ..analysis.history import Entry
     from ..core.history import HistoryStore
 
 DEFAULT_STORE = "results/history.sqlite"
@@ -155,7 +155,7 @@ def add_to_history(store: HistoryStore, paths: list[Path], console: Console) -> 
 
 def _entries(path: Path, added_at: str) -> list[Entry]:
     """A results file's runs; a noise file's stored speedups (a .json file is read as one)."""
-    from ..analysis.drift import entries
+    from ..analysis.history import entries
     from ..analysis.noise import load_noise, noise_entries
     from ..core.results import read_results
     from ..measure.builds import describe_commit
@@ -166,7 +166,7 @@ def _entries(path: Path, added_at: str) -> list[Entry]:
 
 
 def _show(store: HistoryStore, anchor: str | None, console: Console) -> int:
-    from ..analysis.drift import drifts, read_series
+    from ..analysis.history import drifts, read_series
     from ..present.document import to_console
     from ..present.history import history_blocks
 
@@ -176,8 +176,8 @@ def _show(store: HistoryStore, anchor: str | None, console: Console) -> int:
 
 
 def _check(store: HistoryStore, anchor: str | None, limit: float, console: Console) -> int:
-    from ..analysis.drift import drifts, read_series
     from ..analysis.gate import EXIT_CANNOT_TELL, EXIT_FAILED, EXIT_PASSED
+    from ..analysis.history import drifts, read_series
     from ..present.document import to_console
     from ..present.history import drift_table
 

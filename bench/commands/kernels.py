@@ -21,7 +21,7 @@ from pathlib import Path
 
 from rich.console import Console
 
-from .args import names, positive_int
+from .args import add_plugin_argument, names, positive_int
 
 DEFAULT_SIZES = ["e2b", "e4b", "26b", "31b"]
 
@@ -44,14 +44,7 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
         "(default 128); decode ones attend to N keys",
     )
     parser.add_argument("--dtype", default="float32", help="float32 (default), bfloat16 or float16")
-    parser.add_argument(
-        "--plugin",
-        action="append",
-        type=Path,
-        default=[],
-        metavar="FILE",
-        help="a Python file registering more op variants (repeatable)",
-    )
+    add_plugin_argument(parser)
     parser.add_argument(
         "--out", type=Path, metavar="FILE", help="also append the facts to this results file"
     )

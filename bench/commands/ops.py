@@ -23,7 +23,7 @@ from rich.console import Console
 
 from models.registry import REGISTRY
 
-from .args import names, positive_int
+from .args import add_plugin_argument, names, positive_int
 
 DEFAULT_EXPERIMENT = "default"
 DEFAULT_ROUNDS = 7
@@ -56,14 +56,7 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
         metavar="N",
         help=f"timed ABBA rounds per op and shape (default {DEFAULT_ROUNDS})",
     )
-    parser.add_argument(
-        "--plugin",
-        action="append",
-        type=Path,
-        default=[],
-        metavar="FILE",
-        help="a Python file registering more op variants (repeatable)",
-    )
+    add_plugin_argument(parser)
     parser.add_argument(
         "--threads",
         type=positive_int,

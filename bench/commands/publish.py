@@ -28,7 +28,7 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
 
 
 def main(args: argparse.Namespace, console: Console) -> int:
-    from ..analysis.drift import drifts, read_series
+    from ..analysis.history import drifts, read_series
     from ..core.history import HistoryStore
     from ..present.dashboard import dashboard_html
     from ..present.run_reports import write_run_reports

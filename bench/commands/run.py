@@ -46,7 +46,7 @@ from typing import TYPE_CHECKING
 from rich.console import Console
 
 from ..core.errors import UserError
-from .args import duration, names, op_values, positive_int, shard
+from .args import add_plugin_argument, duration, names, op_values, positive_int, shard
 
 if TYPE_CHECKING:
     from ..core.spec import Experiment
@@ -145,15 +145,7 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
         metavar="auto|reference|PATH",
         help="BLAS for CPU workers: auto preloads OpenBLAS/MKL when installed (default auto)",
     )
-    parser.add_argument(
-        "--plugin",
-        action="append",
-        type=Path,
-        default=[],
-        metavar="FILE",
-        help="a Python file registering more op variants "
-        "(repeatable; adds to the experiment's plugins)",
-    )
+    add_plugin_argument(parser, "; adds to the experiment's plugins")
     parser.add_argument(
         "--against",
         metavar="REF",

@@ -13,11 +13,10 @@ examples:
 from __future__ import annotations
 
 import argparse
-from pathlib import Path
 
 from rich.console import Console
 
-from .args import positive_int
+from .args import add_plugin_argument, positive_int
 
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:
@@ -35,14 +34,7 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
         "--tokens", type=positive_int, default=16, help="greedy steps compared (default 16)"
     )
     parser.add_argument("--atol", type=float, help="max |logit error| allowed (default by dtype)")
-    parser.add_argument(
-        "--plugin",
-        action="append",
-        type=Path,
-        default=[],
-        metavar="FILE",
-        help="a Python file registering more variants (repeatable)",
-    )
+    add_plugin_argument(parser)
 
 
 def main(args: argparse.Namespace, console: Console) -> int:

@@ -155,6 +155,21 @@ PHASES = {
 MEASURING_PHASES = ("rounds", "shares")
 
 
+@dataclass(frozen=True)
+class PeakProbe:
+    """This machine's measured peaks (measure.env.probe_peaks), cached per machine and BLAS thread
+    count: an fp32 matmul's GFLOP/s, a memory copy's GB/s (bytes read + written), an
+    LM-head-sized matrix-vector read's GB/s (0 in a probe made before it was measured), and
+    whether a run that achieved more raised them."""
+
+    matmul_gflops: float
+    matmul_shape: str
+    copy_gbps: float
+    copy_bytes: int
+    gemv_read_gbps: float = 0.0
+    raised_by_a_run: bool = False
+
+
 @dataclass(frozen=True, kw_only=True)
 class Peak:
     """A machine's peak: a known chip's as chips.yaml lists it, or one measured; the run header's
@@ -203,13 +218,17 @@ class ThreadChoice:
 @dataclass(frozen=True)
 class ScheduleProbe:
     """One schedule's figures from the pilot (measure.duet): SD of the pair's log ratio on each
-    clock, the noisier metric's (prefill or gen; before 2026-12-04, of their sum), and the seconds
-    a pair took (mean)."""
+    clock, the noisier metric's (prefill or gen; before 2026-12-04, of their sum; before
+    2026-12-05 a robust scale), the seconds a pair took (mean), and each timed pair's wall-clock
+    log ratios and seconds, which give the choice its uncertainty (before 2026-12-05: not kept)."""
 
     schedule: str
     wall_sd: float
     cpu_sd: float
     pair_s: float
+    prefill_ratios: tuple[float, ...] = ()
+    gen_ratios: tuple[float, ...] = ()
+    pair_seconds: tuple[float, ...] = ()
 
     @property
     def precision_per_s(self) -> float:

@@ -22,7 +22,7 @@ from ..analysis.bisect import Reading, readings
 from ..core.errors import UserError
 from ..core.results import read_results
 from ..core.spec import Experiment
-from . import envs
+from . import venvs
 from .builds import commit_build, environment_build, git_output, resolve_commit
 from .plan import RunOptions
 from .resume import DoneWork
@@ -70,7 +70,7 @@ class PackageSides:
     @contextlib.contextmanager
     def build(self, name: str, candidate: Candidate) -> Iterator[Build]:
         what = f"bisect --package {self.package}: {candidate.key}"
-        environment = envs.resolve(
+        environment = venvs.resolve(
             f"{self.package}=={candidate.key}",
             what,
             lambda text: self.console.print(text, highlight=False),
@@ -122,7 +122,7 @@ def commit_candidates(good: str, bad: str) -> tuple[Candidate, list[Candidate]]:
 def package_candidates(package: str, good: str, bad: str) -> tuple[Candidate, list[Candidate]]:
     """The released versions of PACKAGE from GOOD to BAD on the package index, oldest first."""
     what = f"bisect --package {package}"
-    found = envs.between(envs.package_versions(package, what), good, bad, what)
+    found = venvs.between(venvs.package_versions(package, what), good, bad, what)
     first, *rest = [Candidate(v, f"{package} {v}") for v in found]
     return first, rest
 

@@ -24,7 +24,7 @@ from dataclasses import replace
 from pathlib import Path
 
 from ..core.errors import UserError
-from . import envs
+from . import venvs
 from .job import PROTOCOL
 from .session import CURRENT, Build
 
@@ -123,7 +123,7 @@ def commit_build(name: str, ref: str, experiment: Path, what: str) -> Iterator[B
 
 
 def environment_build(
-    name: str, environment: envs.Environment, experiment: Path, what: str
+    name: str, environment: venvs.Environment, experiment: Path, what: str
 ) -> Build:
     """Build NAME: this tree's code run by the environment's Python."""
     build = Build(
@@ -139,7 +139,7 @@ def environment_build(
     # Read in the worker's own environment (this tree first on its path): the mlx its workers will
     # import.
     return replace(
-        checked, packages=envs.versions(build.interpreter, build.worker_env(dict(os.environ)))
+        checked, packages=venvs.versions(build.interpreter, build.worker_env(dict(os.environ)))
     )
 
 
@@ -147,9 +147,9 @@ def environment_builds(spec: str, experiment: Path, say=print) -> tuple[Build, B
     """`run --against-env SPEC`: this environment (current) and SPEC's (reference), each labelled by
     the versions of the packages SPEC names, e.g. "mlx 0.32.4" against "mlx 0.31.2"."""
     what = f"--against-env {spec}"
-    environment = envs.resolve(spec, what, say)
-    mine = envs.versions(sys.executable, dict(os.environ))
-    current = replace(CURRENT, packages=mine, label=envs.label(mine, environment.shown) or None)
+    environment = venvs.resolve(spec, what, say)
+    mine = venvs.versions(sys.executable, dict(os.environ))
+    current = replace(CURRENT, packages=mine, label=venvs.label(mine, environment.shown) or None)
     return current, environment_build("reference", environment, experiment, what)
 
 

@@ -7,7 +7,7 @@ from __future__ import annotations
 import time
 from collections.abc import Callable
 from dataclasses import dataclass
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Protocol
 
 from ..core.cell import Agreement, StopRecord, Trial
 from ..core.results import ResultsWriter
@@ -22,7 +22,52 @@ from .schedule import Arm, Duet, duet_plan, round_plan
 from .session import CURRENT, WorkerSession, stop_all
 
 if TYPE_CHECKING:
-    from .runner import Runner
+    from rich.console import Console
+
+    from ..analysis.stopping import RunBudget
+    from ..core.cell import CellFields
+    from ..core.header import ScheduleChoice
+    from ..core.spec import Experiment, ModelSpec
+    from .ledger import TimeLedger
+    from .plan import RunOptions
+    from .planning import RunPlanner
+
+
+class RunContext(Protocol):
+    """What a cell's run reads from the run around it and tells it (measure.runner.Runner is one):
+    declared here, so the cell's module needs nothing of the runner's."""
+
+    exp: Experiment
+    options: RunOptions
+    console: Console
+    ledger: TimeLedger
+    schedule: ScheduleChoice
+    order: list[str]
+    meta: dict[str, CellFields]
+    planner: RunPlanner | None
+    budget: RunBudget | None
+
+    def cell_share_s(self) -> float | None: ...
+
+    def time_left_s(self) -> float: ...
+
+    def round_trials(self, duet: bool) -> int: ...
+
+    def cell_finished(self) -> None: ...
+
+    def start_workers(self, model: ModelSpec, duet: bool) -> list[WorkerSession]: ...
+
+    def wrote_weights(self, seconds: float) -> None: ...
+
+    def write_result(
+        self,
+        writer: ResultsWriter,
+        cell_key: str,
+        build: str,
+        result: Result,
+        process: int,
+        side: DuetSide | None = None,
+    ) -> None: ...
 
 
 class CellRun:
@@ -31,7 +76,7 @@ class CellRun:
 
     def __init__(
         self,
-        runner: Runner,
+        runner: RunContext,
         cell: Cell,
         workers: list[WorkerSession],
         duet: bool,

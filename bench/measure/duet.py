@@ -11,11 +11,13 @@ How `auto` measures (the pilot)
     the same two workers' trials at once, one BLAS thread each, pinned to the two cores (swapped
     every turn). The schedules take turns on those two workers, neither always first, so a slow
     minute of the machine, and what the two processes differ by, hit both. Per schedule and clock
-    (wall, process CPU): the spread s of the pair's log ratio (pairwise scale, as
-    analysis.inference's outlier rule, so one stalled turn does not decide), per metric (prefill,
-    gen) as a run's rows are, the larger of the two kept; and the seconds a pair took t, commands
-    and answers included. Precision per second is 1 / (s² · t). The duet wins
-    when it buys at least MARGIN times the sequential pair's on the wall clock.
+    (wall, process CPU): the SD s of the pair's log ratio, stalls and all, as a run's intervals
+    will see them, per metric (prefill, gen) as a run's rows are, the larger of the two kept; and
+    the seconds a pair took t, commands and answers included. Precision per second is 1 / (s² · t).
+    The duet wins when its gain over the sequential pair's on the wall clock is surely above 1:
+    the lower bound of a bootstrap over both schedules' pairs (threads.BOUND, a one-sided 90%
+    bound) must exceed 1, as `threads: auto`'s must. (Until 2026-12-05 a robust scale and a point
+    estimate at MARGIN: a choice that flipped between pilots an hour apart, 1.46x then 6.88x.)
 
     Until 2026-12-02 the sequential pair was one worker's two trials back to back, on two
     prompts, beside a third worker for the duet: on the AVX2 EPYC the pilot then read the duet at
@@ -58,7 +60,6 @@ from typing import NamedTuple
 
 import numpy as np
 
-from ..analysis.inference import pairwise_scale
 from ..core.cell import Measured, Trial
 from ..core.header import Env, ScheduleChoice, ScheduleProbe
 from ..core.records import Clock
@@ -67,11 +68,12 @@ from .env import cache_dir, machine_key, read_cached, thread_env, write_cached
 from .job import CellShape, Command, Do
 from .load import LoadSampler, preflight
 from .session import CURRENT, WorkerSession, stopped_after, worker_job
+from .threads import BOUND
 
 PILOT_EXPERIMENT = "ci"  # the gate's model: a trial of about a second on a 2-core VM
 TURNS = 20  # timed pairs per schedule in a contest; twice as many where only one runs
 WARMUP = 2  # untimed pairs per schedule first
-MARGIN = 1.25  # a duet must buy this much more precision per second
+MARGIN = 1.25  # without the pilot's pairs: a duet must buy this much more precision per second
 BUSY_CORES = 0.25  # other processes' mean CPU, in cores, above which a pilot is not cached
 
 
@@ -123,8 +125,8 @@ def _set_affinity(pid: int, cpus: set[int]) -> None:
 
 
 def cache_path(env: Env, threads: int) -> Path:
-    # v4: the probes' SDs are the noisiest metric's, no longer the trial's sum's (measured again)
-    return cache_dir() / f"schedule-v4-{machine_key(env)}-t{threads}.json"
+    # v5: the probes keep their pairs and a plain SD; the duet must win at a lower bound
+    return cache_dir() / f"schedule-v5-{machine_key(env)}-t{threads}.json"
 
 
 def choose_schedule(
@@ -233,19 +235,23 @@ def decide(
         )
         return _with_clock(choice, probes)
     gain = duet.precision_per_s / sequential.precision_per_s
+    low = gain_lower_bound(sequential, duet)
     figures = (
         f"pair SD {100 * duet.wall_sd:.1f}% in {duet.pair_s:.2f} s against "
         f"{100 * sequential.wall_sd:.1f}% in {sequential.pair_s:.2f} s"
     )
-    if gain >= MARGIN:
+    surely = "" if low is None else f"at least {low:.2f}x at {100 * (1 - BOUND):.0f}% confidence"
+    wins = low > 1.0 if low is not None else gain >= MARGIN
+    if wins:
         reason = (
-            f"measured {gain:.2f}x the precision per second of sequential trials here "
-            f"({figures}); on cores {cores[0]} and {cores[1]}"
+            f"measured {gain:.2f}x the precision per second of sequential trials here"
+            f"{f', {surely}' if surely else ''} ({figures}); on cores {cores[0]} and {cores[1]}"
         )
         return _with_clock(ScheduleChoice(Schedule.DUET, reason, cores=cores), probes)
     reason = (
-        f"a duet measured {gain:.2f}x the precision per second here, less than the "
-        f"{MARGIN:g}x it must ({figures})"
+        f"a duet measured {gain:.2f}x the precision per second here, "
+        + (f"{surely}: not surely more" if surely else f"less than the {MARGIN:g}x it must")
+        + f" ({figures})"
     )
     return _with_clock(ScheduleChoice(Schedule.SEQUENTIAL, reason, cores=cores), probes)
 
@@ -338,19 +344,49 @@ class PilotTrials:
 
 
 def _probe(schedule: str, pairs: list[Pair]) -> ScheduleProbe:
+    wall = _log_ratios([(a.wall, b.wall) for a, b, _ in pairs])
+    seconds = [seconds for _, _, seconds in pairs]
     return ScheduleProbe(
         schedule,
-        wall_sd=_noisiest_metric([(a.wall, b.wall) for a, b, _ in pairs]),
-        cpu_sd=_noisiest_metric([(a.cpu, b.cpu) for a, b, _ in pairs]),
-        pair_s=float(np.mean([seconds for _, _, seconds in pairs])),
+        wall_sd=_noisiest_metric(wall),
+        cpu_sd=_noisiest_metric(_log_ratios([(a.cpu, b.cpu) for a, b, _ in pairs])),
+        pair_s=float(np.mean(seconds)),
+        prefill_ratios=tuple(round(float(x), 6) for x in wall[:, 0]),
+        gen_ratios=tuple(round(float(x), 6) for x in wall[:, 1]) if wall.shape[1] > 1 else (),
+        pair_seconds=tuple(round(s, 6) for s in seconds),
     )
 
 
-def _noisiest_metric(pairs: list[tuple[tuple[float, ...], tuple[float, ...]]]) -> float:
-    """The larger of the metrics' spreads of the pair's log ratio, each metric on its own as a
-    run's rows are: a cell waits for its noisiest row. (The sum of a trial's metrics, used until
-    2026-12-04, weighs gen most at `ci`'s workload, where the clocks tie, and on the Zen 4 EPYC it
-    hid the prefill rows' wall-clock noise, twice the CPU clock's there; results/pilot-zen4.)"""
-    ratios = np.log(np.array([a for a, _ in pairs]) / np.array([b for _, b in pairs]))
+def _log_ratios(pairs: list[tuple[tuple[float, ...], tuple[float, ...]]]) -> np.ndarray:
+    """Each pair's log ratio, a row per pair and a column per metric (prefill, gen)."""
+    return np.log(np.array([a for a, _ in pairs]) / np.array([b for _, b in pairs]))
+
+
+def _noisiest_metric(ratios: np.ndarray) -> float:
+    """The larger of the metrics' SDs of the pair's log ratio, each metric on its own as a run's
+    rows are: a cell waits for its noisiest row. The plain SD, stalls and all, as a run's
+    intervals will see them (until 2026-12-05 a robust scale, so one stalled pair did not count).
+    (The sum of a trial's metrics, used until 2026-12-04, hid the prefill rows' wall-clock noise
+    on the Zen 4 EPYC; results/pilot-zen4.)"""
     # np.max keeps a NaN (no CPU clock on some trial), so that clock cannot win
-    return float(np.max([pairwise_scale(ratios[:, metric]) for metric in range(ratios.shape[1])]))
+    return float(np.max(np.std(ratios, axis=0, ddof=1)))
+
+
+def gain_lower_bound(
+    sequential: ScheduleProbe, duet: ScheduleProbe, draws: int = 2000
+) -> float | None:
+    """The BOUND quantile of the duet's precision per second over the sequential pair's,
+    resampling each schedule's pairs (seeded: the same pilot gives the same bound); None for
+    probes without their pairs (cached before they were kept)."""
+    if min(len(sequential.pair_seconds), len(duet.pair_seconds)) < 3:
+        return None
+    rng = np.random.default_rng(0)
+
+    def precision(probe: ScheduleProbe) -> np.ndarray:
+        columns = [probe.prefill_ratios, *([probe.gen_ratios] if probe.gen_ratios else [])]
+        ratios, seconds = np.array(columns).T, np.array(probe.pair_seconds)
+        drawn = rng.integers(0, len(seconds), size=(draws, len(seconds)))
+        sd = np.maximum(ratios[drawn].std(axis=1, ddof=1).max(axis=1), 1e-4)
+        return 1.0 / (sd**2 * seconds[drawn].mean(axis=1))
+
+    return float(np.quantile(precision(duet) / precision(sequential), BOUND))

@@ -26,17 +26,13 @@ import sysconfig
 import time
 from collections.abc import Callable, Mapping
 from pathlib import Path
-from typing import TYPE_CHECKING, Any, TypeVar
+from typing import Any, TypeVar
 
 from ..core.errors import UserError
 from ..core.fingerprint import fingerprint
-from ..core.header import Env
+from ..core.header import Env, PeakProbe
 from ..core.typed import from_mapping, to_mapping
 from . import blas_shim
-
-# roofline loads mlx-lm; this module answers before anything may (require_backend)
-if TYPE_CHECKING:
-    from .roofline import PeakProbe
 
 T = TypeVar("T")
 # Every BLAS reads its own variable; set them all, so whichever the workers load obeys.
@@ -116,18 +112,23 @@ def weights_cache_dir() -> Path:
 
 
 def read_cached(path: Path, kind: type[T]) -> T | None:
-    """A choice measured on this machine before and cached at `path` (measure.threads,
-    measure.duet), or None when there is none or it cannot be read: then it is measured again."""
+    """What was measured on this machine before and cached at `path` (the thread choice, the
+    schedule choice, the peaks), or None when there is none or it cannot be read: then it is
+    measured again."""
     try:
         return from_mapping(kind, json.loads(path.read_text()))
     except (OSError, ValueError, KeyError, TypeError):
         return None
 
 
-def write_cached(path: Path, choice: object) -> None:
+def write_cached(path: Path, measured: object) -> None:
+    """`measured` (a dataclass) cached at `path`, written whole or not at all: a run stopped
+    mid-write, or two at once, never leave half a file for the next to read."""
     try:
         path.parent.mkdir(parents=True, exist_ok=True)
-        path.write_text(json.dumps(to_mapping(choice)))
+        spare = path.with_name(f"{path.name}.{os.getpid()}.partial")
+        spare.write_text(json.dumps(to_mapping(measured)))
+        os.replace(spare, path)
     except OSError:
         pass  # an unwritable cache only means measuring again next time
 
@@ -595,10 +596,10 @@ def probe_peaks(seconds: float = 3.0) -> PeakProbe:
     # `+ 0` reads x and writes a new array
     copy_s = _best_seconds(mx, lambda: x + 0, 0.25 * seconds, min_reps=5)
     gemv_s = _best_seconds(mx, lambda: v @ w.T, 0.25 * seconds, min_reps=5)
-    return {
-        "matmul_gflops": round(2 * n**3 / matmul_s / 1e9, 1),
-        "copy_gbps": round(2 * _COPY_BYTES / copy_s / 1e9, 2),  # bytes read + bytes written
-        "gemv_read_gbps": round(w.nbytes / gemv_s / 1e9, 2),
-        "matmul_shape": f"{n}x{n} @ {n}x{n} fp32",
-        "copy_bytes": _COPY_BYTES,
-    }
+    return PeakProbe(
+        matmul_gflops=round(2 * n**3 / matmul_s / 1e9, 1),
+        matmul_shape=f"{n}x{n} @ {n}x{n} fp32",
+        copy_gbps=round(2 * _COPY_BYTES / copy_s / 1e9, 2),  # bytes read + bytes written
+        copy_bytes=_COPY_BYTES,
+        gemv_read_gbps=round(w.nbytes / gemv_s / 1e9, 2),
+    )

@@ -87,10 +87,11 @@ def comparison_pairs(
 
 
 def table_rows(exp: Experiment, builds: Sequence[str]) -> int:
-    """Rows of the largest table a cell's comparisons appear in: every model at this workload, both
-    metrics, and with a reference build every variant plus the pooled row."""
-    per_metric = len(exp.models) * ((len(exp.variants) + 1) if len(builds) > 1 else 1)
-    return per_metric * len(METRICS)
+    """Rows of the table a cell's comparisons appear in, one Holm family: every model at this
+    workload, both metrics, and every comparison (with a reference build every variant plus the
+    pooled row)."""
+    compared = len(exp.variants) + 1 if len(builds) > 1 else len(variant_pairs(exp))
+    return len(exp.models) * compared * len(METRICS)
 
 
 def variant_pairs(exp: Experiment) -> list[tuple[str, str]]:

@@ -12,16 +12,13 @@ import os
 import subprocess
 import sys
 from collections.abc import Callable
-from typing import TYPE_CHECKING, Any
+from typing import Any
 
-from ..core.header import Env
+from ..core.header import Env, PeakProbe
 from ..core.typed import from_mapping, to_mapping
 from .env import blas_preload_env, collect_env, probe_peaks, thread_env
 from .stopwatch import Stopwatch
 from .threads import ThreadChoice, choose_threads
-
-if TYPE_CHECKING:
-    from .roofline import PeakProbe
 
 PROBES: dict[str, Callable[[], Env | PeakProbe]] = {"env": collect_env, "peaks": probe_peaks}
 
@@ -42,7 +39,7 @@ def probe_env(env: dict[str, str]) -> Env:
 def probe_peaks_in(env: dict[str, str]) -> PeakProbe:
     """This machine's matmul and memory peaks under environment `env`'s BLAS and threads
     (probe_peaks there)."""
-    return _probe_in(env, "peaks")
+    return from_mapping(PeakProbe, _probe_in(env, "peaks"))
 
 
 def worker_environment(

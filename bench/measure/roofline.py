@@ -23,7 +23,6 @@ import re
 from dataclasses import dataclass, fields
 from functools import cache, lru_cache
 from pathlib import Path
-from typing import TypedDict
 
 import yaml
 from mlx.utils import tree_flatten
@@ -32,24 +31,11 @@ from models.config import DTYPE_BYTES, LayerGeometry, ModelConfig, expert_share,
 from models.loading import MX_DTYPES, build_model, cast_weights, quantize_weights
 
 from ..core.cell import PeakShares, Rates
-from ..core.header import Env, Peak
+from ..core.header import Env, Peak, PeakProbe
 from ..core.typed import from_mapping
 
 CHIPS_FILE = Path(__file__).parents[1] / "data" / "chips.yaml"
 CHIP_FIELDS = ("name", "match", "fp32_tflops", "bf16_tflops", "memory_gbps", "source")
-
-
-class _ProbeFigures(TypedDict):
-    matmul_gflops: float
-    matmul_shape: str
-    copy_gbps: float
-    copy_bytes: int
-
-
-class PeakProbe(_ProbeFigures, total=False):
-    """The figures of bench.measure.env.probe_peaks() that a peak is made of."""
-
-    gemv_read_gbps: float  # absent from a probe made before the matrix-vector read was measured
 
 
 # --- parameters ----------------------------------------------------------------------------------
@@ -290,11 +276,11 @@ def probe_peak(probe: PeakProbe) -> Peak:
     """A bench.measure.env.probe_peaks() result in the form of a chips.yaml entry."""
     return Peak(
         name="measured on this machine",
-        fp32_tflops=probe["matmul_gflops"] / 1000,
+        fp32_tflops=probe.matmul_gflops / 1000,
         bf16_tflops=None,
-        memory_gbps=max(probe["copy_gbps"], probe.get("gemv_read_gbps", 0.0)),
-        source=f"fusebench env --probe: {probe['matmul_shape']} matmul; the faster of a "
-        f"{probe['copy_bytes'] // 2**20} MiB copy (read + write) and a matrix-vector read of an "
+        memory_gbps=max(probe.copy_gbps, probe.gemv_read_gbps),
+        source=f"fusebench env --probe: {probe.matmul_shape} matmul; the faster of a "
+        f"{probe.copy_bytes // 2**20} MiB copy (read + write) and a matrix-vector read of an "
         "LM-head-sized matrix (262144 x 1536 fp32)",
         confidence="measured",
     )

@@ -14,7 +14,6 @@ and the run goes on with a fresh worker.
 from __future__ import annotations
 
 import contextlib
-import json
 import os
 import time
 from collections.abc import Callable, Iterator, Mapping, Sequence
@@ -34,7 +33,7 @@ from rich.progress import (
 
 from ..analysis.stopping import RunBudget
 from ..core.cell import Measured, Trial, TrialRecord
-from ..core.header import BuildFields, Env, PluginFile, StoredExperiment, run_header
+from ..core.header import BuildFields, Env, PeakProbe, PluginFile, StoredExperiment, run_header
 from ..core.records import METRICS, Stopping, new_run_id
 from ..core.results import ResultsWriter
 from ..core.spec import Cell, Experiment, ModelSpec, Schedule, shard_cells
@@ -43,7 +42,7 @@ from ..present.format import format_count
 from .cellrun import CellRun, DuetSide
 from .duet import ScheduleChoice, choose_schedule
 from .duet import cache_path as schedule_cache_path
-from .env import blas_warning, cache_dir, machine_key, thread_env
+from .env import blas_warning, cache_dir, machine_key, read_cached, thread_env, write_cached
 from .hub import with_repos_found
 from .job import Result, result_fields, result_kind
 from .ledger import TimeLedger
@@ -69,7 +68,6 @@ from .resume import DoneWork, resume_state
 from .roofline import (
     CellWork,
     Peak,
-    PeakProbe,
     PeakShares,
     Rates,
     achieved,
@@ -91,14 +89,14 @@ class Runner:
         run_id: str,
         console: Console,
         peak: Peak | None,
-        env: dict[str, str],
+        worker_env: dict[str, str],
         started: float,
         schedule: ScheduleChoice,
     ) -> None:
         self.exp = exp
         self.schedule = schedule
         self.peak = peak
-        self.env = env
+        self.worker_env = worker_env  # the environment variables each worker starts with
         self.builds = [options.current, *([options.reference] if options.reference else [])]
         self.order = centre_order(
             list(exp.variants), [(c.baseline, c.new) for c in exp.comparisons]
@@ -321,11 +319,11 @@ class Runner:
             cores = self.schedule.cores or (0, 1)
             places: list[Sequence[int] | None] = [[cores[0]], [cores[1]]]
         else:
-            pinned = pinned_cpus(self.env) if self.options.pin else None
+            pinned = pinned_cpus(self.worker_env) if self.options.pin else None
             places = [pinned] * len(builds)
         job = worker_job(model, self.exp)
         return [
-            WorkerSession(job, build, self.env, cpus)
+            WorkerSession(job, build, self.worker_env, cpus)
             for build, cpus in zip(builds, places, strict=True)
         ]
 
@@ -466,12 +464,10 @@ def measured_peak(worker_env: dict[str, str], env: Env) -> Peak | None:
     if env.backend != "cpu":
         return peak_for(env)
     path = peak_cache_path(env)
-    try:
-        probe: PeakProbe = json.loads(path.read_text())
-    except (OSError, ValueError):
+    probe = read_cached(path, PeakProbe)
+    if probe is None:
         probe = probe_peaks_in(worker_env)
-        path.parent.mkdir(parents=True, exist_ok=True)
-        path.write_text(json.dumps(probe))
+        write_cached(path, probe)
     return peak_for(env, probe)
 
 
@@ -479,14 +475,16 @@ def raise_cached_peak(env: Env, best: Rates, metrics: set[str]) -> str:
     """After a run that achieved more than the cached peak: the machine can do at least what it did,
     so the cached peak is raised to it, and later runs hold their trials against that."""
     path = peak_cache_path(env)
-    try:
-        probe = json.loads(path.read_text())
-    except (OSError, ValueError):
+    probe = read_cached(path, PeakProbe)
+    if probe is None:
         return f"peak underestimated: {', '.join(sorted(metrics))} exceeded the measured peak"
-    probe["matmul_gflops"] = max(probe["matmul_gflops"], 1000 * best.prefill_tflops)
-    probe["gemv_read_gbps"] = max(probe.get("gemv_read_gbps", 0.0), best.gen_gbps or 0.0)
-    probe["raised_by_a_run"] = True
-    path.write_text(json.dumps(probe))
+    raised = replace(
+        probe,
+        matmul_gflops=max(probe.matmul_gflops, 1000 * best.prefill_tflops),
+        gemv_read_gbps=max(probe.gemv_read_gbps, best.gen_gbps or 0.0),
+        raised_by_a_run=True,
+    )
+    write_cached(path, raised)
     return (
         f"peak underestimated: {', '.join(sorted(metrics))} exceeded this machine's measured "
         f"peak; those trials show no percentage, and the cached peak ({path}) is raised to what "

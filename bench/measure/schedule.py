@@ -74,11 +74,6 @@ class Duet:
     cores: tuple[int, int]
 
 
-def duet_workers(builds: Sequence[str]) -> list[str]:
-    """The build of each of a duet cell's two workers: the two builds, or one build twice."""
-    return list(builds) if len(builds) == 2 else [builds[0], builds[0]]
-
-
 def duet_plan(
     order: Sequence[str],
     builds: Sequence[str],

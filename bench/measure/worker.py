@@ -193,7 +193,9 @@ def time_trial(
     )
 
 
-def trial_record(timing: TrialTiming, batch: int, prompt_tokens: int, gen_tokens: int) -> Measured:
+def measured_trial(
+    timing: TrialTiming, batch: int, prompt_tokens: int, gen_tokens: int
+) -> Measured:
     """What a trial's record says it measured: its times, and the rates of the batch's tokens."""
     gen_steps = gen_tokens - 1
     return Measured(
@@ -413,7 +415,9 @@ class CommandRunner:
                     ops=self.job.variants[variant],
                     round=command.round,
                     warmup=command.warmup,
-                    measured=trial_record(timing, cell.batch, cell.prompt_tokens, cell.gen_tokens),
+                    measured=measured_trial(
+                        timing, cell.batch, cell.prompt_tokens, cell.gen_tokens
+                    ),
                     compile_s=timing.prefill_s + timing.gen_s if cold else None,
                 )
             )

@@ -36,14 +36,20 @@ def bottom_lines(
     """One sentence per comparison of this machine and workload (none for a pair with no rows)."""
     lines = []
     for pair in pairs:
-        rows = _rows(study, machine, workload, pair)
+        rows = _rows(study, machine, workload, pair, pairs)
         if rows:
             lines.append(f"{_name(study, *pair)}: {_sentence(rows, study.margin_pct)}.")
     return lines
 
 
-def _rows(study: Study, machine: str, workload: str, pair: tuple[str, str]) -> list[_Row]:
-    rows = compare_scope(study, machine, workload, pair)
+def _rows(
+    study: Study,
+    machine: str,
+    workload: str,
+    pair: tuple[str, str],
+    family: Sequence[tuple[str, str]],
+) -> list[_Row]:
+    rows = compare_scope(study, machine, workload, pair, family=family)
     pace = stats.round_seconds(on(study.timed, machine, workload))
     found = []
     for r, name in zip(rows, _short_sizes([r.size for r in rows]), strict=True):

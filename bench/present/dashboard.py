@@ -16,7 +16,7 @@ from dataclasses import dataclass
 from matplotlib.axes import Axes
 from matplotlib.figure import Figure
 
-from ..analysis.drift import Drift, HistorySeries, SeriesKey
+from ..analysis.history import Drift, HistorySeries, SeriesKey
 from ..core.history import Series
 from ..core.text import short_commit
 from .document import CSS, Paragraph, html_block

@@ -38,7 +38,7 @@ def deltas_frame(study: Study, comparisons: Sequence[tuple[str, str]]) -> pd.Dat
         for machine in study.machines:
             shares = shares_on(study, machine)
             for workload in ordered_workloads([on(study.timed, machine)]):
-                for row in compare_scope(study, machine, workload, pair):
+                for row in compare_scope(study, machine, workload, pair, family=comparisons):
                     expected = shares.expected_delta(
                         f"{row.model_key}|{workload}", *pair, row.metric
                     )

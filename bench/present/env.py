@@ -3,7 +3,6 @@ its remedy."""
 
 from __future__ import annotations
 
-from collections.abc import Mapping
 from typing import Any
 
 from rich.console import Console
@@ -11,7 +10,7 @@ from rich.panel import Panel
 from rich.table import Table
 from rich.text import Text
 
-from ..core.header import Env
+from ..core.header import Env, PeakProbe
 from ..core.typed import to_mapping
 
 
@@ -25,7 +24,7 @@ def _format_value(key: str, value: Any) -> str:
     return str(value)
 
 
-def render_env(env: Env, probe: Mapping[str, Any] | None = None) -> Table:
+def render_env(env: Env, probe: PeakProbe | None = None) -> Table:
     """Two-column table of an environment record, plus measured peaks if given."""
     table = Table(title="fusebench environment", show_header=False)
     table.add_column("key", style="bold")
@@ -34,11 +33,11 @@ def render_env(env: Env, probe: Mapping[str, Any] | None = None) -> Table:
         table.add_row(key, Text(_format_value(key, value)))  # Text: paths may contain [markup]
     if probe:
         table.add_row(
-            "fp32 matmul peak", Text(f"{probe['matmul_gflops']} GFLOP/s ({probe['matmul_shape']})")
+            "fp32 matmul peak", Text(f"{probe.matmul_gflops} GFLOP/s ({probe.matmul_shape})")
         )
-        copy_mib = probe["copy_bytes"] // 2**20
+        copy_mib = probe.copy_bytes // 2**20
         table.add_row(
-            "memory copy peak", Text(f"{probe['copy_gbps']} GB/s ({copy_mib} MiB, read+write)")
+            "memory copy peak", Text(f"{probe.copy_gbps} GB/s ({copy_mib} MiB, read+write)")
         )
     return table
 
@@ -46,7 +45,7 @@ def render_env(env: Env, probe: Mapping[str, Any] | None = None) -> Table:
 def print_env(
     console: Console,
     env: Env,
-    probe: Mapping[str, Any] | None = None,
+    probe: PeakProbe | None = None,
     warning: str | None = None,
     title: str = "warning: slow BLAS",
 ) -> None:

@@ -5,7 +5,7 @@ from __future__ import annotations
 
 from collections.abc import Sequence
 
-from ..analysis.drift import Drift, HistorySeries
+from ..analysis.history import Drift, HistorySeries
 from ..core.text import short_commit
 from .document import Block, Heading, Paragraph, Table
 

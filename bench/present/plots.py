@@ -9,7 +9,7 @@ from __future__ import annotations
 
 import math
 import textwrap
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING
@@ -210,13 +210,10 @@ def throughput_plot(
     path: Path,
 ) -> Path:
     """Median tok/s per variant per size (grouped bars, IQR whiskers), one panel per metric."""
-    metrics = [m for m in METRICS if any(s.metric == m for s in spreads)]
-    fig = _figure(max(6.0, 1.6 * len(sizes) + 2) * (1 if len(metrics) == 1 else 1.6), 4.6)
     colors = variant_colors(variants)
     width = 0.8 / max(1, len(variants))
-    for i, metric in enumerate(metrics):
-        ax = fig.add_subplot(1, len(metrics), i + 1)
-        panel = [s for s in spreads if s.metric == metric]
+
+    def draw(ax: Axes, panel: list[Spread]) -> None:
         for j, variant in enumerate(variants):
             by_size = {s.size: s for s in panel if s.variant == variant}
             slots = [by_size.get(size) for size in sizes]
@@ -230,12 +227,13 @@ def throughput_plot(
             ax.bar(pos, median, width, yerr=errors, capsize=3, color=colors[variant], label=variant)
         _tps_axis(ax, [s.median for s in panel])
         ax.set_xticks(np.arange(len(sizes)), sizes)
-        ax.set_title(METRIC_TITLES[metric], fontsize=10)
         ax.set_xlabel("model size")
-        ax.set_ylabel("median throughput (tokens/s)")
         ax.grid(axis="y", alpha=0.3)
-    _legend(fig, ax)
-    return _save(fig, title, caption, path)
+
+    panel_width = max(6.0, 1.6 * len(sizes) + 2)
+    return _metric_panels(
+        spreads, draw, panel_width, wide=1.6, title=title, caption=caption, path=path
+    )
 
 
 def prompt_sweep_plot(
@@ -249,13 +247,10 @@ def prompt_sweep_plot(
 ) -> Path:
     """Median tok/s against prompt length (Spread.prompt_tokens): color per variant, marker per
     size, one panel per metric."""
-    metrics = [m for m in METRICS if any(s.metric == m for s in spreads)]
-    fig = _figure(6.0 * len(metrics), 4.6)
     colors = variant_colors(variants)
     markers = dict(zip(sizes, "osD^vP*X", strict=False))
-    for i, metric in enumerate(metrics):
-        ax = fig.add_subplot(1, len(metrics), i + 1)
-        panel = [s for s in spreads if s.metric == metric]
+
+    def draw(ax: Axes, panel: list[Spread]) -> None:
         for size in sizes:
             for variant in variants:
                 line = sorted(
@@ -276,10 +271,31 @@ def prompt_sweep_plot(
                 )
         _token_axis(ax, [s.prompt_tokens for s in panel])
         _tps_axis(ax, [s.median for s in panel])
-        ax.set_title(METRIC_TITLES[metric], fontsize=10)
         ax.set_xlabel("prompt length (tokens)")
-        ax.set_ylabel("median throughput (tokens/s)")
         ax.grid(alpha=0.3)
+
+    return _metric_panels(spreads, draw, 6.0, wide=2.0, title=title, caption=caption, path=path)
+
+
+def _metric_panels(
+    spreads: Sequence[Spread],
+    draw: Callable[[Axes, list[Spread]], None],
+    width: float,
+    *,
+    wide: float,
+    title: str,
+    caption: str,
+    path: Path,
+) -> Path:
+    """One panel per metric the spreads hold, each drawn by `draw`, titled and labelled alike; the
+    figure `width` wide for one panel, `wide` times that for two."""
+    metrics = [m for m in METRICS if any(s.metric == m for s in spreads)]
+    fig = _figure(width * (1 if len(metrics) == 1 else wide), 4.6)
+    for i, metric in enumerate(metrics):
+        ax = fig.add_subplot(1, len(metrics), i + 1)
+        draw(ax, [s for s in spreads if s.metric == metric])
+        ax.set_title(METRIC_TITLES[metric], fontsize=10)
+        ax.set_ylabel("median throughput (tokens/s)")
     _legend(fig, ax)
     return _save(fig, title, caption, path)
 

@@ -57,7 +57,7 @@ def run_summary_table(
     # columns.
     variants, rows = median_rows(study, machine, workload, geometric=True, with_cv=False)
     failing = failed_correctness(study, machine, workload)
-    scoped = {pair: compare_scope(study, machine, workload, pair) for pair in pairs}
+    scoped = {pair: compare_scope(study, machine, workload, pair, family=pairs) for pair in pairs}
     table_rows = []
     for row in rows:
         deltas = []

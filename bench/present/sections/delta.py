@@ -192,13 +192,18 @@ def stall_warnings(comparison: Sequence[Comparison], where: str) -> list[str]:
 
 
 def delta_table(
-    study: Study, machine: str, workload: str, pair: tuple[str, str], reference: Reference | None
+    study: Study,
+    machine: str,
+    workload: str,
+    pair: tuple[str, str],
+    reference: Reference | None,
+    family: Sequence[tuple[str, str]],
 ) -> tuple[Table, list[Comparison], list[str]]:
-    """The PR-style table for one machine x comparison x workload, its stats, and notes for under
-    it."""
+    """The PR-style table for one machine x comparison x workload, its stats (Holm across
+    `family`, every comparison of the report), and notes for under it."""
     new = pair[1]
     timed, closed = on(study.timed, machine, workload), on(study.closed, machine, workload)
-    comparison = compare_scope(study, machine, workload, pair)
+    comparison = compare_scope(study, machine, workload, pair, family=family)
     failing = failed_correctness(study, machine, workload)
     fitting = reference if reference and reference_fits(reference, study, pair) else None
     cells = ordered_cells([timed, closed])
@@ -362,11 +367,12 @@ def delta_section(
     workload: str,
     reference: Reference | None,
     out_dir: Path,
+    family: Sequence[tuple[str, str]],
 ) -> DeltaSection:
     """Heading, context lines, the table, notes and the Δ plot for one machine x comparison x
     workload."""
     timed, closed = on(study.timed, machine, workload), on(study.closed, machine, workload)
-    table, comparison, notes = delta_table(study, machine, workload, pair, reference)
+    table, comparison, notes = delta_table(study, machine, workload, pair, reference, family)
     labels = cell_labels(ordered_cells([timed, closed]))
     cells = cell_infos([timed, closed])
     context = [
@@ -481,7 +487,13 @@ def deltas_section(context: ReportContext) -> list[Block]:
                 [on(study.timed, machine), on(study.closed, machine)]
             ):
                 section = delta_section(
-                    study, pair, machine, workload, context.reference, context.out_dir
+                    study,
+                    pair,
+                    machine,
+                    workload,
+                    context.reference,
+                    context.out_dir,
+                    context.comparisons,
                 )
                 blocks += section.blocks
                 context.warnings += section.warnings
@@ -514,10 +526,10 @@ def method_section(context: ReportContext) -> list[Block]:
                 "95% CI (Holm): the interval on the mean log ratio that the run's design calls "
                 "for (the fixed-n Student t interval where the rounds were fixed before the run, "
                 "else a confidence sequence, valid wherever the run stopped on its data), "
-                "widened to Holm's "
-                "level for its rank among the rows of its table, so the whole table holds a "
-                f"{1 - ALPHA:.0%} family-wise guarantee; ± is its half-width, the smallest effect "
-                "this row could have detected.",
+                "widened to Holm's level for its rank among the rows of every comparison at "
+                "this machine and workload (the run's whole table), so all of them together "
+                f"hold a {1 - ALPHA:.0%} family-wise guarantee; ± is its half-width, the smallest "
+                "effect this row could have detected.",
                 "Verdict: faster or slower when that interval excludes 0; no change when it lies "
                 f"within ±{margin_pct:g}%; inconclusive (±X%) otherwise; needs ≥ N rounds when "
                 "too few rounds were paired. A variant that failed its correctness check shows "

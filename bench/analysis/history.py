@@ -218,13 +218,6 @@ class HistorySeries:
     points: tuple[CommitPoint, ...]
     steps: Steps
 
-    @property
-    def is_delta(self) -> bool:
-        return self.key.series != Series.RATE
-
-    def step_commits(self) -> list[str]:
-        return [self.points[s.index].commit for s in self.steps.steps]
-
     def spike_commits(self) -> list[str]:
         return [self.points[i].commit for i in self.steps.spikes]
 
