@@ -47,7 +47,7 @@ spec="."
 # through a shim built on first use into ~/.cache/fusebench (bench/measure/blas_shim.py). Build it now, and say
 # which BLAS the workers will use.
 if (( linux )); then
-  "$venv/bin/python" -c 'from bench.measure.env import blas_preload_env as b; print("setup: BLAS:", b("auto")[1])' >&2
+  "$venv/bin/python" -c 'from fusebench.measure.env import blas_preload_env as b; print("setup: BLAS:", b("auto")[1])' >&2
 fi
 
 echo "setup: done. fusebench is $venv/bin/fusebench; put it on your path with: source $venv/bin/activate" >&2

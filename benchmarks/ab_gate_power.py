@@ -90,6 +90,7 @@ def slowed_copy(dest: Path, slowdown_pct: float, wait: bool = False) -> Path:
     slowdown_pct%."""
     for part in ("bench", "models"):
         shutil.copytree(ROOT / part, dest / part, ignore=shutil.ignore_patterns("__pycache__"))
+    (dest / "fusebench").symlink_to("bench")  # the import name, as in the tree
     worker = dest / "bench" / "measure" / "worker.py"
     text = worker.read_text()
     assert PREFILL[0] in text and "def decode(" in text and "# Prompt streams:" in text, (
@@ -106,7 +107,7 @@ def slowed_copy(dest: Path, slowdown_pct: float, wait: bool = False) -> Path:
 
 def gate_verdicts(results: Path, cwd: Path, *extra: str) -> tuple[int, list[dict]]:
     check = subprocess.run(
-        [sys.executable, "-m", "bench", "check", str(results), "--format", "json", *extra],
+        [sys.executable, "-m", "fusebench", "check", str(results), "--format", "json", *extra],
         cwd=cwd,
         capture_output=True,
         text=True,
@@ -136,7 +137,7 @@ def one_run(slowdown: float, out: Path, experiment: Path) -> dict:
             [
                 sys.executable,
                 "-m",
-                "bench",
+                "fusebench",
                 "run",
                 str(experiment),
                 "--against",

@@ -60,6 +60,7 @@ def scratch_history(
     worker."""
     for part in ("bench", "models"):
         shutil.copytree(ROOT / part, repo / part, ignore=shutil.ignore_patterns("__pycache__"))
+    (repo / "fusebench").symlink_to("bench")  # the import name, as in the tree
     (repo / "demo.yaml").write_text(EXPERIMENT)
     slowed = slowed_copy(repo.parent / "slowed", slowdown_pct, wait)
     slow = slowed / "bench" / "measure" / "worker.py"
@@ -114,7 +115,7 @@ def main() -> None:
             [
                 sys.executable,
                 "-m",
-                "bench",
+                "fusebench",
                 "bisect",
                 hashes[0],
                 hashes[-1],

@@ -14,13 +14,13 @@ import statistics
 import subprocess
 import sys
 
-from bench.measure.env import blas_preload_env
+from fusebench.measure.env import blas_preload_env
 
 CHILD = """
 import json, sys
-from bench.measure.env import loaded_blas
-from bench.measure.worker import make_prompt, time_trial
-from models import load_model
+from fusebench.measure.env import loaded_blas
+from fusebench.measure.worker import make_prompt, time_trial
+from fusebench.models import load_model
 preset, layers, prompt_tokens, rounds = sys.argv[1], int(sys.argv[2]), int(sys.argv[3]), \
 int(sys.argv[4])
 model = load_model(preset, layers=layers)

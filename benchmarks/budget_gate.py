@@ -34,8 +34,8 @@ from sequential_coverage import (  # noqa: E402
     stopped_cell,
 )
 
-from bench.analysis.inference import adjust, paired_estimate  # noqa: E402
-from bench.analysis.stopping import Goal, print_level  # noqa: E402
+from fusebench.analysis.inference import adjust, paired_estimate  # noqa: E402
+from fusebench.analysis.stopping import Goal, print_level  # noqa: E402
 
 SLOWDOWNS = (0.0, 0.10)
 

@@ -22,7 +22,7 @@ import numpy as np
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
-from bench.analysis.changepoints import PENALTY, find_steps
+from fusebench.analysis.changepoints import PENALTY, find_steps
 
 SPIKE = np.log(0.92)
 

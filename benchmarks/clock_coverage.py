@@ -28,9 +28,9 @@ import numpy as np
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 
-from bench.analysis.clocks import clocked_estimate  # noqa: E402
-from bench.core.records import Clock  # noqa: E402
-from bench.core.results import read_results  # noqa: E402
+from fusebench.analysis.clocks import clocked_estimate  # noqa: E402
+from fusebench.core.records import Clock  # noqa: E402
+from fusebench.core.results import read_results  # noqa: E402
 
 ROUNDS = (5, 10, 20, 40)
 DELTA = math.log(1 / 0.9)  # the new arm takes 10% less time

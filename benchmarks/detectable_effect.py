@@ -17,10 +17,10 @@ from pathlib import Path
 
 from scipy import stats as sps
 
-from bench.analysis.inference import paired_estimate, rounds_needed
-from bench.analysis.stats import compare
-from bench.analysis.study import build_study, load_results
-from bench.present.document import Table, markdown_table
+from fusebench.analysis.inference import paired_estimate, rounds_needed
+from fusebench.analysis.stats import compare
+from fusebench.analysis.study import build_study, load_results
+from fusebench.present.document import Table, markdown_table
 
 ROUNDS = (5, 10, 20, 40)
 

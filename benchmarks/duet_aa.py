@@ -25,7 +25,7 @@ import numpy as np
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 
-from bench.core.results import read_results  # noqa: E402
+from fusebench.core.results import read_results  # noqa: E402
 
 SCHEDULES = ("sequential", "duet")
 CLOCKS = {
@@ -38,7 +38,7 @@ def run(schedule: str, rounds: int, out: Path) -> None:
     command = [
         sys.executable,
         "-m",
-        "bench",
+        "fusebench",
         "run",
         "ci",
         "--against",

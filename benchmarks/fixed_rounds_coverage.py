@@ -33,7 +33,7 @@ sys.path.insert(0, str(ROOT / "benchmarks"))
 
 from sequential_coverage import MODELS, Model, replay_ratios  # noqa: E402
 
-from bench.analysis.inference import adjust, paired_estimate, verdict  # noqa: E402
+from fusebench.analysis.inference import adjust, paired_estimate, verdict  # noqa: E402
 
 ROWS = 8
 ROUNDS = (3, 5, 8, 12, 20)

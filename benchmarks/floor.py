@@ -1,10 +1,11 @@
 """The product's per-round spread beside the machine's floor, in one sitting.
 
 The floor: a bare loop of a trial's work, the way a worker times it (E2B at 2 layers, a 128-token
-prompt and 3 tokens, the baseline variant, models.loading and bench.measure.worker.time_trial), in
-one process started as workers are (same interpreter, BLAS preload and threads as `auto` chose),
-two identical trials back to back on the same prompt, PAIRS times: the SD of log(second / first)
-for prefill and for gen. No runner, no parent process, no progress bar, no records.
+prompt and 3 tokens, the baseline variant, fusebench.models.loading and
+fusebench.measure.worker.time_trial), in one process started as workers are (same interpreter, BLAS
+preload and threads as `auto` chose), two identical trials back to back on the same prompt, PAIRS
+times: the SD of log(second / first) for prefill and for gen. No runner, no parent process, no
+progress bar, no records.
 
 The product: `fusebench run aa --trials PAIRS` (experiments/aa.yaml: the same model and workload,
 two variants with identical ops), its rows' per-round SD of the log ratio, from its results.
@@ -34,8 +35,8 @@ BARE = r"""
 import json, math, sys
 sys.path.insert(0, {root!r})
 import numpy as np
-from bench.measure.worker import make_prompt, time_trial
-from models.loading import load_model
+from fusebench.measure.worker import make_prompt, time_trial
+from fusebench.models.loading import load_model
 model = load_model("e2b", layers=2)
 model.set_ops({{"geglu": "unfused", "softcap": "unfused", "attention": "manual"}})
 logs = {{"prefill": [], "gen": []}}
@@ -50,7 +51,7 @@ print(json.dumps({{m: float(np.std(v, ddof=1)) for m, v in logs.items()}}))
 
 
 def bare_floor(pairs: int) -> dict[str, float]:
-    from bench.measure.probe import worker_environment
+    from fusebench.measure.probe import worker_environment
 
     env, _, threads = worker_environment("auto", None)
     done = subprocess.run(
@@ -70,7 +71,7 @@ def product_spread(pairs: int) -> dict[str, float]:
             [
                 sys.executable,
                 "-m",
-                "bench",
+                "fusebench",
                 "run",
                 "aa",
                 "--trials",

@@ -7,8 +7,8 @@ machine?
                                      [--variant compiled] [--factors 0.95,0.9,0.85,0.8,0.7,0.6,0.5]
 
 Reads real, unchanged `fusebench run experiments/ci.yaml` results files and checks each against the
-baseline exactly as CI does (bench.analysis.gate.run_check: the threshold, plus this machine's noise
-calibration when it exists), skipping the run the baseline was saved from:
+baseline exactly as CI does (fusebench.analysis.gate.run_check: the threshold, plus this machine's
+noise calibration when it exists), skipping the run the baseline was saved from:
 - false alarms: unchanged runs the gate failed;
 - power: the same runs with one variant's prefill_tps and gen_tps multiplied by each factor (warmups
   included, so the copy looks like a run of a slower build) count as detected when a verdict on that
@@ -26,11 +26,11 @@ import sys
 import tempfile
 from pathlib import Path
 
-from bench.analysis.gate import Check, CheckRequest, Outcome, run_check
-from bench.commands.check import DEFAULT_MAX_REGRESSION_PCT
-from bench.core.results import read_results
-from bench.present.document import Table, markdown_table
-from bench.present.gate import limits_line
+from fusebench.analysis.gate import Check, CheckRequest, Outcome, run_check
+from fusebench.commands.check import DEFAULT_MAX_REGRESSION_PCT
+from fusebench.core.results import read_results
+from fusebench.present.document import Table, markdown_table
+from fusebench.present.gate import limits_line
 
 DEFAULT_FACTORS = "0.95,0.90,0.85,0.80,0.70,0.60,0.50"
 

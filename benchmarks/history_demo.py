@@ -45,7 +45,7 @@ def git(repo: Path, *args: str) -> str:
 
 def fusebench(repo: Path, *args: str, out: Path | None = None) -> str:
     done = subprocess.run(
-        [str(ROOT / ".venv" / "bin" / "python"), "-m", "bench", *args],
+        [str(ROOT / ".venv" / "bin" / "python"), "-m", "fusebench", *args],
         cwd=repo, capture_output=True, text=True,
     )  # fmt: skip
     if out is not None:

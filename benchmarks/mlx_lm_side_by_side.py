@@ -48,9 +48,9 @@ from pathlib import Path
 from tokenizers import Tokenizer, pre_tokenizers
 from tokenizers.models import WordLevel
 
-from bench.measure.env import THREAD_VARIABLES, blas_preload_env, thread_env
-from bench.measure.worker import make_prompt, measured_trial, time_trial
-from models import load_model, save_checkpoint
+from fusebench.measure.env import THREAD_VARIABLES, blas_preload_env, thread_env
+from fusebench.measure.worker import make_prompt, measured_trial, time_trial
+from fusebench.models import load_model, save_checkpoint
 
 ROOT = Path(__file__).resolve().parents[1]
 PREFILL_STEP = 2048  # mlx_lm.benchmark's default, passed to both sides

@@ -27,17 +27,17 @@ import time
 
 import mlx.core as mx
 
-from bench.measure.env import (
+from fusebench.measure.env import (
     THREAD_VARIABLES,
     blas_preload_env,
     default_threads,
     loaded_blas,
     thread_env,
 )
-from bench.measure.schedule import round_order
-from bench.measure.worker import make_prompt, time_trial
-from models import load_model
-from models.gemma4 import Model
+from fusebench.measure.schedule import round_order
+from fusebench.measure.worker import make_prompt, time_trial
+from fusebench.models import load_model
+from fusebench.models.gemma4 import Model
 
 TARGET = 0.95
 METRICS = ("prefill", "gen", "ttft")

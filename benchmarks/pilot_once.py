@@ -15,8 +15,8 @@ from pathlib import Path
 
 sys.path.insert(0, str(Path.cwd()))  # the tree being compared, not this file's
 
-from bench.measure.duet import decide, duet_cores, pilot
-from bench.measure.probe import worker_environment
+from fusebench.measure.duet import decide, duet_cores, pilot
+from fusebench.measure.probe import worker_environment
 
 
 def main() -> None:

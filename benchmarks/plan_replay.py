@@ -46,9 +46,9 @@ import numpy as np
 ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
 
-from bench.analysis.inference import VerdictWord, adjust, paired_estimate, verdict  # noqa: E402
-from bench.analysis.planner import CellCost, plan_rounds  # noqa: E402
-from bench.analysis.stopping import Goal  # noqa: E402
+from fusebench.analysis.inference import VerdictWord, adjust, paired_estimate, verdict  # noqa: E402
+from fusebench.analysis.planner import CellCost, plan_rounds  # noqa: E402
+from fusebench.analysis.stopping import Goal  # noqa: E402
 
 SIZES = ("E2B", "E4B", "26B", "31B")
 PAIRS = (("baseline", "compiled"), ("baseline", "sdpa"))

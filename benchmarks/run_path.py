@@ -18,8 +18,8 @@ import tempfile
 from collections import Counter
 from pathlib import Path
 
-from bench.commands import main
-from bench.core.results import ResultsWriter
+from fusebench.commands import main
+from fusebench.core.results import ResultsWriter
 
 EXPERIMENT = """\
 name: run-path

@@ -1,7 +1,7 @@
 """How fusebench's stopping rule and its intervals behave, simulated at both machines' noise.
 
-The rule is the runner's (analysis.stopping, bench.measure.cellstop.CellStop): a pilot of 6 rounds,
-then a look after every round; a cell stops when each of its rows is decided at the table's
+The rule is the runner's (analysis.stopping, fusebench.measure.cellstop.CellStop): a pilot of 6
+rounds, then a look after every round; a cell stops when each of its rows is decided at the table's
 Bonferroni level, or at max_rounds. The rows are the product's own paired estimates (outlier rule,
 stall rule, confidence sequence) and the verdicts its own Holm table. Each simulated table is one
 comparison of the default experiment: 4 cells (sizes), each with a prefill and a gen row, every row
@@ -59,14 +59,14 @@ import numpy as np
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 
-from bench.analysis.inference import (  # noqa: E402
+from fusebench.analysis.inference import (  # noqa: E402
     Adjusted,
     VerdictWord,
     adjust,
     paired_estimate,
     verdict,
 )
-from bench.analysis.stopping import Goal, Row, print_level  # noqa: E402
+from fusebench.analysis.stopping import Goal, Row, print_level  # noqa: E402
 
 PILOT, CELLS, METRICS, MARGIN_PCT, LIMIT_PCT = 6, 4, 2, 5.0, 5.0
 REPLAY_FILES = ("default.jsonl", "ab-identical.jsonl", "ab-softcap-sleeps-15ms.jsonl")

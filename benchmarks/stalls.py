@@ -24,7 +24,7 @@ import numpy as np
 ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
 
-from bench.core.results import read_results  # noqa: E402
+from fusebench.core.results import read_results  # noqa: E402
 
 THRESHOLD = 0.05  # cores beside a trial that count as "busy"
 

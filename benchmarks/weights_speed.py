@@ -1,5 +1,5 @@
-"""How fast a preset's seeded weights come to be in a worker: generated (as models.loading does
-now, and as it did before 2026-12-04) or read back from a safetensors file a cache would hold.
+"""How fast a preset's seeded weights come to be in a worker: generated (as fusebench.models.loading
+does now, and as it did before 2026-12-04) or read back from a safetensors file a cache would hold.
 
 Each way runs in a fresh process (a worker's situation: its memory is new to it), the ways taking
 turns, `--repeats` times each, on one preset at 2 layers in fp32:
@@ -29,8 +29,8 @@ import sys, time, zlib
 sys.path.insert(0, {root!r})
 import mlx.core as mx
 from mlx.utils import tree_flatten
-import models.loading as loading
-from models.config import Overrides, preset_config
+import fusebench.models.loading as loading
+from fusebench.models.config import Overrides, preset_config
 
 way, preset, saved = sys.argv[1], sys.argv[2], sys.argv[3]
 if way == "tiled":

@@ -20,9 +20,9 @@ import numpy as np
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
-from bench.analysis.inference import pairwise_scale
-from bench.analysis.stats import round_seconds, timed_trials
-from bench.core.results import read_results
+from fusebench.analysis.inference import pairwise_scale
+from fusebench.analysis.stats import round_seconds, timed_trials
+from fusebench.core.results import read_results
 
 REFERENCE_WORKLOAD = "pp128 tg3 b1"
 

@@ -1,8 +1,8 @@
 """The Gemma 4 model family and its switchable op variants. Nothing in here knows about timing.
 
-The names below load lazily (PEP 562): `models.config` and `models.errors` are plain data and
-errors, and a command that only reads results imports them without paying for mlx, which the model
-and the ops need.
+The names below load lazily (PEP 562): `fusebench.models.config` and `fusebench.models.errors` are
+plain data and errors, and a command that only reads results imports them without paying for mlx,
+which the model and the ops need.
 """
 
 from importlib import import_module

@@ -129,7 +129,9 @@ class OpCalls(ABC):
     def inputs(self, case: OpCase, seed: int) -> Inputs:
         """Seeded random arrays in the case's dtype, then its other arguments as given. Lazy:
         nothing is evaluated."""
-        dtype = getattr(mx, case.dtype)  # the dtype names (models.config.DTYPES) are mlx's own
+        dtype = getattr(
+            mx, case.dtype
+        )  # the dtype names (fusebench.models.config.DTYPES) are mlx's own
         arrays = [
             mx.random.normal(shape, dtype=dtype, key=mx.random.key(seed + i))
             for i, shape in enumerate(case.arrays)

@@ -20,8 +20,8 @@ PRESET_DIR = Path(__file__).parent / "presets"
 ModelConfig = dict[str, Any]
 ConfigView = Mapping[str, Any]
 
-# The dtype names a model can be built in; models.loading maps them to mlx dtypes (this module stays
-# free of mlx, so that reading an experiment never loads it).
+# The dtype names a model can be built in; fusebench.models.loading maps them to mlx dtypes (this
+# module stays free of mlx, so that reading an experiment never loads it).
 DTYPES: tuple[str, ...] = ("float32", "bfloat16", "float16")
 # Bytes per element, for memory and roofline estimates made without building anything.
 DTYPE_BYTES: dict[str, int] = {"float32": 4, "bfloat16": 2, "float16": 2}
@@ -36,8 +36,9 @@ QUANTIZE_MODES: dict[str, dict[str, Any]] = {
 }
 
 
-# Which code runs a model: fusebench's Gemma 4 decoder (models.gemma4, PR 15587's choices such as
-# its fused PLE gate), or mlx-lm's own classes with their op sites switched (models.switched).
+# Which code runs a model: fusebench's Gemma 4 decoder (fusebench.models.gemma4, PR 15587's choices
+# such as its fused PLE gate), or mlx-lm's own classes with their op sites switched
+# (fusebench.models.switched).
 OWN_DECODER, MLX_LM = "fusebench", "mlx-lm"
 IMPLEMENTATIONS = (OWN_DECODER, MLX_LM)
 # The model types fusebench's decoder runs; any other runs in mlx-lm's classes only.
@@ -152,9 +153,9 @@ def preset_config(name: str, overrides: Overrides) -> ModelConfig:
 
 
 def attention_heads(config: ModelConfig, layer_type: str) -> tuple[int, int]:
-    """(head_dim, KV heads) of a layer type, as models.gemma4.Attention picks them: the one place
-    the model's attention geometry is read from a config, for the benchmarks' shapes, work counts
-    and memory estimates."""
+    """(head_dim, KV heads) of a layer type, as fusebench.models.gemma4.Attention picks them: the
+    one place the model's attention geometry is read from a config, for the benchmarks' shapes, work
+    counts and memory estimates."""
     if layer_type == "sliding_attention":
         return config["head_dim"], config["num_key_value_heads"]
     global_heads = config.get("num_global_key_value_heads")

@@ -1,6 +1,7 @@
 """Build a model from a preset with seeded weights, or load one from a local mlx-lm checkpoint
-directory: Gemma 4 in fusebench's own decoder (models.gemma4) by default, any other architecture
-mlx-lm can load in mlx-lm's own classes (models.switched), Gemma 4 too when the experiment asks."""
+directory: Gemma 4 in fusebench's own decoder (fusebench.models.gemma4) by default, any other
+architecture mlx-lm can load in mlx-lm's own classes (fusebench.models.switched), Gemma 4 too when
+the experiment asks."""
 
 from __future__ import annotations
 
@@ -151,8 +152,8 @@ def load_model(
 ) -> AnyModel:
     """A preset name (seeded weights) or a local mlx-lm checkpoint directory, with its overrides
     applied, in fusebench's decoder or mlx-lm's classes (`implementation`, see
-    models.config.runs_own_decoder). With `weights_cache`, a preset's seeded weights are read from
-    that folder when a run wrote them there before, else seeded and written there
+    fusebench.models.config.runs_own_decoder). With `weights_cache`, a preset's seeded weights are
+    read from that folder when a run wrote them there before, else seeded and written there
     (`cached_weights`)."""
     overrides = Overrides(layers, dtype, quantize)
     if is_checkpoint_path(source):

@@ -36,8 +36,8 @@ from mlx_lm.models.base import create_causal_mask
 from mlx_lm.models.gemma4_text import ModelArgs
 from mlx_lm.models.rope_utils import initialize_rope
 
-# The declaring names are re-exported: `from models.ops import register` is the stable import for
-# plugins.
+# The declaring names are re-exported: `from fusebench.models.ops import register` is the stable
+# import for plugins.
 from .calls import Inputs, OpCalls, OpCase, ProbeOutcome, calls_by_op, register_calls
 from .config import attention_heads
 from .errors import UnknownOpError
@@ -75,7 +75,8 @@ __all__ = [
 ]
 
 # mx.fast's kernels as mlx ships them. mlx-lm's models reach rms_norm and rope through mx.fast, so
-# their sites rebind those names while a model runs (models.switched): the fast variants call these.
+# their sites rebind those names while a model runs (fusebench.models.switched): the fast variants
+# call these.
 _FAST_RMS_NORM = mx.fast.rms_norm
 _FAST_ROPE = mx.fast.rope
 
@@ -581,7 +582,7 @@ SWIGLU_FLOPS_PER_ELEMENT = 3
 class SwigluCalls(OpCalls):
     def cases(self, args: ModelArgs, batch: int, length: int) -> list[OpCase]:
         """None: fusebench's Gemma 4 decoder gates with GeGLU. mlx-lm's models are traced for
-        their calls (models.switched)."""
+        their calls (fusebench.models.switched)."""
         return []
 
     def flops(self, case: OpCase) -> int:

@@ -4,8 +4,8 @@ default variant.
 No mlx here: a results file or an experiment can name ops, and a report can describe them, without
 loading the model. An op is declared once, with `declare`; its variants register themselves with
 `register`, and what the benchmarks need to call it (its shapes at a model's sizes, its inputs, its
-FLOPs: `models.calls.OpCalls`) with `register_calls`. The built-in ops are declared below and
-implemented in `models.ops`; a user plugin declares a new op the same way.
+FLOPs: `fusebench.models.calls.OpCalls`) with `register_calls`. The built-in ops are declared below
+and implemented in `fusebench.models.ops`; a user plugin declares a new op the same way.
 """
 
 from __future__ import annotations
@@ -28,8 +28,8 @@ class OpSpec:
     reference: str
     default: str
     variants: dict[str, Callable[..., Any]] = field(default_factory=dict)
-    # An op whose calls probe for a fused kernel (models.calls.OpCalls.probe_fused): what the probe
-    # asks, for the report's kernel section, and what a Δ means when the kernel fell back.
+    # An op whose calls probe for a fused kernel (fusebench.models.calls.OpCalls.probe_fused): what
+    # the probe asks, for the report's kernel section, and what a Δ means when the kernel fell back.
     probe_doc: str = ""
     fallback_note: str = ""
 

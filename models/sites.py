@@ -16,7 +16,7 @@ variant (same arguments as the op's reference variant):
         return variant(x, weight, eps)
 
 `original` is what the name was bound to, for calls the op's variants cannot take. Nothing here
-knows about timing; models.switched installs the sites.
+knows about timing; fusebench.models.switched installs the sites.
 """
 
 from __future__ import annotations
@@ -46,7 +46,7 @@ class Site:
         return f"{self.module or 'the model modules'}.{self.name}"
 
 
-# Each declared op's sites, with the declaration they belong to (as models.calls.CALLS).
+# Each declared op's sites, with the declaration they belong to (as fusebench.models.calls.CALLS).
 SITES: dict[str, tuple[OpSpec, list[Site]]] = {}
 
 

@@ -1,11 +1,11 @@
 """Any mlx-lm model, as mlx-lm ships it, with its ops switched in place.
 
 The model is mlx-lm's own (its loader, its classes, its code); what fusebench switches is the names
-its code calls its fusable helpers through (models.sites). While the model runs, each site's name
-is bound to a dispatcher that calls the variant the op table holds now; when the call returns, the
-name is bound back, so nothing outside a forward pass ever sees a switched name, and the model's
-modules are left as mlx-lm wrote them. The op table is the one fusebench's Gemma decoder uses, so
-switching variants, the shares tracer and the correctness gate work the same on both.
+its code calls its fusable helpers through (fusebench.models.sites). While the model runs, each
+site's name is bound to a dispatcher that calls the variant the op table holds now; when the call
+returns, the name is bound back, so nothing outside a forward pass ever sees a switched name, and
+the model's modules are left as mlx-lm wrote them. The op table is the one fusebench's Gemma decoder
+uses, so switching variants, the shares tracer and the correctness gate work the same on both.
 """
 
 from __future__ import annotations

@@ -19,12 +19,12 @@ from typing import Any
 
 import yaml
 
-from bench.commands import main
-from bench.core.header import RunHeader
-from bench.core.records import utc_now
-from bench.core.results import ResultsWriter
-from bench.core.typed import from_mapping, to_record
-from bench.measure.env import own_compile_dir
+from fusebench.commands import main
+from fusebench.core.header import RunHeader
+from fusebench.core.records import utc_now
+from fusebench.core.results import ResultsWriter
+from fusebench.core.typed import from_mapping, to_record
+from fusebench.measure.env import own_compile_dir
 
 ROOT = Path(__file__).resolve().parent.parent
 # Tests that mx.compile in this process need what the CLI gives its workers: a compile folder this
@@ -51,9 +51,9 @@ TEST_ENV = {
 def fusebench(
     *args: str, cwd: Path, env: Mapping[str, str] | None = None, timeout: float = 600
 ) -> subprocess.CompletedProcess:
-    """`python -m bench ARGS` in `cwd`: registries, plugins and imports stay in that process."""
+    """`python -m fusebench ARGS` in `cwd`: registries, plugins and imports stay in that process."""
     return subprocess.run(
-        [sys.executable, "-m", "bench", *args],
+        [sys.executable, "-m", "fusebench", *args],
         cwd=cwd,
         env=env,
         capture_output=True,
@@ -65,9 +65,11 @@ def fusebench(
 def tree_copy(dest: Path, patch: tuple[str, str] | None = None, file: str = "worker.py") -> Path:
     """A copy of this fusebench tree (bench/ and models/), with one replacement in
     bench/measure/`file`: faults and slowdowns go into throwaway copies, never through hooks in the
-    product. `python -m bench` run in the copy, and the workers it starts, run the copy's code."""
+    product. `python -m fusebench` run in the copy, and the workers it starts, run the copy's
+    code."""
     for part in ("bench", "models"):
         shutil.copytree(ROOT / part, dest / part, ignore=shutil.ignore_patterns("__pycache__"))
+    (dest / "fusebench").symlink_to("bench")  # the import name, as in the tree
     if patch:
         changed = dest / "bench" / "measure" / file
         text = changed.read_text()
@@ -210,8 +212,8 @@ SMALL_MLX_LM = {
 
 
 def save_mlx_lm_checkpoint(model: Any, path: Path, *, quantize: bool = False) -> Path:
-    """An mlx-lm checkpoint of a models.switched.SwitchedModel, as mlx-lm's own classes write it
-    (4-bit, group 32, when asked)."""
+    """An mlx-lm checkpoint of a fusebench.models.switched.SwitchedModel, as mlx-lm's own classes
+    write it (4-bit, group 32, when asked)."""
     from mlx_lm.utils import quantize_model, save_config, save_model
 
     config = dict(model.config)

@@ -18,8 +18,8 @@ import sys
 import tempfile
 from pathlib import Path
 
-from bench.analysis.study import build_study, load_results, resolve_comparisons
-from bench.present.report import write_report
+from fusebench.analysis.study import build_study, load_results, resolve_comparisons
+from fusebench.present.report import write_report
 
 # Only the text files: PNG bytes depend on matplotlib's version, not on the records.
 DIGESTED = ("report.md", "summary.csv", "deltas.csv")

@@ -5,8 +5,10 @@ from __future__ import annotations
 
 import ast
 import json
+import shutil
 import subprocess
 import sys
+import zipfile
 from pathlib import Path
 
 import pytest
@@ -18,37 +20,45 @@ ROOT = Path(__file__).resolve().parent.parent
 # Which packages each layer may import from (itself always). Read top to bottom: records and spec at
 # the bottom, statistics above them, views above those, measuring beside them, commands on top.
 ALLOWED = {
-    "bench.core": {"models.config", "models.errors"},
-    "bench.analysis": {"bench.core", "models.config", "models.errors"},
-    "bench.present": {
-        "bench.analysis",
-        "bench.core",
-        "models.config",
-        "models.errors",
-        "models.registry",
+    "fusebench.core": {"fusebench.models.config", "fusebench.models.errors"},
+    "fusebench.analysis": {"fusebench.core", "fusebench.models.config", "fusebench.models.errors"},
+    "fusebench.present": {
+        "fusebench.analysis",
+        "fusebench.core",
+        "fusebench.models.config",
+        "fusebench.models.errors",
+        "fusebench.models.registry",
     },
     # The runner prints progress with numbers formatted as everywhere else: the one view module it
     # may use.
-    "bench.measure": {"bench.analysis", "bench.core", "bench.present.format", "models"},
-    "bench.commands": {"bench", "models"},
-    "models": set(),
-    # the package itself and `python -m bench`: entry points to the commands
-    "bench": {"bench.commands"},
+    "fusebench.measure": {
+        "fusebench.analysis",
+        "fusebench.core",
+        "fusebench.present.format",
+        "fusebench.models",
+    },
+    "fusebench.commands": {"fusebench"},
+    "fusebench.models": set(),
+    # the package itself and `python -m fusebench`: entry points to the commands (last: every module
+    # is inside it)
+    "fusebench": {"fusebench.commands"},
 }
 # Third-party packages a layer must never load: mlx is slow to import, and reading results never
 # needs it.
 FORBIDDEN = {
-    "bench.core": {"mlx", "mlx_lm", "rich", "matplotlib"},
-    "bench.analysis": {"mlx", "mlx_lm", "rich", "matplotlib"},
-    "bench.present": {"mlx", "mlx_lm"},
+    "fusebench.core": {"mlx", "mlx_lm", "rich", "matplotlib"},
+    "fusebench.analysis": {"mlx", "mlx_lm", "rich", "matplotlib"},
+    "fusebench.present": {"mlx", "mlx_lm"},
 }
 # models/ modules that must stay free of mlx, because the layers above read them without loading the
 # model.
-LIGHT_MODELS = ("models.config", "models.errors", "models.registry")
+LIGHT_MODELS = ("fusebench.models.config", "fusebench.models.errors", "fusebench.models.registry")
 
 
 def module_name(path: Path) -> str:
-    parts = path.relative_to(ROOT).with_suffix("").parts
+    """The name a file imports as: bench/ is `fusebench`, models/ `fusebench.models`."""
+    folder, *parts = path.relative_to(ROOT).with_suffix("").parts
+    parts = ["fusebench", *(["models"] if folder == "models" else []), *parts]
     return ".".join(parts[:-1] if parts[-1] == "__init__" else parts)
 
 
@@ -82,7 +92,10 @@ def within(module: str, packages: set[str]) -> bool:
     return any(module == p or module.startswith(p + ".") for p in packages)
 
 
-SOURCES = sorted([*(ROOT / "bench").rglob("*.py"), *(ROOT / "models").rglob("*.py")])
+# bench/models links to models/: each file once, by its own path
+SOURCES = sorted(
+    {path.resolve() for folder in ("bench", "models") for path in (ROOT / folder).rglob("*.py")}
+)
 
 
 def import_graph() -> dict[str, set[str]]:
@@ -121,10 +134,8 @@ def test_imports_follow_the_layers(path: Path):
     me = module_name(path)
     layer = layer_of(me)
     assert layer, f"{me} belongs to no layer"
-    ours = [m for m in imports(path) if m.split(".")[0] in ("bench", "models")]
-    wrong = [
-        m for m in ours if not within(m, {layer, *ALLOWED[layer]}) and m not in ("bench", "models")
-    ]
+    ours = [m for m in imports(path) if m.split(".")[0] == "fusebench"]
+    wrong = [m for m in ours if not within(m, {layer, *ALLOWED[layer]}) and m != "fusebench"]
     # `from ..x import y` also names y as a module candidate; only real modules or packages count.
     wrong = [
         m
@@ -146,7 +157,7 @@ def test_light_model_modules_do_not_import_mlx(module: str):
 def loaded_after(argv: list[str], cwd: Path) -> set[str]:
     """The top-level packages loaded by running `fusebench ARGV` in a fresh interpreter."""
     code = (
-        "import sys, json\nfrom bench.commands import main\n"
+        "import sys, json\nfrom fusebench.commands import main\n"
         f"try:\n    main({argv!r})\nexcept SystemExit:\n"
         "    pass\n"
         "print(json.dumps(sorted({m.split('.')[0] for m in sys.modules})), file=sys.stderr)"
@@ -215,7 +226,8 @@ def test_commands_that_read_results_never_load_mlx(
         for a in argv
     ]
     loaded = loaded_after(argv, tmp_path)
-    assert "bench" in loaded
+    assert "fusebench" in loaded
+    assert not {"bench", "models"} & loaded
     assert not {"mlx", "mlx_lm"} & loaded
 
 
@@ -239,7 +251,7 @@ def _code_strings(path: Path) -> set[str]:
 
 def test_no_op_is_special_cased_in_measuring_or_presenting():
     # An op's knowledge lives in its declaration (models/): what it probes, what its report says.
-    from models.ops import REGISTRY  # with the built-in variants registered
+    from fusebench.models.ops import REGISTRY  # with the built-in variants registered
 
     names = set(REGISTRY) | {"sdpa", "manual"}  # the ops, and the variant names only one op has
     found = {
@@ -249,3 +261,34 @@ def test_no_op_is_special_cased_in_measuring_or_presenting():
         for text in _code_strings(path) & names
     }
     assert not found
+
+
+def test_a_wheel_installs_one_package_and_every_module_in_it(tmp_path: Path):
+    """`pip wheel .` installs `fusebench` alone at the top level (no `bench`, `models` or
+    `benchmarks` to collide with a user's own packages), holding every module of bench/ and
+    models/ under its import name, and the data files. Built from a copy: no build/ in the tree."""
+    tree = tmp_path / "tree"
+    for folder in ("bench", "models", "experiments"):
+        shutil.copytree(ROOT / folder, tree / folder, symlinks=True)
+    for file in ("pyproject.toml", "README.md"):
+        shutil.copy(ROOT / file, tree / file)
+    pip_wheel = [sys.executable, "-m", "pip", "wheel", str(tree), "--no-deps", "--quiet"]
+    subprocess.run(
+        [*pip_wheel, "--no-build-isolation", "--wheel-dir", str(tmp_path / "wheel")],
+        check=True,
+        capture_output=True,
+        timeout=300,
+    )
+    names = set(zipfile.ZipFile(next((tmp_path / "wheel").glob("*.whl"))).namelist())
+    assert {name.split("/")[0] for name in names} - {"fusebench"} == {
+        next(n.split("/")[0] for n in names if ".dist-info/" in n)
+    }
+
+    def in_wheel(path: Path) -> bool:
+        stem = module_name(path).replace(".", "/")
+        return f"{stem}.py" in names or f"{stem}/__init__.py" in names
+
+    missing = [module_name(path) for path in SOURCES if not in_wheel(path)]
+    assert missing == []
+    assert "fusebench/models/presets/e2b.yaml" in names
+    assert "fusebench/experiments/default.yaml" in names

@@ -7,15 +7,14 @@ from __future__ import annotations
 
 import json
 import math
-import shutil
 import subprocess
 import sys
 from pathlib import Path
 
 import pytest
-from conftest import fusebench, fusebench_here
+from conftest import fusebench, fusebench_here, tree_copy
 
-from bench.analysis.bisect import (
+from fusebench.analysis.bisect import (
     BAD,
     CANNOT_TELL,
     CULPRIT,
@@ -135,7 +134,7 @@ def test_a_step_that_stays_inconclusive_names_both_sides_never_a_guess():
 def test_a_first_a_b_that_cannot_tell_says_so_and_exits_3_never_no_regression():
     from types import SimpleNamespace
 
-    from bench.commands.bisect import exit_code, verdict_line
+    from fusebench.commands.bisect import exit_code, verdict_line
 
     def across(index: int, against: int, runs: int) -> list[Reading]:
         return [
@@ -202,8 +201,7 @@ def repo(tmp_path: Path) -> Path:
     """A scratch repository: a copy of this tree (bench/, models/) and a tiny experiment, one
     commit."""
     repo = tmp_path / "repo"
-    for part in ("bench", "models"):
-        shutil.copytree(ROOT / part, repo / part, ignore=shutil.ignore_patterns("__pycache__"))
+    tree_copy(repo)
     (repo / "exp.yaml").write_text(EXPERIMENT)
     git(repo, "init", "-q")
     commit(repo, "base")

@@ -196,3 +196,14 @@ def test_a_reference_that_cannot_serve_is_one_line_and_exit_2(
     assert done.returncode == 2, done.stderr
     assert done.stderr.count("\n") == 1 and message in done.stderr
     assert not (ROOT / "ab.jsonl").exists()
+
+
+def test_a_reference_tree_imports_as_fusebench_or_as_before_the_one_package(tmp_path: Path):
+    from fusebench.measure.session import CURRENT, Build
+
+    new = tree_copy(tmp_path / "new")
+    old = tree_copy(tmp_path / "old")
+    (old / "fusebench").unlink()  # a checkout from before the one import package
+    assert CURRENT.package == "fusebench"
+    assert Build("reference", new).package == "fusebench"
+    assert Build("reference", old).package == "bench"

@@ -8,7 +8,7 @@ import math
 
 import numpy as np
 
-from bench.analysis.changepoints import MIN_SEGMENT, find_steps, log_point
+from fusebench.analysis.changepoints import MIN_SEGMENT, find_steps, log_point
 
 
 def test_a_step_is_found_at_its_commit_with_an_interval_holding_it():

@@ -15,13 +15,13 @@ import pytest
 from conftest import cell, fusebench_here, trials
 from conftest import results_file as write_results
 
-from bench.analysis import noise as calibrate
-from bench.analysis.gate import Status
-from bench.commands import calibrate as calibrate_command
-from bench.commands import main
-from bench.core.errors import UserError
-from bench.core.fingerprint import Fingerprint
-from bench.core.history import HistoryRun, HistoryStore
+from fusebench.analysis import noise as calibrate
+from fusebench.analysis.gate import Status
+from fusebench.commands import calibrate as calibrate_command
+from fusebench.commands import main
+from fusebench.core.errors import UserError
+from fusebench.core.fingerprint import Fingerprint
+from fusebench.core.history import HistoryRun, HistoryStore
 
 OLD_FILES = Path(__file__).parent / "fixtures" / "old-stores"  # written by baseline save, calibrate
 MODEL_KEY = "e2b:layers=2:float32:none"
@@ -799,8 +799,8 @@ def test_calibrate_needs_two_runs(workdir: Path, capsys):
 def test_every_input_error_is_a_user_error():
     # The command line turns UserError into one line and exit 2; the check's own errors must ride on
     # it.
-    from bench.analysis.gate import CheckError
-    from bench.core.fingerprint import MachineMismatchError
+    from fusebench.analysis.gate import CheckError
+    from fusebench.core.fingerprint import MachineMismatchError
 
     for error in (MachineMismatchError, CheckError, calibrate.NoiseFileError):
         assert issubclass(error, UserError)

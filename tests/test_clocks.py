@@ -8,12 +8,12 @@ import json
 import numpy as np
 from conftest import cell, fusebench_here, results_file
 
-from bench.analysis import stats
-from bench.analysis.clocks import clocked_estimate
-from bench.core.header import RunHeader
-from bench.core.records import Clock
-from bench.core.results import read_results
-from bench.present.sections.context import design_note
+from fusebench.analysis import stats
+from fusebench.analysis.clocks import clocked_estimate
+from fusebench.core.header import RunHeader
+from fusebench.core.records import Clock
+from fusebench.core.results import read_results
+from fusebench.present.sections.context import design_note
 
 EXPERIMENT = """\
 name: clocks

@@ -9,7 +9,7 @@ from pathlib import Path
 import pytest
 from conftest import ROOT
 
-from bench.core.spec import schema_text
+from fusebench.core.spec import schema_text
 
 PAGES = [ROOT / "README.md", *sorted((ROOT / "docs").glob("*.md"))]
 LINK = re.compile(r"\[[^\]]*\]\(([^)\s]+)\)")
@@ -83,7 +83,7 @@ def doc_commands() -> list[tuple[str, str]]:
 def test_every_documented_command_is_one_the_cli_accepts(page: str, command: str):
     import shlex
 
-    from bench.commands import build_parser
+    from fusebench.commands import build_parser
 
     try:
         build_parser().parse_args(shlex.split(command)[1:])

@@ -9,9 +9,9 @@ from pathlib import Path
 import pytest
 import yaml
 
-from bench.commands import main
-from bench.core.results import read_results
-from bench.core.spec import experiment_from_flags, parse_experiment
+from fusebench.commands import main
+from fusebench.core.results import read_results
+from fusebench.core.spec import experiment_from_flags, parse_experiment
 
 
 @pytest.fixture(scope="module")

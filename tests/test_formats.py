@@ -13,8 +13,8 @@ from pathlib import Path
 import pytest
 from conftest import cell, fusebench_here, results_file, trials
 
-from bench.core.records import FORMAT, ResultsError, header_format
-from bench.core.results import ResultsWriter, read_results
+from fusebench.core.records import FORMAT, ResultsError, header_format
+from fusebench.core.results import ResultsWriter, read_results
 
 FIXTURES = Path(__file__).resolve().parent / "fixtures" / "results"
 # fixture -> its format, and the exit `fusebench check` gives it (the A/B file: 3 rounds, every

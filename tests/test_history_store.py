@@ -17,7 +17,7 @@ from pathlib import Path
 import pytest
 from conftest import ROOT, fusebench_here
 
-from bench.core.history import HistoryPoint, HistoryRun, HistoryStore, Series
+from fusebench.core.history import HistoryPoint, HistoryRun, HistoryStore, Series
 
 FIXTURES = ROOT / "tests" / "fixtures"
 AB_RUN = FIXTURES / "slow-vm" / "ab-identical.jsonl"

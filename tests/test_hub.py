@@ -13,9 +13,9 @@ import mlx.core as mx
 import pytest
 from conftest import SMALL_MLX_LM, fusebench, save_mlx_lm_checkpoint
 
-from bench.core.spec import parse_experiment
-from bench.measure.hub import is_repo_id
-from models.loading import build_model, seed_weights
+from fusebench.core.spec import parse_experiment
+from fusebench.measure.hub import is_repo_id
+from fusebench.models.loading import build_model, seed_weights
 
 REPO = "test-org/tiny-qwen3"
 COMMIT = "0123456789abcdef0123456789abcdef01234567"

@@ -1,5 +1,5 @@
-"""Tests for bench.analysis.inference: hand-checked numbers, PR 15587's rows, and the simulations
-behind the rules.
+"""Tests for fusebench.analysis.inference: hand-checked numbers, PR 15587's rows, and the
+simulations behind the rules.
 
 Every simulation is seeded and sized so the whole file runs in seconds; nothing here is timed.
 """
@@ -14,7 +14,7 @@ import numpy as np
 import pytest
 from scipy import stats
 
-from bench.analysis.inference import (
+from fusebench.analysis.inference import (
     OUTLIER_MIN_ROUNDS,
     STALL_ALPHA,
     STALLS_BASELINE,
@@ -29,7 +29,7 @@ from bench.analysis.inference import (
     slower_beyond,
     verdict,
 )
-from bench.present.format import verdict_text
+from fusebench.present.format import verdict_text
 
 PR15587_BASELINES = [18777, 153.8, 6980, 99.1, 3957, 101.3, 531, 21.4]
 PR15587_DELTAS_PCT = [16.6, 15.0, 15.8, 11.6, 10.5, 6.1, 11.7, 4.8]
@@ -69,7 +69,7 @@ def _row(p: float, *, df: int = 9, se: float = 0.01) -> PairedEstimate:
     interval."""
     from scipy.optimize import brentq
 
-    from bench.analysis import sequential
+    from fusebench.analysis import sequential
 
     n, sd = df + 1, se * math.sqrt(df + 1)
     mean = (

@@ -8,7 +8,7 @@ from pathlib import Path
 import pytest
 from conftest import cell, results_file, trials
 
-from bench.commands import main
+from fusebench.commands import main
 
 EXPERIMENT = """\
 name: t
@@ -38,7 +38,9 @@ def files(tmp_path: Path) -> dict[str, Path]:
     utf16 = tmp_path / "utf16.jsonl"
     utf16.write_text(good_results(tmp_path / "tmp.jsonl").read_text(), encoding="utf-16")
     bad_plugin = tmp_path / "broken.py"
-    bad_plugin.write_text("from models.ops import register\n\nraise RuntimeError('not today')\n")
+    bad_plugin.write_text(
+        "from fusebench.models.ops import register\n\nraise RuntimeError('not today')\n"
+    )
     unknown_op = tmp_path / "unknown-op.yaml"
     unknown_op.write_text(EXPERIMENT.replace("{geglu: compiled}", "{gelu: compiled}"))
     noise = tmp_path / "noise.json"

@@ -9,7 +9,7 @@ import mlx.core as mx
 import pytest
 from mlx_lm.models.gemma4_text import ModelArgs
 
-from bench.measure.kernels import (
+from fusebench.measure.kernels import (
     current_backend,
     graph_nodes,
     kernel_facts,
@@ -17,10 +17,10 @@ from bench.measure.kernels import (
     probe_compiled,
     probe_fused,
 )
-from bench.measure.opbench import op_cases
-from bench.present.kernels import compile_note, summarize_probes
-from models.config import Overrides, preset_config
-from models.ops import calls_by_op
+from fusebench.measure.opbench import op_cases
+from fusebench.models.config import Overrides, preset_config
+from fusebench.models.ops import calls_by_op
+from fusebench.present.kernels import compile_note, summarize_probes
 
 on_cpu = pytest.mark.skipif(
     current_backend().name != "cpu", reason="these facts are the CPU backend's"
@@ -142,9 +142,9 @@ def test_fast_ops_fall_back_to_composed_on_cpu(facts):
 
 
 def test_facts_cover_every_variant_of_every_op_the_model_calls_and_serialize(preset, facts):
-    from models.loading import build_model
-    from models.ops import REGISTRY
-    from models.switched import called_ops
+    from fusebench.models.loading import build_model
+    from fusebench.models.ops import REGISTRY
+    from fusebench.models.switched import called_ops
 
     called = called_ops(build_model(preset[1]), mx.array([[0]]))
     graphed = {(f.op, f.variant) for f in facts if f.probe == "graph"}

@@ -1,5 +1,5 @@
-"""mlx-lm's own models with their op sites switched (models.switched): every variant of every
-switched op agrees with the unswitched model, the names are bound back after every call, and
+"""mlx-lm's own models with their op sites switched (fusebench.models.switched): every variant of
+every switched op agrees with the unswitched model, the names are bound back after every call, and
 fusebench's Gemma 4 decoder agrees with mlx-lm's gemma4_text on one checkpoint."""
 
 from __future__ import annotations
@@ -13,11 +13,11 @@ import mlx_lm.models.qwen3 as qwen3
 import pytest
 from conftest import SMALL_MLX_LM, save_mlx_lm_checkpoint
 
-from models.errors import ModelConfigError, UnknownOpError
-from models.gemma4 import Model
-from models.loading import build_model, load_model, save_checkpoint, seed_weights
-from models.registry import REGISTRY
-from models.switched import SwitchedModel, called_ops, check_switched_ops
+from fusebench.models.errors import ModelConfigError, UnknownOpError
+from fusebench.models.gemma4 import Model
+from fusebench.models.loading import build_model, load_model, save_checkpoint, seed_weights
+from fusebench.models.registry import REGISTRY
+from fusebench.models.switched import SwitchedModel, called_ops, check_switched_ops
 
 FAST_RMS_NORM, FAST_ROPE = mx.fast.rms_norm, mx.fast.rope
 

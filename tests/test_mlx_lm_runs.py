@@ -10,7 +10,7 @@ import mlx.core as mx
 import pytest
 from conftest import SMALL_MLX_LM, fusebench, fusebench_here, save_mlx_lm_checkpoint
 
-from models.loading import build_model, seed_weights
+from fusebench.models.loading import build_model, seed_weights
 
 CHECKPOINTS = {"qwen3": ("qwen3", False), "llama": ("llama", False), "phi3": ("phi3", False)}
 CHECKPOINTS["qwen3-4bit"] = ("qwen3", True)

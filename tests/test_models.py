@@ -11,9 +11,9 @@ from mlx.utils import tree_flatten
 from mlx_lm.generate import generate_step, stream_generate
 from mlx_lm.utils import load_model as mlx_lm_load_model
 
-from models import REGISTRY, ModelConfigError, UnknownOpError, load_model, save_checkpoint
-from models.config import Overrides, layer_types, preset_config, truncate
-from models.ops import complete
+from fusebench.models import REGISTRY, ModelConfigError, UnknownOpError, load_model, save_checkpoint
+from fusebench.models.config import Overrides, layer_types, preset_config, truncate
+from fusebench.models.ops import complete
 
 # fp32 parity: logits are O(1)-O(30) after the softcap; fused and reordered ops differ in the last
 # bits only.

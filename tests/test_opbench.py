@@ -7,17 +7,17 @@ import pytest
 from mlx_lm.models.gemma4_text import ModelArgs
 from rich.console import Console
 
-from bench.analysis.opstats import summarize_ops
-from bench.commands import main
-from bench.commands import ops as ops_command
-from bench.core.results import read_results
-from bench.core.spec import load_experiment, parse_experiment, select_models
-from bench.measure import opbench, probe
-from bench.measure.env import THREAD_VARIABLES
-from bench.measure.opbench import REEXEC_MARKER, check_ops, experiment_plan, op_cases, run_ops
-from models import ops
-from models.config import Overrides, preset_config
-from models.ops import REGISTRY, UnknownOpError, geglu_unfused, register
+from fusebench.analysis.opstats import summarize_ops
+from fusebench.commands import main
+from fusebench.commands import ops as ops_command
+from fusebench.core.results import read_results
+from fusebench.core.spec import load_experiment, parse_experiment, select_models
+from fusebench.measure import opbench, probe
+from fusebench.measure.env import THREAD_VARIABLES
+from fusebench.measure.opbench import REEXEC_MARKER, check_ops, experiment_plan, op_cases, run_ops
+from fusebench.models import ops
+from fusebench.models.config import Overrides, preset_config
+from fusebench.models.ops import REGISTRY, UnknownOpError, geglu_unfused, register
 
 L = 16
 

@@ -11,11 +11,19 @@ import mlx.core as mx
 import pytest
 from mlx_lm.models.gemma4_text import ModelArgs
 
-from bench.core.spec import parse_experiment
-from bench.measure.kernels import kernel_facts
-from bench.measure.opbench import bench_case, check_ops, experiment_plan
-from models.config import Overrides, preset_config
-from models.ops import REGISTRY, OpCalls, OpCase, OpTable, declare, register, register_calls
+from fusebench.core.spec import parse_experiment
+from fusebench.measure.kernels import kernel_facts
+from fusebench.measure.opbench import bench_case, check_ops, experiment_plan
+from fusebench.models.config import Overrides, preset_config
+from fusebench.models.ops import (
+    REGISTRY,
+    OpCalls,
+    OpCase,
+    OpTable,
+    declare,
+    register,
+    register_calls,
+)
 
 L = 16
 HIDDEN = 64  # the tiny preset's

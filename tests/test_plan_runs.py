@@ -9,10 +9,10 @@ from pathlib import Path
 
 import pytest
 
-from bench.commands import main
-from bench.core.records import Stopping
-from bench.core.results import read_results
-from bench.core.spec import MIN_PLANNED_ROUNDS
+from fusebench.commands import main
+from fusebench.core.records import Stopping
+from fusebench.core.results import read_results
+from fusebench.core.spec import MIN_PLANNED_ROUNDS
 
 EXPERIMENT = """\
 name: tiny-plan
@@ -120,10 +120,10 @@ def test_budget_on_the_command_line_replaces_the_experiments(tmp_path: Path, cap
 def test_rows_twice_as_noisy_as_the_pilot_send_the_machine_to_be_measured_again(
     tmp_path: Path, monkeypatch
 ):
-    from bench.core.header import Env, ScheduleChoice, ScheduleProbe
-    from bench.measure.duet import cache_path as schedule_cache
-    from bench.measure.runner import stale_machine_line
-    from bench.measure.threads import cache_path as threads_cache
+    from fusebench.core.header import Env, ScheduleChoice, ScheduleProbe
+    from fusebench.measure.duet import cache_path as schedule_cache
+    from fusebench.measure.runner import stale_machine_line
+    from fusebench.measure.threads import cache_path as threads_cache
 
     monkeypatch.setenv("XDG_CACHE_HOME", str(tmp_path))
     env = Env(backend="cpu", cpu="Test CPU", threads=1)

@@ -10,9 +10,9 @@ import numpy as np
 import pytest
 from scipy import special
 
-from bench.analysis.planner import CellCost, decide_probability, plan_rounds, rounds_for
-from bench.analysis.stopping import Goal
-from bench.core.spec import MIN_PLANNED_ROUNDS
+from fusebench.analysis.planner import CellCost, decide_probability, plan_rounds, rounds_for
+from fusebench.analysis.stopping import Goal
+from fusebench.core.spec import MIN_PLANNED_ROUNDS
 
 GOAL = Goal(5.0)
 ALPHA = 0.05 / 8

@@ -8,13 +8,13 @@ import re
 import mlx.core as mx
 import pytest
 
-from bench.measure.plugins import PluginError, load_plugins
-from models.calls import calls_of
-from models.ops import REGISTRY, calls_by_op
+from fusebench.measure.plugins import PluginError, load_plugins
+from fusebench.models.calls import calls_of
+from fusebench.models.ops import REGISTRY, calls_by_op
 
 GOOD = """\
 import mlx.core as mx
-from models.ops import register
+from fusebench.models.ops import register
 
 
 @register("softcap", "plugin_ok")
@@ -83,7 +83,9 @@ def one_line_error(paths):
 
 def test_a_syntax_error_is_one_line_with_its_line(tmp_path):
     path = write(
-        tmp_path, "broken.py", "from models.ops import register\n\n\ndef oops(:\n    pass\n"
+        tmp_path,
+        "broken.py",
+        "from fusebench.models.ops import register\n\n\ndef oops(:\n    pass\n",
     )
     message = one_line_error([path])
     assert re.fullmatch(rf"{re.escape(str(path))}:4: plugin: SyntaxError: .+", message), message
@@ -101,7 +103,7 @@ def test_a_runtime_error_is_one_line_with_its_line(tmp_path, registry):
 
 def test_an_unknown_op_is_one_line_with_its_line(tmp_path):
     text = (
-        "from models.ops import register\n\n\n"
+        "from fusebench.models.ops import register\n\n\n"
         '@register("no_such_op", "x")\ndef f(x):\n    return x\n'
     )
     path = write(tmp_path, "unknown.py", text)
@@ -115,7 +117,7 @@ def test_an_unknown_op_is_one_line_with_its_line(tmp_path):
 def test_replacing_a_builtin_variant_is_refused(tmp_path, registry):
     builtin = registry["geglu"].variants["compiled"]
     text = (
-        "from models.ops import register\n\n\n"
+        "from fusebench.models.ops import register\n\n\n"
         '@register("geglu", "compiled")\ndef g(gate, up):\n    return gate\n'
     )
     path = write(tmp_path, "hijack.py", text)
@@ -133,7 +135,7 @@ def test_a_missing_file_is_one_line(tmp_path):
 
 NEW_OP = """\
 import mlx.core as mx
-from models.ops import OpCalls, OpCase, declare, register, register_calls
+from fusebench.models.ops import OpCalls, OpCase, declare, register, register_calls
 
 declare("plugin_double", "x * 2", reference="plain", default="plain")
 
@@ -171,7 +173,8 @@ def test_a_plugin_declares_a_new_op_with_its_variants_and_calls(tmp_path, regist
 def test_declaring_an_existing_op_is_refused(tmp_path, registry):
     builtin = registry["geglu"]
     text = (
-        'from models.ops import declare\n\ndeclare("geglu", "mine", reference="a", default="a")\n'
+        "from fusebench.models.ops import declare\n\n"
+        'declare("geglu", "mine", reference="a", default="a")\n'
     )
     message = one_line_error([write(tmp_path, "redeclare.py", text)])
     assert message.startswith(
@@ -184,3 +187,11 @@ def test_a_failed_plugin_takes_its_new_op_away(tmp_path, registry):
     path = write(tmp_path, "double.py", NEW_OP + "\nraise RuntimeError('not today')\n")
     one_line_error([path])
     assert "plugin_double" not in registry
+
+
+@pytest.mark.parametrize("old", ["models.ops", "bench.measure.plugins"])
+def test_a_plugin_with_the_old_import_is_told_the_new_one(tmp_path, old):
+    path = write(tmp_path, "old.py", f"import mlx.core as mx\nfrom {old} import register\n")
+    message = one_line_error([path])
+    assert message.startswith(f"{path}:2: plugin: `{old.split('.')[0]}` is `fusebench")
+    assert "from fusebench.models.ops import register" in message

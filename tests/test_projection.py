@@ -11,7 +11,7 @@ import numpy as np
 import pytest
 from conftest import TEST_ENV, cell, fusebench_here, results_file, trials
 
-from bench.analysis.projection import (
+from fusebench.analysis.projection import (
     ProjectionError,
     check_separable,
     full_depth,
@@ -19,9 +19,9 @@ from bench.analysis.projection import (
     project,
     welch_dof,
 )
-from bench.analysis.study import build_study, load_results
-from bench.present.sections import ReportContext
-from bench.present.sections.projection import projection_section
+from fusebench.analysis.study import build_study, load_results
+from fusebench.present.sections import ReportContext
+from fusebench.present.sections.projection import projection_section
 
 # Seconds per step of each term (fixed, per sliding layer, per full layer, extra per KV-shared
 # layer), per metric.
@@ -119,7 +119,7 @@ def one_line_exit_2(done, expected: str) -> None:
 
 
 # (own sliding, own full, shared sliding, shared full) at each depth, as the runner's
-# models.config.truncate lays them out.
+# fusebench.models.config.truncate lays them out.
 LAYOUTS = {
     "e2b": {
         2: (1, 1, 0, 0),

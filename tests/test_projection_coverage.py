@@ -16,7 +16,7 @@ import numpy as np
 import pandas as pd
 import pytest
 
-from bench.analysis.projection import (
+from fusebench.analysis.projection import (
     DepthMean,
     FitScope,
     LayerFit,

@@ -11,7 +11,7 @@ from pathlib import Path
 
 import pytest
 
-from bench.core.cell import (
+from fusebench.core.cell import (
     Agreement,
     CellFields,
     DepthSpeed,
@@ -22,10 +22,10 @@ from bench.core.cell import (
     Trial,
     TrialRecord,
 )
-from bench.core.header import RunHeader
-from bench.core.records import REQUIRED_FIELDS, Column, KernelFact, OpRecord, SiteCalls
-from bench.core.results import read_results
-from bench.core.typed import from_mapping, to_mapping, to_record
+from fusebench.core.header import RunHeader
+from fusebench.core.records import REQUIRED_FIELDS, Column, KernelFact, OpRecord, SiteCalls
+from fusebench.core.results import read_results
+from fusebench.core.typed import from_mapping, to_mapping, to_record
 
 FIXTURES = Path(__file__).resolve().parent / "fixtures"
 # Columns a results frame adds to the records (core.results.Results.frame,

@@ -21,18 +21,18 @@ from conftest import TEST_ENV, cell, header, results_file, trials, write_records
 from matplotlib.figure import Figure
 from rich.console import Console
 
-from bench.analysis import study as report
-from bench.analysis.inference import VerdictWord, adjust, paired_estimate
-from bench.analysis.reference import ReferenceFileError, load_reference
-from bench.analysis.study import ComparisonError
-from bench.commands import main
-from bench.commands.report import add_arguments
-from bench.commands.report import main as command
-from bench.core.records import ResultsError
-from bench.core.results import read_results
-from bench.present import plots
-from bench.present.report import write_report
-from bench.present.summary import print_summary
+from fusebench.analysis import study as report
+from fusebench.analysis.inference import VerdictWord, adjust, paired_estimate
+from fusebench.analysis.reference import ReferenceFileError, load_reference
+from fusebench.analysis.study import ComparisonError
+from fusebench.commands import main
+from fusebench.commands.report import add_arguments
+from fusebench.commands.report import main as command
+from fusebench.core.records import ResultsError
+from fusebench.core.results import read_results
+from fusebench.present import plots
+from fusebench.present.report import write_report
+from fusebench.present.summary import print_summary
 
 PNG_SIGNATURE = b"\x89PNG\r\n\x1a\n"
 EXPERIMENT = """\
@@ -1128,7 +1128,7 @@ def test_the_report_opens_with_a_bottom_line_per_comparison(suite: Path, tmp_pat
 
 
 def test_a_bottom_line_names_the_rows_that_differ_and_what_would_settle_them():
-    from bench.present.bottom_line import _Row, _sentence
+    from fusebench.present.bottom_line import _Row, _sentence
 
     rows = [
         _Row(f"{size} {metric}", VerdictWord.NO_CHANGE, 0.5, 1.5, 10)
@@ -1147,7 +1147,7 @@ def test_a_bottom_line_names_the_rows_that_differ_and_what_would_settle_them():
 
 
 def test_a_bottom_line_names_the_depth_where_one_size_ran_at_several():
-    from bench.present.bottom_line import _short_sizes
+    from fusebench.present.bottom_line import _short_sizes
 
     assert _short_sizes(["E2B (2/35 layers)", "E2B (2/35 layers)", "E4B (2/42 layers)"]) == [
         "E2B",

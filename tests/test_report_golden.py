@@ -17,8 +17,8 @@ from pathlib import Path
 import pytest
 from golden_reports import report_digests
 
-from bench.analysis.study import build_study, load_results, resolve_comparisons
-from bench.present.report import write_report
+from fusebench.analysis.study import build_study, load_results, resolve_comparisons
+from fusebench.present.report import write_report
 
 ROOT = Path(__file__).resolve().parent.parent
 DIGESTS = json.loads((ROOT / "tests" / "fixtures" / "report-digests.json").read_text())

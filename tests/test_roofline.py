@@ -3,10 +3,10 @@ from dataclasses import replace
 import pytest
 import yaml
 
-from bench.core.cell import PeakShares, Rates
-from bench.core.header import Env, Peak, PeakProbe
-from bench.core.typed import from_mapping, to_mapping
-from bench.measure.roofline import (
+from fusebench.core.cell import PeakShares, Rates
+from fusebench.core.header import Env, Peak, PeakProbe
+from fusebench.core.typed import from_mapping, to_mapping
+from fusebench.measure.roofline import (
     CHIPS_FILE,
     achieved,
     attended_pairs,
@@ -16,7 +16,7 @@ from bench.measure.roofline import (
     peak_for,
     percent_of_peak,
 )
-from models.config import Overrides, preset_config
+from fusebench.models.config import Overrides, preset_config
 
 # The tiny preset by hand: hidden 64, 4 query heads, 2 KV heads, head_dim 32 (sliding) / 64 (full),
 # MLP 128 (256 in the 3 KV-shared layers), PLE width 16, vocab 512, tied embeddings. Layers:

@@ -17,15 +17,15 @@ from pathlib import Path
 import pytest
 from conftest import tree_copy
 
-from bench.commands import main
-from bench.core.records import ResultsError, Stopping
-from bench.core.results import read_results
-from bench.core.spec import load_experiment
-from bench.measure.plan import plan_jobs
-from bench.measure.resume import DoneWork
-from bench.measure.schedule import centre_order, round_order, round_plan
-from models import save_checkpoint
-from models.loading import load_model
+from fusebench.commands import main
+from fusebench.core.records import ResultsError, Stopping
+from fusebench.core.results import read_results
+from fusebench.core.spec import load_experiment
+from fusebench.measure.plan import plan_jobs
+from fusebench.measure.resume import DoneWork
+from fusebench.measure.schedule import centre_order, round_order, round_plan
+from fusebench.models import save_checkpoint
+from fusebench.models.loading import load_model
 
 TINY = """\
 name: tiny
@@ -213,7 +213,7 @@ def test_sigint_then_resume_gives_the_uninterrupted_set_of_trials(tmp_path, name
     held = tree_copy(tmp_path / "held", HOLD)
     hold = tmp_path / "hold"
     hold.touch()
-    cmd = [sys.executable, "-m", "bench", "run", str(exp), "--out", str(out), "--quiet"]
+    cmd = [sys.executable, "-m", "fusebench", "run", str(exp), "--out", str(out), "--quiet"]
     # A suite started in the background (`pytest &` in a script) inherits SIGINT ignored, and so
     # would the run: give it Ctrl-C's default, as a terminal's foreground run has it.
     process = subprocess.Popen(
@@ -466,7 +466,7 @@ def test_verify_passes_on_tiny_and_tiny_moe(capsys):
 
 
 def test_verify_fails_a_wrong_variant(capsys):
-    from models.ops import REGISTRY, register
+    from fusebench.models.ops import REGISTRY, register
 
     register("softcap", "wrong")(lambda x, cap: x)
     try:
@@ -484,7 +484,10 @@ def test_env_names_backend_and_blas(capsys):
 
 def test_python_dash_m_bench_shows_help():
     result = subprocess.run(
-        [sys.executable, "-m", "bench", "--help"], capture_output=True, text=True, env=os.environ
+        [sys.executable, "-m", "fusebench", "--help"],
+        capture_output=True,
+        text=True,
+        env=os.environ,
     )
     assert result.returncode == 0 and "fusebench run" in result.stdout
 

@@ -15,13 +15,13 @@ import numpy as np
 import pytest
 from conftest import ROOT
 
-from bench.analysis import sequential
-from bench.analysis.inference import paired_estimate, rounds_needed
-from bench.analysis.stopping import Goal, Row, RunBudget, print_level, target_for_margin
-from bench.core.cell import Measured, Trial
-from bench.core.spec import parse_experiment
-from bench.measure import cellstop
-from bench.measure.cellstop import MIN_BUDGET_ROUNDS, CellStop, RoundCosts
+from fusebench.analysis import sequential
+from fusebench.analysis.inference import paired_estimate, rounds_needed
+from fusebench.analysis.stopping import Goal, Row, RunBudget, print_level, target_for_margin
+from fusebench.core.cell import Measured, Trial
+from fusebench.core.spec import parse_experiment
+from fusebench.measure import cellstop
+from fusebench.measure.cellstop import MIN_BUDGET_ROUNDS, CellStop, RoundCosts
 
 spec = importlib.util.spec_from_file_location(
     "sequential_coverage", ROOT / "benchmarks" / "sequential_coverage.py"

@@ -12,10 +12,10 @@ import mlx.core as mx
 import pytest
 from conftest import cell, fusebench_here, results_file, trials
 
-from bench.analysis.shares import IN_MODEL_ERROR, ShareData, disagrees
-from bench.measure.shares import ShareTimer, trace_steps
-from bench.measure.worker import make_prompt, prefill
-from models.loading import load_model
+from fusebench.analysis.shares import IN_MODEL_ERROR, ShareData, disagrees
+from fusebench.measure.shares import ShareTimer, trace_steps
+from fusebench.measure.worker import make_prompt, prefill
+from fusebench.models.loading import load_model
 
 PROMPT = 16
 

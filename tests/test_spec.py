@@ -8,7 +8,7 @@ import pickle
 
 import pytest
 
-from bench.core.spec import (
+from fusebench.core.spec import (
     KEYS,
     TOP_KEYS,
     Cell,
@@ -27,7 +27,7 @@ from bench.core.spec import (
     shard_cells,
     with_trials,
 )
-from models.ops import REGISTRY, op_choices
+from fusebench.models.ops import REGISTRY, op_choices
 
 # The line numbers in the error tests below count lines of this document.
 MINIMAL = """\

@@ -1,4 +1,4 @@
-"""bench.analysis.speedups: the prediction bound a fusion's speedup is gated against, pinned and
+"""fusebench.analysis.speedups: the prediction bound a fusion's speedup is gated against, pinned and
 simulated, and the stored speedups read back from the history's points."""
 
 from __future__ import annotations
@@ -8,8 +8,8 @@ import math
 import numpy as np
 import pytest
 
-from bench.analysis.speedups import PastSpeedups, past_speedups
-from bench.core.history import HistoryPoint, HistoryRun, Series
+from fusebench.analysis.speedups import PastSpeedups, past_speedups
+from fusebench.core.history import HistoryPoint, HistoryRun, Series
 
 
 def stored(speedups: list[float]) -> PastSpeedups:

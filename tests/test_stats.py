@@ -8,7 +8,7 @@ import numpy as np
 import pandas as pd
 import pytest
 
-from bench.analysis.stats import (
+from fusebench.analysis.stats import (
     ALL_VARIANTS,
     RatioCI,
     bootstrap_ratio_of_medians_ci,
@@ -19,7 +19,7 @@ from bench.analysis.stats import (
     summarize,
     summary_table,
 )
-from bench.present.format import format_ci, format_delta, format_tps, verdict_text
+from fusebench.present.format import format_ci, format_delta, format_tps, verdict_text
 
 # --- summarize ------------------------------------------------------------------------------------
 

@@ -11,13 +11,13 @@ import pandas as pd
 import pytest
 from conftest import results_file
 
-from bench.analysis.study import build_study
-from bench.core.results import read_results
-from bench.measure.worker import make_prompt, measured_trial, time_trial
-from bench.present.report import write_report
-from bench.present.sections.latency import MLX_LM_TTFT_COLUMN
-from bench.present.sections.throughput import TTFT_METRIC
-from models.loading import load_model
+from fusebench.analysis.study import build_study
+from fusebench.core.results import read_results
+from fusebench.measure.worker import make_prompt, measured_trial, time_trial
+from fusebench.models.loading import load_model
+from fusebench.present.report import write_report
+from fusebench.present.sections.latency import MLX_LM_TTFT_COLUMN
+from fusebench.present.sections.throughput import TTFT_METRIC
 
 PROMPT, GEN = 12, 3
 OPS = {"geglu": "unfused", "softcap": "unfused", "attention": "manual"}

@@ -8,7 +8,7 @@ from enum import StrEnum
 
 import pytest
 
-from bench.core.typed import FLAT, from_mapping, required_fields, to_mapping, to_record
+from fusebench.core.typed import FLAT, from_mapping, required_fields, to_mapping, to_record
 
 
 class Colour(StrEnum):

@@ -7,8 +7,8 @@ from __future__ import annotations
 import mlx.core as mx
 import pytest
 
-from bench.measure.worker import make_prompt, time_trial, warmup_agreement
-from models.loading import load_model
+from fusebench.measure.worker import make_prompt, time_trial, warmup_agreement
+from fusebench.models.loading import load_model
 
 PROMPT, GEN = 12, 3
 BASELINE = {"geglu": "unfused", "softcap": "unfused", "attention": "manual"}
@@ -68,7 +68,7 @@ def test_a_near_tie_that_goes_the_other_way_stops_the_comparison_without_failing
 
 
 def test_a_trial_records_what_the_machine_did_beside_it(tiny):
-    from bench.measure.worker import machine_seconds, measured_trial
+    from fusebench.measure.worker import machine_seconds, measured_trial
 
     prompt = make_prompt(tiny.args.vocab_size, 1, PROMPT, 0, 0)
     record = measured_trial(time_trial(tiny, prompt, GEN, 2048), 1, PROMPT, GEN)

@@ -1,6 +1,6 @@
-"""Presets' seeded weights kept between loads (models.loading.cached_weights): the second load reads
-what the first wrote, bit for bit; a file that does not fit is made again; `fusebench cache` shows
-and clears it."""
+"""Presets' seeded weights kept between loads (fusebench.models.loading.cached_weights): the second
+load reads what the first wrote, bit for bit; a file that does not fit is made again; `fusebench
+cache` shows and clears it."""
 
 from __future__ import annotations
 
@@ -10,8 +10,8 @@ import mlx.core as mx
 import pytest
 from mlx.utils import tree_flatten
 
-from bench.commands import main
-from models.loading import WeightsCache, load_model
+from fusebench.commands import main
+from fusebench.models.loading import WeightsCache, load_model
 
 
 def weights(model) -> dict[str, mx.array]:

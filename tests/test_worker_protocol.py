@@ -8,10 +8,10 @@ import json
 
 import pytest
 
-from bench.core.cell import Agreement, DepthSpeed, Measured, Trial
-from bench.core.records import KernelFact
-from bench.core.spec import model_spec
-from bench.measure.job import (
+from fusebench.core.cell import Agreement, DepthSpeed, Measured, Trial
+from fusebench.core.records import KernelFact
+from fusebench.core.spec import model_spec
+from fusebench.measure.job import (
     PROTOCOL,
     Done,
     Gate,

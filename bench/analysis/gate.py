@@ -31,7 +31,7 @@ The checks, each used when its input is there:
   --allow-other-machine.
 - A fusion's speedup against the history: the speedups of the runs of the same experiment on this
   machine that the history holds (`history add`, `calibrate`), from 10 runs on
-  (bench.analysis.speedups).
+  (fusebench.analysis.speedups).
 - The expectations the experiment declares (`expect:` in its YAML, read back from the results' run
   header):
   "new no more than X% slower than baseline on a metric" (paired rounds, stats.compare), and "all
@@ -45,7 +45,7 @@ fails only for a slowdown beyond both the requested threshold and the calibrated
 effect, and the Limit column says which of the two bound.
 
 Every finding is typed (Check, Status, Limit and its Bound, the interval's Verdict); how each reads,
-in a table or in JSON, is bench.present.gate's choice.
+in a table or in JSON, is fusebench.present.gate's choice.
 """
 
 from __future__ import annotations
@@ -100,7 +100,7 @@ class Check(StrEnum):
 SPEED_CHECKS = (Check.TPS, Check.SPEEDUP, Check.EXPECT, Check.BUILD, Check.HISTORY)
 # The checks whose baseline and current values are speedups (new / baseline), not tok/s.
 RATIO_CHECKS = (Check.SPEEDUP, Check.HISTORY)
-# Which calibrated noise band bounds each kind of check (see bench.analysis.noise).
+# Which calibrated noise band bounds each kind of check (see fusebench.analysis.noise).
 NOISE_SCOPE = {
     Check.TPS: "run_to_run_tps",
     Check.SPEEDUP: "run_to_run_speedup",
@@ -353,8 +353,8 @@ def history_findings(
     labels: dict[tuple[str, str, str], str],
 ) -> list[Finding]:
     """Each comparison's speedup in this run (its COMPARISON points, as the history would store
-    them) against the history's runs (bench.analysis.speedups): it fails when it falls below their
-    geometric mean by more than max(tolerance, the prediction bound, Bonferroni over the rows
+    them) against the history's runs (fusebench.analysis.speedups): it fails when it falls below
+    their geometric mean by more than max(tolerance, the prediction bound, Bonferroni over the rows
     gated), and only from MIN_RUNS stored runs on."""
     stored = {p.key: p for p in past}
     measured = [

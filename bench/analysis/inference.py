@@ -62,7 +62,7 @@ _SHAMOS_NORMAL = 0.9538725524089398  # median |X - Y| for X, Y iid N(0, 1): sqrt
 
 class VerdictWord(StrEnum):
     """What a row's interval says, in the order `verdict` decides it (see "Verdict words"); how each
-    reads in a table is bench.present's choice."""
+    reads in a table is fusebench.present's choice."""
 
     NEEDS_ROUNDS = "needs more rounds"
     FASTER = "faster"

@@ -15,7 +15,7 @@ import numpy as np
 import pandas as pd
 from scipy.special import stdtrit
 
-from models.config import (
+from fusebench.models.config import (
     LayerGeometry,
     ModelConfig,
     Overrides,
@@ -79,8 +79,8 @@ class LayerCounts:
 
 
 def layer_counts(preset: str, layers: int) -> LayerCounts:
-    """What `layers` layers of the preset hold, as models.config.truncate lays them out for the
-    runner."""
+    """What `layers` layers of the preset hold, as fusebench.models.config.truncate lays them out
+    for the runner."""
     return _counts(layer_geometry(truncate(_full_config(preset), layers)))
 
 

@@ -1,6 +1,6 @@
 """Where a step's time goes, and the Δ the ops that differ predict (Amdahl).
 
-Inputs: a run's `share` records (bench.measure.shares: each distinct switchable-op call of one
+Inputs: a run's `share` records (fusebench.measure.shares: each distinct switchable-op call of one
 prefill and one decode step, timed on its own per implementation, with the calls per step) and its
 timed trials.
 

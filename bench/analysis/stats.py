@@ -6,7 +6,7 @@ faster. Everything here is pure numpy/scipy/pandas so it runs (and is tested) wi
 The sample-level functions (summarize, ...) work on arrays; `summaries` and `compare` apply them to
 the trial records of a results file (`Results.frame("trial")`), so the report and the check compute
 every number the same way. What they return is typed rows (CellSummary, Comparison, Latency, ...),
-the words for a verdict left to bench.present; frames stay inside for the computing (and
+the words for a verdict left to fusebench.present; frames stay inside for the computing (and
 summary.csv's `summary_table`).
 """
 

@@ -91,7 +91,8 @@ class Study:
     margin_pct: float = stats.DEFAULT_MARGIN_PCT
     # which kernels ran (kind "kernel"), the build under test's
     kernels: list[KernelRecord] = dataclasses.field(default_factory=list)
-    # the names an mlx-lm model's ops were switched at (models.switched), the build under test's
+    # the names an mlx-lm model's ops were switched at (fusebench.models.switched), the build under
+    # test's
     sites: list[SiteRecord] = dataclasses.field(default_factory=list)
     # every build's trials, warmups included, when a run measured two builds (run --against); else
     # empty

@@ -21,7 +21,7 @@ from pathlib import Path
 
 from rich.console import Console
 
-from models.registry import REGISTRY
+from fusebench.models.registry import REGISTRY
 
 from .args import add_plugin_argument, names, positive_int
 

@@ -8,12 +8,12 @@ at full depth the layers dominate, so its Δ is not the full model's. Measured a
     step time = fixed + c_sliding·sliding layers + c_full·full-attention layers (+
     c_shared·KV-shared layers)
 
-by weighted least squares over the depths' mean times (the layer counts as models.config.truncate
-lays a depth out; the KV-shared term for E2B and E4B only), then evaluated at N layers (default: the
-model's full depth). It prints the projected prefill and decode tok/s with 95% intervals from the
-fit, each comparison's Δ (its interval treats the two fits as independent: conservative), and the
-fitted costs with how well the depths fit them. Assumed: a layer of a type costs the same at every
-depth, and the fixed part does not grow with depth.
+by weighted least squares over the depths' mean times (the layer counts as
+fusebench.models.config.truncate lays a depth out; the KV-shared term for E2B and E4B only), then
+evaluated at N layers (default: the model's full depth). It prints the projected prefill and decode
+tok/s with 95% intervals from the fit, each comparison's Δ (its interval treats the two fits as
+independent: conservative), and the fitted costs with how well the depths fit them. Assumed: a layer
+of a type costs the same at every depth, and the fixed part does not grow with depth.
 
 Refused (one line, exit 2): a size measured at one depth, depths that cannot separate the terms (26B
 at 2, 4, 6: one full-attention layer at each), runs of one model from several machines, checkpoint

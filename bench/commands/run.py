@@ -253,7 +253,7 @@ def experiment_from_flags_file(args: argparse.Namespace) -> tuple[Path, Path]:
     results file), and the results file: a one-line run is a reproducible file from the start."""
     from datetime import datetime
 
-    from models.ops import op_choices
+    from fusebench.models.ops import op_choices
 
     from ..core.spec import experiment_from_flags, parse_experiment
     from ..measure.plugins import load_plugins
@@ -287,7 +287,7 @@ def experiment_from_flags_file(args: argparse.Namespace) -> tuple[Path, Path]:
 def model_entry(model: str, layers: int | None, dtype: str | None) -> dict[str, object]:
     """--model's value as an experiment's model entry: a preset by name, else a checkpoint folder
     (absolute, so the saved experiment runs from any folder)."""
-    from models.config import preset_names
+    from fusebench.models.config import preset_names
 
     from ..measure.hub import is_repo_id
 

@@ -2,13 +2,13 @@
 code 2.
 
 Every input error in bench derives from `UserError`; the model's own input errors derive from
-`models.errors.ModelInputError`. `INPUT_ERRORS` is the pair the command line catches, so a new error
-class is an input error by inheriting, never by being added to a list somewhere else.
+`fusebench.models.errors.ModelInputError`. `INPUT_ERRORS` is the pair the command line catches, so a
+new error class is an input error by inheriting, never by being added to a list somewhere else.
 """
 
 from __future__ import annotations
 
-from models.errors import ModelInputError
+from fusebench.models.errors import ModelInputError
 
 
 class UserError(ValueError):

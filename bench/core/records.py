@@ -375,8 +375,9 @@ class KernelFact:
 
 @dataclass(frozen=True)
 class SiteCalls:
-    """A name an mlx-lm model calls an op through, switched while it runs (models.switched), and
-    the calls through it in one prefill of the cell's prompt and in one decode step."""
+    """A name an mlx-lm model calls an op through, switched while it runs
+    (fusebench.models.switched), and the calls through it in one prefill of the cell's prompt and in
+    one decode step."""
 
     KIND: ClassVar[str] = "site"
 

@@ -125,7 +125,8 @@ class Results:
         ]
 
     def site_records(self) -> list[SiteRecord]:
-        """Every switched name of an mlx-lm model (models.switched), with its cell and machine."""
+        """Every switched name of an mlx-lm model (fusebench.models.switched), with its cell and
+        machine."""
         machines = self.machines()
         return [
             SiteRecord(**vars(_place(record, machines)), site=from_mapping(SiteCalls, record))

@@ -32,7 +32,7 @@ from typing import NoReturn, TypeVar
 import yaml
 from yaml.nodes import MappingNode, Node, ScalarNode, SequenceNode
 
-from models.config import (
+from fusebench.models.config import (
     DTYPES,
     IMPLEMENTATIONS,
     QUANTIZE_MODES,
@@ -133,8 +133,8 @@ class ModelSpec:
     layers: int | None
     dtype: str
     quantize: str | None
-    # fusebench's Gemma 4 decoder or mlx-lm's classes (models.config.IMPLEMENTATIONS); None: the
-    # model's own (fusebench's for Gemma 4, mlx-lm's for the rest)
+    # fusebench's Gemma 4 decoder or mlx-lm's classes (fusebench.models.config.IMPLEMENTATIONS);
+    # None: the model's own (fusebench's for Gemma 4, mlx-lm's for the rest)
     implementation: str | None = None
     # A Hugging Face repo id as written (`org/name[@revision]`); once measure.hub has found it,
     # `path` is its snapshot folder and `commit` the snapshot's commit hash.
@@ -150,8 +150,8 @@ class ModelSpec:
 
     @property
     def source(self) -> str:
-        """What the model is built from, as models.loading.load_model takes it: the preset's name or
-        the path (a repo's snapshot folder once found; the repo id before)."""
+        """What the model is built from, as fusebench.models.loading.load_model takes it: the
+        preset's name or the path (a repo's snapshot folder once found; the repo id before)."""
         if self.preset is not None:
             return self.preset
         return str(self.path) if self.path is not None else str(self.repo)

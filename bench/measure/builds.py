@@ -2,11 +2,12 @@
 current ones.
 
 REF is a git ref of this repository (checked out into a temporary worktree, removed afterwards) or
-the path of another fusebench checkout. Its workers import the reference tree's own `bench` and
-`models` (its path goes first on their module search path), so what is compared is really the two
-trees; the Python packages (mlx, mlx-lm, ...) are this environment's. Before anything is measured
-the reference must speak this worker protocol, import, and read the experiment with its own spec
-parser; otherwise the run stops with one line and exit 2.
+the path of another fusebench checkout. Its workers import the reference tree's own `fusebench`
+(`bench` in a checkout from before the one package; its path goes first on their module search
+path), so what is compared is really the two trees; the Python packages (mlx, mlx-lm, ...) are
+this environment's. Before anything is measured the reference must speak this worker protocol,
+import, and read the experiment with its own spec parser; otherwise the run stops with one line and
+exit 2.
 """
 
 from __future__ import annotations
@@ -214,8 +215,8 @@ def _checked(build: Build, what: str, experiment: Path) -> Build:
             f"{PROTOCOL}; choose a reference from after the protocol changed"
         )
     check = (
-        "import sys\nfrom bench.measure import worker\n"
-        "from bench.core.spec import load_experiment\nload_experiment(sys.argv[1])\n"
+        f"import sys\nfrom {build.package}.measure import worker\n"
+        f"from {build.package}.core.spec import load_experiment\nload_experiment(sys.argv[1])\n"
     )
     done = subprocess.run(
         [build.interpreter, "-c", check, str(experiment.resolve())],

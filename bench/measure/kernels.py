@@ -4,17 +4,18 @@ something.
 Two probes, both reading MLX rather than trusting names:
 
 - `probe_fused` runs an op's own fused-kernel probe, declared with its calls
-  (`models.calls.OpCalls.probe_fused`; attention's asks `mx.fast.scaled_dot_product_attention` with
-  force_fused=True), at the model's real shapes: the backend's choice depends on them (for SDPA the
-  head dim, the query and key lengths, the GQA factor and the mask), so nothing is shortened.
+  (`fusebench.models.calls.OpCalls.probe_fused`; attention's asks
+  `mx.fast.scaled_dot_product_attention` with force_fused=True), at the model's real shapes: the
+  backend's choice depends on them (for SDPA the head dim, the query and key lengths, the GQA factor
+  and the mask), so nothing is shortened.
 - `probe_compiled` builds one variant's lazy graph and lists the primitives `mx.eval` would run,
   read with `mx.export_to_dot`. After `mx.compile`, the graph holds `Compiled...` primitives in
   place of the fused ops; an `mx.fast` op that fell back shows its composed ops instead of its own
   primitive (RMSNorm, RoPE, ScaledDotProductAttention). Nothing is evaluated but the inputs.
 
 The calls probed are each op's kernel cases, from its declaration
-(`models.calls.OpCalls.kernel_cases`): the same shapes `fusebench ops` times, at one prompt. Only
-mlx and models are imported, so the facts can be gathered inside a worker process.
+(`fusebench.models.calls.OpCalls.kernel_cases`): the same shapes `fusebench ops` times, at one
+prompt. Only mlx and models are imported, so the facts can be gathered inside a worker process.
 """
 
 from __future__ import annotations
@@ -30,7 +31,7 @@ from typing import Any
 import mlx.core as mx
 from mlx_lm.models.gemma4_text import ModelArgs
 
-from models.ops import REGISTRY, Inputs, OpCase, calls_by_op
+from fusebench.models.ops import REGISTRY, Inputs, OpCase, calls_by_op
 
 from ..core.records import KernelFact
 from .shares import TracedCall
@@ -334,9 +335,10 @@ def kernel_facts(
 
 
 def traced_kernel_facts(traced: Mapping[str, Sequence[TracedCall]]) -> list[KernelFact]:
-    """Every kernel fact for a model whose calls were traced (mlx-lm's models, models.switched):
-    at each distinct call of each phase, its op's fused-kernel probe where the op declares one,
-    then the graph of every registered variant of its op, on the call's own inputs."""
+    """Every kernel fact for a model whose calls were traced (mlx-lm's models,
+    fusebench.models.switched): at each distinct call of each phase, its op's fused-kernel probe
+    where the op declares one, then the graph of every registered variant of its op, on the call's
+    own inputs."""
     facts = []
     for phase, calls in traced.items():
         for call in calls:

@@ -12,8 +12,14 @@ import platform
 import subprocess
 from pathlib import Path
 
-from models.config import DTYPE_BYTES, ModelConfig, Overrides, layer_geometry, preset_config
-from models.loading import parameter_bytes, read_checkpoint_config, text_config
+from fusebench.models.config import (
+    DTYPE_BYTES,
+    ModelConfig,
+    Overrides,
+    layer_geometry,
+    preset_config,
+)
+from fusebench.models.loading import parameter_bytes, read_checkpoint_config, text_config
 
 from ..core.spec import Experiment, ModelSpec
 

@@ -6,12 +6,12 @@ variants are warmed up once (which pays mx.compile's JIT), then timed in rounds 
 `fusebench run` does, and every sample is appended to the results store as a `kind: "op"` record.
 The table gives, per case and variant, the median time, achieved GB/s and GFLOP/s, the largest
 deviation from the op's reference variant, and the paired speed Δ against that reference with its
-bootstrap 95% CI (bench.analysis.stats).
+bootstrap 95% CI (fusebench.analysis.stats).
 
-Shapes come from each op's declaration (`models.calls.OpCalls`, beside its variants in models/ops.py
-or in a plugin), asked at the presets at full depth (per-layer shapes do not depend on the layer
-count) and at the experiment's workloads. A shape shared by several sizes (the logits, E2B's and
-E4B's PLE gate) is timed once.
+Shapes come from each op's declaration (`fusebench.models.calls.OpCalls`, beside its variants in
+models/ops.py or in a plugin), asked at the presets at full depth (per-layer shapes do not depend on
+the layer count) and at the experiment's workloads. A shape shared by several sizes (the logits,
+E2B's and E4B's PLE gate) is timed once.
 """
 
 from __future__ import annotations
@@ -29,9 +29,9 @@ from typing import TYPE_CHECKING
 import mlx.core as mx
 from mlx_lm.models.gemma4_text import ModelArgs
 
-from models.config import Overrides, load_preset, preset_config, runs_own_decoder
-from models.errors import UnknownOpError
-from models.ops import REGISTRY, Inputs, OpCase, calls_by_op
+from fusebench.models.config import Overrides, load_preset, preset_config, runs_own_decoder
+from fusebench.models.errors import UnknownOpError
+from fusebench.models.ops import REGISTRY, Inputs, OpCase, calls_by_op
 
 from ..core.header import Env, StoredExperiment, run_header
 from ..core.records import OpRecord, new_run_id

@@ -9,9 +9,9 @@ from __future__ import annotations
 
 import mlx.core as mx
 
-from models.errors import UnknownOpError
-from models.loading import build_model
-from models.switched import check_switched_ops
+from fusebench.models.errors import UnknownOpError
+from fusebench.models.loading import build_model
+from fusebench.models.switched import check_switched_ops
 
 from ..core.spec import Experiment, ModelSpec
 from .memory import model_config

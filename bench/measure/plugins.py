@@ -2,7 +2,7 @@
 
 A plugin is a plain file that uses the stable import:
 
-    from models.ops import register
+    from fusebench.models.ops import register
 
     @register("softcap", "mine")
     def softcap_mine(x, cap):
@@ -24,6 +24,7 @@ measures.
 
 from __future__ import annotations
 
+import ast
 import hashlib
 import importlib.util
 import re
@@ -34,8 +35,8 @@ from pathlib import Path
 from types import TracebackType
 from typing import Any
 
-from models.calls import CALLS, calls_of
-from models.ops import REGISTRY, OpCalls, OpSpec, op_choices
+from fusebench.models.calls import CALLS, calls_of
+from fusebench.models.ops import REGISTRY, OpCalls, OpSpec, op_choices
 
 from ..core.errors import UserError
 from ..core.spec import Experiment, resolve_ops
@@ -87,6 +88,33 @@ def _restore(snapshot: dict[str, _Saved]) -> None:
 
 def _one_line(text: str) -> str:
     return " ".join(str(text).split())
+
+
+# fusebench's top-level import names before it was one package, and theirs since.
+_RENAMED = {"models": "fusebench.models", "bench": "fusebench"}
+
+
+def _renamed_import(source: bytes) -> tuple[int, str] | None:
+    """The line and old top-level name of a plugin's import from before fusebench was one package
+    (`models` in `from models.ops import register`), or None. Read from the source, not from a
+    failed import: run from a checkout's root, `models` would still import, as a second copy
+    whose registry no run reads."""
+    try:
+        tree = ast.parse(source)
+    except SyntaxError:
+        return None  # the import reports it, with its line
+    for node in ast.walk(tree):
+        names = (
+            [alias.name for alias in node.names]
+            if isinstance(node, ast.Import)
+            else [node.module or ""]
+            if isinstance(node, ast.ImportFrom) and node.level == 0
+            else []
+        )
+        for name in names:
+            if name.split(".")[0] in _RENAMED:
+                return node.lineno, name.split(".")[0]
+    return None
 
 
 def _failing_line(err: BaseException, location: str) -> int | None:
@@ -158,6 +186,13 @@ def load_plugin(path: Path | str) -> PluginInfo:
     if previous is not None and previous.sha256 == digest and _still_registered(previous):
         return previous
 
+    renamed = _renamed_import(data)
+    if renamed:
+        line, old = renamed
+        raise PluginError(
+            f"{shown}:{line}: plugin: `{old}` is `{_RENAMED[old]}` now (fusebench is one import "
+            "package): write `from fusebench.models.ops import register`"
+        )
     location = str(resolved)
     before = _snapshot()
     for op in previous.ops if previous is not None else ():
@@ -189,7 +224,7 @@ def load_plugin(path: Path | str) -> PluginInfo:
             if variant in had and owner != resolved:
                 sys.modules.pop(name, None)
                 _restore(before)
-                by = f"plugin {owner}" if owner else "models.ops"
+                by = f"plugin {owner}" if owner else "fusebench.models.ops"
                 line = _variant_line(data.decode(errors="replace"), variant, fn)
                 raise PluginError(
                     f"{shown}:{line}: plugin: ValueError: {op} variant {variant!r} "

@@ -1,5 +1,6 @@
 """Facts about the workers' environment, measured in a process started exactly as a worker is (same
-interpreter, same BLAS preload): `python -m bench.measure.probe env|peaks` prints one JSON object.
+interpreter, same BLAS preload): `python -m fusebench.measure.probe env|peaks` prints one JSON
+object.
 
 The parent process cannot measure these itself: LD_PRELOAD acts only at process start, so the BLAS
 the parent maps is not the one its workers use.

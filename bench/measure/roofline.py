@@ -5,14 +5,15 @@ Work is counted from the model's exact parameter shapes (the lazily built model:
 computed) and its attention layout:
 - prefill FLOPs: 2 per parameter and token for every matmul weight in the path, plus the attention
   FLOPs over the (query, key) pairs the causal and sliding-window masks leave. The LM head runs on
-  the last position of each sequence only, as in mlx-lm's prefill, which bench.measure.worker times;
+  the last position of each sequence only, as in mlx-lm's prefill, which fusebench.measure.worker
+  times;
 - gen bytes per decode step: the active weights read once, plus the KV cache read and the new K/V
   written.
 Active parameters are all parameters, less the embedding tables that are only looked up (the token
 table when it is not the tied LM head, and the per-layer-input table), with the MoE experts counted
 at their top_k/num_experts share.
 
-Peaks come from a measurement (bench.measure.env.probe_peaks) or from the shipped table of known
+Peaks come from a measurement (fusebench.measure.env.probe_peaks) or from the shipped table of known
 chips (bench/data/chips.yaml).
 """
 
@@ -27,8 +28,14 @@ from pathlib import Path
 import yaml
 from mlx.utils import tree_flatten
 
-from models.config import DTYPE_BYTES, LayerGeometry, ModelConfig, expert_share, layer_geometry
-from models.loading import MX_DTYPES, build_model, cast_weights, quantize_weights
+from fusebench.models.config import (
+    DTYPE_BYTES,
+    LayerGeometry,
+    ModelConfig,
+    expert_share,
+    layer_geometry,
+)
+from fusebench.models.loading import MX_DTYPES, build_model, cast_weights, quantize_weights
 
 from ..core.cell import PeakShares, Rates
 from ..core.header import Env, Peak, PeakProbe
@@ -164,7 +171,7 @@ def cell_work(
     """FLOPs of the prefill and bytes moved by the generation of one trial of a cell.
 
     `gen_tokens - 1` decode steps follow the prefill (its first token comes with the prefill), as
-    bench.measure.worker times them.
+    fusebench.measure.worker times them.
     """
     totals = role_totals(config, dtype, quantize)
     params, nbytes = totals.params, totals.nbytes
@@ -273,7 +280,7 @@ def match_chip(device: str, chips: tuple[Peak, ...] | None = None) -> Peak | Non
 
 
 def probe_peak(probe: PeakProbe) -> Peak:
-    """A bench.measure.env.probe_peaks() result in the form of a chips.yaml entry."""
+    """A fusebench.measure.env.probe_peaks() result in the form of a chips.yaml entry."""
     return Peak(
         name="measured on this machine",
         fp32_tflops=probe.matmul_gflops / 1000,

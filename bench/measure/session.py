@@ -54,6 +54,15 @@ class Build:
     def interpreter(self) -> str:
         return self.python or sys.executable
 
+    @property
+    def package(self) -> str:
+        """The name the build's code imports as: `fusebench` (a checkout's root links it to bench/),
+        or `bench` in a checkout from before the one import package, whose workers may still speak
+        this protocol."""
+        if self.root is None or (self.root / "fusebench").is_dir():
+            return "fusebench"
+        return "bench"
+
     def worker_env(self, base: dict[str, str]) -> dict[str, str]:
         env = {**base, **self.env, "PYTHONUNBUFFERED": "1"}
         if self.root is not None:
@@ -85,7 +94,7 @@ class WorkerSession:
     ) -> None:
         self.build = build
         self.process = subprocess.Popen(
-            [build.interpreter, "-m", "bench.measure.worker"],
+            [build.interpreter, "-m", f"{build.package}.measure.worker"],
             stdin=subprocess.PIPE,
             stdout=subprocess.PIPE,
             stderr=subprocess.PIPE,

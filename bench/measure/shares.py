@@ -26,8 +26,8 @@ from typing import Any
 
 import mlx.core as mx
 
-from models.gemma4 import Model
-from models.ops import REGISTRY
+from fusebench.models.gemma4 import Model
+from fusebench.models.ops import REGISTRY
 
 from ..core.cell import ShareTime
 from .opbench import MIN_SAMPLE_S, Inputs, time_calls

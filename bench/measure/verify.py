@@ -10,9 +10,9 @@ from dataclasses import dataclass
 from rich.console import Console
 from rich.table import Table
 
-from models.loading import load_model
-from models.ops import REGISTRY, reference_assignment
-from models.switched import called_ops
+from fusebench.models.loading import load_model
+from fusebench.models.ops import REGISTRY, reference_assignment
+from fusebench.models.switched import called_ops
 
 from ..core.cell import Agreement
 from .job import ATOL_BY_DTYPE

@@ -53,10 +53,16 @@ from functools import partial
 import mlx.core as mx
 from mlx.utils import tree_flatten
 
-from models.config import Overrides, min_layers, preset_config, preset_names, runs_own_decoder
-from models.gemma4 import Model
-from models.loading import AnyModel, WeightsCache, build_model, load_model
-from models.switched import SwitchedModel
+from fusebench.models.config import (
+    Overrides,
+    min_layers,
+    preset_config,
+    preset_names,
+    runs_own_decoder,
+)
+from fusebench.models.gemma4 import Model
+from fusebench.models.loading import AnyModel, WeightsCache, build_model, load_model
+from fusebench.models.switched import SwitchedModel
 
 from ..core.cell import Agreement, DepthSpeed, Measured, Trial
 from ..core.records import KernelFact, SiteCalls
@@ -502,8 +508,8 @@ class ModelKernels:
 
 
 def model_kernels(model: AnyModel, prompt: mx.array, dtype: str, step: int) -> ModelKernels:
-    """fusebench's decoder declares its calls (models.ops, at the prompt's length); an mlx-lm
-    model's are traced from one prefill of `prompt` and the decode step after it."""
+    """fusebench's decoder declares its calls (fusebench.models.ops, at the prompt's length); an
+    mlx-lm model's are traced from one prefill of `prompt` and the decode step after it."""
     if isinstance(model, Model):
         facts = kernel_facts(model.args, prompt_tokens=prompt.shape[1], dtype=dtype)
         return ModelKernels(facts, [])

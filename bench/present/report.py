@@ -3,9 +3,9 @@ summary.csv with its plots, into `reports/<experiment>/`.
 
 Results files merge (shards of a suite, or one suite on several machines); one table is drawn per
 machine x comparison x workload, so machines and workloads are never pooled into one median. Every
-number comes from bench.analysis, which `fusebench check` uses too.
+number comes from fusebench.analysis, which `fusebench check` uses too.
 
-The report is SECTIONS, in order: each a Section (bench.present.sections) taking the one
+The report is SECTIONS, in order: each a Section (fusebench.present.sections) taking the one
 ReportContext. A new section is a function of that context, registered here by one line.
 """
 

@@ -5,7 +5,7 @@ never calls it faster, and `fusebench check` exits 1."""
 
 import mlx.core as mx
 
-from models.ops import register
+from fusebench.models.ops import register
 
 
 @register("softcap", "forgot_cap")

@@ -8,7 +8,7 @@ in an experiment `plugins: [examples/plugins/fast_softcap.py]` (paths relative t
 
 import mlx.core as mx
 
-from models.ops import register
+from fusebench.models.ops import register
 
 
 @mx.compile

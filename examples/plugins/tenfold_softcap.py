@@ -9,7 +9,7 @@ it.
 
 import mlx.core as mx
 
-from models.ops import register, softcap_unfused
+from fusebench.models.ops import register, softcap_unfused
 
 
 @register("softcap", "tenfold")

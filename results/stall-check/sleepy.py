@@ -4,7 +4,7 @@ import itertools
 import time
 
 import mlx.core as mx
-from models.ops import register
+from fusebench.models.ops import register
 
 _calls = itertools.count()
 

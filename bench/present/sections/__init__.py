@@ -1,6 +1,6 @@
 """The report's sections, one module each. Every section is a `Section`: it takes the one
 ReportContext and returns its blocks (none when the results hold nothing for it);
-bench.present.report lists them, in report order."""
+fusebench.present.report lists them, in report order."""
 
 from __future__ import annotations
 

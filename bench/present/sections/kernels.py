@@ -3,7 +3,7 @@ of each variant."""
 
 from __future__ import annotations
 
-from models.registry import REGISTRY
+from fusebench.models.registry import REGISTRY
 
 from ...analysis.study import Study, cell_labels, ops_changes, size_order
 from ...core.records import KernelFact, KernelRecord, SiteCalls

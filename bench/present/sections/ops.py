@@ -6,7 +6,7 @@ from collections import Counter
 from collections.abc import Sequence
 from pathlib import Path
 
-from models.registry import REGISTRY
+from fusebench.models.registry import REGISTRY
 
 from ...analysis.opstats import VariantSummary
 from ...analysis.study import Study

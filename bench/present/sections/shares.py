@@ -1,6 +1,6 @@
 """Where the time goes: per cell, each switchable op's time in a prefill and in one decode step of
-every variant, and the rest of the step, from the run's op shares (bench.analysis.shares). Only for
-runs that timed them."""
+every variant, and the rest of the step, from the run's op shares (fusebench.analysis.shares). Only
+for runs that timed them."""
 
 from __future__ import annotations
 
