@@ -18,9 +18,9 @@ from fusebench.analysis.inference import adjust, paired_estimate, verdict
 from fusebench.commands import main
 from fusebench.core.cell import CellFields, Measured, StopRecord, Trial
 from fusebench.core.header import Env, LoadSummary, MachineLoad, RunHeader, ScheduleChoice
-from fusebench.core.records import METRICS, Clock, Stopping
+from fusebench.core.records import METRICS, Clock
 from fusebench.core.results import read_results
-from fusebench.core.spec import Schedule, experiment_path, load_experiment
+from fusebench.core.spec import Schedule, Trials, experiment_path, load_experiment
 from fusebench.measure.duet import (
     PilotTrials,
     Sample,
@@ -343,7 +343,7 @@ def test_a_duet_run_pairs_each_comparison_beside_itself_on_two_cores(duet_run: P
     results = read_results([duet_run])
     (header,) = results.of_kind("run")
     assert header["schedule_choice"]["schedule"] == "duet"
-    assert header["stopping"] == Stopping.FIXED
+    assert header["trials"] == Trials.FIXED
     assert header["env"]["threads"] == 1  # one BLAS thread a worker: one core each
     timed = [t for t in results.of_kind("trial") if not t["warmup"]]
     by_round: dict[int, list[dict]] = {}
@@ -386,7 +386,7 @@ PR15587_DELTAS_PCT = [16.6, 15.0, 15.8, 11.6, 10.5, 6.1, 11.7, 4.8]
 SIZES = ["E2B", "E4B", "26B", "31B"]
 
 
-def _pr15587_file(path: Path, stopping: Stopping, seed: int) -> Path:
+def _pr15587_file(path: Path, rule: Trials, seed: int) -> Path:
     """PR 15587's eight rows at its 5 rounds (`trials: 5`), 1% lognormal noise on every trial."""
     rng = np.random.default_rng(seed)
     records = []
@@ -409,25 +409,25 @@ def _pr15587_file(path: Path, stopping: Stopping, seed: int) -> Path:
             },
         )
     experiment = "name: pr15587\ntrials: 5\n"
-    return results_file(path, records, experiment=experiment, stopping=stopping)
+    return results_file(path, records, experiment=experiment, trials=rule)
 
 
 @pytest.mark.parametrize("seed", range(3))
 def test_pr15587_at_its_five_fixed_rounds_reads_faster_on_every_row(tmp_path, seed):
-    path = _pr15587_file(tmp_path / "fixed.jsonl", Stopping.FIXED, seed)
+    path = _pr15587_file(tmp_path / "fixed.jsonl", Trials.FIXED, seed)
     rows = stats.compare(read_results([path]).frame("trial"), "baseline", "compiled", METRICS)
     assert [row.verdict.word for row in rows] == ["faster"] * 8
 
 
 def test_the_same_rounds_stopped_on_the_data_get_the_confidence_sequence(tmp_path):
-    path = _pr15587_file(tmp_path / "adaptive.jsonl", Stopping.ADAPTIVE, 0)
+    path = _pr15587_file(tmp_path / "adaptive.jsonl", Trials.AUTO, 0)
     rows = stats.compare(read_results([path]).frame("trial"), "baseline", "compiled", METRICS)
     # unbounded below 6 rounds at a table's Holm level: the price of looking
     assert {row.verdict.word for row in rows} == {"inconclusive"}
 
 
 def test_pooled_runs_are_never_read_as_fixed(tmp_path):
-    one = _pr15587_file(tmp_path / "a.jsonl", Stopping.FIXED, 0)
+    one = _pr15587_file(tmp_path / "a.jsonl", Trials.FIXED, 0)
     frame = read_results([one]).frame("trial")
     assert stats.fixed_rounds(frame)
     two = frame.assign(run_id=np.where(frame["round"] < 3, "run1", "run2"))
@@ -448,12 +448,17 @@ def test_the_fixed_n_interval_is_students_t():
     assert sequence.high - sequence.low > est.high - est.low
 
 
-def test_a_results_file_from_before_the_field_reads_as_stopped_on_its_data(tmp_path):
-    path = _pr15587_file(tmp_path / "old.jsonl", Stopping.FIXED, 0)
+@pytest.mark.parametrize(
+    ("stopping", "fixed"), [("fixed", True), ("adaptive", False), (None, False)]
+)
+def test_a_results_file_of_format_3_reads_its_rule_from_stopping(tmp_path, stopping, fixed):
+    # format 3 said only whether the rounds were fixed; a header without it stopped on its data
+    path = _pr15587_file(tmp_path / "old.jsonl", Trials.FIXED, 0)
     lines = [json.loads(line) for line in path.read_text().splitlines()]
-    del lines[0]["stopping"]
+    del lines[0]["trials"]
+    lines[0] |= {"format": 3, **({"stopping": stopping} if stopping else {})}
     path.write_text("".join(json.dumps(line) + "\n" for line in lines))
-    assert not stats.fixed_rounds(read_results([path]).frame("trial"))
+    assert stats.fixed_rounds(read_results([path]).frame("trial")) == fixed
 
 
 def test_a_duet_runs_report_names_the_sizes_whose_rounds_ran_sequentially():

@@ -11,7 +11,7 @@ import yaml
 
 from fusebench.commands import main
 from fusebench.core.results import read_results
-from fusebench.core.spec import experiment_from_flags, parse_experiment
+from fusebench.core.spec import Trials, experiment_from_flags, parse_experiment
 
 
 @pytest.fixture(scope="module")
@@ -31,7 +31,7 @@ def test_a_flag_run_records_the_experiment_it_saved(flag_run):
     exp = parse_experiment(saved.read_text())
     assert list(exp.variants) == ["unfused", "compiled"]
     assert [(c.baseline, c.new) for c in exp.comparisons] == [("unfused", "compiled")]
-    assert exp.precision is not None  # trials: auto, as a file would say it
+    assert exp.trials is Trials.AUTO  # as a file would say it
     trials = read_results([out]).of_kind("trial")
     assert {t["variant"] for t in trials} == {"unfused", "compiled"}
     assert {t["prompt_tokens"] for t in trials} == {12}

@@ -10,9 +10,8 @@ from pathlib import Path
 import pytest
 
 from fusebench.commands import main
-from fusebench.core.records import Stopping
 from fusebench.core.results import read_results
-from fusebench.core.spec import MIN_PLANNED_ROUNDS
+from fusebench.core.spec import MIN_PLANNED_ROUNDS, Trials
 
 EXPERIMENT = """\
 name: tiny-plan
@@ -63,7 +62,7 @@ def test_each_cell_gets_its_planned_rounds_none_or_at_least_the_minimum(two_runs
     for out in two_runs[:2]:
         results = read_results([out])
         (header,) = results.of_kind("run")
-        assert header["stopping"] == Stopping.FIXED  # the fixed-n t interval
+        assert header["trials"] == Trials.PLAN  # the fixed-n t interval
         for stop in results.of_kind("stop"):
             assert stop["reason"] in ("planned", "budget")
             assert stop["rounds"] == 0 or MIN_PLANNED_ROUNDS <= stop["rounds"] <= 12

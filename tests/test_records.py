@@ -30,7 +30,7 @@ from fusebench.core.typed import from_mapping, to_mapping, to_record
 FIXTURES = Path(__file__).resolve().parent / "fixtures"
 # Columns a results frame adds to the records (core.results.Results.frame,
 # analysis.stats.timed_trials): no record holds them.
-DERIVED = {Column.MACHINE, Column.STOPPING, Column.CLOCK, Column.PREFILL_CPU_TPS}
+DERIVED = {Column.MACHINE, Column.TRIALS, Column.CLOCK, Column.PREFILL_CPU_TPS}
 DERIVED |= {Column.GEN_CPU_TPS}
 CELL = CellFields(
     run_id="run1",

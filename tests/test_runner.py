@@ -18,9 +18,9 @@ import pytest
 from conftest import tree_copy
 
 from fusebench.commands import main
-from fusebench.core.records import ResultsError, Stopping
+from fusebench.core.records import ResultsError
 from fusebench.core.results import read_results
-from fusebench.core.spec import load_experiment
+from fusebench.core.spec import Trials, load_experiment
 from fusebench.measure.plan import plan_jobs
 from fusebench.measure.resume import DoneWork
 from fusebench.measure.schedule import centre_order, round_order, round_plan
@@ -115,7 +115,7 @@ def test_trials_budget_runs_the_rounds_it_fixed_and_records_a_fixed_design(tmp_p
     assert main([*argv, "--only", "tiny"]) == 0
     results = read_results([out])
     (header,) = results.headers.values()
-    assert header.stopping == Stopping.FIXED  # so its rows get the fixed-n t interval
+    assert header.trials is Trials.BUDGET  # so its rows get the fixed-n t interval
     (stop,) = results.stop_records()
     # the count is fixed from the warm-up's pace (at least 3, at most max_rounds); only a round that
     # would overrun the cell's time ends it sooner

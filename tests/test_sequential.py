@@ -191,16 +191,16 @@ def test_trials_budget_fixes_the_rounds_its_share_holds_and_no_data_end_them_soo
     exp = parse_experiment(BUDGET_EXPERIMENT)
     assert _fixed(exp, ["current"], 105.0, RoundCosts(10.0)) == 10
     assert _fixed(exp, ["current"], 5.0, RoundCosts(10.0)) == MIN_BUDGET_ROUNDS
-    assert _fixed(exp, ["current"], 1e6, RoundCosts(10.0)) == exp.trials
+    assert _fixed(exp, ["current"], 1e6, RoundCosts(10.0)) == exp.rounds
     stop = CellStop(exp, ["current"], share_s=1e6)
     stop.expect(RoundCosts(1.0))
     stop.fix_rounds()
-    for round_ in range(exp.trials):  # compiled twice as fast, every round: decided at once
+    for round_ in range(exp.rounds):  # compiled twice as fast, every round: decided at once
         stop.add("current", _trial("baseline", round_, 100.0), process=0)
         stop.add("current", _trial("compiled", round_, 200.0 + round_ % 3), process=0)
-        if round_ + 1 < exp.trials:
+        if round_ + 1 < exp.rounds:
             assert stop.stop_reason(round_ + 1) is None
-    assert stop.stop_reason(exp.trials) == "fixed from the budget"
+    assert stop.stop_reason(exp.rounds) == "fixed from the budget"
 
 
 def test_trials_budget_counts_the_fresh_worker_pairs_between_its_rounds_and_the_stop_after():
@@ -230,7 +230,7 @@ def test_a_budget_stops_before_a_round_whose_fresh_pair_or_the_final_stop_would_
     monkeypatch.setattr(cellstop, "time", clock)
     stop = CellStop(exp, ["a", "b"], share_s=100.0)
     stop.expect(RoundCosts(10.0, fresh_pair_s=20.0, stop_s=5.0))
-    stop.planned = exp.trials  # fixed far beyond the share, as a too-cheap estimate would
+    stop.planned = exp.rounds  # fixed far beyond the share, as a too-cheap estimate would
     clock.now = 85.0  # round 4 (10 s) and the stop (5 s) fit the 15 s left
     assert stop.stop_reason(3) is None
     clock.now = 86.0
@@ -260,7 +260,7 @@ def test_the_budget_judges_the_next_round_at_the_slowest_pace_a_round_took(
     monkeypatch.setattr(cellstop, "time", clock)
     stop = CellStop(exp, ["a", "b"], share_s=100.0)
     stop.expect(RoundCosts(10.0, stop_s=5.0))
-    stop.planned = exp.trials
+    stop.planned = exp.rounds
     stop.round_took(8.0)
     stop.round_took(12.0)  # a mean of 10 s, the slowest 12 s
     clock.now = 83.0  # 17 s left: a 12 s round and the 5 s stop fit

@@ -16,8 +16,8 @@ from fusebench.core.spec import (
     Correctness,
     Expectation,
     ModelSpec,
-    Precision,
     SpecError,
+    Trials,
     Workload,
     load_experiment,
     parse_experiment,
@@ -130,7 +130,7 @@ def test_full_experiment_values():
         Comparison("baseline", "baseline"),
     )
     assert exp.depths == (512, 2048)
-    assert (exp.trials, exp.warmup, exp.prefill_step_size, exp.seed) == (7, 2, 512, 3)
+    assert (exp.rounds, exp.warmup, exp.prefill_step_size, exp.seed) == (7, 2, 512, 3)
     assert exp.timeout_s == 900.0 and isinstance(exp.timeout_s, float)
     assert exp.correctness == Correctness(reference="compiled", atol=0.05, tokens=4)
     assert exp.expect == (
@@ -146,7 +146,7 @@ def test_defaults():
     assert exp.models == (ModelSpec("tiny", None, "tiny", None, "float32", None),)
     assert exp.workloads == (Workload(16, 4, 1),)
     assert (exp.comparisons, exp.depths, exp.expect) == ((), (), ())
-    assert (exp.trials, exp.warmup, exp.prefill_step_size, exp.seed, exp.timeout_s) == (
+    assert (exp.rounds, exp.warmup, exp.prefill_step_size, exp.seed, exp.timeout_s) == (
         5,
         1,
         2048,
@@ -158,7 +158,8 @@ def test_defaults():
 
 def test_empty_optional_keys_take_defaults():
     exp = parse_experiment(MINIMAL + "trials:\ncomparisons:\ncorrectness:\n")
-    assert (exp.trials, exp.comparisons, exp.correctness.reference) == (5, (), "a")
+    assert (exp.trials, exp.rounds, exp.comparisons) == (Trials.FIXED, 5, ())
+    assert exp.correctness.reference == "a"
     exp = parse_experiment(replaced("preset: tiny", "{preset: tiny, quantize: none, layers: }"))
     assert (exp.models[0].quantize, exp.models[0].layers) == (None, None)
 
@@ -446,7 +447,7 @@ ERRORS = {
         MINIMAL + "trials: five\n",
         10,
         "trials",
-        "expected a number of rounds (>= 1), auto, budget or plan, got a string ('five')",
+        "expected a number of rounds (>= 1) or one of auto, budget, plan, got a string ('five')",
     ),
     "trials: plan without a budget": (
         MINIMAL + "trials: plan\n",
@@ -721,15 +722,20 @@ def test_plugins_are_relative_to_the_experiment(tmp_path):
 def test_explicit_trials_mean_exactly_that_many_rounds():
     # run --trials 3 on a trials: auto experiment: 3 rounds, not "at least 6, at most 3".
     auto = parse_experiment(MINIMAL + "trials: auto\nprecision: 3%\n")
-    assert auto.precision is not None
+    assert (auto.trials, auto.target_pct) == (Trials.AUTO, 3.0)
     fixed = with_trials(auto, 3)
-    assert (fixed.trials, fixed.precision) == (3, None)
+    assert (fixed.trials, fixed.rounds, fixed.target_pct) == (Trials.FIXED, 3, None)
     assert fixed.sha256 == auto.sha256  # still the same file, so --resume keeps working
 
 
 def test_trials_budget_fixes_its_rounds_so_its_intervals_are_fixed_n():
     budget = parse_experiment(MINIMAL + "trials: budget\nbudget_s: 90\nmax_rounds: 40\n")
-    assert budget.precision == Precision(None, 40, 90.0, by_budget=True)
-    assert budget.trials == 40 and not budget.adaptive
-    assert parse_experiment(MINIMAL + "trials: auto\n").adaptive
-    assert not parse_experiment(MINIMAL + "trials: 5\n").adaptive
+    assert (budget.trials, budget.rounds, budget.budget_s, budget.target_pct) == (
+        Trials.BUDGET,
+        40,
+        90.0,
+        None,
+    )
+    assert not budget.trials.adaptive
+    assert parse_experiment(MINIMAL + "trials: auto\n").trials.adaptive
+    assert not parse_experiment(MINIMAL + "trials: 5\n").trials.adaptive

@@ -27,10 +27,9 @@ from ..core.records import (
     METRICS,
     Clock,
     Column,
-    Stopping,
     cpu_clock_tps,
 )
-from ..core.spec import DEFAULT_MARGIN_PCT
+from ..core.spec import DEFAULT_MARGIN_PCT, Trials
 from .clocks import clocked_estimate
 from .inference import (
     STALLS_BASELINE,
@@ -419,7 +418,7 @@ def every_variant(timed: pd.DataFrame, n_variants: int) -> pd.DataFrame:
     of the variants' current/reference ratios.
     """
     keys = [*CELL_KEYS, "run_id", "cell", "round", "process", "build"]
-    keys += [c for c in (Column.STOPPING, Column.CLOCK) if c in timed]
+    keys += [c for c in (Column.TRIALS, Column.CLOCK) if c in timed]
     cpu_columns = [c[3] for c in CPU_CLOCK_COLUMNS.values() if c[3] in timed]
     columns = [*METRIC_COLUMNS.values(), *cpu_columns]
     logs = timed[[*keys, "variant"]].assign(
@@ -498,11 +497,11 @@ def _clock(trials: pd.DataFrame) -> Clock:
 
 def fixed_rounds(trials: pd.DataFrame) -> bool:
     """Whether these trials' rounds were fixed before anyone looked: one run, whose header says
-    its round count was set in advance (core.records.Stopping). Rounds pooled from several runs
+    its round count was set in advance (core.spec.Trials). Rounds pooled from several runs
     (check --confirm, bisect) were added on the data, and so were a trials: auto run's."""
-    if Column.STOPPING not in trials or trials[Column.RUN_ID].nunique() != 1:
+    if Column.TRIALS not in trials or trials[Column.RUN_ID].nunique() != 1:
         return False
-    return bool((trials[Column.STOPPING] == Stopping.FIXED).all())
+    return not trials[Column.TRIALS].map(lambda rule: Trials(rule).adaptive).any()
 
 
 def _judge(

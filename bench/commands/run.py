@@ -332,12 +332,12 @@ def check_op_flags(
 def override_trials(exp: Experiment, trials: int, console: Console) -> Experiment:
     """--trials N: exactly N timed rounds, said before anything runs when it turns the experiment's
     target off."""
-    from ..core.spec import with_trials
+    from ..core.spec import Trials, with_trials
 
-    if exp.precision is not None:
+    if exp.trials is not Trials.FIXED:
         console.print(
             f"--trials {trials}: exactly {trials} timed rounds per cell; "
-            "the experiment's trials: auto or budget (rounds from the data or the budget) is off",
+            f"the experiment's trials: {exp.trials} (rounds from the data or the budget) is off",
             highlight=False,
         )
     return with_trials(exp, trials)

@@ -12,7 +12,8 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from typing import ClassVar
 
-from .records import FORMAT, Clock, Record, Stopping, utc_now
+from .records import FORMAT, Clock, Record, utc_now
+from .spec import Trials
 from .text import short_commit
 from .typed import from_mapping
 
@@ -279,7 +280,7 @@ class RunHeader:
     threads_choice: ThreadChoice | None = None
     # None: a run from before duets, whose rounds were sequential
     schedule_choice: ScheduleChoice | None = None
-    stopping: Stopping = Stopping.ADAPTIVE
+    trials: Trials = Trials.AUTO  # the stopping rule (format 3 and before: read from `stopping`)
     repos: dict[str, str] = field(default_factory=dict)  # repo id -> its snapshot's commit
 
     @classmethod

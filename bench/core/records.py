@@ -44,8 +44,8 @@ class Column(StrEnum):
 
     RUN_ID = "run_id"
     MACHINE = "machine"  # not in the record: Results.frame adds its run's machine label
-    # not in the record: Results.frame adds to trials how their run decided its rounds (Stopping)
-    STOPPING = "stopping"
+    # not in the record: Results.frame adds to trials their run's stopping rule (core.spec.Trials)
+    TRIALS = "trials"
     # not in the record: Results.frame adds to trials the clock their run's intervals use (Clock)
     CLOCK = "clock"
     CELL = "cell"
@@ -223,7 +223,7 @@ REQUIRED_FIELDS = {
 #    Today's writers add "format".
 # Optional fields added since (the TTFT fields) need no version: readers show them only where
 # present.
-FORMAT = 3
+FORMAT = 4
 
 
 # One line of a results file as parsed: a JSON object whose "kind" says which fields it holds. The
@@ -233,17 +233,6 @@ Record = dict[str, Any]
 
 class ResultsError(UserError):
     """A results file that cannot be used; the message names the file (and line)."""
-
-
-class Stopping(StrEnum):
-    """How a run decided its rounds (the header's `stopping`), which says which interval is valid
-    (analysis.inference): FIXED, a number set before the run (the fixed-n t interval is exact);
-    ADAPTIVE, rounds added until the rows were decided (trials: auto), whose intervals must be
-    confidence sequences. Headers without the field read as ADAPTIVE, the interval they were
-    always read with."""
-
-    FIXED = "fixed"
-    ADAPTIVE = "adaptive"
 
 
 class Clock(StrEnum):
@@ -298,6 +287,8 @@ def upgrade(record: Record, version: int) -> Record:
         record = {**record, "peak": None}
     if version < 3:
         record = _to_3(record)
+    if version < 4:
+        record = _to_4(record)
     # A header names the format its records are now in, whatever it was written in.
     return {**record, "format": FORMAT} if record.get("kind") == "run" else record
 
@@ -315,6 +306,17 @@ def _to_3(record: Record) -> Record:
     if record.get("kind") in ("trial", "correctness", "depth"):
         return {**record, "build": record.get("build", "current")}
     return record
+
+
+def _to_4(record: Record) -> Record:
+    """Format 3 -> 4: the header names its stopping rule (`trials`, core.spec.Trials) where it
+    said only whether the rounds were fixed (`stopping`); a fixed run's budget or plan is not
+    told apart from `trials: N` (the same interval), and a header without either stopped on its
+    data."""
+    if record.get("kind") != "run":
+        return record
+    upgraded = {key: value for key, value in record.items() if key != "stopping"}
+    return {**upgraded, "trials": "fixed" if record.get("stopping") == "fixed" else "auto"}
 
 
 def require_fields(

@@ -42,11 +42,11 @@ from .records import (
     ResultsError,
     SiteCalls,
     SiteRecord,
-    Stopping,
     header_format,
     require_fields,
     upgrade,
 )
+from .spec import Trials
 from .typed import from_mapping, to_record
 
 # The records written as the dataclass that declares them (core.typed.to_record).
@@ -199,8 +199,8 @@ class Results:
         frame["machine"] = frame["run_id"].map(self.machines()).fillna(UNKNOWN_MACHINE)
         if kind == "trial":
             headers = self.headers
-            stopping = {run_id: run.stopping for run_id, run in headers.items()}
-            frame[Column.STOPPING] = frame["run_id"].map(stopping).fillna(Stopping.ADAPTIVE)
+            rule = {run_id: run.trials for run_id, run in headers.items()}
+            frame[Column.TRIALS] = frame["run_id"].map(rule).fillna(Trials.AUTO)
             clock = {run_id: run.clock for run_id, run in headers.items()}
             frame[Column.CLOCK] = frame["run_id"].map(clock).fillna(Clock.WALL)
         return frame

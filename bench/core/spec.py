@@ -64,11 +64,6 @@ DEFAULT_DTYPE = "float32"
 DEFAULT_BATCH = 1
 DEFAULT_TRIALS = 5
 AUTO = "auto"
-# trials: budget: as many rounds as the budget holds, fixed before the first timed round
-BUDGET = "budget"
-# trials: plan: each cell's rounds chosen to decide the most rows in the budget, fixed before its
-# first timed round (analysis.planner)
-PLAN = "plan"
 # trials: plan gives a cell none or at least this many: a t interval on fewer heavy-tailed rounds is
 # slightly liberal (docs/statistics.md)
 MIN_PLANNED_ROUNDS = 8
@@ -92,6 +87,35 @@ DEFAULT_SHARE_ROUNDS = 5
 DEFAULT_MARGIN_PCT = 2.0
 
 SHARD_FORM = "I/N with 1 <= I <= N"
+
+
+class Trials(StrEnum):
+    """The stopping rule, the experiment's `trials:`, under this one name wherever it goes (the
+    run's header records it as `trials`): how a cell's timed rounds are decided, and so which
+    interval is exact for them (analysis.inference).
+
+    FIXED (`trials: N`): N rounds. BUDGET: as many as the run's budget_s holds at the warm-up's
+    pace, fixed before the first timed round. PLAN: the rounds that maximise the rows the budget is
+    expected to decide, from the cells' measured costs and spreads (analysis.planner), fixed before
+    each cell's first. AUTO: rounds added until every row is decided, none is in reach, or the
+    budget is spent (analysis.stopping): the only rule whose round count follows the data, so its
+    intervals are confidence sequences."""
+
+    FIXED = "fixed"
+    AUTO = "auto"
+    BUDGET = "budget"
+    PLAN = "plan"
+
+    @property
+    def adaptive(self) -> bool:
+        """Whether a cell's round count follows its data (the fixed-n interval would not hold)."""
+        return self is Trials.AUTO
+
+
+# The rules written by name (`trials: plan`), not as a number of rounds.
+NAMED_RULES = tuple(rule for rule in Trials if rule is not Trials.FIXED)
+# The rules that spend a budget, and the keys only they take (max_rounds, budget_s, precision).
+BUDGETED = (Trials.AUTO, Trials.BUDGET, Trials.PLAN)
 
 
 class Schedule(StrEnum):
@@ -234,28 +258,6 @@ class Correctness:
 
 
 @dataclass(frozen=True)
-class Precision:
-    """`trials: auto`: rounds are added to a cell until every watched row is decided (and, with
-    target_pct, its interval within ±target_pct), no decision is in reach, max_rounds, or the run's
-    budget_s (analysis.stopping). The intervals are confidence sequences, so stopping on a decision
-    leaves them valid.
-
-    `trials: budget` (by_budget): a cell's rounds are fixed once its warm-up has shown their pace,
-    as many as its share of budget_s holds (at most max_rounds), before any timed round is seen;
-    no round count follows the data, so the fixed-n interval is exact.
-
-    `trials: plan` (planned): before each cell's first timed round, the rounds that maximise the
-    rows the whole budget is expected to decide, from the cells' measured costs and spreads
-    (analysis.planner); fixed then, so the fixed-n interval is exact too."""
-
-    target_pct: float | None
-    max_rounds: int
-    budget_s: float | None
-    by_budget: bool = False
-    planned: bool = False
-
-
-@dataclass(frozen=True)
 class Cell:
     """One worker job: a model at one workload, with every variant run interleaved inside it."""
 
@@ -269,8 +271,7 @@ class Cell:
 
 @dataclass(frozen=True)
 class Experiment:
-    """A parsed experiment file: the values of its keys (`KEYS`; trials: auto and its keys make
-    `precision`), and the file they came from."""
+    """A parsed experiment file: the values of its keys (`KEYS`), and the file they came from."""
 
     name: str
     description: str
@@ -283,7 +284,8 @@ class Experiment:
     workloads: tuple[Workload, ...]
     depths: tuple[int, ...]
     shares: int  # rounds of the op-share timing; 0: none
-    trials: int  # timed rounds; with trials: auto, the most a cell gets (max_rounds)
+    trials: Trials  # the stopping rule
+    rounds: int  # timed rounds a cell gets: exactly these (trials: N), or at most (max_rounds)
     warmup: int
     prefill_step_size: int
     seed: int
@@ -294,7 +296,8 @@ class Experiment:
     # experiment file).
     plugins: tuple[str, ...]
     margin_pct: float  # "no change" means the whole CI lies within ± this
-    precision: Precision | None  # trials: auto
+    target_pct: float | None  # trials: auto, optional: each decided row narrowed to ± this
+    budget_s: float | None  # the whole run's seconds: trials: auto (optional), budget, plan
     # BLAS threads on CPU backends; None: auto (measured on the machine: measure.threads)
     threads: int | None
     # with a reference build (or a duet), rounds a pair of workers runs before a fresh pair; 0: one
@@ -307,20 +310,30 @@ class Experiment:
         compare=False, repr=False
     )
 
-    @property
-    def adaptive(self) -> bool:
-        """Whether a cell's rounds are added on its data (trials: auto), so its intervals must be
-        confidence sequences; trials: N, budget and plan fix them before its first timed round."""
+    def rounds_text(self) -> str:
+        """What the experiment's stopping rule (`trials:`) will do, in words."""
+        match self.trials:
+            case Trials.FIXED:
+                return f"{self.rounds} timed rounds"
+            case Trials.BUDGET:
+                return (
+                    f"as many rounds as the whole run's {self.budget_s:g} s holds, at most "
+                    f"{self.rounds}, fixed from the warm-up's pace before the first timed round "
+                    "(the fixed-n interval)"
+                )
+            case Trials.PLAN:
+                return (
+                    f"each size's rounds chosen to decide the most rows in the whole run's "
+                    f"{self.budget_s:g} s (none, or {MIN_PLANNED_ROUNDS} to {self.rounds}), fixed "
+                    "before its first timed round (the fixed-n interval)"
+                )
+        target = f", each interval within ±{self.target_pct:g}%" if self.target_pct else ""
+        budget = f", the whole run within {self.budget_s:g} s" if self.budget_s else ""
         return (
-            self.precision is not None
-            and not self.precision.by_budget
-            and not self.precision.planned
+            "rounds until every row is decided (faster, slower, or no change within "
+            f"±{self.margin_pct:g}%{target}; a pilot of {MIN_AUTO_ROUNDS}, "
+            f"at most {self.rounds}{budget})"
         )
-
-    @property
-    def planned(self) -> bool:
-        """trials: plan (analysis.planner)."""
-        return self.precision is not None and self.precision.planned
 
     def fresh_pairs(self, rounds: int) -> int:
         """The fresh worker pairs a cell of several workers starts during its first `rounds` timed
@@ -335,7 +348,7 @@ class Experiment:
         """Trials of `cells` cells (default: all of them) at most, warm-ups included, each
         build's."""
         count = len(self.cells()) if cells is None else cells
-        return count * builds * len(self.variants) * (self.trials + self.warmup)
+        return count * builds * len(self.variants) * (self.rounds + self.warmup)
 
 
 # --- entry points --------------------------------------------------------------------------------
@@ -475,20 +488,20 @@ def experiment_from_flags(
     return yaml.safe_dump(document, sort_keys=False, default_flow_style=None, width=100)
 
 
-def with_trials(exp: Experiment, trials: int) -> Experiment:
-    """`run --trials N`: exactly N timed rounds per cell. A `trials: auto` rule is turned off: kept,
-    it would take N for its max_rounds and might stop before N."""
-    return replace(exp, trials=trials, precision=None)
+def with_trials(exp: Experiment, rounds: int) -> Experiment:
+    """`run --trials N`: exactly N timed rounds per cell. Another rule is turned off: kept, it
+    would take N for its max_rounds and might stop before N."""
+    return replace(exp, trials=Trials.FIXED, rounds=rounds, target_pct=None, budget_s=None)
 
 
 def with_budget(exp: Experiment, budget_s: float) -> Experiment:
     """`run --budget`: the experiment's budget_s replaced; only where a rule spends one."""
-    if exp.precision is None:
+    if exp.trials not in BUDGETED:
         raise UserError(
-            f"--budget: {exp.file} has trials: {exp.trials} (rounds fixed in the file); a budget "
-            f"needs trials: {PLAN}, {AUTO} or {BUDGET}"
+            f"--budget: {exp.file} has trials: {exp.rounds} (rounds fixed in the file); a budget "
+            f"needs trials: plan, {Trials.AUTO} or budget"
         )
-    return replace(exp, precision=replace(exp.precision, budget_s=budget_s))
+    return replace(exp, budget_s=budget_s)
 
 
 def select_models(
@@ -895,22 +908,20 @@ def _correctness(node: Node, field: str, context: _Context) -> Correctness:
     )
 
 
-def _trials(node: Node, field: str, context: _Context) -> int | None:
-    """A number of rounds, or `auto`, `budget` or `plan` (None); the context keeps it, for the
-    keys only those allow."""
-    if isinstance(node, ScalarNode) and node.tag == _STR and node.value in (AUTO, BUDGET, PLAN):
-        context.trials = None
-        context.by_budget = node.value == BUDGET
-        context.planned = node.value == PLAN
+def _trials(node: Node, field: str, context: _Context) -> Trials:
+    """A number of rounds (FIXED), or `auto`, `budget` or `plan`; the context keeps both, for the
+    keys only the budgeted rules allow."""
+    if isinstance(node, ScalarNode) and node.tag == _STR and node.value in NAMED_RULES:
+        context.trials = Trials(node.value)
     elif isinstance(node, ScalarNode) and node.tag == _STR:
         _fail(
             node,
             field,
-            f"expected a number of rounds (>= 1), {AUTO}, {BUDGET} or {PLAN}, "
+            f"expected a number of rounds (>= 1) or one of {_choices(NAMED_RULES)}, "
             f"got {_describe(node)}",
         )
     else:
-        context.trials = _int(node, field, minimum=1)
+        context.trials, context.rounds = Trials.FIXED, _int(node, field, minimum=1)
     return context.trials
 
 
@@ -1037,15 +1048,14 @@ class _Context:
     """What a key's reader may need beyond its node: the file (plugins are relative to it), whether
     paths and cores are this machine's to check (not for an experiment read back from a run header),
     and what earlier keys defined: `variants` the names later keys refer to, `trials` whether the
-    keys of trials: auto may appear."""
+    keys of the budgeted rules may appear."""
 
     file: str
     check_paths: bool
     variants: list[str] = dataclasses.field(default_factory=list)
     variant_lines: dict[str, dict[str, tuple[int, int]]] = dataclasses.field(default_factory=dict)
-    trials: int | None = DEFAULT_TRIALS  # None: trials: auto, budget or plan
-    by_budget: bool = False  # trials: budget
-    planned: bool = False  # trials: plan
+    trials: Trials = Trials.FIXED
+    rounds: int = DEFAULT_TRIALS  # trials: N
 
 
 _Reader = Callable[[Node, str, _Context], object]
@@ -1077,11 +1087,11 @@ class Key:
         return self.default is _REQUIRED_KEY
 
     def value(self, items: _Items, context: _Context) -> object:
-        if self.auto_only and self.name in items and context.trials is not None:
+        if self.auto_only and self.name in items and context.trials not in BUDGETED:
             _fail(
                 items[self.name][0],
                 self.name,
-                f"only with trials: {AUTO}, {BUDGET} or {PLAN} (trials is {context.trials} here)",
+                f"only with trials: {_choices(BUDGETED)} (trials is {context.rounds} here)",
             )
         if self.required:
             return self.read(items[self.name][1], self.name, context)
@@ -1179,12 +1189,12 @@ KEYS = (
     Key(
         "trials",
         "5",
-        f"timed rounds, >= 1; or {PLAN}: each size's rounds chosen to decide the most rows in "
+        f"timed rounds, >= 1; or plan: each size's rounds chosen to decide the most rows in "
         f"budget_s, from this machine's measured costs and spreads, fixed before its first; or "
-        f"{AUTO}: add rounds until every row is decided; or {BUDGET}: as many as budget_s holds, "
+        f"{AUTO}: add rounds until every row is decided; or budget: as many as budget_s holds, "
         "fixed from the warm-up's pace before the first timed round",
         _trials,
-        DEFAULT_TRIALS,
+        Trials.FIXED,  # with the context's rounds, DEFAULT_TRIALS
     ),
     Key(
         "warmup",
@@ -1260,8 +1270,8 @@ KEYS = (
     Key(
         "max_rounds",
         "30",
-        f"with trials: {AUTO}, {BUDGET} or {PLAN}, the most rounds a cell gets, "
-        f">= {MIN_AUTO_ROUNDS} ({PLAN}: >= {MIN_PLANNED_ROUNDS})",
+        f"with trials: {AUTO}, budget or plan, the most rounds a cell gets, "
+        f">= {MIN_AUTO_ROUNDS} (plan: >= {MIN_PLANNED_ROUNDS})",
         _plain(_int, minimum=MIN_AUTO_ROUNDS),
         DEFAULT_MAX_ROUNDS,
         auto_only=True,
@@ -1269,7 +1279,7 @@ KEYS = (
     Key(
         "budget_s",
         "600",
-        f"with trials: {AUTO} (optional), {BUDGET} or {PLAN} (required), the command's wall time "
+        f"with trials: {AUTO} (optional), budget or plan (required), the command's wall time "
         "in seconds from its start (less the machine's one-time, cached measurements), shared by "
         "its cells, > 0",
         _plain(_number, minimum=0.0, exclusive=True),
@@ -1304,7 +1314,7 @@ KEYS = (
 )
 TOP_KEYS = tuple(key.name for key in KEYS)
 _REQUIRED = tuple(key.name for key in KEYS if key.required)
-_AUTO_ONLY = tuple(key.name for key in KEYS if key.auto_only)  # folded into Precision
+_AUTO_ONLY = tuple(key.name for key in KEYS if key.auto_only)
 
 
 def _budget_rules(
@@ -1314,14 +1324,14 @@ def _budget_rules(
     its data, so it needs both and has no precision target."""
     where = items["trials"][0]
     if budget_s is None:
-        _fail(where, "trials", f"trials: {BUDGET} needs budget_s (the rounds are what it holds)")
+        _fail(where, "trials", "trials: budget needs budget_s (the rounds are what it holds)")
     if warmup < 1:
-        _fail(where, "trials", f"trials: {BUDGET} needs warmup >= 1 (its pace sets the rounds)")
+        _fail(where, "trials", "trials: budget needs warmup >= 1 (its pace sets the rounds)")
     if target_pct is not None:
         _fail(
             items["precision"][0],
             "precision",
-            f"only with trials: {AUTO} (trials: {BUDGET} fixes its rounds, it adds none)",
+            f"only with trials: {AUTO} (trials: budget fixes its rounds, it adds none)",
         )
 
 
@@ -1332,18 +1342,18 @@ def _plan_rules(
     cell, and decides nothing on its data."""
     where = items["trials"][0]
     if budget_s is None:
-        _fail(where, "trials", f"trials: {PLAN} needs budget_s (the rounds are planned in it)")
+        _fail(where, "trials", "trials: plan needs budget_s (the rounds are planned in it)")
     if max_rounds < MIN_PLANNED_ROUNDS:
         _fail(
             items["max_rounds"][0],
             "max_rounds",
-            f"with trials: {PLAN}, at least {MIN_PLANNED_ROUNDS} (a planned cell's fewest rounds)",
+            f"with trials: plan, at least {MIN_PLANNED_ROUNDS} (a planned cell's fewest rounds)",
         )
     if target_pct is not None:
         _fail(
             items["precision"][0],
             "precision",
-            f"only with trials: {AUTO} (trials: {PLAN} fixes its rounds, it adds none)",
+            f"only with trials: {AUTO} (trials: plan fixes its rounds, it adds none)",
         )
 
 
@@ -1364,21 +1374,18 @@ def _experiment(root: Node, text: str, file: str, sha256: str, check_paths: bool
     values = {key.name: key.value(items, context) for key in KEYS}
     trials = values.pop("trials")
     target_pct, max_rounds, budget_s = (values.pop(name) for name in _AUTO_ONLY)
-    if context.by_budget:
+    if trials is Trials.BUDGET:
         _budget_rules(items, root, target_pct, budget_s, values["warmup"])
-    if context.planned:
+    if trials is Trials.PLAN:
         _plan_rules(items, target_pct, budget_s, max_rounds)
-    precision = (
-        Precision(target_pct, max_rounds, budget_s, context.by_budget, context.planned)
-        if trials is None
-        else None
-    )
     return Experiment(
         file=file,
         content=text,
         sha256=sha256,
-        trials=max_rounds if precision else trials,
-        precision=precision,
+        trials=trials,
+        rounds=context.rounds if trials is Trials.FIXED else max_rounds,
+        target_pct=target_pct,
+        budget_s=budget_s,
         variant_lines=context.variant_lines,
         **values,
     )

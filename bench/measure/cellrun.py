@@ -11,7 +11,7 @@ from typing import TYPE_CHECKING, Protocol
 
 from ..core.cell import Agreement, StopRecord, Trial
 from ..core.results import ResultsWriter
-from ..core.spec import MIN_AUTO_ROUNDS, Cell, Schedule
+from ..core.spec import MIN_AUTO_ROUNDS, Cell, Schedule, Trials
 from .cellstop import CellStop, RoundCosts
 from .duet import pin
 from .job import CellShape, Command, Do, Result
@@ -128,7 +128,8 @@ class CellRun:
             self.target.round_took(time.monotonic() - began)
             rounds += 1
             reason = self.target.stop_reason(rounds)
-            if rounds == MIN_AUTO_ROUNDS and self.exp.adaptive and not self.runner.options.quiet:
+            quiet = self.runner.options.quiet
+            if rounds == MIN_AUTO_ROUNDS and self.exp.trials.adaptive and not quiet:
                 self.runner.console.print(
                     f"{self.cell.model.label} {self.cell.workload.label}: "
                     f"{self.target.plan_line(rounds)}",
@@ -136,7 +137,7 @@ class CellRun:
                 )
         self.update(
             f"{self.cell.model.label} {self.cell.workload.label}: {reason}",
-            drop=(self.exp.trials - rounds) * self.runner.round_trials(self.duet),
+            drop=(self.exp.rounds - rounds) * self.runner.round_trials(self.duet),
         )
         forecasts = self.target.forecasts(rounds)
         self.writer.write(
@@ -214,15 +215,18 @@ class CellRun:
         paired = len(self.workers) > 1
         fresh_pair_s = self.load_s + warmup_s if paired else 0.0
         self.target.expect(RoundCosts(round_s or 0.0, fresh_pair_s))
-        if round_s is None or not self.exp.precision:
+        if round_s is None:
             return
-        if self.exp.planned:
+        if self.exp.trials is Trials.PLAN:
             self.load_paid = self.load_s if first else 0.0
             self.setup_s = time.monotonic() - setup_began
             self._fix_by_plan(round_s, fresh_pair_s if paired else 0.0)
-            return
-        if not self.exp.precision.by_budget:
-            return
+        elif self.exp.trials is Trials.BUDGET:
+            self._fix_by_budget(round_s, paired, fresh_pair_s)
+
+    def _fix_by_budget(self, round_s: float, paired: bool, fresh_pair_s: float) -> None:
+        """trials: budget: this cell's rounds, as many as its share of the budget holds at the
+        warm-up's pace."""
         rounds = self.target.fix_rounds()
         if not self.runner.options.quiet:
             pairs = (

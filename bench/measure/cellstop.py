@@ -19,7 +19,7 @@ from ..core.records import (
     Clock,
     cpu_clock_tps,
 )
-from ..core.spec import MIN_AUTO_ROUNDS, Experiment
+from ..core.spec import MIN_AUTO_ROUNDS, Experiment, Trials
 from ..present.format import format_duration
 from .plan import comparison_pairs, table_rows
 from .session import CURRENT
@@ -68,11 +68,10 @@ class CellStop:
         self.pairs = comparison_pairs(exp, builds)
         across = len(builds) > 1
         self.alpha = 1.0 - print_level(table_rows(exp, builds))
-        target = exp.precision.target_pct if exp.precision else None
         # A gate row is decided against the experiment's margin as the limit (ci.yaml's 5%: check's
         # default).
         self.goal = Goal(
-            exp.margin_pct, limit_pct=exp.margin_pct if across else None, target_pct=target
+            exp.margin_pct, limit_pct=exp.margin_pct if across else None, target_pct=exp.target_pct
         )
         # (build, variant) -> round -> each metric's (wall-clock tok/s, CPU-clock tok/s)
         self.values: dict[tuple[str, str], dict[int, tuple[_Clocked, _Clocked]]] = {}
@@ -118,14 +117,14 @@ class CellStop:
                         None if None in new_cpu else new_cpu,
                         self.clock,
                         processes=processes,
-                        fixed_rounds=not self.exp.adaptive,
+                        fixed_rounds=not self.exp.trials.adaptive,
                     ).estimate
         return estimates
 
     def rows(self) -> dict[str, Row]:
         return {
             label: Row(
-                e.mean_log, e.sd_log, e.n, self.alpha, self.goal, fixed=not self.exp.adaptive
+                e.mean_log, e.sd_log, e.n, self.alpha, self.goal, fixed=not self.exp.trials.adaptive
             )
             for label, e in self._estimates().items()
         }
@@ -171,7 +170,7 @@ class CellStop:
     def _in_reach(self, forecast: Forecast) -> bool:
         return (
             forecast.rounds is not None
-            and forecast.rounds <= self.exp.trials
+            and forecast.rounds <= self.exp.rounds
             and (forecast.seconds or 0.0) <= self.time_left_s()
         )
 
@@ -197,13 +196,13 @@ class CellStop:
         costs, at least MIN_BUDGET_ROUNDS and at most max_rounds, fixed before any timed round is
         seen."""
         left = self.time_left_s()
-        fits = self.exp.trials
+        fits = self.exp.rounds
         if math.isfinite(left) and self.costs.round_s > 0:
             fits = next(
-                (n - 1 for n in range(1, self.exp.trials + 1) if self._rounds_s(n) > left),
-                self.exp.trials,
+                (n - 1 for n in range(1, self.exp.rounds + 1) if self._rounds_s(n) > left),
+                self.exp.rounds,
             )
-        self.planned = min(self.exp.trials, max(MIN_BUDGET_ROUNDS, fits))
+        self.planned = min(self.exp.rounds, max(MIN_BUDGET_ROUNDS, fits))
         return self.planned
 
     def _rounds_s(self, rounds: int) -> float:
@@ -228,20 +227,20 @@ class CellStop:
 
     def stop_reason(self, rounds: int) -> str | None:
         """Why the cell stops after `rounds` timed rounds, or None to go on."""
-        if self.exp.precision is None:
-            return "trials" if rounds >= self.exp.trials else None
+        if self.exp.trials is Trials.FIXED:
+            return "trials" if rounds >= self.exp.rounds else None
         if self.planned is not None:
-            # trials: budget: what the data say never ends it; only the count fixed before it, or
-            # a round that would overrun the cell's time (a stop no Δ had a say in)
+            # trials: budget or plan: what the data say never ends it; only the count fixed before
+            # it, or a round that would overrun the cell's time (a stop no Δ had a say in)
             if rounds >= self.planned:
-                return "planned" if self.exp.planned else "fixed from the budget"
+                return "planned" if self.exp.trials is Trials.PLAN else "fixed from the budget"
             return None if self._next_round_fits(rounds) else "budget"
         if rounds < MIN_AUTO_ROUNDS:
             return None
         forecasts = self.forecasts(rounds)
         if not forecasts:
             return "decided"
-        if rounds >= self.exp.trials:
+        if rounds >= self.exp.rounds:
             return "max_rounds"
         if not self._next_round_fits(rounds):
             return "budget"
@@ -264,9 +263,9 @@ class CellStop:
         allows = (
             (rounds + max(0, int(left // pace)))
             if pace and math.isfinite(left)
-            else self.exp.trials
+            else self.exp.rounds
         )
-        allows = min(allows, self.exp.trials)
+        allows = min(allows, self.exp.rounds)
         far = {label: f for label, f in forecasts.items() if not self._in_reach(f)}
         out = [f"{label} {settle_text(f)}" for label, f in far.items()]
         reach = len(forecasts) - len(out)

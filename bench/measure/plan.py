@@ -16,7 +16,13 @@ from rich.table import Table
 
 from ..core.cell import CellFields
 from ..core.records import METRICS
-from ..core.spec import MIN_AUTO_ROUNDS, Cell, Experiment, ModelSpec, Schedule
+from ..core.spec import (
+    Cell,
+    Experiment,
+    ModelSpec,
+    Schedule,
+    Trials,
+)
 from .memory import memory_verdict
 from .resume import DoneWork
 from .schedule import centre_order
@@ -130,13 +136,13 @@ def print_dry_run(exp: Experiment, cells: list[Cell], console: Console) -> None:
         console.print(
             f"variant [bold]{name}[/]: " + ", ".join(f"{op}={v}" for op, v in ops.items())
         )
-    rounds = auto_rounds_text(exp) if exp.precision else f"{exp.trials} timed rounds"
-    trials = len(cells) * len(exp.variants) * (exp.trials + exp.warmup)
+    rounds = exp.rounds_text()
+    trials = len(cells) * len(exp.variants) * (exp.rounds + exp.warmup)
     order = " ".join(
         centre_order(list(exp.variants), [(c.baseline, c.new) for c in exp.comparisons])
     )
     console.print(
-        f"{trials} trials{' at most' if exp.precision else ''}: per variant and cell, "
+        f"{trials} trials{'' if exp.trials is Trials.FIXED else ' at most'}: per variant and cell, "
         f"{exp.warmup} warmup round(s), then {rounds}; order {order}, reversed every other round; "
         "BLAS threads: "
         f"{exp.threads or 'auto (measured on this machine when the run starts, then cached)'}; "
@@ -149,23 +155,6 @@ def print_dry_run(exp: Experiment, cells: list[Cell], console: Console) -> None:
     )
 
 
-def auto_rounds_text(exp: Experiment) -> str:
-    """What `trials: auto` or `trials: budget` will do, in words."""
-    auto = exp.precision
-    if auto.by_budget:
-        return (
-            f"as many rounds as the whole run's {auto.budget_s:g} s holds, at most {exp.trials}, "
-            "fixed from the warm-up's pace before the first timed round (the fixed-n interval)"
-        )
-    target = f", each interval within ±{auto.target_pct:g}%" if auto.target_pct else ""
-    budget = f", the whole run within {auto.budget_s:g} s" if auto.budget_s else ""
-    return (
-        "rounds until every row is decided (faster, slower, or no change within "
-        f"±{exp.margin_pct:g}%{target}; a pilot of {MIN_AUTO_ROUNDS}, "
-        f"at most {exp.trials}{budget})"
-    )
-
-
 def honest_warnings(exp: Experiment) -> list[str]:
     warnings = []
     if exp.warmup == 0 and exp.worker_rounds:
@@ -173,8 +162,8 @@ def honest_warnings(exp: Experiment) -> list[str]:
             "warmup is 0: after each fresh worker pair, the first timed round of each variant "
             "includes JIT and compile time (a cell's first pair warms up in its correctness check)"
         )
-    if exp.precision is None and exp.trials < 3:
-        warnings.append(f"trials is {exp.trials}: fewer than 3 paired rounds give no verdict")
+    if exp.trials is Trials.FIXED and exp.rounds < 3:
+        warnings.append(f"trials is {exp.rounds}: fewer than 3 paired rounds give no verdict")
     if (os.cpu_count() or 1) > 1 and exp.threads == os.cpu_count():
         warnings.append(
             f"threads is {exp.threads}, every core: anything else on the machine stalls a BLAS "

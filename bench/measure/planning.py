@@ -200,7 +200,7 @@ class RunPlanner:
             return None
         costs = [self._cost(c, scale) for c in self.cells if c.key not in self.fixed]
         self.plan = plan_rounds(
-            costs, left_s, rows=self.rows, goal=self.goal, max_rounds=self.exp.trials
+            costs, left_s, rows=self.rows, goal=self.goal, max_rounds=self.exp.rounds
         )
         return self.plan
 
@@ -302,7 +302,7 @@ class RunPlanner:
         """The smallest whole-minute budget (from the run's start) whose plan gives every cell
         rounds (`every_cell`) or expects every row decided but half a row, at the costs and
         spreads of `plan`'s cells; None past an hour."""
-        spent = (self.exp.precision.budget_s if self.exp.precision else 0.0) - plan.budget_s
+        spent = (self.exp.budget_s or 0.0) - plan.budget_s
         costs = [c.cost for c in plan.cells]
         rows = sum(len(cost.sds) for cost in costs)
         minutes = max(1, math.ceil((spent + plan.budget_s) / 60.0))
@@ -312,7 +312,7 @@ class RunPlanner:
                 minutes * 60.0 - spent,
                 rows=self.rows,
                 goal=self.goal,
-                max_rounds=self.exp.trials,
+                max_rounds=self.exp.rounds,
             )
             if all(c.rounds for c in wider.cells) and (every_cell or wider.expected >= rows - 0.5):
                 return f"{minutes}m"
@@ -327,7 +327,7 @@ class RunPlanner:
         short = not all(self.fixed.get(c.key, 0) for c in self.cells)
         self.fixed.clear()
         self.setup_paid.clear()
-        budget = self.exp.precision.budget_s if self.exp.precision else 0.0
+        budget = self.exp.budget_s or 0.0
         plan = self.make(budget)
         sds = sorted(sd for c in plan.cells for sd in c.cost.sds) if plan else []
         if plan is None or not sds or (not short and plan.expected >= len(sds) - 0.5):
@@ -337,7 +337,7 @@ class RunPlanner:
         return f"the rows' per-round spread here was {spread or f'{100 * sds[0]:.1f}%'}" + (
             f"; at this pace `--budget {wider}` plans rounds that would decide every row"
             if wider
-            else f"; at this pace neither an hour nor {self.exp.trials} rounds a size "
+            else f"; at this pace neither an hour nor {self.exp.rounds} rounds a size "
             "(max_rounds) would decide every row"
         )
 

@@ -34,9 +34,9 @@ from rich.progress import (
 from ..analysis.stopping import RunBudget
 from ..core.cell import Measured, Trial, TrialRecord
 from ..core.header import BuildFields, Env, PeakProbe, PluginFile, StoredExperiment, run_header
-from ..core.records import METRICS, Stopping, new_run_id
+from ..core.records import METRICS, new_run_id
 from ..core.results import ResultsWriter
-from ..core.spec import Cell, Experiment, ModelSpec, Schedule, shard_cells
+from ..core.spec import Cell, Experiment, ModelSpec, Schedule, Trials, shard_cells
 from ..core.typed import to_mapping
 from ..present.format import format_count
 from .cellrun import CellRun, DuetSide
@@ -118,9 +118,9 @@ class Runner:
 
     def time_left_s(self) -> float:
         """What the run's budget has left (infinite without one)."""
-        if not (self.exp.precision and self.exp.precision.budget_s):
+        if not self.exp.budget_s:
             return float("inf")
-        return self.exp.precision.budget_s - (time.monotonic() - self.started)
+        return self.exp.budget_s - (time.monotonic() - self.started)
 
     def plan_from_the_start(self) -> None:
         """trials: plan: the plan of every cell, when this machine has measured enough to make it
@@ -139,17 +139,15 @@ class Runner:
         )
 
     def run(self, jobs: list[ModelJob], writer: ResultsWriter) -> None:
-        if self.exp.precision and self.exp.precision.budget_s:
-            self.budget = RunBudget(
-                self.exp.precision.budget_s, sum(len(job.cells) for job in jobs)
-            )
+        if self.exp.budget_s:
+            self.budget = RunBudget(self.exp.budget_s, sum(len(job.cells) for job in jobs))
         for job in jobs:
             check_ops_called(job.model, self.exp)
         if self.planner:
             self.plan_from_the_start()
         cells = sum(len(job.cells) for job in jobs)
         duet = self.schedule.schedule == Schedule.DUET
-        total = cells * (self.exp.trials + self.exp.warmup) * self.round_trials(duet)
+        total = cells * (self.exp.rounds + self.exp.warmup) * self.round_trials(duet)
         with self._progress() as progress:
             task = progress.add_task("starting", total=total)
 
@@ -541,7 +539,7 @@ def run_experiment(
     started = options.started + measuring.seconds
     runner = Runner(exp, options, run_id, console, peak, worker_env, started, schedule)
     runner.ledger.add("machine", measuring.seconds)
-    if exp.planned:
+    if exp.trials is Trials.PLAN:
         runner.planner = run_planner(runner, cells, env)
     with runner.ledger.phase("probes"):
         runner.ledger.add("probes", probes_s)
@@ -569,7 +567,7 @@ def run_experiment(
                 threads_choice=threads,
                 schedule_choice=schedule,
                 repos={m.repo: m.commit for m in exp.models if m.repo and m.commit},
-                stopping=Stopping.ADAPTIVE if exp.adaptive else Stopping.FIXED,
+                trials=exp.trials,
             )
         )
         console.print(

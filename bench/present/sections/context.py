@@ -8,7 +8,7 @@ from collections.abc import Callable, Sequence
 from ...analysis.study import Study
 from ...core.cell import StopRecord
 from ...core.header import Env, RunHeader, ScheduleChoice, TimeSpent
-from ...core.records import Clock, Stopping
+from ...core.records import Clock
 from ...core.spec import Schedule
 
 
@@ -76,7 +76,7 @@ def design_note(runs: Sequence[RunHeader], sequential: Sequence[str] = ()) -> st
     pooled = len(runs) > 1
     interval = (
         "the fixed-n Student t interval, exact at the round count the run fixed in advance"
-        if run.stopping == Stopping.FIXED and not pooled
+        if not run.trials.adaptive and not pooled
         else "a confidence sequence, valid at whatever round the run stopped on its data"
     )
     if choice.schedule == Schedule.DUET and sequential:
