@@ -21,6 +21,7 @@ from fusebench.analysis.inference import (
     STALLS_NEW,
     Adjusted,
     PairedEstimate,
+    RoundsMean,
     adjust,
     outlier_rounds,
     paired_estimate,
@@ -77,9 +78,8 @@ def _row(p: float, *, df: int = 9, se: float = 0.01) -> PairedEstimate:
     )
     half = sequential.half_width_log(n, sd, 0.05)
     low, high = math.exp(mean - half), math.exp(mean + half)
-    return PairedEstimate(
+    chosen = RoundsMean(
         n=df + 1,
-        excluded=0,
         mean_log=mean,
         sd_log=se * math.sqrt(df + 1),
         se_log=se,
@@ -88,6 +88,10 @@ def _row(p: float, *, df: int = 9, se: float = 0.01) -> PairedEstimate:
         low=float(low),
         high=float(high),
         p_value=p,
+    )
+    return PairedEstimate(
+        chosen=chosen,
+        excluded=0,
         baseline_gmean=100.0,
         new_gmean=100.0 * math.exp(mean),
         confidence=0.95,

@@ -122,9 +122,9 @@ class RoundsMean(RatioInterval):
 @dataclass(frozen=True)
 class PairedEstimate(RatioInterval):
     """Mean-log-ratio estimate of new/baseline with its t-interval at `confidence`: the one Δ, Holm
-    and the verdict use. That is `trimmed` (the kept rounds) unless the stall rule chose
-    `all_rounds` (`over_all_rounds`; see "Stalls" in docs/statistics.md); the flat fields n ...
-    p_value copy the chosen one.
+    and the verdict use. That is `chosen`: the trimmed rounds' mean (`trimmed`) unless the stall
+    rule took the mean over all rounds (`all_rounds`, `over_all_rounds`; see "Stalls" in
+    docs/statistics.md); n ... p_value are the chosen mean's.
 
     excluded counts the rounds left out of the chosen mean (0 when it is over all rounds).
     excluded_new and excluded_baseline split the outlier rule's exclusions by direction: below the
@@ -135,16 +135,8 @@ class PairedEstimate(RatioInterval):
     chosen rounds, and new_gmean / baseline_gmean == ratio.
     """
 
-    n: int
+    chosen: RoundsMean
     excluded: int
-    mean_log: float
-    sd_log: float
-    se_log: float
-    df: int
-    ratio: float
-    low: float
-    high: float
-    p_value: float
     baseline_gmean: float
     new_gmean: float
     confidence: float
@@ -160,9 +152,17 @@ class PairedEstimate(RatioInterval):
     # the rounds were fixed before the run: the fixed-n t interval (else a confidence sequence)
     fixed_rounds: bool = False
 
-    @property
-    def has_interval(self) -> bool:
-        return self.n >= 2
+    # the chosen mean's figures, read through
+    n = property(lambda self: self.chosen.n)
+    mean_log = property(lambda self: self.chosen.mean_log)
+    sd_log = property(lambda self: self.chosen.sd_log)
+    se_log = property(lambda self: self.chosen.se_log)
+    df = property(lambda self: self.chosen.df)
+    ratio = property(lambda self: self.chosen.ratio)
+    low = property(lambda self: self.chosen.low)
+    high = property(lambda self: self.chosen.high)
+    p_value = property(lambda self: self.chosen.p_value)
+    has_interval = property(lambda self: self.chosen.has_interval)
 
     @property
     def outliers(self) -> int:
@@ -263,7 +263,7 @@ def paired_estimate(
     chosen, used = (all_rounds, np.ones_like(drop)) if call.over_all_rounds else (trimmed, ~drop)
     baseline_gmean = math.exp(float(np.mean(log_b[used])))
     return PairedEstimate(
-        **{f: getattr(chosen, f) for f in _MEAN_FIELDS},
+        chosen=chosen,
         excluded=int(r.size) - chosen.n,
         baseline_gmean=baseline_gmean,
         # = exp(mean log new); keeps New / Baseline == ratio to the bit
@@ -279,9 +279,6 @@ def paired_estimate(
         processes=int(np.unique(blocks).size),
         fixed_rounds=fixed_rounds,
     )
-
-
-_MEAN_FIELDS = ("n", "mean_log", "sd_log", "se_log", "df", "ratio", "low", "high", "p_value")
 
 
 @dataclass(frozen=True)
