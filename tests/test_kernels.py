@@ -9,6 +9,7 @@ import mlx.core as mx
 import pytest
 from mlx_lm.models.gemma4_text import ModelArgs
 
+from fusebench.core.typed import to_record
 from fusebench.measure.kernels import (
     current_backend,
     graph_nodes,
@@ -91,7 +92,7 @@ def test_every_attention_shape_falls_back_on_cpu(preset, facts):
     seen = {(f.head_dim, f.phase) for f in probes}
     assert seen == {(256, "prefill"), (256, "decode"), (512, "prefill"), (512, "decode")}
     for fact in probes:
-        assert (fact.op, fact.variant, fact.kind) == ("attention", "sdpa", "kernel")
+        assert (fact.op, fact.variant, fact.KIND) == ("attention", "sdpa", "kernel")
         assert fact.status == "fallback", fact
         assert "no fused kernel is available" in fact.reason and "CPU" in fact.reason
         assert fact.backend == "cpu" and fact.mlx_version == mx.__version__
@@ -150,7 +151,7 @@ def test_facts_cover_every_variant_of_every_op_the_model_calls_and_serialize(pre
     graphed = {(f.op, f.variant) for f in facts if f.probe == "graph"}
     assert graphed == {(op, v) for op in called for v in REGISTRY[op].variants}
     assert all(f.status != "error" for f in facts)
-    json.dumps([f.to_dict() for f in facts])  # each one a record as it is written
+    json.dumps([to_record(f) for f in facts])  # each one a record as it is written
 
 
 def test_graph_nodes_count_a_single_compiled_kernel():
@@ -168,7 +169,7 @@ def test_probe_compiled_reads_a_registered_variant():
     x = mx.ones((1, 4))
     fact = probe_compiled("softcap", "unfused", (x, 30.0), shape_label="tiny")
     assert fact.status == "composed" and fact.kernels == 3 and fact.shape_label == "tiny"
-    assert fact.to_dict()["kind"] == "kernel"
+    assert to_record(fact)["kind"] == "kernel"
 
 
 @on_cpu

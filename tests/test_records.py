@@ -15,15 +15,17 @@ from fusebench.core.cell import (
     Agreement,
     CellFields,
     DepthSpeed,
+    KernelFact,
     Measured,
     PeakShares,
     Rates,
     ShareRecord,
+    SiteCalls,
     Trial,
     TrialRecord,
 )
 from fusebench.core.header import RunHeader
-from fusebench.core.records import REQUIRED_FIELDS, Column, KernelFact, OpRecord, SiteCalls
+from fusebench.core.records import REQUIRED_FIELDS, Column, OpRecord
 from fusebench.core.results import read_results
 from fusebench.core.typed import from_mapping, to_mapping, to_record
 

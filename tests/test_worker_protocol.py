@@ -8,9 +8,9 @@ import json
 
 import pytest
 
-from fusebench.core.cell import Agreement, DepthSpeed, Measured, Trial
-from fusebench.core.records import KernelFact
+from fusebench.core.cell import Agreement, DepthSpeed, KernelFact, Measured, Trial
 from fusebench.core.spec import model_spec
+from fusebench.core.typed import to_mapping, to_record
 from fusebench.measure.job import (
     PROTOCOL,
     Done,
@@ -20,8 +20,6 @@ from fusebench.measure.job import (
     WorkerJob,
     decode_event,
     encode_event,
-    result_fields,
-    result_kind,
 )
 
 MEASURED = Measured(
@@ -91,14 +89,11 @@ def test_every_result_crosses_the_pipe_unchanged(result):
     line = encode_event(Recorded(result))
     assert decode_event(line) == Recorded(result)
     record = json.loads(line)["record"]
-    assert (
-        record == {"kind": result_kind(result), **result_fields(result)}
-        and next(iter(record)) == "kind"
-    )
+    assert record == to_record(result) and next(iter(record)) == "kind"
 
 
 def test_a_trial_record_holds_its_measurements_among_its_own_fields():
-    assert list(result_fields(RESULTS[0])) == [
+    assert list(to_mapping(RESULTS[0])) == [
         "variant",
         "ops",
         "round",
@@ -124,7 +119,7 @@ def test_a_trial_record_holds_its_measurements_among_its_own_fields():
 def test_a_trial_from_a_build_that_predates_ttft_is_read():
     record = {
         "kind": "trial",
-        **{k: v for k, v in result_fields(RESULTS[0]).items() if not k.startswith("ttft")},
+        **{k: v for k, v in to_mapping(RESULTS[0]).items() if not k.startswith("ttft")},
     }
     trial = decode_event(json.dumps({"event": "record", "record": record}))
     assert isinstance(trial, Recorded) and trial.result.measured.ttft_s is None

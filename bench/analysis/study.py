@@ -16,12 +16,11 @@ from pathlib import Path
 import numpy as np
 import pandas as pd
 
-from ..core.cell import CURRENT_BUILD
+from ..core.cell import CURRENT_BUILD, CorrectnessRecord
 from ..core.errors import UserError
 from ..core.header import Env, LoadSummary, RunHeader, TimeSpent
 from ..core.records import (
     CELL_FIELDS,
-    CORRECTNESS_FIELDS,
     REQUIRED_FIELDS,
     ROOFLINE_FIELDS,
     Column,
@@ -338,7 +337,7 @@ def correctness_checks(records: pd.DataFrame) -> list[CorrectnessCheck]:
     records lack (the gate reads files the report's field check has not seen) reads NaN."""
     if records.empty:
         return []
-    rows = records.reindex(columns=[Column.MACHINE, *CORRECTNESS_FIELDS])
+    rows = records.reindex(columns=[Column.MACHINE, *REQUIRED_FIELDS[CorrectnessRecord.KIND]])
     return [
         CorrectnessCheck(
             r.machine,

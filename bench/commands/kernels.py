@@ -58,6 +58,7 @@ def main(args: argparse.Namespace, console: Console) -> int:
     from ..core.header import StoredExperiment, run_header
     from ..core.records import new_run_id
     from ..core.results import ResultsWriter
+    from ..core.typed import to_record
     from ..measure.env import collect_env, require_backend
     from ..measure.hub import is_repo_id, resolve
     from ..measure.plugins import load_plugins
@@ -91,6 +92,6 @@ def main(args: argparse.Namespace, console: Console) -> int:
             writer.write(run_header(run_id, experiment, collect_env()))
             for size, facts in facts_by_size.items():
                 for fact in facts:
-                    writer.write({**fact.to_dict(), "run_id": run_id, "size": size})
+                    writer.write({**to_record(fact), "run_id": run_id, "size": size})
         console.print(f"wrote {sum(map(len, facts_by_size.values()))} kernel records to {args.out}")
     return 0

@@ -1,7 +1,8 @@
 """A cell's records: what a worker finds for a cell (a trial and what it measured, the variants'
-agreement, decode speed at a depth, an op call's time) and the trial and share records the runner
-writes of them, each declared once as the frozen dataclass that the worker sends, the runner writes
-and the readers get back (core.typed).
+agreement, decode speed at a depth, an op call's time, a kernel fact, a switched site) and the
+records the runner writes of them and of how the cell ended (stopped, skipped, failed), each
+declared once as the frozen dataclass that the worker sends, the runner writes and the readers get
+back (core.typed).
 
 A part marked FLAT is written inline, its fields beside the record's own, as a results file has
 always held them. A field with a default is one an older writer may lack (it reads as the default);
@@ -11,7 +12,7 @@ input, named with its file.
 
 from __future__ import annotations
 
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, fields
 from typing import ClassVar
 
 from .typed import FLAT
@@ -135,6 +136,49 @@ class ShareTime:
 
 
 @dataclass(frozen=True)
+class KernelFact:
+    """One observed fact about the kernels behind an (op, variant) at one shape.
+
+    status: for a fused-kernel probe, "fused", "fallback" or "unknown" (an mlx that cannot answer);
+    for probe "graph", "single kernel", "N kernels", or "composed" when the graph has several
+    kernels and none of them fused (no Compiled or mx.fast primitive).
+    """
+
+    KIND: ClassVar[str] = "kernel"
+
+    op: str
+    variant: str
+    probe: str  # an op's fused-kernel probe (its probe_name), or "graph" (mx.export_to_dot)
+    shape_label: str
+    status: str
+    reason: str
+    phase: str | None = None
+    head_dim: int | None = None
+    # every primitive in the graph, in evaluation order
+    primitives: tuple[str, ...] = ()
+    kernels: int | None = None  # primitives that launch work (views left out)
+    # the primitives among them that are fused kernels
+    fused: tuple[str, ...] = ()
+    backend: str = ""
+    device: str = ""
+    mlx_version: str = ""
+
+
+@dataclass(frozen=True)
+class SiteCalls:
+    """A name an mlx-lm model calls an op through, switched while it runs
+    (fusebench.models.switched), and the calls through it in one prefill of the cell's prompt and in
+    one decode step."""
+
+    KIND: ClassVar[str] = "site"
+
+    op: str
+    site: str  # module.name, e.g. "mlx_lm.models.qwen3.swiglu"
+    prefill_calls: int
+    decode_calls: int
+
+
+@dataclass(frozen=True)
 class Rates:
     """What a trial achieved (measure.roofline): TFLOP/s of its prefill, GB/s of its generation
     (None where it did not generate)."""
@@ -184,6 +228,93 @@ class ShareRecord:
     cell: CellFields = field(metadata=FLAT)
     share: ShareTime = field(metadata=FLAT)
     build: str = CURRENT_BUILD
+
+
+@dataclass(frozen=True, kw_only=True)
+class CorrectnessRecord:
+    """A variant's agreement with the reference as the results file holds it."""
+
+    KIND: ClassVar[str] = "correctness"
+
+    cell: CellFields = field(metadata=FLAT)
+    agreement: Agreement = field(metadata=FLAT)
+    build: str = CURRENT_BUILD
+
+
+@dataclass(frozen=True, kw_only=True)
+class DepthRecord:
+    """A decode speed at a KV depth as the results file holds it."""
+
+    KIND: ClassVar[str] = "depth"
+
+    cell: CellFields = field(metadata=FLAT)
+    depth: DepthSpeed = field(metadata=FLAT)
+    build: str = CURRENT_BUILD
+
+
+@dataclass(frozen=True, kw_only=True)
+class KernelFactRecord:
+    """A kernel fact as the results file holds it, with the cell it was observed in."""
+
+    KIND: ClassVar[str] = "kernel"
+
+    cell: CellFields = field(metadata=FLAT)
+    fact: KernelFact = field(metadata=FLAT)
+    build: str = CURRENT_BUILD
+
+
+@dataclass(frozen=True, kw_only=True)
+class SiteCallsRecord:
+    """A switched name's calls as the results file holds them, with the cell."""
+
+    KIND: ClassVar[str] = "site"
+
+    cell: CellFields = field(metadata=FLAT)
+    site: SiteCalls = field(metadata=FLAT)
+    build: str = CURRENT_BUILD
+
+
+@dataclass(frozen=True, kw_only=True)
+class SkipRecord:
+    """A cell the run did not measure (it would not fit, or the plan gave it no rounds), and why."""
+
+    KIND: ClassVar[str] = "skip"
+
+    cell: CellFields = field(metadata=FLAT)
+    reason: str
+
+
+@dataclass(frozen=True, kw_only=True)
+class ErrorRecord:
+    """A cell whose worker failed, and the worker's reason."""
+
+    KIND: ClassVar[str] = "error"
+
+    cell: CellFields = field(metadata=FLAT)
+    reason: str
+
+
+# The record each result of a worker but a trial is written as (a trial's carries the runner's
+# roofline and process too: TrialRecord).
+CellRecord = CorrectnessRecord | DepthRecord | ShareRecord | KernelFactRecord | SiteCallsRecord
+_RECORD_OF: dict[type, type[CellRecord]] = {
+    Agreement: CorrectnessRecord,
+    DepthSpeed: DepthRecord,
+    ShareTime: ShareRecord,
+    KernelFact: KernelFactRecord,
+    SiteCalls: SiteCallsRecord,
+}
+
+
+def cell_record(
+    cell: CellFields,
+    result: Agreement | DepthSpeed | ShareTime | KernelFact | SiteCalls,
+    build: str,
+) -> CellRecord:
+    """A worker's result as its cell's record in the results file."""
+    record = _RECORD_OF[type(result)]
+    part = next(f.name for f in fields(record) if f.name not in ("cell", "build"))
+    return record(cell=cell, build=build, **{part: result})
 
 
 @dataclass(frozen=True)

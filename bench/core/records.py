@@ -9,13 +9,23 @@ from __future__ import annotations
 
 import uuid
 from collections.abc import Iterable, Sequence
-from dataclasses import asdict, dataclass, field
+from dataclasses import dataclass
 from datetime import UTC, datetime
 from enum import StrEnum
 from pathlib import Path
 from typing import Any, ClassVar, TypeVar
 
-from .cell import ShareRecord, StopRecord, TrialRecord
+from .cell import (
+    CorrectnessRecord,
+    DepthRecord,
+    ErrorRecord,
+    KernelFact,
+    ShareRecord,
+    SiteCalls,
+    SkipRecord,
+    StopRecord,
+    TrialRecord,
+)
 from .errors import UserError
 from .typed import required_fields
 
@@ -120,34 +130,6 @@ def cpu_clock_tps(tps: T, wall_s: T, cpu_s: T) -> T:
     return tps * wall_s / cpu_s
 
 
-DEPTH_FIELDS = (
-    Column.RUN_ID,
-    Column.MODEL_KEY,
-    Column.SIZE,
-    Column.BATCH,
-    Column.VARIANT,
-    Column.ROUND,
-    Column.DEPTH,
-    Column.GEN_TOKENS,
-    Column.GEN_TPS,
-)
-CORRECTNESS_FIELDS = (
-    Column.RUN_ID,
-    Column.MODEL_KEY,
-    Column.SIZE,
-    Column.WORKLOAD,
-    Column.PROMPT_TOKENS,
-    Column.GEN_TOKENS,
-    Column.BATCH,
-    Column.VARIANT,
-    Column.REFERENCE,
-    Column.MAX_ABS_ERR,
-    Column.MAX_REL_ERR,
-    Column.TOKENS_CHECKED,
-    Column.TOKENS_AGREE,
-    Column.ATOL,
-    Column.PASSED,
-)
 # A trial's time to first token as mlx-lm's stream_generate reads it (after queuing the first decode
 # step), and that as mlx-lm's "prompt_tps". Optional: trials recorded before them (and a
 # `run --against` reference build of an older commit) lack them, so readers show them only where
@@ -204,13 +186,19 @@ class OpRecord:
 
 # What the readers key on, per kind: a record lacking one is bad input, reported with its file, not
 # a traceback.
+# (Kernel facts and switched sites are left out: `fusebench kernels` writes them without a cell.)
 REQUIRED_FIELDS = {
-    "trial": required_fields(TrialRecord),
-    "correctness": CORRECTNESS_FIELDS,
-    "depth": DEPTH_FIELDS,
-    "op": required_fields(OpRecord),
-    "share": required_fields(ShareRecord),
-    "stop": required_fields(StopRecord),
+    record.KIND: required_fields(record)
+    for record in (
+        TrialRecord,
+        CorrectnessRecord,
+        DepthRecord,
+        OpRecord,
+        ShareRecord,
+        StopRecord,
+        SkipRecord,
+        ErrorRecord,
+    )
 }
 
 
@@ -339,54 +327,6 @@ def require_fields(
             raise ResultsError(
                 f"{path}: {kind} record ({where or '?'}) lacks field(s) {', '.join(missing)}"
             )
-
-
-# --- kernel facts ---------------------------------------------------------------------------------
-
-
-@dataclass
-class KernelFact:
-    """One observed fact about the kernels behind an (op, variant) at one shape.
-
-    status: for a fused-kernel probe, "fused", "fallback" or "unknown" (an mlx that cannot answer);
-    for probe "graph", "single kernel", "N kernels", or "composed" when the graph has several
-    kernels and none of them fused (no Compiled or mx.fast primitive).
-    """
-
-    op: str
-    variant: str
-    probe: str  # an op's fused-kernel probe (its probe_name), or "graph" (mx.export_to_dot)
-    shape_label: str
-    status: str
-    reason: str
-    phase: str | None = None
-    head_dim: int | None = None
-    # every primitive in the graph, in evaluation order
-    primitives: list[str] = field(default_factory=list)
-    kernels: int | None = None  # primitives that launch work (views left out)
-    # the primitives among them that are fused kernels
-    fused: list[str] = field(default_factory=list)
-    backend: str = ""
-    device: str = ""
-    mlx_version: str = ""
-    kind: str = "kernel"
-
-    def to_dict(self) -> Record:
-        return asdict(self)
-
-
-@dataclass(frozen=True)
-class SiteCalls:
-    """A name an mlx-lm model calls an op through, switched while it runs
-    (fusebench.models.switched), and the calls through it in one prefill of the cell's prompt and in
-    one decode step."""
-
-    KIND: ClassVar[str] = "site"
-
-    op: str
-    site: str  # module.name, e.g. "mlx_lm.models.qwen3.swiglu"
-    prefill_calls: int
-    decode_calls: int
 
 
 @dataclass(frozen=True)

@@ -25,10 +25,9 @@ from dataclasses import asdict, dataclass
 from enum import StrEnum
 from typing import Any
 
-from ..core.cell import Agreement, DepthSpeed, ShareTime, Trial
-from ..core.records import KernelFact, SiteCalls
+from ..core.cell import Agreement, DepthSpeed, KernelFact, ShareTime, SiteCalls, Trial
 from ..core.spec import ModelSpec, model_spec
-from ..core.typed import from_mapping, to_mapping
+from ..core.typed import from_mapping, to_record
 
 PROTOCOL = 3
 
@@ -124,20 +123,10 @@ class Command:
 Result = Trial | Agreement | DepthSpeed | ShareTime | SiteCalls | KernelFact
 
 
-def result_kind(result: Result) -> str:
-    return result.kind if isinstance(result, KernelFact) else result.KIND
-
-
-def result_fields(result: Result) -> dict[str, object]:
-    """A result's fields as its record in the results file holds them, after its kind and the cell's
-    own fields."""
-    return {name: value for name, value in to_mapping(result).items() if name != "kind"}
-
-
 # Each kind of result by the kind its record names.
 _RESULTS: dict[str, type[Result]] = {
-    kind.KIND: kind for kind in (Trial, Agreement, DepthSpeed, ShareTime, SiteCalls)
-} | {"kernel": KernelFact}
+    kind.KIND: kind for kind in (Trial, Agreement, DepthSpeed, ShareTime, SiteCalls, KernelFact)
+}
 
 
 def _result(record: Mapping[str, Any]) -> Result:
@@ -175,7 +164,7 @@ Event = Loaded | Recorded | Done
 
 def encode_event(event: Event) -> str:
     if isinstance(event, Recorded):
-        record = {"kind": result_kind(event.result), **result_fields(event.result)}
+        record = to_record(event.result)
         return json.dumps({"event": "record", "record": record})
     return json.dumps({"event": "loaded" if isinstance(event, Loaded) else "done", **asdict(event)})
 

@@ -33,7 +33,7 @@ from mlx_lm.models.gemma4_text import ModelArgs
 
 from fusebench.models.ops import REGISTRY, Inputs, OpCase, calls_by_op
 
-from ..core.records import KernelFact
+from ..core.cell import KernelFact
 from .shares import TracedCall
 
 # Primitives that only re-describe memory (strides, shape, a view): they launch no kernel. A
@@ -117,8 +117,9 @@ def current_backend() -> Backend:
 
 def _stamp(fact: KernelFact) -> KernelFact:
     backend = current_backend()
-    fact.backend, fact.device, fact.mlx_version = backend.name, backend.device, backend.mlx_version
-    return fact
+    return replace(
+        fact, backend=backend.name, device=backend.device, mlx_version=backend.mlx_version
+    )
 
 
 # ------------------------------------------------------------------------------- fused-kernel probe
@@ -149,11 +150,14 @@ def probe_fused_call(op: str, inputs: Inputs, label: str, phase: str | None) -> 
     if outcome.output is not None:
         nodes = graph_nodes(outcome.output)
         mx.eval(outcome.output)
-        fact.primitives = [n.primitive for n in nodes]
         kernels = kernel_names(nodes)
-        fact.reason = f"{outcome.reason} {', '.join(kernels) or 'a fused kernel'}"
-        fact.kernels = len(kernels)
-        fact.fused = [k for k in kernels if _is_fused(k)]
+        fact = replace(
+            fact,
+            primitives=tuple(n.primitive for n in nodes),
+            reason=f"{outcome.reason} {', '.join(kernels) or 'a fused kernel'}",
+            kernels=len(kernels),
+            fused=tuple(k for k in kernels if _is_fused(k)),
+        )
     return _stamp(fact)
 
 
@@ -289,9 +293,9 @@ def probe_compiled(
         reason,
         phase,
         None,
-        primitives,
+        tuple(primitives),
         len(kernels),
-        fused,
+        tuple(fused),
     )
     return _stamp(fact)
 

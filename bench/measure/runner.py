@@ -16,7 +16,7 @@ from __future__ import annotations
 import contextlib
 import os
 import time
-from collections.abc import Callable, Iterator, Mapping, Sequence
+from collections.abc import Callable, Iterator, Sequence
 from dataclasses import replace
 from functools import partial
 from pathlib import Path
@@ -32,19 +32,25 @@ from rich.progress import (
 )
 
 from ..analysis.stopping import RunBudget
-from ..core.cell import Measured, Trial, TrialRecord
+from ..core.cell import (
+    ErrorRecord,
+    Measured,
+    SkipRecord,
+    Trial,
+    TrialRecord,
+    cell_record,
+)
 from ..core.header import BuildFields, Env, PeakProbe, PluginFile, StoredExperiment, run_header
 from ..core.records import METRICS, new_run_id
 from ..core.results import ResultsWriter
 from ..core.spec import Cell, Experiment, ModelSpec, Schedule, Trials, shard_cells
-from ..core.typed import to_mapping
 from ..present.format import format_count
 from .cellrun import CellRun, DuetSide
 from .duet import ScheduleChoice, choose_schedule
 from .duet import cache_path as schedule_cache_path
 from .env import blas_warning, cache_dir, machine_key, read_cached, thread_env, write_cached
 from .hub import with_repos_found
-from .job import Result, result_fields, result_kind
+from .job import Result
 from .ledger import TimeLedger
 from .load import LoadSampler, preflight
 from .memory import memory_verdict, model_config, weight_bytes
@@ -79,6 +85,10 @@ from .schedule import centre_order
 from .session import Build, WorkerFailed, WorkerSession, stopped_after, worker_job
 from .stopwatch import Stopwatch
 from .threads import cache_path as threads_cache_path
+
+# A cell closed without rounds: skipped before it ran (too big, or planned none), or its worker
+# failed.
+Closed = SkipRecord | ErrorRecord
 
 
 class Runner:
@@ -188,13 +198,6 @@ class Runner:
             return 2 * len(variant_pairs(self.exp))
         return len(self.exp.variants) * len(self.builds)
 
-    def write_record(
-        self, writer: ResultsWriter, cell_key: str, kind: str, fields: Mapping[str, object]
-    ) -> None:
-        """A record of a cell: its kind, the fields every record of the cell carries, then its
-        own."""
-        writer.write({"kind": kind, **to_mapping(self.meta[cell_key]), **fields})
-
     def write_result(
         self,
         writer: ResultsWriter,
@@ -207,8 +210,7 @@ class Runner:
         """What a build's worker found, with a trial's roofline, the worker process (pair) that
         ran it, and in a duet the arm beside it and its core."""
         if not isinstance(result, Trial):
-            fields = {**result_fields(result), "build": build}
-            self.write_record(writer, cell_key, result_kind(result), fields)
+            writer.write(cell_record(self.meta[cell_key], result, build))
             return
         rates, shares = self._roofline(cell_key, result.measured)
         trial = TrialRecord(
@@ -253,18 +255,18 @@ class Runner:
         self.cells_done += 1
 
     def _close_cells(
-        self, writer: ResultsWriter, cells: list[Cell], kind: str, reason: str
+        self, writer: ResultsWriter, cells: list[Cell], closed: type[Closed], reason: str
     ) -> None:
         for cell in cells:
             self.cell_finished()
-            self.write_record(writer, cell.key, kind, {"reason": reason})
-        self.console.print(f"[yellow]{kind}[/]: {cells[0].model.size}: {reason}")
+            writer.write(closed(cell=self.meta[cell.key], reason=reason))
+        self.console.print(f"[yellow]{closed.KIND}[/]: {cells[0].model.size}: {reason}")
 
     def _run_model(self, job: ModelJob, writer: ResultsWriter, update: Callable) -> None:
         duet = self._duet_for(job.model)
         fits, reason = memory_verdict(job.model, self.exp, copies=len(self.worker_builds(duet)))
         if not fits:
-            self._close_cells(writer, job.cells, "skip", reason)
+            self._close_cells(writer, job.cells, SkipRecord, reason)
             return
         unplanned = (
             [self.planner.skip_reason(c, self.time_left_s()) for c in job.cells]
@@ -272,7 +274,7 @@ class Runner:
             else [None]
         )
         if all(unplanned) and self.planner:
-            self._close_cells(writer, job.cells, "skip", str(unplanned[0]))
+            self._close_cells(writer, job.cells, SkipRecord, str(unplanned[0]))
             return
         pending = list(job.cells)
         while pending:
@@ -282,7 +284,7 @@ class Runner:
                 return
             except WorkerFailed as failure:
                 failed = [c for c in pending if failure.cell_key in (None, c.key)]
-                self._close_cells(writer, failed, "error", failure.reason)
+                self._close_cells(writer, failed, ErrorRecord, failure.reason)
                 pending = [c for c in pending if c not in failed]
 
     def _duet_for(self, model: ModelSpec) -> bool:

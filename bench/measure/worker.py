@@ -64,8 +64,7 @@ from fusebench.models.gemma4 import Model
 from fusebench.models.loading import AnyModel, WeightsCache, build_model, load_model
 from fusebench.models.switched import SwitchedModel
 
-from ..core.cell import Agreement, DepthSpeed, Measured, Trial
-from ..core.records import KernelFact, SiteCalls
+from ..core.cell import Agreement, DepthSpeed, KernelFact, Measured, SiteCalls, Trial
 from .env import weights_cache_dir
 from .job import Command, Do, Done, Event, Loaded, Recorded, WorkerJob, encode_event
 from .kernels import kernel_facts, traced_kernel_facts

@@ -7,7 +7,7 @@ from __future__ import annotations
 
 from collections.abc import Sequence
 
-from ..core.records import KernelFact, SiteCalls
+from ..core.cell import KernelFact, SiteCalls
 from ..core.text import join_words
 from .document import Table
 

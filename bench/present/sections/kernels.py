@@ -6,7 +6,8 @@ from __future__ import annotations
 from fusebench.models.registry import REGISTRY
 
 from ...analysis.study import Study, cell_labels, ops_changes, size_order
-from ...core.records import KernelFact, KernelRecord, SiteCalls
+from ...core.cell import KernelFact, SiteCalls
+from ...core.records import KernelRecord
 from ..document import Block, Heading, Paragraph
 from ..kernels import (
     compile_note,
