@@ -17,7 +17,7 @@ from pathlib import Path
 import pytest
 from conftest import ROOT, fusebench_here
 
-from fusebench.core.history import HistoryPoint, HistoryRun, HistoryStore, Series
+from fusebench.core.history import HistoryPoint, HistoryRun, HistoryStore, PointKey, Series
 
 FIXTURES = ROOT / "tests" / "fixtures"
 AB_RUN = FIXTURES / "slow-vm" / "ab-identical.jsonl"
@@ -28,10 +28,8 @@ def _run(run_id: str, commit: str, date: str) -> HistoryRun:
 
 
 def _point(run_id: str, value: float) -> HistoryPoint:
-    return HistoryPoint(
-        run_id, "cpu · m", Series.BUILD, "tiny:all", "tiny", "pp8", "all variants", "prefill",
-        value, value - 1.0, value + 1.0, 12, "no change",
-    )  # fmt: skip
+    of = PointKey(Series.BUILD, "tiny:all", "tiny", "pp8", "all variants", "prefill")
+    return HistoryPoint(run_id, "cpu · m", of, value, value - 1.0, value + 1.0, 12, "no change")
 
 
 def _round_trip(store: HistoryStore) -> None:
@@ -42,7 +40,7 @@ def _round_trip(store: HistoryStore) -> None:
     assert not store.add(runs[0], [_point("a", 9.9)])  # held already: nothing changes
     assert store.runs() == runs
     assert sorted(p.value for p in store.points()) == [-3.0, -0.5]
-    assert store.points()[0].series is Series.BUILD
+    assert store.points()[0].of.series is Series.BUILD
     # a run's records, and its name: what check --baseline NAME reads back
     records = [{"kind": "run", "run_id": "c"}, {"kind": "trial", "run_id": "c", "round": 0}]
     named = _run("c", "c3", "2026-01-03T00:00:00Z")
@@ -120,7 +118,7 @@ def test_history_add_show_and_check_on_a_real_ab_run(tmp_path):
     again = fusebench_here("history", "add", str(AB_RUN), "--store", store, cwd=tmp_path)
     assert "0 run(s) added, 1 already held" in again.stdout
     points = HistoryStore(store).points()
-    kinds = {p.series for p in points}
+    kinds = {p.of.series for p in points}
     assert kinds == {Series.RATE, Series.COMPARISON, Series.BUILD}
     shown = fusebench_here("history", "show", "--store", store, cwd=tmp_path)
     assert shown.returncode == 0 and "since" in shown.stdout, shown.stdout

@@ -9,7 +9,7 @@ import numpy as np
 import pytest
 
 from fusebench.analysis.speedups import PastSpeedups, past_speedups
-from fusebench.core.history import HistoryPoint, HistoryRun, Series
+from fusebench.core.history import HistoryPoint, HistoryRun, PointKey, Series
 
 
 def stored(speedups: list[float]) -> PastSpeedups:
@@ -70,10 +70,8 @@ def test_past_speedups_are_the_comparison_points_one_per_run_in_the_runs_order()
         return HistoryRun(run_id, "cpu · m", "vm", "ci", "c", None, None, None, "r.jsonl", "t")
 
     def point(run_id: str, series: Series, metric: str, value: float) -> HistoryPoint:
-        return HistoryPoint(
-            run_id, "cpu · m", series, "m", "E2B", "w", "compiled vs baseline", metric,
-            value, value - 1.0, value + 1.0, 8,
-        )  # fmt: skip
+        of = PointKey(series, "m", "E2B", "w", "compiled vs baseline", metric)
+        return HistoryPoint(run_id, "cpu · m", of, value, value - 1.0, value + 1.0, 8)
 
     points = [
         point("b", Series.COMPARISON, "prefill", -1.0),

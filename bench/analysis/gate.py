@@ -358,9 +358,9 @@ def history_findings(
     gated), and only from MIN_RUNS stored runs on."""
     stored = {p.key: p for p in past}
     measured = [
-        (point, stored.get((point.model_key, point.workload, point.name, point.metric)))
+        (point, stored.get((point.of.model_key, point.of.workload, point.of.name, point.of.metric)))
         for point in current
-        if point.series == Series.COMPARISON
+        if point.of.series == Series.COMPARISON
     ]
     # Bonferroni over these rows
     gated = sum(1 for _, past in measured if past and past.runs >= MIN_RUNS)
@@ -371,9 +371,9 @@ def history_findings(
         now = speedup(point)
         base = Finding(
             Check.HISTORY,
-            labels[point.model_key, point.size, point.workload],
-            point.name,
-            point.metric,
+            labels[point.of.model_key, point.of.size, point.of.workload],
+            point.of.name,
+            point.of.metric,
             baseline=past.expected,
             current=now,
         )

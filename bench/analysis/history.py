@@ -21,7 +21,7 @@ import pandas as pd
 from scipy.special import stdtrit
 
 from ..core.fingerprint import fingerprint
-from ..core.history import HistoryPoint, HistoryRun, Series
+from ..core.history import HistoryPoint, HistoryRun, PointKey, Series
 from ..core.records import METRIC_COLUMNS, METRICS, Column, Record
 from ..core.results import Results
 from . import stats
@@ -89,7 +89,8 @@ def _run_builds(build_trials: pd.DataFrame, run_id: str) -> pd.DataFrame:
 
 def _point(series: Series, cell: tuple[str, str, str], name: str, metric: str) -> HistoryPoint:
     model_key, size, workload = cell
-    return HistoryPoint("", "", series, model_key, size, workload, name, metric, 0.0, 0.0, 0.0, 0)
+    of = PointKey(series, model_key, size, workload, name, metric)
+    return HistoryPoint("", "", of, 0.0, 0.0, 0.0, 0)
 
 
 def _rates(timed: pd.DataFrame) -> list[HistoryPoint]:
@@ -175,25 +176,24 @@ def _t_interval(row: stats.Comparison) -> tuple[float, float]:
 
 @dataclass(frozen=True)
 class SeriesKey:
+    """A series of the history: one point key on one machine and experiment (and a BUILD series'
+    reference)."""
+
     machine: str
     machine_label: str
     experiment: str
-    series: Series
-    model_key: str
-    size: str
-    workload: str
-    name: str
-    metric: str
+    of: PointKey
     against: str | None = None  # BUILD series: PARENT, or the anchor commit
 
     @property
     def label(self) -> str:
+        of = self.of
         what = {
-            Series.RATE: f"{self.name} tok/s",
-            Series.COMPARISON: f"{self.name} Δ",
-            Series.BUILD: f"{self.name} Δ {self.since}",
-        }[self.series]
-        return f"{self.size} {self.workload} {self.metric}: {what}"
+            Series.RATE: f"{of.name} tok/s",
+            Series.COMPARISON: f"{of.name} Δ",
+            Series.BUILD: f"{of.name} Δ {self.since}",
+        }[of.series]
+        return f"{of.size} {of.workload} {of.metric}: {what}"
 
     @property
     def since(self) -> str:
@@ -235,8 +235,9 @@ def read_series(runs: Sequence[HistoryRun], points: Sequence[HistoryPoint]) -> l
     found = []
     for key, mine in grouped.items():
         mine.sort(key=lambda p: order[p.run_id])
-        pooled = _by_commit(mine, by_run, key.series != Series.RATE)
-        found.append(HistorySeries(key, tuple(pooled), _steps(pooled, key.series != Series.RATE)))
+        delta = key.of.series != Series.RATE
+        pooled = _by_commit(mine, by_run, delta)
+        found.append(HistorySeries(key, tuple(pooled), _steps(pooled, delta)))
     return found
 
 
@@ -248,11 +249,8 @@ def _keys(run: HistoryRun, point: HistoryPoint) -> list[SeriesKey]:
     """The series a point belongs to: a build point to the one since its reference commit, and to
     the one against the parent as well where that commit is the run's parent (a first commit after
     the anchor is both)."""
-    key = SeriesKey(
-        run.machine, run.machine_label, run.experiment, point.series, point.model_key,
-        point.size, point.workload, point.name, point.metric,
-    )  # fmt: skip
-    if point.series != Series.BUILD:
+    key = SeriesKey(run.machine, run.machine_label, run.experiment, point.of)
+    if point.of.series != Series.BUILD:
         return [key]
     keys = [replace(key, against=run.against)]
     if run.against and run.against == run.parent:
@@ -324,7 +322,7 @@ def drifts(series: Sequence[HistorySeries], anchor: str | None = None) -> list[D
     return [
         Drift(s.key, s.points[-1])
         for s in series
-        if s.key.series == Series.BUILD
+        if s.key.of.series == Series.BUILD
         and s.key.against not in (None, PARENT)
         and (anchor is None or str(s.key.against).startswith(anchor))
         and s.points

@@ -43,7 +43,7 @@ import pandas as pd
 
 from ..core.fingerprint import Fingerprint
 from ..core.header import StoredExperiment
-from ..core.history import HistoryPoint, HistoryRun, Series
+from ..core.history import HistoryPoint, HistoryRun, PointKey, Series
 from ..core.records import Column, ResultsError, utc_now
 from ..core.results import read_results, results_fingerprint
 from ..core.spec import Experiment, parse_experiment
@@ -292,7 +292,8 @@ def _old_point(run_id: str, machine: str, past: PastSpeedups, i: int) -> History
         return None
     new, baseline = past.comparison.split("/", 1)  # the file named a comparison "new/baseline"
     delta_pct = (past.speedups[i] - 1.0) * 100.0
-    return HistoryPoint(
-        run_id, machine, Series.COMPARISON, past.model_key, past.size, past.workload,
-        f"{new} vs {baseline}", past.metric, delta_pct, delta_pct, delta_pct, 0,
+    of = PointKey(
+        Series.COMPARISON, past.model_key, past.size, past.workload, f"{new} vs {baseline}",
+        past.metric,
     )  # fmt: skip
+    return HistoryPoint(run_id, machine, of, delta_pct, delta_pct, delta_pct, 0)

@@ -92,9 +92,10 @@ def past_speedups(runs: Sequence[HistoryRun], points: Sequence[HistoryPoint]) ->
     order = {run.run_id: i for i, run in enumerate(runs)}
     collected: dict[tuple[str, str, str, str, str], list[tuple[int, float]]] = {}
     for point in points:
-        if point.series != Series.COMPARISON or point.run_id not in order:
+        of = point.of
+        if of.series != Series.COMPARISON or point.run_id not in order:
             continue
-        key = (point.model_key, point.size, point.workload, point.name, point.metric)
+        key = (of.model_key, of.size, of.workload, of.name, of.metric)
         collected.setdefault(key, []).append((order[point.run_id], speedup(point)))
     return [
         PastSpeedups(*key, speedups=tuple(value for _, value in sorted(values)))

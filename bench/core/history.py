@@ -14,8 +14,9 @@ from __future__ import annotations
 import contextlib
 import json
 import re
+import typing
 from collections.abc import Iterator, Sequence
-from dataclasses import asdict, dataclass, fields
+from dataclasses import asdict, dataclass, field, fields
 from enum import StrEnum
 from pathlib import Path
 from typing import Any
@@ -25,7 +26,7 @@ from sqlalchemy.exc import ArgumentError, OperationalError, SQLAlchemyError
 
 from .errors import UserError
 from .records import Record
-from .typed import from_mapping
+from .typed import FLAT, from_mapping, to_mapping
 
 _NAME = re.compile(r"[A-Za-z0-9._-]+")
 
@@ -61,18 +62,26 @@ class HistoryRun:
 
 
 @dataclass(frozen=True)
-class HistoryPoint:
-    """One figure of a run with its 95% interval: a rate in tok/s, or a Δ in %. `name` is the
-    variant (RATE, BUILD; BUILD also "all variants"), or "new vs baseline" (COMPARISON)."""
+class PointKey:
+    """What a point is a figure of within its run: its series, cell (model, size, workload), name
+    (the variant for RATE and BUILD, BUILD also "all variants"; "new vs baseline" for COMPARISON)
+    and metric. A series of the history is the same key on one machine and experiment."""
 
-    run_id: str
-    machine: str
     series: Series
     model_key: str
     size: str
     workload: str
     name: str
     metric: str
+
+
+@dataclass(frozen=True)
+class HistoryPoint:
+    """One figure of a run with its 95% interval: a rate in tok/s, or a Δ in %."""
+
+    run_id: str
+    machine: str
+    of: PointKey = field(metadata=FLAT)
     value: float
     low: float
     high: float
@@ -80,37 +89,53 @@ class HistoryPoint:
     verdict: str | None = None
 
 
+# The longest text each stored field holds (a machine's fingerprint and a model's key are long).
+_LENGTHS = {
+    "run_id": 64,
+    "machine": 400,
+    "machine_label": 400,
+    "experiment": 200,
+    "commit": 64,
+    "parent": 64,
+    "commit_date": 40,
+    "against": 64,
+    "source": 1000,
+    "added_at": 40,
+    "series": 20,
+    "model_key": 1000,
+    "size": 200,
+    "workload": 100,
+    "name": 200,
+    "metric": 20,
+    "verdict": 40,
+    "named_at": 40,
+}
+
+
+def _columns(record: type, *, keys: Sequence[str] = ()) -> list[sa.Column]:
+    """A table's columns, one per field of the record it stores (a FLAT part's fields inline),
+    typed and nullable as the field is declared; `keys` make the primary key."""
+    hints = typing.get_type_hints(record)
+    columns = []
+    for f in fields(record):
+        if f.metadata.get("flat"):
+            columns += _columns(hints[f.name])
+            continue
+        kinds = [k for k in typing.get_args(hints[f.name]) if k is not type(None)]
+        kind = kinds[0] if kinds else hints[f.name]
+        optional = type(None) in typing.get_args(hints[f.name])
+        sql = {float: sa.Float, int: sa.Integer}.get(kind) or sa.String(_LENGTHS[f.name])
+        key = f.name in keys
+        columns.append(sa.Column(f.name, sql, primary_key=key, nullable=optional and not key))
+    return columns
+
+
 _METADATA = sa.MetaData()
-_RUNS = sa.Table(
-    "runs",
-    _METADATA,
-    sa.Column("run_id", sa.String(64), primary_key=True),
-    sa.Column("machine", sa.String(400), primary_key=True),
-    sa.Column("machine_label", sa.String(400), nullable=False),
-    sa.Column("experiment", sa.String(200), nullable=False),
-    sa.Column("commit", sa.String(64), nullable=False),
-    sa.Column("parent", sa.String(64)),
-    sa.Column("commit_date", sa.String(40)),
-    sa.Column("against", sa.String(64)),
-    sa.Column("source", sa.String(1000), nullable=False),
-    sa.Column("added_at", sa.String(40), nullable=False),
-)
+_RUNS = sa.Table("runs", _METADATA, *_columns(HistoryRun, keys=("run_id", "machine")))
 _POINTS = sa.Table(
     "points",
     _METADATA,
-    sa.Column("run_id", sa.String(64), nullable=False),
-    sa.Column("machine", sa.String(400), nullable=False),
-    sa.Column("series", sa.String(20), nullable=False),
-    sa.Column("model_key", sa.String(1000), nullable=False),
-    sa.Column("size", sa.String(200), nullable=False),
-    sa.Column("workload", sa.String(100), nullable=False),
-    sa.Column("name", sa.String(200), nullable=False),
-    sa.Column("metric", sa.String(20), nullable=False),
-    sa.Column("value", sa.Float, nullable=False),
-    sa.Column("low", sa.Float, nullable=False),
-    sa.Column("high", sa.Float, nullable=False),
-    sa.Column("rounds", sa.Integer, nullable=False),
-    sa.Column("verdict", sa.String(40)),
+    *_columns(HistoryPoint),
     sa.ForeignKeyConstraint(["run_id", "machine"], ["runs.run_id", "runs.machine"]),
     sa.UniqueConstraint("run_id", "machine", "series", "model_key", "workload", "name", "metric"),
 )
@@ -161,7 +186,7 @@ class HistoryStore:
             if not held:
                 connection.execute(_RUNS.insert(), [asdict(run)])
                 if points:
-                    connection.execute(_POINTS.insert(), [_row(p) for p in points])
+                    connection.execute(_POINTS.insert(), [to_mapping(p) for p in points])
             if records and not self._records_held(connection, run):
                 rows = [
                     {
@@ -276,10 +301,6 @@ def require_name(name: str) -> None:
         raise HistoryError(
             f"--name {name!r}: use letters, digits, '-', '_' and '.' (no path separators)"
         )
-
-
-def _row(point: HistoryPoint) -> dict[str, object]:
-    return {f.name: getattr(point, f.name) for f in fields(point)}
 
 
 def _reason(err: Exception) -> str:

@@ -47,7 +47,7 @@ def panels(series: Sequence[HistorySeries]) -> list[Panel]:
     for s in series:
         k = s.key
         grouped.setdefault(
-            (k.machine_label, k.experiment, k.size, k.workload, k.metric), []
+            (k.machine_label, k.experiment, k.of.size, k.of.workload, k.of.metric), []
         ).append(s)
     return [Panel(*key, tuple(mine)) for key, mine in grouped.items()]
 
@@ -91,8 +91,8 @@ def _summary(series: Sequence[HistorySeries]) -> str:
 
 
 def panel_svg(panel: Panel, link: RunLink) -> str:
-    rates = [s for s in panel.series if s.key.series == Series.RATE]
-    deltas = [s for s in panel.series if s.key.series != Series.RATE]
+    rates = [s for s in panel.series if s.key.of.series == Series.RATE]
+    deltas = [s for s in panel.series if s.key.of.series != Series.RATE]
     commits = list(dict.fromkeys(p.commit for s in panel.series for p in s.points))
     rows = [group for group in (rates, deltas) if group]
     figure = Figure(figsize=(9.5, 2.6 * len(rows)))
@@ -135,6 +135,7 @@ def _finite(errors: list[list[float]]) -> list[list[float]]:
 
 
 def _label(key: SeriesKey) -> str:
-    if key.series == Series.RATE:
-        return key.name
-    return key.name if key.series == Series.COMPARISON else f"{key.name} {key.since}"
+    of = key.of
+    if of.series == Series.RATE:
+        return of.name
+    return of.name if of.series == Series.COMPARISON else f"{of.name} {key.since}"
