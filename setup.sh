@@ -27,7 +27,7 @@ if [[ ! -x $venv/bin/python ]]; then
 fi
 pip=("$venv/bin/python" -m pip install --quiet --disable-pip-version-check)
 
-# Debian's OpenBLAS where root can install it; fusebench's workers preload it (see bench/measure/env.py).
+# Debian's OpenBLAS where root can install it; fusebench's workers preload it (see bench/measure/machine/env.py).
 have_system_openblas() { compgen -G "/usr/lib/*/openblas-pthread/libblas.so.3" >/dev/null; }
 if (( linux )) && ! have_system_openblas && [[ $(id -u) == 0 ]] && command -v apt-get >/dev/null; then
   apt-get install -y -qq libopenblas0-pthread >/dev/null 2>&1 ||
@@ -44,10 +44,10 @@ spec="."
 "${pip[@]}" -e "$spec"
 
 # Without root there is no Debian OpenBLAS: the cpu extra brought PyPI's OpenBLAS, which the workers preload
-# through a shim built on first use into ~/.cache/fusebench (bench/measure/blas_shim.py). Build it now, and say
+# through a shim built on first use into ~/.cache/fusebench (bench/measure/machine/blas_shim.py). Build it now, and say
 # which BLAS the workers will use.
 if (( linux )); then
-  "$venv/bin/python" -c 'from fusebench.measure.env import blas_preload_env as b; print("setup: BLAS:", b("auto")[1])' >&2
+  "$venv/bin/python" -c 'from fusebench.measure.machine.env import blas_preload_env as b; print("setup: BLAS:", b("auto")[1])' >&2
 fi
 
 echo "setup: done. fusebench is $venv/bin/fusebench; put it on your path with: source $venv/bin/activate" >&2

@@ -14,11 +14,11 @@ import statistics
 import subprocess
 import sys
 
-from fusebench.measure.env import blas_preload_env
+from fusebench.measure.machine.env import blas_preload_env
 
 CHILD = """
 import json, sys
-from fusebench.measure.env import loaded_blas
+from fusebench.measure.machine.env import loaded_blas
 from fusebench.measure.worker import make_prompt, time_trial
 from fusebench.models import load_model
 preset, layers, prompt_tokens, rounds = sys.argv[1], int(sys.argv[2]), int(sys.argv[3]), \

@@ -51,7 +51,7 @@ print(json.dumps({{m: float(np.std(v, ddof=1)) for m, v in logs.items()}}))
 
 
 def bare_floor(pairs: int) -> dict[str, float]:
-    from fusebench.measure.probe import worker_environment
+    from fusebench.measure.machine.probe import worker_environment
 
     env, _, threads = worker_environment("auto", None)
     done = subprocess.run(

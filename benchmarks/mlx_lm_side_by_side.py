@@ -48,7 +48,7 @@ from pathlib import Path
 from tokenizers import Tokenizer, pre_tokenizers
 from tokenizers.models import WordLevel
 
-from fusebench.measure.env import THREAD_VARIABLES, blas_preload_env, thread_env
+from fusebench.measure.machine.env import THREAD_VARIABLES, blas_preload_env, thread_env
 from fusebench.measure.worker import make_prompt, measured_trial, time_trial
 from fusebench.models import load_model, save_checkpoint
 

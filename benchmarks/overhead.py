@@ -27,14 +27,14 @@ import time
 
 import mlx.core as mx
 
-from fusebench.measure.env import (
+from fusebench.measure.machine.env import (
     THREAD_VARIABLES,
     blas_preload_env,
     default_threads,
     loaded_blas,
     thread_env,
 )
-from fusebench.measure.schedule import round_order
+from fusebench.measure.run.schedule import round_order
 from fusebench.measure.worker import make_prompt, time_trial
 from fusebench.models import load_model
 from fusebench.models.gemma4 import Model

@@ -1,6 +1,6 @@
-"""One `schedule: auto` pilot (measure.duet.pilot) of the fusebench tree in the current folder, and
-the choice it makes, as one JSON line: to compare the pilot of two trees, or a pilot with an A/A of
-`ci` in each schedule (benchmarks/duet_aa.py), on the same machine. Nothing is cached.
+"""One `schedule: auto` pilot (measure.run.duet.pilot) of the fusebench tree in the current folder,
+and the choice it makes, as one JSON line: to compare the pilot of two trees, or a pilot with an A/A
+of `ci` in each schedule (benchmarks/duet_aa.py), on the same machine. Nothing is cached.
 
     cd TREE && python /path/to/benchmarks/pilot_once.py LABEL >> pilots.jsonl
 """
@@ -15,8 +15,8 @@ from pathlib import Path
 
 sys.path.insert(0, str(Path.cwd()))  # the tree being compared, not this file's
 
-from fusebench.measure.duet import decide, duet_cores, pilot
-from fusebench.measure.probe import worker_environment
+from fusebench.measure.machine.probe import worker_environment
+from fusebench.measure.run.duet import decide, duet_cores, pilot
 
 
 def main() -> None:

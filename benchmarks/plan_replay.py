@@ -4,7 +4,7 @@ tables with a false claim, on every committed machine profile.
 Each profile is a results file of the default experiment (four sizes, two comparisons, prefill and
 gen: 16 rows) from one machine and configuration. Its rounds are replayed through the product's own
 code: the planner (analysis.planner.plan_rounds, made again at each size's start with the time
-left, as measure.planning does), the paired estimate with the fixed-n t interval
+left, as measure.run.planning does), the paired estimate with the fixed-n t interval
 (analysis.inference.paired_estimate, fixed_rounds=True), Holm across the whole table (16 rows), and
 the verdict at the experiment's ±5% margin.
 

@@ -38,7 +38,7 @@ RUN_COMMAND = "bench/commands/run.py"
 
 
 def module_of(filename: str) -> str | None:
-    """The repository module a code object belongs to (bench/measure/runner.py), else None."""
+    """The repository module a code object belongs to (bench/measure/run/runner.py), else None."""
     path = Path(filename).resolve()
     if not path.is_relative_to(ROOT) or path.parts[len(ROOT.parts)] not in ("bench", "models"):
         return None
@@ -90,7 +90,7 @@ def main_() -> None:
     with tempfile.TemporaryDirectory() as folder:
         entered = trace_run(Path(folder))
     print(f"{len(entered)} modules from commands/run.py to the first trial")
-    print(f"measure/runner.py entered {entered['bench/measure/runner.py']} times")
+    print(f"measure/run/runner.py entered {entered['bench/measure/run/runner.py']} times")
     if args.show:
         for module, times in entered.most_common():
             print(f"{times:6d}  {module}")

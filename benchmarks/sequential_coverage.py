@@ -1,6 +1,6 @@
 """How fusebench's stopping rule and its intervals behave, simulated at both machines' noise.
 
-The rule is the runner's (analysis.stopping, fusebench.measure.cellstop.CellStop): a pilot of 6
+The rule is the runner's (analysis.stopping, fusebench.measure.run.cellstop.CellStop): a pilot of 6
 rounds, then a look after every round; a cell stops when each of its rows is decided at the table's
 Bonferroni level, or at max_rounds. The rows are the product's own paired estimates (outlier rule,
 stall rule, confidence sequence) and the verdicts its own Holm table. Each simulated table is one

@@ -24,7 +24,7 @@ from fusebench.core.header import RunHeader
 from fusebench.core.records import utc_now
 from fusebench.core.results import ResultsWriter
 from fusebench.core.typed import from_mapping, to_record
-from fusebench.measure.env import own_compile_dir
+from fusebench.measure.machine.env import own_compile_dir
 
 ROOT = Path(__file__).resolve().parent.parent
 # Tests that mx.compile in this process need what the CLI gives its workers: a compile folder this

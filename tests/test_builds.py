@@ -199,7 +199,7 @@ def test_a_reference_that_cannot_serve_is_one_line_and_exit_2(
 
 
 def test_a_reference_tree_imports_as_fusebench_or_as_before_the_one_package(tmp_path: Path):
-    from fusebench.measure.session import CURRENT, Build
+    from fusebench.measure.run.session import CURRENT, Build
 
     new = tree_copy(tmp_path / "new")
     old = tree_copy(tmp_path / "old")

@@ -1,6 +1,6 @@
-"""Duet rounds (measure.schedule's duet plan, measure.duet's choice, the runner end to end on the
-tiny preset) and the interval that follows the design (fixed rounds: the fixed-n t interval; rounds
-added on the data: the confidence sequence)."""
+"""Duet rounds (measure.run.schedule's duet plan, measure.run.duet's choice, the runner end to end
+on the tiny preset) and the interval that follows the design (fixed rounds: the fixed-n t interval;
+rounds added on the data: the confidence sequence)."""
 
 from __future__ import annotations
 
@@ -21,7 +21,8 @@ from fusebench.core.header import Env, LoadSummary, MachineLoad, RunHeader, Sche
 from fusebench.core.records import METRICS, Clock
 from fusebench.core.results import read_results
 from fusebench.core.spec import Schedule, Trials, experiment_path, load_experiment
-from fusebench.measure.duet import (
+from fusebench.measure.job import CellShape
+from fusebench.measure.run.duet import (
     PilotTrials,
     Sample,
     ScheduleProbe,
@@ -31,8 +32,7 @@ from fusebench.measure.duet import (
     duet_cores,
     gain_lower_bound,
 )
-from fusebench.measure.job import CellShape
-from fusebench.measure.schedule import duet_plan
+from fusebench.measure.run.schedule import duet_plan
 from fusebench.present.sections.context import design_note, sequential_sizes
 
 PAIRS = [("baseline", "compiled"), ("baseline", "sdpa")]
@@ -108,11 +108,11 @@ def pilots(monkeypatch, tmp_path):
         duet = ScheduleProbe(Schedule.DUET, wall_sd=0.05, cpu_sd=0.05, pair_s=1.0)
         return (quiet_cpu, duet) if threads == 1 else (quiet_cpu,)
 
-    monkeypatch.setattr("fusebench.measure.duet.pilot", pilot)
-    monkeypatch.setattr("fusebench.measure.duet.duet_cores", lambda: (0, 1))
-    monkeypatch.setattr("fusebench.measure.duet.cache_dir", lambda: tmp_path)
-    monkeypatch.setattr("fusebench.measure.duet.LoadSampler", _Quiet)
-    monkeypatch.setattr("fusebench.measure.duet.preflight", lambda: None)
+    monkeypatch.setattr("fusebench.measure.run.duet.pilot", pilot)
+    monkeypatch.setattr("fusebench.measure.run.duet.duet_cores", lambda: (0, 1))
+    monkeypatch.setattr("fusebench.measure.run.duet.cache_dir", lambda: tmp_path)
+    monkeypatch.setattr("fusebench.measure.run.duet.LoadSampler", _Quiet)
+    monkeypatch.setattr("fusebench.measure.run.duet.preflight", lambda: None)
     return calls
 
 
@@ -144,14 +144,14 @@ def test_the_pilot_runs_once_per_machine_and_an_asked_schedule_reads_its_clock(p
 
 def test_no_pilot_starts_beside_other_work(pilots, monkeypatch):
     busy = MachineLoad(loadavg_1m=2.0, cores=2, other_cores=1.5, steal_cores=0.0)
-    monkeypatch.setattr("fusebench.measure.duet.preflight", lambda: busy)
+    monkeypatch.setattr("fusebench.measure.run.duet.preflight", lambda: busy)
     choice = choose_schedule(Schedule.AUTO, Env(backend="cpu"), {}, threads=1)
     assert choice.schedule == Schedule.SEQUENTIAL and "1.5 cores" in choice.reason
     assert choice.clock == Clock.WALL and pilots == []
 
 
 def test_one_core_runs_sequentially(monkeypatch):
-    monkeypatch.setattr("fusebench.measure.duet.duet_cores", lambda: None)
+    monkeypatch.setattr("fusebench.measure.run.duet.duet_cores", lambda: None)
     choice = choose_schedule(Schedule.DUET, Env(backend="cpu"), {})
     assert choice.schedule == Schedule.SEQUENTIAL and "two physical cores" in choice.reason
     assert choice.clock == Clock.WALL

@@ -10,10 +10,10 @@ import pytest
 from conftest import fusebench
 from rich.console import Console
 
-import fusebench.measure.env as env_mod
+import fusebench.measure.machine.env as env_mod
 from fusebench.core.header import Env, PeakProbe
 from fusebench.core.typed import from_mapping, to_mapping
-from fusebench.measure.env import (
+from fusebench.measure.machine.env import (
     BlasChoiceError,
     blas_kind,
     blas_preload_env,
@@ -129,7 +129,7 @@ def test_auto_keeps_a_blas_the_user_preloaded():
 def _loaded_blas_in_worker(choice: str) -> str:
     env, _ = blas_preload_env(choice)
     env["PYTHONPATH"] = str(REPO_ROOT)
-    code = "import fusebench.measure.env as e; print(e.loaded_blas())"
+    code = "import fusebench.measure.machine.env as e; print(e.loaded_blas())"
     done = subprocess.run(
         [sys.executable, "-c", code],
         cwd=REPO_ROOT,
@@ -192,13 +192,13 @@ def test_a_source_checkout_records_its_commit():
     assert collect_env().git_commit == head.stdout.strip()
 
 
-# --- threads: auto, measured (measure.threads) ----------------------------------------------------
+# --- threads: auto, measured (measure.machine.threads) -------------------------------------------
 
 
 def test_every_core_wins_only_when_its_gain_is_surely_above_one():
     import numpy as np
 
-    from fusebench.measure.threads import BOUND, Setting, decide, gain_lower_bound
+    from fusebench.measure.machine.threads import BOUND, Setting, decide, gain_lower_bound
 
     rng = np.random.default_rng(3)
 
@@ -225,7 +225,7 @@ def test_every_core_wins_only_when_its_gain_is_surely_above_one():
 
 
 def test_a_cached_choice_without_samples_keeps_the_margin_rule():
-    from fusebench.measure.threads import MARGIN, Setting, decide
+    from fusebench.measure.machine.threads import MARGIN, Setting, decide
 
     one = Setting(1, mean_s=0.10, log_sd=0.01)
     assert decide((one, Setting(2, mean_s=0.055, log_sd=0.01))).threads == 2
@@ -240,7 +240,7 @@ def test_a_thread_choice_reads_back_as_it_was_written():
 
 
 def test_two_machines_of_one_cpu_name_keep_their_own_cache(monkeypatch, tmp_path):
-    from fusebench.measure import env as env_module
+    from fusebench.measure.machine import env as env_module
 
     info = tmp_path / "cpuinfo"
     keys = []
@@ -255,7 +255,7 @@ def test_two_machines_of_one_cpu_name_keep_their_own_cache(monkeypatch, tmp_path
 
 def test_a_cpu_is_named_with_its_family_model_and_widest_vector_extension():
     from fusebench.core.fingerprint import fingerprint
-    from fusebench.measure.env import cpuinfo_name
+    from fusebench.measure.machine.env import cpuinfo_name
 
     zen4 = (
         "processor\t: 0\nvendor_id\t: AuthenticAMD\ncpu family\t: 25\nmodel\t\t: 17\n"
@@ -289,7 +289,7 @@ def test_the_cli_gives_mx_compile_a_folder_this_user_owns(tmp_path):
 
 
 def test_a_compile_failure_reads_as_one_line_naming_the_cause():
-    from fusebench.measure.env import compile_failure
+    from fusebench.measure.machine.env import compile_failure
 
     lines = [
         "cc1plus: fatal error: /tmp/mlx/0.32.4/cpu/tmp_ab12.cpp: No such file or directory",
@@ -321,10 +321,10 @@ def test_a_dangling_or_unloadable_blas_is_passed_over(tmp_path, monkeypatch):
 def test_a_runs_budget_leaves_out_the_thread_choice_but_not_the_environment_probes(monkeypatch):
     """The budget leaves out only what a machine measures once (cached): the environment probes
     every run makes count."""
-    import fusebench.measure.probe as probe_mod
-    import fusebench.measure.stopwatch as stopwatch_mod
+    import fusebench.measure.machine.probe as probe_mod
+    import fusebench.measure.run.stopwatch as stopwatch_mod
     from fusebench.core.header import ThreadChoice
-    from fusebench.measure.stopwatch import Stopwatch
+    from fusebench.measure.run.stopwatch import Stopwatch
 
     class Clock:  # a stand-in for the stopwatch's clock: set times, nothing timed
         now = 0.0

@@ -13,8 +13,8 @@ from pathlib import Path
 import pytest
 from conftest import ROOT, fusebench, fusebench_here
 
-from fusebench.measure import builds
-from fusebench.measure.env import blas_preload_env
+from fusebench.measure.builds import builds
+from fusebench.measure.machine.env import blas_preload_env
 
 linux_only = pytest.mark.skipif(
     not sys.platform.startswith("linux"), reason="LD_PRELOAD and the shim are Linux's"
@@ -80,7 +80,7 @@ def test_an_unknown_experiment_name_lists_the_shipped_ones(tmp_path):
 
 @linux_only
 def test_pypi_openblas_behind_the_shim_serves_mlx_matmuls(tmp_path):
-    blas_shim = pytest.importorskip("fusebench.measure.blas_shim")
+    blas_shim = pytest.importorskip("fusebench.measure.machine.blas_shim")
     pytest.importorskip("scipy_openblas32", reason="setup.sh --dev installs it on Linux")
     shim = blas_shim.shim(
         tmp_path
@@ -89,7 +89,8 @@ def test_pypi_openblas_behind_the_shim_serves_mlx_matmuls(tmp_path):
     env, described = blas_preload_env(str(shim), os.environ)
     assert described.startswith("openblas")
     code = (
-        "import mlx.core as mx, numpy as np\nfrom fusebench.measure.env import loaded_blas\n"
+        "import mlx.core as mx, numpy as np\n"
+        "from fusebench.measure.machine.env import loaded_blas\n"
         "a = mx.random.normal((64, 48), key=mx.random.key(1))\n"
         "b = mx.random.normal((48, 32), key=mx.random.key(2))\n"
         "err = float(np.abs(np.array(a @ b) - np.array(a) @ np.array(b)).max())\n"

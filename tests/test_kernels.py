@@ -10,7 +10,7 @@ import pytest
 from mlx_lm.models.gemma4_text import ModelArgs
 
 from fusebench.core.typed import to_record
-from fusebench.measure.kernels import (
+from fusebench.measure.ops.kernels import (
     current_backend,
     graph_nodes,
     kernel_facts,
@@ -18,7 +18,7 @@ from fusebench.measure.kernels import (
     probe_compiled,
     probe_fused,
 )
-from fusebench.measure.opbench import op_cases
+from fusebench.measure.ops.opbench import op_cases
 from fusebench.models.config import Overrides, preset_config
 from fusebench.models.ops import calls_by_op
 from fusebench.present.kernels import compile_note, summarize_probes

@@ -10,7 +10,7 @@ import sys
 
 import pytest
 
-from fusebench.measure.load import LoadSampler, _cpu_times, preflight
+from fusebench.measure.machine.load import LoadSampler, _cpu_times, preflight
 
 linux_only = pytest.mark.skipif(not os.path.exists("/proc/stat"), reason="reads Linux's /proc")
 

@@ -12,9 +12,16 @@ from fusebench.commands import main
 from fusebench.commands import ops as ops_command
 from fusebench.core.results import read_results
 from fusebench.core.spec import load_experiment, parse_experiment, select_models
-from fusebench.measure import opbench, probe
-from fusebench.measure.env import THREAD_VARIABLES
-from fusebench.measure.opbench import REEXEC_MARKER, check_ops, experiment_plan, op_cases, run_ops
+from fusebench.measure.machine import probe
+from fusebench.measure.machine.env import THREAD_VARIABLES
+from fusebench.measure.ops import opbench
+from fusebench.measure.ops.opbench import (
+    REEXEC_MARKER,
+    check_ops,
+    experiment_plan,
+    op_cases,
+    run_ops,
+)
 from fusebench.models import ops
 from fusebench.models.config import Overrides, preset_config
 from fusebench.models.ops import REGISTRY, UnknownOpError, geglu_unfused, register

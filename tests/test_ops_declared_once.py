@@ -12,8 +12,8 @@ import pytest
 from mlx_lm.models.gemma4_text import ModelArgs
 
 from fusebench.core.spec import parse_experiment
-from fusebench.measure.kernels import kernel_facts
-from fusebench.measure.opbench import bench_case, check_ops, experiment_plan
+from fusebench.measure.ops.kernels import kernel_facts
+from fusebench.measure.ops.opbench import bench_case, check_ops, experiment_plan
 from fusebench.models.config import Overrides, preset_config
 from fusebench.models.ops import (
     REGISTRY,

@@ -120,9 +120,9 @@ def test_rows_twice_as_noisy_as_the_pilot_send_the_machine_to_be_measured_again(
     tmp_path: Path, monkeypatch
 ):
     from fusebench.core.header import Env, ScheduleChoice, ScheduleProbe
-    from fusebench.measure.duet import cache_path as schedule_cache
-    from fusebench.measure.runner import stale_machine_line
-    from fusebench.measure.threads import cache_path as threads_cache
+    from fusebench.measure.machine.threads import cache_path as threads_cache
+    from fusebench.measure.run.duet import cache_path as schedule_cache
+    from fusebench.measure.run.runner import stale_machine_line
 
     monkeypatch.setenv("XDG_CACHE_HOME", str(tmp_path))
     env = Env(backend="cpu", cpu="Test CPU", threads=1)

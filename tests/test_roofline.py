@@ -6,7 +6,7 @@ import yaml
 from fusebench.core.cell import PeakShares, Rates
 from fusebench.core.header import Env, Peak, PeakProbe
 from fusebench.core.typed import from_mapping, to_mapping
-from fusebench.measure.roofline import (
+from fusebench.measure.machine.roofline import (
     CHIPS_FILE,
     achieved,
     attended_pairs,

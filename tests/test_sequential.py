@@ -20,8 +20,8 @@ from fusebench.analysis.inference import paired_estimate, rounds_needed
 from fusebench.analysis.stopping import Goal, Row, RunBudget, print_level, target_for_margin
 from fusebench.core.cell import Measured, Trial
 from fusebench.core.spec import parse_experiment
-from fusebench.measure import cellstop
-from fusebench.measure.cellstop import MIN_BUDGET_ROUNDS, CellStop, RoundCosts
+from fusebench.measure.run import cellstop
+from fusebench.measure.run.cellstop import MIN_BUDGET_ROUNDS, CellStop, RoundCosts
 
 spec = importlib.util.spec_from_file_location(
     "sequential_coverage", ROOT / "benchmarks" / "sequential_coverage.py"

@@ -13,7 +13,7 @@ import pytest
 from conftest import cell, fusebench_here, results_file, trials
 
 from fusebench.analysis.shares import IN_MODEL_ERROR, ShareData, disagrees
-from fusebench.measure.shares import ShareTimer, trace_steps
+from fusebench.measure.ops.shares import ShareTimer, trace_steps
 from fusebench.measure.worker import make_prompt, prefill
 from fusebench.models.loading import load_model
 

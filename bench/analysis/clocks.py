@@ -1,4 +1,4 @@
-"""Which clock a paired row's Δ and interval use: the run's (measure.duet chose it by measuring
+"""Which clock a paired row's Δ and interval use: the run's (measure.run.duet chose it by measuring
 this machine before the run, so the choice never looked at the rows it decides), unless the row's
 two clocks disagree.
 

@@ -1,8 +1,8 @@
 """Where a step's time goes, and the Δ the ops that differ predict (Amdahl).
 
-Inputs: a run's `share` records (fusebench.measure.shares: each distinct switchable-op call of one
-prefill and one decode step, timed on its own per implementation, with the calls per step) and its
-timed trials.
+Inputs: a run's `share` records (fusebench.measure.ops.shares: each distinct switchable-op call of
+one prefill and one decode step, timed on its own per implementation, with the calls per step) and
+its timed trials.
 
 - **Share of an op** in a step: Σ over its calls of calls per step × seconds per call, the call's
   median over rounds after subtracting that round's mx.eval fixed cost (which an isolated call pays

@@ -120,7 +120,7 @@ def _retired(name: str, replacement: str):
 
 def main(argv: list[str] | None = None) -> int:
     args = build_parser().parse_args(argv)
-    from ..measure.env import own_compile_dir
+    from ..measure.machine.env import own_compile_dir
 
     # mx.compile's kernels, here and in every worker, go to a folder this user owns
     own_compile_dir()

@@ -41,7 +41,7 @@ from .check import DEFAULT_MAX_REGRESSION_PCT
 
 if TYPE_CHECKING:
     from ..analysis.bisect import Outcome, Step
-    from ..measure.bisect import Candidate, StepRuns
+    from ..measure.builds.bisect import Candidate, StepRuns
 
 DEFAULT_EXPERIMENT = "ci"
 DEFAULT_MAX_RUNS = 3
@@ -92,14 +92,14 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
 def main(args: argparse.Namespace, console: Console) -> int:
     from ..analysis.bisect import bisect
     from ..core.spec import load_experiment
-    from ..measure.bisect import (
+    from ..measure.builds.bisect import (
         CommitSides,
         PackageSides,
         StepRuns,
         commit_candidates,
         package_candidates,
     )
-    from ..measure.env import require_backend
+    from ..measure.machine.env import require_backend
     from ..measure.plugins import bind_experiment
 
     exp = bind_experiment(load_experiment(args.experiment))

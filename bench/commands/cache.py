@@ -40,7 +40,7 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
 
 
 def main(args: argparse.Namespace, console: Console) -> int:
-    from ..measure.env import cache_dir
+    from ..measure.machine.env import cache_dir
     from ..present.document import Table, to_console
     from ..present.format import format_bytes
 

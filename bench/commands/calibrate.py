@@ -129,10 +129,10 @@ def run_calibration(exp: Experiment, runs: int, console: Console) -> list[Path]:
     """Run the experiment `runs` times, one after another (never concurrently: that would be noise
     itself)."""
     from ..core.errors import UserError
-    from ..measure.env import require_backend
-    from ..measure.plan import RunOptions
+    from ..measure.machine.env import require_backend
     from ..measure.plugins import bind_experiment
-    from ..measure.runner import run_experiment
+    from ..measure.run.plan import RunOptions
+    from ..measure.run.runner import run_experiment
 
     require_backend()
     exp = bind_experiment(exp, [])

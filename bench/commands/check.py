@@ -141,11 +141,11 @@ def confirmed(first: Outcome, request: CheckRequest, console: Console) -> Outcom
     from ..core.header import BuildFields
     from ..core.results import read_results
     from ..core.spec import load_experiment
-    from ..measure.builds import reference_build
-    from ..measure.env import require_backend
-    from ..measure.plan import RunOptions
+    from ..measure.builds.builds import reference_build
+    from ..measure.machine.env import require_backend
     from ..measure.plugins import bind_experiment
-    from ..measure.runner import run_experiment
+    from ..measure.run.plan import RunOptions
+    from ..measure.run.runner import run_experiment
 
     require_backend()
     run = next(iter(read_results([request.results]).headers.values()))

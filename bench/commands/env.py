@@ -39,14 +39,14 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
 
 def main(args: argparse.Namespace, console: Console) -> int:
     from ..core.spec import Schedule
-    from ..measure.env import backend_problem, blas_warning, collect_env
-    from ..measure.probe import probe_peaks_in, worker_environment
+    from ..measure.machine.env import backend_problem, blas_warning, collect_env
+    from ..measure.machine.probe import probe_peaks_in, worker_environment
     from ..present.env import print_env
 
     if problem := backend_problem():  # what can be read without mlx, and the one thing to install
         print_env(console, collect_env(), warning=problem, title="error: no MLX backend")
         return 2
-    from ..measure.duet import choose_schedule  # its pilot's workers import mlx
+    from ..measure.run.duet import choose_schedule  # its pilot's workers import mlx
 
     worker_env, env, threads = worker_environment(args.blas, args.threads, fresh=args.probe)
     probe = probe_peaks_in(worker_env) if args.probe else None

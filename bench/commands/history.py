@@ -158,7 +158,7 @@ def _entries(path: Path, added_at: str) -> list[Entry]:
     from ..analysis.history import entries
     from ..analysis.noise import load_noise, noise_entries
     from ..core.results import read_results
-    from ..measure.builds import describe_commit
+    from ..measure.builds.builds import describe_commit
 
     if path.suffix == ".json":
         return noise_entries(load_noise(path), path, added_at)
@@ -204,7 +204,7 @@ def _commit(ref: str | None) -> str | None:
     """A tag or branch as the commit it names here, else as given (a commit prefix)."""
     if ref is None:
         return None
-    from ..measure.builds import git_output
+    from ..measure.builds.builds import git_output
 
     return (
         git_output("rev-parse", "--verify", "--quiet", f"{ref}^{{commit}}", cwd=Path.cwd()) or ref

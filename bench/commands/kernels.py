@@ -51,7 +51,7 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
 
 
 def main(args: argparse.Namespace, console: Console) -> int:
-    from ..measure.env import require_backend
+    from ..measure.machine.env import require_backend
 
     require_backend()  # before anything imports mlx: one line naming the extra, not a traceback
 
@@ -59,8 +59,8 @@ def main(args: argparse.Namespace, console: Console) -> int:
     from ..core.records import new_run_id
     from ..core.results import ResultsWriter
     from ..core.typed import to_record
-    from ..measure.env import collect_env, require_backend
     from ..measure.hub import is_repo_id, resolve
+    from ..measure.machine.env import collect_env, require_backend
     from ..measure.plugins import load_plugins
     from ..measure.worker import make_prompt, model_kernels, probe_model
     from ..present.document import Heading, Paragraph, to_console

@@ -71,17 +71,17 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
 
 
 def main(args: argparse.Namespace, console: Console) -> int:
-    from ..measure.env import require_backend
+    from ..measure.machine.env import require_backend
 
     require_backend()  # before anything imports mlx: one line naming the extra, not a traceback
     import time
 
     from ..analysis.opstats import summarize_ops
     from ..core.spec import load_experiment, select_models
-    from ..measure.env import blas_warning, collect_env, require_backend
-    from ..measure.opbench import check_ops, ensure_worker_env, experiment_plan, run_ops
+    from ..measure.machine.env import blas_warning, collect_env, require_backend
+    from ..measure.machine.probe import auto_threads
+    from ..measure.ops.opbench import check_ops, ensure_worker_env, experiment_plan, run_ops
     from ..measure.plugins import load_plugins
-    from ..measure.probe import auto_threads
     from ..present.document import to_console
     from ..present.sections.ops import op_tables
 

@@ -184,18 +184,18 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
 
 def main(args: argparse.Namespace, console: Console) -> int:
     started = time.monotonic()  # budget_s counts from here
-    from ..measure.env import require_backend
+    from ..measure.machine.env import require_backend
 
     if args.list:
         return list_experiments(console)
     require_backend()  # before anything imports mlx: one line naming the extra, not a traceback
     from ..core.results import read_results
     from ..core.spec import Schedule, load_experiment, select_models, with_budget
-    from ..measure.builds import ReferenceBuildError, environment_builds, reference_build
-    from ..measure.plan import RunOptions, default_out_path
+    from ..measure.builds.builds import ReferenceBuildError, environment_builds, reference_build
     from ..measure.plugins import bind_experiment
-    from ..measure.runner import run_experiment
-    from ..measure.session import CURRENT
+    from ..measure.run.plan import RunOptions, default_out_path
+    from ..measure.run.runner import run_experiment
+    from ..measure.run.session import CURRENT
     from ..present.summary import print_summary
 
     if args.model or args.op:
@@ -347,8 +347,8 @@ def check_like_a_run(exp: Experiment, args: argparse.Namespace) -> None:
     """A dry run refuses what the real run would (one line, exit 2), so that it can vouch for the
     command line: the --blas choice, and a --resume file that must belong to this experiment.
     Neither starts a process."""
-    from ..measure.env import blas_preload_env
-    from ..measure.resume import resume_state
+    from ..measure.machine.env import blas_preload_env
+    from ..measure.run.resume import resume_state
 
     blas_preload_env(args.blas)
     if args.resume is not None:

@@ -38,12 +38,12 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
 
 
 def main(args: argparse.Namespace, console: Console) -> int:
-    from ..measure.env import require_backend
+    from ..measure.machine.env import require_backend
 
     require_backend()  # before anything imports mlx: one line naming the extra, not a traceback
     from ..measure.hub import is_repo_id, resolve
+    from ..measure.ops.verify import VerifyOptions, run_verify
     from ..measure.plugins import load_plugins
-    from ..measure.verify import VerifyOptions, run_verify
 
     load_plugins(args.plugin)
     model = args.model

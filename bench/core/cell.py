@@ -121,7 +121,7 @@ class DepthSpeed:
 class ShareTime:
     """One op call of a step (`phase`: prefill or decode) timed on its own: seconds per call of one
     implementation (`variant`), the calls per step, and mx.eval's fixed cost measured in the same
-    round (measure.shares)."""
+    round (measure.ops.shares)."""
 
     KIND: ClassVar[str] = "share"
 
@@ -180,8 +180,8 @@ class SiteCalls:
 
 @dataclass(frozen=True)
 class Rates:
-    """What a trial achieved (measure.roofline): TFLOP/s of its prefill, GB/s of its generation
-    (None where it did not generate)."""
+    """What a trial achieved (measure.machine.roofline): TFLOP/s of its prefill, GB/s of its
+    generation (None where it did not generate)."""
 
     prefill_tflops: float
     gen_gbps: float | None

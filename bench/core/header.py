@@ -32,8 +32,8 @@ class StoredExperiment:
 
 @dataclass(frozen=True)
 class Env:
-    """The environment the workers ran in (measure.env.collect_env): software, backend, machine,
-    checkout."""
+    """The environment the workers ran in (measure.machine.env.collect_env): software, backend,
+    machine, checkout."""
 
     fusebench: str = "?"
     mlx: str | None = "?"
@@ -124,9 +124,9 @@ class LoadSummary:
 @dataclass(frozen=True)
 class TimeSpent:
     """Where a run's time went (a `time` record, written last): seconds by phase (`PHASES`,
-    measure.ledger), from the command's start to the run's last record. `machine` is the machine's
-    one-time measurements, which its budget leaves out; `rounds` and `shares` measure what the
-    answer reads."""
+    measure.run.ledger), from the command's start to the run's last record. `machine` is the
+    machine's one-time measurements, which its budget leaves out; `rounds` and `shares` measure what
+    the answer reads."""
 
     KIND: ClassVar[str] = "time"
 
@@ -158,10 +158,10 @@ MEASURING_PHASES = ("rounds", "shares")
 
 @dataclass(frozen=True)
 class PeakProbe:
-    """This machine's measured peaks (measure.env.probe_peaks), cached per machine and BLAS thread
-    count: an fp32 matmul's GFLOP/s, a memory copy's GB/s (bytes read + written), an
-    LM-head-sized matrix-vector read's GB/s (0 in a probe made before it was measured), and
-    whether a run that achieved more raised them."""
+    """This machine's measured peaks (measure.machine.env.probe_peaks), cached per machine and BLAS
+    thread count: an fp32 matmul's GFLOP/s, a memory copy's GB/s (bytes read + written), an
+    LM-head-sized matrix-vector read's GB/s (0 in a probe made before it was measured), and whether
+    a run that achieved more raised them."""
 
     matmul_gflops: float
     matmul_shape: str
@@ -193,8 +193,8 @@ class Peak:
 
 @dataclass(frozen=True)
 class Setting:
-    """One thread count's probe (measure.threads): mean sample seconds, SD of log sample times, and
-    the samples, which give the choice its uncertainty."""
+    """One thread count's probe (measure.machine.threads): mean sample seconds, SD of log sample
+    times, and the samples, which give the choice its uncertainty."""
 
     threads: int
     mean_s: float
@@ -218,7 +218,7 @@ class ThreadChoice:
 
 @dataclass(frozen=True)
 class ScheduleProbe:
-    """One schedule's figures from the pilot (measure.duet): SD of the pair's log ratio on each
+    """One schedule's figures from the pilot (measure.run.duet): SD of the pair's log ratio on each
     clock, the noisier metric's (prefill or gen; before 2026-12-04, of their sum; before
     2026-12-05 a robust scale), the seconds a pair took (mean), and each timed pair's wall-clock
     log ratios and seconds, which give the choice its uncertainty (before 2026-12-05: not kept)."""

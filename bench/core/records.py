@@ -135,7 +135,8 @@ def cpu_clock_tps(tps: T, wall_s: T, cpu_s: T) -> T:
 # `run --against` reference build of an older commit) lack them, so readers show them only where
 # they are present.
 TTFT_FIELDS = (Column.TTFT_S, Column.TTFT_TPS)
-# A trial's roofline (measure.roofline): achieved rates and their share of the machine's peak.
+# A trial's roofline (measure.machine.roofline): achieved rates and their share of the machine's
+# peak.
 ROOFLINE_FIELDS = (
     Column.PREFILL_TFLOPS,
     Column.GEN_GBPS,
@@ -225,9 +226,9 @@ class ResultsError(UserError):
 
 class Clock(StrEnum):
     """The clock a run's intervals use (the header's `schedule_choice.clock`; chosen by
-    measurement, measure.duet): WALL, the trial's wall seconds (what tok/s means); CPU, the worker
-    process's CPU seconds, which leave out what a KVM hypervisor stole and what other processes
-    took. tok/s columns are always the wall clock's. Headers without it read as WALL."""
+    measurement, measure.run.duet): WALL, the trial's wall seconds (what tok/s means); CPU, the
+    worker process's CPU seconds, which leave out what a KVM hypervisor stole and what other
+    processes took. tok/s columns are always the wall clock's. Headers without it read as WALL."""
 
     WALL = "wall"
     CPU = "cpu"

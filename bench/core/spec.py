@@ -81,8 +81,8 @@ DEFAULT_PREFILL_STEP_SIZE = 2048
 DEFAULT_SEED = 0
 DEFAULT_TIMEOUT_S = 1800.0
 DEFAULT_CHECK_TOKENS = 8
-# Rounds of the op-share timing (measure.shares): 5 give a t interval of the expected Δ at ~10 s per
-# cell here.
+# Rounds of the op-share timing (measure.ops.shares): 5 give a t interval of the expected Δ at ~10 s
+# per cell here.
 DEFAULT_SHARE_ROUNDS = 5
 DEFAULT_MARGIN_PCT = 2.0
 
@@ -119,9 +119,10 @@ BUDGETED = (Trials.AUTO, Trials.BUDGET, Trials.PLAN)
 
 
 class Schedule(StrEnum):
-    """How a round's trials are laid out in time (the experiment's `schedule`; measure.schedule)."""
+    """How a round's trials are laid out in time (the experiment's `schedule`;
+    measure.run.schedule)."""
 
-    AUTO = "auto"  # measured on the machine (measure.duet)
+    AUTO = "auto"  # measured on the machine (measure.run.duet)
     DUET = "duet"  # a pair's two trials at the same moment, each on its own core
     SEQUENTIAL = "sequential"  # one trial after another, in ABBA order
 
@@ -298,7 +299,7 @@ class Experiment:
     margin_pct: float  # "no change" means the whole CI lies within ± this
     target_pct: float | None  # trials: auto, optional: each decided row narrowed to ± this
     budget_s: float | None  # the whole run's seconds: trials: auto (optional), budget, plan
-    # BLAS threads on CPU backends; None: auto (measured on the machine: measure.threads)
+    # BLAS threads on CPU backends; None: auto (measured on the machine: measure.machine.threads)
     threads: int | None
     # with a reference build (or a duet), rounds a pair of workers runs before a fresh pair; 0: one
     worker_rounds: int

@@ -1,2 +1,17 @@
-"""Measuring: the runner and its worker processes, the environment probe, the op harness, the
-roofline work model."""
+"""Measuring, in rooms:
+
+- `machine/`: this machine: its environment and BLAS (env, probe), the thread count (threads),
+  what else runs beside a run (load), the memory guard (memory), the roofline's peaks and work
+  (roofline), PyPI's OpenBLAS shim (blas_shim);
+- `run/`: the run loop: the runner, a cell's run (cellrun) and when it stops (cellstop), the plan
+  of a run and of its rounds (plan, planning), the order of trials and duets (schedule, duet),
+  worker sessions (session), where the time went (ledger, stopwatch), resuming (resume);
+- `builds/`: other builds and environments: a reference tree (builds), other Python environments
+  (venvs), bisecting commits (bisect);
+- `ops/`: ops on their own: microbenchmarks (opbench), kernel facts (kernels), op shares of a step
+  (shares), variants against the reference (verify, opcheck).
+
+At the top, what crosses rooms and trees: the worker process and its protocol (worker, job), which
+another tree's runner looks for at these paths (`run --against` a commit from before the rooms),
+plugins, and models found on the Hugging Face hub (hub).
+"""

@@ -119,7 +119,7 @@ class Command:
 # --- results: what a command produces (declared with the records they become: core.cell) ---------
 
 
-# What a command produces; a kernel fact (measure.kernels) is one too.
+# What a command produces; a kernel fact (measure.ops.kernels) is one too.
 Result = Trial | Agreement | DepthSpeed | ShareTime | SiteCalls | KernelFact
 
 

@@ -5,7 +5,7 @@ shares. The variants are switched with `set_ops`; the runner decides their order
 
 It reads a job (`job.WorkerJob`) and then commands (`job.Command`), one JSON line each, on stdin,
 and writes events (`job.Event`, JSON lines) on stdout; anything else that prints goes to stderr, so
-a chatty library cannot corrupt the stream. The parent (measure.runner) stores the records.
+a chatty library cannot corrupt the stream. The parent (measure.run.runner) stores the records.
 
 Timing follows mlx-lm's generate_step, so the figures compare with mlx_lm.benchmark and ollama's
 bench:
@@ -65,11 +65,11 @@ from fusebench.models.loading import AnyModel, WeightsCache, build_model, load_m
 from fusebench.models.switched import SwitchedModel
 
 from ..core.cell import Agreement, DepthSpeed, KernelFact, Measured, SiteCalls, Trial
-from .env import weights_cache_dir
 from .job import Command, Do, Done, Event, Loaded, Recorded, WorkerJob, encode_event
-from .kernels import kernel_facts, traced_kernel_facts
+from .machine.env import weights_cache_dir
+from .ops.kernels import kernel_facts, traced_kernel_facts
+from .ops.shares import ShareTimer, TracedCall, trace_steps
 from .plugins import load_plugins
-from .shares import ShareTimer, TracedCall, trace_steps
 
 Emit = Callable[[Event], None]
 

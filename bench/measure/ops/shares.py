@@ -29,9 +29,9 @@ import mlx.core as mx
 from fusebench.models.gemma4 import Model
 from fusebench.models.ops import REGISTRY
 
-from ..core.cell import ShareTime
+from ...core.cell import ShareTime
+from ..run.schedule import round_order
 from .opbench import MIN_SAMPLE_S, Inputs, time_calls
-from .schedule import round_order
 
 # What one mx.eval costs on a 2-core CPU, to size the overhead's sample like the others
 # (~min_sample_s long).

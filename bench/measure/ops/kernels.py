@@ -33,7 +33,7 @@ from mlx_lm.models.gemma4_text import ModelArgs
 
 from fusebench.models.ops import REGISTRY, Inputs, OpCase, calls_by_op
 
-from ..core.cell import KernelFact
+from ...core.cell import KernelFact
 from .shares import TracedCall
 
 # Primitives that only re-describe memory (strides, shape, a view): they launch no kernel. A

@@ -3,12 +3,12 @@ and the clock, the peak), writes the run header, drives each model's workers (on
 in a duet) through its cells, and samples the machine's load meanwhile; every record is appended
 to the results file as it arrives.
 
-Its parts, in the order a run meets them: measure.plan (what the run will do, decided before it
-starts: jobs per model, the comparisons a cell watches, the dry run), measure.cellrun (one cell's
-correctness, warmups, shares and rounds, sequential or in duets), measure.cellstop (when a cell has
-enough rounds). A model that will not fit is skipped before anything is loaded; a worker that
-crashes, runs out of memory or passes the per-cell timeout costs an `error` record for that cell,
-and the run goes on with a fresh worker.
+Its parts, in the order a run meets them: measure.run.plan (what the run will do, decided before it
+starts: jobs per model, the comparisons a cell watches, the dry run), measure.run.cellrun (one
+cell's correctness, warmups, shares and rounds, sequential or in duets), measure.run.cellstop (when
+a cell has enough rounds). A model that will not fit is skipped before anything is loaded; a worker
+that crashes, runs out of memory or passes the per-cell timeout costs an `error` record for that
+cell, and the run goes on with a fresh worker.
 """
 
 from __future__ import annotations
@@ -31,8 +31,8 @@ from rich.progress import (
     TimeRemainingColumn,
 )
 
-from ..analysis.stopping import RunBudget
-from ..core.cell import (
+from ...analysis.stopping import RunBudget
+from ...core.cell import (
     ErrorRecord,
     Measured,
     SkipRecord,
@@ -40,21 +40,41 @@ from ..core.cell import (
     TrialRecord,
     cell_record,
 )
-from ..core.header import BuildFields, Env, PeakProbe, PluginFile, StoredExperiment, run_header
-from ..core.records import METRICS, new_run_id
-from ..core.results import ResultsWriter
-from ..core.spec import Cell, Experiment, ModelSpec, Schedule, Trials, shard_cells
-from ..present.format import format_count
+from ...core.header import BuildFields, Env, PeakProbe, PluginFile, StoredExperiment, run_header
+from ...core.records import METRICS, new_run_id
+from ...core.results import ResultsWriter
+from ...core.spec import Cell, Experiment, ModelSpec, Schedule, Trials, shard_cells
+from ...present.format import format_count
+from ..hub import with_repos_found
+from ..job import Result
+from ..machine.env import (
+    blas_warning,
+    cache_dir,
+    machine_key,
+    read_cached,
+    thread_env,
+    write_cached,
+)
+from ..machine.load import LoadSampler, preflight
+from ..machine.memory import memory_verdict, model_config, weight_bytes
+from ..machine.probe import probe_peaks_in, worker_environment
+from ..machine.roofline import (
+    CellWork,
+    Peak,
+    PeakShares,
+    Rates,
+    achieved,
+    cell_work,
+    peak_for,
+    percent_of_peak,
+)
+from ..machine.threads import cache_path as threads_cache_path
+from ..ops.opcheck import check_ops_called
+from ..plugins import load_plugins
 from .cellrun import CellRun, DuetSide
 from .duet import ScheduleChoice, choose_schedule
 from .duet import cache_path as schedule_cache_path
-from .env import blas_warning, cache_dir, machine_key, read_cached, thread_env, write_cached
-from .hub import with_repos_found
-from .job import Result
 from .ledger import TimeLedger
-from .load import LoadSampler, preflight
-from .memory import memory_verdict, model_config, weight_bytes
-from .opcheck import check_ops_called
 from .plan import (
     ModelJob,
     RunOptions,
@@ -68,23 +88,10 @@ from .plan import (
 )
 from .planning import CACHE_VERSION as PLAN_CACHE_VERSION
 from .planning import PlanWork, RunPlanner
-from .plugins import load_plugins
-from .probe import probe_peaks_in, worker_environment
 from .resume import DoneWork, resume_state
-from .roofline import (
-    CellWork,
-    Peak,
-    PeakShares,
-    Rates,
-    achieved,
-    cell_work,
-    peak_for,
-    percent_of_peak,
-)
 from .schedule import centre_order
 from .session import Build, WorkerFailed, WorkerSession, stopped_after, worker_job
 from .stopwatch import Stopwatch
-from .threads import cache_path as threads_cache_path
 
 # A cell closed without rounds: skipped before it ran (too big, or planned none), or its worker
 # failed.

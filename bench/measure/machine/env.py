@@ -28,10 +28,10 @@ from collections.abc import Callable, Mapping
 from pathlib import Path
 from typing import Any, TypeVar
 
-from ..core.errors import UserError
-from ..core.fingerprint import fingerprint
-from ..core.header import Env, PeakProbe
-from ..core.typed import from_mapping, to_mapping
+from ...core.errors import UserError
+from ...core.fingerprint import fingerprint
+from ...core.header import Env, PeakProbe
+from ...core.typed import from_mapping, to_mapping
 from . import blas_shim
 
 T = TypeVar("T")
@@ -311,7 +311,8 @@ def _ram_bytes() -> int | None:
 
 def _git_info() -> tuple[str | None, bool | None]:
     """(commit, dirty) of the checkout fusebench runs from; (None, None) if it is not one."""
-    root = Path(__file__).resolve().parents[2]  # bench/measure/env.py -> the folder holding bench/
+    # bench/measure/machine/env.py -> the folder holding bench/
+    root = Path(__file__).resolve().parents[3]
     top = _run(["git", "rev-parse", "--show-toplevel"], cwd=root)
     # Only a source checkout has the package at the repo root; an installed copy that merely sits
     # inside some other repository (a venv within a project) would otherwise report that project's
@@ -457,8 +458,8 @@ def _blas_search_patterns() -> list[str]:
 
 def find_optimized_blas() -> str | None:
     """Path of an optimized BLAS suitable for LD_PRELOAD, or None: a system OpenBLAS or MKL, else
-    PyPI's OpenBLAS behind the shim (measure.blas_shim), built into this user's cache on first
-    use."""
+    PyPI's OpenBLAS behind the shim (measure.machine.blas_shim), built into this user's cache on
+    first use."""
     return _optimized_blas()[0]
 
 

@@ -34,11 +34,11 @@ from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from ..analysis.planner import CellCost, Plan, plan_rounds, rounds_for
-from ..analysis.stopping import Goal
-from ..core.spec import MIN_PLANNED_ROUNDS, Cell, Experiment
-from ..core.typed import from_mapping, to_mapping
-from ..present.format import format_duration
+from ...analysis.planner import CellCost, Plan, plan_rounds, rounds_for
+from ...analysis.stopping import Goal
+from ...core.spec import MIN_PLANNED_ROUNDS, Cell, Experiment
+from ...core.typed import from_mapping, to_mapping
+from ...present.format import format_duration
 
 CACHE_VERSION = 1
 _MOST_BUDGET_S = 3600.0  # the largest budget a "would need" line looks at

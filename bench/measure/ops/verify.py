@@ -14,9 +14,9 @@ from fusebench.models.loading import load_model
 from fusebench.models.ops import REGISTRY, reference_assignment
 from fusebench.models.switched import called_ops
 
-from ..core.cell import Agreement
-from .job import ATOL_BY_DTYPE
-from .worker import agreements, make_prompt
+from ...core.cell import Agreement
+from ..job import ATOL_BY_DTYPE
+from ..worker import agreements, make_prompt
 
 
 @dataclass

@@ -6,10 +6,10 @@ from __future__ import annotations
 from dataclasses import dataclass
 from pathlib import Path
 
-from ..core.records import ResultsError
-from ..core.results import Results, read_results
-from ..core.spec import Experiment
-from ..core.typed import from_mapping
+from ...core.records import ResultsError
+from ...core.results import Results, read_results
+from ...core.spec import Experiment
+from ...core.typed import from_mapping
 from .session import CURRENT
 
 

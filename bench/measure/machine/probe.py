@@ -1,6 +1,6 @@
 """Facts about the workers' environment, measured in a process started exactly as a worker is (same
-interpreter, same BLAS preload): `python -m fusebench.measure.probe env|peaks` prints one JSON
-object.
+interpreter, same BLAS preload): `python -m fusebench.measure.machine.probe env|peaks` prints one
+JSON object.
 
 The parent process cannot measure these itself: LD_PRELOAD acts only at process start, so the BLAS
 the parent maps is not the one its workers use.
@@ -15,10 +15,10 @@ import sys
 from collections.abc import Callable
 from typing import Any
 
-from ..core.header import Env, PeakProbe
-from ..core.typed import from_mapping, to_mapping
+from ...core.header import Env, PeakProbe
+from ...core.typed import from_mapping, to_mapping
+from ..run.stopwatch import Stopwatch
 from .env import blas_preload_env, collect_env, probe_peaks, thread_env
-from .stopwatch import Stopwatch
 from .threads import ThreadChoice, choose_threads
 
 PROBES: dict[str, Callable[[], Env | PeakProbe]] = {"env": collect_env, "peaks": probe_peaks}
@@ -50,10 +50,10 @@ def worker_environment(
     measuring: Stopwatch | None = None,
 ) -> tuple[dict[str, str], Env, ThreadChoice]:
     """The workers' environment (an optimized BLAS preloaded when there is one, its threads limited
-    to `threads`, or with None to the count measure.threads chooses on this machine, measured again
-    when `fresh`), what a process started with it really loads, and how the thread count was
-    chosen. `measuring` times the thread choice (a machine's one-time measurement) apart from the
-    probes every run makes."""
+    to `threads`, or with None to the count measure.machine.threads chooses on this machine,
+    measured again when `fresh`), what a process started with it really loads, and how the thread
+    count was chosen. `measuring` times the thread choice (a machine's one-time measurement) apart
+    from the probes every run makes."""
     env, _ = blas_preload_env(blas, os.environ)
     if threads is not None:
         env = thread_env(env, threads)

@@ -7,8 +7,8 @@ never clashes with another BLAS in a process. A preloaded library of those three
 to the prefixed ones puts OpenBLAS behind every fp32 matmul, as Debian's ``libopenblas0-pthread``
 does for root. ``shim()`` builds it on first use into the user's cache (one per OpenBLAS build), so
 ``pip install 'fusebench[cpu]'`` into any venv, as any user, gives the workers the fast path;
-``measure.env.find_optimized_blas`` asks for it where no system OpenBLAS is installed. The folder's
-name says "openblas" so the loaded-BLAS detection labels it correctly.
+``measure.machine.env.find_optimized_blas`` asks for it where no system OpenBLAS is installed. The
+folder's name says "openblas" so the loaded-BLAS detection labels it correctly.
 """
 
 from __future__ import annotations

@@ -1,6 +1,6 @@
 """One cell's work on its workers (`CellRun`): kernel facts per build, warmups (which carry the
-correctness check), timed rounds, sequential or in duets (measure.schedule), until the cell stops
-(measure.cellstop), then op shares; every result written as it arrives."""
+correctness check), timed rounds, sequential or in duets (measure.run.schedule), until the cell
+stops (measure.run.cellstop), then op shares; every result written as it arrives."""
 
 from __future__ import annotations
 
@@ -9,12 +9,12 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Protocol
 
-from ..core.cell import Agreement, StopRecord, Trial
-from ..core.results import ResultsWriter
-from ..core.spec import MIN_AUTO_ROUNDS, Cell, Schedule, Trials
+from ...core.cell import Agreement, StopRecord, Trial
+from ...core.results import ResultsWriter
+from ...core.spec import MIN_AUTO_ROUNDS, Cell, Schedule, Trials
+from ..job import CellShape, Command, Do, Result
 from .cellstop import CellStop, RoundCosts
 from .duet import pin
-from .job import CellShape, Command, Do, Result
 from .plan import variant_pairs
 from .planning import CellMeasure, now_iso, sds_of
 from .resume import DoneWork
@@ -24,18 +24,18 @@ from .session import CURRENT, WorkerSession, stop_all
 if TYPE_CHECKING:
     from rich.console import Console
 
-    from ..analysis.stopping import RunBudget
-    from ..core.cell import CellFields
-    from ..core.header import ScheduleChoice
-    from ..core.spec import Experiment, ModelSpec
+    from ...analysis.stopping import RunBudget
+    from ...core.cell import CellFields
+    from ...core.header import ScheduleChoice
+    from ...core.spec import Experiment, ModelSpec
     from .ledger import TimeLedger
     from .plan import RunOptions
     from .planning import RunPlanner
 
 
 class RunContext(Protocol):
-    """What a cell's run reads from the run around it and tells it (measure.runner.Runner is one):
-    declared here, so the cell's module needs nothing of the runner's."""
+    """What a cell's run reads from the run around it and tells it (measure.run.runner.Runner is
+    one): declared here, so the cell's module needs nothing of the runner's."""
 
     exp: Experiment
     options: RunOptions

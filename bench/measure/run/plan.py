@@ -14,16 +14,16 @@ from pathlib import Path
 from rich.console import Console
 from rich.table import Table
 
-from ..core.cell import CellFields
-from ..core.records import METRICS
-from ..core.spec import (
+from ...core.cell import CellFields
+from ...core.records import METRICS
+from ...core.spec import (
     Cell,
     Experiment,
     ModelSpec,
     Schedule,
     Trials,
 )
-from .memory import memory_verdict
+from ..machine.memory import memory_verdict
 from .resume import DoneWork
 from .schedule import centre_order
 from .session import CURRENT, Build

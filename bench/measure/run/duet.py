@@ -60,15 +60,15 @@ from typing import NamedTuple
 
 import numpy as np
 
-from ..core.cell import Measured, Trial
-from ..core.header import Env, ScheduleChoice, ScheduleProbe
-from ..core.records import Clock
-from ..core.spec import Experiment, Schedule, experiment_path, load_experiment
-from .env import cache_dir, machine_key, read_cached, thread_env, write_cached
-from .job import CellShape, Command, Do
-from .load import LoadSampler, preflight
+from ...core.cell import Measured, Trial
+from ...core.header import Env, ScheduleChoice, ScheduleProbe
+from ...core.records import Clock
+from ...core.spec import Experiment, Schedule, experiment_path, load_experiment
+from ..job import CellShape, Command, Do
+from ..machine.env import cache_dir, machine_key, read_cached, thread_env, write_cached
+from ..machine.load import LoadSampler, preflight
+from ..machine.threads import BOUND
 from .session import CURRENT, WorkerSession, stopped_after, worker_job
-from .threads import BOUND
 
 PILOT_EXPERIMENT = "ci"  # the gate's model: a trial of about a second on a 2-core VM
 TURNS = 20  # timed pairs per schedule in a contest; twice as many where only one runs

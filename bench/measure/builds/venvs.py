@@ -23,7 +23,7 @@ import sys
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from ..core.errors import UserError
+from ...core.errors import UserError
 
 ENV_CACHE = Path(os.environ.get("XDG_CACHE_HOME") or Path.home() / ".cache") / "fusebench" / "envs"
 # The packages whose versions tell two environments apart in a run header and a table's label.

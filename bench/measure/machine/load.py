@@ -13,7 +13,7 @@ import threading
 import time
 from dataclasses import dataclass
 
-from ..core.header import LoadSummary, MachineLoad
+from ...core.header import LoadSummary, MachineLoad
 
 _TICKS = os.sysconf("SC_CLK_TCK") if hasattr(os, "sysconf") else 100
 

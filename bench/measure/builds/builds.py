@@ -24,12 +24,12 @@ from collections.abc import Iterator
 from dataclasses import replace
 from pathlib import Path
 
-from ..core.errors import UserError
+from ...core.errors import UserError
+from ..job import PROTOCOL
+from ..run.session import CURRENT, Build
 from . import venvs
-from .job import PROTOCOL
-from .session import CURRENT, Build
 
-PACKAGE_ROOT = Path(__file__).resolve().parents[2]
+PACKAGE_ROOT = Path(__file__).resolve().parents[3]
 _TREE_PREFIX = "fusebench-ref-"
 _OWNER_FILE = "owner.pid"
 

@@ -10,17 +10,17 @@ import time
 from collections.abc import Sequence
 from dataclasses import dataclass, replace
 
-from ..analysis.clocks import clocked_estimate
-from ..analysis.inference import PairedEstimate
-from ..analysis.stopping import Goal, Row, print_level
-from ..core.cell import Forecast, Trial
-from ..core.records import (
+from ...analysis.clocks import clocked_estimate
+from ...analysis.inference import PairedEstimate
+from ...analysis.stopping import Goal, Row, print_level
+from ...core.cell import Forecast, Trial
+from ...core.records import (
     METRICS,
     Clock,
     cpu_clock_tps,
 )
-from ..core.spec import MIN_AUTO_ROUNDS, Experiment, Trials
-from ..present.format import format_duration
+from ...core.spec import MIN_AUTO_ROUNDS, Experiment, Trials
+from ...present.format import format_duration
 from .plan import comparison_pairs, table_rows
 from .session import CURRENT
 

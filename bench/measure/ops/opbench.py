@@ -33,11 +33,11 @@ from fusebench.models.config import Overrides, load_preset, preset_config, runs_
 from fusebench.models.errors import UnknownOpError
 from fusebench.models.ops import REGISTRY, Inputs, OpCase, calls_by_op
 
-from ..core.header import Env, StoredExperiment, run_header
-from ..core.records import OpRecord, new_run_id
-from ..core.spec import Experiment, ModelSpec
-from .env import blas_kind, blas_preload_env, collect_env, loaded_blas, thread_env
-from .schedule import round_order
+from ...core.header import Env, StoredExperiment, run_header
+from ...core.records import OpRecord, new_run_id
+from ...core.spec import Experiment, ModelSpec
+from ..machine.env import blas_kind, blas_preload_env, collect_env, loaded_blas, thread_env
+from ..run.schedule import round_order
 
 # Every worker imports this module (its timing loop) and needs none of these at run time: rich,
 # pandas (the results store's frames) and scipy (the analysis) load where the ops command runs.
@@ -333,7 +333,7 @@ def run_ops(
     records: list[OpRecord] = []
     from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
 
-    from ..core.results import ResultsWriter
+    from ...core.results import ResultsWriter
 
     total = sum(len(REGISTRY[c.op].variants) for c in cases) * rounds
     progress = Progress(

@@ -16,9 +16,8 @@ from collections.abc import Iterator, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from ..core.spec import Experiment, ModelSpec
-from .env import compile_failure
-from .job import (
+from ...core.spec import Experiment, ModelSpec
+from ..job import (
     ATOL_BY_DTYPE,
     Command,
     Done,
@@ -29,6 +28,7 @@ from .job import (
     WorkerJob,
     decode_event,
 )
+from ..machine.env import compile_failure
 
 
 @dataclass(frozen=True)

@@ -18,16 +18,16 @@ from typing import Protocol
 
 from rich.console import Console
 
-from ..analysis.bisect import Reading, readings
-from ..core.errors import UserError
-from ..core.results import read_results
-from ..core.spec import Experiment
+from ...analysis.bisect import Reading, readings
+from ...core.errors import UserError
+from ...core.results import read_results
+from ...core.spec import Experiment
+from ..run.plan import RunOptions
+from ..run.resume import DoneWork
+from ..run.runner import run_experiment
+from ..run.session import Build
 from . import venvs
 from .builds import commit_build, environment_build, git_output, resolve_commit
-from .plan import RunOptions
-from .resume import DoneWork
-from .runner import run_experiment
-from .session import Build
 
 
 class BisectError(UserError):

@@ -7,7 +7,7 @@ import time
 from collections.abc import Iterator
 from contextlib import contextmanager
 
-from ..core.header import PHASES, TimeSpent
+from ...core.header import PHASES, TimeSpent
 
 
 class TimeLedger:

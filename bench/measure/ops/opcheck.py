@@ -13,8 +13,8 @@ from fusebench.models.errors import UnknownOpError
 from fusebench.models.loading import build_model
 from fusebench.models.switched import check_switched_ops
 
-from ..core.spec import Experiment, ModelSpec
-from .memory import model_config
+from ...core.spec import Experiment, ModelSpec
+from ..machine.memory import model_config
 
 
 def check_ops_called(spec: ModelSpec, exp: Experiment) -> None:
