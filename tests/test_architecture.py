@@ -292,3 +292,13 @@ def test_a_wheel_installs_one_package_and_every_module_in_it(tmp_path: Path):
     assert missing == []
     assert "fusebench/models/presets/e2b.yaml" in names
     assert "fusebench/experiments/default.yaml" in names
+
+
+LONG_MODULE_LINES = 600
+
+
+@pytest.mark.parametrize("path", SOURCES, ids=lambda p: str(p.relative_to(ROOT)))
+def test_a_long_module_says_why_it_is_one(path: Path):
+    text = path.read_text()
+    if len(text.splitlines()) > LONG_MODULE_LINES:
+        assert "Why one long module:" in (ast.get_docstring(ast.parse(text)) or "")

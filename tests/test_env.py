@@ -22,6 +22,7 @@ from fusebench.measure.machine.env import (
     find_optimized_blas,
     loaded_blas,
 )
+from fusebench.measure.machine.peaks import probe_peaks
 from fusebench.present.env import print_env
 
 REPO_ROOT = Path(__file__).resolve().parent.parent
@@ -178,7 +179,7 @@ def test_print_env_shows_table_and_warning():
 
 
 def test_probe_peaks_is_quick_and_positive():
-    peaks = env_mod.probe_peaks(seconds=0.3)
+    peaks = probe_peaks(seconds=0.3)
     assert peaks.matmul_gflops > 0 and peaks.copy_gbps > 0 and peaks.gemv_read_gbps > 0
     assert from_mapping(PeakProbe, json.loads(json.dumps(to_mapping(peaks)))) == peaks
 

@@ -46,6 +46,9 @@ effect, and the Limit column says which of the two bound.
 
 Every finding is typed (Check, Status, Limit and its Bound, the interval's Verdict); how each reads,
 in a table or in JSON, is fusebench.present.gate's choice.
+
+Why one long module: the three checks share one `Finding`, one limit and one three-outcome verdict;
+apart, the verdict would be written three times.
 """
 
 from __future__ import annotations

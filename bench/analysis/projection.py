@@ -1,6 +1,10 @@
 """Depth projection: from a model measured at several truncated depths, its tok/s and each Δ at N
 layers, by a weighted least-squares fit of a step's time to its layer counts. The model, the fit,
-its intervals and their simulated coverage: docs/projection.md."""
+its intervals and their simulated coverage: docs/projection.md.
+
+Why one long module: the layer counts of a depth, the fit, its intervals and the refusals of depths
+that cannot separate the terms are one method, read in that order (docs/projection.md).
+"""
 
 from __future__ import annotations
 

@@ -8,6 +8,11 @@ the trial records of a results file (`Results.frame("trial")`), so the report an
 every number the same way. What they return is typed rows (CellSummary, Comparison, Latency, ...),
 the words for a verdict left to fusebench.present; frames stay inside for the computing (and
 summary.csv's `summary_table`).
+
+Why one long module: it is the one place a report's and a check's numbers come from (summaries,
+paired comparisons, the whole table's Holm family, latency, the CSV frames), all on the same frame
+columns through the one paired inference (analysis.inference); split, the two readers could drift
+apart on a number.
 """
 
 from __future__ import annotations

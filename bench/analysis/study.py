@@ -2,6 +2,10 @@
 
 It also knows how cells are named and ordered (E2B before 26B; a model key added only when two share
 a size label), so tables, plots and the gate label a cell the same way.
+
+Why one long module: every view reads the same study (cells named and ordered once, the runs'
+headers, trials, correctness, kernels, ops and shares as typed rows); the gate and the report must
+not build two of it.
 """
 
 from __future__ import annotations

@@ -158,8 +158,8 @@ MEASURING_PHASES = ("rounds", "shares")
 
 @dataclass(frozen=True)
 class PeakProbe:
-    """This machine's measured peaks (measure.machine.env.probe_peaks), cached per machine and BLAS
-    thread count: an fp32 matmul's GFLOP/s, a memory copy's GB/s (bytes read + written), an
+    """This machine's measured peaks (measure.machine.peaks.probe_peaks), cached per machine and
+    BLAS thread count: an fp32 matmul's GFLOP/s, a memory copy's GB/s (bytes read + written), an
     LM-head-sized matrix-vector read's GB/s (0 in a probe made before it was measured), and whether
     a run that achieved more raised them."""
 

@@ -12,6 +12,10 @@ left empty, `key:`, takes its default.
 Validation works on the `yaml.compose` node tree rather than on loaded Python values, because only
 the nodes know their line numbers, and only they can tell a duplicate key (which `yaml.safe_load`
 silently drops) or the bool `yes` from the int `1`.
+
+Why one long module: it is one thing, the experiment schema: the `KEYS` table, each key's reader
+on the node tree and the rules between keys (a budget a rule needs, the keys only some rules
+take). Split, a key's reader would sit apart from its line in the schema and the rules that read it.
 """
 
 from __future__ import annotations

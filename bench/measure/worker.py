@@ -39,6 +39,10 @@ trial's prompt clock also runs while the previous trial's orphaned step finishes
 it, on CPU its tail). Measured (E2B 2 layers, 1 thread): stream_generate back to back 246-248 prompt
 tok/s, the same call after mx.synchronize 351-366. A trial here starts with mx.synchronize and
 leaves no step queued, so ttft excludes that leftover on purpose.
+
+Why one long module: it is the other end of the worker protocol, the whole program of a worker
+process, which another tree's runner launches by this path; what one trial times reads in one
+place (docs/timing.md cites its spans).
 """
 
 from __future__ import annotations

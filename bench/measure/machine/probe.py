@@ -18,7 +18,8 @@ from typing import Any
 from ...core.header import Env, PeakProbe
 from ...core.typed import from_mapping, to_mapping
 from ..run.stopwatch import Stopwatch
-from .env import blas_preload_env, collect_env, probe_peaks, thread_env
+from .env import blas_preload_env, collect_env, thread_env
+from .peaks import probe_peaks
 from .threads import ThreadChoice, choose_threads
 
 PROBES: dict[str, Callable[[], Env | PeakProbe]] = {"env": collect_env, "peaks": probe_peaks}

@@ -13,8 +13,8 @@ Active parameters are all parameters, less the embedding tables that are only lo
 table when it is not the tied LM head, and the per-layer-input table), with the MoE experts counted
 at their top_k/num_experts share.
 
-Peaks come from a measurement (fusebench.measure.machine.env.probe_peaks) or from the shipped table
-of known chips (bench/data/chips.yaml).
+Peaks come from a measurement (fusebench.measure.machine.peaks.probe_peaks) or from the shipped
+table of known chips (bench/data/chips.yaml).
 """
 
 from __future__ import annotations
@@ -280,7 +280,7 @@ def match_chip(device: str, chips: tuple[Peak, ...] | None = None) -> Peak | Non
 
 
 def probe_peak(probe: PeakProbe) -> Peak:
-    """A fusebench.measure.machine.env.probe_peaks() result in the form of a chips.yaml entry."""
+    """A fusebench.measure.machine.peaks.probe_peaks() result in the form of a chips.yaml entry."""
     return Peak(
         name="measured on this machine",
         fp32_tflops=probe.matmul_gflops / 1000,

@@ -9,6 +9,9 @@ cell's correctness, warmups, shares and rounds, sequential or in duets), measure
 a cell has enough rounds). A model that will not fit is skipped before anything is loaded; a worker
 that crashes, runs out of memory or passes the per-cell timeout costs an `error` record for that
 cell, and the run goes on with a fresh worker.
+
+Why one long module: the run as a whole, from the machine's choices before the first cell to the
+closing lines after the last; a cell's own work is measure.run.cellrun's.
 """
 
 from __future__ import annotations
