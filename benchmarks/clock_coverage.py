@@ -29,7 +29,7 @@ ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 
 from fusebench.analysis.clocks import clocked_estimate  # noqa: E402
-from fusebench.core.records import Clock  # noqa: E402
+from fusebench.core.fileformat import Clock  # noqa: E402
 from fusebench.core.results import read_results  # noqa: E402
 
 ROUNDS = (5, 10, 20, 40)

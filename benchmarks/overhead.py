@@ -34,7 +34,7 @@ from fusebench.measure.machine.env import (
     loaded_blas,
     thread_env,
 )
-from fusebench.measure.run.schedule import round_order
+from fusebench.measure.run.schedules.order import round_order
 from fusebench.measure.worker import make_prompt, time_trial
 from fusebench.models import load_model
 from fusebench.models.gemma4 import Model

@@ -1,4 +1,4 @@
-"""One `schedule: auto` pilot (measure.run.duet.pilot) of the fusebench tree in the current folder,
+"""One `schedule: auto` pilot (measure.run.pilot.pilot) of the fusebench tree in the current folder,
 and the choice it makes, as one JSON line: to compare the pilot of two trees, or a pilot with an A/A
 of `ci` in each schedule (benchmarks/duet_aa.py), on the same machine. Nothing is cached.
 
@@ -15,8 +15,9 @@ from pathlib import Path
 
 sys.path.insert(0, str(Path.cwd()))  # the tree being compared, not this file's
 
+from fusebench.measure.machine.cores import duet_cores
 from fusebench.measure.machine.probe import worker_environment
-from fusebench.measure.run.duet import decide, duet_cores, pilot
+from fusebench.measure.run.pilot import decide, pilot
 
 
 def main() -> None:

@@ -1,6 +1,9 @@
 """How far a reader follows an experiment through the house: the modules the coordinator's calls
-pass through from `commands/run.py` to the first trial it writes, and how often each is entered
-from another one (a call across modules is a place a reader turns a page).
+pass through from `commands/run.py` to the first trial it writes, in the order it first enters each,
+how often each is entered from another one (a call across modules is a place a reader turns a
+page), and how often a module is called back: entered from a module it is itself waiting on,
+further down the same call stack (the runner called from a cell's run), which makes a reader go
+back up the path.
 
 The coordinator runs a tiny experiment (the tiny preset, two variants, two rounds, sequential) in
 this process under a profile hook that notes every call from one module of bench/ or models/ into
@@ -45,9 +48,11 @@ def module_of(filename: str) -> str | None:
     return str(path.relative_to(ROOT))
 
 
-def trace_run(folder: Path) -> Counter[str]:
-    """Each module entered from another, and how often, until the first trial is written."""
+def trace_run(folder: Path) -> tuple[Counter[str], Counter[str]]:
+    """Each module entered from another, and how often (in the order first entered), and how often
+    each was called back from below, until the first trial is written."""
     entered: Counter[str] = Counter()
+    called_back: Counter[str] = Counter()
     first_trial = []
     write = ResultsWriter.write
 
@@ -68,6 +73,8 @@ def trace_run(folder: Path) -> Counter[str]:
             entered[callee] += 1  # the path starts where `fusebench run` does
         elif entered and callee and caller and callee != caller:
             entered[callee] += 1
+            if callee in _waiting(frame.f_back.f_back):
+                called_back[callee] += 1
 
     ResultsWriter.write = noting_write  # type: ignore[method-assign]
     experiment = folder / "run-path.yaml"
@@ -80,20 +87,34 @@ def trace_run(folder: Path) -> Counter[str]:
         ResultsWriter.write = write  # type: ignore[method-assign]
     if code != 0 or not first_trial:
         raise SystemExit(f"the run exited {code} before its first trial")
-    return entered
+    return entered, called_back
+
+
+def _waiting(frame) -> set[str]:
+    """The repository modules with a frame on the stack from `frame` down."""
+    modules = set()
+    while frame is not None:
+        if module := module_of(frame.f_code.co_filename):
+            modules.add(module)
+        frame = frame.f_back
+    return modules
 
 
 def main_() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("--show", action="store_true", help="list each module and its entries")
+    parser.add_argument(
+        "--show", action="store_true", help="list each module, its entries and call-backs"
+    )
     args = parser.parse_args()
     with tempfile.TemporaryDirectory() as folder:
-        entered = trace_run(Path(folder))
+        entered, called_back = trace_run(Path(folder))
     print(f"{len(entered)} modules from commands/run.py to the first trial")
     print(f"measure/run/runner.py entered {entered['bench/measure/run/runner.py']} times")
+    print(f"{sum(called_back.values())} call-backs into {len(called_back)} modules")
     if args.show:
-        for module, times in entered.most_common():
-            print(f"{times:6d}  {module}")
+        print("entries  call-backs  module (in the order first entered)")
+        for module, times in entered.items():
+            print(f"{times:7d}  {called_back[module]:10d}  {module}")
 
 
 if __name__ == "__main__":

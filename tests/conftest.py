@@ -20,8 +20,8 @@ from typing import Any
 import yaml
 
 from fusebench.commands import main
+from fusebench.core.fileformat import utc_now
 from fusebench.core.header import RunHeader
-from fusebench.core.records import utc_now
 from fusebench.core.results import ResultsWriter
 from fusebench.core.typed import from_mapping, to_record
 from fusebench.measure.machine.env import own_compile_dir

@@ -19,6 +19,7 @@ from fusebench.analysis import noise as calibrate
 from fusebench.analysis.gate import Status
 from fusebench.commands import calibrate as calibrate_command
 from fusebench.commands import main
+from fusebench.core.calibration import NOISE_KIND
 from fusebench.core.errors import UserError
 from fusebench.core.fingerprint import Fingerprint
 from fusebench.core.history import HistoryRun, HistoryStore
@@ -160,7 +161,7 @@ def noise_file(path: Path, mde_pct: float, machine: dict[str, str] | None = None
         "comparisons": 10,
     }
     record = {
-        "kind": calibrate.NOISE_KIND,
+        "kind": NOISE_KIND,
         "fingerprint": machine
         or {"backend": "cpu", "device": "Test CPU", "blas": "openblas", "cpu": "Test CPU"},
         "experiment": {"name": "ci", "file": "experiments/ci.yaml", "sha256": "0" * 64},

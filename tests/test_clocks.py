@@ -10,8 +10,8 @@ from conftest import cell, fusebench_here, results_file
 
 from fusebench.analysis import stats
 from fusebench.analysis.clocks import clocked_estimate
+from fusebench.core.fileformat import Clock
 from fusebench.core.header import RunHeader
-from fusebench.core.records import Clock
 from fusebench.core.results import read_results
 from fusebench.present.sections.context import design_note
 

@@ -1,4 +1,4 @@
-"""Duet rounds (measure.run.schedule's duet plan, measure.run.duet's choice, the runner end to end
+"""Duet rounds (measure.run.schedules.duet's plan, measure.run.pilot's choice, the runner end to end
 on the tiny preset) and the interval that follows the design (fixed rounds: the fixed-n t interval;
 rounds added on the data: the confidence sequence)."""
 
@@ -17,22 +17,23 @@ from fusebench.analysis import stats
 from fusebench.analysis.inference import adjust, paired_estimate, verdict
 from fusebench.commands import main
 from fusebench.core.cell import CellFields, Measured, StopRecord, Trial
+from fusebench.core.fileformat import METRICS, Clock
 from fusebench.core.header import Env, LoadSummary, MachineLoad, RunHeader, ScheduleChoice
-from fusebench.core.records import METRICS, Clock
 from fusebench.core.results import read_results
 from fusebench.core.spec import Schedule, Trials, experiment_path, load_experiment
 from fusebench.measure.job import CellShape
-from fusebench.measure.run.duet import (
+from fusebench.measure.machine.cores import duet_cores
+from fusebench.measure.run.pilot import (
     PilotTrials,
     Sample,
     ScheduleProbe,
     _probe,
     choose_schedule,
     decide,
-    duet_cores,
     gain_lower_bound,
 )
-from fusebench.measure.run.schedule import duet_plan
+from fusebench.measure.run.schedules import SCHEDULES
+from fusebench.measure.run.schedules.duet import duet_plan
 from fusebench.present.sections.context import design_note, sequential_sizes
 
 PAIRS = [("baseline", "compiled"), ("baseline", "sdpa")]
@@ -51,6 +52,19 @@ def test_across_builds_every_variant_runs_beside_its_other_build_on_swapped_core
             assert [(a.build, a.worker) for a in duet.arms] == [("current", 0), ("reference", 1)]
             assert duet.arms[0].variant == duet.arms[1].variant
             assert duet.cores == ((2, 5) if cycle % 2 == 0 else (5, 2))
+
+
+def test_a_rounds_trials_are_its_steps_arms():
+    sequential, duet = SCHEDULES[Schedule.SEQUENTIAL], SCHEDULES[Schedule.DUET]
+    assert sequential.round_trials(ORDER, ["current"], PAIRS) == 3
+    assert sequential.round_trials(ORDER, ["current", "reference"], PAIRS) == 6
+    assert duet.round_trials(ORDER, ["current"], PAIRS) == 4  # both arms of each comparison
+    assert duet.round_trials(ORDER, ["current", "reference"], PAIRS) == 6
+    # nothing to pair: no trial, and the runner runs such a model sequentially
+    assert duet.round_trials(ORDER, ["current"], []) == 0
+    assert duet.worker_builds(["current"]) == ["current", "current"]
+    assert duet.places(2, (3, 5), None) == [[3], [5]]
+    assert sequential.places(2, (3, 5), [1]) == [[1], [1]]
 
 
 def test_within_a_build_each_comparison_is_one_duet_and_the_workers_swap_variants():
@@ -108,11 +122,11 @@ def pilots(monkeypatch, tmp_path):
         duet = ScheduleProbe(Schedule.DUET, wall_sd=0.05, cpu_sd=0.05, pair_s=1.0)
         return (quiet_cpu, duet) if threads == 1 else (quiet_cpu,)
 
-    monkeypatch.setattr("fusebench.measure.run.duet.pilot", pilot)
-    monkeypatch.setattr("fusebench.measure.run.duet.duet_cores", lambda: (0, 1))
-    monkeypatch.setattr("fusebench.measure.run.duet.cache_dir", lambda: tmp_path)
-    monkeypatch.setattr("fusebench.measure.run.duet.LoadSampler", _Quiet)
-    monkeypatch.setattr("fusebench.measure.run.duet.preflight", lambda: None)
+    monkeypatch.setattr("fusebench.measure.run.pilot.pilot", pilot)
+    monkeypatch.setattr("fusebench.measure.run.pilot.duet_cores", lambda: (0, 1))
+    monkeypatch.setattr("fusebench.measure.run.pilot.cache_dir", lambda: tmp_path)
+    monkeypatch.setattr("fusebench.measure.run.pilot.LoadSampler", _Quiet)
+    monkeypatch.setattr("fusebench.measure.run.pilot.preflight", lambda: None)
     return calls
 
 
@@ -144,14 +158,14 @@ def test_the_pilot_runs_once_per_machine_and_an_asked_schedule_reads_its_clock(p
 
 def test_no_pilot_starts_beside_other_work(pilots, monkeypatch):
     busy = MachineLoad(loadavg_1m=2.0, cores=2, other_cores=1.5, steal_cores=0.0)
-    monkeypatch.setattr("fusebench.measure.run.duet.preflight", lambda: busy)
+    monkeypatch.setattr("fusebench.measure.run.pilot.preflight", lambda: busy)
     choice = choose_schedule(Schedule.AUTO, Env(backend="cpu"), {}, threads=1)
     assert choice.schedule == Schedule.SEQUENTIAL and "1.5 cores" in choice.reason
     assert choice.clock == Clock.WALL and pilots == []
 
 
 def test_one_core_runs_sequentially(monkeypatch):
-    monkeypatch.setattr("fusebench.measure.run.duet.duet_cores", lambda: None)
+    monkeypatch.setattr("fusebench.measure.run.pilot.duet_cores", lambda: None)
     choice = choose_schedule(Schedule.DUET, Env(backend="cpu"), {})
     assert choice.schedule == Schedule.SEQUENTIAL and "two physical cores" in choice.reason
     assert choice.clock == Clock.WALL

@@ -1,5 +1,5 @@
 """Results files of every earlier format still report and check: the reader upgrades each record to
-today's shape in one place (core.records.upgrade). The fixtures are committed results files (or
+today's shape in one place (core.fileformat.upgrade). The fixtures are committed results files (or
 their first lines): format 1, the first build's (ci-runs/ci-01.jsonl, and 41 lines of the first ops
 run); format 2, roofline fields and the machine's peak (ci-runs/calibrate-01.jsonl); format 3 before
 the header named it, a `run --against` file (gate-ab/budget-85s/s10-02-confirm.jsonl)."""
@@ -13,7 +13,7 @@ from pathlib import Path
 import pytest
 from conftest import cell, fusebench_here, results_file, trials
 
-from fusebench.core.records import FORMAT, ResultsError, header_format
+from fusebench.core.fileformat import FORMAT, ResultsError, header_format
 from fusebench.core.results import ResultsWriter, read_results
 
 FIXTURES = Path(__file__).resolve().parent / "fixtures" / "results"

@@ -121,7 +121,7 @@ def test_rows_twice_as_noisy_as_the_pilot_send_the_machine_to_be_measured_again(
 ):
     from fusebench.core.header import Env, ScheduleChoice, ScheduleProbe
     from fusebench.measure.machine.threads import cache_path as threads_cache
-    from fusebench.measure.run.duet import cache_path as schedule_cache
+    from fusebench.measure.run.pilot import cache_path as schedule_cache
     from fusebench.measure.run.runner import stale_machine_line
 
     monkeypatch.setenv("XDG_CACHE_HOME", str(tmp_path))

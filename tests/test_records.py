@@ -1,4 +1,4 @@
-"""Each record kind is declared once (core.header, core.cell, core.records): the dataclass the
+"""Each record kind is declared once (core.header, core.cell, core.fileformat): the dataclass the
 writers fill is the one the readers get back, so the two cannot drift apart, and the results format
 stays what it was."""
 
@@ -24,8 +24,8 @@ from fusebench.core.cell import (
     Trial,
     TrialRecord,
 )
+from fusebench.core.fileformat import REQUIRED_FIELDS, Column, OpRecord
 from fusebench.core.header import RunHeader
-from fusebench.core.records import REQUIRED_FIELDS, Column, OpRecord
 from fusebench.core.results import read_results
 from fusebench.core.typed import from_mapping, to_mapping, to_record
 

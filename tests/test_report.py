@@ -28,7 +28,7 @@ from fusebench.analysis.study import ComparisonError
 from fusebench.commands import main
 from fusebench.commands.report import add_arguments
 from fusebench.commands.report import main as command
-from fusebench.core.records import ResultsError
+from fusebench.core.fileformat import ResultsError
 from fusebench.core.results import read_results
 from fusebench.present import plots
 from fusebench.present.report import write_report

@@ -18,12 +18,13 @@ import pytest
 from conftest import tree_copy
 
 from fusebench.commands import main
-from fusebench.core.records import ResultsError
+from fusebench.core.fileformat import ResultsError
 from fusebench.core.results import read_results
 from fusebench.core.spec import Trials, load_experiment
 from fusebench.measure.run.plan import plan_jobs
 from fusebench.measure.run.resume import DoneWork
-from fusebench.measure.run.schedule import centre_order, round_order, round_plan
+from fusebench.measure.run.schedules.order import centre_order, round_order
+from fusebench.measure.run.schedules.sequential import round_plan
 from fusebench.models import save_checkpoint
 from fusebench.models.loading import load_model
 

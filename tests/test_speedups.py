@@ -8,7 +8,8 @@ import math
 import numpy as np
 import pytest
 
-from fusebench.analysis.speedups import PastSpeedups, past_speedups
+from fusebench.analysis.speedups import expected, past_speedups, prediction_pct, sd_pct
+from fusebench.core.calibration import PastSpeedups
 from fusebench.core.history import HistoryPoint, HistoryRun, PointKey, Series
 
 
@@ -21,17 +22,17 @@ def stored(speedups: list[float]) -> PastSpeedups:
 def test_expected_and_bound_by_hand():
     past = stored([1.10, 1.12, 1.08, 1.11, 1.09, 1.10, 1.13, 1.07, 1.10, 1.10])
     logs = np.log(past.speedups)
-    assert past.expected == pytest.approx(math.exp(logs.mean()))
-    assert past.sd_pct == pytest.approx(100 * logs.std(ddof=1))
+    assert expected(past) == pytest.approx(math.exp(logs.mean()))
+    assert sd_pct(past) == pytest.approx(100 * logs.std(ddof=1))
     # t(9) at 97.5% is 2.2622; sqrt(1 + 1/10) widens it for the uncertainty of the mean itself.
-    assert past.prediction_pct() == pytest.approx(
+    assert prediction_pct(past) == pytest.approx(
         100 * (1 - math.exp(-2.2622 * logs.std(ddof=1) * math.sqrt(1.1))), rel=1e-4
     )
     # Four rows checked together: each at 1 - 2.5% / 4, t(9) = 3.1109.
-    assert past.prediction_pct(rows=4) == pytest.approx(
+    assert prediction_pct(past, rows=4) == pytest.approx(
         100 * (1 - math.exp(-3.1109 * logs.std(ddof=1) * math.sqrt(1.1))), rel=1e-4
     )
-    assert math.isnan(stored([1.1]).prediction_pct())
+    assert math.isnan(prediction_pct(stored([1.1])))
 
 
 @pytest.mark.parametrize("k", [10, 30])
@@ -44,7 +45,7 @@ def test_an_unchanged_run_falls_below_the_bound_in_2_5_percent_of_cases(k: int):
     below = 0
     for row in logs:
         past = stored(list(np.exp(row[:k])))
-        below += (math.exp(row[k]) / past.expected - 1) * 100 < -past.prediction_pct()
+        below += (math.exp(row[k]) / expected(past) - 1) * 100 < -prediction_pct(past)
     rate = below / cases
     assert abs(rate - 0.025) < 0.004, rate  # 20 000 cases: binomial SD 0.11%
 
@@ -57,7 +58,7 @@ def test_four_rows_together_fail_an_unchanged_run_at_most_2_5_percent_of_the_tim
     for case in logs:
         pasts = [stored(list(np.exp(row[:k]))) for row in case]
         failed += any(
-            (math.exp(row[k]) / past.expected - 1) * 100 < -past.prediction_pct(rows=rows)
+            (math.exp(row[k]) / expected(past) - 1) * 100 < -prediction_pct(past, rows=rows)
             for row, past in zip(case, pasts, strict=True)
         )
     rate = failed / cases

@@ -1,4 +1,4 @@
-"""Which clock a paired row's Δ and interval use: the run's (measure.run.duet chose it by measuring
+"""Which clock a paired row's Δ and interval use: the run's (measure.run.pilot chose it by measuring
 this machine before the run, so the choice never looked at the rows it decides), unless the row's
 two clocks disagree.
 
@@ -24,7 +24,7 @@ from dataclasses import dataclass
 import numpy as np
 from scipy.special import stdtrit
 
-from ..core.records import Clock
+from ..core.fileformat import Clock
 from .inference import PairedEstimate, paired_estimate
 
 DISAGREE_P = 0.001  # the paired t test's level at which the clocks' Δs disagree

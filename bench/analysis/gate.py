@@ -62,9 +62,10 @@ from typing import Any
 
 import pandas as pd
 
+from ..core.calibration import Noise, PastSpeedups
+from ..core.fileformat import Clock, Column, ResultsError
 from ..core.fingerprint import Fingerprint, MachineMismatchError
 from ..core.history import HistoryPoint, HistoryStore, Series
-from ..core.records import Clock, Column, ResultsError
 from ..core.results import (
     Results,
     kept_results,
@@ -76,8 +77,8 @@ from ..core.spec import DEFAULT_MARGIN_PCT, Experiment, parse_experiment
 from . import stats
 from .history import entries
 from .inference import STALLS_NEW, Verdict, interval_verdict, slower_beyond
-from .noise import Noise, default_noise_path, load_noise
-from .speedups import MIN_RUNS, PastSpeedups, past_speedups, speedup
+from .noise import default_noise_path, load_noise
+from .speedups import MIN_RUNS, expected, past_speedups, prediction_pct, sd_pct, speedup
 from .stats import SEED, Comparison, Stalls
 from .stopping import Goal
 from .study import CorrectnessCheck, cell_labels, correctness_checks, current_build, ordered_cells
@@ -377,11 +378,11 @@ def history_findings(
             labels[point.of.model_key, point.of.size, point.of.workload],
             point.of.name,
             point.of.metric,
-            baseline=past.expected,
+            baseline=expected(past),
             current=now,
         )
-        delta_pct = (now / past.expected - 1.0) * 100.0
-        facts = f"Δ {delta_pct:+.1f}% from the mean of {past.runs} runs (SD {past.sd_pct:.1f}%)"
+        delta_pct = (now / expected(past) - 1.0) * 100.0
+        facts = f"Δ {delta_pct:+.1f}% from the mean of {past.runs} runs (SD {sd_pct(past):.1f}%)"
         if past.runs < MIN_RUNS:
             findings.append(
                 replace(
@@ -391,7 +392,7 @@ def history_findings(
                 )
             )
             continue
-        bound = past.prediction_pct(rows=gated)
+        bound = prediction_pct(past, rows=gated)
         limit = (
             Limit(bound, Bound.HISTORY)
             if bound > tolerance_pct

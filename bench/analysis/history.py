@@ -20,9 +20,9 @@ import numpy as np
 import pandas as pd
 from scipy.special import stdtrit
 
+from ..core.fileformat import METRIC_COLUMNS, METRICS, Column, Record
 from ..core.fingerprint import fingerprint
 from ..core.history import HistoryPoint, HistoryRun, PointKey, Series
-from ..core.records import METRIC_COLUMNS, METRICS, Column, Record
 from ..core.results import Results
 from . import stats
 from .changepoints import Steps, find_steps, log_point

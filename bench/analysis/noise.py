@@ -36,25 +36,24 @@ import itertools
 import json
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any, ClassVar
+from typing import Any
 
 import numpy as np
 import pandas as pd
 
+from ..core.calibration import NOISE_KIND, Band, Noise, PastSpeedups
+from ..core.fileformat import Column, ResultsError, utc_now
 from ..core.fingerprint import Fingerprint
 from ..core.header import StoredExperiment
 from ..core.history import HistoryPoint, HistoryRun, PointKey, Series
-from ..core.records import Column, ResultsError, utc_now
 from ..core.results import read_results, results_fingerprint
 from ..core.spec import Experiment, parse_experiment
 from ..core.typed import from_mapping
 from . import stats
 from .history import Entry
-from .speedups import PastSpeedups
 from .stats import SEED
 from .study import current_build
 
-NOISE_KIND = "fusebench-noise"
 NOISE_DIR = Path("results/baselines")  # where noise files have always been
 UNKNOWN_COMMIT = "?"
 SCOPES = ("run_to_run_tps", "run_to_run_speedup", "within_run")
@@ -62,37 +61,6 @@ SCOPES = ("run_to_run_tps", "run_to_run_speedup", "within_run")
 
 class NoiseFileError(ResultsError):
     """A noise file that cannot be used; the message names it."""
-
-
-@dataclass(frozen=True)
-class Band:
-    """The noise of one metric in one scope (see the module docstring)."""
-
-    mde_pct: float
-    max_aa_slowdown_pct: float
-    ci_half_width_pct: float
-    comparisons: int
-
-
-@dataclass(frozen=True)
-class Noise:
-    """The noise file, as `fusebench calibrate` writes it (core.typed.to_record) and load_noise
-    reads it back: a field without a default that a file lacks makes it a malformed noise file."""
-
-    KIND: ClassVar[str] = NOISE_KIND
-
-    fingerprint: Fingerprint
-    experiment: StoredExperiment  # name, file, sha256
-    runs: int
-    bands: dict[str, dict[str, Band]]  # scope -> metric -> band
-    results: tuple[str, ...] = ()  # the calibration's results files
-    created_at: str = "?"
-    # a file written before calibrate added its runs to the history kept their speedups here (none
-    # since); `history add NOISE` imports them (noise_entries)
-    speedup_history: tuple[PastSpeedups, ...] = ()
-
-    def band(self, scope: str, metric: str) -> Band | None:
-        return self.bands.get(scope, {}).get(metric)
 
 
 def default_noise_path(machine: Fingerprint) -> Path:

@@ -6,7 +6,7 @@ from __future__ import annotations
 from collections.abc import Iterable
 from dataclasses import dataclass, replace
 
-from ..core.records import OpRecord
+from ..core.fileformat import OpRecord
 from .inference import Adjusted, PairedEstimate, Verdict, adjust, paired_estimate
 from .inference import verdict as inference_verdict
 from .stats import ALPHA, DEFAULT_MARGIN_PCT, summarize

@@ -30,7 +30,7 @@ from fusebench.models.config import (
 )
 
 from ..core.errors import UserError
-from ..core.records import METRIC_COLUMNS, METRICS, Column
+from ..core.fileformat import METRIC_COLUMNS, METRICS, Column
 from ..core.text import join_words
 from .inference import RatioInterval
 from .study import Study, ordered_workloads, size_rank

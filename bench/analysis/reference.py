@@ -17,7 +17,7 @@ from typing import Any
 import yaml
 
 from ..core.errors import UserError
-from ..core.records import METRICS
+from ..core.fileformat import METRICS
 
 SHIPPED_DIR = Path(__file__).parents[1] / "data"
 REQUIRED_KEYS = ("name", "source", "method", "hardware", "rows")

@@ -35,7 +35,7 @@ from dataclasses import dataclass
 from scipy.special import stdtrit
 
 from ..core.cell import CURRENT_BUILD, ShareRecord, ShareTime, TrialRecord
-from ..core.records import Column, Record
+from ..core.fileformat import Column, Record
 from ..core.typed import from_mapping
 from .study import Study
 

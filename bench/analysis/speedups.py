@@ -31,59 +31,40 @@ from __future__ import annotations
 
 import math
 from collections.abc import Sequence
-from dataclasses import dataclass
 
 import numpy as np
 from scipy import special
 
+from ..core.calibration import PastSpeedups
 from ..core.history import HistoryPoint, HistoryRun, Series
 
 MIN_RUNS = 10
 LEVEL = 0.975  # one-sided: only a speedup that fell counts
 
 
-@dataclass(frozen=True)
-class PastSpeedups:
-    """One cell's stored speedups for one comparison and metric, one per run the history holds."""
+def expected(past: PastSpeedups) -> float:
+    """The geometric mean of the stored speedups."""
+    return math.exp(float(np.mean(np.log(past.speedups))))
 
-    model_key: str
-    size: str
-    workload: str
-    comparison: str  # "new vs baseline", as the history names a COMPARISON point
-    metric: str
-    speedups: tuple[float, ...]
 
-    @property
-    def key(self) -> tuple[str, str, str, str]:
-        return self.model_key, self.workload, self.comparison, self.metric
+def sd_pct(past: PastSpeedups) -> float:
+    """The run-to-run SD of the log speedup, in percent."""
+    return 100.0 * float(np.std(np.log(past.speedups), ddof=1)) if past.runs > 1 else math.nan
 
-    @property
-    def runs(self) -> int:
-        return len(self.speedups)
 
-    @property
-    def expected(self) -> float:
-        """The geometric mean of the stored speedups."""
-        return math.exp(float(np.mean(np.log(self.speedups))))
-
-    @property
-    def sd_pct(self) -> float:
-        """The run-to-run SD of the log speedup, in percent."""
-        return 100.0 * float(np.std(np.log(self.speedups), ddof=1)) if self.runs > 1 else math.nan
-
-    def prediction_pct(self, rows: int = 1) -> float:
-        """How far below `expected` an unchanged run's speedup can land, in percent: one-sided 97.5%
-        for one row, Bonferroni over `rows` rows checked together (each at 1 - 2.5% / rows)."""
-        if self.runs < 2:
-            return math.nan
-        level = 1.0 - (1.0 - LEVEL) / rows
-        half = (
-            float(special.stdtrit(self.runs - 1, level))
-            * self.sd_pct
-            / 100.0
-            * math.sqrt(1.0 + 1.0 / self.runs)
-        )
-        return 100.0 * (1.0 - math.exp(-half))
+def prediction_pct(past: PastSpeedups, rows: int = 1) -> float:
+    """How far below `expected` an unchanged run's speedup can land, in percent: one-sided 97.5%
+    for one row, Bonferroni over `rows` rows checked together (each at 1 - 2.5% / rows)."""
+    if past.runs < 2:
+        return math.nan
+    level = 1.0 - (1.0 - LEVEL) / rows
+    half = (
+        float(special.stdtrit(past.runs - 1, level))
+        * sd_pct(past)
+        / 100.0
+        * math.sqrt(1.0 + 1.0 / past.runs)
+    )
+    return 100.0 * (1.0 - math.exp(-half))
 
 
 def past_speedups(runs: Sequence[HistoryRun], points: Sequence[HistoryPoint]) -> list[PastSpeedups]:

@@ -26,7 +26,7 @@ import numpy as np
 import pandas as pd
 from numpy.typing import ArrayLike
 
-from ..core.records import (
+from ..core.fileformat import (
     CPU_CLOCK_COLUMNS,
     METRIC_COLUMNS,
     METRICS,

@@ -22,8 +22,7 @@ import pandas as pd
 
 from ..core.cell import CURRENT_BUILD, CorrectnessRecord
 from ..core.errors import UserError
-from ..core.header import Env, LoadSummary, RunHeader, TimeSpent
-from ..core.records import (
+from ..core.fileformat import (
     CELL_FIELDS,
     REQUIRED_FIELDS,
     ROOFLINE_FIELDS,
@@ -33,6 +32,7 @@ from ..core.records import (
     SiteRecord,
     require_fields,
 )
+from ..core.header import Env, LoadSummary, RunHeader, TimeSpent
 from ..core.results import Results, read_results
 from ..core.spec import Experiment, SpecError, parse_experiment
 from . import stats
@@ -374,7 +374,7 @@ def failed_correctness(
 
 @dataclass(frozen=True)
 class CellInfo:
-    """What describes a cell beside its measurements (core.records.CELL_FIELDS)."""
+    """What describes a cell beside its measurements (core.fileformat.CELL_FIELDS)."""
 
     model_key: str
     size: str

@@ -46,7 +46,7 @@ def main(args: argparse.Namespace, console: Console) -> int:
     if problem := backend_problem():  # what can be read without mlx, and the one thing to install
         print_env(console, collect_env(), warning=problem, title="error: no MLX backend")
         return 2
-    from ..measure.run.duet import choose_schedule  # its pilot's workers import mlx
+    from ..measure.run.pilot import choose_schedule  # its pilot's workers import mlx
 
     worker_env, env, threads = worker_environment(args.blas, args.threads, fresh=args.probe)
     probe = probe_peaks_in(worker_env) if args.probe else None

@@ -105,8 +105,8 @@ class HistoryInputError(UserError):
 
 
 def _add(store: HistoryStore, paths: list[Path], name: str | None, console: Console) -> int:
+    from ..core.fileformat import utc_now
     from ..core.history import require_name
-    from ..core.records import utc_now
 
     if not paths:
         raise HistoryInputError("history add: give the results files to store")
@@ -136,7 +136,7 @@ def _add(store: HistoryStore, paths: list[Path], name: str | None, console: Cons
 def add_to_history(store: HistoryStore, paths: list[Path], console: Console) -> list[Entry]:
     """Add each file's runs, saying for each file how many were new; every run found, held or
     added."""
-    from ..core.records import utc_now
+    from ..core.fileformat import utc_now
 
     every = []
     for path in paths:

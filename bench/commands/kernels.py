@@ -55,8 +55,8 @@ def main(args: argparse.Namespace, console: Console) -> int:
 
     require_backend()  # before anything imports mlx: one line naming the extra, not a traceback
 
+    from ..core.fileformat import new_run_id
     from ..core.header import StoredExperiment, run_header
-    from ..core.records import new_run_id
     from ..core.results import ResultsWriter
     from ..core.typed import to_record
     from ..measure.hub import is_repo_id, resolve

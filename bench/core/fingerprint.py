@@ -6,8 +6,8 @@ from __future__ import annotations
 import re
 from dataclasses import dataclass
 
+from .fileformat import ResultsError
 from .header import Env
-from .records import ResultsError
 
 
 @dataclass(frozen=True)

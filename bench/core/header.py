@@ -2,9 +2,9 @@
 dataclass the writers fill and the readers get back (core.typed: `to_record` writes it,
 `from_mapping` reads it), as mlx-lm's BaseModelArgs is both a model's args and their reader.
 
-Today's writers fill every field. A header of an older writer may lack fields (core.records.upgrade
-brings older formats to today's shape), and a field it lacks reads as its default here: "?" where a
-table shows it, None where readers ask whether it was measured.
+Today's writers fill every field. A header of an older writer may lack fields
+(core.fileformat.upgrade brings older formats to today's shape), and a field it lacks reads as its
+default here: "?" where a table shows it, None where readers ask whether it was measured.
 """
 
 from __future__ import annotations
@@ -12,7 +12,7 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from typing import ClassVar
 
-from .records import FORMAT, Clock, Record, utc_now
+from .fileformat import FORMAT, Clock, Record, utc_now
 from .spec import Trials
 from .text import short_commit
 from .typed import from_mapping
@@ -218,7 +218,7 @@ class ThreadChoice:
 
 @dataclass(frozen=True)
 class ScheduleProbe:
-    """One schedule's figures from the pilot (measure.run.duet): SD of the pair's log ratio on each
+    """One schedule's figures from the pilot (measure.run.pilot): SD of the pair's log ratio on each
     clock, the noisier metric's (prefill or gen; before 2026-12-04, of their sum; before
     2026-12-05 a robust scale), the seconds a pair took (mean), and each timed pair's wall-clock
     log ratios and seconds, which give the choice its uncertainty (before 2026-12-05: not kept)."""

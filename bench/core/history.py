@@ -25,7 +25,7 @@ import sqlalchemy as sa
 from sqlalchemy.exc import ArgumentError, OperationalError, SQLAlchemyError
 
 from .errors import UserError
-from .records import Record
+from .fileformat import Record
 from .typed import FLAT, from_mapping, to_mapping
 
 _NAME = re.compile(r"[A-Za-z0-9._-]+")

@@ -27,9 +27,7 @@ from typing import IO, Any
 import pandas as pd
 
 from .cell import CURRENT_BUILD, StopRecord, TrialRecord
-from .fingerprint import Fingerprint, MachineMismatchError, fingerprint
-from .header import UNKNOWN_MACHINE, LoadSummary, RunHeader, TimeSpent
-from .records import (
+from .fileformat import (
     FORMAT,
     RECORD_KINDS,
     CellPlace,
@@ -46,6 +44,8 @@ from .records import (
     require_fields,
     upgrade,
 )
+from .fingerprint import Fingerprint, MachineMismatchError, fingerprint
+from .header import UNKNOWN_MACHINE, LoadSummary, RunHeader, TimeSpent
 from .spec import Trials
 from .typed import from_mapping, to_record
 

@@ -46,7 +46,7 @@ from fusebench.models.config import (
 )
 
 from .errors import UserError
-from .records import METRICS
+from .fileformat import METRICS
 
 T = TypeVar("T")
 
@@ -123,10 +123,10 @@ BUDGETED = (Trials.AUTO, Trials.BUDGET, Trials.PLAN)
 
 
 class Schedule(StrEnum):
-    """How a round's trials are laid out in time (the experiment's `schedule`;
-    measure.run.schedule)."""
+    """How a round's trials are laid out in time (the experiment's `schedule`; each but `auto` a
+    measure.run.schedules.RoundSchedule)."""
 
-    AUTO = "auto"  # measured on the machine (measure.run.duet)
+    AUTO = "auto"  # measured on the machine (measure.run.pilot)
     DUET = "duet"  # a pair's two trials at the same moment, each on its own core
     SEQUENTIAL = "sequential"  # one trial after another, in ABBA order
 

@@ -2,10 +2,11 @@
 
 - `machine/`: this machine: its environment and BLAS (env, probe), the thread count (threads),
   what else runs beside a run (load), the memory guard (memory), the roofline's peaks and work
-  (roofline), PyPI's OpenBLAS shim (blas_shim);
+  (roofline, peaks), two cores for a duet and pinning (cores), PyPI's OpenBLAS shim (blas_shim);
 - `run/`: the run loop: the runner, a cell's run (cellrun) and when it stops (cellstop), the plan
-  of a run and of its rounds (plan, planning), the order of trials and duets (schedule, duet),
-  worker sessions (session), where the time went (ledger, stopwatch), resuming (resume);
+  of a run and of its rounds (plan, planning), the order of trials (schedules/: sequential,
+  duet), `schedule: auto`'s pilot (pilot), worker sessions (session), what the workers found
+  (findings), where the time went and the budget (ledger, stopwatch), resuming (resume);
 - `builds/`: other builds and environments: a reference tree (builds), other Python environments
   (venvs), bisecting commits (bisect);
 - `ops/`: ops on their own: microbenchmarks (opbench), kernel facts (kernels), op shares of a step

@@ -1,5 +1,5 @@
 """Kernel truth: which kernel each variant really ran (`kind: "kernel"` records, from
-`fusebench kernels` and from every run, read back as `core.records.KernelFact`), as a table and as
+`fusebench kernels` and from every run, read back as `core.cell.KernelFact`), as a table and as
 the plain sentence that goes beside a comparison whose arms ran the same kind of kernel.
 """
 

@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from ..analysis.noise import Band
+from ..core.calibration import Band
 from .document import Table
 
 

@@ -7,7 +7,7 @@ import pandas as pd
 
 from ..analysis import stats
 from ..analysis.study import Study, size_rank, trial_medians
-from ..core.records import CELL_FIELDS, ROOFLINE_FIELDS, TTFT_FIELDS, Column
+from ..core.fileformat import CELL_FIELDS, ROOFLINE_FIELDS, TTFT_FIELDS, Column
 from .format import op_verdict_text
 
 

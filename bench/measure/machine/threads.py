@@ -143,7 +143,7 @@ def _log_sd(times: list[float]) -> float:
 
 def serve(commands: TextIO, answers: TextIO) -> None:
     """The sampler: per line read ("sample" or "sample N"), one (or N) timed pieces of step-shaped
-    work, answered as "WALL_S CPU_S" (the process's CPU seconds, for measure.run.duet's clocks)."""
+    work, answered as "WALL_S CPU_S" (the process's CPU seconds, for measure.run.pilot's clocks)."""
     import mlx.core as mx
 
     key = mx.random.key(0)

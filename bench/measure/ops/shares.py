@@ -30,7 +30,7 @@ from fusebench.models.gemma4 import Model
 from fusebench.models.ops import REGISTRY
 
 from ...core.cell import ShareTime
-from ..run.schedule import round_order
+from ..run.schedules.order import round_order
 from .opbench import MIN_SAMPLE_S, Inputs, time_calls
 
 # What one mx.eval costs on a 2-core CPU, to size the overhead's sample like the others

@@ -10,15 +10,10 @@ import time
 from collections.abc import Sequence
 from dataclasses import dataclass, replace
 
-from ...analysis.clocks import clocked_estimate
-from ...analysis.inference import PairedEstimate
+from ...analysis.inference import PairedEstimate, paired_estimate
 from ...analysis.stopping import Goal, Row, print_level
 from ...core.cell import Forecast, Trial
-from ...core.records import (
-    METRICS,
-    Clock,
-    cpu_clock_tps,
-)
+from ...core.fileformat import METRICS
 from ...core.spec import MIN_AUTO_ROUNDS, Experiment, Trials
 from ...present.format import format_duration
 from .plan import comparison_pairs, table_rows
@@ -27,13 +22,6 @@ from .session import CURRENT
 # trials: budget never fixes fewer rounds than this: the fewest a paired t interval is finite at
 # and a round's spread can be estimated from.
 MIN_BUDGET_ROUNDS = 3
-_Clocked = tuple[float | None, float | None]  # a trial's metric: (wall-clock, CPU-clock tok/s)
-
-
-def _on_clocks(tps: float | None, wall_s: float | None, cpu_s: float | None) -> _Clocked:
-    if tps is None or wall_s is None or not cpu_s:
-        return tps, None
-    return tps, cpu_clock_tps(tps, wall_s, cpu_s)
 
 
 @dataclass(frozen=True)
@@ -54,17 +42,11 @@ class CellStop:
     table prints it (Bonferroni over the table's rows, which Holm never exceeds), when no undecided
     row's decision is in reach of the rounds and time left, at max_rounds, or before a round that
     would not fit the cell's share of the run's budget. The intervals are confidence sequences, so
-    stopping on a decision leaves them valid."""
+    stopping on a decision leaves them valid. Its intervals are on the wall clock, as a run's are
+    (a Δ is wall-clock tok/s)."""
 
-    def __init__(
-        self,
-        exp: Experiment,
-        builds: Sequence[str],
-        share_s: float | None,
-        clock: Clock = Clock.WALL,
-    ) -> None:
+    def __init__(self, exp: Experiment, builds: Sequence[str], share_s: float | None) -> None:
         self.exp = exp
-        self.clock = clock
         self.pairs = comparison_pairs(exp, builds)
         across = len(builds) > 1
         self.alpha = 1.0 - print_level(table_rows(exp, builds))
@@ -73,8 +55,8 @@ class CellStop:
         self.goal = Goal(
             exp.margin_pct, limit_pct=exp.margin_pct if across else None, target_pct=exp.target_pct
         )
-        # (build, variant) -> round -> each metric's (wall-clock tok/s, CPU-clock tok/s)
-        self.values: dict[tuple[str, str], dict[int, tuple[_Clocked, _Clocked]]] = {}
+        # (build, variant) -> round -> each metric's tok/s
+        self.values: dict[tuple[str, str], dict[int, tuple[float | None, ...]]] = {}
         self.process_of: dict[int, int] = {}  # round -> the worker process (pair) that ran it
         self.share_s = share_s
         self.started = time.monotonic()
@@ -92,8 +74,8 @@ class CellStop:
                     time.monotonic() - measured.prefill_s - (measured.gen_s or 0.0)
                 )
             self.values.setdefault((build, trial.variant), {})[trial.round] = (
-                _on_clocks(measured.prefill_tps, measured.prefill_s, measured.prefill_cpu_s),
-                _on_clocks(measured.gen_tps, measured.gen_s, measured.gen_cpu_s),
+                measured.prefill_tps,
+                measured.gen_tps,
             )
 
     def _estimates(self) -> dict[str, PairedEstimate]:
@@ -103,22 +85,19 @@ class CellStop:
             if len(rounds) < 2:
                 continue
             for i, metric in enumerate(METRICS):
-                base, base_cpu = zip(*(self.values[a][r][i] for r in rounds), strict=True)
-                new, new_cpu = zip(*(self.values[b][r][i] for r in rounds), strict=True)
+                base = [self.values[a][r][i] for r in rounds]
+                new = [self.values[b][r][i] for r in rounds]
                 if None not in base and None not in new:
                     label = f"{'/'.join(b)} vs {'/'.join(a)} {metric}".replace(
                         f"{CURRENT.name}/", ""
                     )
                     processes = [self.process_of[r] for r in rounds]
-                    estimates[label] = clocked_estimate(
+                    estimates[label] = paired_estimate(
                         base,
                         new,
-                        None if None in base_cpu else base_cpu,
-                        None if None in new_cpu else new_cpu,
-                        self.clock,
                         processes=processes,
                         fixed_rounds=not self.exp.trials.adaptive,
-                    ).estimate
+                    )
         return estimates
 
     def rows(self) -> dict[str, Row]:

@@ -15,7 +15,7 @@ from rich.console import Console
 from rich.table import Table
 
 from ...core.cell import CellFields
-from ...core.records import METRICS
+from ...core.fileformat import METRICS
 from ...core.spec import (
     Cell,
     Experiment,
@@ -25,7 +25,7 @@ from ...core.spec import (
 )
 from ..machine.memory import memory_verdict
 from .resume import DoneWork
-from .schedule import centre_order
+from .schedules.order import centre_order
 from .session import CURRENT, Build
 
 

@@ -1,55 +1,33 @@
 """The runner: a run as a whole. It resolves what the machine decides (BLAS threads, the schedule
-and the clock, the peak), writes the run header, drives each model's workers (one per build, two
-in a duet) through its cells, and samples the machine's load meanwhile; every record is appended
-to the results file as it arrives.
+and the clock, the peak), writes the run header, starts each model's workers as its schedule places
+them (measure.run.schedules, measure.run.session) and hands each cell to measure.run.cellrun with a
+`CellContext`, and samples the machine's load meanwhile; every record is appended to the results
+file as it arrives (measure.run.findings). docs/architecture.md "The run path" reads it in order.
 
-Its parts, in the order a run meets them: measure.run.plan (what the run will do, decided before it
-starts: jobs per model, the comparisons a cell watches, the dry run), measure.run.cellrun (one
-cell's correctness, warmups, shares and rounds, sequential or in duets), measure.run.cellstop (when
-a cell has enough rounds). A model that will not fit is skipped before anything is loaded; a worker
-that crashes, runs out of memory or passes the per-cell timeout costs an `error` record for that
-cell, and the run goes on with a fresh worker.
-
-Why one long module: the run as a whole, from the machine's choices before the first cell to the
-closing lines after the last; a cell's own work is measure.run.cellrun's.
+A model that will not fit is skipped before anything is loaded; a worker that crashes, runs out of
+memory or passes the per-cell timeout costs an `error` record for that cell, and the run goes on
+with a fresh worker.
 """
 
 from __future__ import annotations
 
 import contextlib
-import os
 import time
-from collections.abc import Callable, Iterator, Sequence
+from collections.abc import Iterator, Sequence
 from dataclasses import replace
 from functools import partial
 from pathlib import Path
 
 from rich.console import Console
-from rich.progress import (
-    BarColumn,
-    MofNCompleteColumn,
-    Progress,
-    TextColumn,
-    TimeElapsedColumn,
-    TimeRemainingColumn,
-)
 
-from ...analysis.stopping import RunBudget
-from ...core.cell import (
-    ErrorRecord,
-    Measured,
-    SkipRecord,
-    Trial,
-    TrialRecord,
-    cell_record,
-)
+from ...core.cell import ErrorRecord, SkipRecord
+from ...core.fileformat import METRICS, new_run_id
 from ...core.header import BuildFields, Env, PeakProbe, PluginFile, StoredExperiment, run_header
-from ...core.records import METRICS, new_run_id
 from ...core.results import ResultsWriter
 from ...core.spec import Cell, Experiment, ModelSpec, Schedule, Trials, shard_cells
 from ...present.format import format_count
 from ..hub import with_repos_found
-from ..job import Result
+from ..machine.cores import pinned_cpus
 from ..machine.env import (
     blas_warning,
     cache_dir,
@@ -59,25 +37,17 @@ from ..machine.env import (
     write_cached,
 )
 from ..machine.load import LoadSampler, preflight
-from ..machine.memory import memory_verdict, model_config, weight_bytes
+from ..machine.memory import memory_verdict, weight_bytes
 from ..machine.probe import probe_peaks_in, worker_environment
-from ..machine.roofline import (
-    CellWork,
-    Peak,
-    PeakShares,
-    Rates,
-    achieved,
-    cell_work,
-    peak_for,
-    percent_of_peak,
-)
+from ..machine.roofline import Peak, Rates, peak_for
 from ..machine.threads import cache_path as threads_cache_path
 from ..ops.opcheck import check_ops_called
 from ..plugins import load_plugins
-from .cellrun import CellRun, DuetSide
-from .duet import ScheduleChoice, choose_schedule
-from .duet import cache_path as schedule_cache_path
-from .ledger import TimeLedger
+from .cellrun import CellContext, CellRun
+from .findings import Findings, Roofline
+from .ledger import RunTime, TimeLedger
+from .pilot import ScheduleChoice, choose_schedule
+from .pilot import cache_path as schedule_cache_path
 from .plan import (
     ModelJob,
     RunOptions,
@@ -91,9 +61,12 @@ from .plan import (
 )
 from .planning import CACHE_VERSION as PLAN_CACHE_VERSION
 from .planning import PlanWork, RunPlanner
+from .progress import RunProgress
 from .resume import DoneWork, resume_state
-from .schedule import centre_order
-from .session import Build, WorkerFailed, WorkerSession, stopped_after, worker_job
+from .schedules import SCHEDULES
+from .schedules.base import RoundSchedule
+from .schedules.order import centre_order
+from .session import Build, WorkerFailed, WorkerMaker, WorkerSession, stopped_after
 from .stopwatch import Stopwatch
 
 # A cell closed without rounds: skipped before it ran (too big, or planned none), or its worker
@@ -102,6 +75,8 @@ Closed = SkipRecord | ErrorRecord
 
 
 class Runner:
+    """A run's models in turn, each on its workers, cell by cell (measure.run.cellrun)."""
+
     def __init__(
         self,
         exp: Experiment,
@@ -111,47 +86,40 @@ class Runner:
         peak: Peak | None,
         worker_env: dict[str, str],
         started: float,
-        schedule: ScheduleChoice,
+        choice: ScheduleChoice,
     ) -> None:
-        self.exp = exp
-        self.schedule = schedule
-        self.peak = peak
-        self.worker_env = worker_env  # the environment variables each worker starts with
+        self.exp, self.options, self.console = exp, options, console
+        self.choice = choice
+        self.schedule = SCHEDULES[choice.schedule]
         self.builds = [options.current, *([options.reference] if options.reference else [])]
-        self.order = centre_order(
-            list(exp.variants), [(c.baseline, c.new) for c in exp.comparisons]
+        self.build_names = [build.name for build in self.builds]
+        self.order = tuple(
+            centre_order(list(exp.variants), [(c.baseline, c.new) for c in exp.comparisons])
         )
-        self.cells = {cell.key: cell for cell in exp.cells()}
-        self.work: dict[str, CellWork] = {}
-        self.options = options
-        self.run_id = run_id
-        self.console = console
-        self.meta = {cell.key: cell_meta(cell, run_id) for cell in exp.cells()}
-        self.above_peak: set[str] = set()
-        # the highest prefill TFLOP/s and gen GB/s any trial achieved
-        self.best = Rates(prefill_tflops=0.0, gen_gbps=None)
-        self.budget: RunBudget | None = None  # the run's wall time, shared by its cells in turn
-        self.started = started  # time.monotonic() when the run began: the budget counts from here
-        self.cells_done = 0
-        self.ledger = TimeLedger(options.started)  # where the time went, from the command's start
+        self.pairs = variant_pairs(exp)
+        cells = {cell.key: cell for cell in exp.cells()}
+        self.meta = {key: cell_meta(cell, run_id) for key, cell in cells.items()}
+        self.roofline = Roofline(peak, cells)
+        self.time = RunTime(TimeLedger(options.started), started, exp.budget_s)
+        pinned = pinned_cpus(worker_env) if options.pin else None
+        self.workers = WorkerMaker(
+            exp, tuple(self.builds), worker_env, choice.cores or (0, 1), pinned
+        )
         self.planner: RunPlanner | None = None  # trials: plan
 
-    def time_left_s(self) -> float:
-        """What the run's budget has left (infinite without one)."""
-        if not self.exp.budget_s:
-            return float("inf")
-        return self.exp.budget_s - (time.monotonic() - self.started)
+    def round_trials(self, schedule: RoundSchedule) -> int:
+        return schedule.round_trials(self.order, self.build_names, self.pairs)
 
     def plan_from_the_start(self) -> None:
         """trials: plan: the plan of every cell, when this machine has measured enough to make it
         (else the first cell's setup makes it)."""
         assert self.planner is not None
-        with self.ledger.phase("plan"):
-            plan = self.planner.make(self.time_left_s())
+        with self.time.ledger.phase("plan"):
+            plan = self.planner.make(self.time.time_left_s())
         if self.options.quiet:
             return
         self.console.print(
-            self.planner.line(plan, self.time_left_s())
+            self.planner.line(plan, self.time.time_left_s())
             if plan
             else "plan: made once the first size is set up (nothing measured on this machine "
             "at this configuration yet)",
@@ -159,197 +127,93 @@ class Runner:
         )
 
     def run(self, jobs: list[ModelJob], writer: ResultsWriter) -> None:
-        if self.exp.budget_s:
-            self.budget = RunBudget(self.exp.budget_s, sum(len(job.cells) for job in jobs))
+        cells = sum(len(job.cells) for job in jobs)
+        self.time.share_among(cells)
         for job in jobs:
             check_ops_called(job.model, self.exp)
         if self.planner:
             self.plan_from_the_start()
-        cells = sum(len(job.cells) for job in jobs)
-        duet = self.schedule.schedule == Schedule.DUET
-        total = cells * (self.exp.rounds + self.exp.warmup) * self.round_trials(duet)
-        with self._progress() as progress:
-            task = progress.add_task("starting", total=total)
-
-            def update(text: str, advance: int = 0, drop: int = 0) -> None:
-                progress.update(
-                    task,
-                    description=text,
-                    advance=advance,
-                    total=progress.tasks[0].total - drop,
-                    refresh=True,
-                )
-
-            for job in jobs:
-                self._run_model(job, writer, update)
-
-    def _progress(self) -> Progress:
-        return Progress(
-            TextColumn("{task.description}"),
-            BarColumn(),
-            MofNCompleteColumn(),
-            TextColumn("trials"),
-            TimeElapsedColumn(),
-            TextColumn("ETA"),
-            TimeRemainingColumn(),
-            console=self.console,
-            disable=self.options.quiet,
-            transient=False,
-            # drawn when a trial ends, never while one runs: a redraw ten times a second is work
-            # beside the trial on a core it may need (issue 53: 2% of a core beside two BLAS
-            # threads made each step 24% slower)
-            auto_refresh=False,
-        )
-
-    def round_trials(self, duet: bool) -> int:
-        """Trials a round of one cell runs: every variant in every build, or in a duet of variants
-        both arms of each comparison."""
-        if duet and len(self.builds) == 1:
-            return 2 * len(variant_pairs(self.exp))
-        return len(self.exp.variants) * len(self.builds)
-
-    def write_result(
-        self,
-        writer: ResultsWriter,
-        cell_key: str,
-        build: str,
-        result: Result,
-        process: int,
-        side: DuetSide | None = None,
-    ) -> None:
-        """What a build's worker found, with a trial's roofline, the worker process (pair) that
-        ran it, and in a duet the arm beside it and its core."""
-        if not isinstance(result, Trial):
-            writer.write(cell_record(self.meta[cell_key], result, build))
-            return
-        rates, shares = self._roofline(cell_key, result.measured)
-        trial = TrialRecord(
-            cell=self.meta[cell_key],
-            trial=result,
-            build=build,
-            rates=rates,
-            shares=shares,
-            process=process,
-            beside=side.beside if side else None,
-            core=side.core if side else None,
-        )
-        writer.write(trial)
-
-    def cell_work(self, cell_key: str) -> CellWork:
-        if cell_key not in self.work:
-            m, w = self.cells[cell_key].model, self.cells[cell_key].workload
-            self.work[cell_key] = cell_work(
-                model_config(m),
-                w.prompt_tokens,
-                w.gen_tokens,
-                w.batch,
-                dtype=m.dtype,
-                quantize=m.quantize,
+        total = cells * (self.exp.rounds + self.exp.warmup) * self.round_trials(self.schedule)
+        with RunProgress(self.console, total, self.options.quiet) as progress:
+            context = CellContext(
+                exp=self.exp,
+                findings=Findings(writer, self.meta, self.roofline),
+                time=self.time,
+                workers=self.workers,
+                order=self.order,
+                planner=self.planner,
+                progress=progress,
+                console=self.console,
+                quiet=self.options.quiet,
             )
-        return self.work[cell_key]
-
-    def _roofline(self, cell_key: str, measured: Measured) -> tuple[Rates, PeakShares]:
-        """Achieved TFLOP/s and GB/s of a trial, and their share of this machine's peak."""
-        rates = achieved(measured.prefill_s, measured.gen_s, self.cell_work(cell_key))
-        shares = percent_of_peak(rates, self.peak, self.cells[cell_key].model.dtype)
-        self.above_peak.update(shares.above_peak)
-        self.best = self.best.highest(rates)
-        return rates, shares
-
-    def cell_share_s(self) -> float | None:
-        if self.budget is None:
-            return None
-        return self.budget.share_s(time.monotonic() - self.started, self.cells_done)
-
-    def cell_finished(self) -> None:
-        self.cells_done += 1
+            for job in jobs:
+                self._run_model(job, context)
 
     def _close_cells(
-        self, writer: ResultsWriter, cells: list[Cell], closed: type[Closed], reason: str
+        self, findings: Findings, cells: list[Cell], closed: type[Closed], reason: str
     ) -> None:
         for cell in cells:
-            self.cell_finished()
-            writer.write(closed(cell=self.meta[cell.key], reason=reason))
+            self.time.cell_finished()
+            findings.write(closed(cell=self.meta[cell.key], reason=reason))
         self.console.print(f"[yellow]{closed.KIND}[/]: {cells[0].model.size}: {reason}")
 
-    def _run_model(self, job: ModelJob, writer: ResultsWriter, update: Callable) -> None:
-        duet = self._duet_for(job.model)
-        fits, reason = memory_verdict(job.model, self.exp, copies=len(self.worker_builds(duet)))
+    def _run_model(self, job: ModelJob, context: CellContext) -> None:
+        schedule = self._schedule_for(job.model)
+        copies = len(schedule.worker_builds(self.builds))
+        fits, reason = memory_verdict(job.model, self.exp, copies=copies)
         if not fits:
-            self._close_cells(writer, job.cells, SkipRecord, reason)
+            self._close_cells(context.findings, job.cells, SkipRecord, reason)
             return
         unplanned = (
-            [self.planner.skip_reason(c, self.time_left_s()) for c in job.cells]
+            [self.planner.skip_reason(c, self.time.time_left_s()) for c in job.cells]
             if self.planner
             else [None]
         )
         if all(unplanned) and self.planner:
-            self._close_cells(writer, job.cells, SkipRecord, str(unplanned[0]))
+            self._close_cells(context.findings, job.cells, SkipRecord, str(unplanned[0]))
             return
         pending = list(job.cells)
         while pending:
-            update(f"{job.model.size}: loading weights")
+            context.progress.update(f"{job.model.size}: loading weights")
             try:
-                self._run_workers(ModelJob(job.model, pending, job.done), duet, writer, update)
+                self._run_workers(ModelJob(job.model, pending, job.done), schedule, context)
                 return
             except WorkerFailed as failure:
                 failed = [c for c in pending if failure.cell_key in (None, c.key)]
-                self._close_cells(writer, failed, ErrorRecord, failure.reason)
+                self._close_cells(context.findings, failed, ErrorRecord, failure.reason)
                 pending = [c for c in pending if c not in failed]
 
-    def _duet_for(self, model: ModelSpec) -> bool:
-        """Whether this model's rounds run as duets: the run's schedule, unless a comparison of
-        variants would need a second copy of weights that does not fit (then sequential, said)."""
-        if self.schedule.schedule != Schedule.DUET:
-            return False
-        if len(self.builds) == 1 and not variant_pairs(self.exp):
-            return False  # nothing to pair
-        fits, reason = memory_verdict(model, self.exp, copies=len(self.worker_builds(True)))
+    def _schedule_for(self, model: ModelSpec) -> RoundSchedule:
+        """The schedule this model's rounds follow: the run's, unless a round of it would run no
+        trial (a duet of variants with nothing to pair) or its extra copies of the weights do not
+        fit where one a build does (then sequential, said)."""
+        sequential = SCHEDULES[Schedule.SEQUENTIAL]
+        if self.schedule is sequential or not self.round_trials(self.schedule):
+            return sequential
+        fits, reason = memory_verdict(
+            model, self.exp, copies=len(self.schedule.worker_builds(self.builds))
+        )
         alone, _ = memory_verdict(model, self.exp, copies=len(self.builds))
         if not fits and alone:
             self.console.print(
-                f"{model.label}: sequential rounds, not duets: two copies of its weights do not "
-                f"fit ({reason})",
+                f"{model.label}: sequential rounds, not {self.schedule.name}: its copies of the "
+                f"weights do not fit ({reason})",
                 highlight=False,
             )
-            return False
-        return True
+            return sequential
+        return self.schedule
 
-    def worker_builds(self, duet: bool) -> list[Build]:
-        """The build of each worker a model's cells run on: one per build, or a duet's two."""
-        if duet and len(self.builds) == 1:
-            return [self.builds[0], self.builds[0]]
-        return list(self.builds)
-
-    def start_workers(self, model: ModelSpec, duet: bool) -> list[WorkerSession]:
-        """A worker process for each build (a duet: two, each on its own core), loading the
-        model."""
-        builds = self.worker_builds(duet)
-        if duet:
-            cores = self.schedule.cores or (0, 1)
-            places: list[Sequence[int] | None] = [[cores[0]], [cores[1]]]
-        else:
-            pinned = pinned_cpus(self.worker_env) if self.options.pin else None
-            places = [pinned] * len(builds)
-        job = worker_job(model, self.exp)
-        return [
-            WorkerSession(job, build, self.worker_env, cpus)
-            for build, cpus in zip(builds, places, strict=True)
-        ]
-
-    def _run_workers(
-        self, job: ModelJob, duet: bool, writer: ResultsWriter, update: Callable
-    ) -> None:
+    def _run_workers(self, job: ModelJob, schedule: RoundSchedule, context: CellContext) -> None:
         started = time.monotonic()
-        with self._stopped_after(self.start_workers(job.model, duet)) as workers:
+        with self._stopped_after(self.workers.start(job.model, schedule)) as workers:
             deadline = time.monotonic() + self.exp.timeout_s
             written_s = 0.0
             for worker in workers:
                 began = time.monotonic()
                 loaded = worker.loaded(deadline, self.exp.timeout_s)
-                self.wrote_weights(loaded.written_s)
+                self.time.wrote_weights(loaded.written_s)
                 written_s += loaded.written_s
-                self.ledger.add("load", time.monotonic() - began - loaded.written_s)
+                self.time.ledger.add("load", time.monotonic() - began - loaded.written_s)
                 if not self.options.quiet:
                     where = "" if len(self.builds) == 1 else f" ({worker.build.name} build)"
                     wrote = (
@@ -365,15 +229,9 @@ class Runner:
                     )
             load_s = time.monotonic() - started - written_s
             for cell in job.cells:
-                CellRun(self, cell, workers, duet, job.done, writer, update, load_s).run(
+                CellRun(context, cell, schedule, workers, job.done, load_s).run(
                     first=cell is job.cells[0]
                 )
-
-    def wrote_weights(self, seconds: float) -> None:
-        """A preset's weights written to the cache: the machine's one-time cost, which the budget
-        leaves out, as it does the probes that are cached."""
-        self.ledger.add("machine", seconds)
-        self.started += seconds
 
     @contextlib.contextmanager
     def _stopped_after(self, workers: list[WorkerSession]) -> Iterator[list[WorkerSession]]:
@@ -386,7 +244,7 @@ class Runner:
                 finally:
                     stopping = time.monotonic()
         finally:
-            self.ledger.add("stop", time.monotonic() - stopping)
+            self.time.ledger.add("stop", time.monotonic() - stopping)
 
 
 STALE_FACTOR = 2.0  # a run's rows this many times the pilot's spread: the machine is measured again
@@ -414,52 +272,41 @@ def stale_machine_line(
 def run_planner(runner: Runner, cells: Sequence[Cell], env: Env) -> RunPlanner:
     """trials: plan's planner for this run: each cell's work from its shapes, this machine's
     cached costs, and the schedule pilot's spread."""
-    exp, schedule = runner.exp, runner.schedule
-    duet = schedule.schedule == Schedule.DUET
-    builds = [b.name for b in runner.builds]
+    exp, choice, schedule = runner.exp, runner.choice, runner.schedule
+    warmup_rounds = schedule.warmup_rounds(runner.build_names)
 
     def work(cell: Cell) -> PlanWork:
-        one = runner.cell_work(cell.key)
-        trials = runner.round_trials(duet)
+        one = runner.roofline.work(cell.key)
+        trials = runner.round_trials(schedule)
         return PlanWork(
             round_flops=float(trials * one.prefill_flops),
             round_bytes=float(trials * one.gen_bytes),
-            weight_bytes=len(runner.worker_builds(duet)) * weight_bytes(cell.model),
-            warmups=max(exp.warmup, 1) * (2 if duet and len(builds) == 1 else 1),
-            rows=len(METRICS) * len(comparison_pairs(exp, builds)),
+            weight_bytes=len(schedule.worker_builds(runner.builds)) * weight_bytes(cell.model),
+            warmups=max(exp.warmup, 1) * warmup_rounds,
+            rows=len(METRICS) * len(comparison_pairs(exp, runner.build_names)),
         )
 
-    peak = runner.peak
+    peak = runner.roofline.peak
     roof = (peak.compute_roof("float32") if peak else None) or 1.0  # TFLOP/s
     bandwidth = (peak.memory_gbps if peak else None) or 10.0  # GB/s
 
     def seconds_of(flops: float, nbytes: float) -> float:
         return flops / (roof * 1e12) + nbytes / (bandwidth * 1e9)
 
-    probe = next((p for p in schedule.probes if p.schedule == schedule.schedule), None)
+    probe = next((p for p in choice.probes if p.schedule == choice.schedule), None)
     cache = cache_dir() / (
-        f"plan-v{PLAN_CACHE_VERSION}-{machine_key(env)}-t{env.threads}-{schedule.schedule}.json"
+        f"plan-v{PLAN_CACHE_VERSION}-{machine_key(env)}-t{env.threads}-{choice.schedule}.json"
     )
     return RunPlanner(
         exp,
         cells,
-        builds,
+        runner.build_names,
         cache,
         work=work,
         seconds_of=seconds_of,
         pilot_sd=probe.wall_sd if probe else None,
-        rows=table_rows(exp, builds),
+        rows=table_rows(exp, runner.build_names),
     )
-
-
-def pinned_cpus(env: dict[str, str]) -> list[int] | None:
-    """The last `threads` cores this process may use, for the workers; the others stay with the
-    runner and OS."""
-    if not hasattr(os, "sched_getaffinity"):
-        return None
-    cores = sorted(os.sched_getaffinity(0))
-    threads = int(env.get("OPENBLAS_NUM_THREADS", len(cores)))
-    return cores[-threads:] if threads < len(cores) else None
 
 
 def peak_cache_path(env: Env) -> Path:
@@ -536,8 +383,8 @@ def run_experiment(
     say = None if options.quiet else partial(console.print, highlight=False)
     with measuring:
         schedule = choose_schedule(exp.schedule, env, worker_env, threads.threads, say=say)
-    if schedule.schedule == Schedule.DUET:
-        # two workers at once, one core each: one BLAS thread apiece, whatever threads chose
+    if SCHEDULES[schedule.schedule].one_core_each:
+        # workers at once, one core each: one BLAS thread apiece, whatever threads chose
         worker_env, env = thread_env(worker_env, 1), replace(env, threads=1)
     elif threads.reason and not options.quiet:
         console.print(f"BLAS threads: {threads.threads} ({threads.reason})", highlight=False)
@@ -550,11 +397,11 @@ def run_experiment(
         peak = measured_peak(worker_env, env)
     started = options.started + measuring.seconds
     runner = Runner(exp, options, run_id, console, peak, worker_env, started, schedule)
-    runner.ledger.add("machine", measuring.seconds)
+    runner.time.ledger.add("machine", measuring.seconds)
     if exp.trials is Trials.PLAN:
         runner.planner = run_planner(runner, cells, env)
-    with runner.ledger.phase("probes"):
-        runner.ledger.add("probes", probes_s)
+    with runner.time.ledger.phase("probes"):
+        runner.time.ledger.add("probes", probes_s)
         before = preflight()
     with ResultsWriter(options.out) as writer:
         experiment = StoredExperiment(
@@ -597,7 +444,7 @@ def run_experiment(
                 return 130
             finally:
                 writer.write(sampler.summary(run_id))
-                writer.write(runner.ledger.spent(run_id))
+                writer.write(runner.time.ledger.spent(run_id))
     stale = (
         stale_machine_line(runner.planner, schedule, env, threads.threads)
         if runner.planner
@@ -608,8 +455,9 @@ def run_experiment(
     closing = runner.planner.closing_line() if runner.planner else None
     if closing and not options.quiet:
         console.print(closing, highlight=False)
-    if runner.above_peak and env.backend == "cpu":
+    roofline = runner.roofline
+    if roofline.above_peak and env.backend == "cpu":
         console.print(
-            f"[yellow]warning[/]: {raise_cached_peak(env, runner.best, runner.above_peak)}"
+            f"[yellow]warning[/]: {raise_cached_peak(env, roofline.best, roofline.above_peak)}"
         )
     return 0

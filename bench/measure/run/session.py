@@ -1,5 +1,5 @@
 """One worker process, driven one command at a time (see job.py), with its stderr kept for a failure
-message."""
+message; a model's workers started where a schedule places them (`WorkerMaker`)."""
 
 from __future__ import annotations
 
@@ -15,6 +15,7 @@ from collections import deque
 from collections.abc import Iterator, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 from ...core.spec import Experiment, ModelSpec
 from ..job import (
@@ -29,6 +30,9 @@ from ..job import (
     decode_event,
 )
 from ..machine.env import compile_failure
+
+if TYPE_CHECKING:
+    from .schedules.base import RoundSchedule
 
 
 @dataclass(frozen=True)
@@ -234,3 +238,24 @@ def stopped_after(workers: Sequence[WorkerSession]) -> Iterator[Sequence[WorkerS
         stop_all(workers, kill=True)
         raise
     stop_all(workers)
+
+
+@dataclass(frozen=True)
+class WorkerMaker:
+    """Starts a model's workers for a schedule: one per build (a duet of variants: two), each where
+    the schedule places it, loading the model."""
+
+    exp: Experiment
+    builds: tuple[Build, ...]
+    worker_env: dict[str, str]  # the environment variables each worker starts with
+    cores: tuple[int, int]  # the two cores a duet runs on
+    pinned: Sequence[int] | None  # run --pin: the CPUs a sequential worker runs on
+
+    def start(self, model: ModelSpec, schedule: RoundSchedule) -> list[WorkerSession]:
+        builds = schedule.worker_builds(self.builds)
+        places = schedule.places(len(builds), self.cores, self.pinned)
+        job = worker_job(model, self.exp)
+        return [
+            WorkerSession(job, build, self.worker_env, cpus)
+            for build, cpus in zip(builds, places, strict=True)
+        ]

@@ -7,8 +7,8 @@ from collections.abc import Callable, Sequence
 
 from ...analysis.study import Study
 from ...core.cell import StopRecord
+from ...core.fileformat import Clock
 from ...core.header import Env, RunHeader, ScheduleChoice, TimeSpent
-from ...core.records import Clock
 from ...core.spec import Schedule
 
 

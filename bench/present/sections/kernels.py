@@ -7,7 +7,7 @@ from fusebench.models.registry import REGISTRY
 
 from ...analysis.study import Study, cell_labels, ops_changes, size_order
 from ...core.cell import KernelFact, SiteCalls
-from ...core.records import KernelRecord
+from ...core.fileformat import KernelRecord
 from ..document import Block, Heading, Paragraph
 from ..kernels import (
     compile_note,

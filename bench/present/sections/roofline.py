@@ -16,8 +16,8 @@ from ...analysis.study import (
     ordered_workloads,
     rooflines,
 )
+from ...core.fileformat import Column
 from ...core.header import Peak
-from ...core.records import Column
 from ..document import Block, Bullets, Heading, Paragraph, Table
 from ..format import format_rate
 from . import ReportContext

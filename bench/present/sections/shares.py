@@ -6,7 +6,7 @@ from __future__ import annotations
 
 from ...analysis.shares import PHASE_OF_METRIC, ShareData, StepShares, shares_on
 from ...analysis.study import cell_labels, on, ordered_cells, ordered_workloads
-from ...core.records import METRICS
+from ...core.fileformat import METRICS
 from ..document import Block, Heading, Paragraph, Table
 from ..format import format_seconds
 from . import ReportContext

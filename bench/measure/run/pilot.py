@@ -1,5 +1,4 @@
-"""Duet rounds on this machine: which two cores the arms run on, pinning a worker (every thread of
-it) to one, and `schedule: auto`, which measures whether a duet buys more precision per second here
+"""`schedule: auto`, which measures whether a duet buys more precision per second here
 than trials one after another, and which clock the intervals use.
 
 How `auto` measures (the pilot)
@@ -49,9 +48,7 @@ sequentially (one device) on the wall clock, and so does a machine without two f
 
 from __future__ import annotations
 
-import contextlib
 import math
-import os
 import time
 from collections.abc import Callable, Sequence
 from dataclasses import replace
@@ -61,13 +58,16 @@ from typing import NamedTuple
 import numpy as np
 
 from ...core.cell import Measured, Trial
+from ...core.fileformat import Clock
 from ...core.header import Env, ScheduleChoice, ScheduleProbe
-from ...core.records import Clock
 from ...core.spec import Experiment, Schedule, experiment_path, load_experiment
 from ..job import CellShape, Command, Do
+from ..machine.cores import duet_cores, unpin
 from ..machine.env import cache_dir, machine_key, read_cached, thread_env, write_cached
 from ..machine.load import LoadSampler, preflight
 from ..machine.threads import BOUND
+from .schedules import SCHEDULES
+from .schedules.base import Round, place, send_step
 from .session import CURRENT, WorkerSession, stopped_after, worker_job
 
 PILOT_EXPERIMENT = "ci"  # the gate's model: a trial of about a second on a 2-core VM
@@ -75,53 +75,7 @@ TURNS = 20  # timed pairs per schedule in a contest; twice as many where only on
 WARMUP = 2  # untimed pairs per schedule first
 MARGIN = 1.25  # without the pilot's pairs: a duet must buy this much more precision per second
 BUSY_CORES = 0.25  # other processes' mean CPU, in cores, above which a pilot is not cached
-
-
-def duet_cores(allowed: Sequence[int] | None = None) -> tuple[int, int] | None:
-    """Two CPUs this process may use on distinct physical cores (SMT siblings share a core's
-    units, so they would not be two arms of equal standing), or None without two."""
-    if allowed is None:
-        if not hasattr(os, "sched_getaffinity"):
-            return None
-        allowed = sorted(os.sched_getaffinity(0))
-    seen: dict[tuple[str, str], int] = {}
-    for cpu in allowed:
-        seen.setdefault(_physical_core(cpu), cpu)
-    chosen = sorted(seen.values())
-    return (chosen[0], chosen[1]) if len(chosen) >= 2 else None
-
-
-def _physical_core(cpu: int) -> tuple[str, str]:
-    topology = Path(f"/sys/devices/system/cpu/cpu{cpu}/topology")
-    try:
-        return (
-            (topology / "physical_package_id").read_text().strip(),
-            (topology / "core_id").read_text().strip(),
-        )
-    except OSError:
-        return ("?", str(cpu))  # no topology: every CPU its own core
-
-
-def pin(pid: int, cpu: int) -> None:
-    """Every thread of process `pid` onto `cpu` (threads it starts later inherit it)."""
-    _set_affinity(pid, {cpu})
-
-
-def unpin(pid: int) -> None:
-    """Every thread of process `pid` free to run on any CPU this process may use, as an unpinned
-    worker's are."""
-    _set_affinity(pid, os.sched_getaffinity(0))
-
-
-def _set_affinity(pid: int, cpus: set[int]) -> None:
-    """A thread that ended meanwhile is no error."""
-    try:
-        threads = [int(tid) for tid in os.listdir(f"/proc/{pid}/task")]
-    except OSError:
-        threads = [pid]
-    for tid in threads:
-        with contextlib.suppress(OSError):  # the thread ended meanwhile
-            os.sched_setaffinity(tid, cpus)
+PILOT_WORKERS = ("first", "second")  # a pair's two workers, laid out as a round's two builds
 
 
 def cache_path(env: Env, threads: int) -> Path:
@@ -140,6 +94,10 @@ def choose_schedule(
     """The schedule and clock a run uses: what the experiment asked where it can run, else
     sequential with the reason; `auto` measured here by the pilot once (cached). `threads`: the
     BLAS threads a sequential worker runs; `say` tells the user a pilot is starting."""
+    path = cache_path(env, threads)
+    cached = None if fresh else read_cached(path, ScheduleChoice)
+    if asked != Schedule.AUTO and not SCHEDULES[asked].one_core_each:
+        return _asked(asked, None, cached.probes if cached else ())
     if env.backend != "cpu":
         return ScheduleChoice(
             Schedule.SEQUENTIAL,
@@ -153,8 +111,6 @@ def choose_schedule(
             "fewer than two physical cores to run on",
             clock_reason="no pilot: it needs two cores",
         )
-    path = cache_path(env, threads)
-    cached = None if fresh else read_cached(path, ScheduleChoice)
     if asked != Schedule.AUTO:
         return _asked(asked, cores, cached.probes if cached else ())
     if cached:  # on the wall clock, whatever clock an earlier version chose
@@ -188,14 +144,15 @@ def choose_schedule(
 
 
 def _asked(
-    asked: Schedule, cores: tuple[int, int], probes: Sequence[ScheduleProbe]
+    asked: Schedule, cores: tuple[int, int] | None, probes: Sequence[ScheduleProbe]
 ) -> ScheduleChoice:
-    """The schedule the experiment asked for, on the clock a cached pilot measured for it."""
-    if asked == Schedule.DUET:
+    """The schedule the experiment asked for (on `cores`, one a worker, where it runs its workers
+    at once), with what a cached pilot measured of the clocks."""
+    if cores is not None and SCHEDULES[asked].one_core_each:
         where = f"asked for; on cores {cores[0]} and {cores[1]}, one BLAS thread each"
-        choice = ScheduleChoice(Schedule.DUET, where, cores=cores)
+        choice = ScheduleChoice(asked, where, cores=cores)
     else:
-        choice = ScheduleChoice(Schedule.SEQUENTIAL, "asked for")
+        choice = ScheduleChoice(asked, "asked for")
     return _with_clock(choice, probes)
 
 
@@ -313,26 +270,27 @@ class PilotTrials:
         self.round = 0
 
     def pair(self, workers: Sequence[WorkerSession], schedule: str, turn: int) -> Pair:
+        """Both workers' trials of one pair, as `schedule` lays out a round of two builds (the two
+        workers) on one variant, its cores swapped by the turn."""
         self.round += 1
         command = Command(Do.TRIAL, self.shape, self.variant, round=self.round)
-        if schedule == Schedule.DUET:
-            flip = turn % 2  # the arms swap cores every turn, so a faster core cancels
-            for worker, core in zip(workers, (flip, 1 - flip), strict=True):
-                pin(worker.process.pid, self.cores[core])
-            start = time.perf_counter()
-            for worker in workers:
-                worker.send(command)
-            first, second = (self._sample(worker, command) for worker in workers)
-        else:
+        steps = SCHEDULES[schedule].steps(
+            Round(turn, [self.variant], PILOT_WORKERS, (), self.cores)
+        )
+        if not any(step.repin for step in steps):  # a duet may have pinned them a turn before
             for worker in workers:
                 unpin(worker.process.pid)
-            start = time.perf_counter()
-            first, second = (self._sample(worker, command, send=True) for worker in workers)
+        for step in steps:
+            place(step, workers)
+        samples: list[Sample] = []
+        start = time.perf_counter()
+        for step in steps:
+            for arm, sent in send_step(step, workers, [command] * len(step.arms)):
+                samples.append(self._sample(workers[arm.worker], sent))
+        first, second = samples
         return first, second, time.perf_counter() - start
 
-    def _sample(self, worker: WorkerSession, command: Command, send: bool = False) -> Sample:
-        if send:
-            worker.send(command)
+    def _sample(self, worker: WorkerSession, command: Command) -> Sample:
         results = worker.collect(command, self.deadline, self.timeout_s)
         measured: Measured = next(r for r in results if isinstance(r, Trial)).measured
         if measured.gen_s is None:

@@ -1,8 +1,10 @@
-"""What a results file holds: record kinds, the fields each kind must carry, the metrics, the run
-header.
+"""The results file's format: its record kinds and the fields each must carry, the frame's columns
+and metrics, the format version and the upgrade of older files to it, and the records of
+`fusebench ops` and `fusebench kernels`.
 
-Every writer (the runner, `fusebench ops`) builds its header here and every reader (report, check,
-baseline) checks fields here, so the format is defined once.
+Every writer (the runner, `fusebench ops`) stamps the version here and every reader (report, check,
+baseline) checks fields and upgrades here, so the format is defined once; the records of a run and
+of a cell are declared in core.header and core.cell.
 """
 
 from __future__ import annotations
@@ -226,7 +228,7 @@ class ResultsError(UserError):
 
 class Clock(StrEnum):
     """The clock a run's intervals use (the header's `schedule_choice.clock`; chosen by
-    measurement, measure.run.duet): WALL, the trial's wall seconds (what tok/s means); CPU, the
+    measurement, measure.run.pilot): WALL, the trial's wall seconds (what tok/s means); CPU, the
     worker process's CPU seconds, which leave out what a KVM hypervisor stole and what other
     processes took. tok/s columns are always the wall clock's. Headers without it read as WALL."""
 

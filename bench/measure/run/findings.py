@@ -1,0 +1,102 @@
+"""What a run's workers found, written to the results file as it arrives: each record with its
+cell's fields, a trial with its roofline (the work its cell does, what it achieved, and that
+against this machine's peak), the worker process that ran it and, in a duet, the arm beside it."""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from dataclasses import dataclass
+
+from ...core.cell import (
+    CellFields,
+    ErrorRecord,
+    Measured,
+    SkipRecord,
+    StopRecord,
+    Trial,
+    TrialRecord,
+    cell_record,
+)
+from ...core.header import Peak
+from ...core.results import ResultsWriter
+from ...core.spec import Cell
+from ..job import Result
+from ..machine.memory import model_config
+from ..machine.roofline import CellWork, PeakShares, Rates, achieved, cell_work, percent_of_peak
+
+
+@dataclass(frozen=True)
+class DuetSide:
+    """What a duet trial's record adds: the arm that ran beside it ("build/variant") and the core
+    it ran on."""
+
+    beside: str
+    core: int
+
+
+class Roofline:
+    """Each cell's work, and each trial's achieved rates against the peak; it keeps the highest
+    rates any trial achieved and the metrics that went above the peak (the cached peak is raised
+    after the run)."""
+
+    def __init__(self, peak: Peak | None, cells: Mapping[str, Cell]) -> None:
+        self.peak, self.cells = peak, cells
+        self.works: dict[str, CellWork] = {}
+        self.above_peak: set[str] = set()
+        # the highest prefill TFLOP/s and gen GB/s any trial achieved
+        self.best = Rates(prefill_tflops=0.0, gen_gbps=None)
+
+    def work(self, cell_key: str) -> CellWork:
+        if cell_key not in self.works:
+            m, w = self.cells[cell_key].model, self.cells[cell_key].workload
+            self.works[cell_key] = cell_work(
+                model_config(m),
+                w.prompt_tokens,
+                w.gen_tokens,
+                w.batch,
+                dtype=m.dtype,
+                quantize=m.quantize,
+            )
+        return self.works[cell_key]
+
+    def of(self, cell_key: str, measured: Measured) -> tuple[Rates, PeakShares]:
+        """Achieved TFLOP/s and GB/s of a trial, and their share of this machine's peak."""
+        rates = achieved(measured.prefill_s, measured.gen_s, self.work(cell_key))
+        shares = percent_of_peak(rates, self.peak, self.cells[cell_key].model.dtype)
+        self.above_peak.update(shares.above_peak)
+        self.best = self.best.highest(rates)
+        return rates, shares
+
+
+@dataclass(frozen=True)
+class Findings:
+    """The results file as a run's cells write to it."""
+
+    writer: ResultsWriter
+    meta: Mapping[str, CellFields]  # each cell's fields, by key
+    roofline: Roofline
+
+    def write(self, record: StopRecord | SkipRecord | ErrorRecord) -> None:
+        """A cell's record that needs nothing added (its stop, a skip, an error)."""
+        self.writer.write(record)
+
+    def found(
+        self, cell_key: str, build: str, result: Result, process: int, side: DuetSide | None
+    ) -> None:
+        """What a build's worker found, with a trial's roofline, the worker process (pair) that
+        ran it, and in a duet the arm beside it and its core."""
+        if not isinstance(result, Trial):
+            self.writer.write(cell_record(self.meta[cell_key], result, build))
+            return
+        rates, shares = self.roofline.of(cell_key, result.measured)
+        trial = TrialRecord(
+            cell=self.meta[cell_key],
+            trial=result,
+            build=build,
+            rates=rates,
+            shares=shares,
+            process=process,
+            beside=side.beside if side else None,
+            core=side.core if side else None,
+        )
+        self.writer.write(trial)
