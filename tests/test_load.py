@@ -37,15 +37,25 @@ def test_workers_that_come_and_go_are_ours_not_other_processes():
 @linux_only
 def test_sampled_figures_are_physical():
     cores = os.cpu_count() or 1
-    with LoadSampler(interval_s=0.05) as sampler:
-        for _ in range(200):  # until two samples exist; no assertion on how long that takes
-            if len(sampler.samples) >= 2:
-                break
+    with LoadSampler(min_interval_s=0.0) as sampler:
+        for _ in range(2):  # a worker between models, then a reading as a step ends
             _short_lived_child()
+            sampler.read()
     summary = sampler.summary()
     assert summary.samples >= 2
     assert 0 <= summary.other_cores_max <= cores + 0.5
     assert 0 <= summary.steal_cores_max <= cores + 0.5
+    assert 0 <= summary.other_cores_mean <= summary.other_cores_max
+
+
+@linux_only
+def test_a_reading_sooner_than_the_interval_waits_for_the_next():
+    # Readings an hour apart at least: these two come sooner, so neither makes a sample.
+    with LoadSampler(min_interval_s=3600.0) as sampler:
+        sampler.read()
+        sampler.read()
+    assert sampler.samples == []
+    assert sampler.summary().samples == 0
 
 
 @linux_only

@@ -2,14 +2,16 @@
 steal time.
 
 A benchmark on a shared machine can only be judged next to this. `preflight()` looks before the run
-starts; a `LoadSampler` thread samples /proc every second while it runs. Both read Linux's /proc and
-return None elsewhere.
+starts; a `LoadSampler` reads /proc while it runs, between steps and never during a trial, so
+nothing of the harness runs beside one (issue 53; a thread reading it every second did not
+measurably stall two-thread trials either: results/sampler-beside-zen4). /proc's counters are
+cumulative, so readings between steps still cover every second. Both read Linux's /proc and return
+None elsewhere.
 """
 
 from __future__ import annotations
 
 import os
-import threading
 import time
 from dataclasses import dataclass
 
@@ -85,6 +87,7 @@ class Share:
 class Sample:
     share: Share
     loadavg_1m: float
+    seconds: float  # the wall time the share is over
 
 
 def preflight(seconds: float = 1.0) -> MachineLoad | None:
@@ -104,51 +107,58 @@ def preflight(seconds: float = 1.0) -> MachineLoad | None:
 
 
 class LoadSampler:
-    """Samples every `interval_s` in a thread while the run measures; `summary()` gives means and
-    maxima."""
+    """What the machine did while the run measured, read when the run calls `read()` (as a trial
+    ends) and once more on leaving: a sample covers the time since the last one, at least
+    `min_interval_s` (/proc counts in 10 ms ticks; a shorter remainder is left out). `summary()`
+    gives time-weighted means and the maxima over samples."""
 
-    def __init__(self, interval_s: float = 1.0) -> None:
-        self.interval_s = interval_s
+    def __init__(self, min_interval_s: float = 1.0) -> None:
+        self.min_interval_s = min_interval_s
         self.samples: list[Sample] = []
-        self._stop = threading.Event()
-        self._thread = threading.Thread(target=self._loop, daemon=True)
+        self._before: CpuTimes | None = None
 
     def __enter__(self) -> LoadSampler:
-        self._thread.start()
+        self._before = _cpu_times()
         return self
 
     def __exit__(self, *exc: object) -> None:
-        self._stop.set()
-        self._thread.join(timeout=5)
+        self.read()
 
-    def _loop(self) -> None:
-        before = _cpu_times()
-        while before is not None and not self._stop.wait(self.interval_s):
-            after = _cpu_times()
-            if after is None:
-                return
-            self.samples.append(Sample(Share.between(before, after), os.getloadavg()[0]))
-            before = after
+    def read(self) -> None:
+        """A sample since the last, unless less than `min_interval_s` has passed (then the next
+        reading covers this interval too)."""
+        if self._before is None:
+            return
+        after = _cpu_times()
+        if after is None:
+            return
+        seconds = after.at - self._before.at
+        if seconds < self.min_interval_s:
+            return
+        self.samples.append(Sample(Share.between(self._before, after), os.getloadavg()[0], seconds))
+        self._before = after
 
     def summary(self, run_id: str = "?") -> LoadSummary:
-        """Means and maxima of the samples taken (none where the machine cannot be sampled)."""
+        """Means (weighted by the seconds each sample covers) and maxima of the samples taken (none
+        where the machine cannot be sampled)."""
         if not self.samples:
             return LoadSummary(run_id=run_id)
+        seconds = [s.seconds for s in self.samples]
         others = [s.share.other_cores for s in self.samples]
         steal = [s.share.steal_cores for s in self.samples]
         loadavg = [s.loadavg_1m for s in self.samples]
         return LoadSummary(
             run_id=run_id,
             samples=len(self.samples),
-            interval_s=self.interval_s,
-            other_cores_mean=_mean(others),
-            steal_cores_mean=_mean(steal),
-            loadavg_1m_mean=_mean(loadavg),
+            interval_s=round(sum(seconds) / len(seconds), 3),
+            other_cores_mean=_mean(others, seconds),
+            steal_cores_mean=_mean(steal, seconds),
+            loadavg_1m_mean=_mean(loadavg, seconds),
             other_cores_max=round(max(others), 3),
             steal_cores_max=round(max(steal), 3),
             loadavg_1m_max=round(max(loadavg), 3),
         )
 
 
-def _mean(values: list[float]) -> float:
-    return round(sum(values) / len(values), 3)
+def _mean(values: list[float], weights: list[float]) -> float:
+    return round(sum(v * w for v, w in zip(values, weights, strict=True)) / sum(weights), 3)

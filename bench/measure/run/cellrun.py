@@ -318,6 +318,7 @@ class CellRun:
             for arm, command in send_step(step, self.workers, commands):
                 for result in self._collect(self.workers[arm.worker], command, _side(step, arm)):
                     self._took(arm.build, result, step.round, warmup)
+            self.context.findings.step_ended()
 
     def _trial(
         self, arm: Arm, index: int, warmup: bool, fresh: bool, check: set[str]

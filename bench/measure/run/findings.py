@@ -21,6 +21,7 @@ from ...core.header import Peak
 from ...core.results import ResultsWriter
 from ...core.spec import Cell
 from ..job import Result
+from ..machine.load import LoadSampler
 from ..machine.memory import model_config
 from ..machine.roofline import CellWork, PeakShares, Rates, achieved, cell_work, percent_of_peak
 
@@ -75,10 +76,15 @@ class Findings:
     writer: ResultsWriter
     meta: Mapping[str, CellFields]  # each cell's fields, by key
     roofline: Roofline
+    load: LoadSampler  # what else the machine did, read between steps, never while one runs
 
     def write(self, record: StopRecord | SkipRecord | ErrorRecord) -> None:
         """A cell's record that needs nothing added (its stop, a skip, an error)."""
         self.writer.write(record)
+
+    def step_ended(self) -> None:
+        """Every trial of a step has ended: the moment to read the machine's load."""
+        self.load.read()
 
     def found(
         self, cell_key: str, build: str, result: Result, process: int, side: DuetSide | None

@@ -126,7 +126,7 @@ class Runner:
             highlight=False,
         )
 
-    def run(self, jobs: list[ModelJob], writer: ResultsWriter) -> None:
+    def run(self, jobs: list[ModelJob], writer: ResultsWriter, load: LoadSampler) -> None:
         cells = sum(len(job.cells) for job in jobs)
         self.time.share_among(cells)
         for job in jobs:
@@ -137,7 +137,7 @@ class Runner:
         with RunProgress(self.console, total, self.options.quiet) as progress:
             context = CellContext(
                 exp=self.exp,
-                findings=Findings(writer, self.meta, self.roofline),
+                findings=Findings(writer, self.meta, self.roofline, load),
                 time=self.time,
                 workers=self.workers,
                 order=self.order,
@@ -435,7 +435,7 @@ def run_experiment(
         )
         with LoadSampler() as sampler:
             try:
-                runner.run(plan_jobs(cells, done), writer)
+                runner.run(plan_jobs(cells, done), writer, sampler)
             except KeyboardInterrupt:
                 console.print(
                     f"[yellow]interrupted[/]: every finished trial is in {options.out}; "
