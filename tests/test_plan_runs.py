@@ -145,3 +145,78 @@ def test_rows_twice_as_noisy_as_the_pilot_send_the_machine_to_be_measured_again(
     line = stale_machine_line(Planner(0.03), choice, env, 1)
     assert line is not None and "3.0x the 1.0% the cached pilot measured" in line
     assert not any(path.exists() for path in cached)
+
+
+def _weighing_cache(tmp_path: Path, cache: Path, faster: float, quieter: float) -> Path:
+    """A copy of the two runs' cache with the thread probe's choice (1 thread) and the same
+    measures at every core's thread count, each round `faster` times as fast and each spread
+    `quieter` times as small there."""
+    import os
+    import shutil
+
+    copy = tmp_path / "cache"
+    shutil.copytree(cache, copy)
+    (plan,) = copy.glob("fusebench/plan-v1-*-t1-sequential.json")
+    key = plan.name.removeprefix("plan-v1-").removesuffix("-t1-sequential.json")
+    cores = os.cpu_count() or 1
+    measured = json.loads(plan.read_text())
+    for cell in measured.values():
+        cell["round_s"] /= faster
+        cell["sds"] = {row: sd / quieter for row, sd in cell["sds"].items()}
+    plan.with_name(f"plan-v1-{key}-t{cores}-sequential.json").write_text(json.dumps(measured))
+    (peak,) = copy.glob(f"fusebench/peak-v3-{key}-t1.json")
+    shutil.copy(peak, peak.with_name(f"peak-v3-{key}-t{cores}.json"))
+    probe = {"threads": 1, "settings": [], "reason": "the thread probe chose 1"}
+    (copy / "fusebench" / f"threads-v2-{key}.json").write_text(json.dumps(probe))
+    return copy
+
+
+@pytest.mark.parametrize(("faster", "quieter", "threads"), [(1.0, 1.0, 1), (10.0, 4.0, None)])
+def test_auto_threads_weigh_this_experiments_own_runs_at_each_thread_count(
+    tmp_path: Path, two_runs, cache: Path, faster: float, quieter: float, threads: int | None
+):
+    # Measured alike at both counts, the probe's 1 thread stays (the other must win at its
+    # spreads' upper bounds); measured far faster and quieter at every core, every core is chosen.
+    import os
+
+    if (os.cpu_count() or 1) < 2:
+        pytest.skip("one core: nothing to weigh")
+    copy = _weighing_cache(tmp_path, cache, faster, quieter)
+    exp = tmp_path / "exp.yaml"
+    exp.write_text(EXPERIMENT.replace("threads: 1\n", "threads: auto\n"))
+    out = tmp_path / "r.jsonl"
+    with pytest.MonkeyPatch.context() as patch:
+        patch.setenv("XDG_CACHE_HOME", str(copy))
+        assert main(["run", str(exp), "--out", str(out), "--quiet"]) == 0
+    (header,) = read_results([out]).of_kind("run")
+    choice = header["threads_choice"]
+    assert "this experiment's runs here" in choice["reason"]
+    assert choice["threads"] == (threads or os.cpu_count())
+    assert header["env"]["threads"] == choice["threads"]
+
+
+def test_the_spreads_upper_bound_covers_sigma_at_its_stated_rate():
+    # σ's 90% upper bound from n rounds: s × factor covers σ in 90% of samples of normal rounds.
+    import numpy as np
+
+    from fusebench.measure.run.configuration import sd_upper_factor
+
+    rounds = np.random.default_rng(3).normal(0.0, 1.0, size=(40_000, MIN_PLANNED_ROUNDS))
+    covered = np.mean(rounds.std(axis=1, ddof=1) * sd_upper_factor() >= 1.0)
+    assert covered == pytest.approx(0.90, abs=0.01)
+    assert sd_upper_factor(30) < sd_upper_factor(8)
+
+
+def test_the_other_thread_count_wins_only_at_its_spreads_upper_bounds():
+    from fusebench.core.header import ThreadChoice
+    from fusebench.measure.run.configuration import PlannedRows, weigh_threads
+
+    probed = ThreadChoice(1, reason="probe")
+    one = PlannedRows(1, expected=11.5, bounded=10.7)
+    ahead_at_its_measures = PlannedRows(2, expected=12.0, bounded=7.4)
+    surely_ahead = PlannedRows(2, expected=15.0, bounded=12.0)
+    kept = weigh_threads(probed, one, ahead_at_its_measures, rows=16)
+    assert kept.threads == 1 and kept.reason.startswith("probe; ") and "not surely" in kept.reason
+    assert "11.5 of 16" in kept.reason and "7.4 at the spreads' 90% upper bounds" in kept.reason
+    switched = weigh_threads(probed, one, surely_ahead, rows=16)
+    assert switched.threads == 2 and "surely decide more" in switched.reason

@@ -143,6 +143,15 @@ def choose_schedule(
     return choice
 
 
+def cached_schedule(asked: Schedule, env: Env, threads: int) -> ScheduleChoice | None:
+    """What choose_schedule gives at `threads` without starting a pilot; None where it would
+    start one (`auto` on a CPU with two cores and nothing cached)."""
+    pilots = asked == Schedule.AUTO and env.backend == "cpu" and duet_cores() is not None
+    if pilots and read_cached(cache_path(env, threads), ScheduleChoice) is None:
+        return None
+    return choose_schedule(asked, env, {}, threads)
+
+
 def _asked(
     asked: Schedule, cores: tuple[int, int] | None, probes: Sequence[ScheduleProbe]
 ) -> ScheduleChoice:

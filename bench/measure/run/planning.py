@@ -164,7 +164,9 @@ class RunPlanner:
             f"roofline work; {spread}"
         )
 
-    def _cost(self, cell: Cell, scale: tuple[float, float, float, float]) -> CellCost:
+    def _cost(
+        self, cell: Cell, scale: tuple[float, float, float, float], sd_scale: float = 1.0
+    ) -> CellCost:
         work = self.work[cell.key]
         pace, per_byte, warm, after = scale
         label = (
@@ -188,17 +190,19 @@ class RunPlanner:
             sds = (spread,) * work.rows if spread else ()
         if cell.key in self.setup_paid:
             setup_s = 0.0
-        return CellCost(cell.key, label, setup_s, round_s, after_s, sds)
+        return CellCost(
+            cell.key, label, setup_s, round_s, after_s, tuple(sd_scale * sd for sd in sds)
+        )
 
     # --- the plan ------------------------------------------------------------------------------
 
-    def make(self, left_s: float) -> Plan | None:
-        """The plan of the cells not yet fixed, with `left_s` seconds left; None with nothing
-        measured to plan from."""
+    def make(self, left_s: float, sd_scale: float = 1.0) -> Plan | None:
+        """The plan of the cells not yet fixed, with `left_s` seconds left, its rows' spreads
+        times `sd_scale`; None with nothing measured to plan from."""
         scale = self._scale()
         if scale is None:
             return None
-        costs = [self._cost(c, scale) for c in self.cells if c.key not in self.fixed]
+        costs = [self._cost(c, scale, sd_scale) for c in self.cells if c.key not in self.fixed]
         self.plan = plan_rounds(
             costs, left_s, rows=self.rows, goal=self.goal, max_rounds=self.exp.rounds
         )

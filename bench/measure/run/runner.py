@@ -12,6 +12,7 @@ with a fresh worker.
 from __future__ import annotations
 
 import contextlib
+import os
 import time
 from collections.abc import Iterator, Sequence
 from dataclasses import replace
@@ -22,7 +23,15 @@ from rich.console import Console
 
 from ...core.cell import ErrorRecord, SkipRecord
 from ...core.fileformat import METRICS, new_run_id
-from ...core.header import BuildFields, Env, PeakProbe, PluginFile, StoredExperiment, run_header
+from ...core.header import (
+    BuildFields,
+    Env,
+    PeakProbe,
+    PluginFile,
+    StoredExperiment,
+    ThreadChoice,
+    run_header,
+)
 from ...core.results import ResultsWriter
 from ...core.spec import Cell, Experiment, ModelSpec, Schedule, Trials, shard_cells
 from ...present.format import format_count
@@ -44,9 +53,10 @@ from ..machine.threads import cache_path as threads_cache_path
 from ..ops.opcheck import check_ops_called
 from ..plugins import load_plugins
 from .cellrun import CellContext, CellRun
+from .configuration import PlannedRows, sd_upper_factor, weigh_threads
 from .findings import Findings, Roofline
 from .ledger import RunTime, TimeLedger
-from .pilot import ScheduleChoice, choose_schedule
+from .pilot import ScheduleChoice, cached_schedule, choose_schedule
 from .pilot import cache_path as schedule_cache_path
 from .plan import (
     ModelJob,
@@ -314,6 +324,14 @@ def peak_cache_path(env: Env) -> Path:
     return cache_dir() / f"peak-v3-{machine_key(env)}-t{env.threads}.json"
 
 
+def cached_peak(env: Env) -> Peak | None:
+    """The peak measured_peak gives, where it needs no probe; None where it would measure."""
+    if env.backend != "cpu":
+        return peak_for(env)
+    probe = read_cached(peak_cache_path(env), PeakProbe)
+    return peak_for(env, probe) if probe else None
+
+
 def measured_peak(worker_env: dict[str, str], env: Env) -> Peak | None:
     """The roof to hold each cell against. On a GPU, the known chip. On a CPU, measured under the
     workers' BLAS and thread count, best of several repeats, and cached per machine fingerprint and
@@ -363,6 +381,37 @@ def build_fields(build: Build, env: Env) -> BuildFields:
     )
 
 
+Workers = tuple[dict[str, str], Env, ThreadChoice]  # the workers' environment and thread choice
+
+
+def threads_from_runs(
+    exp: Experiment, cells: Sequence[Cell], options: RunOptions, console: Console, chosen: Workers
+) -> Workers:
+    """`threads: auto` with `trials: plan`: the probe's thread count, or the other (one thread or
+    every core) where this experiment's runs here say it surely decides more rows
+    (measure.run.configuration). Weighs only what is cached: no probe, pilot or worker runs."""
+    worker_env, env, probed = chosen
+    cores = os.cpu_count() or 1
+    if exp.threads is not None or exp.trials is not Trials.PLAN or cores < 2:
+        return chosen
+    other = 1 if probed.threads > 1 else cores
+    alternative = (thread_env(worker_env, other), replace(env, threads=other))
+    planned = []
+    for candidate_env, candidate in ((worker_env, env), alternative):
+        schedule = cached_schedule(exp.schedule, candidate, candidate.threads)
+        peak = cached_peak(candidate)
+        if schedule is None or peak is None or SCHEDULES[schedule.schedule].one_core_each:
+            return chosen
+        runner = Runner(exp, options, "-", console, peak, candidate_env, 0.0, schedule)
+        planner = run_planner(runner, cells, candidate)
+        point, bounded = planner.make(exp.budget_s), planner.make(exp.budget_s, sd_upper_factor())
+        if point is None or bounded is None:  # no cell of the experiment measured at this count
+            return chosen
+        planned.append(PlannedRows(candidate.threads, point.expected, bounded.expected))
+    choice = weigh_threads(probed, *planned, rows=planner.total_rows)
+    return (worker_env, env, choice) if choice.threads == probed.threads else (*alternative, choice)
+
+
 def run_experiment(
     exp: Experiment, options: RunOptions, console: Console, resume: Path | None = None
 ) -> int:
@@ -378,7 +427,13 @@ def run_experiment(
     # the workers' environment, a second each run, count
     measuring = Stopwatch()
     probing = time.monotonic()
-    worker_env, env, threads = worker_environment(options.blas, exp.threads, measuring=measuring)
+    worker_env, env, threads = threads_from_runs(
+        exp,
+        cells,
+        options,
+        console,
+        worker_environment(options.blas, exp.threads, measuring=measuring),
+    )
     probes_s = time.monotonic() - probing - measuring.seconds
     say = None if options.quiet else partial(console.print, highlight=False)
     with measuring:
