@@ -8,7 +8,9 @@ The plan of the run, made from each, says how many rows each thread count is exp
 the budget, which is what a thread count is for. The probe's choice stays unless the other thread
 count's plan beats it even with its rows' spreads at their upper bounds (SD_BOUND: the 90% upper
 bound of σ from the fewest rounds a planned cell runs, MIN_PLANNED_ROUNDS), as the probe's own
-rule asks its challenger to win at a lower bound.
+rule asks its challenger to win at a lower bound. On the Zen 4 (results/threads-weigh-zen4): two
+threads 8.6 rows expected at their measured spreads against one thread's 7.5, but 5.0 at the
+bounds, so one thread stayed; the two-thread run before had decided 4 of 16.
 
 A thread count the experiment has not run here is not weighed: the probe's choice holds, and a
 run at `threads: N` is what lets `auto` weigh N afterwards.
