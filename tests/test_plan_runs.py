@@ -162,7 +162,8 @@ def _weighing_cache(tmp_path: Path, cache: Path, faster: float, quieter: float) 
     measured = json.loads(plan.read_text())
     for cell in measured.values():
         cell["round_s"] /= faster
-        cell["sds"] = {row: sd / quieter for row, sd in cell["sds"].items()}
+        for spreads in ("sds", "pooled_sds"):
+            cell[spreads] = {row: sd / quieter for row, sd in cell.get(spreads, {}).items()}
     plan.with_name(f"plan-v1-{key}-t{cores}-sequential.json").write_text(json.dumps(measured))
     (peak,) = copy.glob(f"fusebench/peak-v3-{key}-t1.json")
     shutil.copy(peak, peak.with_name(f"peak-v3-{key}-t{cores}.json"))
@@ -220,3 +221,24 @@ def test_the_other_thread_count_wins_only_at_its_spreads_upper_bounds():
     assert "11.5 of 16" in kept.reason and "7.4 at the spreads' 90% upper bounds" in kept.reason
     switched = weigh_threads(probed, one, surely_ahead, rows=16)
     assert switched.threads == 2 and "surely decide more" in switched.reason
+
+
+def test_a_plans_spreads_pool_the_cells_last_runs():
+    from fusebench.measure.run.planning import POOLED_RUNS, pool_spreads
+
+    first, second = {"prefill": 0.02, "gen": 0.03}, {"prefill": 0.04, "new row": 0.05}
+    pooled = pool_spreads(first, 1, second)
+    assert pooled["prefill"] == pytest.approx(((0.02**2 + 0.04**2) / 2) ** 0.5)
+    assert pooled["new row"] == 0.05 and "gen" not in pooled  # the latest run's rows
+    # Past POOLED_RUNS the newest run counts as one of POOLED_RUNS, however many came before.
+    steady = pool_spreads({"prefill": 0.02}, 1000, {"prefill": 0.04})["prefill"] ** 2
+    assert steady == pytest.approx(((POOLED_RUNS - 1) * 0.02**2 + 0.04**2) / POOLED_RUNS)
+
+
+def test_a_later_run_caches_spreads_pooled_over_the_runs(two_runs, cache: Path):
+    (path,) = cache.glob("fusebench/plan-v1-*-t1-sequential.json")
+    for cell in json.loads(path.read_text()).values():
+        if cell["round_s"] >= 1000.0:
+            continue  # another test made this one's rounds dear
+        assert cell["runs"] >= 2 and set(cell["pooled_sds"]) == set(cell["sds"])
+        assert all(sd > 0 for sd in cell["pooled_sds"].values())

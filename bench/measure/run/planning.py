@@ -5,13 +5,15 @@ Costs and spreads
     A cell an earlier run measured on this machine (the same cell, variants and builds, at the same
     BLAS threads and schedule) is planned at what that run measured: starting its workers and
     loading its weights, its warm-ups (which carry the correctness check), a timed round, what
-    followed its rounds (op shares), and each row's per-round spread. They are cached per machine
-    (`plan-v1-*.json`, written as each cell ends), so the second run plans from the start. Any other
-    cell is scaled from the cells measured: its round by the roofline's work (the prefill's FLOPs
-    at the peak, the generation's bytes at the memory bandwidth), its load by its weight bytes, its
-    warm-ups and shares by its round; its rows are planned at the median spread of the rows
-    measured, or at the schedule pilot's pair spread before any row has one. With nothing measured
-    yet (a machine's first run), the first cell is set up first and the plan made from it.
+    followed its rounds (op shares), and each row's per-round spread, pooled over the cell's last
+    runs (POOLED_RUNS: one run's spread is a poor forecast of the next's). They are cached per
+    machine (`plan-v1-*.json`, written as each cell ends), so the second run plans from the start.
+    Any other cell is scaled from the cells measured: its round by the roofline's work (the
+    prefill's FLOPs at the peak, the generation's bytes at the memory bandwidth), its load by its
+    weight bytes, its warm-ups and shares by its round; its rows are planned at the median spread
+    of the rows measured, or at the schedule pilot's pair spread before any row has one. With
+    nothing measured yet (a machine's first run), the first cell is set up first and the plan made
+    from it.
 
 When the plan is made
     Before each model's cells, for the cells left: a cell the plan gives no rounds is never
@@ -31,7 +33,7 @@ import os
 import statistics
 import time
 from collections.abc import Callable, Mapping, Sequence
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from pathlib import Path
 
 from ...analysis.planner import CellCost, Plan, plan_rounds, rounds_for
@@ -42,6 +44,10 @@ from ...present.format import format_duration
 
 CACHE_VERSION = 1
 _MOST_BUDGET_S = 3600.0  # the largest budget a "would need" line looks at
+# A plan's spreads pool a cell's last runs here: on the Zen 4 the last run alone forecast a row's
+# next spread within e^0.55 on average (the main job's 14 runs), pooled within e^0.46; the Zen 3's
+# duet gate runs did 5% worse pooled (results/spread-prediction): the noise moves between runs.
+POOLED_RUNS = 5
 
 
 @dataclass(frozen=True)
@@ -58,6 +64,32 @@ class CellMeasure:
     round_bytes: float
     sds: dict[str, float] = field(default_factory=dict)  # row -> per-round log-ratio SD
     measured_at: str = ""
+    # row -> the spread a plan uses: `sds` pooled with the cell's earlier runs here (pool_spreads)
+    pooled_sds: dict[str, float] = field(default_factory=dict)
+    runs: int = 1  # the runs pooled_sds stands for, at most POOLED_RUNS
+
+    @property
+    def planning_sds(self) -> dict[str, float]:
+        return self.pooled_sds or self.sds
+
+
+def pool_spreads(
+    earlier: Mapping[str, float], runs: int, latest: Mapping[str, float]
+) -> dict[str, float]:
+    """Each row's spread over its last runs: the root mean square of `earlier` (standing for
+    `runs` runs, counted as at most POOLED_RUNS − 1) and `latest` as one more run; a row without
+    an earlier spread takes its latest."""
+    weight = min(runs, POOLED_RUNS - 1)
+    return {
+        row: math.sqrt((weight * earlier[row] ** 2 + sd**2) / (weight + 1))
+        if row in earlier
+        else sd
+        for row, sd in latest.items()
+    }
+
+
+# What a cell's setup measures at its start; the rest of an earlier run's measure stands.
+_SETUP_FIELDS = ("load_s", "warmup_s", "warmups", "weight_bytes", "round_flops", "round_bytes")
 
 
 @dataclass(frozen=True)
@@ -137,7 +169,7 @@ class RunPlanner:
     def _spread(self) -> float | None:
         """The rows' spread where a cell has none of its own: the median of every row measured, or
         the schedule pilot's."""
-        sds = [sd for m in self._mine() for sd in m.sds.values() if sd > 0]
+        sds = [sd for m in self._mine() for sd in m.planning_sds.values() if sd > 0]
         return statistics.median(sds) if sds else self.pilot_sd
 
     def _mine(self) -> list[CellMeasure]:
@@ -178,7 +210,7 @@ class RunPlanner:
         if known is not None:
             round_s, after_s = known.round_s, known.after_s
             setup_s = known.load_s + known.warmup_s
-            sds = tuple(known.sds.values()) or (self._spread() or 0.0,) * work.rows
+            sds = tuple(known.planning_sds.values()) or (self._spread() or 0.0,) * work.rows
         else:
             round_s = pace * self.seconds_of(work.round_flops, work.round_bytes)
             first = cell is next(c for c in self.cells if c.model.key == cell.model.key)
@@ -246,18 +278,19 @@ class RunPlanner:
         (an earlier run's mean round, else its warm-up's) also scale the cells not measured yet."""
         work = self.work[cell.key]
         signature = self._signature(cell)
-        earlier = self.known.get(signature)
-        self.known[signature] = CellMeasure(
+        now = CellMeasure(
             load_s=load_s,
             warmup_s=warmup_s,
             warmups=work.warmups,
-            round_s=earlier.round_s if earlier else round_s,
-            after_s=earlier.after_s if earlier else 0.0,
+            round_s=round_s,
+            after_s=0.0,
             weight_bytes=work.weight_bytes,
             round_flops=work.round_flops,
             round_bytes=work.round_bytes,
-            sds=earlier.sds if earlier else {},
-            measured_at=earlier.measured_at if earlier else "",
+        )
+        earlier = self.known.get(signature)
+        self.known[signature] = (
+            replace(earlier, **{f: getattr(now, f) for f in _SETUP_FIELDS}) if earlier else now
         )
         self.setup_paid[cell.key] = load_s + warmup_s
         plan = self.make(left_s)
@@ -267,8 +300,15 @@ class RunPlanner:
         return rounds, left_s - plan.after(cell.key)
 
     def measured(self, cell: Cell, measure: CellMeasure) -> None:
-        """A cell's measured costs and spreads: later plans use them, this run's and later runs'."""
-        self.known[self._signature(cell)] = measure
+        """A cell's measured costs and spreads: later plans use them, this run's and later runs',
+        its spreads pooled with its earlier runs'."""
+        signature = self._signature(cell)
+        earlier = self.known.get(signature)
+        if earlier is not None and earlier.planning_sds:
+            pooled = pool_spreads(earlier.planning_sds, earlier.runs, measure.sds)
+            runs = min(earlier.runs, POOLED_RUNS - 1) + 1
+            measure = replace(measure, pooled_sds=pooled, runs=runs)
+        self.known[signature] = measure
         data = {key: to_mapping(value) for key, value in self.known.items()}
         self.cache.parent.mkdir(parents=True, exist_ok=True)
         partial = self.cache.with_suffix(f".{os.getpid()}.tmp")
@@ -329,6 +369,7 @@ class RunPlanner:
         if self._scale() is None or not self.plan:
             return None
         short = not all(self.fixed.get(c.key, 0) for c in self.cells)
+        measured = sorted(self._run_sds())
         self.fixed.clear()
         self.setup_paid.clear()
         budget = self.exp.budget_s or 0.0
@@ -337,8 +378,9 @@ class RunPlanner:
         if plan is None or not sds or (not short and plan.expected >= len(sds) - 0.5):
             return None
         wider = self.budget_to_decide(plan)
-        spread = f"{100 * sds[0]:.1f}-{100 * sds[-1]:.1f}%" if sds[0] != sds[-1] else ""
-        return f"the rows' per-round spread here was {spread or f'{100 * sds[0]:.1f}%'}" + (
+        seen = measured or sds  # this run's rows; where it measured none, what the plan assumed
+        spread = f"{100 * seen[0]:.1f}-{100 * seen[-1]:.1f}%" if seen[0] != seen[-1] else ""
+        return f"the rows' per-round spread here was {spread or f'{100 * seen[0]:.1f}%'}" + (
             f"; at this pace `--budget {wider}` plans rounds that would decide every row"
             if wider
             else f"; at this pace neither an hour nor {self.exp.rounds} rounds a size "
@@ -347,13 +389,17 @@ class RunPlanner:
 
     def run_spread(self) -> float | None:
         """The median per-round spread of the rows this run measured (None before any)."""
-        sds = [
+        sds = self._run_sds()
+        return statistics.median(sds) if sds else None
+
+    def _run_sds(self) -> list[float]:
+        """The per-round spreads of the rows this run measured (not pooled with earlier runs)."""
+        return [
             sd
             for cell in self.cells
             if self.fixed.get(cell.key) and self._signature(cell) in self.known
             for sd in self.known[self._signature(cell)].sds.values()
         ]
-        return statistics.median(sds) if sds else None
 
 
 def _short(label: str) -> str:
