@@ -107,8 +107,8 @@ def preflight(seconds: float = 1.0) -> MachineLoad | None:
 
 
 class LoadSampler:
-    """What the machine did while the run measured, read when the run calls `read()` (as a trial
-    ends) and once more on leaving: a sample covers the time since the last one, at least
+    """What the machine did while the run measured, read when the run calls `read()` (as a step's
+    trials end) and once more on leaving: a sample covers the time since the last one, at least
     `min_interval_s` (/proc counts in 10 ms ticks; a shorter remainder is left out). `summary()`
     gives time-weighted means and the maxima over samples."""
 

@@ -88,10 +88,6 @@ def pool_spreads(
     }
 
 
-# What a cell's setup measures at its start; the rest of an earlier run's measure stands.
-_SETUP_FIELDS = ("load_s", "warmup_s", "warmups", "weight_bytes", "round_flops", "round_bytes")
-
-
 @dataclass(frozen=True)
 class PlanWork:
     """What a cell's round does and what it loads, from shapes alone."""
@@ -278,19 +274,19 @@ class RunPlanner:
         (an earlier run's mean round, else its warm-up's) also scale the cells not measured yet."""
         work = self.work[cell.key]
         signature = self._signature(cell)
-        now = CellMeasure(
-            load_s=load_s,
-            warmup_s=warmup_s,
-            warmups=work.warmups,
-            round_s=round_s,
-            after_s=0.0,
-            weight_bytes=work.weight_bytes,
-            round_flops=work.round_flops,
-            round_bytes=work.round_bytes,
-        )
+        setup = {
+            "load_s": load_s,
+            "warmup_s": warmup_s,
+            "warmups": work.warmups,
+            "weight_bytes": work.weight_bytes,
+            "round_flops": work.round_flops,
+            "round_bytes": work.round_bytes,
+        }
         earlier = self.known.get(signature)
         self.known[signature] = (
-            replace(earlier, **{f: getattr(now, f) for f in _SETUP_FIELDS}) if earlier else now
+            replace(earlier, **setup)
+            if earlier
+            else CellMeasure(round_s=round_s, after_s=0.0, **setup)
         )
         self.setup_paid[cell.key] = load_s + warmup_s
         plan = self.make(left_s)

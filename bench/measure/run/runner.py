@@ -336,14 +336,9 @@ def measured_peak(worker_env: dict[str, str], env: Env) -> Peak | None:
     """The roof to hold each cell against. On a GPU, the known chip. On a CPU, measured under the
     workers' BLAS and thread count, best of several repeats, and cached per machine fingerprint and
     thread count (the cache is raised when a run achieves more: see raise_cached_peak)."""
-    if env.backend != "cpu":
-        return peak_for(env)
-    path = peak_cache_path(env)
-    probe = read_cached(path, PeakProbe)
-    if probe is None:
-        probe = probe_peaks_in(worker_env)
-        write_cached(path, probe)
-    return peak_for(env, probe)
+    if env.backend == "cpu" and cached_peak(env) is None:
+        write_cached(peak_cache_path(env), probe_peaks_in(worker_env))
+    return cached_peak(env)
 
 
 def raise_cached_peak(env: Env, best: Rates, metrics: set[str]) -> str:
