@@ -13,8 +13,10 @@ One replay:
   profile (what the plan cache holds after a run);
 - each size's round costs the profile's (the median of its rounds' durations), its setup the new
   fixed costs: a load (the seconds given by --loads, measured on this machine) and one warm-up
-  round (two in duets), which carries the correctness check, and what follows its rounds (op
-  shares) at --after rounds' time; PROBES_S for the environment probes and the rest;
+  round (two in duets), which carries the correctness check, and what follows its rounds: op
+  shares at --after rounds' time (0, the default: a warm run writes the op shares an earlier run
+  of the same commit timed) and stopping its workers (--stop seconds); PROBES_S for the
+  environment probes and the rest;
 - each row's log ratio round by round drawn as its mean + its SD x a residual: the tails come from
   the identical-build gate campaigns (results/gate-ab*/s0-*.jsonl at commit 6efa661, kept as
   results/plan-zen4/gate-tails.json.gz; runs of 40-60 rounds, each
@@ -250,7 +252,10 @@ def worst_tenth_share(z: np.ndarray) -> float:
 
 
 def plan_run(
-    sizes: dict[str, Size], sds: dict[str, tuple[float, ...]], loads: dict[str, float], after: float
+    sizes: dict[str, Size],
+    sds: dict[str, tuple[float, ...]],
+    loads: dict[str, float],
+    after: tuple[float, float],
 ) -> dict[str, int]:
     """Each size's rounds as a run plans them: made again at each size's start, with its setup
     paid and the time left."""
@@ -264,7 +269,8 @@ def plan_run(
             size = sizes[other]
             warmups = 2 if size.duet else 1
             setup = 0.0 if paid else loads[other] + warmups * size.round_s
-            return CellCost(other, other, setup, size.round_s, after * size.round_s, sds[other])
+            after_s = after[0] * size.round_s + after[1]
+            return CellCost(other, other, setup, size.round_s, after_s, sds[other])
 
         # before loading this size: does the plan of what is left give it rounds?
         ahead = plan_rounds(
@@ -311,7 +317,7 @@ def replay(
     sizes: dict[str, Size],
     tails: np.ndarray,
     loads: dict[str, float],
-    after: float,
+    after: tuple[float, float],
     replays: int,
     seed: int,
 ) -> dict[str, float]:
@@ -354,7 +360,16 @@ def main() -> None:
         help="each size's load seconds (default: the Zen 4's, 2026-12-04)",
     )
     parser.add_argument(
-        "--after", type=float, default=0.6, help="op shares after a size's rounds, in rounds"
+        "--after",
+        type=float,
+        default=0.0,
+        help="op shares after a size's rounds, in rounds (default 0: cached by an earlier run)",
+    )
+    parser.add_argument(
+        "--stop",
+        type=float,
+        default=0.5,
+        help="seconds to stop a size's workers (default: the Zen 4's, 1.3-1.6 s for three sizes)",
     )
     parser.add_argument("--out", type=Path, help="also write the table here (markdown)")
     parser.add_argument(
@@ -369,7 +384,8 @@ def main() -> None:
     tails = stored_tails(args.tails_from)
     lines = [
         f"trials: plan replayed, {args.replays} replays a profile, budget {BUDGET_S:g} s, "
-        f"loads {args.loads} s, op shares {args.after:g} rounds; tails: {len(tails)} residuals of "
+        f"loads {args.loads} s, op shares {args.after:g} rounds, stopping {args.stop:g} s a "
+        f"size; tails: {len(tails)} residuals of "
         f"the gate campaigns, the worst 10% of them {100 * worst_tenth_share(tails):.0f}% of the "
         "variance (normal noise: 44%)",
         "",
@@ -384,7 +400,7 @@ def main() -> None:
             lines.append(f"| {label} | ({file} not here) | | | | |")
             continue
         sizes = read_profile(path)
-        found = replay(sizes, tails, loads, args.after, args.replays, seed)
+        found = replay(sizes, tails, loads, (args.after, args.stop), args.replays, seed)
         noise = Noise.of(sizes, tails)
         paces = ", ".join(
             f"{n} {s.round_s:.1f} s ({100 * float(np.median(noise.sds[n])):.1f}%, "

@@ -250,3 +250,69 @@ def test_a_later_run_caches_spreads_pooled_over_the_runs(two_runs, cache: Path):
     for cell in pooled:
         assert set(cell["pooled_sds"]) == set(cell["sds"])
         assert all(sd > 0 for sd in cell["pooled_sds"].values())
+
+
+SHARES_EXPERIMENT = """\
+name: tiny-plan-shares
+models:
+  - {preset: tiny}
+variants:
+  baseline: {geglu: unfused, softcap: unfused, attention: manual}
+  compiled: {geglu: compiled, softcap: compiled, attention: manual}
+comparisons: [[baseline, compiled]]
+workloads: {prompt_tokens: 12, gen_tokens: 3}
+trials: plan
+budget_s: 60
+max_rounds: 8
+shares: 1
+warmup: 1
+threads: 1
+schedule: sequential
+"""
+
+
+def _shares_run(folder: Path, cache: Path, name: str, code: str) -> tuple[Path, str]:
+    """A run of SHARES_EXPERIMENT as if from a clean checkout whose commit `code` names, its rows
+    taken as decided (so it times op shares whatever the tiny rounds scatter)."""
+    import io
+    from contextlib import redirect_stdout
+
+    from fusebench.measure.run import cellstop, runner
+
+    exp = folder / "exp.yaml"
+    exp.write_text(SHARES_EXPERIMENT)
+    out = folder / f"{name}.jsonl"
+    said = io.StringIO()
+    with pytest.MonkeyPatch.context() as patch, redirect_stdout(said):
+        patch.setenv("XDG_CACHE_HOME", str(cache))
+        patch.setattr(runner, "shares_code", lambda env, exp: code)
+        patch.setattr(cellstop.CellStop, "forecasts", lambda self, rounds: {})
+        assert main(["run", str(exp), "--out", str(out)]) == 0
+    return out, said.getvalue()
+
+
+def test_a_run_of_the_same_code_writes_the_cached_op_shares_instead_of_timing_them(
+    tmp_path: Path,
+):
+    cache = tmp_path / "cache"
+    first, _ = _shares_run(tmp_path, cache, "first", "commit-a mlx 0")
+    timed = read_results([first]).of_kind("share")
+    assert timed and all(share.get("reused_from") is None for share in timed)
+    (path,) = cache.glob("fusebench/plan-v1-*.json")
+    (cell,) = json.loads(path.read_text()).values()
+    assert cell["shares"]["code"] == "commit-a mlx 0" and cell["shares_s"] > 0
+    assert len(cell["shares"]["samples"]) == len(timed)
+
+    second, said = _shares_run(tmp_path, cache, "second", "commit-a mlx 0")
+    reused = read_results([second]).of_kind("share")
+    assert len(reused) == len(timed)
+    assert {share["reused_from"] for share in reused} == {cell["shares"]["measured_at"]}
+    assert "op shares as timed here at" in said
+    report = tmp_path / "report"
+    assert main(["report", str(second), "--out", str(report)]) == 0
+    assert "an earlier run timed on this machine" in (report / "report.md").read_text()
+
+    # another commit times them again
+    third, said = _shares_run(tmp_path, cache, "third", "commit-b mlx 0")
+    assert all(share.get("reused_from") is None for share in read_results([third]).of_kind("share"))
+    assert "op shares as timed here at" not in said

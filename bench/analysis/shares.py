@@ -102,8 +102,11 @@ class ShareData:
         self._per_call: dict[tuple[str, str, str], dict[tuple[str, int, str], ShareTime]] = (
             defaultdict(dict)
         )
+        self.reused_from: dict[str, str] = {}  # cell -> when the earlier run timed its samples
         for share in (from_mapping(ShareRecord, record) for record in share_records):
             sample = share.share
+            if share.reused_from:
+                self.reused_from[share.cell.cell] = share.reused_from
             key = (sample.call, sample.round, sample.variant)
             self._per_call[(share.cell.cell, sample.phase, sample.op)][key] = sample
         self.assignments: dict[str, dict[str, str]] = {}

@@ -4,7 +4,8 @@ What a run keeps in ~/.cache/fusebench (XDG_CACHE_HOME honoured), and the disk i
   weights        presets' seeded weights (safetensors), read back at twice the speed of making
                  them; the default experiment's four sizes at 2 layers in fp32 take about 24 GiB
   machine        what `auto` measured here: BLAS threads, schedule, peak (`env --probe` again)
-  plans          each cell's measured round cost and spreads, which trials: plan plans from
+  plans          each cell's measured round cost, spreads and op shares: what trials: plan plans
+                 from, and the op shares a run of the same commit writes instead of timing them
   kernels        MLX's compiled CPU kernels (mx.compile's C++ and libraries)
 Clearing any of them is safe: the next run makes or measures again what it needs.
 

@@ -9,13 +9,13 @@ import time
 from dataclasses import dataclass
 from typing import TYPE_CHECKING
 
-from ...core.cell import Agreement, StopRecord, Trial
+from ...core.cell import Agreement, ShareTime, StopRecord, Trial
 from ...core.spec import MIN_AUTO_ROUNDS, Cell, Trials
 from ..job import CellShape, Command, Do, Result
 from .cellstop import CellStop, RoundCosts
 from .findings import DuetSide, Findings
 from .plan import variant_pairs
-from .planning import CellMeasure, now_iso, sds_of
+from .planning import CachedShares, CellMeasure, now_iso, sds_of
 from .resume import DoneWork
 from .schedules.base import Arm, Round, RoundSchedule, Step, place, send_step
 from .schedules.sequential import round_plan
@@ -64,6 +64,8 @@ class CellRun:
         # trials: plan: what this cell's setup cost (its load only in a model's first cell), and
         # its fresh pairs
         self.load_paid, self.setup_s, self.fresh_s = 0.0, 0.0, 0.0
+        self.timed_shares: CachedShares | None = None  # op shares this run timed, for the cache
+        self.shares_s = 0.0  # the seconds they took
         self.schedule = schedule
         self.builds = list(dict.fromkeys(worker.build.name for worker in workers))
         self.pairs = variant_pairs(self.exp)
@@ -136,9 +138,8 @@ class CellRun:
         with ledger.phase("shares"):
             self._after_rounds(rounds, first)
         if self.context.planner and rounds:
-            self.context.planner.measured(
-                self.cell, self._measure(rounds, time.monotonic() - rounds_ended)
-            )
+            after_s = time.monotonic() - rounds_ended - self.shares_s
+            self.context.planner.measured(self.cell, self._measure(rounds, after_s))
 
     def _after_rounds(self, rounds: int, first: bool) -> None:
         """Depth rounds and op shares."""
@@ -255,29 +256,49 @@ class CellRun:
             round_bytes=work.round_bytes,
             sds=sds_of(self.target.row_sds()),
             measured_at=now_iso(),
+            shares_s=self.shares_s,
+            shares=self.timed_shares,
         )
 
     def _shares(self) -> None:
         """Each switchable op's time in a prefill and a decode step of this cell, for the expected
-        Δ. The current build only: its ops are the variants' (a reference build's may differ, and
-        may not know the command)."""
+        Δ: an earlier run's here where it timed the same code (they cost nothing), else timed now
+        unless the rows are undecided. The current build only: its ops are the variants' (a
+        reference build's may differ, and may not know the command)."""
         if CURRENT.name not in self.builds:
             return
-        if not self.shares_wanted and self.exp.shares:
-            self.context.console.print(
-                f"{self.cell.model.label} {self.cell.workload.label}: op shares skipped: "
-                "rows are undecided, and the budget went to their rounds",
-                highlight=False,
+        planner = self.context.planner
+        cached = planner.reusable_shares(self.cell) if planner else None
+        if cached is not None and not self.done.has_share(self.cell.key, 0):
+            self.context.findings.reused_shares(self.cell.key, cached.samples, cached.measured_at)
+            self._say(
+                f"{self.cell.model.label} {self.cell.workload.label}: op shares as timed here at "
+                f"{cached.measured_at[:16]} (the same commit, mlx and BLAS threads): their "
+                "seconds went to rounds"
             )
-            return
+        elif not self.shares_wanted and self.exp.shares:
+            self._say(
+                f"{self.cell.model.label} {self.cell.workload.label}: op shares skipped: "
+                "rows are undecided, and the budget went to their rounds"
+            )
+        else:
+            self._time_shares()
+
+    def _time_shares(self) -> None:
+        """The experiment's op-share rounds, kept for later runs' plans (trials: plan)."""
+        began, samples = time.monotonic(), []
         for r in range(self.exp.shares):
             if not self.done.has_share(self.cell.key, r):
                 self.update(
                     f"{self.cell.model.label} {self.cell.workload.label}: op shares, round {r + 1}"
                 )
-                self._request(
+                samples += self._request(
                     self._worker_of(CURRENT.name), Command(Do.SHARES, self.shape, round=r)
                 )
+        timed = tuple(sample for sample in samples if isinstance(sample, ShareTime))
+        if self.context.planner and timed:
+            self.shares_s = time.monotonic() - began
+            self.timed_shares = CachedShares(timed, self.context.planner.code, now_iso())
 
     def _pair_served(self, rounds: int) -> bool:
         """Whether a pair of workers (two builds', or a duet's) has run its worker_rounds (a fresh

@@ -4,13 +4,15 @@ against this machine's peak), the worker process that ran it and, in a duet, the
 
 from __future__ import annotations
 
-from collections.abc import Mapping
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 
 from ...core.cell import (
     CellFields,
     ErrorRecord,
     Measured,
+    ShareRecord,
+    ShareTime,
     SkipRecord,
     StopRecord,
     Trial,
@@ -81,6 +83,13 @@ class Findings:
     def write(self, record: StopRecord | SkipRecord | ErrorRecord) -> None:
         """A cell's record that needs nothing added (its stop, a skip, an error)."""
         self.writer.write(record)
+
+    def reused_shares(self, cell_key: str, samples: Sequence[ShareTime], measured_at: str) -> None:
+        """Op-share samples an earlier run timed here, written as that run's (`reused_from`)."""
+        for sample in samples:
+            self.writer.write(
+                ShareRecord(cell=self.meta[cell_key], share=sample, reused_from=measured_at)
+            )
 
     def step_ended(self) -> None:
         """Every trial of a step has ended: the moment to read the machine's load."""

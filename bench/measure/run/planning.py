@@ -5,9 +5,11 @@ Costs and spreads
     A cell an earlier run measured on this machine (the same cell, variants and builds, at the same
     BLAS threads and schedule) is planned at what that run measured: starting its workers and
     loading its weights, its warm-ups (which carry the correctness check), a timed round, what
-    followed its rounds (op shares), and each row's per-round spread, pooled over the cell's last
-    runs (POOLED_RUNS: one run's spread is a poor forecast of the next's). They are cached per
-    machine (`plan-v1-*.json`, written as each cell ends), so the second run plans from the start.
+    followed its rounds (op shares, stopping its workers), and each row's per-round spread, pooled
+    over the cell's last runs (POOLED_RUNS: one run's spread is a poor forecast of the next's).
+    They are cached per machine (`plan-v1-*.json`, written as each cell ends), so the second run
+    plans from the start. The cache keeps the op-share samples too: a run of the same code
+    (shares_code) writes them instead of timing the ops again, and plans their seconds as rounds.
     Any other cell is scaled from the cells measured: its round by the roofline's work (the
     prefill's FLOPs at the peak, the generation's bytes at the memory bandwidth), its load by its
     weight bytes, its warm-ups and shares by its round; its rows are planned at the median spread
@@ -38,6 +40,8 @@ from pathlib import Path
 
 from ...analysis.planner import CellCost, Plan, plan_rounds, rounds_for
 from ...analysis.stopping import Goal
+from ...core.cell import ShareTime
+from ...core.header import Env
 from ...core.spec import MIN_PLANNED_ROUNDS, Cell, Experiment
 from ...core.typed import from_mapping, to_mapping
 from ...present.format import format_duration
@@ -51,6 +55,29 @@ POOLED_RUNS = 5
 
 
 @dataclass(frozen=True)
+class CachedShares:
+    """A cell's op-share samples as a run timed them here: a later run of the same code writes
+    them instead of timing the ops again, and gives their seconds to rounds."""
+
+    samples: tuple[ShareTime, ...]
+    code: str  # what they depend on beyond the machine and threads (`shares_code`)
+    measured_at: str
+
+    @property
+    def rounds(self) -> int:
+        return len({sample.round for sample in self.samples})
+
+
+def shares_code(env: Env, exp: Experiment) -> str:
+    """What an op's time depends on beyond the machine and BLAS threads (the plan cache's key):
+    the ops' code, known for a clean checkout's commit without plugins, and mlx; "" where the code
+    is not known, whose shares are always timed."""
+    if not env.git_commit or env.git_dirty or exp.plugins:
+        return ""
+    return f"{env.git_commit} mlx {env.mlx}"
+
+
+@dataclass(frozen=True)
 class CellMeasure:
     """One cell as a run measured it here: what a later run's plan starts from."""
 
@@ -58,7 +85,7 @@ class CellMeasure:
     warmup_s: float  # kernel facts and warm-ups
     warmups: int  # the warm-up rounds those were
     round_s: float  # a timed round, the mean
-    after_s: float  # op shares and depth rounds after the rounds
+    after_s: float  # depth rounds and stopping the workers, after the rounds
     weight_bytes: int
     round_flops: float  # a round's prefill FLOPs and generation bytes (the roofline's work)
     round_bytes: float
@@ -67,6 +94,8 @@ class CellMeasure:
     # row -> the spread a plan uses: `sds` pooled with the cell's earlier runs here (pool_spreads)
     pooled_sds: dict[str, float] = field(default_factory=dict)
     runs: int = 1  # the runs pooled_sds stands for, at most POOLED_RUNS
+    shares_s: float = 0.0  # the op-share rounds, when last timed (caches before it: in after_s)
+    shares: CachedShares | None = None
 
     @property
     def planning_sds(self) -> dict[str, float]:
@@ -123,8 +152,10 @@ class RunPlanner:
         seconds_of: Callable[[float, float], float],
         pilot_sd: float | None,
         rows: int,
+        code: str = "",
     ) -> None:
         self.exp, self.cells, self.builds, self.cache = exp, list(cells), list(builds), cache
+        self.code = code  # shares_code: "" never reuses an earlier run's op shares
         self.work = {cell.key: work(cell) for cell in cells}
         self.seconds_of = seconds_of  # (FLOPs, bytes) -> roofline seconds at this machine's peak
         self.pilot_sd = pilot_sd
@@ -159,7 +190,7 @@ class RunPlanner:
         loaded = [m.load_s / m.weight_bytes for m in measured if m.load_s > 0 and m.weight_bytes]
         per_byte = statistics.median(loaded) if loaded else 0.0
         warm = statistics.median(m.warmup_s / (max(1, m.warmups) * m.round_s) for m in measured)
-        after = statistics.median(m.after_s / m.round_s for m in measured)
+        after = statistics.median((m.after_s + m.shares_s) / m.round_s for m in measured)
         return pace, per_byte, warm, after
 
     def _spread(self) -> float | None:
@@ -204,7 +235,8 @@ class RunPlanner:
         )
         known = self.known.get(self._signature(cell))
         if known is not None:
-            round_s, after_s = known.round_s, known.after_s
+            round_s = known.round_s
+            after_s = known.after_s + (0.0 if self.reusable_shares(cell) else known.shares_s)
             setup_s = known.load_s + known.warmup_s
             sds = tuple(known.planning_sds.values()) or (self._spread() or 0.0,) * work.rows
         else:
@@ -221,6 +253,15 @@ class RunPlanner:
         return CellCost(
             cell.key, label, setup_s, round_s, after_s, tuple(sd_scale * sd for sd in sds)
         )
+
+    def reusable_shares(self, cell: Cell) -> CachedShares | None:
+        """The op shares an earlier run timed here for this cell, where this run's code is that
+        run's and they hold the rounds the experiment asks."""
+        known = self.known.get(self._signature(cell))
+        shares = known.shares if known else None
+        if not self.code or shares is None or shares.code != self.code:
+            return None
+        return shares if self.exp.shares and shares.rounds >= self.exp.shares else None
 
     # --- the plan ------------------------------------------------------------------------------
 
@@ -304,6 +345,9 @@ class RunPlanner:
             pooled = pool_spreads(earlier.planning_sds, earlier.runs, measure.sds)
             runs = min(earlier.runs, POOLED_RUNS - 1) + 1
             measure = replace(measure, pooled_sds=pooled, runs=runs)
+        if earlier is not None and measure.shares is None:
+            # a run that timed no op shares (its rows undecided) keeps the earlier run's
+            measure = replace(measure, shares=earlier.shares, shares_s=earlier.shares_s)
         self.known[signature] = measure
         data = {key: to_mapping(value) for key, value in self.known.items()}
         self.cache.parent.mkdir(parents=True, exist_ok=True)

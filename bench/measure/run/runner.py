@@ -70,7 +70,7 @@ from .plan import (
     variant_pairs,
 )
 from .planning import CACHE_VERSION as PLAN_CACHE_VERSION
-from .planning import PlanWork, RunPlanner
+from .planning import PlanWork, RunPlanner, shares_code
 from .progress import RunProgress
 from .resume import DoneWork, resume_state
 from .schedules import SCHEDULES
@@ -316,6 +316,7 @@ def run_planner(runner: Runner, cells: Sequence[Cell], env: Env) -> RunPlanner:
         seconds_of=seconds_of,
         pilot_sd=probe.wall_sd if probe else None,
         rows=table_rows(exp, runner.build_names),
+        code=shares_code(env, exp),
     )
 
 

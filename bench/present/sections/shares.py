@@ -22,6 +22,10 @@ METHOD = (
     "from these."
 )
 NOTHING = "—"
+REUSED = (
+    "The op times are those an earlier run timed on this machine at {} (the same commit, mlx and "
+    "BLAS threads; `fusebench cache --clear plans` times them again); the steps are this run's."
+)
 
 
 def shares_section(context: ReportContext) -> list[Block]:
@@ -34,10 +38,13 @@ def shares_section(context: ReportContext) -> list[Block]:
         for workload in ordered_workloads([on(study.timed, machine)]):
             cells = ordered_cells([on(study.timed, machine, workload)])
             for (model_key, _size), label in cell_labels(cells).items():
-                table = share_table(data, f"{model_key}|{workload}", study.variants)
+                cell = f"{model_key}|{workload}"
+                table = share_table(data, cell, study.variants)
                 if table is not None:
                     where = workload if len(study.machines) == 1 else f"{workload} · {machine}"
                     blocks += [Heading(f"{label} · {where}", 3), table]
+                if table is not None and cell in data.reused_from:
+                    blocks.append(Paragraph(REUSED.format(data.reused_from[cell][:16])))
     if not blocks:
         return []
     return [Heading("Where the time goes"), Paragraph(METHOD), *blocks]
