@@ -9,8 +9,9 @@ left, as measure.run.planning does), the paired estimate with the fixed-n t inte
 the verdict at the experiment's ±5% margin.
 
 One replay:
-- the spreads the planner sees are those of an earlier run: 8 rounds of each size drawn from the
-  profile (what the plan cache holds after a run);
+- the spreads the planner sees are those the plan cache holds: each row's SD over 8 rounds of a
+  size drawn from the profile, pooled over --runs such earlier runs as the product pools them
+  (measure.run.planning.pool_spreads: the root mean square, at most five runs);
 - each size's round costs the profile's (the median of its rounds' durations), its setup the new
   fixed costs: a load (the seconds given by --loads, measured on this machine) and one warm-up
   round (two in duets), which carries the correctness check, and what follows its rounds: op
@@ -320,6 +321,7 @@ def replay(
     after: tuple[float, float],
     replays: int,
     seed: int,
+    runs: int = 1,
 ) -> dict[str, float]:
     rng = np.random.default_rng(seed)
     noise = Noise.of(sizes, tails)
@@ -327,10 +329,13 @@ def replay(
     decided, fourteen, false_claims, tables = [], 0, 0, 0
     rounds_given = defaultdict(list)
     for _ in range(replays):
-        # the spreads an earlier run of 8 rounds a size would have cached
-        earlier = {
-            name: tuple(noise.draw(rng, name, 8, aa=False).std(axis=0, ddof=1)) for name in sizes
-        }
+        # the spreads earlier runs of 8 rounds a size would have cached, pooled
+        earlier = {}
+        for name in sizes:
+            variances = [
+                noise.draw(rng, name, 8, aa=False).var(axis=0, ddof=1) for _ in range(runs)
+            ]
+            earlier[name] = tuple(np.sqrt(np.mean(variances, axis=0)))
         plan = plan_run(sizes, earlier, loads, after)
         for name, n in plan.items():
             rounds_given[name].append(n)
@@ -371,6 +376,9 @@ def main() -> None:
         default=0.5,
         help="seconds to stop a size's workers (default: the Zen 4's, 1.3-1.6 s for three sizes)",
     )
+    parser.add_argument(
+        "--runs", type=int, default=5, help="earlier runs the cached spreads pool (default 5)"
+    )
     parser.add_argument("--out", type=Path, help="also write the table here (markdown)")
     parser.add_argument(
         "--tails-from",
@@ -385,7 +393,7 @@ def main() -> None:
     lines = [
         f"trials: plan replayed, {args.replays} replays a profile, budget {BUDGET_S:g} s, "
         f"loads {args.loads} s, op shares {args.after:g} rounds, stopping {args.stop:g} s a "
-        f"size; tails: {len(tails)} residuals of "
+        f"size, spreads pooled over {args.runs} earlier run(s); tails: {len(tails)} residuals of "
         f"the gate campaigns, the worst 10% of them {100 * worst_tenth_share(tails):.0f}% of the "
         "variance (normal noise: 44%)",
         "",
@@ -400,7 +408,7 @@ def main() -> None:
             lines.append(f"| {label} | ({file} not here) | | | | |")
             continue
         sizes = read_profile(path)
-        found = replay(sizes, tails, loads, (args.after, args.stop), args.replays, seed)
+        found = replay(sizes, tails, loads, (args.after, args.stop), args.replays, seed, args.runs)
         noise = Noise.of(sizes, tails)
         paces = ", ".join(
             f"{n} {s.round_s:.1f} s ({100 * float(np.median(noise.sds[n])):.1f}%, "

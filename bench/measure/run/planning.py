@@ -236,7 +236,7 @@ class RunPlanner:
         known = self.known.get(self._signature(cell))
         if known is not None:
             round_s = known.round_s
-            after_s = known.after_s + (0.0 if self.reusable_shares(cell) else known.shares_s)
+            after_s = known.after_s + self._shares_s(cell, known)
             setup_s = known.load_s + known.warmup_s
             sds = tuple(known.planning_sds.values()) or (self._spread() or 0.0,) * work.rows
         else:
@@ -253,6 +253,16 @@ class RunPlanner:
         return CellCost(
             cell.key, label, setup_s, round_s, after_s, tuple(sd_scale * sd for sd in sds)
         )
+
+    def _shares_s(self, cell: Cell, known: CellMeasure) -> float:
+        """The op-share rounds this run will time for a measured cell: none where an earlier run's
+        are reusable, else what they took when last timed, or their share of a round in the cells
+        that timed theirs."""
+        if not self.exp.shares or self.reusable_shares(cell):
+            return 0.0
+        timed = [m.shares_s / m.round_s for m in self._mine() if m.shares_s and m.round_s]
+        scaled = statistics.median(timed) * known.round_s if timed else 0.0
+        return known.shares_s or scaled
 
     def reusable_shares(self, cell: Cell) -> CachedShares | None:
         """The op shares an earlier run timed here for this cell, where this run's code is that
