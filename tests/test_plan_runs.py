@@ -308,3 +308,17 @@ def test_a_run_of_the_same_code_writes_the_cached_op_shares_instead_of_timing_th
     third, said = _shares_run(tmp_path, cache, "third", "commit-b mlx 0")
     assert all(share.get("reused_from") is None for share in read_results([third]).of_kind("share"))
     assert "op shares as timed here at" not in said
+
+
+def test_a_cell_given_no_timed_rounds_times_no_op_shares(tmp_path: Path, capsys):
+    exp = tmp_path / "exp.yaml"
+    # the run's one-second preflight alone spends a 1 s budget: the plan gives the cell no rounds
+    exp.write_text(SHARES_EXPERIMENT.replace("budget_s: 600", "budget_s: 1"))
+    out = tmp_path / "r.jsonl"
+    with pytest.MonkeyPatch.context() as patch:
+        patch.setenv("XDG_CACHE_HOME", str(tmp_path / "cache"))
+        assert main(["run", str(exp), "--out", str(out)]) == 0
+    results = read_results([out])
+    assert not results.of_kind("share")
+    assert all(trial["warmup"] for trial in results.of_kind("trial"))
+    assert "op shares skipped: no timed rounds to weigh them against" in capsys.readouterr().out

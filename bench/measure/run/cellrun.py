@@ -66,6 +66,7 @@ class CellRun:
         self.load_paid, self.setup_s, self.fresh_s = 0.0, 0.0, 0.0
         self.timed_shares: CachedShares | None = None  # op shares this run timed, for the cache
         self.shares_s = 0.0  # the seconds they took
+        self.shares_skipped: str | None = None  # why this cell times no op shares, once it knows
         self.schedule = schedule
         self.builds = list(dict.fromkeys(worker.build.name for worker in workers))
         self.pairs = variant_pairs(self.exp)
@@ -131,9 +132,15 @@ class CellRun:
             )
         )
         self.context.time.cell_finished()
-        # Op shares explain a Δ; where the budget left rows undecided, their time went to rounds
-        # instead.
-        self.shares_wanted = not (forecasts and self.context.time.budget)
+        # Op shares explain a Δ: not without timed rounds to weigh them against, and where the
+        # budget left rows undecided their time went to rounds instead.
+        self.shares_skipped = (
+            "no timed rounds to weigh them against"
+            if not rounds
+            else "rows are undecided, and the budget went to their rounds"
+            if forecasts and self.context.time.budget
+            else None
+        )
         rounds_ended = time.monotonic()
         with ledger.phase("shares"):
             self._after_rounds(rounds, first)
@@ -276,10 +283,10 @@ class CellRun:
                 f"{cached.measured_at[:16]} (the same commit, mlx and BLAS threads): their "
                 "seconds went to rounds"
             )
-        elif not self.shares_wanted and self.exp.shares:
+        elif self.shares_skipped and self.exp.shares:
             self._say(
                 f"{self.cell.model.label} {self.cell.workload.label}: op shares skipped: "
-                "rows are undecided, and the budget went to their rounds"
+                f"{self.shares_skipped}"
             )
         else:
             self._time_shares()
