@@ -40,10 +40,11 @@ def shares_section(context: ReportContext) -> list[Block]:
             for (model_key, _size), label in cell_labels(cells).items():
                 cell = f"{model_key}|{workload}"
                 table = share_table(data, cell, study.variants)
-                if table is not None:
-                    where = workload if len(study.machines) == 1 else f"{workload} · {machine}"
-                    blocks += [Heading(f"{label} · {where}", 3), table]
-                if table is not None and cell in data.reused_from:
+                if table is None:
+                    continue
+                where = workload if len(study.machines) == 1 else f"{workload} · {machine}"
+                blocks += [Heading(f"{label} · {where}", 3), table]
+                if cell in data.reused_from:
                     blocks.append(Paragraph(REUSED.format(data.reused_from[cell][:16])))
     if not blocks:
         return []
