@@ -321,4 +321,7 @@ def test_a_cell_given_no_timed_rounds_times_no_op_shares(tmp_path: Path, capsys)
     results = read_results([out])
     assert not results.of_kind("share")
     assert all(trial["warmup"] for trial in results.of_kind("trial"))
-    assert "op shares skipped: no timed rounds to weigh them against" in capsys.readouterr().out
+    said = capsys.readouterr().out
+    assert "op shares skipped: no timed rounds to weigh them against" in said
+    # its closing line names no spread, as it measured none
+    assert "no row got timed rounds here" in said and "spread here was" not in said

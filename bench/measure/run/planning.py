@@ -210,7 +210,8 @@ class RunPlanner:
         mine = sum(self._signature(c) in self.known for c in self.cells)
         if mine == len(self.cells):
             dates = sorted({self.known[self._signature(c)].measured_at[:10] for c in self.cells})
-            return f"costs and spreads measured here ({', '.join(d for d in dates if d)})"
+            when = ", ".join(d for d in dates if d)
+            return "costs and spreads measured here" + (f" ({when})" if when else "")
         spread = (
             "spreads of the measured rows"
             if any(m.sds for m in self._mine())
@@ -381,7 +382,7 @@ class RunPlanner:
             for c in plan.cells
         ]
         head = (
-            f"plan for the {left_s:.0f} s left ({self.source()}): {', '.join(parts)}; "
+            f"plan for the {max(left_s, 0.0):.0f} s left ({self.source()}): {', '.join(parts)}; "
             f"expected to decide {plan.expected:.1f} of {self.total_rows} rows"
         )
         dropped = [c for c in plan.cells if not c.rounds]
@@ -428,9 +429,14 @@ class RunPlanner:
         if plan is None or not sds or (not short and plan.expected >= len(sds) - 0.5):
             return None
         wider = self.budget_to_decide(plan)
-        seen = measured or sds  # this run's rows; where it measured none, what the plan assumed
-        spread = f"{100 * seen[0]:.1f}-{100 * seen[-1]:.1f}%" if seen[0] != seen[-1] else ""
-        return f"the rows' per-round spread here was {spread or f'{100 * seen[0]:.1f}%'}" + (
+        assumed = [sd for sd in sds if sd > 0]  # a spread of 0: none known yet
+        if measured:
+            head = f"the rows' per-round spread here was {_span(measured)}"
+        elif assumed:
+            head = f"no row got timed rounds here (the plan assumed spreads of {_span(assumed)})"
+        else:
+            head = "no row got timed rounds here"
+        return head + (
             f"; at this pace `--budget {wider}` plans rounds that would decide every row"
             if wider
             else f"; at this pace neither an hour nor {self.exp.rounds} rounds a size "
@@ -450,6 +456,12 @@ class RunPlanner:
             if self.fixed.get(cell.key) and self._signature(cell) in self.known
             for sd in self.known[self._signature(cell)].sds.values()
         ]
+
+
+def _span(sds: list[float]) -> str:
+    """ "1.2-3.4%" for sorted per-round spreads, "1.2%" for one."""
+    low, high = f"{100 * sds[0]:.1f}", f"{100 * sds[-1]:.1f}"
+    return f"{low}%" if low == high else f"{low}-{high}%"
 
 
 def _short(label: str) -> str:
