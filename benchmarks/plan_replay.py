@@ -379,6 +379,14 @@ def main() -> None:
     parser.add_argument(
         "--runs", type=int, default=5, help="earlier runs the cached spreads pool (default 5)"
     )
+    parser.add_argument(
+        "--profile",
+        action="append",
+        metavar="LABEL=FILE",
+        help="replay this results file of the default experiment instead of the committed "
+        "profiles (repeatable): the rows a run at 330 s would decide at the spreads and pace a "
+        "longer run measured",
+    )
     parser.add_argument("--out", type=Path, help="also write the table here (markdown)")
     parser.add_argument(
         "--tails-from",
@@ -390,6 +398,7 @@ def main() -> None:
     args = parser.parse_args()
     loads = {k: float(v) for k, v in (item.split("=") for item in args.loads.split(","))}
     tails = stored_tails(args.tails_from)
+    profiles = dict(item.split("=", 1) for item in args.profile) if args.profile else PROFILES
     lines = [
         f"trials: plan replayed, {args.replays} replays a profile, budget {BUDGET_S:g} s, "
         f"loads {args.loads} s, op shares {args.after:g} rounds, stopping {args.stop:g} s a "
@@ -402,7 +411,7 @@ def main() -> None:
         "(mean) | runs with >= 14 | A/A tables with a false claim (one of 16 rows a replay) |",
         "|---|---|---|---|---|---|",
     ]
-    for seed, (label, file) in enumerate(PROFILES.items()):
+    for seed, (label, file) in enumerate(profiles.items()):
         path = (ROOT / file).resolve()
         if not path.exists():
             lines.append(f"| {label} | ({file} not here) | | | | |")
