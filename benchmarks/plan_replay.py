@@ -382,10 +382,11 @@ def main() -> None:
     parser.add_argument(
         "--profile",
         action="append",
-        metavar="LABEL=FILE",
+        metavar="LABEL=FILE[,SIZE:FILE]",
         help="replay this results file of the default experiment instead of the committed "
         "profiles (repeatable): the rows a run at 330 s would decide at the spreads and pace a "
-        "longer run measured",
+        "longer run measured; SIZE:FILE takes that size's rounds from another file (another "
+        "configuration of that size)",
     )
     parser.add_argument("--out", type=Path, help="also write the table here (markdown)")
     parser.add_argument(
@@ -411,12 +412,17 @@ def main() -> None:
         "(mean) | runs with >= 14 | A/A tables with a false claim (one of 16 rows a replay) |",
         "|---|---|---|---|---|---|",
     ]
-    for seed, (label, file) in enumerate(profiles.items()):
-        path = (ROOT / file).resolve()
-        if not path.exists():
-            lines.append(f"| {label} | ({file} not here) | | | | |")
+    for seed, (label, spec) in enumerate(profiles.items()):
+        file, *swaps = spec.split(",")
+        paths = [(ROOT / f).resolve() for f in [file, *(s.split(":", 1)[1] for s in swaps)]]
+        if not all(path.exists() for path in paths):
+            lines.append(f"| {label} | ({spec} not here) | | | | |")
             continue
-        sizes = read_profile(path)
+        sizes = read_profile(paths[0])
+        for swap, path in zip(swaps, paths[1:], strict=True):
+            # a size from another file: its pace and spread in another configuration
+            name = swap.split(":", 1)[0]
+            sizes[name] = read_profile(path)[name]
         found = replay(sizes, tails, loads, (args.after, args.stop), args.replays, seed, args.runs)
         noise = Noise.of(sizes, tails)
         paces = ", ".join(
