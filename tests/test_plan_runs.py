@@ -263,16 +263,19 @@ SHARES_EXPERIMENT = (
 )
 
 
-def _shares_run(folder: Path, cache: Path, name: str, code: str) -> tuple[Path, str]:
-    """A run of SHARES_EXPERIMENT as if from a clean checkout whose commit `code` names, its rows
-    taken as decided (so it times op shares whatever the tiny rounds scatter)."""
+def _shares_run(
+    folder: Path, cache: Path, name: str, code: str, shares: int = 1
+) -> tuple[Path, str]:
+    """A run of SHARES_EXPERIMENT (with `shares` op-share rounds) as if from a clean checkout whose
+    commit `code` names, its rows taken as decided (so it times op shares whatever the tiny rounds
+    scatter)."""
     import io
     from contextlib import redirect_stdout
 
     from fusebench.measure.run import cellstop, runner
 
     exp = folder / "exp.yaml"
-    exp.write_text(SHARES_EXPERIMENT)
+    exp.write_text(SHARES_EXPERIMENT.replace("shares: 1", f"shares: {shares}"))
     out = folder / f"{name}.jsonl"
     said = io.StringIO()
     with pytest.MonkeyPatch.context() as patch, redirect_stdout(said):
@@ -287,7 +290,7 @@ def test_a_run_of_the_same_code_writes_the_cached_op_shares_instead_of_timing_th
     tmp_path: Path,
 ):
     cache = tmp_path / "cache"
-    first, _ = _shares_run(tmp_path, cache, "first", "commit-a mlx 0")
+    first, _ = _shares_run(tmp_path, cache, "first", "commit-a mlx 0", shares=2)
     timed = read_results([first]).of_kind("share")
     assert timed and all(share.get("reused_from") is None for share in timed)
     (path,) = cache.glob("fusebench/plan-v1-*.json")
@@ -295,9 +298,12 @@ def test_a_run_of_the_same_code_writes_the_cached_op_shares_instead_of_timing_th
     assert cell["shares"]["code"] == "commit-a mlx 0" and cell["shares_s"] > 0
     assert len(cell["shares"]["samples"]) == len(timed)
 
+    # the experiment now asks one round of the two cached: that one is written
     second, said = _shares_run(tmp_path, cache, "second", "commit-a mlx 0")
     reused = read_results([second]).of_kind("share")
-    assert len(reused) == len(timed)
+    assert {share["round"] for share in timed} == {0, 1}
+    assert len(reused) == sum(share["round"] == 0 for share in timed)
+    assert {share["round"] for share in reused} == {0}
     assert {share["reused_from"] for share in reused} == {cell["shares"]["measured_at"]}
     assert "op shares as timed here at" in said
     report = tmp_path / "report"

@@ -267,12 +267,15 @@ class RunPlanner:
 
     def reusable_shares(self, cell: Cell) -> CachedShares | None:
         """The op shares an earlier run timed here for this cell, where this run's code is that
-        run's and they hold the rounds the experiment asks."""
+        run's and they hold the rounds the experiment asks: those rounds."""
         known = self.known.get(self._signature(cell))
         shares = known.shares if known else None
         if not self.code or shares is None or shares.code != self.code:
             return None
-        return shares if self.exp.shares and shares.rounds >= self.exp.shares else None
+        if not self.exp.shares or shares.rounds < self.exp.shares:
+            return None
+        asked = tuple(sample for sample in shares.samples if sample.round < self.exp.shares)
+        return replace(shares, samples=asked)
 
     # --- the plan ------------------------------------------------------------------------------
 
