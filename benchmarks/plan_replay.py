@@ -30,6 +30,8 @@ and all): a table with any "faster" or "slower" is a false claim.
 
     .venv/bin/python benchmarks/plan_replay.py                   (400 replays a profile)
     .venv/bin/python benchmarks/plan_replay.py --replays 50      (a quick look)
+    .venv/bin/python benchmarks/plan_replay.py --profile "LABEL=RUN,31B:OTHER"
+        (one run's rounds at 330 s, its 31B's from another run: results/budget-11m-zen4)
 """
 
 from __future__ import annotations
