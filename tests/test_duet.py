@@ -130,8 +130,19 @@ def pilots(monkeypatch, tmp_path):
     return calls
 
 
+def test_a_run_never_pilots_and_runs_sequentially_with_nothing_weighed(pilots):
+    # A machine's first run: the safe schedule, no pilot in its noisiest first minutes.
+    choice = choose_schedule(Schedule.AUTO, Env(backend="cpu"), {}, threads=1)
+    assert choice.schedule == Schedule.SEQUENTIAL and "the safe schedule" in choice.reason
+    assert pilots == [] and choice.clock == Clock.WALL
+    # once `env --probe` has cached a pilot's choice, a run uses it
+    probed = choose_schedule(Schedule.AUTO, Env(backend="cpu"), {}, threads=1, fresh=True)
+    assert choose_schedule(Schedule.AUTO, Env(backend="cpu"), {}, threads=1) == probed
+    assert pilots == [1]
+
+
 def test_auto_runs_sequentially_where_sequential_workers_run_more_threads(pilots):
-    choice = choose_schedule(Schedule.AUTO, Env(backend="cpu"), {}, threads=2)
+    choice = choose_schedule(Schedule.AUTO, Env(backend="cpu"), {}, threads=2, fresh=True)
     assert choice.schedule == Schedule.SEQUENTIAL and "2 BLAS threads" in choice.reason
     # the pilot timed the sequential pair alone; its CPU clock scattered half as much, and the run
     # is on the wall clock all the same (a Δ is wall-clock tok/s), the CPU figure information
@@ -144,8 +155,8 @@ def test_auto_runs_sequentially_where_sequential_workers_run_more_threads(pilots
     assert pilots == [2]
 
 
-def test_the_pilot_runs_once_per_machine_and_an_asked_schedule_reads_its_clock(pilots):
-    first = choose_schedule(Schedule.AUTO, Env(backend="cpu"), {}, threads=1)
+def test_the_pilot_is_cached_per_machine_and_an_asked_schedule_reads_its_clock(pilots):
+    first = choose_schedule(Schedule.AUTO, Env(backend="cpu"), {}, threads=1, fresh=True)
     again = choose_schedule(Schedule.AUTO, Env(backend="cpu"), {}, threads=1)
     assert pilots == [1] and first == again
     # the duet bought (8/5)² x 2 = 5.12x: chosen, on the wall clock (its clocks scattered alike)
@@ -159,7 +170,7 @@ def test_the_pilot_runs_once_per_machine_and_an_asked_schedule_reads_its_clock(p
 def test_no_pilot_starts_beside_other_work(pilots, monkeypatch):
     busy = MachineLoad(loadavg_1m=2.0, cores=2, other_cores=1.5, steal_cores=0.0)
     monkeypatch.setattr("fusebench.measure.run.pilot.preflight", lambda: busy)
-    choice = choose_schedule(Schedule.AUTO, Env(backend="cpu"), {}, threads=1)
+    choice = choose_schedule(Schedule.AUTO, Env(backend="cpu"), {}, threads=1, fresh=True)
     assert choice.schedule == Schedule.SEQUENTIAL and "1.5 cores" in choice.reason
     assert choice.clock == Clock.WALL and pilots == []
 
@@ -305,7 +316,7 @@ def test_a_run_is_on_the_wall_clock_however_little_the_cpu_clock_scatters(cpu_sd
 
 
 def test_a_cached_choice_of_the_cpu_clock_runs_on_the_wall_clock(pilots, tmp_path):
-    first = choose_schedule(Schedule.AUTO, Env(backend="cpu"), {}, threads=2)
+    first = choose_schedule(Schedule.AUTO, Env(backend="cpu"), {}, threads=2, fresh=True)
     (cached,) = tmp_path.glob("schedule-*.json")
     # as an earlier version wrote it
     cached.write_text(cached.read_text().replace('"clock": "wall"', '"clock": "cpu"'))
@@ -374,8 +385,8 @@ def test_a_duet_run_pairs_each_comparison_beside_itself_on_two_cores(duet_run: P
         for trial in pair:
             assert trial["prefill_cpu_s"] > 0 and trial["gen_cpu_s"] > 0
             assert trial["started_unix_s"] <= trial["ended_unix_s"]
-    # worker_rounds: 2 -> a fresh pair after round 2 of 3
-    assert len({t["process"] for t in timed}) == 2
+    # a duet of one build's variants keeps its pair, whatever worker_rounds says (2 here)
+    assert len({t["process"] for t in timed}) == 1
     stop = results.of_kind("stop")[0]
     assert stop["schedule"] == "duet" and stop["rounds"] == 3
     # The correctness check rode on the two warm-up rounds, in the first worker, which ran every

@@ -91,8 +91,8 @@ def test_the_second_run_plans_from_its_start_on_what_the_first_measured(two_runs
     for cell in measured.values():
         assert cell["round_s"] > 0 and cell["warmup_s"] > 0 and len(cell["sds"]) == 2
     said = two_runs[2]
-    assert "plan for the" in said and "costs and spreads measured here" in said
-    assert said.index("plan for the") < said.index("loaded")
+    assert "plan: about" in said and "costs and spreads measured here" in said
+    assert said.index("plan: about") < said.index("loaded")
     assert "time: " in said and "% measuring" in said
 
 
@@ -215,19 +215,26 @@ def test_the_spreads_upper_bound_covers_sigma_at_its_stated_rate():
     assert sd_upper_factor(30) < sd_upper_factor(8)
 
 
-def test_the_other_thread_count_wins_only_at_its_spreads_upper_bounds():
-    from fusebench.core.header import ThreadChoice
-    from fusebench.measure.run.configuration import PlannedRows, weigh_threads
+def test_another_configuration_wins_only_at_its_spreads_upper_bounds():
+    from fusebench.measure.run.configuration import Configuration, PlannedRows, weigh
 
-    probed = ThreadChoice(1, reason="probe")
-    one = PlannedRows(1, expected=11.5, bounded=10.7)
-    ahead_at_its_measures = PlannedRows(2, expected=12.0, bounded=7.4)
-    surely_ahead = PlannedRows(2, expected=15.0, bounded=12.0)
-    kept = weigh_threads(probed, one, ahead_at_its_measures, rows=16)
-    assert kept.threads == 1 and kept.reason.startswith("probe; ") and "not surely" in kept.reason
-    assert "11.5 of 16" in kept.reason and "7.4 at the spreads' 90% upper bounds" in kept.reason
-    switched = weigh_threads(probed, one, surely_ahead, rows=16)
-    assert switched.threads == 2 and "surely decide more" in switched.reason
+    one, two = Configuration(1, "sequential"), Configuration(2, "sequential")
+    duet = Configuration(1, "duet")
+    chosen = PlannedRows(one, expected=11.5, seconds=600, bounded=10.7, bounded_seconds=600)
+    ahead_at_its_measures = PlannedRows(two, 12.0, 600, bounded=7.4, bounded_seconds=600)
+    surely_ahead = PlannedRows(two, 15.0, 600, bounded=12.0, bounded_seconds=600)
+    kept, why = weigh(chosen, [ahead_at_its_measures], rows=16)
+    assert kept == one and "none other surely better" in why
+    assert "1 thread, sequential 11.5 rows in 600 s" in why
+    assert "7.4 in 600 s at the spreads' 90% upper bounds" in why
+    switched, why = weigh(chosen, [ahead_at_its_measures, surely_ahead], rows=16)
+    assert switched == two and why.endswith("2 threads, sequential surely better")
+    # Every row decided either way: the one that surely takes less time wins.
+    decided = PlannedRows(one, 15.5, seconds=400, bounded=15.5, bounded_seconds=470)
+    sooner = PlannedRows(duet, 15.5, seconds=250, bounded=15.5, bounded_seconds=330)
+    not_surely_sooner = PlannedRows(duet, 15.5, seconds=300, bounded=15.5, bounded_seconds=420)
+    assert weigh(decided, [sooner], rows=16)[0] == duet
+    assert weigh(decided, [not_surely_sooner], rows=16)[0] == one
 
 
 def test_a_plans_spreads_pool_the_cells_last_runs():

@@ -453,7 +453,7 @@ ERRORS = {
         MINIMAL + "trials: plan\n",
         10,
         "trials",
-        "trials: plan needs budget_s (the rounds are planned in it)",
+        "trials: plan needs budget_s (the most its rounds may take)",
     ),
     "trials: plan with fewer max_rounds than a planned cell's least": (
         MINIMAL + "trials: plan\nbudget_s: 300\nmax_rounds: 6\n",

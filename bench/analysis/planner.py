@@ -20,14 +20,18 @@ The plan
     workers). A cell gets no rounds, and is never loaded, or at least MIN_PLANNED_ROUNDS: heavy
     tails make a t interval on fewer rounds slightly liberal (docs/statistics.md). Among the
     subsets of cells that fit the budget at that minimum, each is filled one round at a time,
-    always with the round that adds the most expected decided rows per second (at a row's
-    expected count it stays, time left narrows the intervals evenly), and the subset expected to
-    decide the most rows wins. With more than EXHAUSTIVE_CELLS cells only the run's order is
-    tried, cell by cell (the cells that fit, in turn).
+    always with the round that adds the most expected decided rows per second, until its rows
+    are expected decided (every row of the table but UNDECIDED_ROWS, shared among its rows, or
+    as far as max_rounds can) or the budget is spent; the subset expected to decide the most
+    rows wins, and of those that decide enough the one that takes the least time. The budget is
+    thus a cap, and the plan's `seconds` the time the table needs. With more than
+    EXHAUSTIVE_CELLS cells only the run's order is tried, cell by cell (the cells that fit, in
+    turn).
 
 A cell whose spread is not known yet is planned at the spread `CellCost.sds` is given: the runner
-gives the machine's (a cached earlier run of that cell, this run's cells, or the schedule pilot),
-and measure.plancosts says which.
+gives the machine's (a cached earlier run of that cell, or this run's cells), and
+measure.run.planning says which. A cell given no spread at all (nothing measured on this machine
+yet) gets MIN_PLANNED_ROUNDS: its own rounds measure the spread the cells after it are planned at.
 """
 
 from __future__ import annotations
@@ -55,6 +59,7 @@ __all__ = [
 
 EXHAUSTIVE_CELLS = 10  # at most this many cells: every subset is tried
 QUADRATURE = 48  # quantiles of the sample SD's law the decision probability is averaged over
+UNDECIDED_ROWS = 0.5  # the rows of a whole table a plan may leave to chance: half a row
 
 
 @dataclass(frozen=True)
@@ -158,11 +163,15 @@ def plan_rounds(
     max_rounds: int,
     alpha: float = 0.05,
     min_rounds: int = MIN_PLANNED_ROUNDS,
+    until_decided: bool = False,
 ) -> Plan:
     """Each cell's rounds for a run with `budget_s` seconds left (module docstring). `rows` is the
-    table's row count, whose Bonferroni level the rows are planned at."""
+    table's row count, whose Bonferroni level the rows are planned at. `until_decided`: no more
+    rounds once the rows are expected decided (`_Expectation.enough`), the budget a cap and the
+    plan's seconds the time the table needs; else the budget is spent."""
     level_alpha = alpha / max(1, rows)
     expect = _Expectation(level_alpha, goal)
+    enough = expect.enough(costs, rows, max_rounds) if until_decided else None
     subsets: list[tuple[int, ...]]
     if len(costs) <= EXHAUSTIVE_CELLS:
         subsets = [
@@ -172,16 +181,24 @@ def plan_rounds(
         ]
     else:
         subsets = [tuple(range(k)) for k in range(len(costs), 0, -1)]
-    best: tuple[float, list[int]] = (-1.0, [0] * len(costs))
+    best: tuple[float, int, float] = (-1.0, 0, 0.0)  # rows, cells given rounds, -seconds
+    rounds = [0] * len(costs)
     for chosen in subsets:
-        filled = _fill(costs, chosen, budget_s, expect, min_rounds, max_rounds)
+        filled = _fill(costs, chosen, budget_s, expect, (min_rounds, max_rounds), enough)
         if filled is None:
             continue
         score = sum(expect.rows(costs[i], filled[i]) for i in chosen)
-        if score > best[0] + 1e-9:
-            best = (score, filled)
+        # Past enough, the quicker plan wins; of plans alike, the one that measures more cells (a
+        # cell whose spread is not known yet adds no expected row, but its rounds measure it).
+        key = (
+            round(score if enough is None else min(score, enough), 9),
+            len(chosen),
+            -round(sum(costs[i].cost_s(filled[i]) for i in chosen), 9),
+        )
+        if key > best:
+            best, rounds = key, filled
     cells = tuple(
-        CellPlan(cost, n, expect.rows(cost, n)) for cost, n in zip(costs, best[1], strict=True)
+        CellPlan(cost, n, expect.rows(cost, n)) for cost, n in zip(costs, rounds, strict=True)
     )
     return Plan(cells, budget_s, rows, 1.0 - level_alpha, goal.margin_pct)
 
@@ -202,17 +219,25 @@ class _Expectation:
     def rows(self, cost: CellCost, rounds: int) -> float:
         return sum(self.row(sd, rounds) for sd in cost.sds) if rounds else 0.0
 
+    def enough(self, costs: Sequence[CellCost], rows: int, max_rounds: int) -> float:
+        """The expected decided rows past which a plan adds no round: each row with a spread
+        decided but for its share of the table's UNDECIDED_ROWS, or as far as max_rounds can."""
+        share = 1.0 - UNDECIDED_ROWS / max(1, rows)
+        return sum(min(share, self.row(sd, max_rounds)) for cost in costs for sd in cost.sds)
+
 
 def _fill(
     costs: Sequence[CellCost],
     chosen: Sequence[int],
     budget_s: float,
     expect: _Expectation,
-    min_rounds: int,
-    max_rounds: int,
+    bounds: tuple[int, int],
+    enough: float | None,
 ) -> list[int] | None:
-    """The chosen cells at min_rounds, then a round at a time where it buys the most expected rows
-    per second; None when the chosen cells do not fit at min_rounds."""
+    """The chosen cells at the fewest rounds `bounds` allow, then a round at a time where it buys
+    the most expected rows per second, until `enough` rows are expected (a cell with no spread
+    known then stays at the fewest); None when the chosen cells do not fit at the fewest."""
+    min_rounds, max_rounds = bounds
     rounds = [0] * len(costs)
     for i in chosen:
         rounds[i] = min_rounds
@@ -220,7 +245,17 @@ def _fill(
     if left < 0:
         return None
     while True:
-        fits = [i for i in chosen if rounds[i] < max_rounds and costs[i].round_s <= left]
+        if enough is not None and sum(expect.rows(costs[i], rounds[i]) for i in chosen) >= (
+            enough - 1e-9
+        ):
+            return rounds
+        fits = [
+            i
+            for i in chosen
+            if rounds[i] < max_rounds
+            and costs[i].round_s <= left
+            and (enough is None or costs[i].sds)
+        ]
         if not fits:
             return rounds
 

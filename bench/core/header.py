@@ -133,6 +133,9 @@ class TimeSpent:
     run_id: str = "?"
     total_s: float = 0.0
     phases: dict[str, float] = field(default_factory=dict)
+    # trials: plan: the time from the command's start its first plan line said, before the first
+    # timed round (None: no plan said one)
+    said_s: float | None = None
 
     @property
     def measuring_s(self) -> float:

@@ -328,9 +328,9 @@ class Experiment:
                 )
             case Trials.PLAN:
                 return (
-                    f"each size's rounds chosen to decide the most rows in the whole run's "
-                    f"{self.budget_s:g} s (none, or {MIN_PLANNED_ROUNDS} to {self.rounds}), fixed "
-                    "before its first timed round (the fixed-n interval)"
+                    f"each size's rounds the fewest expected to decide its rows, the whole run "
+                    f"within {self.budget_s:g} s (none, or {MIN_PLANNED_ROUNDS} to {self.rounds}), "
+                    "fixed before its first timed round (the fixed-n interval)"
                 )
         target = f", each interval within ±{self.target_pct:g}%" if self.target_pct else ""
         budget = f", the whole run within {self.budget_s:g} s" if self.budget_s else ""
@@ -1194,8 +1194,9 @@ KEYS = (
     Key(
         "trials",
         "5",
-        f"timed rounds, >= 1; or plan: each size's rounds chosen to decide the most rows in "
-        f"budget_s, from this machine's measured costs and spreads, fixed before its first; or "
+        f"timed rounds, >= 1; or plan: each size's rounds the fewest expected to decide its "
+        f"rows within budget_s, from this machine's measured costs and spreads, fixed before its "
+        f"first; or "
         f"{AUTO}: add rounds until every row is decided; or budget: as many as budget_s holds, "
         "fixed from the warm-up's pace before the first timed round",
         _trials,
@@ -1294,9 +1295,9 @@ KEYS = (
     Key(
         "worker_rounds",
         "6",
-        "with run --against or a duet: rounds each pair of worker processes runs before a fresh "
+        "with run --against: rounds each pair of the two builds' workers runs before a fresh "
         "pair takes over (the interval then holds the spread between processes), >= 0; "
-        "0: one pair a cell",
+        "0: one pair a cell (a duet of one build's variants always keeps one)",
         _plain(_int, minimum=0),
         DEFAULT_WORKER_ROUNDS,
     ),
@@ -1343,11 +1344,11 @@ def _budget_rules(
 def _plan_rules(
     items: _Items, target_pct: float | None, budget_s: float | None, max_rounds: int
 ) -> None:
-    """trials: plan spends budget_s on the rounds it plans, none fewer than MIN_PLANNED_ROUNDS a
-    cell, and decides nothing on its data."""
+    """trials: plan plans its rounds within budget_s, none fewer than MIN_PLANNED_ROUNDS a cell, and
+    decides nothing on its data."""
     where = items["trials"][0]
     if budget_s is None:
-        _fail(where, "trials", "trials: plan needs budget_s (the rounds are planned in it)")
+        _fail(where, "trials", "trials: plan needs budget_s (the most its rounds may take)")
     if max_rounds < MIN_PLANNED_ROUNDS:
         _fail(
             items["max_rounds"][0],

@@ -196,7 +196,7 @@ class CellRun:
         with trials: budget or plan the rounds are fixed from them now, before the first."""
         with self.context.time.ledger.phase("warm-up"):
             warmup_s, round_s = self._warmups()
-        paired = len(self.workers) > 1
+        paired = self._fresh_pairs
         fresh_pair_s = self.load_s + warmup_s if paired else 0.0
         self.target.expect(RoundCosts(round_s or 0.0, fresh_pair_s))
         if round_s is None:
@@ -237,7 +237,7 @@ class CellRun:
         self.target.planned = rounds
         self.target.limit_to(min(share, self.deadline - time.monotonic()))
         if not planned_before and planner.plan is not None:
-            self._say(planner.line(planner.plan, self.context.time.time_left_s()))
+            self._say(planner.line(planner.plan, self.context.time.spent_s()))
         said = (
             f"{rounds} timed rounds, fixed by the plan (a warm-up round took {round_s:.1f} s)"
             if rounds
@@ -307,11 +307,18 @@ class CellRun:
             self.shares_s = time.monotonic() - began
             self.timed_shares = CachedShares(timed, self.context.planner.code, now_iso())
 
+    @property
+    def _fresh_pairs(self) -> bool:
+        """Whether this cell's rounds come from fresh worker pairs every worker_rounds: two
+        builds' workers only. A duet of one build's variants keeps its pair: each worker runs both
+        variants in turn, and the committed duet runs show no offset between pairs
+        (benchmarks/duet_fresh_pairs.py, results/duet-fresh-pairs)."""
+        return len(self.builds) > 1
+
     def _pair_served(self, rounds: int) -> bool:
-        """Whether a pair of workers (two builds', or a duet's) has run its worker_rounds (a fresh
-        pair is due)."""
+        """Whether two builds' pair of workers has run its worker_rounds (a fresh pair is due)."""
         due = self.exp.fresh_pairs(rounds + 1) > self.exp.fresh_pairs(rounds)
-        return len(self.workers) > 1 and due
+        return self._fresh_pairs and due
 
     def _fresh_workers(self) -> None:
         """Fresh workers, loaded and warmed up, so the next rounds come from other processes."""

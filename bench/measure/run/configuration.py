@@ -1,32 +1,36 @@
-"""`threads: auto` weighed on the experiment's own runs (issue 53: a configuration chosen from the
-experiment's trials, with their uncertainty).
+"""`threads: auto` and `schedule: auto` weighed on the experiment's own runs (issues 53 and 64: a
+configuration chosen from the experiment's trials, with their uncertainty).
 
-The thread probe (measure.machine.threads) times a step-shaped matmul, once per machine. Where this
-machine has run the experiment's cells with `trials: plan` at one BLAS thread and at every core,
-the plan cache holds what those runs measured at each: every cell's round, setup and rows' spreads.
-The plan of the run, made from each, says how many rows each thread count is expected to decide in
-the budget, which is what a thread count is for. The probe's choice stays unless the other thread
-count's plan beats it even with its rows' spreads at their upper bounds (SD_BOUND: the 90% upper
-bound of σ from the fewest rounds a planned cell runs, MIN_PLANNED_ROUNDS), as the probe's own
-rule asks its challenger to win at a lower bound. On the Zen 4 (results/threads-weigh-zen4): two
-threads 8.6 rows expected at their measured spreads against one thread's 7.5, but 5.0 at the
-bounds, so one thread stayed; the two-thread run before had decided 4 of 16.
+The thread probe (measure.machine.threads) times a step-shaped matmul, once per machine; a run
+starts in sequential rounds unless a pilot was cached (measure.run.pilot). Where this machine has
+run the experiment's cells with `trials: plan` in other configurations (one BLAS thread or every
+core; sequential rounds or duets, which run one thread a worker), the plan cache holds what those
+runs measured in each: every cell's round, setup and rows' spreads. The plan made from each says
+how many rows that configuration is expected to decide within the budget, and in how long, which
+is what a configuration is for. The chosen one stays unless another beats it even with its rows'
+spreads at their upper bounds (SD_BOUND: the 90% upper bound of σ from the fewest rounds a
+planned cell runs, MIN_PLANNED_ROUNDS): more rows than the chosen one's plan expects at its
+measured spreads, or as many in less time; as the probe's own rule asks its challenger to win at a
+lower bound. On the Zen 4 (results/threads-weigh-zen4): two threads 8.6 rows expected at their
+measured spreads against one thread's 7.5, but 5.0 at the bounds, so one thread stayed; the
+two-thread run before had decided 4 of 16.
 
-A thread count the experiment has not run here is not weighed: the probe's choice holds, and a
-run at `threads: N` is what lets `auto` weigh N afterwards.
+A configuration the experiment has not run here is not weighed: the chosen one holds, and a run
+at `threads: N` or `--schedule duet` is what lets `auto` weigh that one afterwards.
 """
 
 from __future__ import annotations
 
 import math
-from dataclasses import dataclass, replace
+from collections.abc import Sequence
+from dataclasses import dataclass
 
 from scipy import stats
 
-from ...core.header import ThreadChoice
 from ...core.spec import MIN_PLANNED_ROUNDS
 
 SD_BOUND = 0.10  # a spread's upper bound: σ at the 90% quantile given its rounds
+SAME_ROWS = 0.05  # expected rows this close count as as many (plans stop at the same target)
 
 
 def sd_upper_factor(rounds: int = MIN_PLANNED_ROUNDS) -> float:
@@ -37,29 +41,52 @@ def sd_upper_factor(rounds: int = MIN_PLANNED_ROUNDS) -> float:
 
 
 @dataclass(frozen=True)
-class PlannedRows:
-    """What the plan made from one thread count's cached runs expects to decide."""
+class Configuration:
+    """How a run's workers run: their BLAS threads and the schedule of their rounds."""
 
     threads: int
-    expected: float  # rows, at the spreads the runs measured
-    bounded: float  # rows, at those spreads' upper bounds
+    schedule: str
+
+    def __str__(self) -> str:
+        return f"{self.threads} thread{'s' if self.threads > 1 else ''}, {self.schedule}"
 
 
-def weigh_threads(
-    probed: ThreadChoice, incumbent: PlannedRows, challenger: PlannedRows, rows: int
-) -> ThreadChoice:
-    """The probe's choice (`incumbent`'s thread count) unless `challenger` is expected to decide
-    more rows even at its spreads' upper bounds than the incumbent at its measured ones."""
-    figures = (
-        f"this experiment's runs here: {incumbent.threads} thread(s) {incumbent.expected:.1f} of "
-        f"{rows} rows expected, {challenger.threads} thread(s) {challenger.expected:.1f} "
-        f"({challenger.bounded:.1f} at the spreads' {100 * (1 - SD_BOUND):.0f}% upper bounds)"
-    )
-    if challenger.bounded > incumbent.expected:
-        return ThreadChoice(
-            challenger.threads,
-            probed.settings,
-            f"{figures}: {challenger.threads} surely decide more (the thread probe had chosen "
-            f"{incumbent.threads})",
+@dataclass(frozen=True)
+class PlannedRows:
+    """What the plan made from one configuration's cached runs expects: rows decided and the time
+    it takes, at the spreads the runs measured and at their upper bounds."""
+
+    configuration: Configuration
+    expected: float
+    seconds: float
+    bounded: float
+    bounded_seconds: float
+
+    def __str__(self) -> str:
+        return (
+            f"{self.configuration} {self.expected:.1f} rows in {self.seconds:.0f} s "
+            f"({self.bounded:.1f} in {self.bounded_seconds:.0f} s at the spreads' "
+            f"{100 * (1 - SD_BOUND):.0f}% upper bounds)"
         )
-    return replace(probed, reason=f"{probed.reason}; {figures}: not surely more")
+
+    def surely_beats(self, chosen: PlannedRows) -> bool:
+        """More rows at this one's spreads' upper bounds than `chosen` expects at its measured
+        ones, or as many in less time."""
+        if self.bounded > chosen.expected + SAME_ROWS:
+            return True
+        return self.bounded >= chosen.expected - SAME_ROWS and self.bounded_seconds < chosen.seconds
+
+
+def weigh(
+    chosen: PlannedRows, others: Sequence[PlannedRows], rows: int
+) -> tuple[Configuration, str]:
+    """The configuration a run uses, and why: `chosen`'s unless another surely beats it (the one
+    with the most rows, then the least time, at its bounds)."""
+    figures = f"this experiment's runs here, {rows} rows: " + "; ".join(
+        str(planned) for planned in (chosen, *others)
+    )
+    winners = [planned for planned in others if planned.surely_beats(chosen)]
+    if not winners:
+        return chosen.configuration, f"{figures}: none other surely better"
+    best = max(winners, key=lambda planned: (round(planned.bounded, 6), -planned.bounded_seconds))
+    return best.configuration, f"{figures}: {best.configuration} surely better"

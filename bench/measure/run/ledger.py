@@ -32,11 +32,13 @@ class TimeLedger:
             raise ValueError(f"unknown phase {name!r}")
         self.seconds[name] = self.seconds.get(name, 0.0) + seconds
 
-    def spent(self, run_id: str) -> TimeSpent:
+    def spent(self, run_id: str, said_s: float | None = None) -> TimeSpent:
+        """The run's `time` record; `said_s`: the time its plan said before the first round."""
         total = time.monotonic() - self.started
         phases = {name: round(self.seconds[name], 3) for name in PHASES if name in self.seconds}
         phases["other"] = round(max(0.0, total - sum(self.seconds.values())), 3)
-        return TimeSpent(run_id=run_id, total_s=round(total, 3), phases=phases)
+        said = None if said_s is None else round(said_s, 3)
+        return TimeSpent(run_id=run_id, total_s=round(total, 3), phases=phases, said_s=said)
 
 
 class RunTime:
@@ -52,6 +54,10 @@ class RunTime:
         """The budget, if any, shared among `cells` cells from now on."""
         if self.budget_s:
             self.budget = RunBudget(self.budget_s, cells)
+
+    def spent_s(self) -> float:
+        """Seconds since the command started, the machine's one-time measurements included."""
+        return time.monotonic() - self.ledger.started
 
     def time_left_s(self) -> float:
         """What the run's budget has left (infinite without one)."""

@@ -1,7 +1,14 @@
-"""`schedule: auto`, which measures whether a duet buys more precision per second here
-than trials one after another, and which clock the intervals use.
+"""`schedule: auto`: which schedule a run uses, and the pilot, which measures whether a duet buys
+more precision per second here than trials one after another.
 
-How `auto` measures (the pilot)
+What a run uses
+    A cached pilot's choice, else sequential rounds, the safe schedule; a run never starts a
+    pilot itself (until 2026-12-06 a machine's first run did: 20 pairs in each schedule in its
+    first, noisiest minutes, whose choice and spread then planned every later run; issue 64).
+    With `trials: plan`, measure.run.configuration then weighs the schedules on the experiment's
+    own runs where it has run in both. `fusebench env --probe` runs the pilot (`fresh`).
+
+How the pilot measures
     Real trials, paired as a run pairs them: two workers of this build load the gate's model
     (experiments/ci.yaml: E2B's per-layer shapes at 2 layers, fp32, a 128-token prompt) and time
     its baseline variant, both trials of a pair on the same prompt, as a round's trials are. The
@@ -76,6 +83,10 @@ WARMUP = 2  # untimed pairs per schedule first
 MARGIN = 1.25  # without the pilot's pairs: a duet must buy this much more precision per second
 BUSY_CORES = 0.25  # other processes' mean CPU, in cores, above which a pilot is not cached
 PILOT_WORKERS = ("first", "second")  # a pair's two workers, laid out as a round's two builds
+UNWEIGHED = (
+    "the safe schedule: no duet weighed here yet; `auto` weighs one on this experiment's own runs "
+    "once it has run in both (`--schedule duet` once), or on `fusebench env --probe`'s pilot"
+)
 
 
 def cache_path(env: Env, threads: int) -> Path:
@@ -115,6 +126,11 @@ def choose_schedule(
         return _asked(asked, cores, cached.probes if cached else ())
     if cached:  # on the wall clock, whatever clock an earlier version chose
         return _with_clock(replace(cached, cores=cores), cached.probes)
+    if not fresh:
+        # A run never pilots: on a machine's first run the pilot measured its noisiest minutes
+        # and its choice outlived them (issue 64). The safe schedule, weighed later on the
+        # experiment's own runs (measure.run.configuration).
+        return _with_clock(ScheduleChoice(Schedule.SEQUENTIAL, UNWEIGHED, cores=cores), ())
     if (before := preflight()) and before.other_cores > BUSY_CORES:
         return _with_clock(
             ScheduleChoice(
@@ -141,15 +157,6 @@ def choose_schedule(
         )
     write_cached(path, choice)
     return choice
-
-
-def cached_schedule(asked: Schedule, env: Env, threads: int) -> ScheduleChoice | None:
-    """What choose_schedule gives at `threads` without starting a pilot; None where it would
-    start one (`auto` on a CPU with two cores and nothing cached)."""
-    pilots = asked == Schedule.AUTO and env.backend == "cpu" and duet_cores() is not None
-    if pilots and read_cached(cache_path(env, threads), ScheduleChoice) is None:
-        return None
-    return choose_schedule(asked, env, {}, threads)
 
 
 def _asked(

@@ -13,9 +13,15 @@ Costs and spreads
     Any other cell is scaled from the cells measured: its round by the roofline's work (the
     prefill's FLOPs at the peak, the generation's bytes at the memory bandwidth), its load by its
     weight bytes, its warm-ups and shares by its round; its rows are planned at the median spread
-    of the rows measured, or at the schedule pilot's pair spread before any row has one. With
-    nothing measured yet (a machine's first run), the first cell is set up first and the plan made
-    from it.
+    of the rows measured. With nothing measured yet (a machine's first run), the first cell is set
+    up first and the plan made from its pace; with no spread measured yet, it gets the fewest
+    rounds a plan gives (MIN_PLANNED_ROUNDS), and its rows' spreads plan the cells after it.
+
+The time the table needs
+    The plan stops adding rounds once every row is expected decided (analysis.planner): the
+    experiment's budget_s is a cap, and the plan's seconds, with what the run has spent, the time
+    the run says before its first timed round ("about 6 min for the 16 rows here"). A cell past
+    the cap gets none and says what it would need.
 
 When the plan is made
     Before each model's cells, for the cells left: a cell the plan gives no rounds is never
@@ -150,7 +156,6 @@ class RunPlanner:
         *,
         work: Callable[[Cell], PlanWork],
         seconds_of: Callable[[float, float], float],
-        pilot_sd: float | None,
         rows: int,
         code: str = "",
     ) -> None:
@@ -158,13 +163,13 @@ class RunPlanner:
         self.code = code  # shares_code: "" never reuses an earlier run's op shares
         self.work = {cell.key: work(cell) for cell in cells}
         self.seconds_of = seconds_of  # (FLOPs, bytes) -> roofline seconds at this machine's peak
-        self.pilot_sd = pilot_sd
         self.rows = rows
         self.goal = Goal(exp.margin_pct, limit_pct=exp.margin_pct if len(builds) > 1 else None)
         self.known = self._read_cache()  # signature -> CellMeasure
         self.setup_paid: dict[str, float] = {}  # cell -> seconds its setup took in this run
         self.fixed: dict[str, int] = {}  # cell -> rounds fixed at its start
         self.plan: Plan | None = None
+        self.said_s: float | None = None  # the run's time, as the first plan line said it
 
     # --- what the cells cost ---------------------------------------------------------------------
 
@@ -194,10 +199,10 @@ class RunPlanner:
         return pace, per_byte, warm, after
 
     def _spread(self) -> float | None:
-        """The rows' spread where a cell has none of its own: the median of every row measured, or
-        the schedule pilot's."""
+        """The rows' spread where a cell has none of its own: the median of every row measured
+        (None before any)."""
         sds = [sd for m in self._mine() for sd in m.planning_sds.values() if sd > 0]
-        return statistics.median(sds) if sds else self.pilot_sd
+        return statistics.median(sds) if sds else None
 
     def _mine(self) -> list[CellMeasure]:
         """The measures of this run's cells: another experiment's cells (a tiny model's rounds are
@@ -215,9 +220,8 @@ class RunPlanner:
         spread = (
             "spreads of the measured rows"
             if any(m.sds for m in self._mine())
-            else "spreads of the schedule pilot"
-            if self.pilot_sd
-            else "no spread measured yet: the time shared evenly"
+            else f"no spread measured yet: {MIN_PLANNED_ROUNDS} rounds a size, and the sizes "
+            "after the first planned again on its spreads"
         )
         return (
             f"{mine} of {len(self.cells)} cells measured here, the others scaled by their "
@@ -239,7 +243,8 @@ class RunPlanner:
             round_s = known.round_s
             after_s = known.after_s + self._shares_s(cell, known)
             setup_s = known.load_s + known.warmup_s
-            sds = tuple(known.planning_sds.values()) or (self._spread() or 0.0,) * work.rows
+            spread = self._spread()  # where its own rows have none yet (None: nobody's have)
+            sds = tuple(known.planning_sds.values()) or ((spread,) * work.rows if spread else ())
         else:
             round_s = pace * self.seconds_of(work.round_flops, work.round_bytes)
             first = cell is next(c for c in self.cells if c.model.key == cell.model.key)
@@ -287,7 +292,12 @@ class RunPlanner:
             return None
         costs = [self._cost(c, scale, sd_scale) for c in self.cells if c.key not in self.fixed]
         self.plan = plan_rounds(
-            costs, left_s, rows=self.rows, goal=self.goal, max_rounds=self.exp.rounds
+            costs,
+            left_s,
+            rows=self.rows,
+            goal=self.goal,
+            max_rounds=self.exp.rounds,
+            until_decided=True,
         )
         return self.plan
 
@@ -375,18 +385,23 @@ class RunPlanner:
     def total_rows(self) -> int:
         return sum(work.rows for work in self.work.values())
 
-    def line(self, plan: Plan, left_s: float) -> str:
-        """The plan in one line: each cell's rounds, the rows it expects to decide, and what the
-        cells given none would need."""
+    def line(self, plan: Plan, spent_s: float) -> str:
+        """The plan in one line: the run's time (`spent_s` so far and the plan's), each cell's
+        rounds, the rows it expects to decide, and what the cells given none would need. The first
+        line's time is what the run said (`said_s`)."""
         parts = [
             f"{_short(c.cost.label)} {c.rounds} rounds ({c.cost.round_s:.1f} s each)"
             if c.rounds
             else f"{_short(c.cost.label)} none"
             for c in plan.cells
         ]
+        total_s = spent_s + plan.seconds
+        if self.said_s is None:
+            self.said_s = total_s
         head = (
-            f"plan for the {max(left_s, 0.0):.0f} s left ({self.source()}): {', '.join(parts)}; "
-            f"expected to decide {plan.expected:.1f} of {self.total_rows} rows"
+            f"plan: about {_minutes(total_s)} for the {self.total_rows} rows here, at most "
+            f"{format_duration(self.exp.budget_s or 0.0)} (budget_s) ({self.source()}): "
+            f"{', '.join(parts)}; expected to decide {plan.expected:.1f} of {self.total_rows} rows"
         )
         dropped = [c for c in plan.cells if not c.rounds]
         if not dropped:
@@ -429,8 +444,10 @@ class RunPlanner:
         budget = self.exp.budget_s or 0.0
         plan = self.make(budget)
         sds = sorted(sd for c in plan.cells for sd in c.cost.sds) if plan else []
-        if plan is None or not sds or (not short and plan.expected >= len(sds) - 0.5):
+        if plan is None or (not short and plan.expected >= len(sds) - 0.5):
             return None
+        if not sds:  # nothing to plan a wider budget on
+            return "no row got timed rounds here" if short else None
         wider = self.budget_to_decide(plan)
         assumed = [sd for sd in sds if sd > 0]  # a spread of 0: none known yet
         if measured:
@@ -465,6 +482,11 @@ def _span(sds: list[float]) -> str:
     """ "1.2-3.4%" for sorted per-round spreads, "1.2%" for one."""
     low, high = f"{100 * sds[0]:.1f}", f"{100 * sds[-1]:.1f}"
     return f"{low}%" if low == high else f"{low}-{high}%"
+
+
+def _minutes(seconds: float) -> str:
+    """ "95 s", or "5.8 min" from two minutes on: a time said ahead, to be held to within 15%."""
+    return f"{seconds:.0f} s" if seconds < 120 else f"{seconds / 60:.1f} min"
 
 
 def _short(label: str) -> str:

@@ -16,7 +16,6 @@ import os
 import time
 from collections.abc import Iterator, Sequence
 from dataclasses import replace
-from functools import partial
 from pathlib import Path
 
 from rich.console import Console
@@ -53,10 +52,10 @@ from ..machine.threads import cache_path as threads_cache_path
 from ..ops.opcheck import check_ops_called
 from ..plugins import load_plugins
 from .cellrun import CellContext, CellRun
-from .configuration import PlannedRows, sd_upper_factor, weigh_threads
+from .configuration import Configuration, PlannedRows, sd_upper_factor, weigh
 from .findings import Findings, Roofline
 from .ledger import RunTime, TimeLedger
-from .pilot import ScheduleChoice, cached_schedule, choose_schedule
+from .pilot import ScheduleChoice, choose_schedule
 from .pilot import cache_path as schedule_cache_path
 from .plan import (
     ModelJob,
@@ -129,7 +128,7 @@ class Runner:
         if self.options.quiet:
             return
         self.console.print(
-            self.planner.line(plan, self.time.time_left_s())
+            self.planner.line(plan, self.time.spent_s())
             if plan
             else "plan: made once the first size is set up (nothing measured on this machine "
             "at this configuration yet)",
@@ -280,8 +279,8 @@ def stale_machine_line(
 
 
 def run_planner(runner: Runner, cells: Sequence[Cell], env: Env) -> RunPlanner:
-    """trials: plan's planner for this run: each cell's work from its shapes, this machine's
-    cached costs, and the schedule pilot's spread."""
+    """trials: plan's planner for this run: each cell's work from its shapes, and this machine's
+    cached costs and spreads."""
     exp, choice, schedule = runner.exp, runner.choice, runner.schedule
     warmup_rounds = schedule.warmup_rounds(runner.build_names)
 
@@ -303,7 +302,6 @@ def run_planner(runner: Runner, cells: Sequence[Cell], env: Env) -> RunPlanner:
     def seconds_of(flops: float, nbytes: float) -> float:
         return flops / (roof * 1e12) + nbytes / (bandwidth * 1e9)
 
-    probe = next((p for p in choice.probes if p.schedule == choice.schedule), None)
     cache = cache_dir() / (
         f"plan-v{PLAN_CACHE_VERSION}-{machine_key(env)}-t{env.threads}-{choice.schedule}.json"
     )
@@ -314,7 +312,6 @@ def run_planner(runner: Runner, cells: Sequence[Cell], env: Env) -> RunPlanner:
         cache,
         work=work,
         seconds_of=seconds_of,
-        pilot_sd=probe.wall_sd if probe else None,
         rows=table_rows(exp, runner.build_names),
         code=shares_code(env, exp),
     )
@@ -377,35 +374,82 @@ def build_fields(build: Build, env: Env) -> BuildFields:
     )
 
 
-Workers = tuple[dict[str, str], Env, ThreadChoice]  # the workers' environment and thread choice
+# The workers' environment, and the thread count and schedule they run
+Chosen = tuple[dict[str, str], Env, ThreadChoice, ScheduleChoice]
 
 
-def threads_from_runs(
-    exp: Experiment, cells: Sequence[Cell], options: RunOptions, console: Console, chosen: Workers
-) -> Workers:
-    """`threads: auto` with `trials: plan`: the probe's thread count, or the other (one thread or
-    every core) where this experiment's runs here say it surely decides more rows
-    (measure.run.configuration). Weighs only what is cached: no probe, pilot or worker runs."""
-    worker_env, env, probed = chosen
+def configuration_from_runs(
+    exp: Experiment, cells: Sequence[Cell], options: RunOptions, console: Console, chosen: Chosen
+) -> Chosen:
+    """`threads: auto` and `schedule: auto` with `trials: plan`: the probe's thread count and the
+    cached (or safe) schedule, or another configuration where this experiment's runs here say it
+    surely decides more rows, or as many sooner (measure.run.configuration). Weighs only what is
+    cached: no probe, pilot or worker runs."""
+    worker_env, env, threads, schedule = chosen
     cores = os.cpu_count() or 1
-    if exp.threads is not None or exp.trials is not Trials.PLAN or cores < 2:
+    if exp.trials is not Trials.PLAN or cores < 2:
         return chosen
-    other = 1 if probed.threads > 1 else cores
-    alternative = (thread_env(worker_env, other), replace(env, threads=other))
-    planned = []
-    for candidate_env, candidate in ((worker_env, env), alternative):
-        schedule = cached_schedule(exp.schedule, candidate, candidate.threads)
-        peak = cached_peak(candidate)
-        if schedule is None or peak is None or SCHEDULES[schedule.schedule].one_core_each:
-            return chosen
-        runner = Runner(exp, options, "-", console, peak, candidate_env, 0.0, schedule)
-        planner = run_planner(runner, cells, candidate)
-        point, bounded = planner.make(exp.budget_s), planner.make(exp.budget_s, sd_upper_factor())
-        if point is None or bounded is None:  # no cell of the experiment measured at this count
-            return chosen
-        planned.append(PlannedRows(candidate.threads, point.expected, bounded.expected))
-    choice = weigh_threads(probed, *planned, rows=planner.total_rows)
-    return (worker_env, env, choice) if choice.threads == probed.threads else (*alternative, choice)
+    counts = [env.threads] if exp.threads is not None else [env.threads, 1, cores]
+    kinds = (
+        [schedule.schedule] if exp.schedule != Schedule.AUTO else [schedule.schedule, *SCHEDULES]
+    )
+    configurations = dict.fromkeys(Configuration(t, kind) for t in counts for kind in kinds)
+    planned: dict[Configuration, tuple[PlannedRows, Chosen]] = {}
+    for configuration in configurations:
+        found = _planned_in(configuration, exp, cells, options, console, chosen)
+        if found is not None:
+            planned[configuration] = found
+    incumbent = Configuration(env.threads, schedule.schedule)
+    if incumbent not in planned or len(planned) < 2:
+        return chosen
+    others = [found for c, (found, _) in planned.items() if c != incumbent]
+    builds = [options.current.name, *([options.reference.name] if options.reference else [])]
+    winner, why = weigh(planned[incumbent][0], others, table_rows(exp, builds))
+    worker_env, env, _, choice = planned[winner][1]
+    if exp.schedule != Schedule.AUTO:
+        kept = winner.threads == threads.threads
+        reason = (
+            f"{threads.reason}; {why}"
+            if kept
+            else f"{why} (the probe had chosen {threads.threads})"
+        )
+        return worker_env, env, ThreadChoice(winner.threads, threads.settings, reason), choice
+    moved = "" if winner == incumbent else f" (had been {incumbent})"
+    weighed = ThreadChoice(winner.threads, threads.settings, threads.reason)
+    if winner.threads != threads.threads:
+        weighed = replace(weighed, reason="weighed on this experiment's runs with the schedule")
+    return worker_env, env, weighed, replace(choice, reason=f"{why}{moved}")
+
+
+def _planned_in(
+    configuration: Configuration,
+    exp: Experiment,
+    cells: Sequence[Cell],
+    options: RunOptions,
+    console: Console,
+    chosen: Chosen,
+) -> tuple[PlannedRows, Chosen] | None:
+    """What the plan of the experiment's cached runs in `configuration` expects, and that
+    configuration's workers; None where it cannot run here or has no run cached."""
+    worker_env, env, threads, _ = chosen
+    one_core_each = SCHEDULES[configuration.schedule].one_core_each
+    if one_core_each and configuration.threads != 1:
+        return None
+    candidate = replace(env, threads=configuration.threads)
+    choice = choose_schedule(Schedule(configuration.schedule), candidate, {}, candidate.threads)
+    peak = cached_peak(candidate)
+    if choice.schedule != configuration.schedule or peak is None:
+        return None
+    candidate_env = thread_env(worker_env, configuration.threads)
+    runner = Runner(exp, options, "-", console, peak, candidate_env, 0.0, choice)
+    planner = run_planner(runner, cells, candidate)
+    point, bounded = planner.make(exp.budget_s), planner.make(exp.budget_s, sd_upper_factor())
+    if point is None or bounded is None:  # no cell of the experiment measured so
+        return None
+    found = PlannedRows(
+        configuration, point.expected, point.seconds, bounded.expected, bounded.seconds
+    )
+    return found, (candidate_env, candidate, threads, choice)
 
 
 def run_experiment(
@@ -423,21 +467,16 @@ def run_experiment(
     # the workers' environment, a second each run, count
     measuring = Stopwatch()
     probing = time.monotonic()
-    worker_env, env, threads = threads_from_runs(
-        exp,
-        cells,
-        options,
-        console,
-        worker_environment(options.blas, exp.threads, measuring=measuring),
-    )
+    worker_env, env, threads = worker_environment(options.blas, exp.threads, measuring=measuring)
     probes_s = time.monotonic() - probing - measuring.seconds
-    say = None if options.quiet else partial(console.print, highlight=False)
-    with measuring:
-        schedule = choose_schedule(exp.schedule, env, worker_env, threads.threads, say=say)
+    schedule = choose_schedule(exp.schedule, env, worker_env, threads.threads)
     if SCHEDULES[schedule.schedule].one_core_each:
         # workers at once, one core each: one BLAS thread apiece, whatever threads chose
         worker_env, env = thread_env(worker_env, 1), replace(env, threads=1)
-    elif threads.reason and not options.quiet:
+    worker_env, env, threads, schedule = configuration_from_runs(
+        exp, cells, options, console, (worker_env, env, threads, schedule)
+    )
+    if threads.reason and not options.quiet and not SCHEDULES[schedule.schedule].one_core_each:
         console.print(f"BLAS threads: {threads.threads} ({threads.reason})", highlight=False)
     if not options.quiet:
         console.print(schedule.line, highlight=False)
@@ -495,7 +534,8 @@ def run_experiment(
                 return 130
             finally:
                 writer.write(sampler.summary(run_id))
-                writer.write(runner.time.ledger.spent(run_id))
+                said = runner.planner.said_s if runner.planner else None
+                writer.write(runner.time.ledger.spent(run_id, said))
     stale = (
         stale_machine_line(runner.planner, schedule, env, threads.threads)
         if runner.planner

@@ -143,11 +143,18 @@ def time_line(spent: TimeSpent) -> str:
     share = 100.0 * spent.measuring_s / run_s if run_s > 0 else 0.0
     listed = ", ".join(f"{name} {seconds:.1f} s" for name, seconds in phases)
     head = f"time: {run_s:.0f} s, {share:.0f}% measuring ({listed})"
-    return head + (
+    before = (
         f"; before it, the machine's one-time measurements {machine:.0f} s"
         if machine >= 0.5
         else ""
     )
+    said = (
+        f"; {spent.total_s:.0f} s from the command, against the {spent.said_s:.0f} s its plan said "
+        f"before the first round ({100 * (spent.total_s / spent.said_s - 1):+.0f}%)"
+        if spent.said_s
+        else ""
+    )
+    return head + before + said
 
 
 def time_note(runs: Sequence[RunHeader], times: Sequence[TimeSpent]) -> str | None:
