@@ -165,7 +165,7 @@ def main() -> None:
         point, low, high = ratio_interval(total, freedom, k)
         per_row = sorted({np.unique(labels).size for _, _, labels in rows})
         lines.append(
-            f"| {label} ([file]({file})) | {len(rows)} | {'-'.join(map(str, per_row))} "
+            f"| {label} (`{file}`) | {len(rows)} | {'-'.join(map(str, per_row))} "
             f"| {total:.1f} | {freedom} | {point:.2f} ({low:.2f}-{high:.2f}) |"
         )
     total, freedom, k = between_pairs(every)

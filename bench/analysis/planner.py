@@ -20,10 +20,10 @@ The plan
     workers). A cell gets no rounds, and is never loaded, or at least MIN_PLANNED_ROUNDS: heavy
     tails make a t interval on fewer rounds slightly liberal (docs/statistics.md). Among the
     subsets of cells that fit the budget at that minimum, each is filled one round at a time,
-    always with the round that adds the most expected decided rows per second, until its rows
-    are expected decided (every row of the table but UNDECIDED_ROWS, shared among its rows, or
-    as far as max_rounds can) or the budget is spent; the subset expected to decide the most
-    rows wins, and of those that decide enough the one that takes the least time. The budget is
+    always with the round that adds the most expected decided rows per second, each cell until
+    its rows are expected decided (each row but its share of the table's UNDECIDED_ROWS, or as
+    far as max_rounds can) or the budget is spent; the subset expected to decide the most rows
+    wins, and of those that decide enough the one that takes the least time. The budget is
     thus a cap, and the plan's `seconds` the time the table needs. With more than
     EXHAUSTIVE_CELLS cells only the run's order is tried, cell by cell (the cells that fit, in
     turn).
@@ -171,7 +171,7 @@ def plan_rounds(
     plan's seconds the time the table needs; else the budget is spent."""
     level_alpha = alpha / max(1, rows)
     expect = _Expectation(level_alpha, goal)
-    enough = expect.enough(costs, rows, max_rounds) if until_decided else None
+    enough = [expect.enough(cost, rows, max_rounds) for cost in costs] if until_decided else None
     subsets: list[tuple[int, ...]]
     if len(costs) <= EXHAUSTIVE_CELLS:
         subsets = [
@@ -187,11 +187,13 @@ def plan_rounds(
         filled = _fill(costs, chosen, budget_s, expect, (min_rounds, max_rounds), enough)
         if filled is None:
             continue
-        score = sum(expect.rows(costs[i], filled[i]) for i in chosen)
+        rows_of = [expect.rows(costs[i], filled[i]) for i in chosen]
+        if enough is not None:
+            rows_of = [min(found, enough[i]) for found, i in zip(rows_of, chosen, strict=True)]
         # Past enough, the quicker plan wins; of plans alike, the one that measures more cells (a
         # cell whose spread is not known yet adds no expected row, but its rounds measure it).
         key = (
-            round(score if enough is None else min(score, enough), 9),
+            round(sum(rows_of), 9),
             len(chosen),
             -round(sum(costs[i].cost_s(filled[i]) for i in chosen), 9),
         )
@@ -219,11 +221,12 @@ class _Expectation:
     def rows(self, cost: CellCost, rounds: int) -> float:
         return sum(self.row(sd, rounds) for sd in cost.sds) if rounds else 0.0
 
-    def enough(self, costs: Sequence[CellCost], rows: int, max_rounds: int) -> float:
-        """The expected decided rows past which a plan adds no round: each row with a spread
-        decided but for its share of the table's UNDECIDED_ROWS, or as far as max_rounds can."""
+    def enough(self, cost: CellCost, rows: int, max_rounds: int) -> float:
+        """The expected decided rows of a cell past which a plan adds it no round: each of its
+        rows decided but for its share of the table's UNDECIDED_ROWS, or as far as max_rounds can.
+        A cell's own, so a plan made again at a later cell's start asks of it what the first did."""
         share = 1.0 - UNDECIDED_ROWS / max(1, rows)
-        return sum(min(share, self.row(sd, max_rounds)) for cost in costs for sd in cost.sds)
+        return sum(min(share, self.row(sd, max_rounds)) for sd in cost.sds)
 
 
 def _fill(
@@ -232,11 +235,12 @@ def _fill(
     budget_s: float,
     expect: _Expectation,
     bounds: tuple[int, int],
-    enough: float | None,
+    enough: Sequence[float] | None,
 ) -> list[int] | None:
     """The chosen cells at the fewest rounds `bounds` allow, then a round at a time where it buys
-    the most expected rows per second, until `enough` rows are expected (a cell with no spread
-    known then stays at the fewest); None when the chosen cells do not fit at the fewest."""
+    the most expected rows per second, each cell until its `enough` rows are expected (a cell
+    with no spread known then stays at the fewest); None when the chosen cells do not fit at the
+    fewest."""
     min_rounds, max_rounds = bounds
     rounds = [0] * len(costs)
     for i in chosen:
@@ -244,17 +248,13 @@ def _fill(
     left = budget_s - sum(costs[i].cost_s(min_rounds) for i in chosen)
     if left < 0:
         return None
+
+    def short(i: int) -> bool:
+        return enough is None or expect.rows(costs[i], rounds[i]) < enough[i] - 1e-9
+
     while True:
-        if enough is not None and sum(expect.rows(costs[i], rounds[i]) for i in chosen) >= (
-            enough - 1e-9
-        ):
-            return rounds
         fits = [
-            i
-            for i in chosen
-            if rounds[i] < max_rounds
-            and costs[i].round_s <= left
-            and (enough is None or costs[i].sds)
+            i for i in chosen if rounds[i] < max_rounds and costs[i].round_s <= left and short(i)
         ]
         if not fits:
             return rounds

@@ -324,7 +324,11 @@ class RunPlanner:
         alpha = 1.0 - self.plan.level
         rounds = [rounds_for(sd, alpha, self.goal) for sd in cost.sds] or [None]
         if None in rounds:
-            return f"its rows' spread is not known here; about {cost.setup_s:.0f} s to set it up"
+            return (
+                f"{MIN_PLANNED_ROUNDS} rounds at about {cost.round_s:.1f} s "
+                f"({format_duration(cost.cost_s(MIN_PLANNED_ROUNDS))} with its setup) would pass "
+                "the budget; its rows' spread is not known here yet"
+            )
         n = max(MIN_PLANNED_ROUNDS, *(r for r in rounds if r is not None))
         return (
             f"its rows would need about {n} rounds at {cost.round_s:.1f} s "
@@ -398,10 +402,17 @@ class RunPlanner:
         total_s = spent_s + plan.seconds
         if self.said_s is None:
             self.said_s = total_s
+        planned = sum(self.work[c.cost.cell].rows for c in plan.cells if c.rounds)
+        of = "" if planned == self.total_rows else f"{planned} of "
+        expected = (
+            f"expected to decide {plan.expected:.1f} of {self.total_rows} rows"
+            if any(c.cost.sds for c in plan.cells)
+            else "what they decide is not known before a size's rows have a spread"
+        )
         head = (
-            f"plan: about {_minutes(total_s)} for the {self.total_rows} rows here, at most "
+            f"plan: about {_minutes(total_s)} for {of}the {self.total_rows} rows here, at most "
             f"{format_duration(self.exp.budget_s or 0.0)} (budget_s) ({self.source()}): "
-            f"{', '.join(parts)}; expected to decide {plan.expected:.1f} of {self.total_rows} rows"
+            f"{', '.join(parts)}; {expected}"
         )
         dropped = [c for c in plan.cells if not c.rounds]
         if not dropped:
