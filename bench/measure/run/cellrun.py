@@ -236,8 +236,9 @@ class CellRun:
         )
         self.target.planned = rounds
         self.target.limit_to(min(share, self.deadline - time.monotonic()))
-        if not planned_before and planner.plan is not None:
-            self._say(planner.line(planner.plan, self.context.time.spent_s()))
+        spent_s = self.context.time.spent_s()
+        if planner.plan is not None and (not planned_before or planner.moved(spent_s)):
+            self._say(planner.line(planner.plan, spent_s))
         said = (
             f"{rounds} timed rounds, fixed by the plan (a warm-up round took {round_s:.1f} s)"
             if rounds

@@ -58,6 +58,7 @@ _MOST_BUDGET_S = 3600.0  # the largest budget a "would need" line looks at
 # next spread within e^0.55 on average (the main job's 14 runs), pooled within e^0.46; the Zen 3's
 # duet gate runs did 5% worse pooled (results/spread-prediction): the noise moves between runs.
 POOLED_RUNS = 5
+MOVED = 0.15  # the share by which a plan's end may move from the time said before it is said again
 
 
 @dataclass(frozen=True)
@@ -389,10 +390,17 @@ class RunPlanner:
     def total_rows(self) -> int:
         return sum(work.rows for work in self.work.values())
 
+    def moved(self, spent_s: float) -> bool:
+        """Whether the plan of what is left now puts the run's end MOVED away from what the run
+        said (a first run's sizes measured one by one): then it says the plan again."""
+        if self.plan is None or self.said_s is None:
+            return False
+        return abs((spent_s + self.plan.seconds) / self.said_s - 1.0) > MOVED
+
     def line(self, plan: Plan, spent_s: float) -> str:
         """The plan in one line: the run's time (`spent_s` so far and the plan's), each cell's
         rounds, the rows it expects to decide, and what the cells given none would need. The first
-        line's time is what the run said (`said_s`)."""
+        line's time is what the run said (`said_s`); a later one says it is the plan again."""
         parts = [
             f"{_short(c.cost.label)} {c.rounds} rounds ({c.cost.round_s:.1f} s each)"
             if c.rounds
@@ -402,16 +410,22 @@ class RunPlanner:
         total_s = spent_s + plan.seconds
         if self.said_s is None:
             self.said_s = total_s
-        planned = sum(self.work[c.cost.cell].rows for c in plan.cells if c.rounds)
+        given = {c.cost.cell for c in plan.cells if c.rounds} | {
+            k for k, n in self.fixed.items() if n
+        }
+        planned = sum(self.work[cell].rows for cell in given)
         of = "" if planned == self.total_rows else f"{planned} of "
+        left = sum(self.work[c.cost.cell].rows for c in plan.cells)
+        rows = f"{self.total_rows} rows" if left == self.total_rows else f"the {left} rows left"
         expected = (
-            f"expected to decide {plan.expected:.1f} of {self.total_rows} rows"
+            f"expected to decide {plan.expected:.1f} of {rows}"
             if any(c.cost.sds for c in plan.cells)
             else "what they decide is not known before a size's rows have a spread"
         )
+        again = "" if self.said_s == total_s else f" (said: {_minutes(self.said_s)})"
         head = (
-            f"plan: about {_minutes(total_s)} for {of}the {self.total_rows} rows here, at most "
-            f"{format_duration(self.exp.budget_s or 0.0)} (budget_s) ({self.source()}): "
+            f"plan: about {_minutes(total_s)}{again} for {of}the {self.total_rows} rows here, at "
+            f"most {format_duration(self.exp.budget_s or 0.0)} (budget_s) ({self.source()}): "
             f"{', '.join(parts)}; {expected}"
         )
         dropped = [c for c in plan.cells if not c.rounds]
