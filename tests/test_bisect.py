@@ -51,15 +51,18 @@ PREFILL = (
 def reading(
     delta: float, half: float, variant: str = "all variants", metric: str = "prefill"
 ) -> Reading:
-    return Reading("tiny", "pp12", variant, metric, delta, delta - half, delta + half, 8)
+    # a spread of half / 3 a round: step 1's spread plans the search steps' rounds
+    return Reading(
+        "tiny", "pp12", variant, metric, delta, delta - half, delta + half, 8, sd_log=half / 300
+    )
 
 
 def fake(culprit: int | None, half: float = 2.0, calls: list | None = None):
     """A step function: candidates from `culprit` on are 10% slower than everything before them."""
 
-    def measure(index: int, against: int, runs: int) -> list[Reading]:
+    def measure(index: int, against: int, runs: int, rounds: int | None) -> list[Reading]:
         if calls is not None:
-            calls.append((index, against, runs))
+            calls.append((index, against, runs, rounds))
         slow = [culprit is not None and i >= culprit for i in (index, against)]
         delta = -10.0 if slow[0] and not (against >= 0 and slow[1]) else 0.0
         return [
@@ -80,7 +83,11 @@ def test_the_search_names_the_culprit_wherever_it_is(culprit: int):
     assert roles[0] == REGRESSION and roles[-1] == CULPRIT and set(roles[1:-1]) == {SEARCH}
     assert len(roles) - 2 == math.ceil(math.log2(8))  # a binary search: log2(N) steps
     assert all(s.runs == 1 for s in outcome.steps)  # every step decided on its first run
-    assert (culprit, culprit - 1, 1) in calls  # confirmed against its predecessor (-1: GOOD)
+    # step 1 at the experiment's own rounds; the later steps at the step's, fixed before each
+    size = outcome.size
+    assert size is not None and size.delta_pct == -10.0 and -5.2 < size.midway_pct < -5.1
+    assert calls[0][3] is None and {c[3] for c in calls[1:]} == {size.rounds}
+    assert (culprit, culprit - 1, 1, size.rounds) in calls  # against its predecessor (-1: GOOD)
     # Both regressed metrics are tracked, the per-variant row (never wholly below the limit) is not.
     assert {(r.variant, r.metric) for r in outcome.tracked} == {
         ("all variants", "prefill"),
@@ -91,14 +98,14 @@ def test_the_search_names_the_culprit_wherever_it_is(culprit: int):
 def test_no_regression_ends_after_the_first_ab():
     calls: list = []
     outcome = bisect(8, fake(None, calls=calls), LIMIT, max_runs=3)
-    assert outcome.first_bad is None and not outcome.tracked and calls == [(7, -1, 1)]
+    assert outcome.first_bad is None and not outcome.tracked and calls == [(7, -1, 1, None)]
     assert outcome.steps[0].status == GOOD
 
 
 def test_a_first_ab_that_cannot_tell_is_repeated_then_reports_no_confirmed_regression():
     calls: list = []
 
-    def straddles(index: int, against: int, runs: int) -> list[Reading]:
+    def straddles(index: int, against: int, runs: int, rounds: int | None) -> list[Reading]:
         calls.append(runs)
         return [reading(-4.0, 3.0)]  # [-7%, -1%]: reaches below -5% but not wholly
 
@@ -109,7 +116,7 @@ def test_a_first_ab_that_cannot_tell_is_repeated_then_reports_no_confirmed_regre
 
 
 def test_an_inconclusive_step_pools_more_runs_and_then_decides():
-    def narrowing(index: int, against: int, runs: int) -> list[Reading]:
+    def narrowing(index: int, against: int, runs: int, rounds: int | None) -> list[Reading]:
         if index == 3:  # the midpoint: wide at first, then pooled runs settle it as bad
             return [reading(-9.0, 6.0 / runs)]
         return (
@@ -122,7 +129,7 @@ def test_an_inconclusive_step_pools_more_runs_and_then_decides():
 
 
 def test_a_step_that_stays_inconclusive_names_both_sides_never_a_guess():
-    def stuck(index: int, against: int, runs: int) -> list[Reading]:
+    def stuck(index: int, against: int, runs: int, rounds: int | None) -> list[Reading]:
         # index 3 sits on the limit
         return [reading(-5.0 if index == 3 else -10.0 if index > 3 else 0.0, 2.0)]
 
@@ -136,7 +143,7 @@ def test_a_first_a_b_that_cannot_tell_says_so_and_exits_3_never_no_regression():
 
     from fusebench.commands.bisect import exit_code, verdict_line
 
-    def across(index: int, against: int, runs: int) -> list[Reading]:
+    def across(index: int, against: int, runs: int, rounds: int | None) -> list[Reading]:
         return [
             Reading(
                 "tiny", "pp12", "all variants", "prefill", -4.0, -12.0, 4.0, 8, settle_rounds=31
@@ -152,24 +159,41 @@ def test_a_first_a_b_that_cannot_tell_says_so_and_exits_3_never_no_regression():
         "about 31 rounds (8 ran) would settle all variants prefill" in line
         and "no regression" not in line
     )
-    clear = bisect(8, lambda index, against, runs: [reading(0.0, 2.0)], LIMIT, max_runs=1)
+    clear = bisect(8, lambda index, against, runs, rounds: [reading(0.0, 2.0)], LIMIT, max_runs=1)
     assert exit_code(clear) == 1 and verdict_line(clear, names, LIMIT).startswith(
         "no regression beyond -5%"
     )
 
 
 def test_a_regression_spread_over_two_commits_is_named_but_not_confirmed_alone():
-    def spread(index: int, against: int, runs: int) -> list[Reading]:
-        # commits 4 and 5 each cost 4%: together beyond the limit, alone within it
+    def spread(index: int, against: int, runs: int, rounds: int | None) -> list[Reading]:
+        # commits 4 and 5 cost 3% and 4%: together beyond the limit, alone within it
         def level(i: int) -> float:
-            return (-4.0 if i >= 4 else 0.0) + (-4.0 if i >= 5 else 0.0)
+            return (-3.0 if i >= 4 else 0.0) + (-4.0 if i >= 5 else 0.0)
 
         return [reading(level(index) - (level(against) if against >= 0 else 0.0), 0.5)]
 
     outcome = bisect(8, spread, LIMIT, max_runs=1)
-    # Commit 4 alone stays within the limit against GOOD, so 5 is the first beyond it; against 4 it
-    # is not.
+    # Commit 4 lies on GOOD's side of the step's middle (-3.6%), so 5 is the first like BAD; against
+    # 4 it is not slower beyond the limit.
     assert outcome.first_bad == 5 and not outcome.confirmed and outcome.steps[-1].status == GOOD
+
+
+def test_the_step_plans_the_search_rounds_from_its_spread():
+    from dataclasses import replace
+
+    from fusebench.analysis.bisect import step_size
+
+    def at(delta: float, sd: float) -> list[Reading]:
+        return [replace(reading(delta, 1.0), sd_log=sd)]
+
+    quiet, noisy = step_size(at(-10.0, 0.003), 8, 60), step_size(at(-10.0, 0.08), 8, 60)
+    assert quiet is not None and noisy is not None
+    assert quiet.rounds == 8 < noisy.rounds <= 60  # never fewer than a planned cell's fewest
+    # a smaller step needs more rounds at the same spread; none without a spread to plan on
+    smaller, larger = step_size(at(-6.0, 0.03), 8, 60), step_size(at(-10.0, 0.03), 8, 60)
+    assert smaller is not None and larger is not None and smaller.rounds > larger.rounds
+    assert step_size(at(-10.0, float("nan")), 8, 60) is None
 
 
 def test_pooled_rows_stand_for_the_variants_when_they_regressed():

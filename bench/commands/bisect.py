@@ -3,12 +3,14 @@ A/B runs
 
 First an A/B of BAD against GOOD must show a regression beyond --max-regression (check's rule: a
 slowdown whose whole Holm-adjusted interval lies below -limit); the rows that regressed are then
-tracked. Each search step is an A/B of the midpoint against GOOD (run --against machinery, a git
-worktree per commit): "bad" when a tracked row's interval lies wholly below -limit, "good" when
-every tracked row's lies wholly above it; a step that cannot tell is measured again (runs pooled, at
-most --max-runs), and one that still cannot tell ends the search naming the two candidates it could
-not decide between. The first bad candidate is finally measured against its predecessor. A first A/B
-that can tell neither a regression nor its absence is "cannot tell", never "no regression".
+tracked, and their Δ is the step. Each search step is an A/B of the midpoint against GOOD (run
+--against machinery, a git worktree per commit), in the rounds that tell the step's two ends apart
+at its spread: "bad" when a tracked row's interval lies wholly below the step's midway point, "good"
+when every tracked row's lies wholly above it; a step that cannot tell is measured again (runs
+pooled, at most --max-runs), and one that still cannot tell ends the search naming the two
+candidates it could not decide between. The first bad candidate is finally measured against its
+predecessor, at -limit. A first A/B that can tell neither a regression nor its absence is "cannot
+tell", never "no regression".
 
 Every A/B run is kept under --out; run the same command again to resume an interrupted search
 (finished runs are read, not re-run). Exit 0: a first bad candidate named; 1: no regression to find
@@ -29,6 +31,7 @@ examples:
 from __future__ import annotations
 
 import argparse
+import dataclasses
 import json
 from datetime import datetime
 from pathlib import Path
@@ -121,7 +124,7 @@ def main(args: argparse.Namespace, console: Console) -> int:
         highlight=False,
     )
     runs = StepRuns(exp, good, candidates, sides, out, progress, args.max_regression)
-    outcome = bisect(len(candidates), runs, args.max_regression, args.max_runs)
+    outcome = bisect(len(candidates), runs, args.max_regression, args.max_runs, exp.rounds)
     if args.format == "json":
         console.file.write(json.dumps(as_json(outcome, runs, out), indent=2) + "\n")
     else:
@@ -165,6 +168,7 @@ def as_json(outcome: Outcome, runs: StepRuns, out: Path) -> dict:
         "confirmed": outcome.confirmed,
         "undecided": undecided,
         "regression": [f"{r.variant} {r.metric}" for r in outcome.tracked],
+        "step": dataclasses.asdict(outcome.size) if outcome.size else None,
         "out": str(out),
         "steps": [_step_fields(step, runs) for step in outcome.steps],
     }
@@ -211,6 +215,14 @@ def print_outcome(outcome: Outcome, runs: StepRuns, limit_pct: float, console: C
         ],
         console,
     )
+    if size := outcome.size:
+        console.print(
+            f"the step: {size.delta_pct:+.1f}% at {100 * size.sd_log:.1f}% a round; each later "
+            f"A/B asked which side of {size.midway_pct:+.1f}% a candidate lies, in "
+            f"{size.rounds} rounds fixed before it (each decision wrong at most 5%, the Holm "
+            "family's)",
+            highlight=False,
+        )
     console.print(verdict_line(outcome, runs, limit_pct), highlight=False)
 
 

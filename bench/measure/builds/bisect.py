@@ -21,7 +21,7 @@ from rich.console import Console
 from ...analysis.bisect import Reading, readings
 from ...core.errors import UserError
 from ...core.results import read_results
-from ...core.spec import Experiment
+from ...core.spec import Experiment, with_trials
 from ..run.plan import RunOptions
 from ..run.resume import DoneWork
 from ..run.runner import run_experiment
@@ -149,14 +149,15 @@ class StepRuns:
     def side(self, index: int) -> Candidate:
         return self.good if index < 0 else self.candidates[index]
 
-    def __call__(self, index: int, against: int, runs: int) -> list[Reading]:
+    def __call__(self, index: int, against: int, runs: int, rounds: int | None) -> list[Reading]:
         current, reference = self.side(index), self.side(against)
         paths = [
             self.out / f"{current.short}-vs-{reference.short}-{k}.jsonl" for k in range(1, runs + 1)
         ]
+        exp = self.exp if rounds is None else with_trials(self.exp, rounds)
         for path in paths:
             if not self._complete(path):
-                self._run(path, current, reference)
+                self._run(exp, path, current, reference)
         self.files[index, against] = paths
         results = read_results(paths)
         if errors := results.of_kind("error"):
@@ -181,11 +182,12 @@ class StepRuns:
         done = DoneWork.recorded(results, run_id)
         return all(done.finished(cell.key) for cell in self.exp.cells())
 
-    def _run(self, path: Path, current: Candidate, reference: Candidate) -> None:
+    def _run(self, exp: Experiment, path: Path, current: Candidate, reference: Candidate) -> None:
         path.unlink(missing_ok=True)  # an unfinished run is measured anew
+        rounds = f", {exp.rounds} rounds (the step's)" if exp is not self.exp else ""
         self.console.print(
             f"A/B {current.title} ({current.short}) "
-            f"against {reference.title} ({reference.short}) -> {path}",
+            f"against {reference.title} ({reference.short}){rounds} -> {path}",
             highlight=False,
         )
         with (
@@ -193,5 +195,5 @@ class StepRuns:
             self.sides.build("reference", reference) as theirs,
         ):
             options = RunOptions(out=path, quiet=True, current=mine, reference=theirs)
-            if run_experiment(self.exp, options, self.console) == 130:
+            if run_experiment(exp, options, self.console) == 130:
                 raise KeyboardInterrupt
