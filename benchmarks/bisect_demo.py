@@ -9,6 +9,7 @@ in that repository; its JSON answer, its wall time and every A/B run's results f
 --out.
 
     python3 benchmarks/bisect_demo.py --out results/bisect-demo
+    python3 benchmarks/bisect_demo.py --wait --experiment experiments/ci.yaml --out DIR
 """
 
 from __future__ import annotations
@@ -54,14 +55,19 @@ def git(repo: Path, *args: str) -> str:
 
 
 def scratch_history(
-    repo: Path, commits: int, slow_at: int, slowdown_pct: float, wait: bool = False
+    repo: Path,
+    commits: int,
+    slow_at: int,
+    slowdown_pct: float,
+    wait: bool = False,
+    experiment: str = EXPERIMENT,
 ) -> list[str]:
     """commits+1 commits (the first is this tree as it is), oldest first; commit `slow_at` slows the
     worker."""
     for part in ("bench", "models"):
         shutil.copytree(ROOT / part, repo / part, ignore=shutil.ignore_patterns("__pycache__"))
     (repo / "fusebench").symlink_to("bench")  # the import name, as in the tree
-    (repo / "demo.yaml").write_text(EXPERIMENT)
+    (repo / "demo.yaml").write_text(experiment)
     slowed = slowed_copy(repo.parent / "slowed", slowdown_pct, wait)
     slow = slowed / "bench" / "measure" / "worker.py"
     git(repo, "init", "-q")
@@ -103,13 +109,22 @@ def main() -> None:
     parser.add_argument(
         "--wait", action="store_true", help="the slow commit sleeps instead of spinning"
     )
+    parser.add_argument(
+        "--experiment",
+        type=Path,
+        help="bisect with this experiment file instead of the one-variant demo (e.g. "
+        "experiments/ci.yaml, the shipped gate's)",
+    )
     parser.add_argument("--out", type=Path, default=ROOT / "results" / "bisect-demo")
     args = parser.parse_args()
     out = args.out.resolve()
     out.mkdir(parents=True, exist_ok=True)
+    experiment = args.experiment.read_text() if args.experiment else EXPERIMENT
     with tempfile.TemporaryDirectory(prefix="fusebench-bisect-demo-") as folder:
         repo = Path(folder) / "repo"
-        hashes = scratch_history(repo, args.commits, args.slow_at, args.slowdown, args.wait)
+        hashes = scratch_history(
+            repo, args.commits, args.slow_at, args.slowdown, args.wait, experiment
+        )
         start = time.monotonic()
         done = subprocess.run(
             [

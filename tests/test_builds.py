@@ -207,3 +207,46 @@ def test_a_reference_tree_imports_as_fusebench_or_as_before_the_one_package(tmp_
     assert CURRENT.package == "fusebench"
     assert Build("reference", new).package == "fusebench"
     assert Build("reference", old).package == "bench"
+
+
+def test_every_child_runs_its_own_build_from_inside_another_checkout(tmp_path: Path):
+    # A colleague's checkout whose probe, thread sampler and worker fail loudly if imported: run
+    # from inside it, this build's `fusebench env` (a probe, the thread sampler on an empty cache)
+    # and `run` (workers) import their own build only (issue 66).
+    import subprocess
+    import sys
+
+    other = tree_copy(tmp_path / "other")
+    for module in ("machine/probe.py", "machine/threads.py", "worker.py"):
+        (other / "bench" / "measure" / module).write_text(
+            "raise SystemExit('the other checkout ran')\n"
+        )
+    (other / "exp.yaml").write_text(TINY_RUN)
+    this = [
+        sys.executable,
+        "-P",
+        "-c",
+        "import sys; from fusebench.commands import main; sys.exit(main(sys.argv[1:]))",
+    ]
+    env = {"PATH": "/usr/bin:/bin", "HOME": str(tmp_path), "XDG_CACHE_HOME": str(tmp_path / "c")}
+    for args in (["env"], ["run", "exp.yaml", "--out", "r.jsonl", "--quiet"]):
+        done = subprocess.run(
+            [*this, *args], cwd=other, env=env, capture_output=True, text=True, timeout=600
+        )
+        assert done.returncode == 0, done.stderr[-2000:]
+        assert "the other checkout ran" not in done.stdout + done.stderr
+    assert '"kind": "trial"' in (other / "r.jsonl").read_text()
+
+
+TINY_RUN = """\
+name: own-build
+models: [{preset: tiny}]
+variants: {base: {}}
+comparisons: []
+workloads: {prompt_tokens: 12, gen_tokens: 3}
+trials: 2
+warmup: 1
+shares: 0
+threads: 1
+schedule: sequential
+"""

@@ -26,10 +26,10 @@ from pathlib import Path
 
 from ...core.errors import UserError
 from ..job import PROTOCOL
+from ..machine.env import own_root
 from ..run.session import CURRENT, Build
 from . import venvs
 
-PACKAGE_ROOT = Path(__file__).resolve().parents[3]
 _TREE_PREFIX = "fusebench-ref-"
 _OWNER_FILE = "owner.pid"
 
@@ -39,8 +39,11 @@ class ReferenceBuildError(UserError):
     line."""
 
 
-def git_output(*args: str, cwd: Path = PACKAGE_ROOT) -> str | None:
-    done = subprocess.run(["git", *args], cwd=cwd, capture_output=True, text=True, check=False)
+def git_output(*args: str, cwd: Path | None = None) -> str | None:
+    """git's answer in `cwd` (default: this build's tree), or None where it failed."""
+    done = subprocess.run(
+        ["git", *args], cwd=cwd or own_root(), capture_output=True, text=True, check=False
+    )
     return done.stdout.strip() if done.returncode == 0 else None
 
 
@@ -129,9 +132,9 @@ def environment_build(
     """Build NAME: this tree's code run by the environment's Python."""
     build = Build(
         name,
-        PACKAGE_ROOT,
+        own_root(),
         git_output("rev-parse", "HEAD"),
-        _dirty(PACKAGE_ROOT),
+        _dirty(own_root()),
         environment.spec,
         python=environment.python,
         label=environment.label,

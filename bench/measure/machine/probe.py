@@ -18,7 +18,7 @@ from typing import Any
 from ...core.header import Env, PeakProbe
 from ...core.typed import from_mapping, to_mapping
 from ..run.stopwatch import Stopwatch
-from .env import blas_preload_env, collect_env, thread_env
+from .env import blas_preload_env, child_command, collect_env, on_own_path, thread_env
 from .peaks import probe_peaks
 from .threads import ThreadChoice, choose_threads
 
@@ -28,7 +28,11 @@ PROBES: dict[str, Callable[[], Env | PeakProbe]] = {"env": collect_env, "peaks":
 def _probe_in(env: dict[str, str], what: str) -> Any:
     """The JSON object probe `what` prints, run in a fresh process with environment `env`."""
     done = subprocess.run(
-        [sys.executable, "-m", __name__, what], env=env, capture_output=True, text=True, check=True
+        [*child_command(__name__), what],
+        env=on_own_path(env),
+        capture_output=True,
+        text=True,
+        check=True,
     )
     return json.loads(done.stdout.strip().splitlines()[-1])
 

@@ -32,7 +32,15 @@ from typing import TextIO
 import numpy as np
 
 from ...core.header import Env, Setting, ThreadChoice
-from .env import cache_dir, machine_key, read_cached, thread_env, write_cached
+from .env import (
+    cache_dir,
+    child_command,
+    machine_key,
+    on_own_path,
+    read_cached,
+    thread_env,
+    write_cached,
+)
 
 SAMPLES = 30  # timed turns per setting
 WARMUP = 2  # untimed turns per setting first
@@ -104,8 +112,8 @@ def measure(worker_env: dict[str, str], counts: tuple[int, ...]) -> tuple[Settin
     """Each thread count's samples, the sampler processes taking turns."""
     samplers = [
         subprocess.Popen(
-            [sys.executable, "-m", __name__],
-            env=thread_env(worker_env, n),
+            child_command(__name__),
+            env=on_own_path(thread_env(worker_env, n)),
             text=True,
             stdin=subprocess.PIPE,
             stdout=subprocess.PIPE,

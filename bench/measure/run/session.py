@@ -29,7 +29,7 @@ from ..job import (
     WorkerJob,
     decode_event,
 )
-from ..machine.env import compile_failure
+from ..machine.env import child_command, compile_failure, on_own_path
 
 if TYPE_CHECKING:
     from .schedules.base import RoundSchedule
@@ -68,12 +68,9 @@ class Build:
         return "bench"
 
     def worker_env(self, base: dict[str, str]) -> dict[str, str]:
-        env = {**base, **self.env, "PYTHONUNBUFFERED": "1"}
-        if self.root is not None:
-            env["PYTHONPATH"] = os.pathsep.join(
-                [str(self.root), *filter(None, [base.get("PYTHONPATH")])]
-            )
-        return env
+        """The workers' environment: the build's tree (this one's, own_root, for the current
+        build) first on PYTHONPATH, which their `-P` keeps the only checkout they see."""
+        return on_own_path({**base, **self.env, "PYTHONUNBUFFERED": "1"}, self.root)
 
 
 CURRENT = Build("current")
@@ -98,7 +95,7 @@ class WorkerSession:
     ) -> None:
         self.build = build
         self.process = subprocess.Popen(
-            [build.interpreter, "-m", f"{build.package}.measure.worker"],
+            child_command(f"{build.package}.measure.worker", build.interpreter),
             stdin=subprocess.PIPE,
             stdout=subprocess.PIPE,
             stderr=subprocess.PIPE,
