@@ -79,6 +79,7 @@ PROFILES = {
     "Zen 3 EPYC, duets": "results/default-budget-zen3/default-budget.jsonl.gz",
     "Zen 4 EPYC, 1 thread": "results/default-20261204-015235.jsonl.gz",
     "Zen 4 EPYC, 2 threads": "results/default-zen4-20261203-234148.jsonl.gz",
+    "Intel Xeon (AVX-512), 1 thread": "results/newcomer-xeon/caches-warm-2.jsonl.gz",
 }
 
 
