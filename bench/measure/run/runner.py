@@ -218,11 +218,9 @@ class Runner:
             deadline = time.monotonic() + self.exp.timeout_s
             written_s = 0.0
             for worker in workers:
-                began = time.monotonic()
                 loaded = worker.loaded(deadline, self.exp.timeout_s)
-                self.time.wrote_weights(loaded.written_s)
-                written_s += loaded.written_s
-                self.time.ledger.add("load", time.monotonic() - began - loaded.written_s)
+                # the workers load at once, so their writes overlap: the longest is what it cost
+                written_s = max(written_s, loaded.written_s)
                 if not self.options.quiet:
                     where = "" if len(self.builds) == 1 else f" ({worker.build.name} build)"
                     wrote = (
@@ -237,6 +235,8 @@ class Runner:
                         highlight=False,
                     )
             load_s = time.monotonic() - started - written_s
+            self.time.wrote_weights(written_s)
+            self.time.ledger.add("load", load_s)
             for cell in job.cells:
                 CellRun(context, cell, schedule, workers, job.done, load_s).run(
                     first=cell is job.cells[0]
