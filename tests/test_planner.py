@@ -115,3 +115,33 @@ def test_a_gate_row_is_decided_against_the_limit():
     gate = Goal(5.0, limit_pct=5.0)
     # one-sided: at Δ = 0 a row is decided when its interval clears -5%
     assert decide_probability(0.03, 12, ALPHA, gate) > decide_probability(0.03, 12, ALPHA, GOAL)
+
+
+def test_a_plan_until_decided_takes_the_time_the_table_needs_and_the_budget_is_a_cap():
+    decided = plan_rounds(
+        costs(0.015), 900.0, rows=16, goal=GOAL, max_rounds=60, until_decided=True
+    )
+    spent = plan_rounds(costs(0.015), 900.0, rows=16, goal=GOAL, max_rounds=60)
+    # every row but half a row of the table expected decided, in less than the budget spent
+    assert decided.expected >= 16 - 0.5 - 1e-6 and decided.seconds < spent.seconds <= 900.0
+    assert all(MIN_PLANNED_ROUNDS <= c.rounds for c in decided.cells)
+    # where the table needs more than the cap, the cap decides what it can, as spending it does
+    capped = plan_rounds(costs(0.015), 320.0, rows=16, goal=GOAL, max_rounds=60, until_decided=True)
+    assert capped.expected == pytest.approx(
+        plan_rounds(costs(0.015), 320.0, rows=16, goal=GOAL, max_rounds=60).expected, abs=0.05
+    )
+
+
+@pytest.mark.parametrize("sd", [0.015, 0.025, 0.03])
+def test_a_plan_made_again_at_a_later_cell_asks_of_it_what_the_first_did(sd: float):
+    first = plan_rounds(costs(sd), 900.0, rows=16, goal=GOAL, max_rounds=60, until_decided=True)
+    left = 900.0 - first.cells[0].seconds
+    again = plan_rounds(costs(sd)[1:], left, rows=16, goal=GOAL, max_rounds=60, until_decided=True)
+    assert [c.rounds for c in again.cells] == [c.rounds for c in first.cells[1:]]
+    assert first.seconds == pytest.approx(first.cells[0].seconds + again.seconds)
+
+
+def test_until_decided_a_cell_without_a_spread_gets_the_fewest_rounds():
+    cells = [CellCost(k, k, 0.0, 2.0, 0.0) for k in ("a", "b")]
+    plan = plan_rounds(cells, 80.0, rows=4, goal=GOAL, max_rounds=60, until_decided=True)
+    assert plan.rounds("a") == plan.rounds("b") == MIN_PLANNED_ROUNDS

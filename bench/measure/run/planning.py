@@ -469,18 +469,17 @@ class RunPlanner:
         budget = self.exp.budget_s or 0.0
         plan = self.make(budget)
         sds = sorted(sd for c in plan.cells for sd in c.cost.sds) if plan else []
-        if plan is None or (not short and plan.expected >= len(sds) - 0.5):
+        # a plan stops at every row but half a row of the table (to rounding): nothing to add
+        if plan is None or (not short and plan.expected >= len(sds) - 0.5 - 1e-6):
             return None
         if not sds:  # nothing to plan a wider budget on
             return "no row got timed rounds here" if short else None
         wider = self.budget_to_decide(plan)
-        assumed = [sd for sd in sds if sd > 0]  # a spread of 0: none known yet
-        if measured:
-            head = f"the rows' per-round spread here was {_span(measured)}"
-        elif assumed:
-            head = f"no row got timed rounds here (the plan assumed spreads of {_span(assumed)})"
-        else:
-            head = "no row got timed rounds here"
+        head = (
+            f"the rows' per-round spread here was {_span(measured)}"
+            if measured
+            else f"no row got timed rounds here (the plan assumed spreads of {_span(sds)})"
+        )
         return head + (
             f"; at this pace `--budget {wider}` plans rounds that would decide every row"
             if wider
