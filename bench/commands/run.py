@@ -6,10 +6,13 @@ loses nothing.
 
 EXPERIMENT is a YAML file or the name of a shipped one (`--list` shows them), from any folder.
 
-With `trials: auto` each cell runs a pilot of 6 rounds, says what it can decide in its share of the
-run's `budget_s`, then adds rounds until every row is decided (faster, slower, or no change within
-`margin_pct`; with --against, inside or beyond the limit), no decision is in reach, or the budget is
-spent. The intervals are confidence sequences, valid at whatever round the run stopped.
+The main job (`trials: plan`) gives each size, before its first timed round, the fewest rounds
+expected to decide its rows at this machine's measured costs and spreads, and says before the
+first round how long the table takes here; `budget_s` (10 minutes) is a cap, and `--budget 5m` a
+quicker, partial answer. With `trials: auto` each cell runs a pilot of 6 rounds, then adds rounds
+until every row is decided (faster, slower, or no change within `margin_pct`; with --against,
+inside or beyond the limit), no decision is in reach, or the budget is spent: the intervals are
+confidence sequences, valid at whatever round the run stopped.
 
 examples:
   fusebench run                                   (the shipped `default` experiment)
@@ -29,8 +32,9 @@ examples:
 
 Schedule: where two cores are free, the two trials of a pair can run at the same moment (a duet),
 each worker on its own core with one BLAS thread, so what the neighbours and the hypervisor do hits
-both; `auto` (the default) measures once whether that buys more precision per second here than
-trials one after the other, caches the answer, and the first screen says which it chose and why.
+both; `auto` (the default) runs sequential rounds, the safe schedule, until this experiment's own
+runs in both (`--schedule duet` once) say a duet decides more rows or as many sooner, and the first
+screen says which it chose and why.
 """
 
 from __future__ import annotations
@@ -123,8 +127,8 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
         type=duration,
         metavar="DURATION",
         help="the run's budget_s instead of the experiment's (20m, 90s, 1h30m or seconds), for "
-        "experiments whose rounds are planned or stop on the budget (trials: plan, auto, budget); "
-        "an undecided answer says which would decide its rows",
+        "experiments whose rounds are planned or stop on the budget (trials: plan, where it is a "
+        "cap; auto; budget); an undecided answer says which would decide its rows",
     )
     parser.add_argument(
         "--only",
