@@ -79,6 +79,40 @@ class StepShares:
 
 
 @dataclass(frozen=True)
+class Amdahl:
+    """The tok/s Δ that adding `extra` seconds to a step predicts, with its 95% interval (%)."""
+
+    delta_pct: float
+    low_pct: float
+    high_pct: float
+
+
+def amdahl(steps: Sequence[float], added: Sequence[float]) -> Amdahl:
+    """A step of measured times `steps` (its trials) that `added` seconds more per round (paired
+    rounds; negative: saved) would take: Δ = T / (T + d) − 1 at the steps' median T and the mean d.
+    Its SE by the delta method over d's and T's (the step's trials are independent of the rounds),
+    with the t quantile of the fewer degrees of freedom: conservative; its ends widened by the
+    in-model error (an op does not cost inside the model exactly what it costs alone)."""
+    step_s, extra_s = statistics.median(steps), statistics.fmean(added)
+    se_extra, se_step = _standard_error(added), _standard_error(steps)
+    scale = 100 / (step_s + extra_s) ** 2
+    se = scale * math.hypot(step_s * se_extra, extra_s * se_step)
+    dof = min(len(added), len(steps)) - 1
+    half = float(stdtrit(dof, 0.975)) * se if dof > 0 else 0.0
+
+    def tps_delta(extra: float) -> float:
+        return 100 * (step_s / (step_s + extra) - 1)
+
+    # More added time, a lower Δ: the low end takes the time at its most inside the model.
+    model_error = IN_MODEL_ERROR * abs(extra_s)
+    return Amdahl(
+        tps_delta(extra_s),
+        tps_delta(extra_s + model_error) - half,
+        tps_delta(extra_s - model_error) + half,
+    )
+
+
+@dataclass(frozen=True)
 class ExpectedDelta:
     """The tok/s Δ that the ops differing between `baseline` and `new` account for, with its 95%
     interval."""
@@ -183,29 +217,15 @@ class ShareData:
         added = self._added_per_round(cell, phase, differing, base_ops, new_ops)
         if added is None:
             return None
-        step_s, extra_s = statistics.median(steps), statistics.fmean(added)
-        # Δ = T / (T + d) − 1; its SE by the delta method over d's and T's (the step's trials are
-        # independent of the share rounds), with the t quantile of the fewer degrees of freedom:
-        # conservative.
-        se_extra, se_step = _standard_error(added), _standard_error(steps)
-        scale = 100 / (step_s + extra_s) ** 2
-        se = scale * math.hypot(step_s * se_extra, extra_s * se_step)
-        dof = min(len(added), len(steps)) - 1
-        half = float(stdtrit(dof, 0.975)) * se if dof > 0 else 0.0
-
-        def tps_delta(extra: float) -> float:
-            return 100 * (step_s / (step_s + extra) - 1)
-
-        # More added time, a lower Δ: the low end takes the op's time at its most inside the model.
-        model_error = IN_MODEL_ERROR * abs(extra_s)
+        found = amdahl(steps, added)
         return ExpectedDelta(
             cell,
             baseline,
             new,
             metric,
-            tps_delta(extra_s),
-            tps_delta(extra_s + model_error) - half,
-            tps_delta(extra_s - model_error) + half,
+            found.delta_pct,
+            found.low_pct,
+            found.high_pct,
             differing,
             len(added),
         )

@@ -23,6 +23,7 @@ from . import (
     calibrate,
     check,
     env,
+    fusions,
     history,
     kernels,
     ops,
@@ -46,6 +47,7 @@ typical session:
   fusebench env                          what will run: backend, device, BLAS
   fusebench verify --model tiny          every variant combination computes the same logits
   fusebench kernels                      which kernels really run: fused SDPA or the fallback
+  fusebench fusions e2b --layers 2       which fusion to write: the step's fusible chains, ranked
   fusebench run                          the default experiment -> results/<name>-<time>.jsonl
   fusebench report results/X.jsonl       PR-style tables and plots -> reports/<name>/
   fusebench check results/X.jsonl        the CI gate: exit 1 on a regression
@@ -62,6 +64,7 @@ COMMANDS: dict[str, ModuleType] = {
     "check": check,
     "calibrate": calibrate,
     "ops": ops,
+    "fusions": fusions,
     "bisect": bisect,
     "history": history,
     "publish": publish,

@@ -47,6 +47,9 @@ RECORD_KINDS = (
     "time",
     "skip",
     "error",
+    "fusion",
+    "step",
+    "replay",
 )
 
 

@@ -1,0 +1,162 @@
+"""One `fusebench fusions` job: which models at which workload, and the records it writes."""
+
+from __future__ import annotations
+
+import time
+from collections.abc import Callable, Mapping, Sequence
+from dataclasses import dataclass
+from pathlib import Path
+from typing import TYPE_CHECKING
+
+from fusebench.models.config import preset_names
+from fusebench.models.loading import WeightsCache, load_model
+
+from ...analysis.fusions import FUSION_OP, FusionEstimate, estimates
+from ...analysis.opstats import summarize_ops
+from ...core.errors import UserError
+from ...core.fileformat import OpRecord, new_run_id
+from ...core.fusion import FusionRecord, ReplayRecord, StepRecord
+from ...core.header import Env, StoredExperiment, run_header
+from ...core.spec import (
+    DEFAULT_PREFILL_STEP_SIZE,
+    ModelSpec,
+    SpecError,
+    load_experiment,
+    model_spec,
+)
+from ..hub import found as hub_found
+from ..hub import is_repo_id
+from ..machine.env import weights_cache_dir
+from .search import Workload, find, time_candidates, time_steps
+
+if TYPE_CHECKING:
+    from rich.console import Console
+    from rich.progress import Progress
+
+
+@dataclass(frozen=True)
+class Target:
+    """One model to search, with the workload and the op variants it runs."""
+
+    model: ModelSpec
+    workload: Workload
+    ops: Mapping[str, str]
+
+
+@dataclass(frozen=True)
+class FusionJob:
+    targets: Sequence[Target]
+    rounds: int
+    out: Path
+    env: Env
+
+
+@dataclass(frozen=True)
+class Answer:
+    model: str
+    estimates: list[FusionEstimate]
+    replays: list[ReplayRecord]
+
+
+class TargetError(UserError):
+    """`fusebench fusions X` where X is no model and no experiment."""
+
+
+def targets(
+    given: str, layers: int | None, dtype: str | None, prompt_tokens: int, gen_tokens: int
+) -> list[Target]:
+    """A model as `run --model` takes it (its workload from the flags), or an experiment's models
+    at its first workload and baseline variant."""
+    if given in preset_names() or Path(given).is_dir() or is_repo_id(given):
+        if layers is not None and given not in preset_names():
+            raise TargetError(f"--layers {layers}: only for presets; {given} runs whole")
+        kind = "preset" if given in preset_names() else "repo" if is_repo_id(given) else "path"
+        spec = model_spec(**{kind: given}, layers=layers, dtype=dtype or "float32")
+        workload = Workload(prompt_tokens, gen_tokens, 1, DEFAULT_PREFILL_STEP_SIZE)
+        return [Target(hub_found(spec), workload, {})]
+    try:
+        exp = load_experiment(given)
+    except SpecError as err:
+        raise TargetError(
+            f"fusions {given}: neither a preset ({', '.join(preset_names())}), a checkpoint "
+            f"folder, a repo id, nor an experiment ({err})"
+        ) from None
+    first = exp.workloads[0]
+    workload = Workload(first.prompt_tokens, first.gen_tokens, first.batch, exp.prefill_step_size)
+    baseline = exp.comparisons[0].baseline if exp.comparisons else next(iter(exp.variants))
+    return [Target(hub_found(m), workload, exp.variants[baseline]) for m in exp.models]
+
+
+def run_fusions(job: FusionJob, console: Console, *, quiet: bool = False) -> list[Answer]:
+    """Every target searched, its records written to `job.out` as they come."""
+    from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
+
+    from ...core.results import ResultsWriter
+
+    run_id = new_run_id()
+    answers = []
+    progress = Progress(
+        TextColumn("{task.description}"),
+        BarColumn(),
+        MofNCompleteColumn(),
+        TimeElapsedColumn(),
+        console=console,
+        disable=quiet,
+    )
+    with ResultsWriter(job.out) as writer, progress:
+        writer.write(
+            run_header(run_id, StoredExperiment(name="fusions"), job.env, rounds=job.rounds)
+        )
+        for target in job.targets:
+            answers.append(_search(run_id, target, job.rounds, writer.write, progress, console))
+    return answers
+
+
+def _search(
+    run_id: str,
+    target: Target,
+    rounds: int,
+    write: Callable[[object], None],
+    progress: Progress,
+    console: Console,
+) -> Answer:
+    label = target.model.label
+    task = progress.add_task(f"{label}: loading", total=None)
+    spec = target.model
+    model = load_model(
+        spec.source,
+        layers=spec.layers,
+        dtype=spec.dtype,
+        quantize=spec.quantize,
+        ops=target.ops,
+        implementation=spec.implementation,
+        weights_cache=WeightsCache(weights_cache_dir()),
+    )
+    progress.update(task, description=f"{label}: tracing")
+    start = time.perf_counter()
+    found = find(run_id, label, model, target.workload)
+    for record in found.replays:
+        write(record)
+    console.print(
+        f"{label}: {len(found.candidates)} chains found in {time.perf_counter() - start:.0f} s"
+    )
+    samples_total = rounds * 2 + 2 * rounds * len(found.candidates)  # steps: prefill and decode
+    progress.update(task, description=f"{label}: steps", total=samples_total)
+    steps: list[StepRecord] = []
+    samples: list[OpRecord] = []
+
+    def emit(record: object) -> None:
+        write(record)
+        if isinstance(record, StepRecord):
+            steps.append(record)
+        elif isinstance(record, OpRecord):
+            samples.append(record)
+        else:
+            return
+        progress.advance(task)
+
+    time_steps(run_id, label, model, target.workload, rounds, emit)
+    progress.update(task, description=f"{label}: chains")
+    records: list[FusionRecord] = time_candidates(run_id, label, found, rounds, emit)
+    speeds = summarize_ops(s for s in samples if s.op == FUSION_OP)
+    return Answer(label, estimates(records, samples, steps, speeds), found.replays)

@@ -1,0 +1,211 @@
+"""A model's prefill and decode step as MLX's own trace of them (`mx.export_function`), exactly as
+the runner calls the model (measure.worker.prefill: the prompt in chunks that evaluate the KV
+cache, then its last token for the logits; then one decode step).
+
+Each call is traced on a copy of the cache as it stands at that point, so the trace sees the real
+shapes and offsets, and the model's own call follows on another copy: its outputs check the replay
+(measure.fusions.replay), and its lazy graph, read before evaluation, holds a `Compiled...` node for
+every call the model's code makes of an `mx.compile`d function (a trace shows those inlined).
+During the model's own call each module's first call is recorded, then traced on its own: what says
+which module a chain comes from.
+"""
+
+from __future__ import annotations
+
+import copy
+import io
+import re
+from collections.abc import Callable, Iterator, Sequence
+from contextlib import contextmanager
+from dataclasses import dataclass, field
+from typing import Any
+
+import mlx.core as mx
+import mlx.nn as nn
+from mlx.utils import tree_flatten
+
+from fusebench.models.loading import AnyModel, SwitchedModel
+
+from ...core.fusion import Primitive, StepGraph, Tensor
+from ..worker import greedy
+
+COMPILED_NODE = re.compile(r'label ="Compiled(\w+)"')
+
+
+@dataclass
+class StepCall:
+    """One traced call of the model: its graph, the values of its sources, what the model's own call
+    returned, and the compiled calls its code made (each a `Compiled...` node's primitive names)."""
+
+    graph: StepGraph
+    sources: dict[str, mx.array]
+    own_outputs: list[mx.array]
+    compiled: list[str]
+    modules: list[StepGraph] = field(default_factory=list)
+
+
+def _frozen(value: Any) -> Any:
+    if isinstance(value, (list, tuple)):
+        return tuple(_frozen(v) for v in value)
+    if isinstance(value, mx.Dtype):
+        return _dtype_name(value)
+    return value
+
+
+def _dtype_name(dtype: mx.Dtype) -> str:
+    return str(dtype).removeprefix("mlx.core.")
+
+
+def _tensor(entry: tuple[str, tuple[int, ...], mx.Dtype]) -> Tensor:
+    name, shape, dtype = entry
+    return Tensor(name, tuple(shape), _dtype_name(dtype))
+
+
+def trace(call: str, fn: Callable[..., Any], args: Sequence[mx.array]) -> StepCall:
+    """`fn(*args)` as MLX traces it (its outputs: a list of arrays)."""
+    nodes: list[dict[str, Any]] = []
+    mx.export_function(nodes.append, fn, *args)
+    by_type: dict[str, list[dict[str, Any]]] = {}
+    for node in nodes:
+        by_type.setdefault(node["type"], []).append(node)
+    inputs = [_tensor(t) for t in by_type["inputs"][0]["inputs"]]
+    constants = by_type.get("constants", [{"constants": []}])[0]["constants"]
+    sources = {t.name: value for t, value in zip(inputs, args, strict=True)}
+    sources.update({name: value for name, value in constants})
+    primitives = tuple(
+        Primitive(
+            node["name"],
+            _frozen(node["arguments"]),
+            tuple(_tensor(t) for t in node["inputs"]),
+            tuple(_tensor(t) for t in node["outputs"]),
+        )
+        for node in by_type.get("primitive", [])
+    )
+    source_tensors = [*inputs]
+    source_tensors += [Tensor(name, tuple(v.shape), _dtype_name(v.dtype)) for name, v in constants]
+    outputs = tuple(name for name, _, _ in by_type["outputs"][0]["outputs"])
+    return StepCall(StepGraph(call, tuple(source_tensors), outputs, primitives), sources, [], [])
+
+
+def compiled_nodes(arrays: Sequence[mx.array]) -> list[str]:
+    """The `Compiled...` nodes of the arrays' lazy graph, each as the names after `Compiled`."""
+    buffer = io.StringIO()
+    mx.export_to_dot(buffer, *arrays)
+    return COMPILED_NODE.findall(buffer.getvalue())
+
+
+def _weights(model: AnyModel) -> nn.Module:
+    return model.model if isinstance(model, SwitchedModel) else model
+
+
+@dataclass
+class _ModuleCall:
+    label: str  # "layers.0.mlp (MLP)"
+    module: nn.Module
+    args: tuple[Any, ...]
+    kwargs: dict[str, Any]
+
+
+def _kept(value: Any) -> Any:
+    """An argument as it stood at the call: arrays are immutable, caches are copied."""
+    return value if isinstance(value, (mx.array, nn.Module)) else copy.deepcopy(value)
+
+
+@contextmanager
+def _recording(model: AnyModel) -> Iterator[list[_ModuleCall]]:
+    """Each submodule's first call (its arguments as they stood), while the block runs."""
+    root = _weights(model)
+    paths = {id(m): path for path, m in root.named_modules()}
+    calls: dict[str, _ModuleCall] = {}
+    classes = {type(m) for m in root.modules()}
+    originals = {cls: cls.__dict__["__call__"] for cls in classes if "__call__" in cls.__dict__}
+
+    def patched(original: Callable[..., Any]) -> Callable[..., Any]:
+        def call(self: nn.Module, *args: Any, **kwargs: Any) -> Any:
+            path = paths.get(id(self))
+            if path is not None and path not in calls:
+                label = f"{path} ({type(self).__name__})"
+                kept = tuple(_kept(a) for a in args), {k: _kept(v) for k, v in kwargs.items()}
+                calls[path] = _ModuleCall(label, self, *kept)
+            return original(self, *args, **kwargs)
+
+        return call
+
+    found: list[_ModuleCall] = []
+    for cls, original in originals.items():
+        cls.__call__ = patched(original)
+    try:
+        yield found
+    finally:
+        for cls, original in originals.items():
+            cls.__call__ = original
+        found.extend(calls.values())
+
+
+def _module_graph(call: _ModuleCall) -> StepGraph | None:
+    """One module's recorded call traced alone; None where it cannot be (no array in or out)."""
+    positions = [i for i, a in enumerate(call.args) if isinstance(a, mx.array)]
+    if not positions:
+        return None
+
+    def run(*arrays: mx.array) -> list[mx.array]:
+        args = [a if isinstance(a, mx.array) else _kept(a) for a in call.args]
+        for i, array in zip(positions, arrays, strict=True):
+            args[i] = array
+        kwargs = {k: _kept(v) for k, v in call.kwargs.items()}
+        out = call.module(*args, **kwargs)
+        return [v for _, v in tree_flatten(out) if isinstance(v, mx.array)]
+
+    try:
+        return trace(call.label, run, [call.args[i] for i in positions]).graph
+    except (ValueError, TypeError, RuntimeError):  # no array out, or a call that will not trace
+        return None
+
+
+def _traced_call(
+    model: AnyModel,
+    phase: str,
+    cache: list,
+    tokens: mx.array,
+    outputs_of: Callable[[mx.array, list], list[mx.array]],
+) -> StepCall:
+    def run(tokens: mx.array) -> list[mx.array]:
+        copied = copy.deepcopy(cache)
+        return outputs_of(model(tokens, cache=copied), copied)
+
+    found = trace(phase, run, [tokens])
+    copied = copy.deepcopy(cache)
+    with _recording(model) as modules:
+        own = outputs_of(model(tokens, cache=copied), copied)
+    found.compiled = compiled_nodes(own)
+    mx.eval(own)
+    found.own_outputs = own
+    found.modules = [g for g in map(_module_graph, modules) if g is not None]
+    return found
+
+
+def _cache_state(cache: list) -> list[mx.array]:
+    return [v for _, v in tree_flatten([c.state for c in cache]) if isinstance(v, mx.array)]
+
+
+def _last_logits(logits: mx.array, cache: list) -> list[mx.array]:
+    return [logits[:, -1, :]]
+
+
+def step_calls(model: AnyModel, prompt: mx.array, step: int) -> dict[str, list[StepCall]]:
+    """Every call of one prefill of `prompt` (chunks of `step` tokens, as the runner's) and of the
+    decode step after it, traced."""
+    cache = model.make_cache()
+    prefill: list[StepCall] = []
+    while prompt.shape[1] > 1:
+        n = min(step, prompt.shape[1] - 1)
+        chunk = prompt[:, :n]
+        prefill.append(_traced_call(model, "prefill", cache, chunk, lambda _, c: _cache_state(c)))
+        model(chunk, cache=cache)
+        mx.eval(_cache_state(cache))
+        prompt = prompt[:, n:]
+    prefill.append(_traced_call(model, "prefill", cache, prompt, _last_logits))
+    token = greedy(model(prompt, cache=cache)[:, -1, :])
+    mx.eval(token)
+    decode = _traced_call(model, "decode", cache, token[:, None], _last_logits)
+    return {"prefill": prefill, "decode": [decode]}
