@@ -12,7 +12,8 @@ import mlx.core as mx
 import pytest
 from conftest import cell, fusebench_here, results_file, trials
 
-from fusebench.analysis.shares import IN_MODEL_ERROR, ShareData, disagrees
+from fusebench.analysis.amdahl import IN_MODEL_ERROR
+from fusebench.analysis.shares import ShareData, disagrees
 from fusebench.measure.ops.shares import ShareTimer, trace_steps
 from fusebench.measure.worker import make_prompt, prefill
 from fusebench.models.loading import load_model

@@ -19,14 +19,15 @@
 from __future__ import annotations
 
 import re
+import statistics
 from collections import Counter, defaultdict
 from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
 
 from ..core.fileformat import OpRecord
 from ..core.fusion import PHASES, FusionRecord, Primitive, StepGraph, StepRecord, Tensor
+from .amdahl import Amdahl, amdahl
 from .opstats import VariantSummary
-from .shares import Amdahl, amdahl
 
 BROADCAST = "Broadcast"
 # The variants of a candidate's op records: the chain as the model runs it, and compiled.
@@ -238,17 +239,20 @@ def module_groups(
 
 @dataclass(frozen=True)
 class FusionEstimate:
-    """One candidate of one model: the record, the op-level speed of its compiled chain, and the
-    expected tok/s Δ per metric (prefill, gen) where the step makes it."""
+    """One candidate of one model: the record, the op-level speed of its compiled chain, and per
+    metric (prefill, gen) where the step makes it, the expected tok/s Δ of compiling it and its
+    eager share of the step (the most any fusion of it could save)."""
 
     record: FusionRecord
     speed: VariantSummary | None  # compiled against eager, Holm across the model's candidates
     expected: dict[str, Amdahl]
+    share_pct: dict[str, float]
 
     @property
-    def best_pct(self) -> float:
-        """The larger expected Δ of its metrics: how the table ranks it."""
-        return max((e.delta_pct for e in self.expected.values()), default=0.0)
+    def largest_pct(self) -> float:
+        """The expected Δ of its metrics farthest from 0, either way: how the table ranks it (a
+        chain mx.compile slows here matters as much as one it speeds up)."""
+        return max((e.delta_pct for e in self.expected.values()), key=abs, default=0.0)
 
 
 def estimates(
@@ -257,7 +261,8 @@ def estimates(
     steps: Sequence[StepRecord],
     speeds: Sequence[VariantSummary],
 ) -> list[FusionEstimate]:
-    """Every candidate with its expected Δ per metric, ranked by the larger one."""
+    """Every candidate with its expected Δ per metric, ranked by the one farthest from 0, then by
+    its share of the step."""
     step_s: dict[tuple[str, str], list[float]] = defaultdict(list)
     for step in steps:
         step_s[(step.model, step.phase)].append(step.seconds)
@@ -269,15 +274,22 @@ def estimates(
     for record in records:
         rounds = per_round[shape_label(record)]
         saved = [r[COMPILED] - r[EAGER] for r in rounds.values() if len(r) == 2]
-        expected = {
-            METRIC_OF_PHASE[phase]: amdahl(
-                step_s[(record.model, phase)], [count * s for s in saved]
-            )
+        eager = statistics.median(r[EAGER] for r in rounds.values() if EAGER in r)
+        timed = {
+            phase: (count, step_s[(record.model, phase)])
             for phase, count in record.calls.items()
             if count and saved and step_s[(record.model, phase)]
         }
-        found.append(FusionEstimate(record, by_label.get(shape_label(record)), expected))
-    return sorted(found, key=lambda e: -e.best_pct)
+        expected = {
+            METRIC_OF_PHASE[phase]: amdahl(steps, [count * s for s in saved])
+            for phase, (count, steps) in timed.items()
+        }
+        share = {
+            METRIC_OF_PHASE[phase]: 100 * count * eager / statistics.median(steps)
+            for phase, (count, steps) in timed.items()
+        }
+        found.append(FusionEstimate(record, by_label.get(shape_label(record)), expected, share))
+    return sorted(found, key=lambda e: (-abs(e.largest_pct), -max(e.share_pct.values(), default=0)))
 
 
 def shape_label(record: FusionRecord) -> str:

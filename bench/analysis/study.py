@@ -32,10 +32,13 @@ from ..core.fileformat import (
     SiteRecord,
     require_fields,
 )
+from ..core.fusion import FusionRecord, ReplayRecord, StepRecord
 from ..core.header import Env, LoadSummary, RunHeader, TimeSpent
 from ..core.results import Results, read_results
 from ..core.spec import Experiment, SpecError, parse_experiment
+from ..core.typed import from_mapping
 from . import stats
+from .fusions import FUSION_OP, FusionEstimate, estimates
 from .opstats import VariantSummary, summarize_ops
 from .reference import matches_size
 
@@ -103,6 +106,9 @@ class Study:
     # why a run's stored experiment was left unread (today's parser rejects it): its trials still
     # report
     unread_experiments: list[str] = dataclasses.field(default_factory=list)
+    # `fusebench fusions`: each model's chains, ranked, and how its step's replay went
+    fusions: list[FusionEstimate] = dataclasses.field(default_factory=list)
+    replays: list[ReplayRecord] = dataclasses.field(default_factory=list)
 
     @property
     def has_trials(self) -> bool:
@@ -180,7 +186,7 @@ def build_study(results: Results) -> Study:
         runs=runs,
         loads=results.loads(),
         times=results.time_spent(),
-        op_summaries=summarize_ops(results.op_records()),
+        op_summaries=summarize_ops(r for r in results.op_records() if r.op != FUSION_OP),
         margin_pct=max(
             (exp.margin_pct for exp in experiments if exp), default=stats.DEFAULT_MARGIN_PCT
         ),
@@ -188,6 +194,19 @@ def build_study(results: Results) -> Study:
         sites=[s for s in results.site_records() if s.build == CURRENT_BUILD],
         build_trials=all_trials if len(all_trials) != len(trials) else pd.DataFrame(),
         unread_experiments=unread,
+        fusions=fusion_estimates(results),
+        replays=[from_mapping(ReplayRecord, r) for r in results.of_kind(ReplayRecord.KIND)],
+    )
+
+
+def fusion_estimates(results: Results) -> list[FusionEstimate]:
+    """`fusebench fusions` records read back: every model's chains with their expected Δ."""
+    samples = [r for r in results.op_records() if r.op == FUSION_OP]
+    return estimates(
+        [from_mapping(FusionRecord, r) for r in results.of_kind(FusionRecord.KIND)],
+        samples,
+        [from_mapping(StepRecord, r) for r in results.of_kind(StepRecord.KIND)],
+        summarize_ops(samples),
     )
 
 

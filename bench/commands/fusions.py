@@ -29,9 +29,10 @@ from pathlib import Path
 from rich.console import Console
 
 from ..core.errors import UserError
-from .args import positive_int
+from .args import at_least, positive_int
 
 DEFAULT_ROUNDS = 10
+DEFAULT_TOP = 10
 
 
 class NoFusionHere(UserError):
@@ -64,6 +65,13 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
         type=positive_int,
         metavar="N",
         help="BLAS threads (default: all cores but one, as a run's workers get)",
+    )
+    parser.add_argument(
+        "--top",
+        type=at_least(0),
+        default=DEFAULT_TOP,
+        metavar="N",
+        help=f"rows of each model's table (default {DEFAULT_TOP}; 0: every chain; JSON holds all)",
     )
     parser.add_argument(
         "--format", choices=("table", "json"), default="table", help="the answer's form"
@@ -108,7 +116,8 @@ def main(args: argparse.Namespace, console: Console) -> int:
     from ..present.sections.fusions import fusion_blocks
 
     for answer in answers:
-        to_console(fusion_blocks(answer.model, answer.estimates, answer.replays), console)
+        top = args.top if args.top > 0 else None
+        to_console(fusion_blocks(answer.model, answer.estimates, answer.replays, top), console)
     console.print(f"records -> {out}")
     return 0
 

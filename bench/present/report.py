@@ -24,6 +24,7 @@ from .sections.builds import builds_section
 from .sections.correctness import correctness_section
 from .sections.delta import deltas_section, method_section
 from .sections.depth import depth_section
+from .sections.fusions import fusions_section
 from .sections.kernels import kernel_section
 from .sections.latency import latency_section
 from .sections.ops import op_section
@@ -59,6 +60,7 @@ SECTIONS = (
     Registered(roofline_section),
     Registered(depth_section),
     Registered(op_section, on_terminal=True),
+    Registered(fusions_section),
     Registered(method_section),
 )
 

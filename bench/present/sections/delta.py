@@ -12,6 +12,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import NamedTuple
 
+from ...analysis.amdahl import IN_MODEL_ERROR
 from ...analysis.inference import (
     OUTLIER_K,
     OUTLIER_MIN_ROUNDS,
@@ -20,7 +21,7 @@ from ...analysis.inference import (
     VerdictWord,
 )
 from ...analysis.reference import Reference
-from ...analysis.shares import IN_MODEL_ERROR, ExpectedDelta, disagrees, shares_on
+from ...analysis.shares import ExpectedDelta, disagrees, shares_on
 from ...analysis.stats import ALPHA, Comparison
 from ...analysis.study import (
     CellInfo,

@@ -5,11 +5,12 @@ from __future__ import annotations
 import math
 from collections.abc import Sequence
 
+from ...analysis.amdahl import Amdahl
 from ...analysis.fusions import FusionEstimate
-from ...analysis.shares import Amdahl
 from ...core.fusion import ReplayRecord
 from ..document import Block, Bullets, Heading, Paragraph, Table
-from ..format import format_bytes, op_verdict_text, signed_pct
+from ..format import format_bytes, op_verdict_text
+from . import ReportContext
 
 COLUMNS = (
     "#",
@@ -17,6 +18,7 @@ COLUMNS = (
     "Where",
     "Per step p/d",
     "Saves",
+    "Share p/g",
     "Compiled Δ [95% CI]",
     "Verdict",
     "Expected Δ prefill",
@@ -33,22 +35,50 @@ EXPLAINED = (
     "Compiled: Δ speed is the chain compiled against the same chain eager, timed alone at its "
     "exact shapes on the step's own values, paired ABBA rounds, Holm-adjusted 95% CI over the "
     "model's chains. Expected Δ is what that saving, times the count, does to the measured step "
-    "(95% interval, widened by the op shares' in-model error). Bytes saved: intermediates a fused "
-    "kernel would neither write nor read back, per occurrence."
+    "(95% interval, widened by the op shares' in-model error); ranked by its size either way. "
+    "Share p/g: the eager chain's time, times the count, in the prefill and the decode step (the "
+    "most any fusion of it could save). Saves: intermediates a fused kernel would neither write "
+    "nor read back, per occurrence."
 )
 
 
+def fusions_section(context: ReportContext) -> list[Block]:
+    """`fusebench fusions` records: every model's chains, all of them, ranked."""
+    study = context.study
+    if not study.fusions:
+        return []
+    blocks: list[Block] = [Heading("Which fusion to write")]
+    for model in dict.fromkeys(e.record.model for e in study.fusions):
+        found = [e for e in study.fusions if e.record.model == model]
+        replays = [r for r in study.replays if r.model == model]
+        blocks += fusion_blocks(model, found, replays)
+    return blocks
+
+
 def fusion_blocks(
-    model: str, found: Sequence[FusionEstimate], replays: Sequence[ReplayRecord]
+    model: str,
+    found: Sequence[FusionEstimate],
+    replays: Sequence[ReplayRecord],
+    top: int | None = None,
 ) -> list[Block]:
-    """One model's table, ranked, with what the replay says of its trace."""
-    rows = tuple(_row(rank, e) for rank, e in enumerate(found, start=1))
+    """One model's table, ranked, its first `top` rows (None: all), with what the replay says of
+    its trace."""
+    shown = found if top is None else found[:top]
+    rows = tuple(_row(rank, e) for rank, e in enumerate(shown, start=1))
     blocks: list[Block] = [
         Heading(f"Fusible chains of {model}", 3),
-        Table(COLUMNS, rows, frozenset({0, 3, 4, 5, 7, 8})),
+        Table(COLUMNS, rows, frozenset({0, 3, 4, 5, 6, 8, 9})),
         Paragraph(EXPLAINED),
     ]
     notes = [_replay_note(r) for r in replays]
+    if len(shown) < len(found):
+        rest = found[len(shown) :]
+        largest = max(abs(e.largest_pct) for e in rest)
+        notes.insert(
+            0,
+            f"{len(rest)} more chains, each expected to change tok/s by at most "
+            f"{largest:.2f}%: --top 0 lists them all",
+        )
     random = [e.record.candidate for e in found if e.record.inputs_from == "random"]
     if random:
         notes.append(
@@ -69,12 +99,17 @@ def _row(rank: int, e: FusionEstimate) -> tuple[str, ...]:
         r.where,
         f"{r.calls.get('prefill', 0)}/{r.calls.get('decode', 0)}",
         format_bytes(r.bytes_saved),
+        "/".join(_share(e.share_pct.get(metric)) for metric in ("prefill", "gen")),
         "—" if speed is None else _interval(speed.delta_pct, speed.low_pct, speed.high_pct),
         "—" if e.speed is None else op_verdict_text(e.speed),
         _expected(e.expected.get("prefill")),
         _expected(e.expected.get("gen")),
         IN_MODEL[r.compiled_by_model],
     )
+
+
+def _share(pct: float | None) -> str:
+    return "—" if pct is None else f"{pct:.2f}%"
 
 
 def _chain(chain: str) -> str:
@@ -84,14 +119,20 @@ def _chain(chain: str) -> str:
     return "→".join(names[: CHAIN_SHOWN - 1]) + f"→… ({len(names)} ops)"
 
 
-def _interval(delta: float, low: float, high: float) -> str:
+def _interval(delta: float, low: float, high: float, digits: int = 1) -> str:
+    def pct(value: float) -> str:
+        return f"{0.0 if round(value, digits) == 0 else value:+.{digits}f}"
+
     if math.isinf(high) or math.isinf(low):
-        return f"{signed_pct(delta)} [unbounded]"
-    return f"{signed_pct(delta)} [{signed_pct(low)[:-1]}, {signed_pct(high)[:-1]}]"
+        return f"{pct(delta)}% [unbounded]"
+    return f"{pct(delta)}% [{pct(low)}, {pct(high)}]"
 
 
 def _expected(found: Amdahl | None) -> str:
-    return "—" if found is None else _interval(found.delta_pct, found.low_pct, found.high_pct)
+    """Two decimals: most chains move a step by hundredths of a percent."""
+    if found is None:
+        return "—"
+    return _interval(found.delta_pct, found.low_pct, found.high_pct, digits=2)
 
 
 def _replay_note(r: ReplayRecord) -> str:
