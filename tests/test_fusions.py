@@ -217,7 +217,8 @@ def test_each_call_of_the_step_replayed_from_its_trace_computes_what_the_model_d
 
 
 def test_the_probe_reads_what_mx_compile_fuses_here() -> None:
-    from fusebench.measure.fusions.probe import compile_fuses, fusible
+    from fusebench.measure.fusions.probe import fusible
+    from fusebench.measure.machine.env import compile_fuses
 
     mul = p("Multiply", [t("x"), t("y")], t("z"))
     matmul = p("Matmul", [t("x"), t("w", (16, 16))], t("m"))

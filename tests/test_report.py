@@ -724,6 +724,28 @@ def test_warnings_noisy_few_rounds_cold_start(tmp_path: Path):
     assert "noisy" in terminal
 
 
+def test_a_compiled_variant_on_a_machine_where_mx_compile_fuses_nothing_is_warned(tmp_path: Path):
+    records = rounds(
+        meta("E2B"),
+        {"baseline": [100.0, 101.0, 99.0], "compiled": [100.5, 100.0, 99.5]},
+        {"baseline": [10.0, 10.1, 9.9], "compiled": [10.0, 10.0, 10.1]},
+    )
+    path = results_file(
+        tmp_path / "r.jsonl",
+        records,
+        experiment=EXPERIMENT,
+        env={**TEST_ENV, "compiles": False},
+        file="x.yaml",
+    )
+    _, out, terminal = run_report(tmp_path, path)
+    said = "mx.compile fused nothing on this machine (no C++ compiler found): geglu, softcap ran"
+    assert said in read_md(out / "report.md")
+    assert "mx.compile fused nothing" in terminal
+    fused = results_file(tmp_path / "f.jsonl", records, experiment=EXPERIMENT, file="x.yaml")
+    _, out, _ = run_report(tmp_path, fused)
+    assert "mx.compile fused nothing" not in read_md(out / "report.md")
+
+
 # --- print_summary (the end of `fusebench run`) ---------------------------------------------------
 
 

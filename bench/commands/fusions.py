@@ -86,7 +86,6 @@ def main(args: argparse.Namespace, console: Console) -> int:
     from ..measure.machine.env import require_backend
 
     require_backend()  # before anything imports mlx: one line naming the extra, not a traceback
-    from ..measure.fusions.probe import compile_fuses
     from ..measure.fusions.session import FusionJob, run_fusions, targets
     from ..measure.machine.env import collect_env
     from ..measure.machine.probe import auto_threads
@@ -96,7 +95,7 @@ def main(args: argparse.Namespace, console: Console) -> int:
     status = console if args.format == "table" else Console(stderr=True)
     ensure_worker_env(status, args.threads or auto_threads())
     env = collect_env()
-    fuses = compile_fuses()
+    fuses = bool(env.compiles)
     status.print(
         f"{env.cpu} · {env.backend} · BLAS {env.blas_family}, {env.threads} thread(s) · "
         + ("mx.compile fuses here" if fuses else "mx.compile fuses nothing here")

@@ -50,6 +50,9 @@ class Env:
     hostname: str | None = "?"
     git_commit: str | None = None
     git_dirty: bool | None = None
+    # whether mx.compile made a fused kernel here (on a CPU it needs a C++ compiler, and without one
+    # it leaves every function as it was, silently); None: not checked (runs before 2026-12-06)
+    compiles: bool | None = None
 
     @property
     def blas_family(self) -> str:

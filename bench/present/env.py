@@ -21,6 +21,13 @@ def _format_value(key: str, value: Any) -> str:
         return f"{value / 2**30:.1f} GiB"
     if key == "git_dirty":
         return "yes (uncommitted changes)" if value else "no"
+    if key == "compiles":
+        return (
+            "yes (mx.compile makes fused kernels)"
+            if value
+            else "NO: mx.compile fuses nothing here (no C++ compiler found); compiled variants "
+            "run their eager code"
+        )
     return str(value)
 
 

@@ -4,7 +4,8 @@ the compiled graph says whether both landed in one `Compiled...` node. Nothing i
 inputs stay lazy), so probing a step's primitives costs milliseconds.
 
 On a CPU the fused kernels are C++ built by the system's compiler; where none is found,
-`mx.compile` leaves every function as it was, silently. `compile_fuses` tells which.
+`mx.compile` leaves every function as it was, silently (measure.machine.env.compile_fuses tells
+which, and every run's environment records it).
 """
 
 from __future__ import annotations
@@ -16,12 +17,6 @@ import mlx.core as mx
 from ...core.fusion import Primitive
 from .replay import RULES, apply
 from .trace import compiled_nodes
-
-
-def compile_fuses() -> bool:
-    """Whether mx.compile makes one kernel of `exp(x) * x` here."""
-    x = mx.zeros((4, 4))
-    return bool(compiled_nodes([mx.compile(lambda x: mx.exp(x) * x)(x)]))
 
 
 def _fuses(p: Primitive) -> bool:

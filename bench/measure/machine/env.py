@@ -361,7 +361,21 @@ def collect_env() -> Env:
         hostname=_safe(socket.gethostname),
         git_commit=commit,
         git_dirty=dirty,
+        compiles=_safe(compile_fuses),
     )
+
+
+def compile_fuses() -> bool:
+    """Whether mx.compile makes one kernel of `exp(x) * x` here: its graph holds a `Compiled...`
+    node (nothing is evaluated; on a CPU without a C++ compiler the function is left as it was)."""
+    import io
+
+    import mlx.core as mx
+
+    x = mx.zeros((4, 4))
+    buffer = io.StringIO()
+    mx.export_to_dot(buffer, mx.compile(lambda x: mx.exp(x) * x)(x))
+    return 'label ="Compiled' in buffer.getvalue()
 
 
 # ---------------------------------------------------------------- which BLAS is loaded

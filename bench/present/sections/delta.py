@@ -396,6 +396,9 @@ def delta_section(
         context.append(note)
     if note := time_note(runs, study.times):
         context.append(note)
+    uncompiled = compile_note(study, machine, pair)
+    if uncompiled:
+        context.append(uncompiled)
     where = workload if len(study.machines) == 1 else f"{workload} · {machine}"
     blocks: list[Block] = [
         Heading(f"{pair[0]} → {pair[1]} · {where}", 3),
@@ -409,7 +412,29 @@ def delta_section(
         blocks.append(
             _delta_figure(study, pair, machine, workload, plotted, labels, reference, out_dir)
         )
-    return DeltaSection(blocks, _table_warnings(comparison, f"{pair[0]} → {pair[1]} · {where}"))
+    warnings = _table_warnings(comparison, f"{pair[0]} → {pair[1]} · {where}")
+    if uncompiled:
+        warnings.append(f"{pair[0]} → {pair[1]} · {where}: {uncompiled}")
+    return DeltaSection(blocks, warnings)
+
+
+def compile_note(study: Study, machine: str, pair: tuple[str, str]) -> str | None:
+    """Where a run on the machine found that mx.compile fuses nothing, a comparison whose variants
+    differ in a compiled implementation compared the same code: said beside its table."""
+    if not any(env.compiles is False for env in study.envs(machine)):
+        return None
+    base, new = study.ops.get(pair[0], {}), study.ops.get(pair[1], {})
+    compiled = [
+        op
+        for op in dict.fromkeys([*base, *new])
+        if base.get(op) != new.get(op) and "compiled" in f"{base.get(op)} {new.get(op)}"
+    ]
+    if not compiled:
+        return None
+    return (
+        f"mx.compile fused nothing on this machine (no C++ compiler found): {', '.join(compiled)} "
+        "ran its eager code in the compiled variant too, so this Δ is not the fusion's"
+    )
 
 
 def _delta_figure(
