@@ -41,7 +41,18 @@ class Binding:
         return f"{self.module}.{self.site.name}"
 
     def bind(self, function: Any) -> None:
-        setattr(importlib.import_module(self.module), self.site.name, function)
+        owner, attribute = _owner(self.module, self.site.name)
+        setattr(owner, attribute, function)
+
+
+def _owner(module: str, name: str) -> tuple[Any, str]:
+    """Where a site's name lives: a module's global, or with a dotted name (`MLP.__call__`) an
+    attribute of one of its classes."""
+    owner: Any = importlib.import_module(module)
+    *path, attribute = name.split(".")
+    for part in path:
+        owner = getattr(owner, part, None)
+    return owner, attribute
 
 
 def _model_modules(model: nn.Module) -> list[str]:
@@ -59,7 +70,8 @@ def find_bindings(model: nn.Module) -> list[Binding]:
         for site in sites:
             modules = [site.module] if site.module else _model_modules(model)
             for module in modules:
-                bound = getattr(importlib.import_module(module), site.name, None)
+                owner, attribute = _owner(module, site.name)
+                bound = getattr(owner, attribute, None)
                 if callable(bound):
                     found.append(Binding(site, module, bound))
     return found

@@ -6,6 +6,7 @@ from __future__ import annotations
 import json
 import os
 import shutil
+from dataclasses import replace
 from pathlib import Path
 
 import pytest
@@ -15,6 +16,8 @@ from fusebench.analysis.fusions import (
     COMPILED,
     EAGER,
     FUSION_OP,
+    FusionEstimate,
+    Where,
     candidates,
     compiled_by_model,
     estimates,
@@ -116,11 +119,12 @@ def test_a_chain_comes_from_the_deepest_module_that_holds_it_layer_indices_read_
     step = graph(softcap("a", t("x"), cap), ["ao"])
     layer = graph(softcap("a", t("x"), cap), ["ao"], "model.layers.3 (DecoderLayer)")
     mlp = graph(softcap("a", t("x"), cap), ["ao"], "model.layers.3.mlp (MLP)")
+    mlp = StepGraph(mlp.call, mlp.sources, mlp.outputs, mlp.primitives, "mlx_lm.models.x.MLP")
     norm = graph([p("Tanh", [t("x")], t("y"))], ["y"], "model.layers.3.norm (RMSNorm)")
     (candidate,) = candidates({"decode": [step]}, FUSIBLE)
     modules = module_groups([layer, mlp, norm], FUSIBLE)
-    assert where(candidate, modules) == "MLP (model.layers.*.mlp)"
-    assert where(candidate, module_groups([norm], FUSIBLE)) == "spans modules"
+    assert where(candidate, modules) == Where("MLP (model.layers.*.mlp)", "mlx_lm.models.x.MLP")
+    assert where(candidate, module_groups([norm], FUSIBLE)).text == "spans modules"
 
 
 def test_a_chain_the_model_compiles_itself_is_marked() -> None:
@@ -139,6 +143,7 @@ def record(candidate: str, calls: dict[str, int]) -> FusionRecord:
         candidate=candidate,
         chain="Divide -> Tanh -> Multiply",
         where="Model",
+        origin="",
         calls=calls,
         shapes="[1,8,16]",
         bytes_saved=1024,
@@ -290,3 +295,120 @@ def test_bad_input_gets_one_line_and_exit_2(tmp_path: Path, args: list[str], say
     assert says in done.stderr
     assert "Traceback" not in done.stderr
     assert says in done.stderr.strip().splitlines()[-1]
+
+
+# --- --confirm: the classes compiled, end to end ---------------------------------------------
+
+
+def estimate(candidate: str, origin: str, in_model: str = "no") -> FusionEstimate:
+    found = replace(record(candidate, {"prefill": 1}), origin=origin, compiled_by_model=in_model)
+    return FusionEstimate(found, None, {}, {})
+
+
+def test_confirm_picks_classes_in_ranking_order_and_says_why_it_passes_others_over() -> None:
+    from fusebench.measure.fusions.confirm import picks
+
+    ranked = [
+        estimate("c4", "mlx_lm.models.gemma3_text.MLP"),
+        estimate("c9", ""),
+        estimate("c2", "fusebench.models.gemma4.MLP"),
+        estimate("c7", "mlx_lm.models.llama.MLP", in_model="whole"),
+        estimate("c1", "mlx_lm.models.gemma3_text.RMSNorm"),
+        estimate("c3", "mlx_lm.models.gemma3_text.MLP"),
+        estimate("c8", "mlx_lm.models.gemma3_text.Attention"),
+    ]
+    chosen, passed = picks(ranked, 2)
+    assert [(p.op, p.candidates) for p in chosen] == [
+        ("gemma3_text_mlp", ("c4", "c3")),
+        ("gemma3_text_rmsnorm", ("c1",)),
+    ]
+    assert [reason.split(":")[0] for reason in passed] == ["c9 (Model)", "c2", "c7"]
+    assert "fusebench's own decoder" in passed[1] and "compiles it already" in passed[2]
+
+
+@pytest.fixture
+def registry():
+    """What a plugin declares is gone afterwards: other tests see the built-in ops only."""
+    from fusebench.models.ops import REGISTRY
+
+    before = {op: (spec, dict(spec.variants)) for op, spec in REGISTRY.items()}
+    yield REGISTRY
+    REGISTRY.clear()
+    for op, (spec, variants) in before.items():
+        spec.variants.clear()
+        spec.variants.update(variants)
+        REGISTRY[op] = spec
+
+
+def test_the_written_plugin_compiles_a_class_call_and_computes_the_same(
+    tmp_path: Path, registry: object
+) -> None:
+    import mlx.core as mx
+    from conftest import SMALL_MLX_LM
+
+    from fusebench.measure.fusions.confirm import Pick, plugin_text
+    from fusebench.measure.fusions.trace import compiled_nodes
+    from fusebench.measure.plugins import load_plugins
+    from fusebench.models.loading import build_model, seed_weights
+
+    pick = Pick("mlx_lm.models.llama.MLP", "llama_mlp", ("c1",))
+    plugin = tmp_path / "compiled_calls.py"
+    plugin.write_text(plugin_text([pick]))
+    load_plugins([plugin])
+    model = build_model({**SMALL_MLX_LM, "model_type": "llama"})
+    seed_weights(model, seed=1, dtype=mx.float32)
+    tokens = mx.array([[3, 17, 42, 9, 100, 7, 55, 21]])
+    assert "mlx_lm.models.llama.MLP.__call__" in [b.where for b in model.bindings]
+    outputs = {}
+    for variant in ("eager", "compiled"):
+        model.set_ops({"llama_mlp": variant})
+        outputs[variant] = model(tokens, cache=model.make_cache())
+        # the model's own swiglu is compiled either way; compiled, the MLP's call is, whole
+        assert any("Multiply" in node for node in compiled_nodes([outputs[variant]]))
+        mx.eval(outputs[variant])
+    assert mx.allclose(outputs["eager"], outputs["compiled"], atol=1e-5).item()
+
+
+def test_the_confirming_run_is_read_into_one_record_per_class_and_metric(tmp_path: Path) -> None:
+    from conftest import cell, results_file, trials
+
+    from fusebench.measure.fusions.confirm import Pick, measured
+
+    pick = Pick("mlx_lm.models.gemma3_text.MLP", "gemma3_text_mlp", ("c4", "c3"))
+    experiment = (
+        "name: confirm\nmodels: [{preset: gemma3-1b, layers: 6}]\n"
+        "variants: {eager: {}, gemma3_text_mlp-compiled: {}}\n"
+        "comparisons: [[eager, gemma3_text_mlp-compiled]]\n"
+        "workloads: {prompt_tokens: 128, gen_tokens: 3}\ntrials: 8\n"
+    )
+    slower = [(100.0 + r % 3, 3.0 + 0.01 * (r % 2)) for r in range(8)]
+    timed = trials(
+        cell("Gemma-3-1B (6/26 layers)", gen=3),
+        {
+            "eager": slower,
+            "gemma3_text_mlp-compiled": [
+                (p * (0.9 + 0.002 * (r % 3)), g) for r, (p, g) in enumerate(slower)
+            ],
+        },
+    )
+    path = results_file(tmp_path / "r.jsonl", timed, experiment=experiment)
+    found = measured("run", "Gemma-3-1B", [pick], path, tmp_path / "compiled_calls.py")
+    by_metric = {r.metric: r for r in found}
+    assert by_metric["prefill"].delta_pct == pytest.approx(-9.8, abs=0.1)
+    assert by_metric["prefill"].verdict == "slower"
+    low, high = by_metric["prefill"].low_pct, by_metric["prefill"].high_pct
+    assert low < by_metric["prefill"].delta_pct < high < 0
+    assert by_metric["gen"].candidates == ("c4", "c3") and by_metric["gen"].rounds == 8
+
+
+def test_a_confirming_run_without_a_timed_trial_is_one_line(tmp_path: Path) -> None:
+    from conftest import cell, results_file
+
+    from fusebench.measure.fusions.confirm import ConfirmError, Pick, measured
+
+    experiment = "name: confirm\nmodels: [{preset: gemma3-1b}]\nvariants: {eager: {}}\n"
+    failed = {"kind": "error", **cell("Gemma-3-1B"), "reason": "worker exited with code 1: boom"}
+    path = results_file(tmp_path / "r.jsonl", [failed], experiment=experiment)
+    pick = Pick("mlx_lm.models.gemma3_text.MLP", "gemma3_text_mlp", ("c4",))
+    with pytest.raises(ConfirmError, match=r"holds no timed trial \(worker exited with code 1"):
+        measured("run", "Gemma-3-1B", [pick], path, tmp_path / "p.py")

@@ -25,7 +25,15 @@ from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
 
 from ..core.fileformat import OpRecord
-from ..core.fusion import PHASES, FusionRecord, Primitive, StepGraph, StepRecord, Tensor
+from ..core.fusion import (
+    PHASES,
+    ConfirmRecord,
+    FusionRecord,
+    Primitive,
+    StepGraph,
+    StepRecord,
+    Tensor,
+)
 from .amdahl import Amdahl, amdahl
 from .opstats import VariantSummary
 
@@ -208,19 +216,27 @@ def candidates(
 LAYER_INDEX = re.compile(r"\.\d+(?=\.|$)")
 
 
-def where(candidate: Candidate, modules: Sequence[tuple[StepGraph, list[Group]]]) -> str:
+@dataclass(frozen=True)
+class Where:
+    """Where a chain comes from: in words, and the class whose call makes it."""
+
+    text: str  # "MLP (model.layers.*.mlp)", or "spans modules"
+    origin: str  # "mlx_lm.models.gemma3_text.MLP"; "" where no module's call holds it whole
+
+
+def where(candidate: Candidate, modules: Sequence[tuple[StepGraph, list[Group]]]) -> Where:
     """The deepest module whose own call holds the candidate's chain (`call` is `path (Class)`)."""
     holding = [
-        graph.call
+        graph
         for graph, groups in modules
         if any(g.signature == candidate.group.signature for g in groups)
     ]
     if not holding:
-        return "spans modules"
-    deepest = max(holding, key=_depth)
-    path, _, kind = deepest.partition(" ")
+        return Where("spans modules", "")
+    deepest = max(holding, key=lambda graph: _depth(graph.call))
+    path, _, kind = deepest.call.partition(" ")
     path = LAYER_INDEX.sub(".*", path)
-    return f"{kind.strip('()')} ({path})" if path else kind.strip("()")
+    return Where(f"{kind.strip('()')} ({path})" if path else kind.strip("()"), deepest.origin)
 
 
 def _depth(call: str) -> int:
@@ -247,6 +263,8 @@ class FusionEstimate:
     speed: VariantSummary | None  # compiled against eager, Holm across the model's candidates
     expected: dict[str, Amdahl]
     share_pct: dict[str, float]
+    # `--confirm`: its class's call compiled, measured end to end, by metric
+    measured: dict[str, ConfirmRecord] = field(default_factory=dict)
 
     @property
     def largest_pct(self) -> float:
@@ -260,6 +278,7 @@ def estimates(
     samples: Sequence[OpRecord],
     steps: Sequence[StepRecord],
     speeds: Sequence[VariantSummary],
+    confirmed: Sequence[ConfirmRecord] = (),
 ) -> list[FusionEstimate]:
     """Every candidate with its expected Δ per metric, ranked by the one farthest from 0, then by
     its share of the step."""
@@ -288,7 +307,14 @@ def estimates(
             METRIC_OF_PHASE[phase]: 100 * count * eager / statistics.median(steps)
             for phase, (count, steps) in timed.items()
         }
-        found.append(FusionEstimate(record, by_label.get(shape_label(record)), expected, share))
+        measured = {
+            c.metric: c
+            for c in confirmed
+            if c.model == record.model and record.candidate in c.candidates
+        }
+        found.append(
+            FusionEstimate(record, by_label.get(shape_label(record)), expected, share, measured)
+        )
     return sorted(found, key=lambda e: (-abs(e.largest_pct), -max(e.share_pct.values(), default=0)))
 
 

@@ -32,7 +32,7 @@ from ..core.fileformat import (
     SiteRecord,
     require_fields,
 )
-from ..core.fusion import FusionRecord, ReplayRecord, StepRecord
+from ..core.fusion import ConfirmRecord, FusionRecord, ReplayRecord, StepRecord
 from ..core.header import Env, LoadSummary, RunHeader, TimeSpent
 from ..core.results import Results, read_results
 from ..core.spec import Experiment, SpecError, parse_experiment
@@ -207,6 +207,7 @@ def fusion_estimates(results: Results) -> list[FusionEstimate]:
         samples,
         [from_mapping(StepRecord, r) for r in results.of_kind(StepRecord.KIND)],
         summarize_ops(samples),
+        [from_mapping(ConfirmRecord, r) for r in results.of_kind(ConfirmRecord.KIND)],
     )
 
 

@@ -67,6 +67,15 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
         help="BLAS threads (default: all cores but one, as a run's workers get)",
     )
     parser.add_argument(
+        "--confirm",
+        type=at_least(0),
+        default=0,
+        metavar="N",
+        help="then measure the first N classes whose call makes a ranked chain compiled, end to "
+        "end: a plugin declaring each as an op (eager | compiled) and a `fusebench run` of the "
+        "model with each compiled against it as written (models in mlx-lm's classes)",
+    )
+    parser.add_argument(
         "--top",
         type=at_least(0),
         default=DEFAULT_TOP,
@@ -106,7 +115,7 @@ def main(args: argparse.Namespace, console: Console) -> int:
             "compiler, and none was found on PATH: install g++ or clang); nothing to time"
         )
     out = args.out or Path("results") / f"fusions-{datetime.now().strftime('%Y%m%d-%H%M%S')}.jsonl"
-    job = FusionJob(found, args.rounds, out, env)
+    job = FusionJob(found, args.rounds, out, env, args.confirm, quiet=args.format == "json")
     answers = run_fusions(job, status, quiet=args.quiet or args.format == "json")
     if args.format == "json":
         print(json.dumps([_json(answer) for answer in answers], indent=1))
@@ -117,7 +126,13 @@ def main(args: argparse.Namespace, console: Console) -> int:
     for answer in answers:
         top = args.top if args.top > 0 else None
         to_console(fusion_blocks(answer.model, answer.estimates, answer.replays, top), console)
+        for reason in answer.passed_over:
+            console.print(f"not confirmed: {reason}")
     console.print(f"records -> {out}")
+    if not args.confirm:
+        console.print(
+            "to measure the top chains end to end (their classes compiled, in a run): --confirm 3"
+        )
     return 0
 
 
@@ -128,6 +143,7 @@ def _json(answer: object) -> dict[str, object]:
     return {
         "model": answer.model,
         "replays": [asdict(r) for r in answer.replays],
+        "passed_over": answer.passed_over,
         "candidates": [
             {
                 **asdict(e.record),
@@ -140,6 +156,7 @@ def _json(answer: object) -> dict[str, object]:
                     "verdict": None if e.speed.verdict is None else str(e.speed.verdict.word),
                 },
                 "expected": {metric: asdict(found) for metric, found in e.expected.items()},
+                "measured": {metric: asdict(found) for metric, found in e.measured.items()},
             }
             for e in answer.estimates
         ],

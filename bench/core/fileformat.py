@@ -50,6 +50,7 @@ RECORD_KINDS = (
     "fusion",
     "step",
     "replay",
+    "confirm",
 )
 
 

@@ -67,10 +67,13 @@ class StepGraph:
     `sources` are the arrays no primitive makes: the call's inputs and the constants (weights,
     caches) it closes over."""
 
-    call: str  # "prefill" or "decode" for a step; a module's path for one module's call
+    call: str  # "prefill" or "decode" for a step; `path (Class)` for one module's call
     sources: tuple[Tensor, ...]
     outputs: tuple[str, ...]
     primitives: tuple[Primitive, ...]
+    # a module's call: its class, `mlx_lm.models.qwen3.MLP`, where the call takes arrays alone
+    # (mx.compile can wrap it)
+    origin: str = ""
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -86,7 +89,10 @@ class FusionRecord:
     model: str  # the model's label, as a run's tables name it
     candidate: str  # a short name unique within the model: `c3`
     chain: str  # its primitives in order, `Divide -> Tanh -> Multiply`
-    where: str  # the module that makes it, `MLP (layers.*.mlp)`, or why that is unknown
+    where: str  # the module that makes it, `MLP (layers.*.mlp)`, or "spans modules"
+    # the class whose call makes it and takes arrays alone, `mlx_lm.models.qwen3.MLP`; "" where
+    # none does (a call with a cache or a mask's name, or none holds the chain whole)
+    origin: str
     calls: dict[str, int]  # per phase (prefill, decode): occurrences in one step
     shapes: str  # its inputs' shapes
     bytes_saved: int  # per occurrence: intermediates a fused kernel neither writes nor reads
@@ -124,3 +130,25 @@ class ReplayRecord:
     primitives: int
     max_abs_err: float | None
     missing: tuple[str, ...] = field(default=())
+
+
+@dataclass(frozen=True, kw_only=True)
+class ConfirmRecord:
+    """A class's call compiled, measured end to end by `fusions --confirm` (one metric): the Δ of
+    the model with it compiled against the model as written, from the run in `results`."""
+
+    KIND: ClassVar[str] = "confirm"
+
+    run_id: str
+    model: str
+    origin: str  # the class compiled, `mlx_lm.models.gemma3_text.MLP`
+    op: str  # the op the plugin declares for it
+    candidates: tuple[str, ...]  # the chains its call makes
+    metric: str  # "prefill" or "gen"
+    delta_pct: float
+    low_pct: float  # the run's Holm-adjusted 95% interval
+    high_pct: float
+    verdict: str
+    rounds: int
+    results: str  # the confirming run's results file
+    plugin: str  # the plugin that declares the op: `--plugin` reuses it

@@ -473,20 +473,37 @@ def experiment_from_flags(
     variants = {
         variant_name(values): dict(zip(names, values, strict=True)) for values in combinations
     }
+    return quick_experiment(models, variants, "-".join(names), prompt_tokens, gen_tokens)
+
+
+def quick_experiment(
+    models: Sequence[Mapping[str, object]],
+    variants: Mapping[str, Mapping[str, str]],
+    label: str,
+    prompt_tokens: int,
+    gen_tokens: int,
+    *,
+    plugins: Sequence[str] = (),
+    description: str = "made by fusebench run from flags",
+    budget_s: float | None = None,
+) -> str:
+    """An experiment that compares the first variant with each other one, with the rules a run
+    from flags takes (rounds until decided; by default a budget that suits one model per model),
+    as YAML."""
     baseline, *others = variants
-    labels = "-".join(names)
     head = models[0]
     first = head.get("preset") or str(head.get("repo") or head.get("path")).split("/")[-1]
     document = {
-        "name": re.sub(r"[^A-Za-z0-9._-]+", "-", f"{first}-{labels}"),
-        "description": "made by fusebench run from flags",
+        "name": re.sub(r"[^A-Za-z0-9._-]+", "-", f"{first}-{label}"),
+        "description": description,
         "models": [dict(model) for model in models],
-        "variants": variants,
+        **({"plugins": list(plugins)} if plugins else {}),
+        "variants": {name: dict(ops) for name, ops in variants.items()},
         "comparisons": [[baseline, other] for other in others],
         "workloads": {"prompt_tokens": prompt_tokens, "gen_tokens": gen_tokens, "batch": 1},
         "trials": AUTO,
         "max_rounds": DEFAULT_MAX_ROUNDS * 2,
-        "budget_s": FLAGS_BUDGET_S_PER_MODEL * len(models),
+        "budget_s": budget_s or FLAGS_BUDGET_S_PER_MODEL * len(models),
         "margin_pct": FLAGS_MARGIN_PCT,
         "correctness": {"reference": baseline, "tokens": 2},
     }

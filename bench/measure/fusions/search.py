@@ -24,6 +24,7 @@ from ...analysis.fusions import (
     EAGER,
     FUSION_OP,
     Candidate,
+    Where,
     candidates,
     compiled_by_model,
     module_groups,
@@ -59,7 +60,7 @@ class Found:
     candidates: list[Candidate]
     inputs: dict[int, list[mx.array]]
     random: set[int]  # those whose inputs are random: their step could not be replayed
-    where: dict[int, str]
+    where: dict[int, Where]
     compiled_by_model: dict[int, str]
     replays: list[ReplayRecord]
 
@@ -158,7 +159,8 @@ def time_candidates(
             model=label,
             candidate=f"c{index + 1}",
             chain=group.chain,
-            where=model_found.where[index],
+            where=model_found.where[index].text,
+            origin=model_found.where[index].origin,
             calls=dict(candidate.calls),
             shapes=" ".join(t.label for t in group.inputs if t.shape),
             bytes_saved=group.bytes_saved,

@@ -2,9 +2,10 @@
 
 from __future__ import annotations
 
+import re
 import time
 from collections.abc import Callable, Mapping, Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import TYPE_CHECKING
 
@@ -27,6 +28,7 @@ from ...core.spec import (
 from ..hub import found as hub_found
 from ..hub import is_repo_id
 from ..machine.env import weights_cache_dir
+from .confirm import measured, picks, run_confirmation, write_confirmation
 from .search import Workload, find, time_candidates, time_steps
 
 if TYPE_CHECKING:
@@ -49,6 +51,8 @@ class FusionJob:
     rounds: int
     out: Path
     env: Env
+    confirm: int = 0  # classes to compile and measure end to end, per model (`--confirm`)
+    quiet: bool = False  # stdout carries the answer alone (JSON)
 
 
 @dataclass(frozen=True)
@@ -56,6 +60,7 @@ class Answer:
     model: str
     estimates: list[FusionEstimate]
     replays: list[ReplayRecord]
+    passed_over: list[str] = field(default_factory=list)  # `--confirm`: chains not confirmed, why
 
 
 class TargetError(UserError):
@@ -109,7 +114,44 @@ def run_fusions(job: FusionJob, console: Console, *, quiet: bool = False) -> lis
         )
         for target in job.targets:
             answers.append(_search(run_id, target, job.rounds, writer.write, progress, console))
-    return answers
+    if not job.confirm:
+        return answers
+    return [
+        _confirmed(run_id, job, target, answer, console)
+        for target, answer in zip(job.targets, answers, strict=True)
+    ]
+
+
+def _confirmed(
+    run_id: str, job: FusionJob, target: Target, answer: Answer, console: Console
+) -> Answer:
+    """The answer with its first `job.confirm` classes compiled and measured end to end."""
+    from ...core.results import ResultsWriter
+
+    chosen, passed = picks(answer.estimates, job.confirm)
+    if not chosen:
+        return replace(answer, passed_over=passed)
+    slug = re.sub(r"[^A-Za-z0-9._-]+", "-", answer.model).strip("-")
+    folder = job.out.parent / f"{job.out.name.split('.')[0]}-confirm" / slug
+    experiment = write_confirmation(
+        folder, target.model, chosen, target.workload.prompt_tokens, target.workload.gen_tokens
+    )
+    names = ", ".join(p.origin for p in chosen)
+    console.print(f"{answer.model}: measuring {names} compiled, end to end ({experiment})")
+    results = folder / "results.jsonl.gz"
+    run_confirmation(experiment, results, to_stderr=job.quiet)
+    records = measured(run_id, answer.model, chosen, results, folder / "compiled_calls.py")
+    with ResultsWriter(job.out) as writer:
+        for record in records:
+            writer.write(record)
+    estimates = [
+        replace(
+            e,
+            measured={r.metric: r for r in records if e.record.candidate in r.candidates},
+        )
+        for e in answer.estimates
+    ]
+    return replace(answer, estimates=estimates, passed_over=passed)
 
 
 def _search(

@@ -17,7 +17,7 @@ import io
 import re
 from collections.abc import Callable, Iterator, Sequence
 from contextlib import contextmanager
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from typing import Any
 
 import mlx.core as mx
@@ -101,6 +101,7 @@ def _weights(model: AnyModel) -> nn.Module:
 @dataclass
 class _ModuleCall:
     label: str  # "layers.0.mlp (MLP)"
+    origin: str  # "mlx_lm.models.qwen3.MLP"; "" where its call takes more than arrays
     module: nn.Module
     args: tuple[Any, ...]
     kwargs: dict[str, Any]
@@ -124,9 +125,12 @@ def _recording(model: AnyModel) -> Iterator[list[_ModuleCall]]:
         def call(self: nn.Module, *args: Any, **kwargs: Any) -> Any:
             path = paths.get(id(self))
             if path is not None and path not in calls:
-                label = f"{path} ({type(self).__name__})"
+                cls = type(self)
+                label, origin = f"{path} ({cls.__name__})", f"{cls.__module__}.{cls.__qualname__}"
+                if not all(isinstance(a, mx.array) for a in [*args, *kwargs.values()]):
+                    origin = ""  # a call mx.compile cannot wrap (a cache, a mask's name): none
                 kept = tuple(_kept(a) for a in args), {k: _kept(v) for k, v in kwargs.items()}
-                calls[path] = _ModuleCall(label, self, *kept)
+                calls[path] = _ModuleCall(label, origin, self, *kept)
             return original(self, *args, **kwargs)
 
         return call
@@ -157,7 +161,8 @@ def _module_graph(call: _ModuleCall) -> StepGraph | None:
         return [v for _, v in tree_flatten(out) if isinstance(v, mx.array)]
 
     try:
-        return trace(call.label, run, [call.args[i] for i in positions]).graph
+        graph = trace(call.label, run, [call.args[i] for i in positions]).graph
+        return replace(graph, origin=call.origin)
     except (ValueError, TypeError, RuntimeError):  # no array out, or a call that will not trace
         return None
 

@@ -7,7 +7,7 @@ from collections.abc import Sequence
 
 from ...analysis.amdahl import Amdahl
 from ...analysis.fusions import FusionEstimate
-from ...core.fusion import ReplayRecord
+from ...core.fusion import ConfirmRecord, ReplayRecord
 from ..document import Block, Bullets, Heading, Paragraph, Table
 from ..format import format_bytes, op_verdict_text
 from . import ReportContext
@@ -23,6 +23,7 @@ COLUMNS = (
     "Verdict",
     "Expected Δ prefill",
     "Expected Δ gen",
+    "Measured Δ p / g",
     "In the model",
 )
 # A chain of more primitives than this is shown by its first ones and its length (its record holds
@@ -67,10 +68,10 @@ def fusion_blocks(
     rows = tuple(_row(rank, e) for rank, e in enumerate(shown, start=1))
     blocks: list[Block] = [
         Heading(f"Fusible chains of {model}", 3),
-        Table(COLUMNS, rows, frozenset({0, 3, 4, 5, 6, 8, 9})),
+        Table(COLUMNS, rows, frozenset({0, 3, 4, 5, 6, 8, 9, 10})),
         Paragraph(EXPLAINED),
     ]
-    notes = [_replay_note(r) for r in replays]
+    notes = [*_confirm_notes(found), *(_replay_note(r) for r in replays)]
     if len(shown) < len(found):
         rest = found[len(shown) :]
         largest = max(abs(e.largest_pct) for e in rest)
@@ -104,8 +105,37 @@ def _row(rank: int, e: FusionEstimate) -> tuple[str, ...]:
         "—" if e.speed is None else op_verdict_text(e.speed),
         _expected(e.expected.get("prefill")),
         _expected(e.expected.get("gen")),
+        " / ".join(_measured(e.measured.get(metric)) for metric in ("prefill", "gen"))
+        if e.measured
+        else "",
         IN_MODEL[r.compiled_by_model],
     )
+
+
+def _measured(found: ConfirmRecord | None) -> str:
+    return "—" if found is None else f"{found.delta_pct:+.1f}% {found.verdict}"
+
+
+def _confirm_notes(found: Sequence[FusionEstimate]) -> list[str]:
+    """One line per class measured end to end: its interval, rounds and where to measure again."""
+    seen: dict[str, list[ConfirmRecord]] = {}
+    for e in found:
+        for record in e.measured.values():
+            if record not in seen.setdefault(record.origin, []):
+                seen[record.origin].append(record)
+    notes = []
+    for origin, records in seen.items():
+        first = records[0]
+        figures = "; ".join(
+            f"{r.metric} {_interval(r.delta_pct, r.low_pct, r.high_pct)} {r.verdict}"
+            for r in records
+        )
+        notes.append(
+            f"measured: {origin} compiled ({', '.join(first.candidates)}; op {first.op}): "
+            f"{figures}, {first.rounds} rounds, Holm-adjusted 95% CI, in {first.results}; "
+            f"--plugin {first.plugin} makes the op usable in any experiment"
+        )
+    return notes
 
 
 def _share(pct: float | None) -> str:
