@@ -27,7 +27,6 @@ from __future__ import annotations
 
 import math
 import re
-import weakref
 from collections.abc import Callable, Mapping
 from typing import Any, TypedDict
 
@@ -42,6 +41,7 @@ from mlx_lm.models.rope_utils import initialize_rope
 from .calls import Inputs, OpCalls, OpCase, ProbeOutcome, calls_by_op, register_calls
 from .config import attention_heads
 from .errors import UnknownOpError
+from .module_calls import compile_call_op
 from .registry import (
     REGISTRY,
     OpSpec,
@@ -66,6 +66,7 @@ __all__ = [
     "calls_by_op",
     "check_op",
     "check_variant",
+    "compile_call_op",
     "complete",
     "declare",
     "op_choices",
@@ -588,40 +589,3 @@ class SwigluCalls(OpCalls):
 
     def flops(self, case: OpCase) -> int:
         return SWIGLU_FLOPS_PER_ELEMENT * math.prod(case.shape)
-
-
-# --- a module's call, compiled -------------------------------------------------------------------
-# `fusebench fusions --confirm` finds chains inside a module of an mlx-lm model that no op above
-# switches; it writes a plugin that declares one op for that module's class with this, so the chain
-# is measured end to end, and the plugin is reused like any other (`--plugin`, `plugins:`).
-
-
-def compile_call_op(op: str, module: str, cls: str) -> None:
-    """Declare `op`: the calls of `module.cls` as mlx-lm wrote them (`eager`) or under mx.compile
-    (`compiled`: one compiled function per module instance, its weights captured). For a class
-    whose call takes arrays alone: a constant that changes every step (a cache offset) would
-    rebuild the compiled function every step, and mx.compile takes no cache object."""
-    declare(
-        op,
-        f"{cls}.__call__ of {module}, as written or under mx.compile",
-        reference="eager",
-        default="eager",
-    )
-    # By the instance's id, with a weak reference that tells a reused id from its first owner.
-    compiled: dict[int, tuple[weakref.ref, Callable[..., Any]]] = {}
-
-    @register(op, "eager")
-    def eager(call: Callable[..., Any], *args: Any, **kwargs: Any) -> Any:
-        return call(*args, **kwargs)
-
-    @register(op, "compiled")
-    def compile_call(call: Callable[..., Any], *args: Any, **kwargs: Any) -> Any:
-        owner = call.__self__  # a bound method: the site passes the instance's call
-        held = compiled.get(id(owner))
-        if held is None or held[0]() is not owner:
-            held = compiled[id(owner)] = (weakref.ref(owner), mx.compile(call))
-        return held[1](*args, **kwargs)
-
-    @register_site(op, f"{cls}.__call__", module=module)
-    def call_site(variant: Op, original: Op, owner: Any, *args: Any, **kwargs: Any) -> Any:
-        return variant(original.__get__(owner), *args, **kwargs)

@@ -391,6 +391,8 @@ def test_the_confirming_run_is_read_into_one_record_per_class_and_metric(tmp_pat
             ],
         },
     )
+    for trial in timed:  # the prefill's peak: 10 MiB lower compiled; no decode peak recorded
+        trial["prefill_peak_bytes"] = (90 if trial["variant"] != "eager" else 100) * 2**20
     path = results_file(tmp_path / "r.jsonl", timed, experiment=experiment)
     found = measured("run", "Gemma-3-1B", [pick], path, tmp_path / "compiled_calls.py")
     by_metric = {r.metric: r for r in found}
@@ -399,6 +401,8 @@ def test_the_confirming_run_is_read_into_one_record_per_class_and_metric(tmp_pat
     low, high = by_metric["prefill"].low_pct, by_metric["prefill"].high_pct
     assert low < by_metric["prefill"].delta_pct < high < 0
     assert by_metric["gen"].candidates == ("c4", "c3") and by_metric["gen"].rounds == 8
+    assert by_metric["prefill"].peak_change_bytes == -10 * 2**20
+    assert by_metric["gen"].peak_change_bytes is None
 
 
 def test_a_confirming_run_without_a_timed_trial_is_one_line(tmp_path: Path) -> None:

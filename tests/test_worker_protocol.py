@@ -104,6 +104,8 @@ def test_a_trial_record_holds_its_measurements_among_its_own_fields():
         "gen_tps",
         "step_s",
         "peak_memory_bytes",
+        "prefill_peak_bytes",
+        "gen_peak_bytes",
         "ttft_s",
         "ttft_tps",
         "prefill_cpu_s",

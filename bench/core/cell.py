@@ -52,7 +52,11 @@ class Measured:
     gen_s: float | None = None  # None: one generated token, no decode step
     gen_tps: float | None
     step_s: tuple[float, ...] = ()  # empty in trials of results format 1 and 2
-    peak_memory_bytes: int | None = None
+    peak_memory_bytes: int | None = None  # the trial's
+    # each phase's own peak: the prefill's, the decode steps' (the prefill's cache still held);
+    # None before 2026-12-06
+    prefill_peak_bytes: int | None = None
+    gen_peak_bytes: int | None = None
     # mlx-lm's time to first token and its "prompt_tps"; None with no decode step queued, and from a
     # build of this protocol that predates them.
     ttft_s: float | None = None

@@ -93,6 +93,8 @@ class Column(StrEnum):
     STEP_S = "step_s"
     COMPILE_S = "compile_s"
     PEAK_MEMORY_BYTES = "peak_memory_bytes"
+    PREFILL_PEAK_BYTES = "prefill_peak_bytes"
+    GEN_PEAK_BYTES = "gen_peak_bytes"
     TTFT_S = "ttft_s"
     TTFT_TPS = "ttft_tps"
     PREFILL_TFLOPS = "prefill_tflops"

@@ -152,3 +152,5 @@ class ConfirmRecord:
     rounds: int
     results: str  # the confirming run's results file
     plugin: str  # the plugin that declares the op: `--plugin` reuses it
+    # the phase's peak memory with the class compiled less as written (medians); None: unrecorded
+    peak_change_bytes: float | None = None

@@ -104,6 +104,9 @@ class TrialTiming:
     others_cpu_s: float | None = None
     # with keep_logits: the logits of the prompt's last position, then of each decode step
     logits: list[mx.array] | None = None
+    # the peak memory of the prefill, and of the decode steps (None without one)
+    prefill_peak_bytes: int | None = None
+    gen_peak_bytes: int | None = None
 
 
 def make_prompt(vocab_size: int, batch: int, length: int, seed: int, round_id: int) -> mx.array:
@@ -178,6 +181,10 @@ def time_trial(
     mx.eval(first)
     prefilled = time.perf_counter()
     cpu_prefilled = time.process_time()
+    # Each phase's own peak (microseconds, charged to the decode steps): a fusion that writes no
+    # intermediates shows in the phase that ran it.
+    prefill_peak = mx.get_peak_memory()
+    mx.reset_peak_memory()
     ready = decode(model, first, cache, gen_tokens - 1, kept)
     generated = ready[1:]
     done = generated[-1] if generated else time.perf_counter()
@@ -186,12 +193,15 @@ def time_trial(
     steps = [b - a for a, b in zip([prefilled, *generated], generated, strict=False)]
     ttft_s = ready[0] - start if ready else None
     steal_s, others_cpu_s = beside(machine_before, machine_after, cpu_done - cpu_start)
+    gen_peak = mx.get_peak_memory() if generated else None
     return TrialTiming(
         prefilled - start,
         done - prefilled,
-        mx.get_peak_memory(),
+        max(prefill_peak, gen_peak or 0),
         steps,
         ttft_s,
+        prefill_peak_bytes=prefill_peak,
+        gen_peak_bytes=gen_peak,
         prefill_cpu_s=cpu_prefilled - cpu_start,
         gen_cpu_s=cpu_done - cpu_prefilled,
         started_unix_s=started_unix_s,
@@ -214,6 +224,8 @@ def measured_trial(
         gen_tps=batch * gen_steps / timing.gen_s if gen_steps else None,
         step_s=tuple(timing.step_s),
         peak_memory_bytes=timing.peak_memory_bytes,
+        prefill_peak_bytes=timing.prefill_peak_bytes,
+        gen_peak_bytes=timing.gen_peak_bytes if gen_steps else None,
         ttft_s=timing.ttft_s,
         ttft_tps=batch * prompt_tokens / timing.ttft_s if timing.ttft_s else None,
         prefill_cpu_s=timing.prefill_cpu_s,

@@ -27,6 +27,7 @@ from .sections.depth import depth_section
 from .sections.fusions import fusions_section
 from .sections.kernels import kernel_section
 from .sections.latency import latency_section
+from .sections.memory import memory_section
 from .sections.ops import op_section
 from .sections.overview import bottom_line_section, overview_section, title_section
 from .sections.projection import projection_section
@@ -56,6 +57,7 @@ SECTIONS = (
     Registered(throughput_section),
     Registered(rounds_section),
     Registered(latency_section),
+    Registered(memory_section),
     Registered(kernel_section),
     Registered(roofline_section),
     Registered(depth_section),

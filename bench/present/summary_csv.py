@@ -26,7 +26,8 @@ def summary_frame(study: Study) -> pd.DataFrame:
         [*keys, *(f for f in CELL_FIELDS if f in timed and f not in keys)]
     ].drop_duplicates(keys)
     summary = summary.merge(cells.drop(columns="size"), on=keys, how="left")
-    extra = [c for c in ("peak_memory_bytes", *TTFT_FIELDS, *ROOFLINE_FIELDS) if c in timed.columns]
+    peaks = ("peak_memory_bytes", "prefill_peak_bytes", "gen_peak_bytes")
+    extra = [c for c in (*peaks, *TTFT_FIELDS, *ROOFLINE_FIELDS) if c in timed.columns]
     if extra:
         medians = trial_medians(timed, extra).rename(columns={c: f"{c}_median" for c in extra})
         summary = summary.merge(medians, on=[*keys, "variant"], how="left")

@@ -2,9 +2,9 @@
 
 Each of the first N classes (in the ranking's order) whose call makes a chain no op switches, in a
 model that runs in mlx-lm's classes, gets an op of its own: that class's call as written, or under
-mx.compile (fusebench.models.ops.compile_call_op). The ops are declared in a plugin written beside
-the results, and an experiment comparing the model as written with each class compiled is run by
-`fusebench run` in a child process (its rounds, correctness gate, intervals and verdicts). The
+mx.compile (fusebench.models.module_calls.compile_call_op). The ops are declared in a plugin written
+beside the results, and an experiment comparing the model as written with each class compiled is run
+by `fusebench run` in a child process (its rounds, correctness gate, intervals and verdicts). The
 plugin and the experiment stay: `fusebench run EXPERIMENT` measures the same again, and `--plugin`
 makes the ops usable in any experiment.
 """
@@ -18,6 +18,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from ...analysis.fusions import FusionEstimate
+from ...analysis.memory import phase_peaks
 from ...analysis.stats import compare_table
 from ...analysis.study import build_study
 from ...core.errors import UserError
@@ -158,6 +159,11 @@ def run_confirmation(experiment: Path, out: Path, *, to_stderr: bool) -> None:
         )
 
 
+def _change(peaks: dict[tuple[str, str], float], variant: str, metric: str) -> float | None:
+    new, old = peaks.get((variant, metric)), peaks.get((EAGER, metric))
+    return None if new is None or old is None else new - old
+
+
 def measured(
     run_id: str, model: str, chosen: Sequence[Pick], results: Path, plugin: Path
 ) -> list[ConfirmRecord]:
@@ -168,6 +174,7 @@ def measured(
         raise ConfirmError(f"fusions --confirm: {results} holds no timed trial ({reasons})")
     pairs = [(EAGER, p.variant) for p in chosen]
     rows = compare_table(study.timed, pairs, list(METRICS), margin_pct=study.margin_pct)
+    peaks = {(p.variant, p.metric): p.bytes for p in phase_peaks(study.timed)}
     found = []
     for pick in chosen:
         for row in rows[(EAGER, pick.variant)]:
@@ -186,6 +193,7 @@ def measured(
                     rounds=row.n_pairs,
                     results=str(results),
                     plugin=str(plugin),
+                    peak_change_bytes=_change(peaks, pick.variant, row.metric),
                 )
             )
     return found

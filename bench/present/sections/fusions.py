@@ -116,6 +116,14 @@ def _measured(found: ConfirmRecord | None) -> str:
     return "—" if found is None else f"{found.delta_pct:+.1f}% {found.verdict}"
 
 
+def _peak(record: ConfirmRecord) -> str:
+    change = record.peak_change_bytes
+    if change is None:
+        return ""
+    sign = "-" if change < 0 else "+"
+    return f", peak {sign}{format_bytes(int(abs(change)))}"
+
+
 def _confirm_notes(found: Sequence[FusionEstimate]) -> list[str]:
     """One line per class measured end to end: its interval, rounds and where to measure again."""
     seen: dict[str, list[ConfirmRecord]] = {}
@@ -127,7 +135,7 @@ def _confirm_notes(found: Sequence[FusionEstimate]) -> list[str]:
     for origin, records in seen.items():
         first = records[0]
         figures = "; ".join(
-            f"{r.metric} {_interval(r.delta_pct, r.low_pct, r.high_pct)} {r.verdict}"
+            f"{r.metric} {_interval(r.delta_pct, r.low_pct, r.high_pct)} {r.verdict}{_peak(r)}"
             for r in records
         )
         notes.append(
