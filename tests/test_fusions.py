@@ -144,6 +144,7 @@ def record(candidate: str, calls: dict[str, int]) -> FusionRecord:
         chain="Divide -> Tanh -> Multiply",
         where="Model",
         origin="",
+        op="",
         calls=calls,
         shapes="[1,8,16]",
         bytes_saved=1024,
@@ -263,7 +264,8 @@ def test_fusions_ranks_the_chains_of_a_preset_as_json(tmp_path: Path) -> None:
     assert "Multiply -> Tanh -> Multiply" in chains  # the logit softcap
     softcap = next(c for c in answer["candidates"] if c["chain"] == "Multiply -> Tanh -> Multiply")
     assert softcap["calls"] == {"prefill": 1, "decode": 1}
-    assert softcap["where"] == "Model"
+    assert softcap["where"] == "Model" and softcap["op"] == "softcap"
+    assert {c["op"] for c in answer["candidates"]} >= {"geglu", "softcap", "rope", "rms_norm"}
     assert set(softcap["expected"]) == {"prefill", "gen"}
     kinds = {json.loads(line)["kind"] for line in out.read_text().splitlines()}
     assert kinds == {"run", "replay", "step", "fusion", "op"}
@@ -300,30 +302,38 @@ def test_bad_input_gets_one_line_and_exit_2(tmp_path: Path, args: list[str], say
 # --- --confirm: the classes compiled, end to end ---------------------------------------------
 
 
-def estimate(candidate: str, origin: str, in_model: str = "no") -> FusionEstimate:
-    found = replace(record(candidate, {"prefill": 1}), origin=origin, compiled_by_model=in_model)
+def estimate(candidate: str, origin: str, in_model: str = "no", op: str = "") -> FusionEstimate:
+    found = replace(
+        record(candidate, {"prefill": 1}), origin=origin, compiled_by_model=in_model, op=op
+    )
     return FusionEstimate(found, None, {}, {})
 
 
-def test_confirm_picks_classes_in_ranking_order_and_says_why_it_passes_others_over() -> None:
-    from fusebench.measure.fusions.confirm import picks
+def test_confirm_picks_ops_in_ranking_order_and_says_why_it_passes_others_over() -> None:
+    from fusebench.measure.fusions.confirm import Pick, picks
 
     ranked = [
         estimate("c4", "mlx_lm.models.gemma3_text.MLP"),
         estimate("c9", ""),
-        estimate("c2", "fusebench.models.gemma4.MLP"),
+        estimate("c2", "fusebench.models.gemma4.MLP", op="geglu"),  # its op has a compiled variant
+        estimate("c5", "fusebench.models.gemma4.Model"),
         estimate("c7", "mlx_lm.models.llama.MLP", in_model="whole"),
         estimate("c1", "mlx_lm.models.gemma3_text.RMSNorm"),
         estimate("c3", "mlx_lm.models.gemma3_text.MLP"),
+        estimate("c6", "fusebench.models.gemma4.MLP", op="geglu"),
         estimate("c8", "mlx_lm.models.gemma3_text.Attention"),
     ]
-    chosen, passed = picks(ranked, 2)
-    assert [(p.op, p.candidates) for p in chosen] == [
-        ("gemma3_text_mlp", ("c4", "c3")),
-        ("gemma3_text_rmsnorm", ("c1",)),
+    chosen, passed = picks(ranked, 3, {"geglu": "unfused"})
+    assert chosen == [
+        Pick("gemma3_text_mlp", ("c4", "c3"), "mlx_lm.models.gemma3_text.MLP"),
+        Pick("geglu", ("c2", "c6")),
+        Pick("gemma3_text_rmsnorm", ("c1",), "mlx_lm.models.gemma3_text.RMSNorm"),
     ]
-    assert [reason.split(":")[0] for reason in passed] == ["c9 (Model)", "c2", "c7"]
-    assert "fusebench's own decoder" in passed[1] and "compiles it already" in passed[2]
+    assert [reason.split(" (")[0] for reason in passed] == ["c9", "c5", "c7"]
+    assert "outside fusebench's ops" in passed[1] and "compiles it already" in passed[2]
+    # a model that runs the op compiled already: its chains are passed over, or their class taken
+    again, _ = picks(ranked, 3, {"geglu": "compiled"})
+    assert "geglu" not in [p.op for p in again]
 
 
 @pytest.fixture
@@ -351,7 +361,7 @@ def test_the_written_plugin_compiles_a_class_call_and_computes_the_same(
     from fusebench.measure.plugins import load_plugins
     from fusebench.models.loading import build_model, seed_weights
 
-    pick = Pick("mlx_lm.models.llama.MLP", "llama_mlp", ("c1",))
+    pick = Pick("llama_mlp", ("c1",), "mlx_lm.models.llama.MLP")
     plugin = tmp_path / "compiled_calls.py"
     plugin.write_text(plugin_text([pick]))
     load_plugins([plugin])
@@ -374,25 +384,25 @@ def test_the_confirming_run_is_read_into_one_record_per_class_and_metric(tmp_pat
 
     from fusebench.measure.fusions.confirm import Pick, measured
 
-    pick = Pick("mlx_lm.models.gemma3_text.MLP", "gemma3_text_mlp", ("c4", "c3"))
+    pick = Pick("gemma3_text_mlp", ("c4", "c3"), "mlx_lm.models.gemma3_text.MLP")
     experiment = (
         "name: confirm\nmodels: [{preset: gemma3-1b, layers: 6}]\n"
-        "variants: {eager: {}, gemma3_text_mlp-compiled: {}}\n"
-        "comparisons: [[eager, gemma3_text_mlp-compiled]]\n"
+        "variants: {baseline: {}, gemma3_text_mlp-compiled: {}}\n"
+        "comparisons: [[baseline, gemma3_text_mlp-compiled]]\n"
         "workloads: {prompt_tokens: 128, gen_tokens: 3}\ntrials: 8\n"
     )
     slower = [(100.0 + r % 3, 3.0 + 0.01 * (r % 2)) for r in range(8)]
     timed = trials(
         cell("Gemma-3-1B (6/26 layers)", gen=3),
         {
-            "eager": slower,
+            "baseline": slower,
             "gemma3_text_mlp-compiled": [
                 (p * (0.9 + 0.002 * (r % 3)), g) for r, (p, g) in enumerate(slower)
             ],
         },
     )
     for trial in timed:  # the prefill's peak: 10 MiB lower compiled; no decode peak recorded
-        trial["prefill_peak_bytes"] = (90 if trial["variant"] != "eager" else 100) * 2**20
+        trial["prefill_peak_bytes"] = (90 if trial["variant"] != "baseline" else 100) * 2**20
     path = results_file(tmp_path / "r.jsonl", timed, experiment=experiment)
     found = measured("run", "Gemma-3-1B", [pick], path, tmp_path / "compiled_calls.py")
     by_metric = {r.metric: r for r in found}
@@ -410,9 +420,9 @@ def test_a_confirming_run_without_a_timed_trial_is_one_line(tmp_path: Path) -> N
 
     from fusebench.measure.fusions.confirm import ConfirmError, Pick, measured
 
-    experiment = "name: confirm\nmodels: [{preset: gemma3-1b}]\nvariants: {eager: {}}\n"
+    experiment = "name: confirm\nmodels: [{preset: gemma3-1b}]\nvariants: {baseline: {}}\n"
     failed = {"kind": "error", **cell("Gemma-3-1B"), "reason": "worker exited with code 1: boom"}
     path = results_file(tmp_path / "r.jsonl", [failed], experiment=experiment)
-    pick = Pick("mlx_lm.models.gemma3_text.MLP", "gemma3_text_mlp", ("c4",))
+    pick = Pick("gemma3_text_mlp", ("c4",), "mlx_lm.models.gemma3_text.MLP")
     with pytest.raises(ConfirmError, match=r"holds no timed trial \(worker exited with code 1"):
         measured("run", "Gemma-3-1B", [pick], path, tmp_path / "p.py")

@@ -239,6 +239,12 @@ def where(candidate: Candidate, modules: Sequence[tuple[StepGraph, list[Group]]]
     return Where(f"{kind.strip('()')} ({path})" if path else kind.strip("()"), deepest.origin)
 
 
+def op_of(candidate: Candidate, ops: Sequence[tuple[str, list[Group]]]) -> str:
+    """The registered op whose own call holds the candidate's chain; "" where none does."""
+    signature = candidate.group.signature
+    return next((op for op, groups in ops if any(g.signature == signature for g in groups)), "")
+
+
 def _depth(call: str) -> int:
     path = call.partition(" ")[0]
     return len(path.split(".")) if path else 0

@@ -93,6 +93,7 @@ class FusionRecord:
     # the class whose call makes it and takes arrays alone, `mlx_lm.models.qwen3.MLP`; "" where
     # none does (a call with a cache or a mask's name, or none holds the chain whole)
     origin: str
+    op: str  # the registered op whose call makes it (fusebench.models.ops); "" where none does
     calls: dict[str, int]  # per phase (prefill, decode): occurrences in one step
     shapes: str  # its inputs' shapes
     bytes_saved: int  # per occurrence: intermediates a fused kernel neither writes nor reads
@@ -134,15 +135,17 @@ class ReplayRecord:
 
 @dataclass(frozen=True, kw_only=True)
 class ConfirmRecord:
-    """A class's call compiled, measured end to end by `fusions --confirm` (one metric): the Δ of
-    the model with it compiled against the model as written, from the run in `results`."""
+    """A chain's op switched, measured end to end by `fusions --confirm` (one metric): the Δ of the
+    model with `op` at `variant` against the model as it ran, from the run in `results`. The op is
+    a registered one, or one the plugin declares for a class's call (`origin`)."""
 
     KIND: ClassVar[str] = "confirm"
 
     run_id: str
     model: str
-    origin: str  # the class compiled, `mlx_lm.models.gemma3_text.MLP`
-    op: str  # the op the plugin declares for it
+    origin: str  # the class whose call is compiled, `mlx_lm.models.gemma3_text.MLP`; "": an op's
+    op: str  # the op switched: a registered one, or the one the plugin declares for the class
+    variant: str  # the op's implementation in the confirming variant
     candidates: tuple[str, ...]  # the chains its call makes
     metric: str  # "prefill" or "gen"
     delta_pct: float

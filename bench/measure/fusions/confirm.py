@@ -1,34 +1,39 @@
 """`fusebench fusions --confirm N`: the top chains measured end to end, as a run measures a fusion.
 
-Each of the first N classes (in the ranking's order) whose call makes a chain no op switches, in a
-model that runs in mlx-lm's classes, gets an op of its own: that class's call as written, or under
-mx.compile (fusebench.models.module_calls.compile_call_op). The ops are declared in a plugin written
-beside the results, and an experiment comparing the model as written with each class compiled is run
-by `fusebench run` in a child process (its rounds, correctness gate, intervals and verdicts). The
-plugin and the experiment stay: `fusebench run EXPERIMENT` measures the same again, and `--plugin`
-makes the ops usable in any experiment.
+Each of the first N chains (in the ranking's order) gets one op switched: the registered op whose
+call makes it (fusebench's own decoder, or a site of an mlx-lm model) to its `compiled` variant;
+else, in a model in mlx-lm's classes, the class whose call (of arrays alone) makes it, given an op
+of its own (fusebench.models.module_calls.compile_call_op) in a plugin written beside the results.
+An experiment comparing the model as it ran with each op switched is run by `fusebench run` in a
+child process (its rounds, correctness gate, intervals and verdicts). The experiment and the plugin
+stay: `fusebench run EXPERIMENT` measures the same again, and `--plugin` makes the ops usable in
+any experiment.
 """
 
 from __future__ import annotations
 
 import re
 import subprocess
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
+
+from fusebench.models.ops import REGISTRY
 
 from ...analysis.fusions import FusionEstimate
 from ...analysis.memory import phase_peaks
 from ...analysis.stats import compare_table
 from ...analysis.study import build_study
 from ...core.errors import UserError
-from ...core.fusion import ConfirmRecord
+from ...core.fusion import ConfirmRecord, FusionRecord
 from ...core.results import read_results
 from ...core.spec import ModelSpec, quick_experiment
 from ..machine.env import child_command, on_own_path
 
 METRICS = ("prefill", "gen")
-EAGER = "eager"
+BASELINE = "baseline"
+COMPILED = "compiled"
+PLUGIN = "compiled_calls.py"
 
 
 class ConfirmError(UserError):
@@ -37,11 +42,13 @@ class ConfirmError(UserError):
 
 @dataclass(frozen=True)
 class Pick:
-    """One class to compile, and the op its plugin declares for it."""
+    """One op to switch in the confirming run: a registered op the chain's call goes through, to
+    its `compiled` variant, or the op the plugin declares for a class's call (`origin`)."""
 
-    origin: str  # "mlx_lm.models.gemma3_text.MLP"
-    op: str  # "gemma3_text_mlp"
+    op: str  # "geglu", or "gemma3_text_mlp"
     candidates: tuple[str, ...]  # the model's chains its call makes
+    origin: str = ""  # "mlx_lm.models.gemma3_text.MLP"; "": a registered op
+    variant: str = COMPILED
 
     @property
     def module(self) -> str:
@@ -52,37 +59,48 @@ class Pick:
         return self.origin.rpartition(".")[2]
 
     @property
-    def variant(self) -> str:
-        return f"{self.op}-compiled"
+    def name(self) -> str:
+        """The confirming variant's name in the experiment."""
+        return f"{self.op}-{self.variant}"
 
 
-def picks(found: Sequence[FusionEstimate], count: int) -> tuple[list[Pick], list[str]]:
-    """The first `count` classes to compile, in ranking order, and why others were passed over."""
-    chosen: dict[str, list[str]] = {}
+def picks(
+    found: Sequence[FusionEstimate], count: int, ops: Mapping[str, str]
+) -> tuple[list[Pick], list[str]]:
+    """The first `count` ops to switch, in ranking order, and why other chains were passed over.
+    `ops`: the op variants the model ran with (the others at their defaults)."""
+    chosen: dict[tuple[str, str], list[str]] = {}
     passed: list[str] = []
     for estimate in found:
         record = estimate.record
-        origin = record.origin
-        if origin in chosen:
-            chosen[origin].append(record.candidate)
-            continue
-        if len(chosen) == count:
-            continue
-        if not origin:
-            passed.append(
-                f"{record.candidate} ({record.where}): no call of arrays alone makes it whole, "
-                "none for mx.compile to wrap"
-            )
-        elif not origin.startswith("mlx_lm."):
-            passed.append(
-                f"{record.candidate}: made by {origin}, fusebench's own decoder, whose ops its "
-                "variants switch (fusebench run --op OP=...)"
-            )
-        elif record.compiled_by_model == "whole":
-            passed.append(f"{record.candidate}: the model's code compiles it already")
-        else:
-            chosen[origin] = [record.candidate]
-    return [Pick(origin, _op_name(origin), tuple(c)) for origin, c in chosen.items()], passed
+        key = _switch(record, ops)
+        if key in chosen:
+            chosen[key].append(record.candidate)
+        elif len(chosen) < count:
+            if isinstance(key, str):
+                passed.append(f"{record.candidate} ({record.where}): {key}")
+            else:
+                chosen[key] = [record.candidate]
+    found_picks = [Pick(op, tuple(c), origin) for (op, origin), c in chosen.items()]
+    return found_picks, passed
+
+
+def _switch(record: FusionRecord, ops: Mapping[str, str]) -> tuple[str, str] | str:
+    """(op, origin) to switch for the chain, or why there is none."""
+    spec = REGISTRY.get(record.op) if record.op else None
+    running = ops.get(record.op, spec.default) if spec else ""
+    if spec and COMPILED in spec.variants and running != COMPILED:
+        return record.op, ""
+    if record.compiled_by_model == "whole":
+        return "the model's code compiles it already"
+    if record.origin.startswith("mlx_lm."):
+        return _op_name(record.origin), record.origin
+    if spec:
+        choices = ", ".join(spec.variants)
+        return f"its op {record.op} runs {running}; no other compiled variant ({choices})"
+    if not record.origin:
+        return "no call of arrays alone makes it whole, none for mx.compile to wrap"
+    return f"made by {record.origin} outside fusebench's ops, in its own decoder"
 
 
 def _op_name(origin: str) -> str:
@@ -98,7 +116,7 @@ def plugin_text(chosen: Sequence[Pick]) -> str:
         "from fusebench.models.ops import compile_call_op",
         "",
     ]
-    lines += [f'compile_call_op("{p.op}", "{p.module}", "{p.cls}")' for p in chosen]
+    lines += [f'compile_call_op("{p.op}", "{p.module}", "{p.cls}")' for p in chosen if p.origin]
     return "\n".join(lines) + "\n"
 
 
@@ -119,21 +137,30 @@ def model_entry(model: ModelSpec) -> dict[str, object]:
 
 
 def write_confirmation(
-    folder: Path, model: ModelSpec, chosen: Sequence[Pick], prompt_tokens: int, gen_tokens: int
+    folder: Path,
+    model: ModelSpec,
+    ops: Mapping[str, str],
+    chosen: Sequence[Pick],
+    prompt_tokens: int,
+    gen_tokens: int,
 ) -> Path:
-    """The plugin and the experiment, in `folder`; returns the experiment's path."""
+    """The experiment, and the plugin where a class's call is compiled, in `folder`; returns the
+    experiment's path. The baseline runs the model as the search traced it (`ops`)."""
     folder.mkdir(parents=True, exist_ok=True)
-    (folder / "compiled_calls.py").write_text(plugin_text(chosen))
-    variants = {EAGER: {}, **{p.variant: {p.op: "compiled"} for p in chosen}}
+    plugins = []
+    if any(p.origin for p in chosen):
+        (folder / PLUGIN).write_text(plugin_text(chosen))
+        plugins = [PLUGIN]
+    variants = {BASELINE: dict(ops), **{p.name: {**ops, p.op: p.variant} for p in chosen}}
     text = quick_experiment(
         [model_entry(model)],
         variants,
         "compiled-calls",
         prompt_tokens,
         gen_tokens,
-        plugins=["compiled_calls.py"],
-        description="made by fusebench fusions --confirm: the model as written against each "
-        "class's call compiled",
+        plugins=plugins,
+        description="made by fusebench fusions --confirm: the model as it ran against each "
+        "chain's op compiled",
     )
     path = folder / "experiment.yaml"
     path.write_text(text)
@@ -160,7 +187,7 @@ def run_confirmation(experiment: Path, out: Path, *, to_stderr: bool) -> None:
 
 
 def _change(peaks: dict[tuple[str, str], float], variant: str, metric: str) -> float | None:
-    new, old = peaks.get((variant, metric)), peaks.get((EAGER, metric))
+    new, old = peaks.get((variant, metric)), peaks.get((BASELINE, metric))
     return None if new is None or old is None else new - old
 
 
@@ -172,18 +199,19 @@ def measured(
     if study.timed.empty:
         reasons = "; ".join(dict.fromkeys(str(r) for r in study.closed.get("reason", [])))
         raise ConfirmError(f"fusions --confirm: {results} holds no timed trial ({reasons})")
-    pairs = [(EAGER, p.variant) for p in chosen]
+    pairs = [(BASELINE, p.name) for p in chosen]
     rows = compare_table(study.timed, pairs, list(METRICS), margin_pct=study.margin_pct)
     peaks = {(p.variant, p.metric): p.bytes for p in phase_peaks(study.timed)}
     found = []
     for pick in chosen:
-        for row in rows[(EAGER, pick.variant)]:
+        for row in rows[(BASELINE, pick.name)]:
             found.append(
                 ConfirmRecord(
                     run_id=run_id,
                     model=model,
                     origin=pick.origin,
                     op=pick.op,
+                    variant=pick.variant,
                     candidates=pick.candidates,
                     metric=row.metric,
                     delta_pct=row.delta_pct,
@@ -192,8 +220,8 @@ def measured(
                     verdict=str(row.verdict.word) if row.verdict else "",
                     rounds=row.n_pairs,
                     results=str(results),
-                    plugin=str(plugin),
-                    peak_change_bytes=_change(peaks, pick.variant, row.metric),
+                    plugin=str(plugin) if pick.origin else "",
+                    peak_change_bytes=_change(peaks, pick.name, row.metric),
                 )
             )
     return found

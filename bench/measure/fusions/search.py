@@ -27,7 +27,9 @@ from ...analysis.fusions import (
     Where,
     candidates,
     compiled_by_model,
+    fusible_groups,
     module_groups,
+    op_of,
     shape_label,
     where,
 )
@@ -61,6 +63,7 @@ class Found:
     inputs: dict[int, list[mx.array]]
     random: set[int]  # those whose inputs are random: their step could not be replayed
     where: dict[int, Where]
+    op: dict[int, str]
     compiled_by_model: dict[int, str]
     replays: list[ReplayRecord]
 
@@ -73,12 +76,14 @@ def find(run_id: str, label: str, model: AnyModel, workload: Workload) -> Found:
     rule = fusible(p for c in every for p in c.graph.primitives)
     found = candidates({phase: [c.graph for c in cs] for phase, cs in calls.items()}, rule)
     modules = module_groups((g for c in every for g in c.modules), rule)
+    ops = [(op, fusible_groups(graph, rule)) for c in every for op, graph in c.ops]
     compiled = [node for c in every for node in c.compiled]
     result = Found(
         found,
         {},
         set(),
         {i: where(c, modules) for i, c in enumerate(found)},
+        {i: op_of(c, ops) for i, c in enumerate(found)},
         {i: compiled_by_model(c.group, compiled, RULES) for i, c in enumerate(found)},
         [],
     )
@@ -161,6 +166,7 @@ def time_candidates(
             chain=group.chain,
             where=model_found.where[index].text,
             origin=model_found.where[index].origin,
+            op=model_found.op[index],
             calls=dict(candidate.calls),
             shapes=" ".join(t.label for t in group.inputs if t.shape),
             bytes_saved=group.bytes_saved,

@@ -28,7 +28,7 @@ from ...core.spec import (
 from ..hub import found as hub_found
 from ..hub import is_repo_id
 from ..machine.env import weights_cache_dir
-from .confirm import measured, picks, run_confirmation, write_confirmation
+from .confirm import PLUGIN, measured, picks, run_confirmation, write_confirmation
 from .search import Workload, find, time_candidates, time_steps
 
 if TYPE_CHECKING:
@@ -128,19 +128,20 @@ def _confirmed(
     """The answer with its first `job.confirm` classes compiled and measured end to end."""
     from ...core.results import ResultsWriter
 
-    chosen, passed = picks(answer.estimates, job.confirm)
+    chosen, passed = picks(answer.estimates, job.confirm, target.ops)
     if not chosen:
         return replace(answer, passed_over=passed)
     slug = re.sub(r"[^A-Za-z0-9._-]+", "-", answer.model).strip("-")
     folder = job.out.parent / f"{job.out.name.split('.')[0]}-confirm" / slug
+    workload = target.workload
     experiment = write_confirmation(
-        folder, target.model, chosen, target.workload.prompt_tokens, target.workload.gen_tokens
+        folder, target.model, target.ops, chosen, workload.prompt_tokens, workload.gen_tokens
     )
-    names = ", ".join(p.origin for p in chosen)
+    names = ", ".join(p.origin or p.op for p in chosen)
     console.print(f"{answer.model}: measuring {names} compiled, end to end ({experiment})")
     results = folder / "results.jsonl.gz"
     run_confirmation(experiment, results, to_stderr=job.quiet)
-    records = measured(run_id, answer.model, chosen, results, folder / "compiled_calls.py")
+    records = measured(run_id, answer.model, chosen, results, folder / PLUGIN)
     with ResultsWriter(job.out) as writer:
         for record in records:
             writer.write(record)

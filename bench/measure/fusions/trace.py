@@ -6,8 +6,8 @@ Each call is traced on a copy of the cache as it stands at that point, so the tr
 shapes and offsets, and the model's own call follows on another copy: its outputs check the replay
 (measure.fusions.replay), and its lazy graph, read before evaluation, holds a `Compiled...` node for
 every call the model's code makes of an `mx.compile`d function (a trace shows those inlined).
-During the model's own call each module's first call is recorded, then traced on its own: what says
-which module a chain comes from.
+During the model's own call each module's first call, and each distinct call of a registered op, is
+recorded, then traced on its own: what says which module, and which op, a chain comes from.
 """
 
 from __future__ import annotations
@@ -25,6 +25,7 @@ import mlx.nn as nn
 from mlx.utils import tree_flatten
 
 from fusebench.models.loading import AnyModel, SwitchedModel
+from fusebench.models.registry import REGISTRY
 
 from ...core.fusion import Primitive, StepGraph, Tensor
 from ..worker import greedy
@@ -42,6 +43,8 @@ class StepCall:
     own_outputs: list[mx.array]
     compiled: list[str]
     modules: list[StepGraph] = field(default_factory=list)
+    # each distinct call of a registered op (fusebench.models.ops), traced alone: (op, its graph)
+    ops: list[tuple[str, StepGraph]] = field(default_factory=list)
 
 
 def _frozen(value: Any) -> Any:
@@ -99,10 +102,12 @@ def _weights(model: AnyModel) -> nn.Module:
 
 
 @dataclass
-class _ModuleCall:
-    label: str  # "layers.0.mlp (MLP)"
-    origin: str  # "mlx_lm.models.qwen3.MLP"; "" where its call takes more than arrays
-    module: nn.Module
+class _RecordedCall:
+    """One call made while the model ran, kept to be traced alone: a module's or an op's."""
+
+    label: str  # "layers.0.mlp (MLP)", or the op's name
+    origin: str  # "mlx_lm.models.qwen3.MLP"; "" where its call takes more than arrays, or an op
+    function: Callable[..., Any]
     args: tuple[Any, ...]
     kwargs: dict[str, Any]
 
@@ -113,11 +118,11 @@ def _kept(value: Any) -> Any:
 
 
 @contextmanager
-def _recording(model: AnyModel) -> Iterator[list[_ModuleCall]]:
+def _recording(model: AnyModel) -> Iterator[list[_RecordedCall]]:
     """Each submodule's first call (its arguments as they stood), while the block runs."""
     root = _weights(model)
     paths = {id(m): path for path, m in root.named_modules()}
-    calls: dict[str, _ModuleCall] = {}
+    calls: dict[str, _RecordedCall] = {}
     classes = {type(m) for m in root.modules()}
     originals = {cls: cls.__dict__["__call__"] for cls in classes if "__call__" in cls.__dict__}
 
@@ -130,12 +135,12 @@ def _recording(model: AnyModel) -> Iterator[list[_ModuleCall]]:
                 if not all(isinstance(a, mx.array) for a in [*args, *kwargs.values()]):
                     origin = ""  # a call mx.compile cannot wrap (a cache, a mask's name): none
                 kept = tuple(_kept(a) for a in args), {k: _kept(v) for k, v in kwargs.items()}
-                calls[path] = _ModuleCall(label, origin, self, *kept)
+                calls[path] = _RecordedCall(label, origin, self, *kept)
             return original(self, *args, **kwargs)
 
         return call
 
-    found: list[_ModuleCall] = []
+    found: list[_RecordedCall] = []
     for cls, original in originals.items():
         cls.__call__ = patched(original)
     try:
@@ -146,8 +151,38 @@ def _recording(model: AnyModel) -> Iterator[list[_ModuleCall]]:
         found.extend(calls.values())
 
 
-def _module_graph(call: _ModuleCall) -> StepGraph | None:
-    """One module's recorded call traced alone; None where it cannot be (no array in or out)."""
+@contextmanager
+def _recording_ops(model: AnyModel) -> Iterator[list[_RecordedCall]]:
+    """Each distinct call (by its arrays' shapes) of every op of the model's op table, while the
+    block runs."""
+    table = model.op_table
+    held = {op: getattr(table, op) for op in REGISTRY if hasattr(table, op)}
+    calls: dict[tuple[Any, ...], _RecordedCall] = {}
+
+    def recording(op: str, fn: Callable[..., Any]) -> Callable[..., Any]:
+        def call(*args: Any, **kwargs: Any) -> Any:
+            shapes = tuple(
+                tuple(a.shape) for a in [*args, *kwargs.values()] if isinstance(a, mx.array)
+            )
+            kept = tuple(_kept(a) for a in args), {k: _kept(v) for k, v in kwargs.items()}
+            calls.setdefault((op, shapes), _RecordedCall(op, "", fn, *kept))
+            return fn(*args, **kwargs)
+
+        return call
+
+    found: list[_RecordedCall] = []
+    for op, fn in held.items():
+        setattr(table, op, recording(op, fn))
+    try:
+        yield found
+    finally:
+        for op, fn in held.items():
+            setattr(table, op, fn)
+        found.extend(calls.values())
+
+
+def _call_graph(call: _RecordedCall) -> StepGraph | None:
+    """One recorded call traced alone; None where it cannot be (no array in or out)."""
     positions = [i for i, a in enumerate(call.args) if isinstance(a, mx.array)]
     if not positions:
         return None
@@ -157,7 +192,7 @@ def _module_graph(call: _ModuleCall) -> StepGraph | None:
         for i, array in zip(positions, arrays, strict=True):
             args[i] = array
         kwargs = {k: _kept(v) for k, v in call.kwargs.items()}
-        out = call.module(*args, **kwargs)
+        out = call.function(*args, **kwargs)
         return [v for _, v in tree_flatten(out) if isinstance(v, mx.array)]
 
     try:
@@ -180,12 +215,14 @@ def _traced_call(
 
     found = trace(phase, run, [tokens])
     copied = copy.deepcopy(cache)
-    with _recording(model) as modules:
+    with _recording(model) as modules, _recording_ops(model) as ops:
         own = outputs_of(model(tokens, cache=copied), copied)
     found.compiled = compiled_nodes(own)
     mx.eval(own)
     found.own_outputs = own
-    found.modules = [g for g in map(_module_graph, modules) if g is not None]
+    found.modules = [g for g in map(_call_graph, modules) if g is not None]
+    traced_ops = [(call.label, _call_graph(call)) for call in ops]
+    found.ops = [(op, graph) for op, graph in traced_ops if graph is not None]
     return found
 
 

@@ -129,19 +129,20 @@ def _confirm_notes(found: Sequence[FusionEstimate]) -> list[str]:
     seen: dict[str, list[ConfirmRecord]] = {}
     for e in found:
         for record in e.measured.values():
-            if record not in seen.setdefault(record.origin, []):
-                seen[record.origin].append(record)
+            if record not in seen.setdefault(record.op, []):
+                seen[record.op].append(record)
     notes = []
-    for origin, records in seen.items():
+    for records in seen.values():
         first = records[0]
         figures = "; ".join(
             f"{r.metric} {_interval(r.delta_pct, r.low_pct, r.high_pct)} {r.verdict}{_peak(r)}"
             for r in records
         )
+        what = f"{first.origin} compiled (op {first.op})" if first.origin else first.op
+        reuse = f"; --plugin {first.plugin} makes the op usable anywhere" if first.plugin else ""
         notes.append(
-            f"measured: {origin} compiled ({', '.join(first.candidates)}; op {first.op}): "
-            f"{figures}, {first.rounds} rounds, Holm-adjusted 95% CI, in {first.results}; "
-            f"--plugin {first.plugin} makes the op usable in any experiment"
+            f"measured: {what} at {first.variant} ({', '.join(first.candidates)}): {figures}, "
+            f"{first.rounds} rounds, Holm-adjusted 95% CI, in {first.results}{reuse}"
         )
     return notes
 
