@@ -24,6 +24,7 @@ ROOT = Path(__file__).resolve().parent.parent
 # name -> (the command's arguments, the target in seconds, or None where the issue sets none)
 CASES = {
     "e2b": (["e2b", "--layers", "2"], 180),
+    "e2b-confirm": (["e2b", "--layers", "2", "--confirm", "3"], 600),
     "31b": (["31b", "--layers", "2"], None),
     "llama": (["llama3.2-1b", "--layers", "2"], None),
     "qwen3": (["qwen3-0.6b", "--layers", "2"], None),

@@ -27,7 +27,7 @@ from ...analysis.study import build_study
 from ...core.errors import UserError
 from ...core.fusion import ConfirmRecord, FusionRecord
 from ...core.results import read_results
-from ...core.spec import ModelSpec, quick_experiment
+from ...core.spec import FLAGS_BUDGET_S_PER_MODEL, ModelSpec, quick_experiment
 from ..machine.env import child_command, on_own_path
 
 METRICS = ("prefill", "gen")
@@ -159,6 +159,7 @@ def write_confirmation(
         prompt_tokens,
         gen_tokens,
         plugins=plugins,
+        budget_s=FLAGS_BUDGET_S_PER_MODEL * len(chosen),
         description="made by fusebench fusions --confirm: the model as it ran against each "
         "chain's op compiled",
     )
