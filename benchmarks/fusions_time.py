@@ -25,6 +25,8 @@ ROOT = Path(__file__).resolve().parent.parent
 CASES = {
     "e2b": (["e2b", "--layers", "2"], 180),
     "e2b-confirm": (["e2b", "--layers", "2", "--confirm", "3"], 600),
+    "e4b": (["e4b", "--layers", "2"], None),
+    "26b": (["26b", "--layers", "2"], None),
     "31b": (["31b", "--layers", "2"], None),
     "llama": (["llama3.2-1b", "--layers", "2"], None),
     "qwen3": (["qwen3-0.6b", "--layers", "2"], None),
@@ -57,16 +59,23 @@ def main() -> None:
     args = parser.parse_args()
     args.out.mkdir(parents=True, exist_ok=True)
     chosen = args.only.split(",") if args.only else list(CASES)
-    lines = ["| case | command | wall time | target |", "|---|---|---:|---:|"]
+    times = args.out / "times.md"
+    # a case run again replaces its row; the others stay
+    rows = {
+        line.split(" | ")[0].strip("| "): line
+        for line in (times.read_text().splitlines()[2:] if times.exists() else [])
+    }
     for name in chosen:
         command, target = CASES[name]
         seconds = run_case(name, command, args.out)
         met = "met" if target is not None and seconds <= target else "missed"
         goal = "—" if target is None else f"{target / 60:.0f} min ({met})"
         shown = f"`fusebench fusions {' '.join(command)}`"
-        lines.append(f"| {name} | {shown} | {seconds:.0f} s | {goal} |")
-        print(lines[-1], flush=True)
-    (args.out / "times.md").write_text("\n".join(lines) + "\n")
+        rows[name] = f"| {name} | {shown} | {seconds:.0f} s | {goal} |"
+        print(rows[name], flush=True)
+    order = [name for name in CASES if name in rows]
+    header = ["| case | command | wall time | target |", "|---|---|---:|---:|"]
+    times.write_text("\n".join([*header, *(rows[name] for name in order)]) + "\n")
 
 
 if __name__ == "__main__":

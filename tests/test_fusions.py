@@ -329,7 +329,7 @@ def test_confirm_picks_ops_in_ranking_order_and_says_why_it_passes_others_over()
         Pick("geglu", ("c2", "c6")),
         Pick("gemma3_text_rmsnorm", ("c1",), "mlx_lm.models.gemma3_text.RMSNorm"),
     ]
-    assert [reason.split(" (")[0] for reason in passed] == ["c9", "c5", "c7"]
+    assert [reason.split(": ")[0] for reason in passed] == ["c9", "c5", "c7"]
     assert "outside fusebench's ops" in passed[1] and "compiles it already" in passed[2]
     # a model that runs the op compiled already: its chains are passed over, or their class taken
     again, _ = picks(ranked, 3, {"geglu": "compiled"})

@@ -67,10 +67,11 @@ class Pick:
 def picks(
     found: Sequence[FusionEstimate], count: int, ops: Mapping[str, str]
 ) -> tuple[list[Pick], list[str]]:
-    """The first `count` ops to switch, in ranking order, and why other chains were passed over.
+    """The first `count` ops to switch, in ranking order, and why the chains ranked above the last
+    of them (all, where fewer were found) were passed over: one line a reason, its chains named.
     `ops`: the op variants the model ran with (the others at their defaults)."""
     chosen: dict[tuple[str, str], list[str]] = {}
-    passed: list[str] = []
+    passed: dict[str, list[str]] = {}
     for estimate in found:
         record = estimate.record
         key = _switch(record, ops)
@@ -78,11 +79,11 @@ def picks(
             chosen[key].append(record.candidate)
         elif len(chosen) < count:
             if isinstance(key, str):
-                passed.append(f"{record.candidate} ({record.where}): {key}")
+                passed.setdefault(key, []).append(record.candidate)
             else:
                 chosen[key] = [record.candidate]
     found_picks = [Pick(op, tuple(c), origin) for (op, origin), c in chosen.items()]
-    return found_picks, passed
+    return found_picks, [f"{', '.join(names)}: {why}" for why, names in passed.items()]
 
 
 def _switch(record: FusionRecord, ops: Mapping[str, str]) -> tuple[str, str] | str:
