@@ -241,9 +241,12 @@ needs_compiler = pytest.mark.skipif(
 @needs_compiler
 def test_fusions_ranks_the_chains_of_a_preset_as_json(tmp_path: Path) -> None:
     out = tmp_path / "f.jsonl"
+    plugin = ROOT / "examples" / "plugins" / "fast_softcap.py"
     done = fusebench(
         "fusions",
         "tiny",
+        "--plugin",
+        str(plugin),
         "--layers",
         "6",
         "--rounds",
@@ -267,8 +270,11 @@ def test_fusions_ranks_the_chains_of_a_preset_as_json(tmp_path: Path) -> None:
     assert softcap["where"] == "Model" and softcap["op"] == "softcap"
     assert {c["op"] for c in answer["candidates"]} >= {"geglu", "softcap", "rope", "rms_norm"}
     assert set(softcap["expected"]) == {"prefill", "gen"}
+    # every variant of the chains' ops at their calls, the plugin's beside the registry's
+    variants = {(v["op"], v["variant"]) for v in answer["variants"]}
+    assert {("softcap", "compiled"), ("softcap", "reciprocal"), ("geglu", "compiled")} <= variants
     kinds = {json.loads(line)["kind"] for line in out.read_text().splitlines()}
-    assert kinds == {"run", "replay", "step", "fusion", "op"}
+    assert kinds == {"run", "replay", "step", "fusion", "op", "variant"}
 
 
 def test_without_a_compiler_fusions_says_so_and_exits_2(tmp_path: Path) -> None:
@@ -426,3 +432,33 @@ def test_a_confirming_run_without_a_timed_trial_is_one_line(tmp_path: Path) -> N
     pick = Pick("gemma3_text_mlp", ("c4",), "mlx_lm.models.gemma3_text.MLP")
     with pytest.raises(ConfirmError, match=r"holds no timed trial \(worker exited with code 1"):
         measured("run", "Gemma-3-1B", [pick], path, tmp_path / "p.py")
+
+
+def test_a_variant_of_a_chains_op_is_weighed_at_its_calls_against_the_running_one() -> None:
+    from fusebench.analysis.fusions import variant_estimates
+    from fusebench.core.cell import ShareTime
+    from fusebench.core.fusion import VariantRecord
+
+    records = []
+    for r in range(5):
+        for variant, seconds in (("unfused", 0.010 + 1e-4 * (r % 2)), ("compiled", 0.008)):
+            for phase, calls in (("prefill", 2), ("decode", 1)):
+                share = ShareTime(phase, "geglu", variant, "[1,8,16]", calls, r, seconds, 2e-5)
+                records.append(
+                    VariantRecord(run_id="r", model="E2B", running="unfused", share=share)
+                )
+    steps = [
+        StepRecord(run_id="r", model="E2B", phase=phase, round=r, seconds=seconds)
+        for r in range(5)
+        for phase, seconds in (("prefill", 1.0), ("decode", 0.1))
+    ]
+    (found,) = variant_estimates(records, steps)
+    assert (found.op, found.variant, found.running, found.rounds) == (
+        "geglu",
+        "compiled",
+        "unfused",
+        5,
+    )
+    # two calls saving 2.04 ms each of a 1 s prefill; one of a 100 ms decode step
+    assert found.expected["prefill"].delta_pct == pytest.approx(100 / (1 - 0.00408) - 100, rel=0.01)
+    assert found.expected["gen"].delta_pct == pytest.approx(100 / (1 - 0.0204) - 100, rel=0.01)

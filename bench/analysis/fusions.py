@@ -33,6 +33,7 @@ from ..core.fusion import (
     StepGraph,
     StepRecord,
     Tensor,
+    VariantRecord,
 )
 from .amdahl import Amdahl, amdahl
 from .opstats import VariantSummary
@@ -360,3 +361,65 @@ def _split(node: str, names: Iterable[str]) -> list[str]:
         found.append(name)
         rest = rest[len(name) :]
     return found
+
+
+# --- the chains' ops, every variant at their calls ------------------------------------------------
+
+
+@dataclass(frozen=True)
+class VariantEstimate:
+    """One implementation of a chain's op against the one the model ran, at the op's calls in the
+    step: the tok/s Δ switching to it would give, per metric (analysis.amdahl)."""
+
+    model: str
+    op: str
+    variant: str
+    running: str
+    expected: dict[str, Amdahl]
+    rounds: int
+
+    @property
+    def largest_pct(self) -> float:
+        return max((e.delta_pct for e in self.expected.values()), key=abs, default=0.0)
+
+
+def variant_estimates(
+    records: Sequence[VariantRecord], steps: Sequence[StepRecord]
+) -> list[VariantEstimate]:
+    """Every timed variant of every chain's op, ranked by its expected Δ farthest from 0."""
+    step_s: dict[tuple[str, str], list[float]] = defaultdict(list)
+    for step in steps:
+        step_s[(step.model, step.phase)].append(step.seconds)
+    # (model, op, phase) -> (variant, round) -> seconds per step (calls × time, eval cost cancels)
+    per_step: dict[tuple[str, str, str], dict[tuple[str, int], float]] = defaultdict(
+        lambda: defaultdict(float)
+    )
+    running: dict[tuple[str, str], str] = {}
+    for record in records:
+        share = record.share
+        running[(record.model, share.op)] = record.running
+        key = (record.model, share.op, share.phase)
+        per_step[key][(share.variant, share.round)] += share.calls * share.seconds
+    found = []
+    for (model, op), ran in running.items():
+        variants = {
+            v for key, times in per_step.items() if key[:2] == (model, op) for v, _ in times
+        }
+        for variant in sorted(variants - {ran}):
+            expected = {}
+            rounds = 0
+            for phase in PHASES:
+                times = per_step.get((model, op, phase))
+                steps_here = step_s.get((model, phase))
+                if not times or not steps_here:
+                    continue
+                added = [
+                    times[(variant, r)] - times[(ran, r)]
+                    for v, r in times
+                    if v == variant and (ran, r) in times
+                ]
+                if added:
+                    expected[METRIC_OF_PHASE[phase]] = amdahl(steps_here, added)
+                    rounds = len(added)
+            found.append(VariantEstimate(model, op, variant, ran, expected, rounds))
+    return sorted(found, key=lambda e: -abs(e.largest_pct))

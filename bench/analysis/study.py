@@ -32,13 +32,13 @@ from ..core.fileformat import (
     SiteRecord,
     require_fields,
 )
-from ..core.fusion import ConfirmRecord, FusionRecord, ReplayRecord, StepRecord
+from ..core.fusion import ConfirmRecord, FusionRecord, ReplayRecord, StepRecord, VariantRecord
 from ..core.header import Env, LoadSummary, RunHeader, TimeSpent
 from ..core.results import Results, read_results
 from ..core.spec import Experiment, SpecError, parse_experiment
 from ..core.typed import from_mapping
 from . import stats
-from .fusions import FUSION_OP, FusionEstimate, estimates
+from .fusions import FUSION_OP, FusionEstimate, VariantEstimate, estimates, variant_estimates
 from .opstats import VariantSummary, summarize_ops
 from .reference import matches_size
 
@@ -109,6 +109,7 @@ class Study:
     # `fusebench fusions`: each model's chains, ranked, and how its step's replay went
     fusions: list[FusionEstimate] = dataclasses.field(default_factory=list)
     replays: list[ReplayRecord] = dataclasses.field(default_factory=list)
+    fusion_variants: list[VariantEstimate] = dataclasses.field(default_factory=list)
 
     @property
     def has_trials(self) -> bool:
@@ -196,6 +197,10 @@ def build_study(results: Results) -> Study:
         unread_experiments=unread,
         fusions=fusion_estimates(results),
         replays=[from_mapping(ReplayRecord, r) for r in results.of_kind(ReplayRecord.KIND)],
+        fusion_variants=variant_estimates(
+            [from_mapping(VariantRecord, r) for r in results.of_kind(VariantRecord.KIND)],
+            [from_mapping(StepRecord, r) for r in results.of_kind(StepRecord.KIND)],
+        ),
     )
 
 

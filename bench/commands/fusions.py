@@ -29,7 +29,7 @@ from pathlib import Path
 from rich.console import Console
 
 from ..core.errors import UserError
-from .args import at_least, positive_int
+from .args import add_plugin_argument, at_least, positive_int
 
 DEFAULT_ROUNDS = 10
 DEFAULT_TOP = 10
@@ -88,6 +88,7 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument(
         "--out", type=Path, help="results file (default: results/fusions-<timestamp>.jsonl)"
     )
+    add_plugin_argument(parser, "; its variants are timed at their op's calls beside the chains")
     parser.add_argument("--quiet", action="store_true", help="no progress bar (for CI logs)")
 
 
@@ -99,7 +100,10 @@ def main(args: argparse.Namespace, console: Console) -> int:
     from ..measure.machine.env import collect_env
     from ..measure.machine.probe import auto_threads
     from ..measure.ops.opbench import ensure_worker_env
+    from ..measure.plugins import load_plugins
 
+    plugins = tuple(str(Path(path).resolve()) for path in args.plugin)
+    load_plugins(plugins)
     found = targets(args.target, args.layers, args.dtype, args.prompt_tokens, args.gen_tokens)
     status = console if args.format == "table" else Console(stderr=True)
     ensure_worker_env(status, args.threads or auto_threads())
@@ -115,17 +119,18 @@ def main(args: argparse.Namespace, console: Console) -> int:
             "compiler, and none was found on PATH: install g++ or clang); nothing to time"
         )
     out = args.out or Path("results") / f"fusions-{datetime.now().strftime('%Y%m%d-%H%M%S')}.jsonl"
-    job = FusionJob(found, args.rounds, out, env, args.confirm, quiet=args.format == "json")
+    job = FusionJob(found, args.rounds, out, env, args.confirm, plugins, args.format == "json")
     answers = run_fusions(job, status, quiet=args.quiet or args.format == "json")
     if args.format == "json":
         print(json.dumps([_json(answer) for answer in answers], indent=1))
         return 0
     from ..present.document import to_console
-    from ..present.sections.fusions import fusion_blocks
+    from ..present.sections.fusions import fusion_blocks, variant_blocks
 
     for answer in answers:
         top = args.top if args.top > 0 else None
         to_console(fusion_blocks(answer.model, answer.estimates, answer.replays, top), console)
+        to_console(variant_blocks(answer.variants), console)
         for reason in answer.passed_over:
             console.print(f"not confirmed: {reason}")
     console.print(f"records -> {out}")
@@ -143,6 +148,7 @@ def _json(answer: object) -> dict[str, object]:
     return {
         "model": answer.model,
         "replays": [asdict(r) for r in answer.replays],
+        "variants": [asdict(v) for v in answer.variants],
         "passed_over": answer.passed_over,
         "candidates": [
             {

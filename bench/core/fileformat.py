@@ -51,6 +51,7 @@ RECORD_KINDS = (
     "step",
     "replay",
     "confirm",
+    "variant",
 )
 
 

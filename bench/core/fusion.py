@@ -13,6 +13,9 @@ import math
 from dataclasses import dataclass, field
 from typing import ClassVar
 
+from .cell import ShareTime
+from .typed import FLAT
+
 # Bytes per element of the dtypes a model step holds (mlx.core's names, without the module).
 ITEMSIZE = {
     "bool": 1,
@@ -157,3 +160,17 @@ class ConfirmRecord:
     plugin: str  # the plugin that declares the op: `--plugin` reuses it
     # the phase's peak memory with the class compiled less as written (medians); None: unrecorded
     peak_change_bytes: float | None = None
+
+
+@dataclass(frozen=True, kw_only=True)
+class VariantRecord:
+    """An implementation of a chain's op, timed at that op's own calls in the step (`fusions`), as
+    the op shares time them: every registered variant of the op, a plugin's among them, against the
+    one the model ran (`running`)."""
+
+    KIND: ClassVar[str] = "variant"
+
+    run_id: str
+    model: str
+    running: str
+    share: ShareTime = field(metadata=FLAT)

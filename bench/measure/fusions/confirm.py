@@ -142,23 +142,23 @@ def write_confirmation(
     model: ModelSpec,
     ops: Mapping[str, str],
     chosen: Sequence[Pick],
-    prompt_tokens: int,
-    gen_tokens: int,
+    tokens: tuple[int, int],
+    user_plugins: Sequence[str] = (),
 ) -> Path:
     """The experiment, and the plugin where a class's call is compiled, in `folder`; returns the
-    experiment's path. The baseline runs the model as the search traced it (`ops`)."""
+    experiment's path. The baseline runs the model as the search traced it (`ops`, with the user's
+    plugins loaded)."""
     folder.mkdir(parents=True, exist_ok=True)
-    plugins = []
+    plugins = list(user_plugins)
     if any(p.origin for p in chosen):
         (folder / PLUGIN).write_text(plugin_text(chosen))
-        plugins = [PLUGIN]
+        plugins.append(PLUGIN)
     variants = {BASELINE: dict(ops), **{p.name: {**ops, p.op: p.variant} for p in chosen}}
     text = quick_experiment(
         [model_entry(model)],
         variants,
         "compiled-calls",
-        prompt_tokens,
-        gen_tokens,
+        *tokens,
         plugins=plugins,
         budget_s=FLAGS_BUDGET_S_PER_MODEL * len(chosen),
         description="made by fusebench fusions --confirm: the model as it ran against each "

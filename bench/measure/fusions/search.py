@@ -11,13 +11,15 @@ from __future__ import annotations
 
 import math
 import statistics
-from collections.abc import Callable, Mapping
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
+from functools import partial
 
 import mlx.core as mx
 
 from fusebench.models.calls import Inputs
 from fusebench.models.loading import AnyModel
+from fusebench.models.ops import REGISTRY
 
 from ...analysis.fusions import (
     COMPILED,
@@ -34,10 +36,11 @@ from ...analysis.fusions import (
     where,
 )
 from ...core.fileformat import OpRecord
-from ...core.fusion import FusionRecord, ReplayRecord, StepRecord
+from ...core.fusion import FusionRecord, ReplayRecord, StepRecord, VariantRecord
 from ..ops.opbench import MIN_SAMPLE_S, time_calls
+from ..ops.shares import ShareTimer, trace_steps
 from ..run.schedules.order import round_order
-from ..worker import make_prompt, time_trial
+from ..worker import make_prompt, prefill, time_trial
 from .probe import fusible
 from .replay import RULES, chain_function, missing, replay
 from .trace import StepCall, compiled_nodes, step_calls
@@ -257,3 +260,28 @@ def time_steps(
                     run_id=run_id, model=label, phase=phase, round=round_index, seconds=value
                 )
             )
+
+
+def time_op_variants(
+    run_id: str,
+    label: str,
+    model: AnyModel,
+    workload: Workload,
+    ops: Sequence[str],
+    rounds: int,
+    emit: Emit,
+) -> None:
+    """Every registered variant of `ops` (a plugin's too) timed at those ops' computed calls in one
+    prefill and the decode step after it, against the variant the model runs, as the op shares
+    time them (measure.ops.shares)."""
+    prompt = make_prompt(model.vocab_size, workload.batch, workload.prompt_tokens, workload.seed, 0)
+    traced = trace_steps(model, prompt, partial(prefill, step=workload.prefill_step_size))
+    kept = {phase: [c for c in calls if c.op in ops] for phase, calls in traced.items()}
+    running = model.ops
+    implementations = {
+        op: [running[op], *(v for v in REGISTRY[op].variants if v != running[op])] for op in ops
+    }
+    timer = ShareTimer(kept, implementations)
+    for round_index in range(rounds):
+        for share in timer.time_round(round_index):
+            emit(VariantRecord(run_id=run_id, model=label, running=running[share.op], share=share))

@@ -11,12 +11,19 @@ from typing import TYPE_CHECKING
 
 from fusebench.models.config import preset_names
 from fusebench.models.loading import WeightsCache, load_model
+from fusebench.models.ops import REGISTRY
 
-from ...analysis.fusions import FUSION_OP, FusionEstimate, estimates
+from ...analysis.fusions import (
+    FUSION_OP,
+    FusionEstimate,
+    VariantEstimate,
+    estimates,
+    variant_estimates,
+)
 from ...analysis.opstats import summarize_ops
 from ...core.errors import UserError
 from ...core.fileformat import OpRecord, new_run_id
-from ...core.fusion import FusionRecord, ReplayRecord, StepRecord
+from ...core.fusion import FusionRecord, ReplayRecord, StepRecord, VariantRecord
 from ...core.header import Env, StoredExperiment, run_header
 from ...core.spec import (
     DEFAULT_PREFILL_STEP_SIZE,
@@ -29,7 +36,7 @@ from ..hub import found as hub_found
 from ..hub import is_repo_id
 from ..machine.env import weights_cache_dir
 from .confirm import PLUGIN, measured, picks, run_confirmation, write_confirmation
-from .search import Workload, find, time_candidates, time_steps
+from .search import Workload, find, time_candidates, time_op_variants, time_steps
 
 if TYPE_CHECKING:
     from rich.console import Console
@@ -52,6 +59,7 @@ class FusionJob:
     out: Path
     env: Env
     confirm: int = 0  # classes to compile and measure end to end, per model (`--confirm`)
+    plugins: tuple[str, ...] = ()  # the user's (`--plugin`), which the confirming runs load too
     quiet: bool = False  # stdout carries the answer alone (JSON)
 
 
@@ -60,6 +68,7 @@ class Answer:
     model: str
     estimates: list[FusionEstimate]
     replays: list[ReplayRecord]
+    variants: list[VariantEstimate]  # every variant of the chains' ops, at their calls
     passed_over: list[str] = field(default_factory=list)  # `--confirm`: chains not confirmed, why
 
 
@@ -135,7 +144,12 @@ def _confirmed(
     folder = job.out.parent / f"{job.out.name.split('.')[0]}-confirm" / slug
     workload = target.workload
     experiment = write_confirmation(
-        folder, target.model, target.ops, chosen, workload.prompt_tokens, workload.gen_tokens
+        folder,
+        target.model,
+        target.ops,
+        chosen,
+        (workload.prompt_tokens, workload.gen_tokens),
+        job.plugins,
     )
     names = ", ".join(p.origin or p.op for p in chosen)
     console.print(f"{answer.model}: measuring {names} compiled, end to end ({experiment})")
@@ -202,4 +216,17 @@ def _search(
     progress.update(task, description=f"{label}: chains")
     records: list[FusionRecord] = time_candidates(run_id, label, found, rounds, emit)
     speeds = summarize_ops(s for s in samples if s.op == FUSION_OP)
-    return Answer(label, estimates(records, samples, steps, speeds), found.replays)
+    ops = [
+        op for op in dict.fromkeys(r.op for r in records if r.op) if len(REGISTRY[op].variants) > 1
+    ]
+    progress.update(task, description=f"{label}: {', '.join(ops) or 'no'} variants")
+    variants: list[VariantRecord] = []
+    time_op_variants(run_id, label, model, target.workload, ops, rounds, variants.append)
+    for record in variants:
+        write(record)
+    return Answer(
+        label,
+        estimates(records, samples, steps, speeds),
+        found.replays,
+        variant_estimates(variants, steps),
+    )

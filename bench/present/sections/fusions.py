@@ -6,7 +6,7 @@ import math
 from collections.abc import Sequence
 
 from ...analysis.amdahl import Amdahl
-from ...analysis.fusions import FusionEstimate
+from ...analysis.fusions import FusionEstimate, VariantEstimate
 from ...core.fusion import ConfirmRecord, ReplayRecord
 from ..document import Block, Bullets, Heading, Paragraph, Table
 from ..format import format_bytes, op_verdict_text
@@ -53,7 +53,39 @@ def fusions_section(context: ReportContext) -> list[Block]:
         found = [e for e in study.fusions if e.record.model == model]
         replays = [r for r in study.replays if r.model == model]
         blocks += fusion_blocks(model, found, replays)
+        blocks += variant_blocks([v for v in study.fusion_variants if v.model == model])
     return blocks
+
+
+VARIANT_COLUMNS = ("Op", "Variant", "Against", "Rounds", "Expected Δ prefill", "Expected Δ gen")
+
+
+def variant_blocks(found: Sequence[VariantEstimate]) -> list[Block]:
+    """Every variant of the chains' ops (a plugin's too) at those ops' calls in the step: what
+    switching to it would give, beside the chains above."""
+    if not found:
+        return []
+    rows = tuple(
+        (
+            v.op,
+            v.variant,
+            v.running,
+            str(v.rounds),
+            _expected(v.expected.get("prefill")),
+            _expected(v.expected.get("gen")),
+        )
+        for v in found
+    )
+    return [
+        Heading("The chains' ops, each variant at their calls", 4),
+        Table(VARIANT_COLUMNS, rows, frozenset({3, 4, 5})),
+        Paragraph(
+            "Each registered variant of an op whose call makes a chain above (a plugin's among "
+            "them, `--plugin FILE`), timed at that op's computed calls in the step as the op "
+            "shares time them, against the variant the model ran: the tok/s Δ switching to it "
+            "would give, by the same arithmetic as the chains'."
+        ),
+    ]
 
 
 def fusion_blocks(
