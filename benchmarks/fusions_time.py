@@ -24,7 +24,10 @@ ROOT = Path(__file__).resolve().parent.parent
 # name -> (the command's arguments, the target in seconds, or None where the issue sets none)
 CASES = {
     "e2b": (["e2b", "--layers", "2"], 180),
-    "e2b-confirm": (["e2b", "--layers", "2", "--confirm", "3"], 600),
+    "e2b-confirm": (
+        ["e2b", "--layers", "2", "--plugin", "examples/plugins/fast_softcap.py", "--confirm", "3"],
+        600,
+    ),
     "e4b": (["e4b", "--layers", "2"], None),
     "26b": (["26b", "--layers", "2"], None),
     "31b": (["31b", "--layers", "2"], None),
