@@ -13,10 +13,11 @@ import io
 import shutil
 import subprocess
 import sys
-from collections.abc import Iterable, Mapping, Sequence
+from collections.abc import Iterable, Iterator, Mapping, Sequence
 from pathlib import Path
 from typing import Any
 
+import pytest
 import yaml
 
 from fusebench.commands import main
@@ -46,6 +47,21 @@ TEST_ENV = {
     "git_commit": "0123456789abcdef",
     "git_dirty": True,
 }
+
+
+@pytest.fixture
+def registry() -> Iterator[Any]:
+    """The op registry, and whatever a test declares or registers in it gone afterwards, so other
+    tests see the built-in ops only."""
+    from fusebench.models.ops import REGISTRY
+
+    before = {op: (spec, dict(spec.variants)) for op, spec in REGISTRY.items()}
+    yield REGISTRY
+    REGISTRY.clear()
+    for op, (spec, variants) in before.items():
+        spec.variants.clear()
+        spec.variants.update(variants)
+        REGISTRY[op] = spec
 
 
 def fusebench(

@@ -342,20 +342,6 @@ def test_confirm_picks_ops_in_ranking_order_and_says_why_it_passes_others_over()
     assert "geglu" not in [p.op for p in again]
 
 
-@pytest.fixture
-def registry():
-    """What a plugin declares is gone afterwards: other tests see the built-in ops only."""
-    from fusebench.models.ops import REGISTRY
-
-    before = {op: (spec, dict(spec.variants)) for op, spec in REGISTRY.items()}
-    yield REGISTRY
-    REGISTRY.clear()
-    for op, (spec, variants) in before.items():
-        spec.variants.clear()
-        spec.variants.update(variants)
-        REGISTRY[op] = spec
-
-
 def test_the_written_plugin_compiles_a_class_call_and_computes_the_same(
     tmp_path: Path, registry: object
 ) -> None:

@@ -10,7 +10,7 @@ import pytest
 
 from fusebench.measure.plugins import PluginError, load_plugins
 from fusebench.models.calls import calls_of
-from fusebench.models.ops import REGISTRY, calls_by_op
+from fusebench.models.ops import calls_by_op
 
 GOOD = """\
 import mlx.core as mx
@@ -23,17 +23,9 @@ def softcap_plugin(x, cap):
 """
 
 
-@pytest.fixture(autouse=True)
-def registry():
-    """Whatever a test declares or registers is gone afterwards, so other test files see the
-    built-in ops only."""
-    before = {op: (spec, dict(spec.variants)) for op, spec in REGISTRY.items()}
-    yield REGISTRY
-    REGISTRY.clear()
-    for op, (spec, variants) in before.items():
-        spec.variants.clear()
-        spec.variants.update(variants)
-        REGISTRY[op] = spec
+# Whatever a test declares or registers is gone afterwards (conftest's `registry`), so other test
+# files see the built-in ops only.
+pytestmark = pytest.mark.usefixtures("registry")
 
 
 def write(tmp_path, name, text):
