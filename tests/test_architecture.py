@@ -302,3 +302,18 @@ def test_a_long_module_says_why_it_is_one(path: Path):
     text = path.read_text()
     if len(text.splitlines()) > LONG_MODULE_LINES:
         assert "Why one long module:" in (ast.get_docstring(ast.parse(text)) or "")
+
+
+# Class names declared in two or more modules today; issue 66 gives each concept its own name. No
+# name may join them.
+DECLARED_TWICE = {"Comparison", "Outcome", "Plan", "Roofline", "Sample", "Series", "Step"}
+
+
+def test_no_new_class_name_is_declared_twice():
+    declared: dict[str, list[str]] = {}
+    for path in [*(ROOT / "bench").rglob("*.py"), *(ROOT / "models").rglob("*.py")]:
+        for node in ast.parse(path.read_text()).body:
+            if isinstance(node, ast.ClassDef):
+                declared.setdefault(node.name, []).append(module_name(path))
+    twice = {name for name, modules in declared.items() if len(modules) > 1}
+    assert twice <= DECLARED_TWICE, {name: declared[name] for name in twice - DECLARED_TWICE}

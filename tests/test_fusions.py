@@ -18,9 +18,9 @@ from fusebench.analysis.fusions import (
     FUSION_OP,
     FusionEstimate,
     Where,
-    candidates,
     compiled_by_model,
     estimates,
+    fusible_chains,
     fusible_groups,
     module_groups,
     shape_label,
@@ -101,7 +101,7 @@ def test_identical_chains_are_counted_per_phase_and_other_shapes_kept_apart() ->
     two_layers = graph(softcap("a", t("x"), cap) + softcap("b", t("y"), cap), ["ao", "bo"])
     longer = (1, 127, 16)
     prefill = graph(softcap("c", t("z", longer), cap, longer), ["co"], "prefill")
-    found = candidates({"prefill": [prefill, two_layers], "decode": [two_layers]}, FUSIBLE)
+    found = fusible_chains({"prefill": [prefill, two_layers], "decode": [two_layers]}, FUSIBLE)
     assert [c.calls for c in found] == [{"prefill": 1}, {"prefill": 2, "decode": 2}]
 
 
@@ -110,7 +110,7 @@ def test_the_same_chain_visited_in_another_order_is_the_same_candidate() -> None
     first = softcap("a", t("x"), cap)
     shuffled = softcap("b", t("y"), cap)
     shuffled = [shuffled[0], shuffled[1], shuffled[2], shuffled[3]][::-1]  # the trace's own order
-    found = candidates({"decode": [graph(first + shuffled, ["ao", "bo"])]}, FUSIBLE)
+    found = fusible_chains({"decode": [graph(first + shuffled, ["ao", "bo"])]}, FUSIBLE)
     assert [c.calls for c in found] == [{"decode": 2}]
 
 
@@ -121,7 +121,7 @@ def test_a_chain_comes_from_the_deepest_module_that_holds_it_layer_indices_read_
     mlp = graph(softcap("a", t("x"), cap), ["ao"], "model.layers.3.mlp (MLP)")
     mlp = StepGraph(mlp.call, mlp.sources, mlp.outputs, mlp.primitives, "mlx_lm.models.x.MLP")
     norm = graph([p("Tanh", [t("x")], t("y"))], ["y"], "model.layers.3.norm (RMSNorm)")
-    (candidate,) = candidates({"decode": [step]}, FUSIBLE)
+    (candidate,) = fusible_chains({"decode": [step]}, FUSIBLE)
     modules = module_groups([layer, mlp, norm], FUSIBLE)
     assert where(candidate, modules) == Where("MLP (model.layers.*.mlp)", "mlx_lm.models.x.MLP")
     assert where(candidate, module_groups([norm], FUSIBLE)).text == "spans modules"

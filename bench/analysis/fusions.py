@@ -5,8 +5,8 @@
   broadcast is a view, not a kernel. A broadcast of an array no fusible primitive makes (a constant,
   a norm's reduced scale) joins every group that reads it without joining those groups to each
   other, as it would otherwise tie unrelated chains together through one shared scalar.
-- **A candidate** is a group as it recurs: groups with the same primitives, state, wiring, shapes
-  and dtypes are one candidate, with its count in each phase's step (prefill, decode). Its
+- **A chain** (a candidate for fusing) is a group as it recurs: groups with the same primitives,
+  state, wiring, shapes and dtypes are one chain, with its count in each phase's step. Its
   **bytes saved** per occurrence: each intermediate array a fused kernel would neither write nor
   read back (one write, one read per reader); broadcasts are views and save nothing.
 - **Where it comes from**: the deepest module whose own traced call holds the same group, layer
@@ -188,7 +188,7 @@ def _canonical_order(prims: Sequence[Primitive]) -> list[Primitive]:
 
 
 @dataclass(frozen=True)
-class Candidate:
+class FusibleChain:
     """A group as it recurs in the steps: its first occurrence and its count per phase."""
 
     group: Group
@@ -200,16 +200,16 @@ class Candidate:
         return self.group.chain
 
 
-def candidates(
+def fusible_chains(
     steps: Mapping[str, Sequence[StepGraph]], fusible: frozenset[str]
-) -> list[Candidate]:
+) -> list[FusibleChain]:
     """Every phase's groups (a phase may be several calls of the model, as a chunked prefill is),
     identical ones merged, in the order first met."""
-    found: dict[tuple[object, ...], Candidate] = {}
+    found: dict[tuple[object, ...], FusibleChain] = {}
     for phase, graphs in steps.items():
         for graph in graphs:
             for group in fusible_groups(graph, fusible):
-                candidate = found.setdefault(group.signature, Candidate(group, graph))
+                candidate = found.setdefault(group.signature, FusibleChain(group, graph))
                 candidate.calls[phase] = candidate.calls.get(phase, 0) + 1
     return list(found.values())
 
@@ -225,7 +225,7 @@ class Where:
     origin: str  # "mlx_lm.models.gemma3_text.MLP"; "" where no module's call holds it whole
 
 
-def where(candidate: Candidate, modules: Sequence[tuple[StepGraph, list[Group]]]) -> Where:
+def where(candidate: FusibleChain, modules: Sequence[tuple[StepGraph, list[Group]]]) -> Where:
     """The deepest module whose own call holds the candidate's chain (`call` is `path (Class)`)."""
     holding = [
         graph
@@ -240,7 +240,7 @@ def where(candidate: Candidate, modules: Sequence[tuple[StepGraph, list[Group]]]
     return Where(f"{kind.strip('()')} ({path})" if path else kind.strip("()"), deepest.origin)
 
 
-def op_of(candidate: Candidate, ops: Sequence[tuple[str, list[Group]]]) -> str:
+def op_of(candidate: FusibleChain, ops: Sequence[tuple[str, list[Group]]]) -> str:
     """The registered op whose own call holds the candidate's chain; "" where none does."""
     signature = candidate.group.signature
     return next((op for op, groups in ops if any(g.signature == signature for g in groups)), "")

@@ -25,10 +25,10 @@ from ...analysis.fusions import (
     COMPILED,
     EAGER,
     FUSION_OP,
-    Candidate,
+    FusibleChain,
     Where,
-    candidates,
     compiled_by_model,
+    fusible_chains,
     fusible_groups,
     module_groups,
     op_of,
@@ -49,7 +49,7 @@ Emit = Callable[[object], None]
 
 
 @dataclass(frozen=True)
-class Workload:
+class FusionWorkload:
     prompt_tokens: int
     gen_tokens: int
     batch: int
@@ -62,7 +62,7 @@ class Found:
     """A model's candidates (by index below), with what the trace says of each and the inputs each
     is timed on."""
 
-    candidates: list[Candidate]
+    candidates: list[FusibleChain]
     inputs: dict[int, list[mx.array]]
     random: set[int]  # those whose inputs are random: their step could not be replayed
     where: dict[int, Where]
@@ -71,13 +71,13 @@ class Found:
     replays: list[ReplayRecord]
 
 
-def find(run_id: str, label: str, model: AnyModel, workload: Workload) -> Found:
+def find(run_id: str, label: str, model: AnyModel, workload: FusionWorkload) -> Found:
     """Trace, find, and replay: every candidate of the model's steps with its inputs."""
     prompt = make_prompt(model.vocab_size, workload.batch, workload.prompt_tokens, workload.seed, 0)
     calls = step_calls(model, prompt, workload.prefill_step_size)
     every = [c for phase in calls.values() for c in phase]
     rule = fusible(p for c in every for p in c.graph.primitives)
-    found = candidates({phase: [c.graph for c in cs] for phase, cs in calls.items()}, rule)
+    found = fusible_chains({phase: [c.graph for c in cs] for phase, cs in calls.items()}, rule)
     modules = module_groups((g for c in every for g in c.modules), rule)
     ops = [(op, fusible_groups(graph, rule)) for c in every for op, graph in c.ops]
     compiled = [node for c in every for node in c.compiled]
@@ -102,7 +102,7 @@ def find(run_id: str, label: str, model: AnyModel, workload: Workload) -> Found:
 
 
 def _replayed(
-    run_id: str, label: str, phase: str, call: StepCall, mine: Mapping[int, Candidate]
+    run_id: str, label: str, phase: str, call: StepCall, mine: Mapping[int, FusibleChain]
 ) -> tuple[ReplayRecord, dict[int, list[mx.array]]]:
     """The call replayed (its candidates' inputs from the step's own values), or where a primitive
     has no rule, those inputs drawn at random."""
@@ -240,7 +240,7 @@ def _sample(
 
 
 def time_steps(
-    run_id: str, label: str, model: AnyModel, workload: Workload, rounds: int, emit: Emit
+    run_id: str, label: str, model: AnyModel, workload: FusionWorkload, rounds: int, emit: Emit
 ) -> None:
     """One warm-up trial, then `rounds` trials as the runner times them: the prefill, and the mean
     decode step of each."""
@@ -266,7 +266,7 @@ def time_op_variants(
     run_id: str,
     label: str,
     model: AnyModel,
-    workload: Workload,
+    workload: FusionWorkload,
     ops: Sequence[str],
     rounds: int,
     emit: Emit,

@@ -36,7 +36,7 @@ from ..hub import found as hub_found
 from ..hub import is_repo_id
 from ..machine.env import weights_cache_dir
 from .confirm import PLUGIN, measured, picks, run_confirmation, write_confirmation
-from .search import Workload, find, time_candidates, time_op_variants, time_steps
+from .search import FusionWorkload, find, time_candidates, time_op_variants, time_steps
 
 if TYPE_CHECKING:
     from rich.console import Console
@@ -44,17 +44,17 @@ if TYPE_CHECKING:
 
 
 @dataclass(frozen=True)
-class Target:
+class FusionTarget:
     """One model to search, with the workload and the op variants it runs."""
 
     model: ModelSpec
-    workload: Workload
+    workload: FusionWorkload
     ops: Mapping[str, str]
 
 
 @dataclass(frozen=True)
 class FusionJob:
-    targets: Sequence[Target]
+    targets: Sequence[FusionTarget]
     rounds: int
     out: Path
     env: Env
@@ -78,7 +78,7 @@ class TargetError(UserError):
 
 def targets(
     given: str, layers: int | None, dtype: str | None, prompt_tokens: int, gen_tokens: int
-) -> list[Target]:
+) -> list[FusionTarget]:
     """A model as `run --model` takes it (its workload from the flags), or an experiment's models
     at its first workload and baseline variant."""
     if given in preset_names() or Path(given).is_dir() or is_repo_id(given):
@@ -86,8 +86,8 @@ def targets(
             raise TargetError(f"--layers {layers}: only for presets; {given} runs whole")
         kind = "preset" if given in preset_names() else "repo" if is_repo_id(given) else "path"
         spec = model_spec(**{kind: given}, layers=layers, dtype=dtype or "float32")
-        workload = Workload(prompt_tokens, gen_tokens, 1, DEFAULT_PREFILL_STEP_SIZE)
-        return [Target(hub_found(spec), workload, {})]
+        workload = FusionWorkload(prompt_tokens, gen_tokens, 1, DEFAULT_PREFILL_STEP_SIZE)
+        return [FusionTarget(hub_found(spec), workload, {})]
     try:
         exp = load_experiment(given)
     except SpecError as err:
@@ -96,9 +96,11 @@ def targets(
             f"folder, a repo id, nor an experiment ({err})"
         ) from None
     first = exp.workloads[0]
-    workload = Workload(first.prompt_tokens, first.gen_tokens, first.batch, exp.prefill_step_size)
+    workload = FusionWorkload(
+        first.prompt_tokens, first.gen_tokens, first.batch, exp.prefill_step_size
+    )
     baseline = exp.comparisons[0].baseline if exp.comparisons else next(iter(exp.variants))
-    return [Target(hub_found(m), workload, exp.variants[baseline]) for m in exp.models]
+    return [FusionTarget(hub_found(m), workload, exp.variants[baseline]) for m in exp.models]
 
 
 def run_fusions(job: FusionJob, console: Console, *, quiet: bool = False) -> list[Answer]:
@@ -132,7 +134,7 @@ def run_fusions(job: FusionJob, console: Console, *, quiet: bool = False) -> lis
 
 
 def _confirmed(
-    run_id: str, job: FusionJob, target: Target, answer: Answer, console: Console
+    run_id: str, job: FusionJob, target: FusionTarget, answer: Answer, console: Console
 ) -> Answer:
     """The answer with its first `job.confirm` classes compiled and measured end to end."""
     from ...core.results import ResultsWriter
@@ -171,7 +173,7 @@ def _confirmed(
 
 def _search(
     run_id: str,
-    target: Target,
+    target: FusionTarget,
     rounds: int,
     write: Callable[[object], None],
     progress: Progress,
