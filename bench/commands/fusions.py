@@ -7,14 +7,18 @@ machine (probed on the MLX installed) is a chain; identical chains are counted p
 rebuilt from the trace, checked (the whole step rebuilt must compute what the model computes),
 timed eager against compiled on the step's own values in paired ABBA rounds, and weighed against
 the measured step: the expected Δ of prefill and gen tok/s, with its interval. "already compiled"
-marks chains the model's own code compiles. Records go to a results file (`fusion`, `step`,
-`replay`, and `op` records for the samples).
+marks chains the model's own code compiles. A second table times every variant of the chains' ops
+(a plugin's too) at those ops' calls. `--confirm N` then measures the top ones end to end, in a
+run. Records go to a results file (`fusion`, `step`, `replay`, `variant`, `confirm`, and `op`
+records for the samples); `fusebench report` renders it.
 
 examples:
   fusebench fusions e2b --layers 2            a preset (its first two layers)
   fusebench fusions qwen3-0.6b --layers 2     any mlx-lm architecture fusebench has a preset of
   fusebench fusions path/to/checkpoint        a local mlx-lm checkpoint folder
   fusebench fusions default                   every model of an experiment, its first workload
+  fusebench fusions gemma3-1b --layers 6 --confirm 3    the top 3 measured end to end
+  fusebench fusions e2b --layers 2 --plugin mine.py     your variants ranked beside the chains
   fusebench fusions e2b --layers 2 --format json > fusions.json
 """
 
