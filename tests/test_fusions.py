@@ -275,6 +275,19 @@ def test_fusions_ranks_the_chains_of_a_preset_as_json(tmp_path: Path) -> None:
     assert {("softcap", "compiled"), ("softcap", "reciprocal"), ("geglu", "compiled")} <= variants
     kinds = {json.loads(line)["kind"] for line in out.read_text().splitlines()}
     assert kinds == {"run", "replay", "step", "fusion", "op", "variant"}
+    # the records read back: the report's section, every chain ranked as the command ranked them
+    from fusebench.analysis.study import build_study
+    from fusebench.core.results import read_results
+    from fusebench.present.report import write_report
+
+    study = build_study(read_results([out]))
+    assert [e.record.candidate for e in study.fusions] == [
+        c["candidate"] for c in answer["candidates"]
+    ]
+    write_report(study, [], tmp_path / "report")
+    text = (tmp_path / "report" / "report.md").read_text()
+    assert "## Which fusion to write" in text and "The chains' ops, each variant" in text
+    assert "Op microbenchmarks" not in text  # the chains' samples are not op benchmarks
 
 
 def test_without_a_compiler_fusions_says_so_and_exits_2(tmp_path: Path) -> None:
