@@ -152,6 +152,8 @@ def _peak(record: ConfirmRecord) -> str:
     change = record.peak_change_bytes
     if change is None:
         return ""
+    if int(change) == 0:
+        return ", peak unchanged"
     sign = "-" if change < 0 else "+"
     return f", peak {sign}{format_bytes(int(abs(change)))}"
 
