@@ -14,8 +14,6 @@ graph.
 from __future__ import annotations
 
 import argparse
-import io
-import re
 import statistics
 import sys
 import time
@@ -29,17 +27,11 @@ sys.path.insert(0, str(ROOT))
 from fusebench.analysis.fusions import fusible_groups  # noqa: E402
 from fusebench.measure.fusions.probe import fusible  # noqa: E402
 from fusebench.measure.fusions.replay import chain_function  # noqa: E402
-from fusebench.measure.fusions.trace import trace  # noqa: E402
+from fusebench.measure.fusions.trace import compiled_nodes, trace  # noqa: E402
 from fusebench.measure.machine.env import collect_env  # noqa: E402
 from fusebench.models.ops import geglu_compiled, geglu_unfused  # noqa: E402
 
 SHAPE = (1, 127, 6144)  # E2B's MLP in a 128-token prompt's first chunk
-
-
-def kernels(out: mx.array) -> list[str]:
-    buffer = io.StringIO()
-    mx.export_to_dot(buffer, out)
-    return re.findall(r'label ="(Compiled\w+)"', buffer.getvalue())
 
 
 def main() -> None:
@@ -64,7 +56,7 @@ def main() -> None:
         "registry geglu: unfused": lambda: geglu_unfused(gate, up),
         "registry geglu: compiled": lambda: geglu_compiled(gate, up),
     }
-    made = {name: kernels(arm()) for name, arm in arms.items()}
+    made = {name: compiled_nodes([arm()]) for name, arm in arms.items()}
     reference = arms["rebuilt chain, eager"]()
     errors = {name: mx.abs(arm() - reference).max().item() for name, arm in arms.items()}
     seconds: dict[str, list[float]] = {name: [] for name in arms}

@@ -15,12 +15,12 @@ from collections.abc import Iterable
 import mlx.core as mx
 
 from ...core.fusion import Primitive
-from .replay import RULES, apply
+from .replay import RULES, apply, mx_dtype
 from .trace import compiled_nodes
 
 
 def _fuses(p: Primitive) -> bool:
-    inputs = [mx.zeros(t.shape, dtype=_dtype(t.dtype)) for t in p.inputs]
+    inputs = [mx.zeros(t.shape, dtype=mx_dtype(t.dtype)) for t in p.inputs]
 
     def chain(*arrays: mx.array) -> mx.array:
         out = apply(p, list(arrays))
@@ -31,10 +31,6 @@ def _fuses(p: Primitive) -> bool:
     except (ValueError, RuntimeError):  # a state this probe's zeros cannot take (a gather's index)
         return False
     return any(p.name in node for node in found)
-
-
-def _dtype(name: str) -> mx.Dtype:
-    return mx.bool_ if name == "bool" else getattr(mx, name)
 
 
 def fusible(primitives: Iterable[Primitive]) -> frozenset[str]:

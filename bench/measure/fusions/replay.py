@@ -18,7 +18,8 @@ from ...core.fusion import Primitive, StepGraph
 Rule = Callable[[Primitive, list[mx.array]], mx.array]
 
 
-def _dtype(name: object) -> mx.Dtype:
+def mx_dtype(name: object) -> mx.Dtype:
+    """The mlx dtype a trace names (`float32`, `bool`)."""
     return mx.bool_ if name == "bool" else getattr(mx, str(name))
 
 
@@ -127,7 +128,7 @@ RULES: dict[str, Rule] = {
     "Log": lambda p, xs: _LOG[p.arguments[0]](xs[0]),
     "Sqrt": lambda p, xs: (mx.rsqrt if p.arguments[0] else mx.sqrt)(xs[0]),
     "Select": lambda p, xs: mx.where(xs[0], xs[1], xs[2]),
-    "AsType": lambda p, xs: xs[0].astype(_dtype(p.arguments[0])),
+    "AsType": lambda p, xs: xs[0].astype(mx_dtype(p.arguments[0])),
     "Broadcast": lambda p, xs: mx.broadcast_to(xs[0], p.outputs[0].shape),
     "Full": lambda p, xs: mx.broadcast_to(xs[0], p.outputs[0].shape),
     "Reshape": lambda p, xs: xs[0].reshape(p.outputs[0].shape),
@@ -141,7 +142,7 @@ RULES: dict[str, Rule] = {
     "Concatenate": lambda p, xs: mx.concatenate(xs, axis=p.arguments[0]),
     "Reduce": _shaped(lambda p, xs: _REDUCE[p.arguments[0]](xs[0], axis=p.arguments[1])),
     "Softmax": lambda p, xs: mx.softmax(xs[0], axis=-1, precise=bool(p.arguments[0])),
-    "Arange": lambda p, xs: mx.arange(*p.arguments, dtype=_dtype(p.outputs[0].dtype)),
+    "Arange": lambda p, xs: mx.arange(*p.arguments, dtype=mx_dtype(p.outputs[0].dtype)),
     "Gather": _shaped(_gather),
     "GatherAxis": lambda p, xs: mx.take_along_axis(xs[0], xs[1], axis=p.arguments[0]),
     "GatherMM": lambda p, xs: mx.gather_mm(
@@ -162,7 +163,7 @@ RULES: dict[str, Rule] = {
 def apply(p: Primitive, inputs: list[mx.array]) -> mx.array:
     """The primitive computed again on `inputs`, in its traced output dtype."""
     out = RULES[p.name](p, inputs)
-    dtype = _dtype(p.outputs[0].dtype)
+    dtype = mx_dtype(p.outputs[0].dtype)
     return out if out.dtype == dtype else out.astype(dtype)
 
 

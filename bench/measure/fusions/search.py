@@ -42,7 +42,7 @@ from ..ops.shares import ShareTimer, trace_steps
 from ..run.schedules.order import round_order
 from ..worker import make_prompt, prefill, time_trial
 from .probe import fusible
-from .replay import RULES, chain_function, missing, replay
+from .replay import RULES, chain_function, missing, mx_dtype, replay
 from .trace import StepCall, compiled_nodes, step_calls
 
 Emit = Callable[[object], None]
@@ -132,8 +132,8 @@ def _random(shape: tuple[int, ...], dtype: str) -> mx.array:
     if dtype == "bool":
         return mx.random.bernoulli(shape=shape)
     if "int" in dtype:
-        return mx.random.randint(0, 128, shape).astype(getattr(mx, dtype))
-    return mx.random.normal(shape).astype(getattr(mx, dtype))
+        return mx.random.randint(0, 128, shape).astype(mx_dtype(dtype))
+    return mx.random.normal(shape).astype(mx_dtype(dtype))
 
 
 def _max_error(a: mx.array, b: mx.array) -> float:
