@@ -96,6 +96,49 @@ def test_the_second_run_plans_from_its_start_on_what_the_first_measured(two_runs
     assert "time: " in said and "% measuring" in said
 
 
+def test_a_machines_first_run_settles_its_first_cell_with_one_more_warm_up_round(two_runs):
+    """The first run's first cell warms up once more (its first round may compile the kernels, so
+    the plan's pace comes from the second); every other cell, and the second run, as asked."""
+    warmups = [2 + 1, 2]  # EXPERIMENT's warmup: 2, in the order the cells ran
+    for out, asked in ((two_runs[0], warmups), (two_runs[1], [2, 2])):
+        trials = read_results([out]).of_kind("trial")
+        order = list(dict.fromkeys(t["cell"] for t in trials))
+        counts = [sum(t["warmup"] and t["cell"] == cell for t in trials) for cell in order]
+        assert counts == [n * 2 for n in asked]  # each warm-up round runs both variants
+
+
+def test_the_cache_keeps_how_a_round_splits_between_prefill_and_generation(two_runs, cache):
+    (path,) = cache.glob("fusebench/plan-v1-*-t1-sequential.json")
+    for cell in json.loads(path.read_text()).values():
+        assert cell["prefill_s"] > 0 and cell["gen_s"] > 0
+        assert cell["prefill_s"] + cell["gen_s"] <= cell["round_s"]  # the trials' own clocks
+        assert cell["prefill_bytes"] > 0
+
+
+def test_a_cell_not_measured_is_scaled_by_its_flops_and_bytes_at_the_measured_paces():
+    from fusebench.measure.run.planning import CellMeasure, PlanWork, Scale
+
+    # 2 s of prefill: 1 s reading 1 GB at the generation's 1 s a GB, 1 s for 1e11 FLOPs;
+    # the round 10% beyond its trials' clocks.
+    known = CellMeasure(
+        load_s=2.0, warmup_s=3.3, warmups=1, round_s=3.3, after_s=0.33, weight_bytes=10**9,
+        round_flops=1e11, round_bytes=1e9, prefill_bytes=1e9, prefill_s=2.0, gen_s=1.0,
+    )  # fmt: skip
+    scale = Scale.of([known])
+    assert scale is not None
+    other = PlanWork(
+        round_flops=3e11, round_bytes=2e9, prefill_bytes=2e9, weight_bytes=0, warmups=1, rows=2
+    )
+    assert scale.round_s(other) == pytest.approx(1.1 * (3.0 + 4.0))
+    # a cache from before the split: its round counts as all prefill, at its FLOPs
+    old = CellMeasure(
+        load_s=2.0, warmup_s=3.3, warmups=1, round_s=3.3, after_s=0.33, weight_bytes=10**9,
+        round_flops=1e11, round_bytes=1e9,
+    )  # fmt: skip
+    before = Scale.of([old])
+    assert before is not None and before.round_s(other) == pytest.approx(3 * 3.3)
+
+
 def test_a_cell_the_plan_gives_no_rounds_is_never_loaded(tmp_path: Path, two_runs, cache: Path):
     (path,) = cache.glob("fusebench/plan-v1-*-t1-sequential.json")
     measured = json.loads(path.read_text())

@@ -151,6 +151,10 @@ class CellWork:
     prefill_matmul_flops: int
     prefill_attention_flops: int
     prefill_flops: int
+    # what the prefill reads at memory speed: its last token's step (every weight a token routes
+    # to), and every expert's weights once for the tokens before it (a few rows an expert: too few
+    # to hide the read behind the matmul)
+    prefill_bytes: int
     gen_steps: int
     gen_weight_bytes_per_step: int
     gen_kv_read_bytes: int
@@ -188,6 +192,8 @@ def cell_work(
     # them.
     step_expert_share = min(1.0, batch * routed)
     weight_bytes = nbytes.body + nbytes.head + round(nbytes.experts * step_expert_share)
+    prompt_expert_share = min(1.0, batch * prompt_tokens * routed)
+    prefill_bytes = nbytes.body + nbytes.head + round(nbytes.experts * prompt_expert_share)
     itemsize = DTYPE_BYTES[dtype]
     kv_write = (
         batch
@@ -209,6 +215,7 @@ def cell_work(
         prefill_matmul_flops=matmul_flops,
         prefill_attention_flops=attention_flops,
         prefill_flops=matmul_flops + attention_flops,
+        prefill_bytes=prefill_bytes,
         gen_steps=steps,
         gen_weight_bytes_per_step=weight_bytes,
         gen_kv_read_bytes=kv_read,

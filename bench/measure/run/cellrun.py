@@ -15,7 +15,7 @@ from ..job import CellShape, Command, Do, Result
 from .cellstop import CellStop, RoundCosts
 from .findings import DuetSide, Findings
 from .plan import variant_pairs
-from .planning import CachedShares, CellMeasure, now_iso, sds_of
+from .planning import CachedShares, CellMeasure, CellSetup, now_iso, sds_of
 from .resume import DoneWork
 from .schedules.base import Arm, Round, RoundSchedule, Step, place, send_step
 from .schedules.sequential import round_plan
@@ -46,6 +46,21 @@ class CellContext:
     quiet: bool  # --quiet: only warnings and errors on the console
 
 
+@dataclass(frozen=True)
+class Clocks:
+    """Trials' own prefill and generation seconds, summed."""
+
+    prefill_s: float = 0.0
+    gen_s: float = 0.0
+
+    @classmethod
+    def of(cls, trial: Trial) -> Clocks:
+        return cls(trial.measured.prefill_s, trial.measured.gen_s or 0.0)
+
+    def __add__(self, other: Clocks) -> Clocks:
+        return Clocks(self.prefill_s + other.prefill_s, self.gen_s + other.gen_s)
+
+
 class CellRun:
     """One cell: kernel facts per build, warmups with the correctness check, timed rounds until the
     cell stops, depth rounds, op shares."""
@@ -64,6 +79,9 @@ class CellRun:
         # trials: plan: what this cell's setup cost (its load only in a model's first cell), and
         # its fresh pairs
         self.load_paid, self.setup_s, self.fresh_s = 0.0, 0.0, 0.0
+        # the timed rounds' trials' own prefill and generation seconds, summed: how a round splits
+        # between FLOPs and bytes, which scales it to the cells not measured yet
+        self.timed_clocks = Clocks()
         self.timed_shares: CachedShares | None = None  # op shares this run timed, for the cache
         self.shares_s = 0.0  # the seconds they took
         self.shares_skipped: str | None = None  # why this cell times no op shares, once it knows
@@ -106,7 +124,7 @@ class CellRun:
                 self.fresh_s += time.monotonic() - fresh_began
             began = time.monotonic()
             with ledger.phase("rounds"):
-                self._round(rounds, warmup=False)
+                self.timed_clocks += self._round(rounds, warmup=False)
             self.target.round_took(time.monotonic() - began)
             rounds += 1
             reason = self.target.stop_reason(rounds)
@@ -166,25 +184,31 @@ class CellRun:
         """The (first) worker of a build: the one that answers a build's single commands."""
         return next(worker for worker in self.workers if worker.build.name == build)
 
-    def _warmups(self, fresh: bool = False) -> tuple[float, float | None]:
+    def _warmups(
+        self, fresh: bool = False, settle: bool = False
+    ) -> tuple[float, float | None, Clocks]:
         """The experiment's warmup rounds, each as many rounds as the schedule says (a duet of
         variants: two, so each worker has run every variant before the timed rounds). The first
         (the first two in such a duet) carry the correctness check, so a cell warms up at least
-        once; a fresh pair's warm-ups check nothing. Returns their seconds and the last one's: the
-        pace of a round once every variant has compiled."""
+        once; a fresh pair's warm-ups check nothing. `settle`: as many again, whose seconds stand
+        for the first's (a machine's first run compiles its kernels there, once: the plan's pace
+        must come from a round that does not). Returns their seconds and the last one's: the pace
+        of a round once every variant has compiled, and its trials' clocks."""
         checking = self.schedule.warmup_rounds(self.builds)
         unchecked = set() if fresh else self._unchecked_builds()
         warmups = max(self.exp.warmup, 1 if unchecked else 0)
         began = time.monotonic()
-        last = None
-        for w in range(warmups * checking):
+        last, clocks, compiled_at = None, Clocks(), began
+        for w in range(warmups * checking + (checking if settle and warmups else 0)):
+            if w == checking and settle:
+                compiled_at = time.monotonic()
             started = time.monotonic()
             check = unchecked if w < checking else set()
             # a resumed cell without its check runs its check rounds again: the fresh worker
             # holds none of the logits its trials had
-            self._round(w, warmup=True, fresh=fresh or bool(check), check=check)
+            clocks = self._round(w, warmup=True, fresh=fresh or bool(check), check=check)
             last = time.monotonic() - started
-        return time.monotonic() - began, last
+        return time.monotonic() - compiled_at, last, clocks
 
     def _unchecked_builds(self) -> set[str]:
         """The builds whose correctness this cell has not recorded yet (all, but on --resume)."""
@@ -194,8 +218,12 @@ class CellRun:
         """The warm-ups, then what the rounds will cost (CellStop.expect): the last warm-up round's
         pace, once every variant has compiled, and a fresh pair at this pair's load and warm-up;
         with trials: budget or plan the rounds are fixed from them now, before the first."""
+        kernels_s = time.monotonic() - setup_began
+        planner = self.context.planner
         with self.context.time.ledger.phase("warm-up"):
-            warmup_s, round_s = self._warmups()
+            warmup_s, round_s, clocks = self._warmups(
+                settle=planner is not None and not planner.measured_any()
+            )
         paired = self._fresh_pairs
         fresh_pair_s = self.load_s + warmup_s if paired else 0.0
         self.target.expect(RoundCosts(round_s or 0.0, fresh_pair_s))
@@ -203,8 +231,8 @@ class CellRun:
             return
         if self.exp.trials is Trials.PLAN:
             self.load_paid = self.load_s if first else 0.0
-            self.setup_s = time.monotonic() - setup_began
-            self._fix_by_plan(round_s, fresh_pair_s if paired else 0.0)
+            self.setup_s = kernels_s + warmup_s
+            self._fix_by_plan(round_s, clocks, fresh_pair_s if paired else 0.0)
         elif self.exp.trials is Trials.BUDGET:
             self._fix_by_budget(round_s, paired, fresh_pair_s)
 
@@ -223,7 +251,7 @@ class CellRun:
             f"{self.target.time_left_s():.0f} s of this cell's share left)"
         )
 
-    def _fix_by_plan(self, round_s: float, fresh_pair_s: float) -> None:
+    def _fix_by_plan(self, round_s: float, clocks: Clocks, fresh_pair_s: float) -> None:
         """trials: plan: this cell's rounds, fixed now from the plan of what is left (a fresh pair's
         cost spread over the rounds it serves)."""
         planner = self.context.planner
@@ -231,9 +259,8 @@ class CellRun:
         every = self.exp.worker_rounds
         pace = round_s + (fresh_pair_s / every if fresh_pair_s and every else 0.0)
         planned_before = planner.plan is not None
-        rounds, share = planner.fix(
-            self.cell, self.load_paid, self.setup_s, pace, self.context.time.time_left_s()
-        )
+        setup = CellSetup(self.load_paid, self.setup_s, pace, clocks.prefill_s, clocks.gen_s)
+        rounds, share = planner.fix(self.cell, setup, self.context.time.time_left_s())
         self.target.planned = rounds
         self.target.limit_to(min(share, self.deadline - time.monotonic()))
         spent_s = self.context.time.spent_s()
@@ -262,6 +289,9 @@ class CellRun:
             weight_bytes=work.weight_bytes,
             round_flops=work.round_flops,
             round_bytes=work.round_bytes,
+            prefill_bytes=work.prefill_bytes,
+            prefill_s=self.timed_clocks.prefill_s / len(times) if times else 0.0,
+            gen_s=self.timed_clocks.gen_s / len(times) if times else 0.0,
             sds=sds_of(self.target.row_sds()),
             measured_at=now_iso(),
             shares_s=self.shares_s,
@@ -342,11 +372,13 @@ class CellRun:
 
     def _round(
         self, index: int, *, warmup: bool, fresh: bool = False, check: set[str] | None = None
-    ) -> None:
+    ) -> Clocks:
         """One round of the cell's trials, step by step as the schedule lays it out; on the builds
         in `check`, warm-up trials that carry the correctness check (on a build's first worker,
-        which in a duet of variants has run every variant after two such rounds)."""
+        which in a duet of variants has run every variant after two such rounds). Returns its
+        trials' clocks."""
         check = check or set()
+        clocks = Clocks()
         at = Round(index, self.context.order, self.builds, self.pairs, self.context.workers.cores)
         for step in self.schedule.steps(at):
             commands = [self._trial(arm, step.round, warmup, fresh, check) for arm in step.arms]
@@ -354,7 +386,10 @@ class CellRun:
             for arm, command in send_step(step, self.workers, commands):
                 for result in self._collect(self.workers[arm.worker], command, _side(step, arm)):
                     self._took(arm.build, result, step.round, warmup)
+                    if isinstance(result, Trial):
+                        clocks += Clocks.of(result)
             self.context.findings.step_ended()
+        return clocks
 
     def _trial(
         self, arm: Arm, index: int, warmup: bool, fresh: bool, check: set[str]

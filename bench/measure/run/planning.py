@@ -10,9 +10,10 @@ Costs and spreads
     They are cached per machine (`plan-v1-*.json`, written as each cell ends), so the second run
     plans from the start. The cache keeps the op-share samples too: a run of the same code
     (shares_code) writes them instead of timing the ops again, and plans their seconds as rounds.
-    Any other cell is scaled from the cells measured: its round by the roofline's work (the
-    prefill's FLOPs at the peak, the generation's bytes at the memory bandwidth), its load by its
-    weight bytes, its warm-ups and shares by its round; its rows are planned at the median spread
+    Any other cell is scaled from the cells measured (`Scale`): its round by its roofline work at
+    the paces their rounds showed (the generation's seconds a byte; the prefill's a FLOP, once
+    the bytes it reads at that speed are taken out), its load by its weight bytes, its warm-ups
+    and shares by its round; its rows are planned at the median spread
     of the rows measured. With nothing measured yet (a machine's first run), the first cell is set
     up first and the plan made from its pace; with no spread measured yet, it gets the fewest
     rounds a plan gives (MIN_PLANNED_ROUNDS), and its rows' spreads plan the cells after it.
@@ -103,6 +104,26 @@ class CellMeasure:
     runs: int = 1  # the runs pooled_sds stands for, at most POOLED_RUNS
     shares_s: float = 0.0  # the op-share rounds, when last timed (caches before it: in after_s)
     shares: CachedShares | None = None
+    # the bytes a round's prefills read at memory speed (PlanWork.prefill_bytes), and its trials'
+    # own prefill and generation seconds: how the round splits between FLOPs and bytes (0 in a
+    # cache from before them: the round counts as all prefill)
+    prefill_bytes: float = 0.0
+    prefill_s: float = 0.0
+    gen_s: float = 0.0
+
+    def paces(self) -> tuple[float | None, float]:
+        """Seconds a generation byte (None where the round generates nothing) and a prefill FLOP,
+        the prefill's reads taken out at the generation's pace (`per_byte`)."""
+        prefill_s, gen_s = (self.prefill_s, self.gen_s) if self.prefill_s else (self.round_s, 0.0)
+        per_byte = gen_s / self.round_bytes if gen_s and self.round_bytes else None
+        compute_s = max(0.0, prefill_s - (per_byte or 0.0) * self.prefill_bytes)
+        return per_byte, compute_s / max(1.0, self.round_flops)
+
+    @property
+    def beyond(self) -> float:
+        """A round's seconds per second of its trials' own clocks (1 where they are not known)."""
+        clocks = self.prefill_s + self.gen_s
+        return self.round_s / clocks if self.prefill_s and clocks else 1.0
 
     @property
     def planning_sds(self) -> dict[str, float]:
@@ -125,14 +146,64 @@ def pool_spreads(
 
 
 @dataclass(frozen=True)
-class PlanWork:
-    """What a cell's round does and what it loads, from shapes alone."""
+class CellSetup:
+    """A cell's setup as its start measured it: its load (in a model's first cell), its warm-ups,
+    and the last warm-up round (every variant compiled): its time and its trials' own prefill and
+    generation seconds."""
 
-    round_flops: float
-    round_bytes: float
+    load_s: float
+    warmup_s: float
+    round_s: float
+    prefill_s: float
+    gen_s: float
+
+
+@dataclass(frozen=True)
+class PlanWork:
+    """What a cell's round does and what it loads, from shapes alone (the roofline's work)."""
+
+    round_flops: float  # the prefills' FLOPs
+    round_bytes: float  # the generations' bytes
+    prefill_bytes: float  # what the prefills read at memory speed (CellWork.prefill_bytes)
     weight_bytes: int
     warmups: int
     rows: int
+
+
+@dataclass(frozen=True)
+class Scale:
+    """How the cells measured here scale to one that is not yet: its round from its roofline work
+    at the paces their rounds showed, its load by its weight bytes, its warm-ups and what follows
+    its rounds by its round (the medians over the cells measured)."""
+
+    per_flop: float  # a prefill FLOP's seconds
+    per_byte: float  # a byte's seconds, read by a generation or a prefill
+    beyond: float  # a round's seconds per second of its trials' own clocks
+    load_per_byte: float
+    warm: float  # a warm-up round's seconds per round
+    after: float  # what follows the rounds, per round
+
+    @classmethod
+    def of(cls, measured: Sequence[CellMeasure]) -> Scale | None:
+        """None with nothing measured."""
+        measured = [m for m in measured if m.round_s > 0]
+        if not measured:
+            return None
+        paces = [m.paces() for m in measured]
+        per_bytes = [per_byte for per_byte, _ in paces if per_byte is not None]
+        loaded = [m.load_s / m.weight_bytes for m in measured if m.load_s > 0 and m.weight_bytes]
+        return cls(
+            per_flop=statistics.median(per_flop for _, per_flop in paces),
+            per_byte=statistics.median(per_bytes) if per_bytes else 0.0,
+            beyond=statistics.median(m.beyond for m in measured),
+            load_per_byte=statistics.median(loaded) if loaded else 0.0,
+            warm=statistics.median(m.warmup_s / (max(1, m.warmups) * m.round_s) for m in measured),
+            after=statistics.median((m.after_s + m.shares_s) / m.round_s for m in measured),
+        )
+
+    def round_s(self, work: PlanWork) -> float:
+        reads = work.prefill_bytes + work.round_bytes
+        return self.beyond * (self.per_flop * work.round_flops + self.per_byte * reads)
 
 
 def cache_signature(cell: Cell, exp: Experiment, builds: Sequence[str]) -> str:
@@ -156,14 +227,12 @@ class RunPlanner:
         cache: Path,
         *,
         work: Callable[[Cell], PlanWork],
-        seconds_of: Callable[[float, float], float],
         rows: int,
         code: str = "",
     ) -> None:
         self.exp, self.cells, self.builds, self.cache = exp, list(cells), list(builds), cache
         self.code = code  # shares_code: "" never reuses an earlier run's op shares
         self.work = {cell.key: work(cell) for cell in cells}
-        self.seconds_of = seconds_of  # (FLOPs, bytes) -> roofline seconds at this machine's peak
         self.rows = rows
         self.goal = Goal(exp.margin_pct, limit_pct=exp.margin_pct if len(builds) > 1 else None)
         self.known = self._read_cache()  # signature -> CellMeasure
@@ -184,20 +253,12 @@ class RunPlanner:
         except (OSError, ValueError, TypeError, KeyError):
             return {}
 
-    def _scale(self) -> tuple[float, float, float, float] | None:
-        """From the cells measured: seconds of a round per roofline second, load seconds per byte,
-        warm-up and after seconds per round; None with nothing measured."""
-        measured = [m for m in self._mine() if m.round_s > 0]
-        if not measured:
-            return None
-        pace = statistics.median(
-            m.round_s / max(1e-9, self.seconds_of(m.round_flops, m.round_bytes)) for m in measured
-        )
-        loaded = [m.load_s / m.weight_bytes for m in measured if m.load_s > 0 and m.weight_bytes]
-        per_byte = statistics.median(loaded) if loaded else 0.0
-        warm = statistics.median(m.warmup_s / (max(1, m.warmups) * m.round_s) for m in measured)
-        after = statistics.median((m.after_s + m.shares_s) / m.round_s for m in measured)
-        return pace, per_byte, warm, after
+    def _scale(self) -> Scale | None:
+        return Scale.of(self._mine())
+
+    def measured_any(self) -> bool:
+        """Whether a cell of this run is measured here (the plan has a pace to scale from)."""
+        return bool(self._mine())
 
     def _spread(self) -> float | None:
         """The rows' spread where a cell has none of its own: the median of every row measured
@@ -229,11 +290,8 @@ class RunPlanner:
             f"roofline work; {spread}"
         )
 
-    def _cost(
-        self, cell: Cell, scale: tuple[float, float, float, float], sd_scale: float = 1.0
-    ) -> CellCost:
+    def _cost(self, cell: Cell, scale: Scale, sd_scale: float = 1.0) -> CellCost:
         work = self.work[cell.key]
-        pace, per_byte, warm, after = scale
         label = (
             cell.model.label
             if len(self.exp.workloads) == 1
@@ -247,12 +305,11 @@ class RunPlanner:
             spread = self._spread()  # where its own rows have none yet (None: nobody's have)
             sds = tuple(known.planning_sds.values()) or ((spread,) * work.rows if spread else ())
         else:
-            round_s = pace * self.seconds_of(work.round_flops, work.round_bytes)
+            round_s = scale.round_s(work)
             first = cell is next(c for c in self.cells if c.model.key == cell.model.key)
-            setup_s = (per_byte * work.weight_bytes if first else 0.0) + warm * work.warmups * (
-                round_s
-            )
-            after_s = after * round_s
+            load_s = scale.load_per_byte * work.weight_bytes if first else 0.0
+            setup_s = load_s + scale.warm * work.warmups * round_s
+            after_s = scale.after * round_s
             spread = self._spread()
             sds = (spread,) * work.rows if spread else ()
         if cell.key in self.setup_paid:
@@ -336,29 +393,34 @@ class RunPlanner:
             f"({format_duration(cost.cost_s(n))} with its setup)"
         )
 
-    def fix(
-        self, cell: Cell, load_s: float, warmup_s: float, round_s: float, left_s: float
-    ) -> tuple[int, float]:
+    def fix(self, cell: Cell, setup: CellSetup, left_s: float) -> tuple[int, float]:
         """At the cell's start, its warm-ups done: its rounds, fixed for good, and the seconds it
         may take (what is left less the later cells' plan). Its setup, measured now, and its pace
         (an earlier run's mean round, else its warm-up's) also scale the cells not measured yet."""
         work = self.work[cell.key]
         signature = self._signature(cell)
-        setup = {
-            "load_s": load_s,
-            "warmup_s": warmup_s,
+        costs = {
+            "load_s": setup.load_s,
+            "warmup_s": setup.warmup_s,
             "warmups": work.warmups,
             "weight_bytes": work.weight_bytes,
             "round_flops": work.round_flops,
             "round_bytes": work.round_bytes,
+            "prefill_bytes": work.prefill_bytes,
         }
         earlier = self.known.get(signature)
         self.known[signature] = (
-            replace(earlier, **setup)
+            replace(earlier, **costs)
             if earlier
-            else CellMeasure(round_s=round_s, after_s=0.0, **setup)
+            else CellMeasure(
+                round_s=setup.round_s,
+                after_s=0.0,
+                prefill_s=setup.prefill_s,
+                gen_s=setup.gen_s,
+                **costs,
+            )
         )
-        self.setup_paid[cell.key] = load_s + warmup_s
+        self.setup_paid[cell.key] = setup.load_s + setup.warmup_s
         plan = self.make(left_s)
         assert plan is not None  # this cell is measured now
         rounds = plan.rounds(cell.key)

@@ -290,17 +290,11 @@ def run_planner(runner: Runner, cells: Sequence[Cell], env: Env) -> RunPlanner:
         return PlanWork(
             round_flops=float(trials * one.prefill_flops),
             round_bytes=float(trials * one.gen_bytes),
+            prefill_bytes=float(trials * one.prefill_bytes),
             weight_bytes=len(schedule.worker_builds(runner.builds)) * weight_bytes(cell.model),
             warmups=max(exp.warmup, 1) * warmup_rounds,
             rows=len(METRICS) * len(comparison_pairs(exp, runner.build_names)),
         )
-
-    peak = runner.roofline.peak
-    roof = (peak.compute_roof("float32") if peak else None) or 1.0  # TFLOP/s
-    bandwidth = (peak.memory_gbps if peak else None) or 10.0  # GB/s
-
-    def seconds_of(flops: float, nbytes: float) -> float:
-        return flops / (roof * 1e12) + nbytes / (bandwidth * 1e9)
 
     cache = cache_dir() / (
         f"plan-v{PLAN_CACHE_VERSION}-{machine_key(env)}-t{env.threads}-{choice.schedule}.json"
@@ -311,7 +305,6 @@ def run_planner(runner: Runner, cells: Sequence[Cell], env: Env) -> RunPlanner:
         runner.build_names,
         cache,
         work=work,
-        seconds_of=seconds_of,
         rows=table_rows(exp, runner.build_names),
         code=shares_code(env, exp),
     )
