@@ -257,10 +257,12 @@ def test_fusions_ranks_the_chains_of_a_preset_as_json(tmp_path: Path) -> None:
         str(out),
         "--threads",
         "1",
+        "--shapeless",
         cwd=tmp_path,
     )
     assert done.returncode == 0, done.stderr
     (answer,) = json.loads(done.stdout)
+    assert all(c["shapeless"] for c in answer["candidates"])
     assert answer["model"].startswith("tiny")
     assert all(r["max_abs_err"] == 0 for r in answer["replays"])
     chains = {c["chain"] for c in answer["candidates"]}
@@ -287,6 +289,7 @@ def test_fusions_ranks_the_chains_of_a_preset_as_json(tmp_path: Path) -> None:
     write_report(study, [], tmp_path / "report")
     text = (tmp_path / "report" / "report.md").read_text()
     assert "## Which fusion to write" in text and "The chains' ops, each variant" in text
+    assert "chain compiled with mx.compile(shapeless=True)" in text
     assert "Op microbenchmarks" not in text  # the chains' samples are not op benchmarks
 
 
@@ -353,6 +356,10 @@ def test_confirm_picks_ops_in_ranking_order_and_says_why_it_passes_others_over()
     # a model that runs the op compiled already: its chains are passed over, or their class taken
     again, _ = picks(ranked, 3, {"geglu": "compiled"})
     assert "geglu" not in [p.op for p in again]
+    # --shapeless: a class's call compiled as the chains were; a registered op keeps its variant
+    shapeless, _ = picks(ranked, 3, {"geglu": "unfused"}, shapeless=True)
+    assert [p.variant for p in shapeless] == ["shapeless", "compiled", "shapeless"]
+    assert shapeless[0].name == "gemma3_text_mlp-shapeless"
 
 
 def test_the_written_plugin_compiles_a_class_call_and_computes_the_same(
@@ -375,13 +382,20 @@ def test_the_written_plugin_compiles_a_class_call_and_computes_the_same(
     tokens = mx.array([[3, 17, 42, 9, 100, 7, 55, 21]])
     assert "mlx_lm.models.llama.MLP.__call__" in [b.where for b in model.bindings]
     outputs = {}
-    for variant in ("eager", "compiled"):
+    for variant in ("eager", "compiled", "shapeless"):
         model.set_ops({"llama_mlp": variant})
         outputs[variant] = model(tokens, cache=model.make_cache())
         # the model's own swiglu is compiled either way; compiled, the MLP's call is, whole
         assert any("Multiply" in node for node in compiled_nodes([outputs[variant]]))
         mx.eval(outputs[variant])
     assert mx.allclose(outputs["eager"], outputs["compiled"], atol=1e-5).item()
+    assert mx.allclose(outputs["eager"], outputs["shapeless"], atol=1e-5).item()
+    # shapeless: the same compiled call serves another prompt length
+    longer = mx.array([[3, 17, 42, 9, 100, 7, 55, 21, 8, 8, 2]])
+    model.set_ops({"llama_mlp": "eager"})
+    eager = model(longer, cache=model.make_cache())
+    model.set_ops({"llama_mlp": "shapeless"})
+    assert mx.allclose(eager, model(longer, cache=model.make_cache()), atol=1e-5).item()
 
 
 def test_the_confirming_run_is_read_into_one_record_per_class_and_metric(tmp_path: Path) -> None:

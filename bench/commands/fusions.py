@@ -19,6 +19,7 @@ examples:
   fusebench fusions default                   every model of an experiment, its first workload
   fusebench fusions gemma3-1b --layers 6 --confirm 3    the top 3 measured end to end
   fusebench fusions e2b --layers 2 --plugin mine.py     your variants ranked beside the chains
+  fusebench fusions e2b --layers 2 --shapeless          compiled as mlx-lm compiles activations
   fusebench fusions e2b --layers 2 --format json > fusions.json
 """
 
@@ -80,6 +81,14 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
         "model with each compiled against it as written (models in mlx-lm's classes)",
     )
     parser.add_argument(
+        "--shapeless",
+        action="store_true",
+        help="compile each chain (and with --confirm each class's call) with "
+        "mx.compile(shapeless=True), as mlx-lm compiles its activations and fusebench its "
+        "compiled variants: kernels that serve every shape, which MLX may split where the default "
+        "compile makes one (on a CPU the two can differ by 20%%)",
+    )
+    parser.add_argument(
         "--top",
         type=at_least(0),
         default=DEFAULT_TOP,
@@ -123,7 +132,16 @@ def main(args: argparse.Namespace, console: Console) -> int:
             "compiler, and none was found on PATH: install g++ or clang); nothing to time"
         )
     out = args.out or Path("results") / f"fusions-{datetime.now().strftime('%Y%m%d-%H%M%S')}.jsonl"
-    job = FusionJob(found, args.rounds, out, env, args.confirm, plugins, args.format == "json")
+    job = FusionJob(
+        found,
+        args.rounds,
+        out,
+        env,
+        args.confirm,
+        plugins,
+        quiet=args.format == "json",
+        shapeless=args.shapeless,
+    )
     answers = run_fusions(job, status, quiet=args.quiet or args.format == "json")
     if args.format == "json":
         print(json.dumps([_json(answer) for answer in answers], indent=1))

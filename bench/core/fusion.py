@@ -104,6 +104,9 @@ class FusionRecord:
     kernels: int  # the kernels mx.compile made of it here (1: fused whole)
     max_abs_err: float  # compiled against eager, on the step's own inputs
     inputs_from: str  # "step": the step's own values (the replay held); "random" otherwise
+    # compiled with mx.compile(shapeless=True) (`fusions --shapeless`), as mlx-lm compiles its
+    # activations; else as mx.compile compiles by default (a kernel for the call's shapes)
+    shapeless: bool = False
 
 
 @dataclass(frozen=True, kw_only=True)

@@ -33,6 +33,7 @@ from ..machine.env import child_command, on_own_path
 METRICS = ("prefill", "gen")
 BASELINE = "baseline"
 COMPILED = "compiled"
+SHAPELESS = "shapeless"  # a class's call under mx.compile(shapeless=True) (`fusions --shapeless`)
 PLUGIN = "compiled_calls.py"
 
 
@@ -43,7 +44,8 @@ class ConfirmError(UserError):
 @dataclass(frozen=True)
 class Pick:
     """One op to switch in the confirming run: a registered op the chain's call goes through, to
-    its `compiled` variant, or the op the plugin declares for a class's call (`origin`)."""
+    its `compiled` variant, or the op the plugin declares for a class's call (`origin`), to its
+    `compiled` or `shapeless` variant."""
 
     op: str  # "geglu", or "gemma3_text_mlp"
     candidates: tuple[str, ...]  # the model's chains its call makes
@@ -65,11 +67,16 @@ class Pick:
 
 
 def picks(
-    found: Sequence[FusionEstimate], count: int, ops: Mapping[str, str]
+    found: Sequence[FusionEstimate],
+    count: int,
+    ops: Mapping[str, str],
+    *,
+    shapeless: bool = False,
 ) -> tuple[list[Pick], list[str]]:
     """The first `count` ops to switch, in ranking order, and why the chains ranked above the last
     of them (all, where fewer were found) were passed over: one line a reason, its chains named.
-    `ops`: the op variants the model ran with (the others at their defaults)."""
+    `ops`: the op variants the model ran with (the others at their defaults); `shapeless`: a
+    class's call compiled as the chains were."""
     chosen: dict[tuple[str, str], list[str]] = {}
     passed: dict[str, list[str]] = {}
     for estimate in found:
@@ -82,7 +89,10 @@ def picks(
                 passed.setdefault(key, []).append(record.candidate)
             else:
                 chosen[key] = [record.candidate]
-    found_picks = [Pick(op, tuple(c), origin) for (op, origin), c in chosen.items()]
+    found_picks = [
+        Pick(op, tuple(c), origin, SHAPELESS if shapeless and origin else COMPILED)
+        for (op, origin), c in chosen.items()
+    ]
     return found_picks, [f"{', '.join(names)}: {why}" for why, names in passed.items()]
 
 
@@ -112,7 +122,7 @@ def _op_name(origin: str) -> str:
 def plugin_text(chosen: Sequence[Pick]) -> str:
     lines = [
         '"""Made by `fusebench fusions --confirm`: each class\'s call as mlx-lm wrote it (`eager`)',
-        'or under mx.compile (`compiled`), one op each."""',
+        'or under mx.compile (`compiled`, `shapeless`), one op each."""',
         "",
         "from fusebench.models.ops import compile_call_op",
         "",

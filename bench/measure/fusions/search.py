@@ -150,9 +150,11 @@ def time_candidates(
     model_found: Found,
     rounds: int,
     emit: Emit,
+    shapeless: bool = False,
 ) -> list[FusionRecord]:
     """Each candidate warmed up (paying mx.compile's build of its kernel), then timed in `rounds`
-    ABBA rounds, eager against compiled; its record emitted before its samples."""
+    ABBA rounds, eager against compiled (`shapeless`: as mx.compile(shapeless=True) compiles);
+    its record emitted before its samples."""
     records = []
     for index, candidate in enumerate(model_found.candidates):
         group = candidate.group
@@ -160,7 +162,7 @@ def time_candidates(
         eager = chain_function(
             group.primitives, [t.name for t in group.inputs], [t.name for t in group.outputs]
         )
-        compiled = mx.compile(eager)
+        compiled = mx.compile(eager, shapeless=shapeless)
         warm = _warm(eager, compiled, args)
         record = FusionRecord(
             run_id=run_id,
@@ -177,6 +179,7 @@ def time_candidates(
             kernels=warm.kernels,
             max_abs_err=warm.error,
             inputs_from="random" if index in model_found.random else "step",
+            shapeless=shapeless,
         )
         records.append(record)
         emit(record)

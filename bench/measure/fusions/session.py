@@ -61,6 +61,8 @@ class FusionJob:
     confirm: int = 0  # classes to compile and measure end to end, per model (`--confirm`)
     plugins: tuple[str, ...] = ()  # the user's (`--plugin`), which the confirming runs load too
     quiet: bool = False  # stdout carries the answer alone (JSON)
+    # chains and classes' calls compiled with mx.compile(shapeless=True) (`--shapeless`)
+    shapeless: bool = False
 
 
 @dataclass(frozen=True)
@@ -124,7 +126,7 @@ def run_fusions(job: FusionJob, console: Console, *, quiet: bool = False) -> lis
             run_header(run_id, StoredExperiment(name="fusions"), job.env, rounds=job.rounds)
         )
         for target in job.targets:
-            answers.append(_search(run_id, target, job.rounds, writer.write, progress, console))
+            answers.append(_search(run_id, target, job, writer.write, progress, console))
     if not job.confirm:
         return answers
     return [
@@ -139,7 +141,7 @@ def _confirmed(
     """The answer with its first `job.confirm` classes compiled and measured end to end."""
     from ...core.results import ResultsWriter
 
-    chosen, passed = picks(answer.estimates, job.confirm, target.ops)
+    chosen, passed = picks(answer.estimates, job.confirm, target.ops, shapeless=job.shapeless)
     if not chosen:
         return replace(answer, passed_over=passed)
     slug = re.sub(r"[^A-Za-z0-9._-]+", "-", answer.model).strip("-")
@@ -174,12 +176,12 @@ def _confirmed(
 def _search(
     run_id: str,
     target: FusionTarget,
-    rounds: int,
+    job: FusionJob,
     write: Callable[[object], None],
     progress: Progress,
     console: Console,
 ) -> Answer:
-    label = target.model.label
+    label, rounds = target.model.label, job.rounds
     task = progress.add_task(f"{label}: loading", total=None)
     spec = target.model
     model = load_model(
@@ -216,7 +218,9 @@ def _search(
 
     time_steps(run_id, label, model, target.workload, rounds, emit)
     progress.update(task, description=f"{label}: chains")
-    records: list[FusionRecord] = time_candidates(run_id, label, found, rounds, emit)
+    records: list[FusionRecord] = time_candidates(
+        run_id, label, found, rounds, emit, shapeless=job.shapeless
+    )
     speeds = summarize_ops(s for s in samples if s.op == FUSION_OP)
     ops = [
         op for op in dict.fromkeys(r.op for r in records if r.op) if len(REGISTRY[op].variants) > 1

@@ -101,7 +101,11 @@ def fusion_blocks(
     blocks: list[Block] = [
         Heading(f"Fusible chains of {model}", 3),
         Table(COLUMNS, rows, frozenset({0, 3, 4, 5, 6, 8, 9, 10})),
-        Paragraph(EXPLAINED),
+        Paragraph(
+            EXPLAINED.replace("chain compiled", "chain compiled with mx.compile(shapeless=True)")
+            if any(e.record.shapeless for e in found)
+            else EXPLAINED
+        ),
     ]
     notes = [*_confirm_notes(found), *(_replay_note(r) for r in replays)]
     if len(shown) < len(found):
