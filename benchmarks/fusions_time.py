@@ -34,6 +34,9 @@ CASES = {
     "llama": (["llama3.2-1b", "--layers", "2"], None),
     "qwen3": (["qwen3-0.6b", "--layers", "2"], None),
     "gemma3": (["gemma3-1b", "--layers", "6", "--confirm", "3"], 600),
+    # compiled as mlx-lm compiles its activations and the registry its compiled variants
+    "e2b-shapeless": (["e2b", "--layers", "2", "--shapeless", "--confirm", "3"], 600),
+    "gemma3-shapeless": (["gemma3-1b", "--layers", "6", "--shapeless", "--confirm", "3"], 600),
 }
 
 
