@@ -155,8 +155,8 @@ def _confirmed(
         (workload.prompt_tokens, workload.gen_tokens),
         job.plugins,
     )
-    names = ", ".join(p.origin or p.op for p in chosen)
-    console.print(f"{answer.model}: measuring {names} compiled, end to end ({experiment})")
+    names = ", ".join(f"{p.origin or p.op} {p.variant}" for p in chosen)
+    console.print(f"{answer.model}: measuring {names}, end to end ({experiment})")
     results = folder / "results.jsonl.gz"
     run_confirmation(experiment, results, to_stderr=job.quiet)
     records = measured(run_id, answer.model, chosen, results, folder / PLUGIN)

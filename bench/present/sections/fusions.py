@@ -176,7 +176,7 @@ def _confirm_notes(found: Sequence[FusionEstimate]) -> list[str]:
             f"{r.metric} {_interval(r.delta_pct, r.low_pct, r.high_pct)} {r.verdict}{_peak(r)}"
             for r in records
         )
-        what = f"{first.origin} compiled (op {first.op})" if first.origin else first.op
+        what = f"{first.origin}'s call (op {first.op})" if first.origin else first.op
         reuse = f"; --plugin {first.plugin} makes the op usable anywhere" if first.plugin else ""
         notes.append(
             f"measured: {what} at {first.variant} ({', '.join(first.candidates)}): {figures}, "
