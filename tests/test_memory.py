@@ -75,3 +75,19 @@ def test_runs_before_phase_peaks_show_no_memory_table(tmp_path: Path) -> None:
     out = tmp_path / "report"
     write_report(study, [("baseline", "compiled")], out)
     assert "Peak memory" not in (out / "report.md").read_text()
+
+
+def test_runs_closing_table_shows_the_peak_change_beside_each_rows_delta(tmp_path: Path) -> None:
+    from fusebench.present.summary import run_summary_table
+
+    records = peaked(
+        {"baseline": 400 * MIB, "compiled": 300 * MIB}, {"baseline": 8 * MIB, "compiled": 8 * MIB}
+    )
+    path = results_file(tmp_path / "r.jsonl", records, experiment=EXPERIMENT)
+    study = build_study(read_results([path]))
+    (machine,) = study.machines
+    (workload,) = set(study.timed["workload"])
+    table = run_summary_table(study, machine, workload, [("baseline", "compiled")])
+    assert table.columns[-1] == "Peak Δ compiled"
+    by_metric = {row[1]: row[-1] for row in table.rows}
+    assert by_metric == {"prefill": "-25.0%", "gen": "+0.0%"}

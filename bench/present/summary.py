@@ -1,5 +1,5 @@
-"""The table `fusebench run` prints when it ends: medians per size, metric and variant, and each
-comparison's Δ."""
+"""The table `fusebench run` prints when it ends: medians per size, metric and variant, each
+comparison's Δ, and beside it the change of its peak memory in that phase."""
 
 from __future__ import annotations
 
@@ -7,6 +7,7 @@ from collections.abc import Sequence
 
 from rich.console import Console
 
+from ..analysis.memory import phase_peaks
 from ..analysis.study import (
     Study,
     build_study,
@@ -21,6 +22,7 @@ from .bottom_line import bottom_lines
 from .document import Heading, Paragraph, Table, to_console
 from .sections.context import time_line
 from .sections.delta import delta_cells
+from .sections.memory import peak_change_text
 from .sections.throughput import median_rows
 
 
@@ -57,6 +59,7 @@ def run_summary_table(
     # columns.
     variants, rows = median_rows(study, machine, workload, geometric=True, with_cv=False)
     failing = failed_correctness(study, machine, workload)
+    peaks = [p for p in phase_peaks(study.timed) if (p.machine, p.workload) == (machine, workload)]
     scoped = {pair: compare_scope(study, machine, workload, pair, family=pairs) for pair in pairs}
     table_rows = []
     for row in rows:
@@ -76,6 +79,15 @@ def run_summary_table(
                     part for part in (shown.delta, shown.interval, shown.verdict) if part != "—"
                 )
             )
-        table_rows.append((row.label, row.metric, *row.values, *deltas))
-    columns = ("Size", "Metric", *variants, *(f"Δ {new} vs {baseline}" for baseline, new in pairs))
+        mine = [p for p in peaks if (p.model_key, p.metric) == (row.cell[0], row.metric)]
+        base = {p.variant: p for p in mine}
+        changes = [peak_change_text(mine, base.get(b), n) for b, n in pairs] if peaks else []
+        table_rows.append((row.label, row.metric, *row.values, *deltas, *changes))
+    columns = (
+        "Size",
+        "Metric",
+        *variants,
+        *(f"Δ {new} vs {baseline}" for baseline, new in pairs),
+        *((f"Peak Δ {new}" for _, new in pairs) if peaks else ()),
+    )
     return Table(columns, tuple(table_rows), frozenset(range(2, 2 + len(variants))))

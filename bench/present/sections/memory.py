@@ -37,13 +37,17 @@ def memory_section(context: ReportContext) -> list[Block]:
                 first.size if len(context.study.machines) == 1 else f"{first.size} · {cell[0]}",
                 "prefill" if first.metric == "prefill" else "decode",
                 *(format_bytes(int(mine[v].bytes)) if v in mine else "—" for v in variants),
-                *(_change(peaks, mine.get(base), new) for base, new in context.comparisons),
+                *(
+                    peak_change_text(peaks, mine.get(base), new)
+                    for base, new in context.comparisons
+                ),
             )
         )
     numeric = frozenset(range(2, len(columns)))
     return [Heading("Peak memory"), Paragraph(EXPLAINED), Table(columns, tuple(rows), numeric)]
 
 
-def _change(peaks: list[PhasePeak], base: PhasePeak | None, new: str) -> str:
+def peak_change_text(peaks: list[PhasePeak], base: PhasePeak | None, new: str) -> str:
+    """The new variant's peak against `base`'s, "+1.2%"; "—" where either recorded none."""
     change = None if base is None else peak_change(peaks, base, new)
     return "—" if change is None else f"{100 * change:+.1f}%"
