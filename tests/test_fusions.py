@@ -362,6 +362,34 @@ def test_confirm_picks_ops_in_ranking_order_and_says_why_it_passes_others_over()
     assert shapeless[0].name == "gemma3_text_mlp-shapeless"
 
 
+def test_confirm_switches_an_op_to_the_variant_expected_to_gain_most_a_plugins_too() -> None:
+    from fusebench.analysis.amdahl import Amdahl
+    from fusebench.analysis.fusions import VariantEstimate
+    from fusebench.measure.fusions.confirm import picks
+
+    def timed(op: str, variant: str, running: str, gain_pct: float) -> VariantEstimate:
+        found = Amdahl(gain_pct, gain_pct - 0.1, gain_pct + 0.1)
+        return VariantEstimate("m", op, variant, running, {"prefill": found}, 10)
+
+    ranked = [
+        estimate("c1", "fusebench.models.gemma4.Model", op="softcap"),
+        estimate("c2", "fusebench.models.gemma4.RMSNorm", op="rms_norm"),
+        estimate("c3", "fusebench.models.gemma4.MLP", op="geglu"),
+    ]
+    variants = [
+        timed("softcap", "compiled", "unfused", -0.03),
+        timed("softcap", "reciprocal", "unfused", 0.3),  # a plugin's hand-written one
+        timed("rms_norm", "composed", "fast", -0.02),  # no gain: not a fusion to confirm
+        timed("geglu", "compiled", "unfused", 0.17),
+    ]
+    chosen, passed = picks(ranked, 3, {}, variants=variants)
+    assert [(p.op, p.variant) for p in chosen] == [("softcap", "reciprocal"), ("geglu", "compiled")]
+    assert passed == [
+        "c2: its op rms_norm runs fast; no compiled variant, and none expected to gain "
+        "(composed, fast)"
+    ]
+
+
 def test_the_written_plugin_compiles_a_class_call_and_computes_the_same(
     tmp_path: Path, registry: object
 ) -> None:

@@ -20,7 +20,7 @@ from pathlib import Path
 
 from fusebench.models.ops import REGISTRY
 
-from ...analysis.fusions import FusionEstimate
+from ...analysis.fusions import FusionEstimate, VariantEstimate
 from ...analysis.memory import phase_peaks
 from ...analysis.stats import compare_table
 from ...analysis.study import build_study
@@ -44,8 +44,9 @@ class ConfirmError(UserError):
 @dataclass(frozen=True)
 class Pick:
     """One op to switch in the confirming run: a registered op the chain's call goes through, to
-    its `compiled` variant, or the op the plugin declares for a class's call (`origin`), to its
-    `compiled` or `shapeless` variant."""
+    the variant expected to gain most (its `compiled`, or a plugin's that expects a gain), or the
+    op the plugin declares for a class's call (`origin`), to its `compiled` or `shapeless`
+    variant."""
 
     op: str  # "geglu", or "gemma3_text_mlp"
     candidates: tuple[str, ...]  # the model's chains its call makes
@@ -72,16 +73,19 @@ def picks(
     ops: Mapping[str, str],
     *,
     shapeless: bool = False,
+    variants: Sequence[VariantEstimate] = (),
 ) -> tuple[list[Pick], list[str]]:
     """The first `count` ops to switch, in ranking order, and why the chains ranked above the last
     of them (all, where fewer were found) were passed over: one line a reason, its chains named.
     `ops`: the op variants the model ran with (the others at their defaults); `shapeless`: a
-    class's call compiled as the chains were."""
-    chosen: dict[tuple[str, str], list[str]] = {}
+    class's call compiled as the chains were; `variants`: the ops' variants timed at their calls,
+    of which a registered op switches to the one expected to gain most."""
+    chosen: dict[tuple[str, str, str], list[str]] = {}
     passed: dict[str, list[str]] = {}
+    class_variant = SHAPELESS if shapeless else COMPILED
     for estimate in found:
         record = estimate.record
-        key = _switch(record, ops)
+        key = _switch(record, ops, variants, class_variant)
         if key in chosen:
             chosen[key].append(record.candidate)
         elif len(chosen) < count:
@@ -90,28 +94,55 @@ def picks(
             else:
                 chosen[key] = [record.candidate]
     found_picks = [
-        Pick(op, tuple(c), origin, SHAPELESS if shapeless and origin else COMPILED)
-        for (op, origin), c in chosen.items()
+        Pick(op, tuple(c), origin, variant) for (op, origin, variant), c in chosen.items()
     ]
     return found_picks, [f"{', '.join(names)}: {why}" for why, names in passed.items()]
 
 
-def _switch(record: FusionRecord, ops: Mapping[str, str]) -> tuple[str, str] | str:
-    """(op, origin) to switch for the chain, or why there is none."""
+def _switch(
+    record: FusionRecord,
+    ops: Mapping[str, str],
+    variants: Sequence[VariantEstimate],
+    class_variant: str,
+) -> tuple[str, str, str] | str:
+    """(op, origin, variant) to switch the chain's call to, or why there is none."""
     spec = REGISTRY.get(record.op) if record.op else None
     running = ops.get(record.op, spec.default) if spec else ""
-    if spec and COMPILED in spec.variants and running != COMPILED:
-        return record.op, ""
+    if spec and (variant := _best_variant(record.op, running, spec.variants, variants)):
+        return record.op, "", variant
     if record.compiled_by_model == "whole":
         return "the model's code compiles it already"
     if record.origin.startswith("mlx_lm."):
-        return _op_name(record.origin), record.origin
+        return _op_name(record.origin), record.origin, class_variant
     if spec:
         choices = ", ".join(spec.variants)
-        return f"its op {record.op} runs {running}; no other compiled variant ({choices})"
+        return (
+            f"its op {record.op} runs {running}; no compiled variant, and none expected to gain "
+            f"({choices})"
+        )
     if not record.origin:
         return "no call of arrays alone makes it whole, none for mx.compile to wrap"
     return f"made by {record.origin} outside fusebench's ops, in its own decoder"
+
+
+def _best_variant(
+    op: str, running: str, registered: Sequence[str], timed: Sequence[VariantEstimate]
+) -> str | None:
+    """The variant of `op` to confirm: of its `compiled` and any other that expects a gain at its
+    calls (a plugin's hand-written fusion), the one expected to gain most; `compiled` where none
+    was timed; None where neither is there to switch to."""
+
+    def gain(v: VariantEstimate) -> float:
+        return max((e.delta_pct for e in v.expected.values()), default=0.0)
+
+    eligible = [
+        v
+        for v in timed
+        if v.op == op and v.variant != running and (v.variant == COMPILED or gain(v) > 0)
+    ]
+    if eligible:
+        return max(eligible, key=gain).variant
+    return COMPILED if COMPILED in registered and running != COMPILED else None
 
 
 def _op_name(origin: str) -> str:

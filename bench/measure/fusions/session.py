@@ -141,7 +141,13 @@ def _confirmed(
     """The answer with its first `job.confirm` classes compiled and measured end to end."""
     from ...core.results import ResultsWriter
 
-    chosen, passed = picks(answer.estimates, job.confirm, target.ops, shapeless=job.shapeless)
+    chosen, passed = picks(
+        answer.estimates,
+        job.confirm,
+        target.ops,
+        shapeless=job.shapeless,
+        variants=answer.variants,
+    )
     if not chosen:
         return replace(answer, passed_over=passed)
     slug = re.sub(r"[^A-Za-z0-9._-]+", "-", answer.model).strip("-")
