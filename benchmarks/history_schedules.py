@@ -26,7 +26,7 @@ from collections import defaultdict
 from pathlib import Path
 
 ROOT = Path(__file__).resolve().parent.parent
-# `run ci --against HEAD --trials 20`, the schedules alternating in one sitting (benchmarks/duet_aa.py)
+# `run ci --against HEAD --trials 20`, schedules alternating in one sitting (benchmarks/duet_aa.py)
 SOURCES = [
     ROOT / "results" / folder / f"{schedule}-{n}.jsonl.gz"
     for folder in ("duet-aa-zen4-rework", "duet-aa-avx2", "duet-aa-zen4")
@@ -81,11 +81,11 @@ def spreads(records: list[dict]) -> dict[str, float]:
     """Each variant × metric's per-round SD of log tok/s over the kept rounds (%)."""
     logs = defaultdict(list)
     for r in records:
-        if r["kind"] == "trial" and not r["warmup"] and r.get("build") != "reference":
-            if r["round"] < ROUNDS:
-                for metric in ("prefill", "gen"):
-                    if r.get(f"{metric}_tps"):
-                        logs[f"{r['variant']} {metric}"].append(math.log(r[f"{metric}_tps"]))
+        timed = r["kind"] == "trial" and not r["warmup"] and r["round"] < ROUNDS
+        if timed and r.get("build") != "reference":
+            for metric in ("prefill", "gen"):
+                if r.get(f"{metric}_tps"):
+                    logs[f"{r['variant']} {metric}"].append(math.log(r[f"{metric}_tps"]))
     return {k: 100 * statistics.stdev(v) for k, v in logs.items() if len(v) > 1}
 
 
