@@ -19,7 +19,8 @@ from scipy import stats as sps
 
 from fusebench.analysis.inference import paired_estimate, rounds_needed
 from fusebench.analysis.stats import compare
-from fusebench.analysis.study import build_study, load_results
+from fusebench.analysis.study import build_study
+from fusebench.commands.sources import load_results
 from fusebench.present.document import Table, markdown_table
 
 ROUNDS = (5, 10, 20, 40)

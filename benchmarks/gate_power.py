@@ -7,8 +7,8 @@ machine?
                                      [--variant compiled] [--factors 0.95,0.9,0.85,0.8,0.7,0.6,0.5]
 
 Reads real, unchanged `fusebench run experiments/ci.yaml` results files and checks each against the
-baseline exactly as CI does (fusebench.analysis.gate.run_check: the threshold, plus this machine's
-noise calibration when it exists), skipping the run the baseline was saved from:
+baseline exactly as CI does (fusebench.commands.gate_session.run_check: the threshold, plus this
+machine's noise calibration when it exists), skipping the run the baseline was saved from:
 - false alarms: unchanged runs the gate failed;
 - power: the same runs with one variant's prefill_tps and gen_tps multiplied by each factor (warmups
   included, so the copy looks like a run of a slower build) count as detected when a verdict on that
@@ -26,8 +26,9 @@ import sys
 import tempfile
 from pathlib import Path
 
-from fusebench.analysis.gate import Check, CheckRequest, Outcome, run_check
+from fusebench.analysis.gate import Check, Outcome
 from fusebench.commands.check import DEFAULT_MAX_REGRESSION_PCT
+from fusebench.commands.gate_session import CheckRequest, run_check
 from fusebench.core.results import read_results
 from fusebench.present.document import Table, markdown_table
 from fusebench.present.gate import limits_line

@@ -18,7 +18,8 @@ import sys
 import tempfile
 from pathlib import Path
 
-from fusebench.analysis.study import build_study, load_results, resolve_comparisons
+from fusebench.analysis.study import build_study, resolve_comparisons
+from fusebench.commands.sources import load_results
 from fusebench.present.report import write_report
 
 # Only the text files: PNG bytes depend on matplotlib's version, not on the records.

@@ -294,6 +294,25 @@ def test_a_wheel_installs_one_package_and_every_module_in_it(tmp_path: Path):
     assert "fusebench/experiments/default.yaml" in names
 
 
+# What opening a file or a store looks like in code: analysis/ is given what it judges (its
+# readers live above it, commands/sources.py and commands/gate_session.py).
+OPENING = {
+    "open", "read_text", "read_bytes", "write_text", "write_bytes", "is_file", "exists", "glob",
+    "rglob", "read_results", "HistoryStore", "safe_load", "json.load", "json.loads",
+}  # fmt: skip
+
+
+@pytest.mark.parametrize(
+    "path", sorted((ROOT / "bench" / "analysis").glob("*.py")), ids=lambda p: p.name
+)
+def test_the_analysis_opens_no_file_and_no_store(path: Path):
+    calls = [
+        node.func for node in ast.walk(ast.parse(path.read_text())) if isinstance(node, ast.Call)
+    ]
+    names = {ast.unparse(f).rpartition(".")[2] for f in calls} | {ast.unparse(f) for f in calls}
+    assert not names & OPENING, f"{path.name} calls {sorted(names & OPENING)}"
+
+
 LONG_MODULE_LINES = 600
 
 

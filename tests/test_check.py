@@ -19,6 +19,7 @@ from fusebench.analysis import noise as calibrate
 from fusebench.analysis.gate import Status
 from fusebench.commands import calibrate as calibrate_command
 from fusebench.commands import main
+from fusebench.commands.sources import load_noise
 from fusebench.core.calibration import NOISE_KIND
 from fusebench.core.errors import UserError
 from fusebench.core.fingerprint import Fingerprint
@@ -744,7 +745,7 @@ def test_calibrate_writes_noise_bands_from_aa_comparisons(
     assert code == 0
     path = Path("results/baselines/noise-cpu-openblas-test-cpu.json")
     assert f"wrote {path}" in out
-    noise = calibrate.load_noise(path)
+    noise = load_noise(path)
     tps = noise.band("run_to_run_tps", "prefill")
     # Read as a slowdown, the widest pair (0.96 against 1.02) is 1 - 0.96/1.02.
     assert tps.max_aa_slowdown_pct == pytest.approx(100 * (1 - 0.96 / 1.02), abs=0.01)
@@ -774,7 +775,7 @@ def test_calibrate_from_existing_runs(workdir: Path, capsys):
     out_file = workdir / "noise.json"
     code, out, _ = run(["calibrate", "--from", *map(str, runs), "--out", str(out_file)], capsys)
     assert code == 0 and f"wrote {out_file}" in out.replace("\n", "")
-    noise = calibrate.load_noise(out_file)
+    noise = load_noise(out_file)
     assert noise.runs == 2 and noise.experiment.name == "ci"
     assert noise.band("run_to_run_speedup", "prefill").max_aa_slowdown_pct == pytest.approx(10.0)
     assert noise.band("run_to_run_tps", "gen").max_aa_slowdown_pct == pytest.approx(0.0)
@@ -911,7 +912,7 @@ def test_an_old_noise_files_speedups_import_into_the_history(workdir: Path, caps
     # Written by calibrate before its runs went to the history: the bands still read as they were,
     # and `history add` takes the speedups it kept, one run per calibration run.
     old = OLD_FILES / "noise-with-speedup-history.json"
-    assert calibrate.load_noise(old).band("within_run", "prefill").mde_pct == 0.0
+    assert load_noise(old).band("within_run", "prefill").mde_pct == 0.0
     code, out, _ = run(["history", "add", str(old)], capsys)
     assert code == 0 and "10 run(s) added" in out
     assert "0 run(s) added, 10 already held" in run(["history", "add", str(old)], capsys)[1]

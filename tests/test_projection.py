@@ -19,7 +19,8 @@ from fusebench.analysis.projection import (
     project,
     welch_dof,
 )
-from fusebench.analysis.study import build_study, load_results
+from fusebench.analysis.study import build_study
+from fusebench.commands.sources import load_results
 from fusebench.present.sections import ReportContext
 from fusebench.present.sections.projection import projection_section
 

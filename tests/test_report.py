@@ -23,11 +23,12 @@ from rich.console import Console
 
 from fusebench.analysis import study as report
 from fusebench.analysis.inference import VerdictWord, adjust, paired_estimate
-from fusebench.analysis.reference import ReferenceFileError, load_reference
+from fusebench.analysis.reference import ReferenceFileError
 from fusebench.analysis.study import ComparisonError
 from fusebench.commands import main
 from fusebench.commands.report import add_arguments
 from fusebench.commands.report import main as command
+from fusebench.commands.sources import load_reference, load_results
 from fusebench.core.fileformat import ResultsError
 from fusebench.core.results import read_results
 from fusebench.present import plots
@@ -780,7 +781,7 @@ def test_a_machine_with_only_skips_beside_one_with_trials(tmp_path: Path):
     measured = write(tmp_path / "b.jsonl", full_suite("run-b"), "run-b", "big")
     # The skip-only file alone is refused, but merged with a measured one it shows as its own
     # machine.
-    results = report.load_results([measured])
+    results = load_results([measured])
     results.records += read_results([skipped]).records
     study = report.build_study(results)
     written = write_report(study, [("baseline", "compiled")], tmp_path / "out")

@@ -17,7 +17,8 @@ from pathlib import Path
 import pytest
 from golden_reports import report_digests
 
-from fusebench.analysis.study import build_study, load_results, resolve_comparisons
+from fusebench.analysis.study import build_study, resolve_comparisons
+from fusebench.commands.sources import load_results
 from fusebench.present.report import write_report
 
 ROOT = Path(__file__).resolve().parent.parent

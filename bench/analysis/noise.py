@@ -30,10 +30,8 @@ neighbour's job running throughout); on a shared machine whose load changes over
 
 from __future__ import annotations
 
-import dataclasses
 import hashlib
 import itertools
-import json
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -41,18 +39,15 @@ from typing import Any
 import numpy as np
 import pandas as pd
 
-from ..core.calibration import NOISE_KIND, Band, Noise, PastSpeedups
+from ..core.calibration import Band, Noise, PastSpeedups
 from ..core.fileformat import Column, ResultsError, utc_now
 from ..core.fingerprint import Fingerprint
 from ..core.header import StoredExperiment
 from ..core.history import HistoryPoint, HistoryRun, PointKey, Series
-from ..core.results import read_results, results_fingerprint
-from ..core.spec import Experiment, parse_experiment
-from ..core.typed import from_mapping
+from ..core.spec import Experiment
 from . import stats
 from .history import Entry
 from .stats import SEED
-from .study import current_build
 
 NOISE_DIR = Path("results/baselines")  # where noise files have always been
 UNKNOWN_COMMIT = "?"
@@ -166,66 +161,7 @@ def noise_record(exp: Experiment, sources: list[Path], calibration: Calibration)
     )
 
 
-def load_noise(path: Path) -> Noise:
-    """Read a noise file written by `fusebench calibrate`; anything else is a NoiseFileError naming
-    the file."""
-    try:
-        data = json.loads(path.read_text(encoding="utf-8"))
-    except FileNotFoundError:
-        raise NoiseFileError(
-            f"{path}: no such noise file; make one with fusebench calibrate"
-        ) from None
-    except (OSError, UnicodeDecodeError, json.JSONDecodeError) as err:
-        raise NoiseFileError(f"{path}: not a noise file ({' '.join(str(err).split())})") from None
-    if not isinstance(data, dict) or data.get("kind") != NOISE_KIND:
-        raise NoiseFileError(f'{path}: not a noise file (expected "kind": "{NOISE_KIND}")')
-    try:
-        stored = from_mapping(Noise, data)
-        return dataclasses.replace(
-            stored, bands={scope: stored.bands.get(scope, {}) for scope in SCOPES}
-        )
-    except (KeyError, TypeError, AttributeError) as err:
-        raise NoiseFileError(
-            f"{path}: malformed noise file ({type(err).__name__}: {err})"
-        ) from None
-
-
 # --- runs already made ----------------------------------------------------------------------------
-
-
-def experiment_of_runs(paths: list[Path]) -> Experiment:
-    """The one experiment that every results file ran (from its run header), validated again."""
-    headers = {path: next(iter(read_results([path]).headers.values()), None) for path in paths}
-    missing = [path for path, header in headers.items() if header is None]
-    if missing:
-        raise ResultsError(f"{missing[0]}: no run header; is it a fusebench results file?")
-    experiments = {
-        run.experiment.sha256: (path, run.experiment) for path, run in headers.items() if run
-    }
-    if len(experiments) > 1:
-        names = ", ".join(f"{path} ({e.file})" for path, e in experiments.values())
-        raise ResultsError(f"--from: runs of different experiments (or versions of one): {names}")
-    path, experiment = next(iter(experiments.values()))
-    exp = parse_experiment(
-        experiment.content, f"{path} (run header: {experiment.file})", stored=True
-    )
-    return dataclasses.replace(exp, file=experiment.file)
-
-
-def calibrate_from(paths: list[Path], comparisons: list[tuple[str, str]]) -> Calibration:
-    """The machine the runs were measured on and every A/A comparison among them. From a run
-    --against file only the current build counts: the reference build is another tree."""
-    machines = []
-    runs = []
-    for path in paths:
-        results = read_results([path])
-        machines.append(results_fingerprint(results, path))
-        runs.append(current_build(results.frame("trial")))
-    if len(set(machines)) > 1:
-        raise ResultsError(
-            f"calibration runs came from different machines: {' | '.join(map(str, set(machines)))}"
-        )
-    return Calibration(machines[0], aa_comparisons(runs, comparisons))
 
 
 # --- noise files written before the history held the calibration runs ----------------------------

@@ -14,12 +14,9 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-import yaml
-
 from ..core.errors import UserError
 from ..core.fileformat import METRICS
 
-SHIPPED_DIR = Path(__file__).parents[1] / "data"
 REQUIRED_KEYS = ("name", "source", "method", "hardware", "rows")
 ROW_KEYS = ("size", "metric", "baseline", "new")
 
@@ -92,17 +89,8 @@ def matches_size(label: str, size: str) -> bool:
     )
 
 
-def shipped_names() -> list[str]:
-    return sorted(p.stem.removeprefix("reference_") for p in SHIPPED_DIR.glob("reference_*.yaml"))
-
-
-def load_reference(name_or_path: str) -> Reference:
-    """Load a reference from a YAML file, or a shipped one by its short name (e.g. "pr15587")."""
-    path = _resolve(name_or_path)
-    try:
-        data = yaml.safe_load(path.read_text(encoding="utf-8"))
-    except yaml.YAMLError as exc:
-        raise ReferenceFileError(f"{path}: not valid YAML ({str(exc).splitlines()[0]})") from None
+def reference_from(data: object, path: Path) -> Reference:
+    """A reference from a YAML file's parsed content (`path` names it in errors)."""
     if not isinstance(data, dict):
         raise ReferenceFileError(f"{path}: expected a mapping with keys {', '.join(REQUIRED_KEYS)}")
     missing = [key for key in REQUIRED_KEYS if key not in data]
@@ -116,19 +104,6 @@ def load_reference(name_or_path: str) -> Reference:
         method=_method(data["method"], path),
         hardware=_hardware(data["hardware"], path),
         rows=tuple(_row(item, path, i) for i, item in enumerate(_list(data["rows"], path))),
-    )
-
-
-def _resolve(name_or_path: str) -> Path:
-    path = Path(name_or_path)
-    if path.is_file():
-        return path
-    candidate = SHIPPED_DIR / f"reference_{name_or_path}.yaml"
-    if candidate.is_file():
-        return candidate
-    shipped = ", ".join(shipped_names())
-    raise ReferenceFileError(
-        f"--reference: no file {name_or_path!r}, nor a shipped reference of that name ({shipped})"
     )
 
 

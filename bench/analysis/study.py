@@ -13,9 +13,8 @@ from __future__ import annotations
 import dataclasses
 import math
 from collections import Counter
-from collections.abc import Callable, Iterable, Sequence
+from collections.abc import Iterable, Sequence
 from dataclasses import dataclass
-from pathlib import Path
 
 import numpy as np
 import pandas as pd
@@ -28,13 +27,11 @@ from ..core.fileformat import (
     ROOFLINE_FIELDS,
     Column,
     KernelRecord,
-    ResultsError,
     SiteRecord,
-    require_fields,
 )
 from ..core.fusion import ConfirmRecord, FusionRecord, ReplayRecord, StepRecord, VariantRecord
 from ..core.header import Env, LoadSummary, RunHeader, TimeSpent
-from ..core.results import Results, read_results
+from ..core.results import Results
 from ..core.spec import Experiment, SpecError, parse_experiment
 from ..core.typed import from_mapping
 from . import stats
@@ -43,34 +40,6 @@ from .opstats import VariantSummary, summarize_ops
 from .reference import matches_size
 
 SIZE_ORDER = ("E2B", "E4B", "26B", "31B")
-
-
-def load_results(paths: Sequence[str | Path], warn: Callable[[str], None] | None = None) -> Results:
-    """Read and merge results files. Each must hold timed trials or op records (`fusebench ops`),
-    all well formed; otherwise the error names the file."""
-    merged = Results()
-    for path in _once(paths):
-        one = read_results([path], warn=warn)
-        for kind in REQUIRED_FIELDS:
-            require_fields(path, one.of_kind(kind), kind)
-        if not any(not r["warmup"] for r in one.of_kind("trial")) and not one.of_kind("op"):
-            found = ", ".join(
-                f"{n} {kind}" for kind, n in Counter(r["kind"] for r in one.records).items()
-            )
-            raise ResultsError(f"{path}: no timed trial or op records to report (found {found})")
-        # A copy of a file, or a baseline saved from it, holds the same records again: merge counts
-        # each once.
-        merged.merge(one, path, warn=warn)
-    return merged
-
-
-def _once(paths: Sequence[str | Path]) -> list[Path]:
-    """The paths in order, a file given twice (by any spelling) only the first time, as its user
-    wrote it."""
-    first: dict[Path, Path] = {}
-    for path in map(Path, paths):
-        first.setdefault(path.resolve(), path)
-    return list(first.values())
 
 
 @dataclass

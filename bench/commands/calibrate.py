@@ -71,19 +71,14 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
 def main(args: argparse.Namespace, console: Console) -> int:
     import json
 
-    from ..analysis.noise import (
-        calibrate_from,
-        default_noise_path,
-        experiment_of_runs,
-        noise_bands,
-        noise_record,
-    )
+    from ..analysis.noise import default_noise_path, noise_bands, noise_record
     from ..core.errors import UserError
     from ..core.history import HistoryStore
     from ..core.spec import load_experiment
     from ..core.typed import to_record
     from ..present.document import Paragraph, to_console
     from ..present.noise import bands_table
+    from .sources import calibrate_from, experiment_of_runs
 
     store = HistoryStore(args.store)  # a bad --store is said before any run
     if args.sources:

@@ -46,7 +46,8 @@ from .args import percent
 from .history import add_store_argument
 
 if TYPE_CHECKING:
-    from ..analysis.gate import CheckRequest, Outcome
+    from ..analysis.gate import Outcome
+    from .gate_session import CheckRequest
 
 DEFAULT_MAX_REGRESSION_PCT = 5.0
 FORMATS = ("text", "markdown", "json")
@@ -98,9 +99,9 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
 
 
 def main(args: argparse.Namespace, console: Console) -> int:
-    from ..analysis.gate import CheckRequest, run_check
     from ..present.document import to_console, to_markdown
     from ..present.gate import blocks, title, to_json
+    from .gate_session import CheckRequest, run_check
 
     request = CheckRequest(
         results=args.results,
@@ -136,7 +137,6 @@ def confirmed(first: Outcome, request: CheckRequest, console: Console) -> Outcom
     import dataclasses
     import tempfile
 
-    from ..analysis.gate import run_check
     from ..core.cell import REFERENCE_BUILD
     from ..core.header import BuildFields
     from ..core.results import read_results
@@ -146,6 +146,7 @@ def confirmed(first: Outcome, request: CheckRequest, console: Console) -> Outcom
     from ..measure.plugins import bind_experiment
     from ..measure.run.plan import RunOptions
     from ..measure.run.runner import run_experiment
+    from .gate_session import run_check
 
     require_backend()
     run = next(iter(read_results([request.results]).headers.values()))

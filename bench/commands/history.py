@@ -156,9 +156,10 @@ def add_to_history(store: HistoryStore, paths: list[Path], console: Console) -> 
 def _entries(path: Path, added_at: str) -> list[Entry]:
     """A results file's runs; a noise file's stored speedups (a .json file is read as one)."""
     from ..analysis.history import entries
-    from ..analysis.noise import load_noise, noise_entries
+    from ..analysis.noise import noise_entries
     from ..core.results import read_results
     from ..measure.builds.builds import describe_commit
+    from .sources import load_noise
 
     if path.suffix == ".json":
         return noise_entries(load_noise(path), path, added_at)

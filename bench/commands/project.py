@@ -85,9 +85,10 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
 
 def main(args: argparse.Namespace, console: Console) -> int:
     from ..analysis.projection import project
-    from ..analysis.study import build_study, load_results, resolve_comparisons
+    from ..analysis.study import build_study, resolve_comparisons
     from ..present.document import to_console, to_markdown
     from ..present.projection import blocks, to_json
+    from .sources import load_results
 
     # Warnings to stderr: stdout carries only the projection (json or markdown may be piped on).
     errors = Console(stderr=True)

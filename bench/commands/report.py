@@ -55,10 +55,10 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
 
 
 def main(args: argparse.Namespace, console: Console) -> int:
-    from ..analysis.reference import load_reference
-    from ..analysis.study import build_study, load_results, resolve_comparisons
+    from ..analysis.study import build_study, resolve_comparisons
     from ..present.document import Figure, to_console
     from ..present.report import write_report
+    from .sources import load_reference, load_results
 
     reference = load_reference(args.reference) if args.reference else None
     study = build_study(load_results(args.results, warn=lambda message: warn(console, message)))

@@ -48,8 +48,8 @@ class Band:
 @dataclass(frozen=True)
 class Noise:
     """The noise file, as `fusebench calibrate` writes it (core.typed.to_record) and
-    analysis.noise.load_noise reads it back: a field without a default that a file lacks makes it a
-    malformed noise file."""
+    commands.sources.load_noise reads it back: a field without a default that a file lacks makes
+    it a malformed noise file."""
 
     KIND: ClassVar[str] = NOISE_KIND
 
