@@ -26,7 +26,7 @@ import sys
 import tempfile
 from pathlib import Path
 
-from fusebench.analysis.gate import Check, Outcome
+from fusebench.analysis.gate import Check, GateOutcome
 from fusebench.commands.check import DEFAULT_MAX_REGRESSION_PCT
 from fusebench.commands.gate_session import CheckRequest, run_check
 from fusebench.core.results import read_results
@@ -51,7 +51,7 @@ def doctor(source: Path, target: Path, variant: str, factor: float) -> Path:
     return target
 
 
-def check(results: Path, options: argparse.Namespace) -> Outcome:
+def check(results: Path, options: argparse.Namespace) -> GateOutcome:
     return run_check(
         CheckRequest(
             results=results,
@@ -63,7 +63,7 @@ def check(results: Path, options: argparse.Namespace) -> Outcome:
     )
 
 
-def hits(outcome: Outcome, variant: str) -> tuple[set[Check], bool]:
+def hits(outcome: GateOutcome, variant: str) -> tuple[set[Check], bool]:
     """(the checks that failed `variant`: Check.TPS, Check.SPEEDUP; whether a verdict on anything
     else failed)."""
     on_variant = {v.check for v in outcome.failures if v.variant.split("/")[0] == variant}

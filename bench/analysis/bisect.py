@@ -161,7 +161,7 @@ def step_size(
 
 
 @dataclass(frozen=True)
-class Outcome:
+class BisectOutcome:
     steps: tuple[Step, ...]
     tracked: tuple[Reading, ...]  # the regression BAD showed against GOOD; empty: none
     first_bad: int | None = None
@@ -182,14 +182,14 @@ Measure = Callable[[int, int, int, int | None], Sequence[Reading]]
 
 def bisect(
     candidates: int, measure: Measure, limit_pct: float, max_runs: int, max_rounds: int = 60
-) -> Outcome:
+) -> BisectOutcome:
     """The search over candidates 0..candidates-1 (the last is BAD), as the module's docstring
     describes."""
     bad = candidates - 1
     first, tracked, table = regression(bad, measure, limit_pct, max_runs)
     steps = [first]
     if not tracked:
-        return Outcome(tuple(steps), ())
+        return BisectOutcome(tuple(steps), ())
     rows = [r.row for r in tracked]
     size = step_size(tracked, table, max_rounds)
     # a search step asks which end a candidate is like; without a spread, step 1's question
@@ -200,10 +200,10 @@ def bisect(
         step = decide(SEARCH, mid, -1, measure, rows, (midway, rounds), max_runs)
         steps.append(step)
         if step.status == CANNOT_TELL:
-            return Outcome(tuple(steps), tuple(tracked), undecided=(low, high), size=size)
+            return BisectOutcome(tuple(steps), tuple(tracked), undecided=(low, high), size=size)
         low, high = (low, mid) if step.status == BAD else (mid, high)
     steps.append(decide(CULPRIT, high, high - 1, measure, rows, (limit_pct, rounds), max_runs))
-    return Outcome(tuple(steps), tuple(tracked), first_bad=high, size=size)
+    return BisectOutcome(tuple(steps), tuple(tracked), first_bad=high, size=size)
 
 
 def regression(

@@ -47,8 +47,10 @@ effect, and the Limit column says which of the two bound.
 Every finding is typed (Check, Status, Limit and its Bound, the interval's Verdict); how each reads,
 in a table or in JSON, is fusebench.present.gate's choice.
 
-Why one long module: the three checks share one `Finding`, one limit and one three-outcome verdict;
-apart, the verdict would be written three times.
+Why one long module: the five checks above share one `Finding`, one limit and one three-outcome
+verdict; apart, the verdict would be written five times. What the check reads (the results, the
+noise file, the remembered run, the history) commands.gate_session reads: this module opens no
+file.
 """
 
 from __future__ import annotations
@@ -225,11 +227,14 @@ class Median:
     figures: stats.CellSummary
 
 
-@dataclass
-class Outcome:
-    findings: list[Finding]
-    notes: list[str]
-    medians: list[Median]  # the current results' figures, for github-action-benchmark
+@dataclass(frozen=True)
+class GateOutcome:
+    """What `fusebench check` decided: its findings, worst first, its notes, and the current
+    results' figures (for github-action-benchmark)."""
+
+    findings: tuple[Finding, ...]
+    notes: tuple[str, ...]
+    medians: tuple[Median, ...]
 
     @property
     def failures(self) -> list[Finding]:

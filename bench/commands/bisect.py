@@ -43,7 +43,7 @@ from .args import at_least, percent
 from .check import DEFAULT_MAX_REGRESSION_PCT
 
 if TYPE_CHECKING:
-    from ..analysis.bisect import Outcome, Step
+    from ..analysis.bisect import BisectOutcome, Step
     from ..measure.builds.bisect import Candidate, StepRuns
 
 DEFAULT_EXPERIMENT = "ci"
@@ -132,7 +132,7 @@ def main(args: argparse.Namespace, console: Console) -> int:
     return exit_code(outcome)
 
 
-def exit_code(outcome: Outcome) -> int:
+def exit_code(outcome: BisectOutcome) -> int:
     """0 a first bad candidate named, 1 no regression to find, 3 cannot tell."""
     from ..analysis.bisect import GOOD
     from ..analysis.gate import EXIT_CANNOT_TELL
@@ -160,7 +160,7 @@ def _step_fields(step: Step, runs: StepRuns) -> dict:
     }
 
 
-def as_json(outcome: Outcome, runs: StepRuns, out: Path) -> dict:
+def as_json(outcome: BisectOutcome, runs: StepRuns, out: Path) -> dict:
     first = runs.side(outcome.first_bad).key if outcome.first_bad is not None else None
     undecided = [runs.side(i).key for i in outcome.undecided] if outcome.undecided else None
     return {
@@ -179,7 +179,9 @@ def _interval(step: Step) -> str:
     return f"{r.delta_pct:+.1f}% [{r.low_pct:+.1f}%, {r.high_pct:+.1f}%]" if r else "-"
 
 
-def print_outcome(outcome: Outcome, runs: StepRuns, limit_pct: float, console: Console) -> None:
+def print_outcome(
+    outcome: BisectOutcome, runs: StepRuns, limit_pct: float, console: Console
+) -> None:
     from ..present.document import Heading, Table, to_console
 
     rows = tuple(
@@ -242,7 +244,7 @@ def _name(candidate: Candidate) -> str:
     return f"{candidate.short} {candidate.title}"[:60]
 
 
-def verdict_line(outcome: Outcome, runs: StepRuns, limit_pct: float) -> str:
+def verdict_line(outcome: BisectOutcome, runs: StepRuns, limit_pct: float) -> str:
     from ..analysis.bisect import GOOD
 
     first = outcome.steps[0]

@@ -46,7 +46,7 @@ from .args import percent
 from .history import add_store_argument
 
 if TYPE_CHECKING:
-    from ..analysis.gate import Outcome
+    from ..analysis.gate import GateOutcome
     from .gate_session import CheckRequest
 
 DEFAULT_MAX_REGRESSION_PCT = 5.0
@@ -129,7 +129,7 @@ def main(args: argparse.Namespace, console: Console) -> int:
     return outcome.exit_code
 
 
-def confirmed(first: Outcome, request: CheckRequest, console: Console) -> Outcome:
+def confirmed(first: GateOutcome, request: CheckRequest, console: Console) -> GateOutcome:
     """A new A/B run of the models whose build comparison failed or could not tell, against the same
     reference commit: a noisy moment does not fail CI on its own, and an undecided row gets a
     second, independent run. The outcome is the confirmation run's alone (choosing to re-run on the

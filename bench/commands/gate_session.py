@@ -12,7 +12,7 @@ from ..analysis.gate import (
     SPEED_CHECKS,
     CheckError,
     Finding,
-    Outcome,
+    GateOutcome,
     baseline_findings,
     build_findings,
     cell_names,
@@ -156,7 +156,7 @@ class CheckRequest:
     allow_other_machine: bool = False
 
 
-def run_check(args: CheckRequest) -> Outcome:
+def run_check(args: CheckRequest) -> GateOutcome:
     """Everything the check decides, without printing; bad input raises a UserError."""
     notes: list[str] = []
     results = read_results([args.results], warn=lambda message: notes.append(message))
@@ -216,4 +216,6 @@ def run_check(args: CheckRequest) -> Outcome:
     notes += [
         f"{r['kind']} {r.get('cell', '?')}: {r.get('reason', '')}" for r in results.of_kind("error")
     ]
-    return Outcome(worst_first(findings), notes, medians(trials, comparisons))
+    return GateOutcome(
+        tuple(worst_first(findings)), tuple(notes), tuple(medians(trials, comparisons))
+    )

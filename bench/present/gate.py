@@ -20,7 +20,7 @@ from pathlib import Path
 from typing import TypedDict
 
 from ..analysis import stats
-from ..analysis.gate import RATIO_CHECKS, Check, Finding, Limit, Median, Outcome, Settle, Status
+from ..analysis.gate import RATIO_CHECKS, Check, Finding, GateOutcome, Limit, Median, Settle, Status
 from ..analysis.inference import STALLS_NEW, slower_beyond
 from ..analysis.speedups import MIN_RUNS
 from ..analysis.stats import Stalls
@@ -159,7 +159,7 @@ def finding_row(f: Finding, with_cell: bool) -> tuple[str, ...]:
     return cells if with_cell else cells[:1] + cells[2:]
 
 
-def limits_line(outcome: Outcome) -> str:
+def limits_line(outcome: GateOutcome) -> str:
     """Which bound set each kind of limit, e.g. `tok/s vs baseline prefill -12.3% (noise)`."""
     limited = [f for f in outcome.findings if f.limit]
     if len({limit_text(f.limit) for f in limited}) == 1:
@@ -171,14 +171,14 @@ def limits_line(outcome: Outcome) -> str:
     )
 
 
-def title(outcome: Outcome) -> str:
+def title(outcome: GateOutcome) -> str:
     """ "passed", "FAILED" or "cannot tell", as the check's last line and its heading say it."""
     if outcome.failures:
         return "FAILED"
     return "cannot tell" if outcome.undecided else "passed"
 
 
-def blocks(outcome: Outcome, results: Path) -> list[Block]:
+def blocks(outcome: GateOutcome, results: Path) -> list[Block]:
     failures, undecided = outcome.failures, outcome.undecided
     count = f"{len(failures)} of {len(outcome.findings)} verdicts failed"
     if undecided and not failures:
@@ -289,12 +289,12 @@ def github_action_benchmark(medians: list[Median]) -> list[BenchmarkEntry]:
     ]
 
 
-def to_json(outcome: Outcome) -> str:
+def to_json(outcome: GateOutcome) -> str:
     document = CheckJson(
         passed=outcome.exit_code == 0,
         cannot_tell=bool(outcome.undecided and not outcome.failures),
         exit_code=outcome.exit_code,
-        notes=outcome.notes,
+        notes=list(outcome.notes),
         verdicts=[finding_json(f) for f in outcome.findings],
         github_action_benchmark=github_action_benchmark(outcome.medians),
     )
