@@ -117,7 +117,7 @@ def test_bf16_halves_the_weight_bytes(tiny):
 def test_prefill_only_cell_moves_no_gen_bytes(tiny):
     work = cell_work(tiny, 8, 1, 1)
     assert work.gen_bytes == 0 and work.gen_bytes_per_token is None
-    assert achieved(0.5, None, work).gen_gbps is None
+    assert achieved(0.5, None, work, 0).gen_gbps is None
 
 
 @pytest.mark.parametrize(
@@ -133,7 +133,7 @@ def _peak(**figures: float | None) -> Peak:
 
 def test_achieved_and_percent_of_peak(tiny):
     work = replace(cell_work(tiny, 8, 32, 1), prefill_flops=2e12, gen_bytes=30e9, gen_steps=31)
-    rates = achieved(4.0, 3.0, work)
+    rates = achieved(4.0, 3.0, work, work.gen_steps)
     assert rates == Rates(prefill_tflops=pytest.approx(0.5), gen_gbps=pytest.approx(10.0))
     peak = _peak(fp32_tflops=1.0, bf16_tflops=2.0, memory_gbps=40.0)
     assert percent_of_peak(rates, peak) == PeakShares(pytest.approx(50.0), pytest.approx(25.0), ())

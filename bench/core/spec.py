@@ -1222,7 +1222,8 @@ KEYS = (
     Key(
         "warmup",
         "1",
-        "untimed rounds, >= 0; the first carries the correctness check, so 0 still runs one",
+        "untimed rounds (a prefill and the decode steps the check reads), >= 0; the first "
+        "carries the correctness check, so 0 still runs one",
         _plain(_int, minimum=0),
         DEFAULT_WARMUP,
     ),

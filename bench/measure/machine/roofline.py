@@ -225,11 +225,14 @@ def cell_work(
     )
 
 
-def achieved(prefill_s: float, gen_s: float | None, work: CellWork) -> Rates:
-    """TFLOP/s of a trial's prefill and GB/s of its generation (None where it did not generate)."""
+def achieved(prefill_s: float, gen_s: float | None, work: CellWork, steps: int) -> Rates:
+    """TFLOP/s of a trial's prefill and GB/s of its generation of `steps` decode steps (None where
+    it did not generate); a warm-up runs fewer than its cell's."""
     return Rates(
         prefill_tflops=work.prefill_flops / prefill_s / 1e12,
-        gen_gbps=work.gen_bytes / gen_s / 1e9 if gen_s and work.gen_steps else None,
+        gen_gbps=work.gen_bytes * steps / work.gen_steps / gen_s / 1e9
+        if gen_s and work.gen_steps and steps
+        else None,
     )
 
 

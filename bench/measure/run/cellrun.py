@@ -6,7 +6,7 @@ the run around it through a `CellContext`, never the runner."""
 from __future__ import annotations
 
 import time
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from typing import TYPE_CHECKING
 
 from ...core.cell import Agreement, ShareTime, StopRecord, Trial
@@ -92,6 +92,10 @@ class CellRun:
         self.done, self.update = done, context.progress.update
         w = cell.workload
         self.shape = CellShape(cell.key, w.prompt_tokens, w.gen_tokens, w.batch)
+        # A warm-up runs a round's prefill and the decode steps the correctness check reads (one
+        # at least, so the decode path is warm as well): a round's further steps warm nothing.
+        checked = max(2, self.exp.correctness.tokens)
+        self.warmup_shape = replace(self.shape, gen_tokens=min(w.gen_tokens, checked))
         self.deadline = time.monotonic() + self.exp.timeout_s
         share = context.time.cell_share_s()
         # The cell's deadline (timeout_s) counts from here too: a share past it would end in a
@@ -193,7 +197,8 @@ class CellRun:
         once; a fresh pair's warm-ups check nothing. `settle`: as many again, whose seconds stand
         for the first's (a machine's first run compiles its kernels there, once: the plan's pace
         must come from a round that does not). Returns their seconds and the last one's: the pace
-        of a round once every variant has compiled, and its trials' clocks."""
+        of a round once every variant has compiled, and its trials' clocks, both with the decode
+        steps a warm-up leaves out added at its own decode pace (`_as_round`)."""
         checking = self.schedule.warmup_rounds(self.builds)
         unchecked = set() if fresh else self._unchecked_builds()
         warmups = max(self.exp.warmup, 1 if unchecked else 0)
@@ -208,7 +213,19 @@ class CellRun:
             # holds none of the logits its trials had
             clocks = self._round(w, warmup=True, fresh=fresh or bool(check), check=check)
             last = time.monotonic() - started
-        return time.monotonic() - compiled_at, last, clocks
+        if last is None:
+            return time.monotonic() - compiled_at, None, clocks
+        round_s, clocks = self._as_round(last, clocks)
+        return time.monotonic() - compiled_at, round_s, clocks
+
+    def _as_round(self, warmup_s: float, clocks: Clocks) -> tuple[float, Clocks]:
+        """A warm-up round's time and clocks as a timed round's: its decode steps scaled to the
+        round's count."""
+        steps, warm_steps = self.shape.gen_tokens - 1, self.warmup_shape.gen_tokens - 1
+        if not warm_steps or steps == warm_steps:
+            return warmup_s, clocks
+        extra_s = clocks.gen_s * (steps / warm_steps - 1)
+        return warmup_s + extra_s, Clocks(clocks.prefill_s, clocks.gen_s + extra_s)
 
     def _unchecked_builds(self) -> set[str]:
         """The builds whose correctness this cell has not recorded yet (all, but on --resume)."""
@@ -399,7 +416,8 @@ class CellRun:
             return None
         first = self.workers[arm.worker] is self._worker_of(arm.build)
         checks = arm.build in check and first
-        return Command(Do.TRIAL, self.shape, arm.variant, index, warmup, check=checks)
+        shape = self.warmup_shape if warmup else self.shape
+        return Command(Do.TRIAL, shape, arm.variant, index, warmup, check=checks)
 
     def _took(self, build: str, result: Result, index: int, warmup: bool) -> None:
         if isinstance(result, Trial):

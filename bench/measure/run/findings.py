@@ -64,7 +64,8 @@ class Roofline:
 
     def of(self, cell_key: str, measured: Measured) -> tuple[Rates, PeakShares]:
         """Achieved TFLOP/s and GB/s of a trial, and their share of this machine's peak."""
-        rates = achieved(measured.prefill_s, measured.gen_s, self.work(cell_key))
+        work = self.work(cell_key)
+        rates = achieved(measured.prefill_s, measured.gen_s, work, len(measured.step_s))
         shares = percent_of_peak(rates, self.peak, self.cells[cell_key].model.dtype)
         self.above_peak.update(shares.above_peak)
         self.best = self.best.highest(rates)
