@@ -37,6 +37,7 @@ CASES = {
     # compiled as mlx-lm compiles its activations and the registry its compiled variants
     "e2b-shapeless": (["e2b", "--layers", "2", "--shapeless", "--confirm", "3"], 600),
     "gemma3-shapeless": (["gemma3-1b", "--layers", "6", "--shapeless", "--confirm", "3"], 600),
+    "31b-shapeless": (["31b", "--layers", "2", "--shapeless"], None),
 }
 
 
