@@ -175,9 +175,8 @@ def confirmed(first: GateOutcome, request: CheckRequest, console: Console) -> Ga
         with reference_build(str(ref), experiment) as reference:
             run_experiment(exp, RunOptions(out=out, quiet=True, reference=reference), console)
     second = run_check(dataclasses.replace(request, results=out))
-    second.notes[:0] = [
-        f"first run ({request.results}): "
-        + "; ".join(f"{f.cell} {f.variant} {f.metric} {f.status.value}" for f in rows),
-        f"confirmation run: {out}",
-    ]
-    return second
+    first_run = f"first run ({request.results}): " + "; ".join(
+        f"{f.cell} {f.variant} {f.metric} {f.status.value}" for f in rows
+    )
+    notes = (first_run, f"confirmation run: {out}", *second.notes)
+    return dataclasses.replace(second, notes=notes)
