@@ -110,13 +110,10 @@ def test_a_machines_first_run_settles_its_first_cell_with_one_more_warm_up_round
 
 def test_a_warm_up_runs_the_decode_steps_its_check_reads_and_a_round_all_of_them(two_runs):
     """gen_tokens 3 and the check's 2 greedy tokens (as the main job): a warm-up trial decodes 1
-    step, a timed trial 2, and its rates are its own steps' (no warm-up reads twice its GB/s)."""
+    step, a timed trial 2."""
     trials = read_results([two_runs[0]]).of_kind("trial")
     assert {len(t["step_s"]) for t in trials if t["warmup"]} == {1}
     assert {len(t["step_s"]) for t in trials if not t["warmup"]} == {2}
-    for warm in (t for t in trials if t["warmup"] and t.get("gen_gbps")):
-        timed = [t["gen_gbps"] for t in trials if not t["warmup"] and t["cell"] == warm["cell"]]
-        assert warm["gen_gbps"] < 1.5 * max(timed)
 
 
 def test_the_cache_keeps_how_a_round_splits_between_prefill_and_generation(two_runs, cache):

@@ -133,6 +133,9 @@ def _peak(**figures: float | None) -> Peak:
 
 def test_achieved_and_percent_of_peak(tiny):
     work = replace(cell_work(tiny, 8, 32, 1), prefill_flops=2e12, gen_bytes=30e9, gen_steps=31)
+    # a trial of fewer decode steps (a warm-up's) reads its own steps' bytes
+    one_step = achieved(4.0, 3.0, work, 1).gen_gbps
+    assert one_step == pytest.approx(work.gen_bytes / work.gen_steps / 3.0 / 1e9)
     rates = achieved(4.0, 3.0, work, work.gen_steps)
     assert rates == Rates(prefill_tflops=pytest.approx(0.5), gen_gbps=pytest.approx(10.0))
     peak = _peak(fp32_tflops=1.0, bf16_tflops=2.0, memory_gbps=40.0)
