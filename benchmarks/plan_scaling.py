@@ -2,7 +2,9 @@
 
 A machine's first run plans its time before its first timed round, from the first size's warm-up
 alone: every other size's round is scaled by its roofline work (`planning.Scale`). This replays
-that on every committed sequential run of the main job's sizes. The first size measured stands in
+that on every committed sequential run of the main job's sizes, and the slow VM's
+(../shared/data/slow-vm/default.jsonl; a file whose trials record no span counts a round as its
+trials' clocks). The first size measured stands in
 for what is known: as its warm-up round (on a machine's first run the kernels compile there,
 once), as its first timed round (what a first run's second, settling warm-up round measures
 since this benchmark was written) and as the mean of its timed rounds (a run whose cache holds
@@ -35,7 +37,8 @@ ROUNDS = 8  # the fewest a plan gives a size
 
 
 def read(path: Path) -> list[dict]:
-    return [json.loads(line) for line in gzip.open(path, "rt") if line.strip()]
+    with gzip.open(path, "rt") if path.suffix == ".gz" else path.open() as lines:
+        return [json.loads(line) for line in lines if line.strip()]
 
 
 def works() -> dict[str, object]:
@@ -51,20 +54,25 @@ def rounds_of(records: list[dict]) -> dict[str, dict[tuple[bool, int], list[dict
             continue
         if r.get("build") != "current" or r.get("core") is not None or r.get("layers") != 2:
             return {}  # two builds, or a duet: another round
-        if r.get("started_unix_s") is None:
-            return {}  # from before trials recorded their span
         cells[r["model"]][bool(r["warmup"]), r["round"]].append(r)
     return cells
 
 
 def measure(trials_by_round: list[list[dict]], work) -> CellMeasure:
-    """A cell's mean round (wall: its first trial's start to its last's end) and clocks."""
+    """A cell's mean round (wall: its first trial's start to its last's end; its trials' clocks
+    where a file from before trials recorded their span has none) and clocks."""
     walls, prefills, gens = [], [], []
     for trials in trials_by_round:
-        ended = max(t["ended_unix_s"] for t in trials)
-        walls.append(ended - min(t["started_unix_s"] for t in trials))
         prefills.append(sum(t["prefill_s"] for t in trials))
-        gens.append(sum(t["gen_s"] or 0.0 for t in trials))
+        # a warm-up of fewer decode steps than a round's (since 4842a89), scaled to the round's as
+        # the runner scales it (CellRun._as_round)
+        ran = sum(t["gen_s"] or 0.0 for t in trials)
+        gens.append(sum(_as_round(t) for t in trials))
+        if all(t.get("started_unix_s") for t in trials):
+            ended = max(t["ended_unix_s"] for t in trials)
+            walls.append(ended - min(t["started_unix_s"] for t in trials) + gens[-1] - ran)
+        else:
+            walls.append(prefills[-1] + gens[-1])
     n = len(trials_by_round[0])
     return CellMeasure(
         load_s=0.0,
@@ -81,13 +89,19 @@ def measure(trials_by_round: list[list[dict]], work) -> CellMeasure:
     )
 
 
+def _as_round(trial: dict) -> float:
+    """A trial's generation seconds at a round's decode steps (its cell's gen_tokens − 1)."""
+    steps, ran = trial["gen_tokens"] - 1, len(trial.get("step_s") or ())
+    gen_s = trial["gen_s"] or 0.0
+    return gen_s * steps / ran if ran and steps != ran else gen_s
+
+
 def replay(path: Path, cell_works: dict) -> list[str]:
     cells = rounds_of(read(path))
     if len(cells) < 2 or any(m not in cell_works for m in cells):
         return []
-    first = min(
-        cells, key=lambda m: min(t["started_unix_s"] for ts in cells[m].values() for t in ts)
-    )
+    order = list(cells)  # the order the file holds the cells in, as a run measures them
+    first = order[0]
     timed = {
         m: [ts for (warm, _), ts in sorted(rounds.items()) if not warm]
         for m, rounds in cells.items()
@@ -124,7 +138,7 @@ def replay(path: Path, cell_works: dict) -> list[str]:
         )
         said, took = ROUNDS * sum(predicted.values()), ROUNDS * sum(actual.values())
         lines.append(
-            f"| {path.relative_to(ROOT)} | {first.upper()}'s {label} | {errors} | "
+            f"| {path.relative_to(ROOT.parent)} | {first.upper()}'s {label} | {errors} | "
             f"{said:.0f} s vs {took:.0f} s ({100 * (said / took - 1):+.0f}%) |"
         )
     return lines
@@ -137,7 +151,10 @@ def main() -> None:
     cell_works = works()
     rows = [
         line
-        for path in sorted((ROOT / "results").rglob("*.jsonl.gz"))
+        for path in [
+            *sorted((ROOT / "results").rglob("*.jsonl.gz")),
+            *sorted((ROOT.parent / "shared" / "data" / "slow-vm").glob("*.jsonl")),
+        ]
         for line in replay(path, cell_works)
     ]
     text = "\n".join(
