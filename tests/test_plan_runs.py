@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import json
 import shutil
+from dataclasses import replace
 from pathlib import Path
 
 import pytest
@@ -309,6 +310,33 @@ def test_a_later_run_caches_spreads_pooled_over_the_runs(two_runs, cache: Path):
     for cell in pooled:
         assert set(cell["pooled_sds"]) == set(cell["sds"])
         assert all(sd > 0 for sd in cell["pooled_sds"].values())
+
+
+def test_a_size_after_the_runs_measured_rows_is_planned_at_their_spread(tmp_path: Path):
+    """A size whose own pooled spread is stale (one noisy run, never renewed while it was skipped)
+    is planned at the spread this run's rows showed, once the run has some."""
+    from fusebench.core.spec import parse_experiment
+    from fusebench.measure.run.planning import CellMeasure, CellSetup, PlanWork, RunPlanner
+
+    exp = parse_experiment(EXPERIMENT)
+    first, second = exp.cells()
+    work = PlanWork(
+        round_flops=1e9, round_bytes=1e8, prefill_bytes=1e7, weight_bytes=10**8, warmups=1, rows=2
+    )
+    stale = CellMeasure(
+        load_s=1.0, warmup_s=1.0, warmups=1, round_s=1.0, after_s=0.1, weight_bytes=10**8,
+        round_flops=1e9, round_bytes=1e8, sds={"prefill": 0.3, "gen": 0.3},
+    )  # fmt: skip
+    planner = RunPlanner(exp, [first, second], ["current"], tmp_path / "plan.json",
+                         work=lambda cell: work, rows=4)  # fmt: skip
+    planner.known[planner._signature(second)] = stale
+    planner.fix(first, CellSetup(1.0, 1.0, 1.0, 0.6, 0.3), 600.0)
+    (later,) = [c.cost for c in planner.make(600.0).cells if c.cost.cell == second.key]
+    assert later.sds == (0.3, 0.3)  # before the run has rows: its own pooled spread
+    measure = replace(stale, sds={"prefill": 0.01, "gen": 0.03})
+    planner.measured(first, measure)
+    (later,) = [c.cost for c in planner.make(600.0).cells if c.cost.cell == second.key]
+    assert later.sds == (0.02, 0.02)  # the median of this run's rows
 
 
 # One model, op shares on; max_rounds, not the budget, ends its rounds.

@@ -13,10 +13,12 @@ Costs and spreads
     Any other cell is scaled from the cells measured (`Scale`): its round by its roofline work at
     the paces their rounds showed (the generation's seconds a byte; the prefill's a FLOP, once
     the bytes it reads at that speed are taken out), its load by its weight bytes, its warm-ups
-    and shares by its round; its rows are planned at the median spread
-    of the rows measured. With nothing measured yet (a machine's first run), the first cell is set
-    up first and the plan made from its pace; with no spread measured yet, it gets the fewest
-    rounds a plan gives (MIN_PLANNED_ROUNDS), and its rows' spreads plan the cells after it.
+    and shares by its round; its rows are planned at the median spread of the rows measured.
+    Once this run has measured rows, every cell after them is planned at their median spread:
+    the noise moves with the machine's hour more than with the size (a size skipped for one noisy
+    run is planned at tonight's noise, not its own stale pool). With nothing measured yet (a
+    machine's first run), the first cell is set up first and the plan made from its pace; with no
+    spread measured yet, it gets the fewest rounds a plan gives (MIN_PLANNED_ROUNDS).
 
 The time the table needs
     The plan stops adding rounds once every row is expected decided (analysis.planner): the
@@ -302,21 +304,29 @@ class RunPlanner:
             round_s = known.round_s
             after_s = known.after_s + self._shares_s(cell, known)
             setup_s = known.load_s + known.warmup_s
-            spread = self._spread()  # where its own rows have none yet (None: nobody's have)
-            sds = tuple(known.planning_sds.values()) or ((spread,) * work.rows if spread else ())
         else:
             round_s = scale.round_s(work)
             first = cell is next(c for c in self.cells if c.model.key == cell.model.key)
             load_s = scale.load_per_byte * work.weight_bytes if first else 0.0
             setup_s = load_s + scale.warm * work.warmups * round_s
             after_s = scale.after * round_s
-            spread = self._spread()
-            sds = (spread,) * work.rows if spread else ()
+        sds = self._planned_sds(known, work.rows)
         if cell.key in self.setup_paid:
             setup_s = 0.0
         return CellCost(
             cell.key, label, setup_s, round_s, after_s, tuple(sd_scale * sd for sd in sds)
         )
+
+    def _planned_sds(self, known: CellMeasure | None, rows: int) -> tuple[float, ...]:
+        """The spreads a cell's rows are planned at: once this run has measured rows, their median
+        (the machine's noise now forecast a later size's rows better than their own pooled runs:
+        errors x1.37-1.50 against x1.69-1.74, results/spread-prediction), else its own pooled
+        spreads, else the median of the rows measured here; () where none is known."""
+        spread = self.run_spread()
+        if spread is None and known is not None and known.planning_sds:
+            return tuple(known.planning_sds.values())
+        spread = spread or self._spread()
+        return (spread,) * rows if spread else ()
 
     def _shares_s(self, cell: Cell, known: CellMeasure) -> float:
         """The op-share rounds this run will time for a measured cell: none where an earlier run's
