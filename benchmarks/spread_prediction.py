@@ -83,7 +83,12 @@ def forecast_errors(runs: list[dict[str, float]]) -> dict[str, list[float]]:
         "this run's earlier sizes' median, later sizes": [],
         "geometric mean of the two above, later sizes": [],
     }
-    errors: dict[str, list[float]] = {"last run": [], pool: [], **later}
+    errors: dict[str, list[float]] = {
+        "last run": [],
+        pool: [],
+        "every row's pool, median": [],
+        **later,
+    }
     for spreads in runs:
         for row, sd in spreads.items():
             # the rows of the sizes this run measured before this row's
@@ -92,6 +97,8 @@ def forecast_errors(runs: list[dict[str, float]]) -> dict[str, list[float]]:
             if row in last:
                 errors["last run"].append(abs(math.log(last[row] / sd)))
                 errors[pool].append(abs(math.log(pooled[row][0] / sd)))
+                every = float(np.median([p for p, _ in pooled.values()]))
+                errors["every row's pool, median"].append(abs(math.log(every / sd)))
             if row not in last or not earlier:
                 continue
             level = [math.log(spreads[r] / pooled[r][0]) for r in earlier if r in pooled]

@@ -312,9 +312,10 @@ def test_a_later_run_caches_spreads_pooled_over_the_runs(two_runs, cache: Path):
         assert all(sd > 0 for sd in cell["pooled_sds"].values())
 
 
-def test_a_size_after_the_runs_measured_rows_is_planned_at_their_spread(tmp_path: Path):
+def test_every_row_is_planned_at_the_runs_spread_once_it_has_one(tmp_path: Path):
     """A size whose own pooled spread is stale (one noisy run, never renewed while it was skipped)
-    is planned at the spread this run's rows showed, once the run has some."""
+    is planned at the median of every pool, and at the spread this run's rows showed once the run
+    has some."""
     from fusebench.core.spec import parse_experiment
     from fusebench.measure.run.planning import CellMeasure, CellSetup, PlanWork, RunPlanner
 
@@ -323,20 +324,25 @@ def test_a_size_after_the_runs_measured_rows_is_planned_at_their_spread(tmp_path
     work = PlanWork(
         round_flops=1e9, round_bytes=1e8, prefill_bytes=1e7, weight_bytes=10**8, warmups=1, rows=2
     )
-    stale = CellMeasure(
+    quiet = CellMeasure(
         load_s=1.0, warmup_s=1.0, warmups=1, round_s=1.0, after_s=0.1, weight_bytes=10**8,
-        round_flops=1e9, round_bytes=1e8, sds={"prefill": 0.3, "gen": 0.3},
+        round_flops=1e9, round_bytes=1e8, sds={"prefill": 0.02, "gen": 0.04},
     )  # fmt: skip
     planner = RunPlanner(exp, [first, second], ["current"], tmp_path / "plan.json",
                          work=lambda cell: work, rows=4)  # fmt: skip
-    planner.known[planner._signature(second)] = stale
+    planner.known[planner._signature(first)] = quiet
+    planner.known[planner._signature(second)] = replace(quiet, sds={"prefill": 0.3, "gen": 0.3})
+
+    def planned() -> tuple[float, ...]:
+        plan = planner.make(600.0)
+        assert plan is not None
+        (cell,) = [c.cost for c in plan.cells if c.cost.cell == second.key]
+        return cell.sds
+
+    assert planned() == pytest.approx((0.17, 0.17))  # the pools' median: 0.02, 0.04, 0.3, 0.3
     planner.fix(first, CellSetup(1.0, 1.0, 1.0, 0.6, 0.3), 600.0)
-    (later,) = [c.cost for c in planner.make(600.0).cells if c.cost.cell == second.key]
-    assert later.sds == (0.3, 0.3)  # before the run has rows: its own pooled spread
-    measure = replace(stale, sds={"prefill": 0.01, "gen": 0.03})
-    planner.measured(first, measure)
-    (later,) = [c.cost for c in planner.make(600.0).cells if c.cost.cell == second.key]
-    assert later.sds == (0.02, 0.02)  # the median of this run's rows
+    planner.measured(first, replace(quiet, sds={"prefill": 0.01, "gen": 0.03}))
+    assert planned() == pytest.approx((0.02, 0.02))  # the median of this run's rows
 
 
 # One model, op shares on; max_rounds, not the budget, ends its rounds.

@@ -13,12 +13,12 @@ Costs and spreads
     Any other cell is scaled from the cells measured (`Scale`): its round by its roofline work at
     the paces their rounds showed (the generation's seconds a byte; the prefill's a FLOP, once
     the bytes it reads at that speed are taken out), its load by its weight bytes, its warm-ups
-    and shares by its round; its rows are planned at the median spread of the rows measured.
-    Once this run has measured rows, every cell after them is planned at their median spread:
-    the noise moves with the machine's hour more than with the size (a size skipped for one noisy
-    run is planned at tonight's noise, not its own stale pool). With nothing measured yet (a
-    machine's first run), the first cell is set up first and the plan made from its pace; with no
-    spread measured yet, it gets the fewest rounds a plan gives (MIN_PLANNED_ROUNDS).
+    and shares by its round. Every row is planned at one spread: the median of the rows this run
+    has measured, before any the median of the pools. The noise moves with the machine's hour
+    more than with the row (`_planned_sds`): a size skipped after one noisy run is planned at
+    the noise now, not at its own stale pool. With nothing measured yet (a machine's first run),
+    the first cell is set up first and the plan made from its pace; with no spread measured yet,
+    it gets the fewest rounds a plan gives (MIN_PLANNED_ROUNDS).
 
 The time the table needs
     The plan stops adding rounds once every row is expected decided (analysis.planner): the
@@ -263,8 +263,8 @@ class RunPlanner:
         return bool(self._mine())
 
     def _spread(self) -> float | None:
-        """The rows' spread where a cell has none of its own: the median of every row measured
-        (None before any)."""
+        """The median spread of every row measured here, each pooled over its runs (None before
+        any)."""
         sds = [sd for m in self._mine() for sd in m.planning_sds.values() if sd > 0]
         return statistics.median(sds) if sds else None
 
@@ -310,22 +310,20 @@ class RunPlanner:
             load_s = scale.load_per_byte * work.weight_bytes if first else 0.0
             setup_s = load_s + scale.warm * work.warmups * round_s
             after_s = scale.after * round_s
-        sds = self._planned_sds(known, work.rows)
+        sds = self._planned_sds(work.rows)
         if cell.key in self.setup_paid:
             setup_s = 0.0
         return CellCost(
             cell.key, label, setup_s, round_s, after_s, tuple(sd_scale * sd for sd in sds)
         )
 
-    def _planned_sds(self, known: CellMeasure | None, rows: int) -> tuple[float, ...]:
-        """The spreads a cell's rows are planned at: once this run has measured rows, their median
-        (the machine's noise now forecast a later size's rows better than their own pooled runs:
-        errors x1.37-1.50 against x1.69-1.74, results/spread-prediction), else its own pooled
-        spreads, else the median of the rows measured here; () where none is known."""
-        spread = self.run_spread()
-        if spread is None and known is not None and known.planning_sds:
-            return tuple(known.planning_sds.values())
-        spread = spread or self._spread()
+    def _planned_sds(self, rows: int) -> tuple[float, ...]:
+        """The spreads a cell's rows are planned at: the median of the rows this run measured,
+        else of every measured row's pool here; () where none is known. The noise moves with the
+        machine's hour more than with the row: on the Xeon's and Zen 4's main-job series the run's
+        rows forecast a later size's within x1.37-1.50, all pools' median any row's within x1.54,
+        a row's own pool within x1.61-1.74 (results/spread-prediction)."""
+        spread = self.run_spread() or self._spread()
         return (spread,) * rows if spread else ()
 
     def _shares_s(self, cell: Cell, known: CellMeasure) -> float:
