@@ -17,10 +17,12 @@ from fusebench.analysis import stats
 from fusebench.analysis.inference import adjust, paired_estimate, verdict
 from fusebench.commands import main
 from fusebench.core.cell import CellFields, Measured, StopRecord, Trial
+from fusebench.core.experiment import Schedule, Trials
 from fusebench.core.fileformat import METRICS, Clock
+from fusebench.core.flags import experiment_path
 from fusebench.core.header import Env, LoadSummary, MachineLoad, RunHeader, ScheduleChoice
 from fusebench.core.results import read_results
-from fusebench.core.spec import Schedule, Trials, experiment_path, load_experiment
+from fusebench.core.spec import load_experiment
 from fusebench.measure.job import CellShape
 from fusebench.measure.machine.cores import duet_cores
 from fusebench.measure.run.pilot import (

@@ -10,8 +10,10 @@ import pytest
 import yaml
 
 from fusebench.commands import main
+from fusebench.core.experiment import Trials
+from fusebench.core.flags import experiment_from_flags
 from fusebench.core.results import read_results
-from fusebench.core.spec import Trials, experiment_from_flags, parse_experiment
+from fusebench.core.spec import parse_experiment
 
 
 @pytest.fixture(scope="module")

@@ -10,8 +10,9 @@ from rich.console import Console
 from fusebench.analysis.opstats import summarize_ops
 from fusebench.commands import main
 from fusebench.commands import ops as ops_command
+from fusebench.core.flags import select_models
 from fusebench.core.results import read_results
-from fusebench.core.spec import load_experiment, parse_experiment, select_models
+from fusebench.core.spec import load_experiment, parse_experiment
 from fusebench.measure.machine import probe
 from fusebench.measure.machine.env import THREAD_VARIABLES
 from fusebench.measure.ops import opbench

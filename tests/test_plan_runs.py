@@ -12,8 +12,8 @@ from pathlib import Path
 import pytest
 
 from fusebench.commands import main
+from fusebench.core.experiment import MIN_PLANNED_ROUNDS, Trials
 from fusebench.core.results import read_results
-from fusebench.core.spec import MIN_PLANNED_ROUNDS, Trials
 
 EXPERIMENT = """\
 name: tiny-plan

@@ -12,7 +12,7 @@ from scipy import special
 
 from fusebench.analysis.planner import CellCost, decide_probability, plan_rounds, rounds_for
 from fusebench.analysis.stopping import Goal
-from fusebench.core.spec import MIN_PLANNED_ROUNDS
+from fusebench.core.experiment import MIN_PLANNED_ROUNDS
 
 GOAL = Goal(5.0)
 ALPHA = 0.05 / 8

@@ -18,9 +18,10 @@ import pytest
 from conftest import tree_copy
 
 from fusebench.commands import main
+from fusebench.core.experiment import Trials
 from fusebench.core.fileformat import ResultsError
 from fusebench.core.results import read_results
-from fusebench.core.spec import Trials, load_experiment
+from fusebench.core.spec import load_experiment
 from fusebench.measure.run.plan import plan_jobs
 from fusebench.measure.run.resume import DoneWork
 from fusebench.measure.run.schedules.order import centre_order, round_order

@@ -8,25 +8,19 @@ import pickle
 
 import pytest
 
-from fusebench.core.spec import (
-    KEYS,
-    TOP_KEYS,
+from fusebench.core.errors import SpecError
+from fusebench.core.experiment import (
     Cell,
     Comparison,
     Correctness,
     Expectation,
     ModelSpec,
-    SpecError,
     Trials,
     Workload,
-    load_experiment,
-    parse_experiment,
     resolve_ops,
-    schema_text,
-    select_models,
-    shard_cells,
-    with_trials,
 )
+from fusebench.core.flags import select_models, shard_cells, with_trials
+from fusebench.core.spec import KEYS, TOP_KEYS, load_experiment, parse_experiment, schema_text
 from fusebench.models.ops import REGISTRY, op_choices
 
 # The line numbers in the error tests below count lines of this document.

@@ -9,7 +9,7 @@ import json
 import pytest
 
 from fusebench.core.cell import Agreement, DepthSpeed, KernelFact, Measured, Trial
-from fusebench.core.spec import model_spec
+from fusebench.core.experiment import model_spec
 from fusebench.core.typed import to_mapping, to_record
 from fusebench.measure.job import (
     PROTOCOL,

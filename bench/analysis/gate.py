@@ -65,6 +65,7 @@ from typing import Any
 import pandas as pd
 
 from ..core.calibration import Noise, PastSpeedups
+from ..core.experiment import DEFAULT_MARGIN_PCT, Experiment
 from ..core.fileformat import Clock, Column, ResultsError
 from ..core.fingerprint import Fingerprint
 from ..core.history import HistoryPoint, Series
@@ -72,7 +73,7 @@ from ..core.results import (
     Results,
     require_timed_trials,
 )
-from ..core.spec import DEFAULT_MARGIN_PCT, Experiment, parse_experiment
+from ..core.spec import parse_experiment
 from . import stats
 from .inference import STALLS_NEW, Verdict, interval_verdict, slower_beyond
 from .speedups import MIN_RUNS, expected, prediction_pct, sd_pct, speedup

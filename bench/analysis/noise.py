@@ -40,11 +40,11 @@ import numpy as np
 import pandas as pd
 
 from ..core.calibration import Band, Noise, PastSpeedups
+from ..core.experiment import Experiment
 from ..core.fileformat import Column, ResultsError, utc_now
 from ..core.fingerprint import Fingerprint
 from ..core.header import StoredExperiment
 from ..core.history import HistoryPoint, HistoryRun, PointKey, Series
-from ..core.spec import Experiment
 from . import stats
 from .history import Entry
 from .stats import SEED

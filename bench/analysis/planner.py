@@ -44,7 +44,7 @@ from dataclasses import dataclass, field
 import numpy as np
 from scipy import special
 
-from ..core.spec import MIN_PLANNED_ROUNDS
+from ..core.experiment import MIN_PLANNED_ROUNDS
 from .stopping import Goal
 
 __all__ = [

@@ -26,6 +26,7 @@ import numpy as np
 import pandas as pd
 from numpy.typing import ArrayLike
 
+from ..core.experiment import DEFAULT_MARGIN_PCT, Trials
 from ..core.fileformat import (
     CPU_CLOCK_COLUMNS,
     METRIC_COLUMNS,
@@ -34,7 +35,6 @@ from ..core.fileformat import (
     Column,
     cpu_clock_tps,
 )
-from ..core.spec import DEFAULT_MARGIN_PCT, Trials
 from .clocks import clocked_estimate
 from .inference import (
     STALLS_BASELINE,
@@ -502,7 +502,7 @@ def _clock(trials: pd.DataFrame) -> Clock:
 
 def fixed_rounds(trials: pd.DataFrame) -> bool:
     """Whether these trials' rounds were fixed before anyone looked: one run, whose header says
-    its round count was set in advance (core.spec.Trials). Rounds pooled from several runs
+    its round count was set in advance (core.experiment.Trials). Rounds pooled from several runs
     (check --confirm, bisect) were added on the data, and so were a trials: auto run's."""
     if Column.TRIALS not in trials or trials[Column.RUN_ID].nunique() != 1:
         return False

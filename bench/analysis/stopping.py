@@ -15,9 +15,9 @@ Looking after every round
     The intervals are confidence sequences (analysis.sequential): they hold at every round count at
     once, so the cell may stop at the first round at which its rows are decided without the interval
     covering less than it says. The rule never needs a plan fixed in advance: the pilot
-    (`MIN_AUTO_ROUNDS` rounds, core.spec) only keeps the first verdict from resting on a handful of
-    rounds, and `max_rounds` and the budget bound it. Simulated at both machines' noise, with heavy
-    tails and dips: benchmarks/sequential_coverage.py.
+    (`MIN_AUTO_ROUNDS` rounds, core.experiment) only keeps the first verdict from resting on a
+    handful of rounds, and `max_rounds` and the budget bound it. Simulated at both machines' noise,
+    with heavy tails and dips: benchmarks/sequential_coverage.py.
 
 In reach
     After each round an undecided row's forecast is the rounds at which its interval would be narrow

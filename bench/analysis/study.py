@@ -20,7 +20,8 @@ import numpy as np
 import pandas as pd
 
 from ..core.cell import CURRENT_BUILD, CorrectnessRecord
-from ..core.errors import UserError
+from ..core.errors import SpecError, UserError
+from ..core.experiment import Experiment
 from ..core.fileformat import (
     CELL_FIELDS,
     REQUIRED_FIELDS,
@@ -32,7 +33,7 @@ from ..core.fileformat import (
 from ..core.fusion import ConfirmRecord, FusionRecord, ReplayRecord, StepRecord, VariantRecord
 from ..core.header import Env, LoadSummary, RunHeader, TimeSpent
 from ..core.results import Results
-from ..core.spec import Experiment, SpecError, parse_experiment
+from ..core.spec import parse_experiment
 from ..core.typed import from_mapping
 from . import stats
 from .fusions import FUSION_OP, FusionEstimate, VariantEstimate, estimates, variant_estimates

@@ -28,7 +28,7 @@ from .args import at_least
 from .history import add_store_argument, add_to_history
 
 if TYPE_CHECKING:
-    from ..core.spec import Experiment
+    from ..core.experiment import Experiment
 
 DEFAULT_EXPERIMENT = "ci"
 # 45 run-to-run pairs, and the 10 stored speedups a fusion's history needs before check gates on it

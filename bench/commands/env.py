@@ -38,7 +38,7 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
 
 
 def main(args: argparse.Namespace, console: Console) -> int:
-    from ..core.spec import Schedule
+    from ..core.experiment import Schedule
     from ..measure.machine.env import backend_problem, blas_warning, collect_env
     from ..measure.machine.probe import probe_peaks_in, worker_environment
     from ..present.env import print_env

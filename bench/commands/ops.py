@@ -77,7 +77,8 @@ def main(args: argparse.Namespace, console: Console) -> int:
     import time
 
     from ..analysis.opstats import summarize_ops
-    from ..core.spec import load_experiment, select_models
+    from ..core.flags import select_models
+    from ..core.spec import load_experiment
     from ..measure.machine.env import blas_warning, collect_env, require_backend
     from ..measure.machine.probe import auto_threads
     from ..measure.ops.opbench import check_ops, ensure_worker_env, experiment_plan, run_ops

@@ -53,7 +53,7 @@ from ..core.errors import UserError
 from .args import add_plugin_argument, duration, names, op_values, positive_int, shard
 
 if TYPE_CHECKING:
-    from ..core.spec import Experiment
+    from ..core.experiment import Experiment
 
 DEFAULT_EXPERIMENT = "default"
 
@@ -193,8 +193,10 @@ def main(args: argparse.Namespace, console: Console) -> int:
     if args.list:
         return list_experiments(console)
     require_backend()  # before anything imports mlx: one line naming the extra, not a traceback
+    from ..core.experiment import Schedule
+    from ..core.flags import select_models, with_budget
     from ..core.results import read_results
-    from ..core.spec import Schedule, load_experiment, select_models, with_budget
+    from ..core.spec import load_experiment
     from ..measure.builds.builds import ReferenceBuildError, environment_builds, reference_build
     from ..measure.plugins import bind_experiment
     from ..measure.run.plan import RunOptions, default_out_path
@@ -259,7 +261,8 @@ def experiment_from_flags_file(args: argparse.Namespace) -> tuple[Path, Path]:
 
     from fusebench.models.ops import op_choices
 
-    from ..core.spec import experiment_from_flags, parse_experiment
+    from ..core.flags import experiment_from_flags
+    from ..core.spec import parse_experiment
     from ..measure.plugins import load_plugins
 
     if args.experiment:
@@ -336,7 +339,8 @@ def check_op_flags(
 def override_trials(exp: Experiment, trials: int, console: Console) -> Experiment:
     """--trials N: exactly N timed rounds, said before anything runs when it turns the experiment's
     target off."""
-    from ..core.spec import Trials, with_trials
+    from ..core.experiment import Trials
+    from ..core.flags import with_trials
 
     if exp.trials is not Trials.FIXED:
         console.print(
@@ -360,7 +364,8 @@ def check_like_a_run(exp: Experiment, args: argparse.Namespace) -> None:
 
 
 def list_experiments(console: Console) -> int:
-    from ..core.spec import load_experiment, shipped_experiments
+    from ..core.flags import shipped_experiments
+    from ..core.spec import load_experiment
     from ..present.document import Table, to_console
 
     rows = tuple(

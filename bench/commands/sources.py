@@ -16,9 +16,10 @@ from ..analysis.noise import SCOPES, Calibration, NoiseFileError, aa_comparisons
 from ..analysis.reference import Reference, ReferenceFileError, reference_from
 from ..analysis.study import current_build
 from ..core.calibration import NOISE_KIND, Noise
+from ..core.experiment import Experiment
 from ..core.fileformat import REQUIRED_FIELDS, ResultsError, require_fields
 from ..core.results import Results, read_results, results_fingerprint
-from ..core.spec import Experiment, parse_experiment
+from ..core.spec import parse_experiment
 from ..core.typed import from_mapping
 
 # the references fusebench ships, by short name: reference_<name>.yaml

@@ -17,3 +17,17 @@ class UserError(ValueError):
 
 
 INPUT_ERRORS: tuple[type[ValueError], ...] = (UserError, ModelInputError)
+
+
+class SpecError(UserError):
+    """An experiment file that cannot be run. `str(err)` is one line:
+    `FILE:LINE: FIELD: MESSAGE`."""
+
+    def __init__(self, file: str, line: int, field: str, message: str) -> None:
+        self.file, self.line, self.field = file, line, field
+        self.message = " ".join(message.split())  # one line, whatever the YAML library produced
+        super().__init__(f"{file}:{line}: {field}: {self.message}")
+
+    def __reduce__(self) -> tuple[type[SpecError], tuple[str, int, str, str]]:
+        # Rebuilt from its parts, so the error survives the trip back from a worker process.
+        return SpecError, (self.file, self.line, self.field, self.message)

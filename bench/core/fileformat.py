@@ -61,7 +61,8 @@ class Column(StrEnum):
 
     RUN_ID = "run_id"
     MACHINE = "machine"  # not in the record: Results.frame adds its run's machine label
-    # not in the record: Results.frame adds to trials their run's stopping rule (core.spec.Trials)
+    # not in the record: Results.frame adds to trials their run's stopping rule
+    # (core.experiment.Trials)
     TRIALS = "trials"
     # not in the record: Results.frame adds to trials the clock their run's intervals use (Clock)
     CLOCK = "clock"
@@ -307,7 +308,7 @@ def _to_3(record: Record) -> Record:
 
 
 def _to_4(record: Record) -> Record:
-    """Format 3 -> 4: the header names its stopping rule (`trials`, core.spec.Trials) where it
+    """Format 3 -> 4: the header names its stopping rule (`trials`, core.experiment.Trials) where it
     said only whether the rounds were fixed (`stopping`); a fixed run's budget or plan is not
     told apart from `trials: N` (the same interval), and a header without either stopped on its
     data."""

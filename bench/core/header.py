@@ -12,8 +12,8 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from typing import ClassVar
 
+from .experiment import Trials
 from .fileformat import FORMAT, Clock, Record, utc_now
-from .spec import Trials
 from .text import short_commit
 from .typed import from_mapping
 

@@ -27,6 +27,7 @@ from typing import IO, Any
 import pandas as pd
 
 from .cell import CURRENT_BUILD, StopRecord, TrialRecord
+from .experiment import Trials
 from .fileformat import (
     FORMAT,
     RECORD_KINDS,
@@ -46,7 +47,6 @@ from .fileformat import (
 )
 from .fingerprint import Fingerprint, MachineMismatchError, fingerprint
 from .header import UNKNOWN_MACHINE, LoadSummary, RunHeader, TimeSpent
-from .spec import Trials
 from .typed import from_mapping, to_record
 
 # The records written as the dataclass that declares them (core.typed.to_record).

@@ -12,7 +12,8 @@ from dataclasses import dataclass, replace
 from pathlib import Path
 
 from ..core.errors import UserError
-from ..core.spec import REPO_ID, Experiment, ModelSpec
+from ..core.experiment import Experiment, ModelSpec
+from ..core.model_entry import REPO_ID
 
 # mlx-lm's DEFAULT_ALLOW_PATTERNS (mlx_lm.utils): what its `load` downloads.
 ALLOW_PATTERNS = [

@@ -26,7 +26,7 @@ from enum import StrEnum
 from typing import Any
 
 from ..core.cell import Agreement, DepthSpeed, KernelFact, ShareTime, SiteCalls, Trial
-from ..core.spec import ModelSpec, model_spec
+from ..core.experiment import ModelSpec, model_spec
 from ..core.typed import from_mapping, to_record
 
 PROTOCOL = 3

@@ -39,7 +39,7 @@ from fusebench.models.calls import CALLS, calls_of
 from fusebench.models.ops import REGISTRY, OpCalls, OpSpec, op_choices
 
 from ..core.errors import UserError
-from ..core.spec import Experiment, resolve_ops
+from ..core.experiment import Experiment, resolve_ops
 
 
 class PluginError(UserError):

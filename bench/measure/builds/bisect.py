@@ -20,8 +20,9 @@ from rich.console import Console
 
 from ...analysis.bisect import Reading, readings
 from ...core.errors import UserError
+from ...core.experiment import Experiment
+from ...core.flags import with_trials
 from ...core.results import read_results
-from ...core.spec import Experiment, with_trials
 from ..run.plan import RunOptions
 from ..run.resume import DoneWork
 from ..run.runner import run_experiment

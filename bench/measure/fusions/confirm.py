@@ -25,9 +25,10 @@ from ...analysis.memory import phase_peaks
 from ...analysis.stats import compare_table
 from ...analysis.study import build_study
 from ...core.errors import UserError
+from ...core.experiment import ModelSpec
+from ...core.flags import FLAGS_BUDGET_S_PER_MODEL, quick_experiment
 from ...core.fusion import ConfirmRecord, FusionRecord
 from ...core.results import read_results
-from ...core.spec import FLAGS_BUDGET_S_PER_MODEL, ModelSpec, quick_experiment
 from ..machine.env import child_command, on_own_path
 
 METRICS = ("prefill", "gen")

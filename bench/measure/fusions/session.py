@@ -21,17 +21,12 @@ from ...analysis.fusions import (
     variant_estimates,
 )
 from ...analysis.opstats import summarize_ops
-from ...core.errors import UserError
+from ...core.errors import SpecError, UserError
+from ...core.experiment import DEFAULT_PREFILL_STEP_SIZE, ModelSpec, model_spec
 from ...core.fileformat import OpRecord, new_run_id
 from ...core.fusion import FusionRecord, ReplayRecord, StepRecord, VariantRecord
 from ...core.header import Env, StoredExperiment, run_header
-from ...core.spec import (
-    DEFAULT_PREFILL_STEP_SIZE,
-    ModelSpec,
-    SpecError,
-    load_experiment,
-    model_spec,
-)
+from ...core.spec import load_experiment
 from ..hub import found as hub_found
 from ..hub import is_repo_id
 from ..machine.env import weights_cache_dir

@@ -21,7 +21,7 @@ from fusebench.models.config import (
 )
 from fusebench.models.loading import parameter_bytes, read_checkpoint_config, text_config
 
-from ...core.spec import Experiment, ModelSpec
+from ...core.experiment import Experiment, ModelSpec
 
 # Below this fraction of available memory a model is run; the rest is left to the OS and the
 # interpreter.

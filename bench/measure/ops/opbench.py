@@ -33,9 +33,9 @@ from fusebench.models.config import Overrides, load_preset, preset_config, runs_
 from fusebench.models.errors import UnknownOpError
 from fusebench.models.ops import REGISTRY, Inputs, OpCase, calls_by_op
 
+from ...core.experiment import Experiment, ModelSpec
 from ...core.fileformat import OpRecord, new_run_id
 from ...core.header import Env, StoredExperiment, run_header
-from ...core.spec import Experiment, ModelSpec
 from ..machine.env import blas_kind, blas_preload_env, collect_env, loaded_blas, thread_env
 from ..run.schedules.order import round_order
 

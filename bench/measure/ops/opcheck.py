@@ -13,7 +13,7 @@ from fusebench.models.errors import UnknownOpError
 from fusebench.models.loading import build_model
 from fusebench.models.switched import check_switched_ops
 
-from ...core.spec import Experiment, ModelSpec
+from ...core.experiment import Experiment, ModelSpec
 from ..machine.memory import model_config
 
 

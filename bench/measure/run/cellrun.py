@@ -10,7 +10,7 @@ from dataclasses import dataclass, replace
 from typing import TYPE_CHECKING
 
 from ...core.cell import Agreement, ShareTime, StopRecord, Trial
-from ...core.spec import MIN_AUTO_ROUNDS, Cell, Trials
+from ...core.experiment import MIN_AUTO_ROUNDS, Cell, Trials
 from ..job import CellShape, Command, Do, Result
 from .cellstop import CellStop, RoundCosts
 from .findings import DuetSide, Findings
@@ -24,7 +24,7 @@ from .session import CURRENT, WorkerMaker, WorkerSession, stop_all
 if TYPE_CHECKING:
     from rich.console import Console
 
-    from ...core.spec import Experiment
+    from ...core.experiment import Experiment
     from .ledger import RunTime
     from .planning import RunPlanner
     from .progress import RunProgress

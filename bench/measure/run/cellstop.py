@@ -13,8 +13,8 @@ from dataclasses import dataclass, replace
 from ...analysis.inference import PairedEstimate, paired_estimate
 from ...analysis.stopping import Goal, Row, print_level
 from ...core.cell import Forecast, Trial
+from ...core.experiment import MIN_AUTO_ROUNDS, Experiment, Trials
 from ...core.fileformat import METRICS
-from ...core.spec import MIN_AUTO_ROUNDS, Experiment, Trials
 from ...present.format import format_duration
 from .plan import comparison_pairs, table_rows
 from .session import CURRENT

@@ -27,7 +27,7 @@ from dataclasses import dataclass
 
 from scipy import stats
 
-from ...core.spec import MIN_PLANNED_ROUNDS
+from ...core.experiment import MIN_PLANNED_ROUNDS
 
 SD_BOUND = 0.10  # a spread's upper bound: σ at the 90% quantile given its rounds
 SAME_ROWS = 0.05  # expected rows this close count as as many (plans stop at the same target)

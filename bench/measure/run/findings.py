@@ -19,9 +19,9 @@ from ...core.cell import (
     TrialRecord,
     cell_record,
 )
+from ...core.experiment import Cell
 from ...core.header import Peak
 from ...core.results import ResultsWriter
-from ...core.spec import Cell
 from ..job import Result
 from ..machine.load import LoadSampler
 from ..machine.memory import model_config

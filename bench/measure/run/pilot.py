@@ -65,9 +65,11 @@ from typing import NamedTuple
 import numpy as np
 
 from ...core.cell import Measured, Trial
+from ...core.experiment import Experiment, Schedule
 from ...core.fileformat import Clock
+from ...core.flags import experiment_path
 from ...core.header import Env, ScheduleChoice, ScheduleProbe
-from ...core.spec import Experiment, Schedule, experiment_path, load_experiment
+from ...core.spec import load_experiment
 from ..job import CellShape, Command, Do
 from ..machine.cores import duet_cores, unpin
 from ..machine.env import cache_dir, machine_key, read_cached, thread_env, write_cached

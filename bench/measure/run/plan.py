@@ -15,14 +15,8 @@ from rich.console import Console
 from rich.table import Table
 
 from ...core.cell import CellFields
+from ...core.experiment import Cell, Experiment, ModelSpec, Schedule, Trials
 from ...core.fileformat import METRICS
-from ...core.spec import (
-    Cell,
-    Experiment,
-    ModelSpec,
-    Schedule,
-    Trials,
-)
 from ..machine.memory import memory_verdict
 from .resume import DoneWork
 from .schedules.order import centre_order

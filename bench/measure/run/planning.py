@@ -50,8 +50,8 @@ from pathlib import Path
 from ...analysis.planner import CellCost, Plan, plan_rounds, rounds_for
 from ...analysis.stopping import Goal
 from ...core.cell import ShareTime
+from ...core.experiment import MIN_PLANNED_ROUNDS, Cell, Experiment
 from ...core.header import Env
-from ...core.spec import MIN_PLANNED_ROUNDS, Cell, Experiment
 from ...core.typed import from_mapping, to_mapping
 from ...present.format import format_duration
 

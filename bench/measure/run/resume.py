@@ -6,9 +6,9 @@ from __future__ import annotations
 from dataclasses import dataclass
 from pathlib import Path
 
+from ...core.experiment import Experiment
 from ...core.fileformat import ResultsError
 from ...core.results import Results, read_results
-from ...core.spec import Experiment
 from ...core.typed import from_mapping
 from .session import CURRENT
 

@@ -21,7 +21,9 @@ from pathlib import Path
 from rich.console import Console
 
 from ...core.cell import ErrorRecord, SkipRecord
+from ...core.experiment import Cell, Experiment, ModelSpec, Schedule, Trials
 from ...core.fileformat import METRICS, new_run_id
+from ...core.flags import shard_cells
 from ...core.header import (
     BuildFields,
     Env,
@@ -32,7 +34,6 @@ from ...core.header import (
     run_header,
 )
 from ...core.results import ResultsWriter
-from ...core.spec import Cell, Experiment, ModelSpec, Schedule, Trials, shard_cells
 from ...present.format import format_count
 from ..hub import with_repos_found
 from ..machine.cores import pinned_cpus

@@ -17,7 +17,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import TYPE_CHECKING
 
-from ...core.spec import Experiment, ModelSpec
+from ...core.experiment import Experiment, ModelSpec
 from ..job import (
     ATOL_BY_DTYPE,
     Command,

@@ -7,9 +7,9 @@ from collections.abc import Callable, Sequence
 
 from ...analysis.study import Study
 from ...core.cell import StopRecord
+from ...core.experiment import Schedule
 from ...core.fileformat import Clock
 from ...core.header import Env, RunHeader, ScheduleChoice, TimeSpent
-from ...core.spec import Schedule
 
 
 def slug(text: str) -> str:

@@ -3,7 +3,7 @@ out as steps, and `place` and `send_step` are the one round driver, the pilot's 
 collects what it sent). The paired statistics are only as good as this order (schedules.order).
 
 Adding a schedule: a module beside this one with a `RoundSchedule` subclass, its name in
-core.spec's `Schedule`, and a line in this package's `SCHEDULES` (docs/architecture.md).
+core.experiment's `Schedule`, and a line in this package's `SCHEDULES` (docs/architecture.md).
 """
 
 from __future__ import annotations

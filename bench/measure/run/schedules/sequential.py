@@ -12,7 +12,7 @@ from __future__ import annotations
 
 from collections.abc import Sequence
 
-from ....core.spec import Schedule
+from ....core.experiment import Schedule
 from .base import Arm, Round, RoundSchedule, Step
 from .order import round_order
 
