@@ -86,11 +86,11 @@ WAIT = """def spin(seconds):
 
 
 def slowed_copy(dest: Path, slowdown_pct: float, wait: bool = False) -> Path:
-    """This tree's bench/ and models/, with the worker's prefill and decode slowed so tok/s drops
-    slowdown_pct%."""
-    for part in ("bench", "models"):
+    """This tree (bench/, models/, experiments/ and the pyproject.toml that maps them), with the
+    worker's prefill and decode slowed so tok/s drops slowdown_pct%."""
+    for part in ("bench", "models", "experiments"):
         shutil.copytree(ROOT / part, dest / part, ignore=shutil.ignore_patterns("__pycache__"))
-    (dest / "fusebench").symlink_to("bench")  # the import name, as in the tree
+    shutil.copy2(ROOT / "pyproject.toml", dest / "pyproject.toml")
     worker = dest / "bench" / "measure" / "worker.py"
     text = worker.read_text()
     assert PREFILL[0] in text and "def decode(" in text and "# Prompt streams:" in text, (
@@ -105,9 +105,20 @@ def slowed_copy(dest: Path, slowdown_pct: float, wait: bool = False) -> Path:
     return dest
 
 
+def fusebench_of(tree: Path) -> list[str]:
+    """The command that runs `fusebench` of the tree at `tree`, as its workers are started."""
+    return [
+        sys.executable,
+        "-P",
+        str(tree / "bench" / "measure" / "launch.py"),
+        str(tree),
+        "fusebench",
+    ]
+
+
 def gate_verdicts(results: Path, cwd: Path, *extra: str) -> tuple[int, list[dict]]:
     check = subprocess.run(
-        [sys.executable, "-m", "fusebench", "check", str(results), "--format", "json", *extra],
+        [*fusebench_of(cwd), "check", str(results), "--format", "json", *extra],
         cwd=cwd,
         capture_output=True,
         text=True,
@@ -135,9 +146,7 @@ def one_run(slowdown: float, out: Path, experiment: Path) -> dict:
         start = time.monotonic()
         run = subprocess.run(
             [
-                sys.executable,
-                "-m",
-                "fusebench",
+                *fusebench_of(current),
                 "run",
                 str(experiment),
                 "--against",

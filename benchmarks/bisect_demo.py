@@ -64,9 +64,9 @@ def scratch_history(
 ) -> list[str]:
     """commits+1 commits (the first is this tree as it is), oldest first; commit `slow_at` slows the
     worker."""
-    for part in ("bench", "models"):
+    for part in ("bench", "models", "experiments"):
         shutil.copytree(ROOT / part, repo / part, ignore=shutil.ignore_patterns("__pycache__"))
-    (repo / "fusebench").symlink_to("bench")  # the import name, as in the tree
+    shutil.copy2(ROOT / "pyproject.toml", repo / "pyproject.toml")
     (repo / "demo.yaml").write_text(experiment)
     slowed = slowed_copy(repo.parent / "slowed", slowdown_pct, wait)
     slow = slowed / "bench" / "measure" / "worker.py"

@@ -64,12 +64,27 @@ def registry() -> Iterator[Any]:
         REGISTRY[op] = spec
 
 
+def fusebench_command(tree: Path = ROOT) -> list[str]:
+    """The command that runs `fusebench` of the tree at `tree` (this one, or a tree_copy), started
+    as the product starts its workers (bench/measure/launch.py)."""
+    return [
+        sys.executable,
+        "-P",
+        str(tree / "bench" / "measure" / "launch.py"),
+        str(tree),
+        "fusebench",
+    ]
+
+
 def fusebench(
     *args: str, cwd: Path, env: Mapping[str, str] | None = None, timeout: float = 600
 ) -> subprocess.CompletedProcess:
-    """`python -m fusebench ARGS` in `cwd`: registries, plugins and imports stay in that process."""
+    """`fusebench ARGS` in a process of its own, run in `cwd`: registries, plugins and imports stay
+    in that process. Its code is the tree at `cwd` where `cwd` holds one (a tree_copy), else this
+    tree's, through the tree's launcher (as a worker is started)."""
+    tree = cwd if (cwd / "bench" / "measure" / "launch.py").is_file() else ROOT
     return subprocess.run(
-        [sys.executable, "-m", "fusebench", *args],
+        [*fusebench_command(tree), *args],
         cwd=cwd,
         env=env,
         capture_output=True,
@@ -79,13 +94,13 @@ def fusebench(
 
 
 def tree_copy(dest: Path, patch: tuple[str, str] | None = None, file: str = "worker.py") -> Path:
-    """A copy of this fusebench tree (bench/ and models/), with one replacement in
-    bench/measure/`file`: faults and slowdowns go into throwaway copies, never through hooks in the
-    product. `python -m fusebench` run in the copy, and the workers it starts, run the copy's
-    code."""
-    for part in ("bench", "models"):
+    """A copy of this fusebench tree (bench/, models/, experiments/ and the pyproject.toml that
+    maps them to `fusebench`), with one replacement in bench/measure/`file`: faults and slowdowns
+    go into throwaway copies, never through hooks in the product. `fusebench` run in the copy
+    (`fusebench(..., cwd=copy)`), and the workers it starts, run the copy's code."""
+    for part in ("bench", "models", "experiments"):
         shutil.copytree(ROOT / part, dest / part, ignore=shutil.ignore_patterns("__pycache__"))
-    (dest / "fusebench").symlink_to("bench")  # the import name, as in the tree
+    shutil.copy2(ROOT / "pyproject.toml", dest / "pyproject.toml")
     if patch:
         changed = dest / "bench" / "measure" / file
         text = changed.read_text()

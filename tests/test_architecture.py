@@ -62,6 +62,13 @@ def module_name(path: Path) -> str:
     return ".".join(parts[:-1] if parts[-1] == "__init__" else parts)
 
 
+def module_path(module: str) -> Path:
+    """Where a module of the tree lies, without its suffix: module_name turned around."""
+    _, *parts = module.split(".")
+    folder = "models" if parts[:1] == ["models"] else "bench"
+    return ROOT.joinpath(folder, *parts[folder == "models" :])
+
+
 def imports(path: Path) -> set[str]:
     """Every module a file imports, at any depth (function-level imports too), relative ones
     resolved."""
@@ -92,10 +99,20 @@ def within(module: str, packages: set[str]) -> bool:
     return any(module == p or module.startswith(p + ".") for p in packages)
 
 
-# bench/models links to models/: each file once, by its own path
-SOURCES = sorted(
-    {path.resolve() for folder in ("bench", "models") for path in (ROOT / folder).rglob("*.py")}
-)
+SOURCES = sorted(path for folder in ("bench", "models") for path in (ROOT / folder).rglob("*.py"))
+
+
+def test_no_link_in_the_tree():
+    """pyproject.toml maps the folders to `fusebench`: a link would give a module two paths and
+    break a checkout where links are not supported."""
+    links = [
+        path.relative_to(ROOT)
+        for top in ROOT.iterdir()
+        if not top.name.startswith(".") and top.is_dir() and not top.is_symlink()
+        for path in top.rglob("*")
+        if path.is_symlink()
+    ] + [top.relative_to(ROOT) for top in ROOT.iterdir() if top.is_symlink()]
+    assert not links
 
 
 def import_graph() -> dict[str, set[str]]:
@@ -138,10 +155,7 @@ def test_imports_follow_the_layers(path: Path):
     wrong = [m for m in ours if not within(m, {layer, *ALLOWED[layer]}) and m != "fusebench"]
     # `from ..x import y` also names y as a module candidate; only real modules or packages count.
     wrong = [
-        m
-        for m in wrong
-        if (ROOT / m.replace(".", "/")).with_suffix(".py").exists()
-        or (ROOT / m.replace(".", "/")).is_dir()
+        m for m in wrong if module_path(m).with_suffix(".py").exists() or module_path(m).is_dir()
     ]
     assert not wrong, f"{me} ({layer}) imports {wrong}"
     banned = [m for m in imports(path) if m.split(".")[0] in FORBIDDEN.get(layer, set())]
@@ -150,7 +164,7 @@ def test_imports_follow_the_layers(path: Path):
 
 @pytest.mark.parametrize("module", LIGHT_MODELS)
 def test_light_model_modules_do_not_import_mlx(module: str):
-    path = ROOT / (module.replace(".", "/") + ".py")
+    path = module_path(module).with_suffix(".py")
     assert not [m for m in imports(path) if m.split(".")[0] in ("mlx", "mlx_lm")]
 
 
@@ -269,7 +283,7 @@ def test_a_wheel_installs_one_package_and_every_module_in_it(tmp_path: Path):
     models/ under its import name, and the data files. Built from a copy: no build/ in the tree."""
     tree = tmp_path / "tree"
     for folder in ("bench", "models", "experiments"):
-        shutil.copytree(ROOT / folder, tree / folder, symlinks=True)
+        shutil.copytree(ROOT / folder, tree / folder)
     for file in ("pyproject.toml", "README.md"):
         shutil.copy(ROOT / file, tree / file)
     pip_wheel = [sys.executable, "-m", "pip", "wheel", str(tree), "--no-deps", "--quiet"]

@@ -202,10 +202,14 @@ def test_a_reference_tree_imports_as_fusebench_or_as_before_the_one_package(tmp_
     from fusebench.measure.run.session import CURRENT, Build
 
     new = tree_copy(tmp_path / "new")
+    linked = tree_copy(tmp_path / "linked")  # from before pyproject.toml mapped the folders
+    (linked / "pyproject.toml").unlink()
+    (linked / "fusebench").symlink_to("bench")
     old = tree_copy(tmp_path / "old")
-    (old / "fusebench").unlink()  # a checkout from before the one import package
+    (old / "pyproject.toml").unlink()  # a checkout from before the one import package
     assert CURRENT.package == "fusebench"
     assert Build("reference", new).package == "fusebench"
+    assert Build("reference", linked).package == "fusebench"
     assert Build("reference", old).package == "bench"
 
 

@@ -15,7 +15,7 @@ from collections import Counter
 from pathlib import Path
 
 import pytest
-from conftest import tree_copy
+from conftest import fusebench_command, tree_copy
 
 from fusebench.commands import main
 from fusebench.core.experiment import Trials
@@ -215,7 +215,7 @@ def test_sigint_then_resume_gives_the_uninterrupted_set_of_trials(tmp_path, name
     held = tree_copy(tmp_path / "held", HOLD)
     hold = tmp_path / "hold"
     hold.touch()
-    cmd = [sys.executable, "-m", "fusebench", "run", str(exp), "--out", str(out), "--quiet"]
+    cmd = [*fusebench_command(held), "run", str(exp), "--out", str(out), "--quiet"]
     # A suite started in the background (`pytest &` in a script) inherits SIGINT ignored, and so
     # would the run: give it Ctrl-C's default, as a terminal's foreground run has it.
     process = subprocess.Popen(

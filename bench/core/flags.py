@@ -20,15 +20,18 @@ from .experiment import AUTO, BUDGETED, DEFAULT_MAX_ROUNDS, Cell, Experiment, Tr
 SHARD_FORM = "I/N with 1 <= I <= N"
 
 
-# The experiments that ship with fusebench: the checkout's experiments/, installed as
-# bench/experiments.
-SHIPPED_EXPERIMENTS = Path(__file__).resolve().parents[1] / "experiments"
+def shipped_folder() -> Path:
+    """Where the experiments that ship with fusebench are: a wheel installs them in the package
+    (fusebench/experiments), a checkout keeps them at its top (experiments/, beside bench/)."""
+    package = Path(__file__).resolve().parents[1]
+    installed = package / "experiments"
+    return installed if installed.is_dir() else package.parent / "experiments"
 
 
 def shipped_experiments() -> dict[str, Path]:
     """The shipped experiments by name (the file's stem): `fusebench run ci` works from any
     folder."""
-    return {path.stem: path for path in sorted(SHIPPED_EXPERIMENTS.glob("*.yaml"))}
+    return {path.stem: path for path in sorted(shipped_folder().glob("*.yaml"))}
 
 
 def experiment_path(given: str | Path) -> Path:

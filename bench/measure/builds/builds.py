@@ -26,7 +26,7 @@ from pathlib import Path
 
 from ...core.errors import UserError
 from ..job import PROTOCOL
-from ..machine.env import own_root
+from ..machine.env import child_command, own_root
 from ..run.session import CURRENT, Build
 from . import venvs
 
@@ -140,8 +140,7 @@ def environment_build(
         label=environment.label,
     )
     checked = _checked(build, what, experiment)
-    # Read in the worker's own environment (this tree first on its path): the mlx its workers will
-    # import.
+    # Read in the environment its workers get: the mlx they will import.
     return replace(
         checked, packages=venvs.versions(build.interpreter, build.worker_env(dict(os.environ)))
     )
@@ -222,7 +221,7 @@ def _checked(build: Build, what: str, experiment: Path) -> Build:
         f"from {build.package}.core.spec import load_experiment\nload_experiment(sys.argv[1])\n"
     )
     done = subprocess.run(
-        [build.interpreter, "-c", check, str(experiment.resolve())],
+        [*child_command("-c", build.interpreter, build.root), check, str(experiment.resolve())],
         cwd=build.root,
         env=build.worker_env(dict(os.environ)),
         capture_output=True,

@@ -29,7 +29,7 @@ from ...core.experiment import ModelSpec
 from ...core.flags import FLAGS_BUDGET_S_PER_MODEL, quick_experiment
 from ...core.fusion import ConfirmRecord, FusionRecord
 from ...core.results import read_results
-from ..machine.env import child_command, on_own_path
+from ..machine.env import child_command
 
 METRICS = ("prefill", "gen")
 BASELINE = "baseline"
@@ -214,13 +214,11 @@ def write_confirmation(
 def run_confirmation(experiment: Path, out: Path, *, to_stderr: bool) -> None:
     """`fusebench run EXPERIMENT` in a child process of this build; its progress on our stdout, or
     on stderr where stdout carries an answer (JSON)."""
-    import os
     import sys
 
     command = [*child_command("fusebench"), "run", str(experiment), "--out", str(out)]
     done = subprocess.run(
         [*command, *(["--quiet"] if to_stderr else [])],
-        env=on_own_path(os.environ),
         stdout=sys.stderr if to_stderr else None,
         check=False,
     )

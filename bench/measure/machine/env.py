@@ -79,18 +79,15 @@ def own_root() -> Path:
     return Path(__file__).parents[3]
 
 
-def child_command(module: str, interpreter: str | None = None) -> list[str]:
+def child_command(
+    module: str, interpreter: str | None = None, root: Path | None = None
+) -> list[str]:
     """The command that runs `module` of a build in a child process (a worker, a probe, a
-    sampler): `-P` keeps the folder the user runs from off its sys.path, so a child started from
-    inside another fusebench checkout imports only the build its PYTHONPATH names (on_own_path,
-    or a reference tree's), never that checkout's."""
-    return [interpreter or sys.executable, "-P", "-m", module]
-
-
-def on_own_path(env: Mapping[str, str], root: Path | None = None) -> dict[str, str]:
-    """`env` with `root` (default: this build's, own_root) first on PYTHONPATH."""
-    paths = [str(root or own_root()), *filter(None, [env.get("PYTHONPATH")])]
-    return {**env, "PYTHONPATH": os.pathsep.join(paths)}
+    sampler): this build's launcher (measure/launch.py) imports the tree at `root` (default: this
+    build's, own_root) alone, and `-P` keeps the folder the user runs from off its sys.path, so a
+    child started from inside another fusebench checkout never imports that checkout."""
+    launcher = Path(__file__).parents[1] / "launch.py"
+    return [interpreter or sys.executable, "-P", str(launcher), str(root or own_root()), module]
 
 
 def backend_problem() -> str | None:

@@ -18,7 +18,7 @@ from typing import Any
 from ...core.header import Env, PeakProbe
 from ...core.typed import from_mapping, to_mapping
 from ..run.stopwatch import Stopwatch
-from .env import blas_preload_env, child_command, collect_env, on_own_path, thread_env
+from .env import blas_preload_env, child_command, collect_env, thread_env
 from .peaks import probe_peaks
 from .threads import ThreadChoice, choose_threads
 
@@ -29,7 +29,7 @@ def _probe_in(env: dict[str, str], what: str) -> Any:
     """The JSON object probe `what` prints, run in a fresh process with environment `env`."""
     done = subprocess.run(
         [*child_command(__name__), what],
-        env=on_own_path(env),
+        env=env,
         capture_output=True,
         text=True,
         check=True,

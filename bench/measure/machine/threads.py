@@ -36,7 +36,6 @@ from .env import (
     cache_dir,
     child_command,
     machine_key,
-    on_own_path,
     read_cached,
     thread_env,
     write_cached,
@@ -113,7 +112,7 @@ def measure(worker_env: dict[str, str], counts: tuple[int, ...]) -> tuple[Settin
     samplers = [
         subprocess.Popen(
             child_command(__name__),
-            env=on_own_path(thread_env(worker_env, n)),
+            env=thread_env(worker_env, n),
             text=True,
             stdin=subprocess.PIPE,
             stdout=subprocess.PIPE,

@@ -29,7 +29,8 @@ from ..job import (
     WorkerJob,
     decode_event,
 )
-from ..machine.env import child_command, compile_failure, on_own_path
+from ..launch import package_dirs
+from ..machine.env import child_command, compile_failure
 
 if TYPE_CHECKING:
     from .schedules.base import RoundSchedule
@@ -42,7 +43,7 @@ class Build:
     (`run --against-env`)."""
 
     name: str
-    # None: the installed fusebench; else a checkout whose code goes first on sys.path
+    # None: this build; else another checkout, whose workers import its tree alone (child_command)
     root: Path | None = None
     commit: str | None = None
     dirty: bool | None = None
@@ -60,17 +61,20 @@ class Build:
 
     @property
     def package(self) -> str:
-        """The name the build's code imports as: `fusebench` (a checkout's root links it to bench/),
-        or `bench` in a checkout from before the one import package, whose workers may still speak
-        this protocol."""
+        """The name the build's code imports as: `fusebench` (mapped to bench/ by the checkout's
+        pyproject.toml, or linked to it in a checkout from before the map), or `bench` in a checkout
+        from before the one import package, whose workers may still speak this protocol."""
         if self.root is None or (self.root / "fusebench").is_dir():
             return "fusebench"
-        return "bench"
+        return "fusebench" if "fusebench" in package_dirs(self.root) else "bench"
+
+    def command(self, module: str) -> list[str]:
+        """The command that runs the build's `module` in a child process."""
+        return child_command(f"{self.package}.{module}", self.interpreter, self.root)
 
     def worker_env(self, base: dict[str, str]) -> dict[str, str]:
-        """The workers' environment: the build's tree (this one's, own_root, for the current
-        build) first on PYTHONPATH, which their `-P` keeps the only checkout they see."""
-        return on_own_path({**base, **self.env, "PYTHONUNBUFFERED": "1"}, self.root)
+        """The workers' environment: `base` and what the build sets (run --against-env)."""
+        return {**base, **self.env, "PYTHONUNBUFFERED": "1"}
 
 
 CURRENT = Build("current")
@@ -95,7 +99,7 @@ class WorkerSession:
     ) -> None:
         self.build = build
         self.process = subprocess.Popen(
-            child_command(f"{build.package}.measure.worker", build.interpreter),
+            build.command("measure.worker"),
             stdin=subprocess.PIPE,
             stdout=subprocess.PIPE,
             stderr=subprocess.PIPE,
