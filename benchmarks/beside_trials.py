@@ -59,7 +59,7 @@ def pairs_beside(preset: str, blocks: int, per: int, seed: int) -> dict[str, dic
                 index += 1
                 prompt = make_prompt(model.vocab_size, 1, 128, 0, index)
                 began = time.perf_counter()
-                a, b = (time_trial(model, prompt, 3, 2048) for _ in range(2))
+                a, b = (time_trial(model, prompt, 3, 2048).measured for _ in range(2))
                 logs[condition]["s"].append((time.perf_counter() - began) / 2)
                 logs[condition]["prefill"].append(math.log(a.prefill_s / b.prefill_s))
                 logs[condition]["gen"].append(math.log(a.gen_s / b.gen_s))

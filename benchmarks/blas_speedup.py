@@ -26,7 +26,8 @@ int(sys.argv[4])
 model = load_model(preset, layers=layers)
 tps = []
 for r in range(rounds + 1):
-    timing = time_trial(model, make_prompt(model.args.vocab_size, 1, prompt_tokens, 0, r), 1, 2048)
+    prompt = make_prompt(model.args.vocab_size, 1, prompt_tokens, 0, r)
+    timing = time_trial(model, prompt, 1, 2048).measured
     if r:
         tps.append(prompt_tokens / timing.prefill_s)
 print(json.dumps({"blas": loaded_blas(), "prefill_tps": tps}))

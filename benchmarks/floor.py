@@ -45,7 +45,7 @@ model.set_ops({{"geglu": "unfused", "softcap": "unfused", "attention": "manual"}
 logs = {{"prefill": [], "gen": []}}
 for pair in range(-1, {pairs}):
     prompt = make_prompt(model.vocab_size, 1, 128, 0, max(pair, 0))
-    a, b = (time_trial(model, prompt, 3, 2048) for _ in range(2))
+    a, b = (time_trial(model, prompt, 3, 2048).measured for _ in range(2))
     if pair >= 0:
         logs["prefill"].append(math.log(a.prefill_s / b.prefill_s))
         logs["gen"].append(math.log(a.gen_s / b.gen_s))

@@ -49,7 +49,7 @@ from tokenizers import Tokenizer, pre_tokenizers
 from tokenizers.models import WordLevel
 
 from fusebench.measure.machine.env import THREAD_VARIABLES, blas_preload_env, thread_env
-from fusebench.measure.worker import make_prompt, measured_trial, time_trial
+from fusebench.measure.worker import make_prompt, time_trial
 from fusebench.models import load_model, save_checkpoint
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -160,7 +160,7 @@ def fusebench_side(args: argparse.Namespace) -> None:
         prompt = make_prompt(model.args.vocab_size, 1, args.prompt, 0, max(r, 0))
         timing = time_trial(model, prompt, args.gen, PREFILL_STEP)
         if r >= 0:
-            records.append(measured_trial(timing, 1, args.prompt, args.gen))
+            records.append(timing.measured)
     means = {
         k: statistics.mean(getattr(rec, k) for rec in records)
         for k in ("prefill_tps", "ttft_tps", "gen_tps", "peak_memory_bytes")

@@ -80,7 +80,7 @@ def measure(args: argparse.Namespace) -> dict[str, dict[str, float]]:
         prompt = make_prompt(model.args.vocab_size, 1, args.prompt, 0, max(r, 0))
         for side in round_order(["fusebench", "bare"], r):
             if side == "fusebench":
-                timing = time_trial(model, prompt, args.gen, 2048)
+                timing = time_trial(model, prompt, args.gen, 2048).measured
                 seconds = (timing.prefill_s, timing.gen_s, timing.ttft_s)
             else:
                 seconds = bare_trial(model, prompt, args.gen, 2048)

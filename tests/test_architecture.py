@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import ast
 import json
+import re
 import shutil
 import subprocess
 import sys
@@ -337,16 +338,40 @@ def test_a_long_module_says_why_it_is_one(path: Path):
         assert "Why one long module:" in (ast.get_docstring(ast.parse(text)) or "")
 
 
-# Class names declared in two or more modules today; issue 66 gives each concept its own name. No
-# name may join them.
-DECLARED_TWICE = {"Comparison", "Plan", "Roofline", "Sample", "Series", "Step"}
-
-
-def test_no_new_class_name_is_declared_twice():
+def test_no_class_name_is_declared_twice():
+    """One name per concept: each class name of bench/ and models/ is declared in one module
+    (docs/architecture.md, "Names")."""
     declared: dict[str, list[str]] = {}
     for path in [*(ROOT / "bench").rglob("*.py"), *(ROOT / "models").rglob("*.py")]:
         for node in ast.parse(path.read_text()).body:
             if isinstance(node, ast.ClassDef):
                 declared.setdefault(node.name, []).append(module_name(path))
-    twice = {name for name, modules in declared.items() if len(modules) > 1}
-    assert twice <= DECLARED_TWICE, {name: declared[name] for name in twice - DECLARED_TWICE}
+    twice = {name: modules for name, modules in declared.items() if len(modules) > 1}
+    assert not twice
+
+
+def _calls_in_order(path: Path, function: str) -> list[str]:
+    """The names `function` (a function or method of the module at `path`) calls, in the order
+    of its source."""
+    tree = ast.parse(path.read_text())
+    (node,) = [n for n in ast.walk(tree) if isinstance(n, ast.FunctionDef) and n.name == function]
+    calls = [c for c in ast.walk(node) if isinstance(c, ast.Call)]
+    calls.sort(key=lambda c: (c.lineno, c.col_offset))
+    return [ast.unparse(c.func).rpartition(".")[2] for c in calls]
+
+
+@pytest.mark.parametrize(
+    ("heading", "module", "function"),
+    [
+        ("The machine's choices", "bench/measure/run/runner.py", "run_experiment"),
+        ("One cell", "bench/measure/run/cellrun.py", "run"),
+    ],
+)
+def test_the_architecture_pictures_follow_the_code(heading: str, module: str, function: str):
+    """Each picture of docs/architecture.md names the calls of a function in their order."""
+    text = (ROOT / "docs" / "architecture.md").read_text()
+    picture = text[text.index(heading) :].split("```")[1]
+    drawn = re.findall(r"^(?:→ )?(\w+)\(", picture, re.MULTILINE)
+    calls = _calls_in_order(ROOT / module, function)
+    assert len(drawn) >= 5 and set(drawn) <= set(calls), set(drawn) - set(calls)
+    assert [calls.index(name) for name in drawn] == sorted(calls.index(name) for name in drawn)

@@ -26,8 +26,8 @@ from fusebench.core.spec import load_experiment
 from fusebench.measure.job import CellShape
 from fusebench.measure.machine.cores import duet_cores
 from fusebench.measure.run.pilot import (
+    ClockSample,
     PilotTrials,
-    Sample,
     ScheduleProbe,
     _probe,
     choose_schedule,
@@ -229,14 +229,14 @@ def test_a_pilot_pair_is_the_two_workers_on_one_prompt(schedule, expected):
     assert [f"{what} {name}" for what, name, _ in log[:4]] == expected
     # one round number (the prompt) a pair, a new one the next pair
     assert {r for *_, r in log[:4]} == {1} and {r for *_, r in log[4:]} == {2}
-    assert first == second == again[0] == Sample(wall=(1.0, 0.5), cpu=(0.9, 0.4))
+    assert first == second == again[0] == ClockSample(wall=(1.0, 0.5), cpu=(0.9, 0.4))
 
 
 def _pairs(prefill_wall, prefill_cpu, gen):
     """Pilot pairs whose log ratios are the given sequences (the second trial's seconds 1.0)."""
-    one = Sample(wall=(1.0, 1.0), cpu=(1.0, 1.0))
+    one = ClockSample(wall=(1.0, 1.0), cpu=(1.0, 1.0))
     return [
-        (Sample(wall=(np.exp(pw), np.exp(g)), cpu=(np.exp(pc), np.exp(g))), one, 2.0)
+        (ClockSample(wall=(np.exp(pw), np.exp(g)), cpu=(np.exp(pc), np.exp(g))), one, 2.0)
         for pw, pc, g in zip(prefill_wall, prefill_cpu, gen, strict=True)
     ]
 

@@ -11,7 +11,7 @@ from conftest import cell, results_file, trials
 from fusebench.analysis.memory import peak_change, phase_peaks
 from fusebench.analysis.study import build_study
 from fusebench.core.results import read_results
-from fusebench.measure.worker import make_prompt, measured_trial, time_trial
+from fusebench.measure.worker import make_prompt, time_trial
 from fusebench.models.loading import load_model
 from fusebench.present.report import write_report
 
@@ -31,10 +31,10 @@ MIB = 2**20
 def test_a_trial_records_each_phase_peak_and_the_larger_as_its_own() -> None:
     tiny = load_model("tiny")
     prompt = make_prompt(tiny.args.vocab_size, 1, 12, 0, 0)
-    record = measured_trial(time_trial(tiny, prompt, 3, 2048), 1, 12, 3)
+    record = time_trial(tiny, prompt, 3, 2048).measured
     assert record.prefill_peak_bytes > 0 and record.gen_peak_bytes > 0
     assert record.peak_memory_bytes == max(record.prefill_peak_bytes, record.gen_peak_bytes)
-    alone = measured_trial(time_trial(tiny, prompt, 1, 2048), 1, 12, 1)
+    alone = time_trial(tiny, prompt, 1, 2048).measured
     assert alone.gen_peak_bytes is None and alone.peak_memory_bytes == alone.prefill_peak_bytes
 
 

@@ -260,7 +260,7 @@ def test_the_spreads_upper_bound_covers_sigma_at_its_stated_rate():
     # σ's 90% upper bound from n rounds: s × factor covers σ in 90% of samples of normal rounds.
     import numpy as np
 
-    from fusebench.measure.run.configuration import sd_upper_factor
+    from fusebench.measure.run.weighing import sd_upper_factor
 
     rounds = np.random.default_rng(3).normal(0.0, 1.0, size=(40_000, MIN_PLANNED_ROUNDS))
     covered = np.mean(rounds.std(axis=1, ddof=1) * sd_upper_factor() >= 1.0)
@@ -269,7 +269,7 @@ def test_the_spreads_upper_bound_covers_sigma_at_its_stated_rate():
 
 
 def test_another_configuration_wins_only_at_its_spreads_upper_bounds():
-    from fusebench.measure.run.configuration import Configuration, PlannedRows, weigh
+    from fusebench.measure.run.weighing import Configuration, PlannedRows, weigh
 
     one, two = Configuration(1, "sequential"), Configuration(2, "sequential")
     duet = Configuration(1, "duet")

@@ -18,10 +18,10 @@ import pytest
 
 from fusebench.analysis.projection import (
     DepthMean,
+    DepthSeries,
     FitScope,
     LayerFit,
     RunSpread,
-    Series,
     depth_means,
     fit_series,
     full_depth,
@@ -85,7 +85,9 @@ def _fits(
                 (points, spread),
                 depth_means(pd.DataFrame(rows, columns=["seconds", "depth", "run"])),
             )
-        fits[variant] = fit_series(Series(SCOPE, variant, metric, TOKENS[metric], points, spread))
+        fits[variant] = fit_series(
+            DepthSeries(SCOPE, variant, metric, TOKENS[metric], points, spread)
+        )
     return fits
 
 

@@ -22,7 +22,7 @@ from fusebench.core.experiment import Trials
 from fusebench.core.fileformat import ResultsError
 from fusebench.core.results import read_results
 from fusebench.core.spec import load_experiment
-from fusebench.measure.run.plan import plan_jobs
+from fusebench.measure.run.jobs import plan_jobs
 from fusebench.measure.run.resume import DoneWork
 from fusebench.measure.run.schedules.order import centre_order, round_order
 from fusebench.measure.run.schedules.sequential import round_plan

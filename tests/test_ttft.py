@@ -13,7 +13,7 @@ from conftest import results_file
 
 from fusebench.analysis.study import build_study
 from fusebench.core.results import read_results
-from fusebench.measure.worker import make_prompt, measured_trial, time_trial
+from fusebench.measure.worker import make_prompt, time_trial
 from fusebench.models.loading import load_model
 from fusebench.present.report import write_report
 from fusebench.present.sections.latency import MLX_LM_TTFT_COLUMN
@@ -41,7 +41,7 @@ def tiny():
 
 def test_a_trial_records_ttft_at_or_after_the_prefill(tiny):
     prompt = make_prompt(tiny.args.vocab_size, 1, PROMPT, 0, 0)
-    record = measured_trial(time_trial(tiny, prompt, GEN, 2048), 1, PROMPT, GEN)
+    record = time_trial(tiny, prompt, GEN, 2048).measured
     # By construction: the TTFT clock is read after the prefill's, once the first decode step is
     # queued.
     assert record.ttft_s >= record.prefill_s > 0
@@ -54,7 +54,7 @@ def test_a_trial_records_ttft_at_or_after_the_prefill(tiny):
 
 def test_no_decode_step_means_no_ttft(tiny):
     prompt = make_prompt(tiny.args.vocab_size, 1, PROMPT, 0, 0)
-    record = measured_trial(time_trial(tiny, prompt, 1, 2048), 1, PROMPT, 1)
+    record = time_trial(tiny, prompt, 1, 2048).measured
     assert record.prefill_s > 0 and record.ttft_s is None and record.ttft_tps is None
 
 

@@ -68,10 +68,10 @@ def test_a_near_tie_that_goes_the_other_way_stops_the_comparison_without_failing
 
 
 def test_a_trial_records_what_the_machine_did_beside_it(tiny):
-    from fusebench.measure.worker import machine_seconds, measured_trial
+    from fusebench.measure.worker import machine_seconds, time_trial
 
     prompt = make_prompt(tiny.args.vocab_size, 1, PROMPT, 0, 0)
-    record = measured_trial(time_trial(tiny, prompt, GEN, 2048), 1, PROMPT, GEN)
+    record = time_trial(tiny, prompt, GEN, 2048).measured
     if machine_seconds() is None:  # not Linux: nothing to read
         assert record.steal_s is None and record.others_cpu_s is None
     else:

@@ -124,7 +124,7 @@ def classify(
 
 
 @dataclass(frozen=True)
-class Step:
+class BisectStep:
     role: str  # REGRESSION, SEARCH or CULPRIT
     index: int  # the candidate measured (current build)
     against: int  # its reference: -1 is GOOD
@@ -162,7 +162,7 @@ def step_size(
 
 @dataclass(frozen=True)
 class BisectOutcome:
-    steps: tuple[Step, ...]
+    steps: tuple[BisectStep, ...]
     tracked: tuple[Reading, ...]  # the regression BAD showed against GOOD; empty: none
     first_bad: int | None = None
     # (last good, first bad) when a step stayed inconclusive
@@ -208,7 +208,7 @@ def bisect(
 
 def regression(
     bad: int, measure: Measure, limit_pct: float, max_runs: int
-) -> tuple[Step, list[Reading], int]:
+) -> tuple[BisectStep, list[Reading], int]:
     """BAD against GOOD, runs pooled while some row could still be a regression: the step, the
     rows that regressed (empty: none did, every interval lying above -limit or the runs spent),
     and how many rows its table held (its Holm family)."""
@@ -225,7 +225,7 @@ def regression(
         cleared = all(r.low_pct > -limit_pct for r in deciding)
     shown = tracked[0] if tracked else min(deciding, key=lambda r: r.low_pct, default=None)
     status = BAD if tracked else GOOD if cleared else CANNOT_TELL
-    return Step(REGRESSION, bad, -1, status, shown, runs), tracked, len(found)
+    return BisectStep(REGRESSION, bad, -1, status, shown, runs), tracked, len(found)
 
 
 def decide(
@@ -236,7 +236,7 @@ def decide(
     rows: Sequence[tuple[str, str, str, str]],
     asks: tuple[float, int | None],
     max_runs: int,
-) -> Step:
+) -> BisectStep:
     """One step: A/B runs pooled until the tracked rows decide against `asks`' threshold (a
     slowdown in percent) at its rounds a run, at most max_runs."""
     threshold, rounds = asks
@@ -244,4 +244,4 @@ def decide(
     while status == CANNOT_TELL and runs < max_runs:
         runs += 1
         status, reading = classify(measure(index, against, runs, rounds), rows, threshold)
-    return Step(role, index, against, status, reading, runs)
+    return BisectStep(role, index, against, status, reading, runs)

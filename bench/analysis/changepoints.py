@@ -49,12 +49,12 @@ SIDE = 3
 class Steps:
     """What a series' fit found: its steps, and the runs set aside as single-run spikes."""
 
-    steps: list[Step]
+    steps: list[ChangePoint]
     spikes: list[int]
 
 
 @dataclass(frozen=True)
-class Step:
+class ChangePoint:
     """A change point: the series' level moved at `index` (the first point of the new segment), by
     `shift_pct` with its 95% interval."""
 
@@ -149,7 +149,9 @@ def _offset(y: np.ndarray, variance: np.ndarray, i: int, side: list[int]) -> flo
     return (y[i] - float(np.median(y[side]))) / sd if math.isfinite(sd) else 0.0
 
 
-def _step(y: np.ndarray, w: np.ndarray, before: slice, after: slice, index: int) -> Step | None:
+def _step(
+    y: np.ndarray, w: np.ndarray, before: slice, after: slice, index: int
+) -> ChangePoint | None:
     w1, w2 = w[before].sum(), w[after].sum()
     # runs set aside weigh nothing: a segment is as long as the runs it weighs
     if min(np.count_nonzero(w[before]), np.count_nonzero(w[after])) < MIN_SEGMENT:
@@ -159,7 +161,9 @@ def _step(y: np.ndarray, w: np.ndarray, before: slice, after: slice, index: int)
     pct = math.expm1(shift) * 100.0
     if abs(pct) < MIN_SHIFT_PCT or abs(shift) <= half:
         return None
-    return Step(index, pct, math.expm1(shift - half) * 100.0, math.expm1(shift + half) * 100.0)
+    return ChangePoint(
+        index, pct, math.expm1(shift - half) * 100.0, math.expm1(shift + half) * 100.0
+    )
 
 
 def log_point(value: float, low: float, high: float) -> tuple[float, float]:

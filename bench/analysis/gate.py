@@ -77,7 +77,7 @@ from ..core.spec import parse_experiment
 from . import stats
 from .inference import STALLS_NEW, Verdict, interval_verdict, slower_beyond
 from .speedups import MIN_RUNS, expected, prediction_pct, sd_pct, speedup
-from .stats import SEED, Comparison, Stalls
+from .stats import SEED, ComparisonRow, Stalls
 from .stopping import Goal
 from .study import CorrectnessCheck, cell_labels, correctness_checks, current_build, ordered_cells
 
@@ -579,7 +579,7 @@ def build_findings(
 
 
 def _build_finding(
-    row: Comparison,
+    row: ComparisonRow,
     labels: dict[tuple[str, str, str], str],
     limit: Limit,
     pace: dict[tuple[str, str], float],
@@ -600,7 +600,9 @@ def _build_finding(
     return with_settle(judge(base, row.interval, row.n_pairs, row.n_pairs), row, pace)
 
 
-def with_settle(finding: Finding, row: Comparison, pace: dict[tuple[str, str], float]) -> Finding:
+def with_settle(
+    finding: Finding, row: ComparisonRow, pace: dict[tuple[str, str], float]
+) -> Finding:
     """An undecided paired row with what would settle it: rounds at its estimate and spread, and
     their time at the cell's pace in this run."""
     if finding.status is not Status.CANNOT_TELL:

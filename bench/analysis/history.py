@@ -147,7 +147,7 @@ def _measured(points: list[HistoryPoint]) -> list[HistoryPoint]:
     return [p for p in points if all(map(math.isfinite, (p.value, p.low, p.high)))]
 
 
-def _delta(series: Series, name: str, row: stats.Comparison) -> HistoryPoint:
+def _delta(series: Series, name: str, row: stats.ComparisonRow) -> HistoryPoint:
     """A Δ row as a point, with the fixed-n Student t interval of its paired rounds (the spread of
     its processes included): the row's confidence sequence is built to be stopped on at any round,
     which a point of a finished run is not, and it is several times wider at a handful of rounds.
@@ -164,7 +164,7 @@ def _delta(series: Series, name: str, row: stats.Comparison) -> HistoryPoint:
     )
 
 
-def _t_interval(row: stats.Comparison) -> tuple[float, float]:
+def _t_interval(row: stats.ComparisonRow) -> tuple[float, float]:
     if row.n_pairs < 2 or not math.isfinite(row.sd_log):
         return math.nan, math.nan
     half = stdtrit(row.n_pairs - 1, 0.975) * row.sd_log / math.sqrt(row.n_pairs)

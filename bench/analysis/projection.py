@@ -157,7 +157,7 @@ class DepthMean:
 
 
 @dataclass(frozen=True)
-class Series:
+class DepthSeries:
     """One variant's metric at each measured depth of a scope."""
 
     scope: FitScope
@@ -234,7 +234,7 @@ class LayerFit:
     coefficient (a row per term, a column per point), which is what an estimate's variance and dof
     are made of."""
 
-    series: Series
+    series: DepthSeries
     points: tuple[DepthMean, ...]
     terms: tuple[str, ...]
     coef: tuple[float, ...]
@@ -312,7 +312,7 @@ def weighing_se(point: DepthMean) -> float:
     return max(point.se_s, MIN_RELATIVE_SE * point.mean_s)
 
 
-def fit_series(series: Series, depths: Collection[int] | None = None) -> LayerFit:
+def fit_series(series: DepthSeries, depths: Collection[int] | None = None) -> LayerFit:
     """The weighted least-squares fit of a series on `depths` (default: all it has); the caller has
     checked that they separate the terms (`check_separable`)."""
     points = [p for p in series.points if depths is None or p.depth in depths]
@@ -438,7 +438,7 @@ def has_several_depths(study: Study) -> bool:
 SCOPE_KEYS = ["preset", Column.DTYPE, Column.QUANTIZE, Column.WORKLOAD]
 
 
-def measured_series(study: Study) -> list[Series]:
+def measured_series(study: Study) -> list[DepthSeries]:
     """Every scope × variant × metric's per-depth means, scopes in the report's order."""
     trials = depth_trials(study)
     labels = _scope_sizes(trials)
@@ -464,7 +464,7 @@ def measured_series(study: Study) -> list[Series]:
                 )
                 if points:  # no gen metric where gen_tokens is 1
                     series.append(
-                        Series(scope, str(variant), metric, tokens[metric], points, spread)
+                        DepthSeries(scope, str(variant), metric, tokens[metric], points, spread)
                     )
     workloads = ordered_workloads([trials])
     variants = {v: i for i, v in enumerate(study.variants)}
@@ -703,7 +703,7 @@ def _check_layers(scope: FitScope, layers: int | None) -> None:
         )
 
 
-def _fit_depths(series: Series, fit_layers: Collection[int] | None) -> list[int]:
+def _fit_depths(series: DepthSeries, fit_layers: Collection[int] | None) -> list[int]:
     if fit_layers is None:
         return list(series.depths)
     missing = sorted(set(fit_layers) - set(series.depths))
@@ -715,7 +715,7 @@ def _fit_depths(series: Series, fit_layers: Collection[int] | None) -> list[int]
     return sorted(fit_layers)
 
 
-def _what(series: Series, every: Sequence[Series]) -> str:
+def _what(series: DepthSeries, every: Sequence[DepthSeries]) -> str:
     """How a refusal names a series: its size and workload; its variant only when the scope's other
     variants have other depths; and depths of the same preset run in another dtype or quantization,
     which a fit never mixes."""

@@ -5,8 +5,8 @@ faster. Everything here is pure numpy/scipy/pandas so it runs (and is tested) wi
 
 The sample-level functions (summarize, ...) work on arrays; `summaries` and `compare` apply them to
 the trial records of a results file (`Results.frame("trial")`), so the report and the check compute
-every number the same way. What they return is typed rows (CellSummary, Comparison, Latency, ...),
-the words for a verdict left to fusebench.present; frames stay inside for the computing (and
+every number the same way. What they return is typed rows (CellSummary, ComparisonRow, Latency,
+...), the words for a verdict left to fusebench.present; frames stay inside for the computing (and
 summary.csv's `summary_table`).
 
 Why one long module: it is the one place a report's and a check's numbers come from (summaries,
@@ -65,7 +65,7 @@ __all__ = [
     "RUN_COMPARE_COLUMNS",
     "SUMMARY_COLUMNS",
     "CellSummary",
-    "Comparison",
+    "ComparisonRow",
     "Latency",
     "RatioCI",
     "Stalls",
@@ -181,7 +181,7 @@ class Stalls:
 
 
 @dataclass(frozen=True)
-class Comparison:
+class ComparisonRow:
     """One row of `compare` (or `compare_builds`): new against baseline in one cell and metric,
     paired round by round. Without a paired round the figures are NaN (counts 0) and verdict and
     stalls are None.
@@ -333,7 +333,7 @@ def compare(
     *,
     alpha: float = ALPHA,
     margin_pct: float = DEFAULT_MARGIN_PCT,
-) -> list[Comparison]:
+) -> list[ComparisonRow]:
     """Compare two variants cell by cell, with analysis.inference's paired method: one row per
     machine x size x model x workload x metric, one Holm family (compare_table: several).
 
@@ -364,7 +364,7 @@ def compare_table(
     *,
     alpha: float = ALPHA,
     margin_pct: float = DEFAULT_MARGIN_PCT,
-) -> dict[tuple[str, str], list[Comparison]]:
+) -> dict[tuple[str, str], list[ComparisonRow]]:
     """Several comparisons shown as one table (the main job's first screen: every size, metric
     and comparison of one machine and workload), compare()'s rows for each pair, with one Holm
     family across all of them: the table's verdicts together keep the 5% family-wise error."""
@@ -375,7 +375,7 @@ def compare_table(
 
 def compare_builds(
     trials: pd.DataFrame, *, alpha: float = ALPHA, margin_pct: float = DEFAULT_MARGIN_PCT
-) -> list[Comparison]:
+) -> list[ComparisonRow]:
     """`run --against`: every variant's current build against the reference build, paired round by
     round (both builds ran each round back to back on the same prompt), and all variants pooled
     (`every_variant`). One table, one Holm family: compare()'s rows, with baseline "reference", new
@@ -511,7 +511,7 @@ def fixed_rounds(trials: pd.DataFrame) -> bool:
 
 def _judge(
     rows: dict[tuple[str, str], list[_Paired]], *, alpha: float, margin_pct: float
-) -> dict[tuple[str, str], list[Comparison]]:
+) -> dict[tuple[str, str], list[ComparisonRow]]:
     """Holm across every pair's rows that have an estimate (one family), then each row's
     verdict."""
     estimates = [row.estimate for found in rows.values() for row in found if row.estimate]
@@ -540,8 +540,8 @@ def _comparison(
     *,
     alpha: float,
     margin_pct: float,
-) -> Comparison:
-    keys = Comparison(
+) -> ComparisonRow:
+    keys = ComparisonRow(
         **row.cell, metric=row.metric, baseline=baseline, new=new, variant=row.variant
     )
     est = row.estimate

@@ -301,7 +301,7 @@ def compare_scope(
     pair: tuple[str, str],
     *,
     family: Sequence[tuple[str, str]],
-) -> list[stats.Comparison]:
+) -> list[stats.ComparisonRow]:
     """One comparison's rows of one machine and workload. The Holm family is the table the run
     shows: every comparison in `family` (the report's comparisons) at that machine and workload."""
     return stats.compare_table(
@@ -542,7 +542,7 @@ def depth_groups(study: Study, machine: str) -> list[DepthGroup]:
 
 
 @dataclass(frozen=True)
-class Roofline:
+class AchievedRates:
     """A cell and variant's median achieved rates over its timed trials and their share of the
     machine's peak (NaN where no trial has one)."""
 
@@ -562,8 +562,8 @@ def has_roofline(timed: pd.DataFrame) -> bool:
     )
 
 
-def rooflines(timed: pd.DataFrame) -> dict[tuple[str, str], Roofline]:
-    """(model_key, variant) -> its Roofline, for one machine and workload's timed trials."""
+def rooflines(timed: pd.DataFrame) -> dict[tuple[str, str], AchievedRates]:
+    """(model_key, variant) -> its AchievedRates, for one machine and workload's timed trials."""
     # Trials from before the roofline (results format 1) lack its fields: their medians read NaN.
     medians = trial_medians(
         timed.assign(**{f: math.nan for f in ROOFLINE_FIELDS if f not in timed}), ROOFLINE_FIELDS
@@ -576,7 +576,7 @@ def rooflines(timed: pd.DataFrame) -> dict[tuple[str, str], Roofline]:
             if isinstance(metrics, list):
                 above.setdefault((key, variant), set()).update(metrics)
     return {
-        (r.model_key, r.variant): Roofline(
+        (r.model_key, r.variant): AchievedRates(
             r.prefill_tflops,
             r.prefill_pct_of_peak,
             r.gen_gbps,

@@ -43,7 +43,7 @@ from .args import at_least, percent
 from .check import DEFAULT_MAX_REGRESSION_PCT
 
 if TYPE_CHECKING:
-    from ..analysis.bisect import BisectOutcome, Step
+    from ..analysis.bisect import BisectOutcome, BisectStep
     from ..measure.builds.bisect import Candidate, StepRuns
 
 DEFAULT_EXPERIMENT = "ci"
@@ -142,7 +142,7 @@ def exit_code(outcome: BisectOutcome) -> int:
     return 1 if not outcome.tracked and outcome.steps[0].status == GOOD else EXIT_CANNOT_TELL
 
 
-def _step_fields(step: Step, runs: StepRuns) -> dict:
+def _step_fields(step: BisectStep, runs: StepRuns) -> dict:
     r = step.reading
     return {
         "asks": step.role,
@@ -174,7 +174,7 @@ def as_json(outcome: BisectOutcome, runs: StepRuns, out: Path) -> dict:
     }
 
 
-def _interval(step: Step) -> str:
+def _interval(step: BisectStep) -> str:
     r = step.reading
     return f"{r.delta_pct:+.1f}% [{r.low_pct:+.1f}%, {r.high_pct:+.1f}%]" if r else "-"
 
@@ -228,7 +228,7 @@ def print_outcome(
     console.print(verdict_line(outcome, runs, limit_pct), highlight=False)
 
 
-def _settle(step: Step) -> str:
+def _settle(step: BisectStep) -> str:
     """What would settle an undecided step, from its widest reading."""
     r = step.reading
     if r is None or r.settle_rounds is None:

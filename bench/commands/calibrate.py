@@ -126,7 +126,7 @@ def run_calibration(exp: Experiment, runs: int, console: Console) -> list[Path]:
     from ..core.errors import UserError
     from ..measure.machine.env import require_backend
     from ..measure.plugins import bind_experiment
-    from ..measure.run.plan import RunOptions
+    from ..measure.run.jobs import RunOptions
     from ..measure.run.runner import run_experiment
 
     require_backend()

@@ -144,7 +144,7 @@ def confirmed(first: GateOutcome, request: CheckRequest, console: Console) -> Ga
     from ..measure.builds.builds import reference_build
     from ..measure.machine.env import require_backend
     from ..measure.plugins import bind_experiment
-    from ..measure.run.plan import RunOptions
+    from ..measure.run.jobs import RunOptions
     from ..measure.run.runner import run_experiment
     from .gate_session import run_check
 

@@ -199,7 +199,7 @@ def main(args: argparse.Namespace, console: Console) -> int:
     from ..core.spec import load_experiment
     from ..measure.builds.builds import ReferenceBuildError, environment_builds, reference_build
     from ..measure.plugins import bind_experiment
-    from ..measure.run.plan import RunOptions, default_out_path
+    from ..measure.run.jobs import RunOptions, default_out_path
     from ..measure.run.runner import run_experiment
     from ..measure.run.session import CURRENT
     from ..present.summary import print_summary

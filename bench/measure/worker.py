@@ -84,29 +84,13 @@ WARMUP_STREAM, DEPTH_STREAM = 100_000, 200_000
 CORRECTNESS_PROMPT = 256
 
 
-@dataclass
-class TrialTiming:
-    prefill_s: float
-    gen_s: float
-    peak_memory_bytes: int
-    step_s: list[float]  # each decode step's inter-token latency, in order
-    # mlx-lm stream_generate's time to first token; None with no decode step queued
-    ttft_s: float | None = None
-    # the process's CPU seconds (every thread's) over the same two spans: a KVM guest with a steal
-    # clock charges a task only the time it really ran, so these leave out what the hypervisor took
-    prefill_cpu_s: float | None = None
-    gen_cpu_s: float | None = None
-    # when the trial began and ended (Unix seconds): a duet's two trials show their overlap
-    started_unix_s: float | None = None
-    ended_unix_s: float | None = None
-    # beside it (machine_seconds): stolen time, and busy time not this process's
-    steal_s: float | None = None
-    others_cpu_s: float | None = None
-    # with keep_logits: the logits of the prompt's last position, then of each decode step
+@dataclass(frozen=True)
+class TimedTrial:
+    """A trial as the worker timed it: what its record says it measured, and with keep_logits the
+    logits of the prompt's last position, then of each decode step (the correctness check's)."""
+
+    measured: Measured
     logits: list[mx.array] | None = None
-    # the peak memory of the prefill, and of the decode steps (None without one)
-    prefill_peak_bytes: int | None = None
-    gen_peak_bytes: int | None = None
 
 
 def make_prompt(vocab_size: int, batch: int, length: int, seed: int, round_id: int) -> mx.array:
@@ -165,7 +149,10 @@ def time_trial(
     gen_tokens: int,
     prefill_step_size: int,
     keep_logits: bool = False,
-) -> TrialTiming:
+) -> TimedTrial:
+    """One trial of `model` on `prompt`: its prefill, then `gen_tokens` - 1 decode steps, on the
+    wall, process CPU and machine clocks, with each phase's peak memory; the rates are the batch's
+    tokens over their seconds."""
     cache = model.make_cache()
     kept: list[mx.array] | None = [] if keep_logits else None
     mx.synchronize()
@@ -194,47 +181,28 @@ def time_trial(
     ttft_s = ready[0] - start if ready else None
     steal_s, others_cpu_s = beside(machine_before, machine_after, cpu_done - cpu_start)
     gen_peak = mx.get_peak_memory() if generated else None
-    return TrialTiming(
-        prefilled - start,
-        done - prefilled,
-        max(prefill_peak, gen_peak or 0),
-        steps,
-        ttft_s,
+    batch, prompt_tokens = prompt.shape
+    gen_steps = gen_tokens - 1
+    prefill_s, gen_s = prefilled - start, done - prefilled
+    measured = Measured(
+        prefill_s=prefill_s,
+        prefill_tps=batch * prompt_tokens / prefill_s,
+        gen_s=gen_s if gen_steps else None,
+        gen_tps=batch * gen_steps / gen_s if gen_steps else None,
+        step_s=tuple(steps),
+        peak_memory_bytes=max(prefill_peak, gen_peak or 0),
         prefill_peak_bytes=prefill_peak,
-        gen_peak_bytes=gen_peak,
+        gen_peak_bytes=gen_peak if gen_steps else None,
+        ttft_s=ttft_s,
+        ttft_tps=batch * prompt_tokens / ttft_s if ttft_s else None,
         prefill_cpu_s=cpu_prefilled - cpu_start,
-        gen_cpu_s=cpu_done - cpu_prefilled,
+        gen_cpu_s=cpu_done - cpu_prefilled if gen_steps else None,
         started_unix_s=started_unix_s,
         ended_unix_s=time.time(),
         steal_s=steal_s,
         others_cpu_s=others_cpu_s,
-        logits=kept,
     )
-
-
-def measured_trial(
-    timing: TrialTiming, batch: int, prompt_tokens: int, gen_tokens: int
-) -> Measured:
-    """What a trial's record says it measured: its times, and the rates of the batch's tokens."""
-    gen_steps = gen_tokens - 1
-    return Measured(
-        prefill_s=timing.prefill_s,
-        prefill_tps=batch * prompt_tokens / timing.prefill_s,
-        gen_s=timing.gen_s if gen_steps else None,
-        gen_tps=batch * gen_steps / timing.gen_s if gen_steps else None,
-        step_s=tuple(timing.step_s),
-        peak_memory_bytes=timing.peak_memory_bytes,
-        prefill_peak_bytes=timing.prefill_peak_bytes,
-        gen_peak_bytes=timing.gen_peak_bytes if gen_steps else None,
-        ttft_s=timing.ttft_s,
-        ttft_tps=batch * prompt_tokens / timing.ttft_s if timing.ttft_s else None,
-        prefill_cpu_s=timing.prefill_cpu_s,
-        gen_cpu_s=timing.gen_cpu_s if gen_steps else None,
-        started_unix_s=timing.started_unix_s,
-        ended_unix_s=timing.ended_unix_s,
-        steal_s=timing.steal_s,
-        others_cpu_s=timing.others_cpu_s,
-    )
+    return TimedTrial(measured, kept)
 
 
 _TICKS = os.sysconf("SC_CLK_TCK") if hasattr(os, "sysconf") else 100
@@ -424,9 +392,10 @@ class CommandRunner:
         )
         prompt = make_prompt(self.vocab, cell.batch, cell.prompt_tokens, self.job.seed, round_id)
         self.model.set_ops(self.job.variants[variant])
-        timing = time_trial(
+        timed = time_trial(
             self.model, prompt, cell.gen_tokens, self.job.prefill_step_size, command.check
         )
+        measured = timed.measured
         cold = variant in self.cold_variants
         self.cold_variants.discard(variant)
         self.emit(
@@ -436,15 +405,15 @@ class CommandRunner:
                     ops=self.job.variants[variant],
                     round=command.round,
                     warmup=command.warmup,
-                    measured=measured_trial(
-                        timing, cell.batch, cell.prompt_tokens, cell.gen_tokens
-                    ),
-                    compile_s=timing.prefill_s + timing.gen_s if cold else None,
+                    measured=measured,
+                    compile_s=(measured.prefill_s or 0.0) + (measured.gen_s or 0.0)
+                    if cold
+                    else None,
                 )
             )
         )
-        if timing.logits is not None:
-            self._check(cell.key, variant, timing.logits)
+        if timed.logits is not None:
+            self._check(cell.key, variant, timed.logits)
 
     def _check(self, cell: str, variant: str, logits: list[mx.array]) -> None:
         """Each variant's agreement with the reference, as soon as this worker has run both on the

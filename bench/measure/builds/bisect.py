@@ -23,7 +23,7 @@ from ...core.errors import UserError
 from ...core.experiment import Experiment
 from ...core.flags import with_trials
 from ...core.results import read_results
-from ..run.plan import RunOptions
+from ..run.jobs import RunOptions
 from ..run.resume import DoneWork
 from ..run.runner import run_experiment
 from ..run.session import Build

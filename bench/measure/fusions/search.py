@@ -251,10 +251,10 @@ def time_steps(
         prompt = make_prompt(
             model.vocab_size, workload.batch, workload.prompt_tokens, workload.seed, round_index + 1
         )
-        timing = time_trial(model, prompt, workload.gen_tokens, workload.prefill_step_size)
+        timing = time_trial(model, prompt, workload.gen_tokens, workload.prefill_step_size).measured
         if round_index < 0:
             continue
-        seconds = {"prefill": timing.prefill_s}
+        seconds = {"prefill": timing.prefill_s or 0.0}
         if timing.step_s:
             seconds["decode"] = statistics.fmean(timing.step_s)
         for phase, value in seconds.items():

@@ -84,7 +84,7 @@ class Share:
 
 
 @dataclass(frozen=True)
-class Sample:
+class LoadSample:
     share: Share
     loadavg_1m: float
     seconds: float  # the wall time the share is over
@@ -114,7 +114,7 @@ class LoadSampler:
 
     def __init__(self, min_interval_s: float = 1.0) -> None:
         self.min_interval_s = min_interval_s
-        self.samples: list[Sample] = []
+        self.samples: list[LoadSample] = []
         self._before: CpuTimes | None = None
 
     def __enter__(self) -> LoadSampler:
@@ -135,7 +135,9 @@ class LoadSampler:
         seconds = after.at - self._before.at
         if seconds < self.min_interval_s:
             return
-        self.samples.append(Sample(Share.between(self._before, after), os.getloadavg()[0], seconds))
+        self.samples.append(
+            LoadSample(Share.between(self._before, after), os.getloadavg()[0], seconds)
+        )
         self._before = after
 
     def summary(self, run_id: str = "?") -> LoadSummary:

@@ -98,7 +98,7 @@ class Target:
 
 
 @dataclass(frozen=True)
-class Plan:
+class OpBenchPlan:
     targets: tuple[Target, ...]
     workloads: tuple[tuple[int, int], ...]  # (prompt_tokens, batch)
     experiment: StoredExperiment  # the run header's experiment
@@ -126,7 +126,7 @@ def _preset_target(name: str, dtype: str = "float32") -> Target:
     return Target(str(config.get("size", name)), name, ModelArgs.from_dict(config), dtype)
 
 
-def experiment_plan(exp: Experiment) -> Plan:
+def experiment_plan(exp: Experiment) -> OpBenchPlan:
     """The sizes (Gemma 4 presets in fusebench's decoder, whose calls are declared) and workloads
     of an experiment."""
     declared = [m for m in exp.models if _declares_calls(m)]
@@ -135,7 +135,7 @@ def experiment_plan(exp: Experiment) -> Plan:
     )
     notes = tuple(_skip_note(m) for m in exp.models if m not in declared)
     workloads = tuple(dict.fromkeys((w.prompt_tokens, w.batch) for w in exp.workloads))
-    return Plan(targets, workloads, _experiment_header(exp.file, exp.content), notes)
+    return OpBenchPlan(targets, workloads, _experiment_header(exp.file, exp.content), notes)
 
 
 def _declares_calls(model: ModelSpec) -> bool:
@@ -316,7 +316,7 @@ def ensure_worker_env(console: Console, threads: int) -> None:
 
 
 def run_ops(
-    plan: Plan,
+    plan: OpBenchPlan,
     cases: Sequence[OpCase],
     out: Path,
     console: Console,

@@ -14,7 +14,7 @@ from ...core.experiment import MIN_AUTO_ROUNDS, Cell, Trials
 from ..job import CellShape, Command, Do, Result
 from .cellstop import CellStop, RoundCosts
 from .findings import DuetSide, Findings
-from .plan import variant_pairs
+from .jobs import variant_pairs
 from .planning import CachedShares, CellMeasure, CellSetup, now_iso, sds_of
 from .resume import DoneWork
 from .schedules.base import Arm, Round, RoundSchedule, Step, place, send_step
@@ -100,7 +100,7 @@ class CellRun:
         share = context.time.cell_share_s()
         # The cell's deadline (timeout_s) counts from here too: a share past it would end in a
         # timeout, not a stop.
-        self.target = CellStop(
+        self.cell_stop = CellStop(
             self.exp,
             self.builds,
             None if share is None else min(share, self.exp.timeout_s),
@@ -119,7 +119,7 @@ class CellRun:
                     self._request(self._worker_of(build), Command(Do.KERNELS, self.shape))
         self._expect_costs(first, setup_began)
         rounds = 0
-        reason = "the plan gives it no rounds" if self.target.planned == 0 else None
+        reason = "the plan gives it no rounds" if self.cell_stop.planned == 0 else None
         while reason is None:
             if self._pair_served(rounds):
                 fresh_began = time.monotonic()
@@ -129,27 +129,27 @@ class CellRun:
             began = time.monotonic()
             with ledger.phase("rounds"):
                 self.timed_clocks += self._round(rounds, warmup=False)
-            self.target.round_took(time.monotonic() - began)
+            self.cell_stop.round_took(time.monotonic() - began)
             rounds += 1
-            reason = self.target.stop_reason(rounds)
+            reason = self.cell_stop.stop_reason(rounds)
             if rounds == MIN_AUTO_ROUNDS and self.exp.trials.adaptive:
                 self._say(
                     f"{self.cell.model.label} {self.cell.workload.label}: "
-                    f"{self.target.plan_line(rounds)}"
+                    f"{self.cell_stop.plan_line(rounds)}"
                 )
         self.update(
             f"{self.cell.model.label} {self.cell.workload.label}: {reason}",
             drop=(self.exp.rounds - rounds) * self.round_trials,
         )
-        forecasts = self.target.forecasts(rounds)
+        forecasts = self.cell_stop.forecasts(rounds)
         self.context.findings.write(
             StopRecord(
                 cell=self.context.findings.meta[self.cell.key],
                 rounds=rounds,
                 reason=reason,
                 schedule=self.schedule.name,
-                half_width_pct=self.target.half_widths(),
-                round_s=self.target.round_s(rounds),
+                half_width_pct=self.cell_stop.half_widths(),
+                round_s=self.cell_stop.round_s(rounds),
                 undecided=forecasts,
             )
         )
@@ -243,7 +243,7 @@ class CellRun:
             )
         paired = self._fresh_pairs
         fresh_pair_s = self.load_s + warmup_s if paired else 0.0
-        self.target.expect(RoundCosts(round_s or 0.0, fresh_pair_s))
+        self.cell_stop.expect(RoundCosts(round_s or 0.0, fresh_pair_s))
         if round_s is None:
             return
         if self.exp.trials is Trials.PLAN:
@@ -256,7 +256,7 @@ class CellRun:
     def _fix_by_budget(self, round_s: float, paired: bool, fresh_pair_s: float) -> None:
         """trials: budget: this cell's rounds, as many as its share of the budget holds at the
         warm-up's pace."""
-        rounds = self.target.fix_rounds()
+        rounds = self.cell_stop.fix_rounds()
         pairs = (
             f", a fresh worker pair every {self.exp.worker_rounds} at {fresh_pair_s:.1f} s"
             if paired and self.exp.worker_rounds
@@ -265,7 +265,7 @@ class CellRun:
         self._say(
             f"{self.cell.model.label} {self.cell.workload.label}: {rounds} timed rounds, "
             f"fixed from the budget (a warm-up round took {round_s:.1f} s{pairs}; "
-            f"{self.target.time_left_s():.0f} s of this cell's share left)"
+            f"{self.cell_stop.time_left_s():.0f} s of this cell's share left)"
         )
 
     def _fix_by_plan(self, round_s: float, clocks: Clocks, fresh_pair_s: float) -> None:
@@ -278,8 +278,8 @@ class CellRun:
         planned_before = planner.plan is not None
         setup = CellSetup(self.load_paid, self.setup_s, pace, clocks.prefill_s, clocks.gen_s)
         rounds, share = planner.fix(self.cell, setup, self.context.time.time_left_s())
-        self.target.planned = rounds
-        self.target.limit_to(min(share, self.deadline - time.monotonic()))
+        self.cell_stop.planned = rounds
+        self.cell_stop.limit_to(min(share, self.deadline - time.monotonic()))
         spent_s = self.context.time.spent_s()
         if planner.plan is not None and (not planned_before or planner.moved(spent_s)):
             self._say(planner.line(planner.plan, spent_s))
@@ -295,7 +295,7 @@ class CellRun:
         planner = self.context.planner
         assert planner is not None
         work = planner.work[self.cell.key]
-        times = self.target.round_times
+        times = self.cell_stop.round_times
         return CellMeasure(
             load_s=self.load_paid,
             warmup_s=self.setup_s,
@@ -309,7 +309,7 @@ class CellRun:
             prefill_bytes=work.prefill_bytes,
             prefill_s=self.timed_clocks.prefill_s / len(times) if times else 0.0,
             gen_s=self.timed_clocks.gen_s / len(times) if times else 0.0,
-            sds=sds_of(self.target.row_sds()),
+            sds=sds_of(self.cell_stop.row_sds()),
             measured_at=now_iso(),
             shares_s=self.shares_s,
             shares=self.timed_shares,
@@ -380,7 +380,7 @@ class CellRun:
             written_s = worker.loaded(self.deadline, self.exp.timeout_s).written_s
             self.context.time.wrote_weights(written_s)
         self._warmups(fresh=True)
-        self.target.fresh_pair_took(time.monotonic() - began, stop_s)
+        self.cell_stop.fresh_pair_took(time.monotonic() - began, stop_s)
 
     @property
     def process(self) -> int:
@@ -421,7 +421,7 @@ class CellRun:
 
     def _took(self, build: str, result: Result, index: int, warmup: bool) -> None:
         if isinstance(result, Trial):
-            self.target.add(build, result, self.process)
+            self.cell_stop.add(build, result, self.process)
             label = "warmup" if warmup else f"round {index + 1}"
             where = "" if len(self.builds) == 1 else f" [{build}]"
             self.update(

@@ -16,7 +16,7 @@ from ...core.cell import Forecast, Trial
 from ...core.experiment import MIN_AUTO_ROUNDS, Experiment, Trials
 from ...core.fileformat import METRICS
 from ...present.format import format_duration
-from .plan import comparison_pairs, table_rows
+from .jobs import comparison_pairs, table_rows
 from .session import CURRENT
 
 # trials: budget never fixes fewer rounds than this: the fewest a paired t interval is finite at

@@ -5,7 +5,7 @@ What a run uses
     A cached pilot's choice, else sequential rounds, the safe schedule; a run never starts a
     pilot itself (until 2026-12-06 a machine's first run did: 20 pairs in each schedule in its
     first, noisiest minutes, whose choice and spread then planned every later run; issue 64).
-    With `trials: plan`, measure.run.configuration then weighs the schedules on the experiment's
+    With `trials: plan`, measure.run.weighing then weighs the schedules on the experiment's
     own runs where it has run in both. `fusebench env --probe` runs the pilot (`fresh`).
 
 How the pilot measures
@@ -131,7 +131,7 @@ def choose_schedule(
     if not fresh:
         # A run never pilots: on a machine's first run the pilot measured its noisiest minutes
         # and its choice outlived them (issue 64). The safe schedule, weighed later on the
-        # experiment's own runs (measure.run.configuration).
+        # experiment's own runs (measure.run.weighing).
         return _with_clock(ScheduleChoice(Schedule.SEQUENTIAL, UNWEIGHED, cores=cores), ())
     if (before := preflight()) and before.other_cores > BUSY_CORES:
         return _with_clock(
@@ -231,14 +231,14 @@ def decide(
     return _with_clock(ScheduleChoice(Schedule.SEQUENTIAL, reason, cores=cores), probes)
 
 
-class Sample(NamedTuple):
+class ClockSample(NamedTuple):
     """A trial's seconds on each clock, one per metric (prefill, and gen where it ran)."""
 
     wall: tuple[float, ...]
     cpu: tuple[float, ...]
 
 
-Pair = tuple[Sample, Sample, float]  # both trials, and the seconds the pair took
+Pair = tuple[ClockSample, ClockSample, float]  # both trials, and the seconds the pair took
 
 
 def pilot(
@@ -300,7 +300,7 @@ class PilotTrials:
                 unpin(worker.process.pid)
         for step in steps:
             place(step, workers)
-        samples: list[Sample] = []
+        samples: list[ClockSample] = []
         start = time.perf_counter()
         for step in steps:
             for arm, sent in send_step(step, workers, [command] * len(step.arms)):
@@ -308,12 +308,12 @@ class PilotTrials:
         first, second = samples
         return first, second, time.perf_counter() - start
 
-    def _sample(self, worker: WorkerSession, command: Command) -> Sample:
+    def _sample(self, worker: WorkerSession, command: Command) -> ClockSample:
         results = worker.collect(command, self.deadline, self.timeout_s)
         measured: Measured = next(r for r in results if isinstance(r, Trial)).measured
         if measured.gen_s is None:
-            return Sample((measured.prefill_s,), (measured.prefill_cpu_s or math.nan,))
-        return Sample(
+            return ClockSample((measured.prefill_s,), (measured.prefill_cpu_s or math.nan,))
+        return ClockSample(
             (measured.prefill_s, measured.gen_s),
             (measured.prefill_cpu_s or math.nan, measured.gen_cpu_s or math.nan),
         )

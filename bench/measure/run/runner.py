@@ -53,12 +53,8 @@ from ..machine.threads import cache_path as threads_cache_path
 from ..ops.opcheck import check_ops_called
 from ..plugins import load_plugins
 from .cellrun import CellContext, CellRun
-from .configuration import Configuration, PlannedRows, sd_upper_factor, weigh
 from .findings import Findings, Roofline
-from .ledger import RunTime, TimeLedger
-from .pilot import ScheduleChoice, choose_schedule
-from .pilot import cache_path as schedule_cache_path
-from .plan import (
+from .jobs import (
     ModelJob,
     RunOptions,
     cell_meta,
@@ -69,6 +65,9 @@ from .plan import (
     table_rows,
     variant_pairs,
 )
+from .ledger import RunTime, TimeLedger
+from .pilot import ScheduleChoice, choose_schedule
+from .pilot import cache_path as schedule_cache_path
 from .planning import CACHE_VERSION as PLAN_CACHE_VERSION
 from .planning import PlanWork, RunPlanner, shares_code
 from .progress import RunProgress
@@ -78,6 +77,7 @@ from .schedules.base import RoundSchedule
 from .schedules.order import centre_order
 from .session import Build, WorkerFailed, WorkerMaker, WorkerSession, stopped_after
 from .stopwatch import Stopwatch
+from .weighing import Configuration, PlannedRows, sd_upper_factor, weigh
 
 # A cell closed without rounds: skipped before it ran (too big, or planned none), or its worker
 # failed.
@@ -377,7 +377,7 @@ def configuration_from_runs(
 ) -> Chosen:
     """`threads: auto` and `schedule: auto` with `trials: plan`: the probe's thread count and the
     cached (or safe) schedule, or another configuration where this experiment's runs here say it
-    surely decides more rows, or as many sooner (measure.run.configuration). Weighs only what is
+    surely decides more rows, or as many sooner (measure.run.weighing). Weighs only what is
     cached: no probe, pilot or worker runs."""
     worker_env, env, threads, schedule = chosen
     cores = os.cpu_count() or 1

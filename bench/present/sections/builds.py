@@ -91,7 +91,7 @@ def _figure(
     study: Study,
     machine: str,
     workload: str,
-    table: Sequence[stats.Comparison],
+    table: Sequence[stats.ComparisonRow],
     labels: dict[tuple[str, str], str],
     out_dir: Path,
 ) -> Figure:

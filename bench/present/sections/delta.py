@@ -22,7 +22,7 @@ from ...analysis.inference import (
 )
 from ...analysis.reference import Reference
 from ...analysis.shares import ExpectedDelta, disagrees, shares_on
-from ...analysis.stats import ALPHA, Comparison
+from ...analysis.stats import ALPHA, ComparisonRow
 from ...analysis.study import (
     CellInfo,
     CorrectnessCheck,
@@ -119,7 +119,7 @@ class DeltaSection:
     warnings: list[str]
 
 
-def delta_cells(row: Comparison, failed: Sequence[str], new: str) -> DeltaCells:
+def delta_cells(row: ComparisonRow, failed: Sequence[str], new: str) -> DeltaCells:
     """The cells of one compare() row; a variant that failed correctness is never shown as a
     speed-up."""
     if failed:
@@ -147,7 +147,7 @@ def delta_cells(row: Comparison, failed: Sequence[str], new: str) -> DeltaCells:
     )
 
 
-def _rounds_cell(row: Comparison) -> str:
+def _rounds_cell(row: ComparisonRow) -> str:
     """ "40", "38 (2 outliers)", "40 (compiled stalls in 6)" or "40 (all; 2 outliers kept)"."""
     if row.stalls and row.stalls.arm:
         return f"{row.n_pairs} ({stalling_arm(row)} stalls in {row.stalls.against_arm})"
@@ -159,13 +159,13 @@ def _rounds_cell(row: Comparison) -> str:
     )
 
 
-def stalling_arm(row: Comparison) -> str:
+def stalling_arm(row: ComparisonRow) -> str:
     """The name of the arm the stall rule flags, as the table names it (a variant, or "current" for
     a build)."""
     return row.new if row.stalls and row.stalls.arm == STALLS_NEW else row.baseline
 
 
-def stall_warnings(comparison: Sequence[Comparison], where: str) -> list[str]:
+def stall_warnings(comparison: Sequence[ComparisonRow], where: str) -> list[str]:
     """Rows whose Δ the stall rule took over all rounds, naming the arm that stalls when the sign
     test says which."""
     warnings = []
@@ -199,7 +199,7 @@ def delta_table(
     pair: tuple[str, str],
     reference: Reference | None,
     family: Sequence[tuple[str, str]],
-) -> tuple[Table, list[Comparison], list[str]]:
+) -> tuple[Table, list[ComparisonRow], list[str]]:
     """The PR-style table for one machine x comparison x workload, its stats (Holm across
     `family`, every comparison of the report), and notes for under it."""
     new = pair[1]
@@ -273,7 +273,7 @@ def delta_table(
     return Table(columns, tuple(row.cells() for row in rows), numeric), comparison, notes
 
 
-def _adjusted_pct(row: Comparison) -> tuple[float, float]:
+def _adjusted_pct(row: ComparisonRow) -> tuple[float, float]:
     return (row.adj_low - 1) * 100, (row.adj_high - 1) * 100
 
 
@@ -283,7 +283,7 @@ def _expected_cell(expected: ExpectedDelta | None) -> str:
     return f"{signed_pct(expected.delta_pct)} [{expected.low_pct:+.1f}%, {expected.high_pct:+.1f}%]"
 
 
-def _disagreement_note(label: str, row: Comparison, expected: ExpectedDelta) -> str:
+def _disagreement_note(label: str, row: ComparisonRow, expected: ExpectedDelta) -> str:
     low, high = _adjusted_pct(row)
     return (
         f"{label} {row.metric}: the measured Δ {signed_pct(row.delta_pct)} [{low:+.1f}%, "
@@ -300,7 +300,7 @@ def _ref_delta(reference: Reference | None, size: str, metric: str) -> str:
     return NOTHING if row is None else f"{row.delta_pct:+.1f}%"
 
 
-def _incorrect_note(label: str, check: CorrectnessCheck, cell_rows: Sequence[Comparison]) -> str:
+def _incorrect_note(label: str, check: CorrectnessCheck, cell_rows: Sequence[ComparisonRow]) -> str:
     measured = ", ".join(
         f"{r.metric} {r.delta_pct:+.1f}%" for r in cell_rows if not math.isnan(r.delta_pct)
     )
@@ -442,7 +442,7 @@ def _delta_figure(
     pair: tuple[str, str],
     machine: str,
     workload: str,
-    comparison: Sequence[Comparison],
+    comparison: Sequence[ComparisonRow],
     labels: dict[tuple[str, str], str],
     reference: Reference | None,
     out_dir: Path,
@@ -482,7 +482,7 @@ def _delta_figure(
     )
 
 
-def _table_warnings(comparison: Sequence[Comparison], where: str) -> list[str]:
+def _table_warnings(comparison: Sequence[ComparisonRow], where: str) -> list[str]:
     """Rows with too few rounds for a verdict, and rounds the outlier rule set aside."""
     warnings = [
         f"too few rounds: {where}: {r.size} {r.metric} has "

@@ -7,7 +7,7 @@ import math
 import pandas as pd
 
 from ...analysis.study import (
-    Roofline,
+    AchievedRates,
     Study,
     cell_labels,
     has_roofline,
@@ -104,7 +104,7 @@ def roofline_table(study: Study, timed: pd.DataFrame) -> Table:
     )
 
 
-def _rates(r: Roofline) -> tuple[str, str]:
+def _rates(r: AchievedRates) -> tuple[str, str]:
     return (
         _with_percent(r.prefill_tflops, r.prefill_pct_of_peak, "prefill" in r.above_peak),
         _with_percent(r.gen_gbps, r.gen_pct_of_peak, "gen" in r.above_peak),
