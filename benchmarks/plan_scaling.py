@@ -65,7 +65,7 @@ def measure(trials_by_round: list[list[dict]], work) -> CellMeasure:
     for trials in trials_by_round:
         prefills.append(sum(t["prefill_s"] for t in trials))
         # a warm-up of fewer decode steps than a round's (since 4842a89), scaled to the round's as
-        # the runner scales it (CellRun._as_round)
+        # the runner scales it (CellWarmups._as_round)
         ran = sum(t["gen_s"] or 0.0 for t in trials)
         gens.append(sum(_as_round(t) for t in trials))
         if all(t.get("started_unix_s") for t in trials):

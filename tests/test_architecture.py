@@ -375,3 +375,11 @@ def test_the_architecture_pictures_follow_the_code(heading: str, module: str, fu
     calls = _calls_in_order(ROOT / module, function)
     assert len(drawn) >= 5 and set(drawn) <= set(calls), set(drawn) - set(calls)
     assert [calls.index(name) for name in drawn] == sorted(calls.index(name) for name in drawn)
+
+
+def test_a_cell_run_is_left_its_rounds():
+    """CellRun drives a cell's rounds; its warm-ups, the fixing of its rounds, its fresh pairs
+    and its op shares are classes of their own (issue 66: at most 200 lines)."""
+    tree = ast.parse((ROOT / "bench" / "measure" / "run" / "cellrun.py").read_text())
+    (cell_run,) = [n for n in tree.body if isinstance(n, ast.ClassDef) and n.name == "CellRun"]
+    assert cell_run.end_lineno - cell_run.lineno + 1 <= 200

@@ -12,7 +12,7 @@ from dataclasses import dataclass, replace
 
 from ...analysis.inference import PairedEstimate, paired_estimate
 from ...analysis.stopping import Goal, Row, print_level
-from ...core.cell import Forecast, Trial
+from ...core.cell import CellFields, Forecast, StopRecord, Trial
 from ...core.experiment import MIN_AUTO_ROUNDS, Experiment, Trials
 from ...core.fileformat import METRICS
 from ...present.format import format_duration
@@ -145,6 +145,19 @@ class CellStop:
                 seconds = None if needed is None or pace is None else (needed - rounds) * pace
                 found[label] = Forecast(needed, seconds)
         return found
+
+    def record(self, cell: CellFields, rounds: int, reason: str, schedule: str) -> StopRecord:
+        """The cell's stop record: why it stopped after `rounds`, the rows' half-widths, a round's
+        pace, and each undecided row's forecast."""
+        return StopRecord(
+            cell=cell,
+            rounds=rounds,
+            reason=reason,
+            schedule=schedule,
+            half_width_pct=self.half_widths(),
+            round_s=self.round_s(rounds),
+            undecided=self.forecasts(rounds),
+        )
 
     def _in_reach(self, forecast: Forecast) -> bool:
         return (

@@ -52,7 +52,8 @@ from ..machine.roofline import Peak, Rates, peak_for
 from ..machine.threads import cache_path as threads_cache_path
 from ..ops.opcheck import check_ops_called
 from ..plugins import load_plugins
-from .cellrun import CellContext, CellRun
+from .cellcontext import CellContext
+from .cellrun import CellRun
 from .findings import Findings, Roofline
 from .jobs import (
     ModelJob,
