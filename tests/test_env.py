@@ -321,13 +321,13 @@ def test_a_dangling_or_unloadable_blas_is_passed_over(tmp_path, monkeypatch):
 
 def test_a_runs_budget_leaves_out_the_thread_choice_but_not_the_environment_probes(monkeypatch):
     """The budget leaves out only what a machine measures once (cached): the environment probes
-    every run makes count."""
+    every run makes count; each second is on one phase of the run's time."""
     import fusebench.measure.machine.probe as probe_mod
-    import fusebench.measure.run.stopwatch as stopwatch_mod
+    import fusebench.measure.run.ledger as ledger_mod
     from fusebench.core.header import ThreadChoice
-    from fusebench.measure.run.stopwatch import Stopwatch
+    from fusebench.measure.run.ledger import ONE_TIME, RunTime
 
-    class Clock:  # a stand-in for the stopwatch's clock: set times, nothing timed
+    class Clock:  # a stand-in for the run time's clock: set times, nothing timed
         now = 0.0
 
         def monotonic(self) -> float:
@@ -338,13 +338,21 @@ def test_a_runs_budget_leaves_out_the_thread_choice_but_not_the_environment_prob
     def advance(seconds: float) -> None:
         clock.now += seconds
 
-    monkeypatch.setattr(stopwatch_mod, "time", clock)
+    monkeypatch.setattr(ledger_mod, "time", clock)
     env = collect_env()
     monkeypatch.setattr(probe_mod, "probe_env", lambda _: advance(1.0) or env)
     chosen = ThreadChoice(1, reason="measured")
     monkeypatch.setattr(probe_mod, "choose_threads", lambda *_, **__: advance(30.0) or chosen)
-    measuring = Stopwatch()
-    _, _, threads = probe_mod.worker_environment("auto", measuring=measuring)
+    run_time = RunTime(0.0, budget_s=100.0)
+    run_time.share_among(4)
+    with run_time.phase("probes"):
+        _, _, threads = probe_mod.worker_environment("auto", measuring=run_time.phase(ONE_TIME))
     assert threads == chosen
-    assert measuring.seconds == 30.0  # the two probes' 2 s count against the budget
-    assert clock.now == 32.0
+    assert run_time.seconds == {ONE_TIME: 30.0, "probes": 2.0}  # the two probes' 2 s count
+    assert clock.now == 32.0 and run_time.time_left_s() == 98.0
+    assert run_time.cell_share_s() == 98.0 / 4  # an even share of what is left
+    run_time.cell_finished()
+    advance(60.0)  # the first cell passed time on
+    assert run_time.cell_share_s() == pytest.approx(38.0 / 3)
+    advance(100.0)
+    assert run_time.cell_share_s() == 0.0

@@ -17,7 +17,7 @@ from conftest import ROOT
 
 from fusebench.analysis import sequential
 from fusebench.analysis.inference import paired_estimate, rounds_needed
-from fusebench.analysis.stopping import Goal, Row, RunBudget, print_level, target_for_margin
+from fusebench.analysis.stopping import Goal, Row, print_level, target_for_margin
 from fusebench.core.cell import Measured, Trial
 from fusebench.core.spec import parse_experiment
 from fusebench.measure.run import cellstop
@@ -114,11 +114,7 @@ def test_the_forecast_is_the_round_count_at_which_the_row_would_be_decided():
     assert Row(math.log(0.95), 0.05, 6, 0.05, Goal(5.0, limit_pct=5.0)).rounds_to_decide() is None
 
 
-def test_the_budget_shares_what_the_run_has_left():
-    budget = RunBudget(360.0, 4)
-    assert budget.share_s(0.0, 0) == 90.0
-    assert budget.share_s(60.0, 1) == pytest.approx(100.0)  # the first cell passed time on
-    assert budget.share_s(400.0, 2) == 0.0
+def test_the_print_level_and_the_target_for_a_margin():
     assert print_level(8) == pytest.approx(1 - 0.05 / 8)
     assert target_for_margin(5.0) == pytest.approx(2.4, abs=0.05)
 

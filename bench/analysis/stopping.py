@@ -27,7 +27,7 @@ In reach
     so its time goes to the cells after it. The forecast decides only when to stop spending, never
     what a row reads.
 
-Time (`RunBudget`)
+Time (measure.run.ledger's `RunTime`)
     `budget_s` bounds the command's wall time from its start, less the machine's one-time
     measurements: building weights, warm-up, correctness, the timed rounds, op shares and the
     fresh worker pairs, each planned at what this cell measured it to cost. Each cell gets an even
@@ -47,7 +47,7 @@ from scipy import special
 
 from . import sequential
 
-__all__ = ["Goal", "Row", "RunBudget", "print_level", "target_for_margin"]
+__all__ = ["Goal", "Row", "print_level", "target_for_margin"]
 
 
 def print_level(rows_in_table: int, alpha: float = 0.05) -> float:
@@ -150,17 +150,3 @@ def _t_rounds_to_reach(
     while n > 2 and _half_log(n - 1, sd, alpha, True) <= half_log:
         n -= 1
     return n
-
-
-@dataclass(frozen=True)
-class RunBudget:
-    """The run's wall time, shared among its cells in the order they run."""
-
-    total_s: float
-    cells: int
-
-    def share_s(self, elapsed_s: float, cells_done: int) -> float:
-        """Seconds the next cell may spend: an even share of what the run has left after
-        `elapsed_s`."""
-        left = max(0.0, self.total_s - elapsed_s)
-        return left / max(1, self.cells - cells_done)

@@ -13,11 +13,11 @@ import os
 import subprocess
 import sys
 from collections.abc import Callable
+from contextlib import AbstractContextManager, nullcontext
 from typing import Any
 
 from ...core.header import Env, PeakProbe
 from ...core.typed import from_mapping, to_mapping
-from ..run.stopwatch import Stopwatch
 from .env import blas_preload_env, child_command, collect_env, thread_env
 from .peaks import probe_peaks
 from .threads import ThreadChoice, choose_threads
@@ -52,7 +52,7 @@ def worker_environment(
     blas: str,
     threads: int | None = None,
     fresh: bool = False,
-    measuring: Stopwatch | None = None,
+    measuring: AbstractContextManager[None] | None = None,
 ) -> tuple[dict[str, str], Env, ThreadChoice]:
     """The workers' environment (an optimized BLAS preloaded when there is one, its threads limited
     to `threads`, or with None to the count measure.machine.threads chooses on this machine,
@@ -64,7 +64,7 @@ def worker_environment(
         env = thread_env(env, threads)
         return env, probe_env(env), ThreadChoice(threads, reason="")
     probed = probe_env(env)
-    with measuring or Stopwatch():
+    with measuring or nullcontext():
         choice = choose_threads(env, probed, fresh=fresh)
     env = thread_env(env, choice.threads)
     return env, probe_env(env), choice

@@ -77,7 +77,7 @@ class CellRun:
             self.context.console.print(text, highlight=False)
 
     def run(self, first: bool) -> None:
-        ledger = self.context.time.ledger
+        ledger = self.context.time
         setup_began = time.monotonic()
         with ledger.phase("kernels"):
             for build in self.builds:
@@ -111,7 +111,7 @@ class CellRun:
         stop = self.cell_stop.record(meta, rounds, reason, self.schedule.name)
         self.context.findings.write(stop)
         self.context.time.cell_finished()
-        self.shares.weigh(rounds, bool(stop.undecided and self.context.time.budget))
+        self.shares.weigh(rounds, bool(stop.undecided) and self.context.time.budgeted)
         rounds_ended = time.monotonic()
         with ledger.phase("shares"):
             self._after_rounds(rounds, first)
@@ -146,7 +146,7 @@ class CellRun:
         with trials: budget or plan the rounds are fixed from them now, before the first."""
         kernels_s = time.monotonic() - setup_began
         planner = self.context.planner
-        with self.context.time.ledger.phase("warm-up"):
+        with self.context.time.phase("warm-up"):
             warmup_s, round_s, clocks = self.warmups.run(
                 settle=planner is not None and not planner.measured_any()
             )

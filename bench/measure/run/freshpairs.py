@@ -11,6 +11,7 @@ import time
 from ...core.experiment import Cell
 from .cellcontext import CellContext
 from .cellstop import CellStop
+from .ledger import ONE_TIME
 from .schedules.base import RoundSchedule
 from .session import WorkerSession, stop_all
 from .warmups import CellWarmups
@@ -51,6 +52,6 @@ class FreshPairs:
         self.workers[:] = self.context.workers.start(self.cell.model, self.schedule)
         for worker in self.workers:
             written_s = worker.loaded(self.deadline, self.exp.timeout_s).written_s
-            self.context.time.wrote_weights(written_s)
+            self.context.time.add(ONE_TIME, written_s)  # a preset's weights written, once
         self.warmups.run(fresh=True)
         self.cell_stop.fresh_pair_took(time.monotonic() - began, stop_s)

@@ -66,7 +66,7 @@ from .jobs import (
     table_rows,
     variant_pairs,
 )
-from .ledger import RunTime, TimeLedger
+from .ledger import ONE_TIME, RunTime
 from .pilot import ScheduleChoice, choose_schedule
 from .pilot import cache_path as schedule_cache_path
 from .planning import CACHE_VERSION as PLAN_CACHE_VERSION
@@ -77,7 +77,6 @@ from .schedules import SCHEDULES
 from .schedules.base import RoundSchedule
 from .schedules.order import centre_order
 from .session import Build, WorkerFailed, WorkerMaker, WorkerSession, stopped_after
-from .stopwatch import Stopwatch
 from .weighing import Configuration, PlannedRows, sd_upper_factor, weigh
 
 # A cell closed without rounds: skipped before it ran (too big, or planned none), or its worker
@@ -96,7 +95,7 @@ class Runner:
         console: Console,
         peak: Peak | None,
         worker_env: dict[str, str],
-        started: float,
+        run_time: RunTime,
         choice: ScheduleChoice,
     ) -> None:
         self.exp, self.options, self.console = exp, options, console
@@ -111,7 +110,7 @@ class Runner:
         cells = {cell.key: cell for cell in exp.cells()}
         self.meta = {key: cell_meta(cell, run_id) for key, cell in cells.items()}
         self.roofline = Roofline(peak, cells)
-        self.time = RunTime(TimeLedger(options.started), started, exp.budget_s)
+        self.time = run_time
         pinned = pinned_cpus(worker_env) if options.pin else None
         self.workers = WorkerMaker(
             exp, tuple(self.builds), worker_env, choice.cores or (0, 1), pinned
@@ -125,7 +124,7 @@ class Runner:
         """trials: plan: the plan of every cell, when this machine has measured enough to make it
         (else the first cell's setup makes it)."""
         assert self.planner is not None
-        with self.time.ledger.phase("plan"):
+        with self.time.phase("plan"):
             plan = self.planner.make(self.time.time_left_s())
         if self.options.quiet:
             return
@@ -237,8 +236,8 @@ class Runner:
                         highlight=False,
                     )
             load_s = time.monotonic() - started - written_s
-            self.time.wrote_weights(written_s)
-            self.time.ledger.add("load", load_s)
+            self.time.add(ONE_TIME, written_s)  # a preset's weights written, once
+            self.time.add("load", load_s)
             for cell in job.cells:
                 CellRun(context, cell, schedule, workers, job.done, load_s).run(
                     first=cell is job.cells[0]
@@ -255,7 +254,7 @@ class Runner:
                 finally:
                     stopping = time.monotonic()
         finally:
-            self.time.ledger.add("stop", time.monotonic() - stopping)
+            self.time.add("stop", time.monotonic() - stopping)
 
 
 STALE_FACTOR = 2.0  # a run's rows this many times the pilot's spread: the machine is measured again
@@ -436,7 +435,8 @@ def _planned_in(
     if choice.schedule != configuration.schedule or peak is None:
         return None
     candidate_env = thread_env(worker_env, configuration.threads)
-    runner = Runner(exp, options, "-", console, peak, candidate_env, 0.0, choice)
+    weighing = RunTime(time.monotonic(), exp.budget_s)
+    runner = Runner(exp, options, "-", console, peak, candidate_env, weighing, choice)
     planner = run_planner(runner, cells, candidate)
     point, bounded = planner.make(exp.budget_s), planner.make(exp.budget_s, sd_upper_factor())
     if point is None or bounded is None:  # no cell of the experiment measured so
@@ -460,10 +460,11 @@ def run_experiment(
     # budget_s bounds the command's wall time but for the machine's one-time measurements (threads,
     # schedule and clock, peaks: minutes on a machine's first run, cached after); the probes of
     # the workers' environment, a second each run, count
-    measuring = Stopwatch()
-    probing = time.monotonic()
-    worker_env, env, threads = worker_environment(options.blas, exp.threads, measuring=measuring)
-    probes_s = time.monotonic() - probing - measuring.seconds
+    run_time = RunTime(options.started, exp.budget_s)
+    with run_time.phase("probes"):
+        worker_env, env, threads = worker_environment(
+            options.blas, exp.threads, measuring=run_time.phase(ONE_TIME)
+        )
     schedule = choose_schedule(exp.schedule, env, worker_env, threads.threads)
     if SCHEDULES[schedule.schedule].one_core_each:
         # workers at once, one core each: one BLAS thread apiece, whatever threads chose
@@ -478,15 +479,12 @@ def run_experiment(
     if warning := blas_warning(env):
         console.print(f"[yellow]warning[/]: {warning}")
     run_id, done = resume_state(resume, exp) if resume else (new_run_id(), DoneWork())
-    with measuring:
+    with run_time.phase(ONE_TIME):
         peak = measured_peak(worker_env, env)
-    started = options.started + measuring.seconds
-    runner = Runner(exp, options, run_id, console, peak, worker_env, started, schedule)
-    runner.time.ledger.add("machine", measuring.seconds)
+    runner = Runner(exp, options, run_id, console, peak, worker_env, run_time, schedule)
     if exp.trials is Trials.PLAN:
         runner.planner = run_planner(runner, cells, env)
-    with runner.time.ledger.phase("probes"):
-        runner.time.ledger.add("probes", probes_s)
+    with run_time.phase("probes"):
         before = preflight()
     with ResultsWriter(options.out) as writer:
         experiment = StoredExperiment(
@@ -530,7 +528,7 @@ def run_experiment(
             finally:
                 writer.write(sampler.summary(run_id))
                 said = runner.planner.said_s if runner.planner else None
-                writer.write(runner.time.ledger.spent(run_id, said))
+                writer.write(run_time.record(run_id, said))
     stale = (
         stale_machine_line(runner.planner, schedule, env, threads.threads)
         if runner.planner
