@@ -104,6 +104,11 @@ def variant_pairs(exp: Experiment) -> list[tuple[str, str]]:
     return pairs
 
 
+def variant_order(exp: Experiment) -> tuple[str, ...]:
+    """The variants in a round's order: the compared ones at the centre (schedules.order)."""
+    return tuple(centre_order(list(exp.variants), [(c.baseline, c.new) for c in exp.comparisons]))
+
+
 def default_out_path(exp: Experiment) -> Path:
     stamp = datetime.now().strftime("%Y%m%d-%H%M%S")
     return Path("results") / f"{exp.name}-{stamp}.jsonl"
@@ -132,9 +137,7 @@ def print_dry_run(exp: Experiment, cells: list[Cell], console: Console) -> None:
         )
     rounds = exp.rounds_text()
     trials = len(cells) * len(exp.variants) * (exp.rounds + exp.warmup)
-    order = " ".join(
-        centre_order(list(exp.variants), [(c.baseline, c.new) for c in exp.comparisons])
-    )
+    order = " ".join(variant_order(exp))
     console.print(
         f"{trials} trials{'' if exp.trials is Trials.FIXED else ' at most'}: per variant and cell, "
         f"{exp.warmup} warmup round(s), then {rounds}; order {order}, reversed every other round; "

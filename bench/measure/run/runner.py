@@ -27,7 +27,6 @@ from ...core.flags import shard_cells
 from ...core.header import (
     BuildFields,
     Env,
-    PeakProbe,
     PluginFile,
     StoredExperiment,
     ThreadChoice,
@@ -41,14 +40,13 @@ from ..machine.env import (
     blas_warning,
     cache_dir,
     machine_key,
-    read_cached,
     thread_env,
-    write_cached,
 )
 from ..machine.load import LoadSampler, preflight
 from ..machine.memory import memory_verdict, weight_bytes
-from ..machine.probe import probe_peaks_in, worker_environment
-from ..machine.roofline import Peak, Rates, peak_for
+from ..machine.peakcache import cached_peak, measured_peak, raise_cached_peak
+from ..machine.probe import worker_environment
+from ..machine.roofline import Peak
 from ..machine.threads import cache_path as threads_cache_path
 from ..ops.opcheck import check_ops_called
 from ..plugins import load_plugins
@@ -64,6 +62,7 @@ from .jobs import (
     plan_jobs,
     print_dry_run,
     table_rows,
+    variant_order,
     variant_pairs,
 )
 from .ledger import ONE_TIME, RunTime
@@ -75,7 +74,6 @@ from .progress import RunProgress
 from .resume import DoneWork, resume_state
 from .schedules import SCHEDULES
 from .schedules.base import RoundSchedule
-from .schedules.order import centre_order
 from .session import Build, WorkerFailed, WorkerMaker, WorkerSession, stopped_after
 from .weighing import Configuration, PlannedRows, sd_upper_factor, weigh
 
@@ -103,9 +101,7 @@ class Runner:
         self.schedule = SCHEDULES[choice.schedule]
         self.builds = [options.current, *([options.reference] if options.reference else [])]
         self.build_names = [build.name for build in self.builds]
-        self.order = tuple(
-            centre_order(list(exp.variants), [(c.baseline, c.new) for c in exp.comparisons])
-        )
+        self.order = variant_order(exp)
         self.pairs = variant_pairs(exp)
         cells = {cell.key: cell for cell in exp.cells()}
         self.meta = {key: cell_meta(cell, run_id) for key, cell in cells.items()}
@@ -279,78 +275,37 @@ def stale_machine_line(
     )
 
 
-def run_planner(runner: Runner, cells: Sequence[Cell], env: Env) -> RunPlanner:
-    """trials: plan's planner for this run: each cell's work from its shapes, and this machine's
-    cached costs and spreads."""
-    exp, choice, schedule = runner.exp, runner.choice, runner.schedule
-    warmup_rounds = schedule.warmup_rounds(runner.build_names)
+def run_planner(
+    exp: Experiment,
+    cells: Sequence[Cell],
+    env: Env,
+    choice: ScheduleChoice,
+    builds: Sequence[Build],
+    roofline: Roofline,
+) -> RunPlanner:
+    """trials: plan's planner for a run of `builds` in the schedule chosen: each cell's work from
+    its shapes (the roofline's), and this machine's cached costs and spreads."""
+    schedule = SCHEDULES[choice.schedule]
+    names = [build.name for build in builds]
+    trials = schedule.round_trials(variant_order(exp), names, variant_pairs(exp))
+    warmup_rounds = schedule.warmup_rounds(names)
 
     def work(cell: Cell) -> PlanWork:
-        one = runner.roofline.work(cell.key)
-        trials = runner.round_trials(schedule)
+        one = roofline.work(cell.key)
         return PlanWork(
             round_flops=float(trials * one.prefill_flops),
             round_bytes=float(trials * one.gen_bytes),
             prefill_bytes=float(trials * one.prefill_bytes),
-            weight_bytes=len(schedule.worker_builds(runner.builds)) * weight_bytes(cell.model),
+            weight_bytes=len(schedule.worker_builds(list(builds))) * weight_bytes(cell.model),
             warmups=max(exp.warmup, 1) * warmup_rounds,
-            rows=len(METRICS) * len(comparison_pairs(exp, runner.build_names)),
+            rows=len(METRICS) * len(comparison_pairs(exp, names)),
         )
 
     cache = cache_dir() / (
         f"plan-v{PLAN_CACHE_VERSION}-{machine_key(env)}-t{env.threads}-{choice.schedule}.json"
     )
     return RunPlanner(
-        exp,
-        cells,
-        runner.build_names,
-        cache,
-        work=work,
-        rows=table_rows(exp, runner.build_names),
-        code=shares_code(env, exp),
-    )
-
-
-def peak_cache_path(env: Env) -> Path:
-    # v3: keyed by machine_key, so two VMs of one CPU name (AVX-512 or not) keep their own peaks.
-    return cache_dir() / f"peak-v3-{machine_key(env)}-t{env.threads}.json"
-
-
-def cached_peak(env: Env) -> Peak | None:
-    """The peak measured_peak gives, where it needs no probe; None where it would measure."""
-    if env.backend != "cpu":
-        return peak_for(env)
-    probe = read_cached(peak_cache_path(env), PeakProbe)
-    return peak_for(env, probe) if probe else None
-
-
-def measured_peak(worker_env: dict[str, str], env: Env) -> Peak | None:
-    """The roof to hold each cell against. On a GPU, the known chip. On a CPU, measured under the
-    workers' BLAS and thread count, best of several repeats, and cached per machine fingerprint and
-    thread count (the cache is raised when a run achieves more: see raise_cached_peak)."""
-    if env.backend == "cpu" and cached_peak(env) is None:
-        write_cached(peak_cache_path(env), probe_peaks_in(worker_env))
-    return cached_peak(env)
-
-
-def raise_cached_peak(env: Env, best: Rates, metrics: set[str]) -> str:
-    """After a run that achieved more than the cached peak: the machine can do at least what it did,
-    so the cached peak is raised to it, and later runs hold their trials against that."""
-    path = peak_cache_path(env)
-    probe = read_cached(path, PeakProbe)
-    if probe is None:
-        return f"peak underestimated: {', '.join(sorted(metrics))} exceeded the measured peak"
-    raised = replace(
-        probe,
-        matmul_gflops=max(probe.matmul_gflops, 1000 * best.prefill_tflops),
-        gemv_read_gbps=max(probe.gemv_read_gbps, best.gen_gbps or 0.0),
-        raised_by_a_run=True,
-    )
-    write_cached(path, raised)
-    return (
-        f"peak underestimated: {', '.join(sorted(metrics))} exceeded this machine's measured "
-        f"peak; those trials show no percentage, and the cached peak ({path}) is raised to what "
-        "this run achieved"
+        exp, cells, names, cache, work=work, rows=table_rows(exp, names), code=shares_code(env, exp)
     )
 
 
@@ -435,9 +390,9 @@ def _planned_in(
     if choice.schedule != configuration.schedule or peak is None:
         return None
     candidate_env = thread_env(worker_env, configuration.threads)
-    weighing = RunTime(time.monotonic(), exp.budget_s)
-    runner = Runner(exp, options, "-", console, peak, candidate_env, weighing, choice)
-    planner = run_planner(runner, cells, candidate)
+    builds = [options.current, *([options.reference] if options.reference else [])]
+    roofline = Roofline(peak, {cell.key: cell for cell in cells})
+    planner = run_planner(exp, cells, candidate, choice, builds, roofline)
     point, bounded = planner.make(exp.budget_s), planner.make(exp.budget_s, sd_upper_factor())
     if point is None or bounded is None:  # no cell of the experiment measured so
         return None
@@ -483,7 +438,7 @@ def run_experiment(
         peak = measured_peak(worker_env, env)
     runner = Runner(exp, options, run_id, console, peak, worker_env, run_time, schedule)
     if exp.trials is Trials.PLAN:
-        runner.planner = run_planner(runner, cells, env)
+        runner.planner = run_planner(exp, cells, env, schedule, runner.builds, runner.roofline)
     with run_time.phase("probes"):
         before = preflight()
     with ResultsWriter(options.out) as writer:
