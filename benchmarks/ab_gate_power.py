@@ -26,10 +26,11 @@ import math
 import shutil
 import statistics
 import subprocess
-import sys
 import tempfile
 import time
 from pathlib import Path
+
+from fusebench.measure.machine.env import child_command
 
 ROOT = Path(__file__).resolve().parents[1]
 PREFILL = (
@@ -107,13 +108,7 @@ def slowed_copy(dest: Path, slowdown_pct: float, wait: bool = False) -> Path:
 
 def fusebench_of(tree: Path) -> list[str]:
     """The command that runs `fusebench` of the tree at `tree`, as its workers are started."""
-    return [
-        sys.executable,
-        "-P",
-        str(tree / "bench" / "measure" / "launch.py"),
-        str(tree),
-        "fusebench",
-    ]
+    return child_command("fusebench", root=tree)
 
 
 def gate_verdicts(results: Path, cwd: Path, *extra: str) -> tuple[int, list[dict]]:

@@ -12,7 +12,6 @@ import hashlib
 import io
 import shutil
 import subprocess
-import sys
 from collections.abc import Iterable, Iterator, Mapping, Sequence
 from pathlib import Path
 from typing import Any
@@ -67,13 +66,9 @@ def registry() -> Iterator[Any]:
 def fusebench_command(tree: Path = ROOT) -> list[str]:
     """The command that runs `fusebench` of the tree at `tree` (this one, or a tree_copy), started
     as the product starts its workers (bench/measure/launch.py)."""
-    return [
-        sys.executable,
-        "-P",
-        str(tree / "bench" / "measure" / "launch.py"),
-        str(tree),
-        "fusebench",
-    ]
+    from fusebench.measure.machine.env import child_command
+
+    return child_command("fusebench", root=tree)
 
 
 def fusebench(
