@@ -18,8 +18,10 @@ from pathlib import Path
 from typing import Any, ClassVar, TypeVar
 
 from .cell import (
+    Agreement,
     CorrectnessRecord,
     DepthRecord,
+    DepthSpeed,
     ErrorRecord,
     KernelFact,
     ShareRecord,
@@ -29,7 +31,7 @@ from .cell import (
     TrialRecord,
 )
 from .errors import UserError
-from .typed import required_fields
+from .typed import required_fields, written_fields
 
 T = TypeVar("T")
 
@@ -55,72 +57,56 @@ RECORD_KINDS = (
 )
 
 
-class Column(StrEnum):
-    """A field of a trial, depth, correctness, op or share record, as readers key on it: the column
-    labels of `Results.frame`, declared once (each record's fields below are drawn from these)."""
+@dataclass(frozen=True, kw_only=True)
+class OpRecord:
+    """One timed sample of one op variant at one case (`fusebench ops`). Fields with defaults are
+    those the statistics do not read (they name and describe the case)."""
 
-    RUN_ID = "run_id"
-    MACHINE = "machine"  # not in the record: Results.frame adds its run's machine label
-    # not in the record: Results.frame adds to trials their run's stopping rule
-    # (core.experiment.Trials)
-    TRIALS = "trials"
-    # not in the record: Results.frame adds to trials the clock their run's intervals use (Clock)
-    CLOCK = "clock"
-    CELL = "cell"
-    MODEL = "model"
-    MODEL_KEY = "model_key"
-    SIZE = "size"
-    LAYERS = "layers"
-    DTYPE = "dtype"
-    QUANTIZE = "quantize"
-    WORKLOAD = "workload"
-    PROMPT_TOKENS = "prompt_tokens"
-    GEN_TOKENS = "gen_tokens"
-    BATCH = "batch"
-    VARIANT = "variant"
-    OPS = "ops"  # a trial's variant's full op assignment
-    BUILD = "build"
-    PROCESS = "process"  # which worker process measured a trial
-    ROUND = "round"
-    WARMUP = "warmup"
-    PREFILL_TPS = "prefill_tps"
-    GEN_TPS = "gen_tps"
-    PREFILL_S = "prefill_s"
-    GEN_S = "gen_s"
-    PREFILL_CPU_S = "prefill_cpu_s"  # the worker process's CPU seconds over the prefill
-    GEN_CPU_S = "gen_cpu_s"
-    # not in the record: analysis.stats.timed_trials derives them (cpu_clock_tps)
-    PREFILL_CPU_TPS = "prefill_cpu_tps"
-    GEN_CPU_TPS = "gen_cpu_tps"
-    STEP_S = "step_s"
-    COMPILE_S = "compile_s"
-    PEAK_MEMORY_BYTES = "peak_memory_bytes"
-    PREFILL_PEAK_BYTES = "prefill_peak_bytes"
-    GEN_PEAK_BYTES = "gen_peak_bytes"
-    TTFT_S = "ttft_s"
-    TTFT_TPS = "ttft_tps"
-    PREFILL_TFLOPS = "prefill_tflops"
-    GEN_GBPS = "gen_gbps"
-    PREFILL_PCT_OF_PEAK = "prefill_pct_of_peak"
-    GEN_PCT_OF_PEAK = "gen_pct_of_peak"
-    ABOVE_PEAK = "above_peak"
-    DEPTH = "depth"
-    REFERENCE = "reference"
-    MAX_ABS_ERR = "max_abs_err"
-    MAX_REL_ERR = "max_rel_err"
-    TOKENS_CHECKED = "tokens_checked"
-    TOKENS_AGREE = "tokens_agree"
-    ATOL = "atol"
-    PASSED = "passed"
-    OP = "op"
-    SHAPE_LABEL = "shape_label"
-    SECONDS = "seconds"
-    BYTES = "bytes"
-    FLOPS = "flops"
-    PHASE = "phase"
-    CALL = "call"
-    CALLS = "calls"
-    OVERHEAD_S = "overhead_s"
+    KIND: ClassVar[str] = "op"
+
+    run_id: str
+    op: str
+    variant: str
+    reference: str  # the op's reference variant, which the speed is paired against
+    shape_label: str  # names the case: the sizes that produce it, its role, its shapes and dtype
+    size: str = ""
+    sizes: tuple[str, ...] = ()
+    role: str = ""
+    shape: tuple[int, ...] = ()
+    arg_shapes: tuple[tuple[int, ...], ...] = ()
+    dtype: str = ""
+    round: int
+    iterations: int = 1  # calls per sample
+    seconds: float  # per call
+    bytes: int  # read and written by one call
+    flops: int | None  # of one call; None for pure data movement
+    gbps: float | None = None
+    gflops: float | None = None
+    max_abs_err: float  # the output's largest deviation from the reference variant's
+    note: str | None = None  # what the op's declaration says about this shape
+
+
+# The columns a results frame adds to the records it reads (`Results.frame`).
+FRAME_COLUMNS = (
+    "machine",  # its run's machine label
+    "trials",  # its run's stopping rule (core.experiment.Trials)
+    "clock",  # the clock its run's intervals use (Clock)
+    # each metric on the process CPU clock (cpu_clock_tps, analysis.stats.timed_trials)
+    "prefill_cpu_tps",
+    "gen_cpu_tps",
+)
+# A field of a trial, depth, correctness, op, share, site or kernel record, or a column a frame
+# adds, as readers key on it: the column labels of `Results.frame`. Each field is declared once, in
+# its record (core.cell, OpRecord above); Column.PREFILL_TPS is "prefill_tps".
+COLUMN_RECORDS = (TrialRecord, ShareRecord, Agreement, DepthSpeed, OpRecord, SiteCalls, KernelFact)
+Column = StrEnum(
+    "Column",
+    {
+        name.upper(): name
+        for names in (*map(written_fields, COLUMN_RECORDS), FRAME_COLUMNS)
+        for name in names
+    },
+)
 
 
 # Throughput metrics, all tokens/s and bigger-is-better, and the trial field holding each.
@@ -164,35 +150,6 @@ CELL_FIELDS = (
     Column.DTYPE,
     Column.QUANTIZE,
 )
-
-
-@dataclass(frozen=True, kw_only=True)
-class OpRecord:
-    """One timed sample of one op variant at one case (`fusebench ops`). Fields with defaults are
-    those the statistics do not read (they name and describe the case)."""
-
-    KIND: ClassVar[str] = "op"
-
-    run_id: str
-    op: str
-    variant: str
-    reference: str  # the op's reference variant, which the speed is paired against
-    shape_label: str  # names the case: the sizes that produce it, its role, its shapes and dtype
-    size: str = ""
-    sizes: tuple[str, ...] = ()
-    role: str = ""
-    shape: tuple[int, ...] = ()
-    arg_shapes: tuple[tuple[int, ...], ...] = ()
-    dtype: str = ""
-    round: int
-    iterations: int = 1  # calls per sample
-    seconds: float  # per call
-    bytes: int  # read and written by one call
-    flops: int | None  # of one call; None for pure data movement
-    gbps: float | None = None
-    gflops: float | None = None
-    max_abs_err: float  # the output's largest deviation from the reference variant's
-    note: str | None = None  # what the op's declaration says about this shape
 
 
 # What the readers key on, per kind: a record lacking one is bad input, reported with its file, not

@@ -52,6 +52,20 @@ def _flat_part(hint: Any, mapping: Mapping[str, object]) -> object:
     return from_mapping(part, mapping)
 
 
+def written_fields(cls: type) -> tuple[str, ...]:
+    """Every field a record of `cls` is written with, in order, its FLAT parts' inline."""
+    hints = _hints(cls)
+    found: list[str] = []
+    for field in dataclasses.fields(cls):
+        if not field.metadata.get("flat"):
+            found.append(field.name)
+            continue
+        hint = hints[field.name]
+        (part,) = [a for a in (hint, *typing.get_args(hint)) if dataclasses.is_dataclass(a)]
+        found += written_fields(part)
+    return tuple(found)
+
+
 def required_fields(cls: type) -> tuple[str, ...]:
     """The fields a record of `cls` must hold: those without a default, FLAT parts' among them."""
     hints = _hints(cls)
