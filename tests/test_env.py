@@ -344,15 +344,15 @@ def test_a_runs_budget_leaves_out_the_thread_choice_but_not_the_environment_prob
     chosen = ThreadChoice(1, reason="measured")
     monkeypatch.setattr(probe_mod, "choose_threads", lambda *_, **__: advance(30.0) or chosen)
     run_time = RunTime(0.0, budget_s=100.0)
-    run_time.share_among(4)
+    run_time.divide_among(4)
     with run_time.phase("probes"):
         _, _, threads = probe_mod.worker_environment("auto", measuring=run_time.phase(ONE_TIME))
     assert threads == chosen
     assert run_time.seconds == {ONE_TIME: 30.0, "probes": 2.0}  # the two probes' 2 s count
     assert clock.now == 32.0 and run_time.time_left_s() == 98.0
-    assert run_time.cell_share_s() == 98.0 / 4  # an even share of what is left
+    assert run_time.cell_allowance_s() == 98.0 / 4  # an even part of what is left
     run_time.cell_finished()
     advance(60.0)  # the first cell passed time on
-    assert run_time.cell_share_s() == pytest.approx(38.0 / 3)
+    assert run_time.cell_allowance_s() == pytest.approx(38.0 / 3)
     advance(100.0)
-    assert run_time.cell_share_s() == 0.0
+    assert run_time.cell_allowance_s() == 0.0

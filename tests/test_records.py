@@ -12,7 +12,7 @@ import pytest
 from fusebench.core.cell import (
     CellFields,
     Measured,
-    PeakShares,
+    PeakPercents,
     Rates,
     ShareRecord,
     Trial,
@@ -49,7 +49,7 @@ TRIAL = TrialRecord(
     cell=CELL,
     trial=Trial(variant="base", ops={"geglu": "unfused"}, round=0, warmup=False, measured=MEASURED),
     rates=Rates(prefill_tflops=0.1, gen_gbps=2.0),
-    shares=PeakShares(prefill_pct_of_peak=10.0, gen_pct_of_peak=20.0),
+    of_peak=PeakPercents(prefill_pct_of_peak=10.0, gen_pct_of_peak=20.0),
     process=0,
 )
 

@@ -3,7 +3,7 @@ from dataclasses import replace
 import pytest
 import yaml
 
-from fusebench.core.cell import PeakShares, Rates
+from fusebench.core.cell import PeakPercents, Rates
 from fusebench.core.header import Env, Peak, PeakProbe
 from fusebench.core.typed import from_mapping, to_mapping
 from fusebench.measure.machine.roofline import (
@@ -139,15 +139,16 @@ def test_achieved_and_percent_of_peak(tiny):
     rates = achieved(4.0, 3.0, work, work.gen_steps)
     assert rates == Rates(prefill_tflops=pytest.approx(0.5), gen_gbps=pytest.approx(10.0))
     peak = _peak(fp32_tflops=1.0, bf16_tflops=2.0, memory_gbps=40.0)
-    assert percent_of_peak(rates, peak) == PeakShares(pytest.approx(50.0), pytest.approx(25.0), ())
+    expected = PeakPercents(pytest.approx(50.0), pytest.approx(25.0), ())
+    assert percent_of_peak(rates, peak) == expected
     assert percent_of_peak(rates, peak, "bfloat16").prefill_pct_of_peak == pytest.approx(25.0)
-    assert percent_of_peak(rates, None) == PeakShares(None, None, ())
+    assert percent_of_peak(rates, None) == PeakPercents(None, None, ())
 
 
 def test_a_rate_above_the_peak_is_flagged_never_a_percentage_over_100():
     low_peak = _peak(fp32_tflops=0.5, bf16_tflops=None, memory_gbps=10.0)
-    shares = percent_of_peak(Rates(prefill_tflops=1.0, gen_gbps=5.0), low_peak)
-    assert shares == PeakShares(None, pytest.approx(50.0), ("prefill",))
+    of_peak = percent_of_peak(Rates(prefill_tflops=1.0, gen_gbps=5.0), low_peak)
+    assert of_peak == PeakPercents(None, pytest.approx(50.0), ("prefill",))
 
 
 PROBE = PeakProbe(

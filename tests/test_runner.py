@@ -145,7 +145,7 @@ def test_trials_auto_stops_when_its_rows_are_decided_or_out_of_reach(tmp_path):
     )
     results = read_results([out])
     stop = results.of_kind("stop")[0]
-    # Never before the 6-round pilot, never past max_rounds. Which reason a toy model's noise gives
+    # Never before the first 6 rounds, never past max_rounds. Which reason a toy model's noise gives
     # is a timing outcome; what each reason promises is not: "decided" leaves no row undecided, the
     # others name a forecast.
     assert stop["reason"] in ("decided", "out of reach", "max_rounds") and 6 <= stop["rounds"] <= 8

@@ -177,8 +177,8 @@ def _trial(variant: str, round_: int, tps: float) -> Trial:
     return Trial(variant=variant, round=round_, warmup=False, measured=measured)
 
 
-def _fixed(exp, builds: list[str], share_s: float, costs: RoundCosts) -> int:
-    stop = CellStop(exp, builds, share_s=share_s)
+def _fixed(exp, builds: list[str], allowance_s: float, costs: RoundCosts) -> int:
+    stop = CellStop(exp, builds, allowance_s=allowance_s)
     stop.expect(costs)
     return stop.fix_rounds()
 
@@ -188,7 +188,7 @@ def test_trials_budget_fixes_the_rounds_its_share_holds_and_no_data_end_them_soo
     assert _fixed(exp, ["current"], 105.0, RoundCosts(10.0)) == 10
     assert _fixed(exp, ["current"], 5.0, RoundCosts(10.0)) == MIN_BUDGET_ROUNDS
     assert _fixed(exp, ["current"], 1e6, RoundCosts(10.0)) == exp.rounds
-    stop = CellStop(exp, ["current"], share_s=1e6)
+    stop = CellStop(exp, ["current"], allowance_s=1e6)
     stop.expect(RoundCosts(1.0))
     stop.fix_rounds()
     for round_ in range(exp.rounds):  # compiled twice as fast, every round: decided at once
@@ -224,7 +224,7 @@ def test_a_budget_stops_before_a_round_whose_fresh_pair_or_the_final_stop_would_
     exp = parse_experiment(BUDGET_EXPERIMENT + "worker_rounds: 6\n")
     clock = _Clock()
     monkeypatch.setattr(cellstop, "time", clock)
-    stop = CellStop(exp, ["a", "b"], share_s=100.0)
+    stop = CellStop(exp, ["a", "b"], allowance_s=100.0)
     stop.expect(RoundCosts(10.0, fresh_pair_s=20.0, stop_s=5.0))
     stop.planned = exp.rounds  # fixed far beyond the share, as a too-cheap estimate would
     clock.now = 85.0  # round 4 (10 s) and the stop (5 s) fit the 15 s left
@@ -239,7 +239,7 @@ def test_a_budget_stops_before_a_round_whose_fresh_pair_or_the_final_stop_would_
 
 def test_the_budget_plans_with_the_rounds_and_fresh_pairs_it_measured():
     exp = parse_experiment(BUDGET_EXPERIMENT + "worker_rounds: 6\n")
-    stop = CellStop(exp, ["a", "b"], share_s=100.0)
+    stop = CellStop(exp, ["a", "b"], allowance_s=100.0)
     stop.expect(RoundCosts(10.0, fresh_pair_s=20.0))
     stop.round_took(12.0)
     stop.round_took(14.0)
@@ -254,7 +254,7 @@ def test_the_budget_judges_the_next_round_at_the_slowest_pace_a_round_took(
     exp = parse_experiment(BUDGET_EXPERIMENT)
     clock = _Clock()
     monkeypatch.setattr(cellstop, "time", clock)
-    stop = CellStop(exp, ["a", "b"], share_s=100.0)
+    stop = CellStop(exp, ["a", "b"], allowance_s=100.0)
     stop.expect(RoundCosts(10.0, stop_s=5.0))
     stop.planned = exp.rounds
     stop.round_took(8.0)

@@ -14,10 +14,10 @@ Decided
 Looking after every round
     The intervals are confidence sequences (analysis.sequential): they hold at every round count at
     once, so the cell may stop at the first round at which its rows are decided without the interval
-    covering less than it says. The rule never needs a plan fixed in advance: the pilot
-    (`MIN_AUTO_ROUNDS` rounds, core.experiment) only keeps the first verdict from resting on a
-    handful of rounds, and `max_rounds` and the budget bound it. Simulated at both machines' noise,
-    with heavy tails and dips: benchmarks/sequential_coverage.py.
+    covering less than it says. The rule never needs a plan fixed in advance: the first
+    `MIN_AUTO_ROUNDS` rounds (core.experiment), always run, only keep the first verdict from
+    resting on a handful of rounds, and `max_rounds` and the budget bound it. Simulated at both
+    machines' noise, with heavy tails and dips: benchmarks/sequential_coverage.py.
 
 In reach
     After each round an undecided row's forecast is the rounds at which its interval would be narrow
@@ -30,12 +30,12 @@ In reach
 Time (measure.run.ledger's `RunTime`)
     `budget_s` bounds the command's wall time from its start, less the machine's one-time
     measurements: building weights, warm-up, correctness, the timed rounds, op shares and the
-    fresh worker pairs, each planned at what this cell measured it to cost. Each cell gets an even
-    share of what the run has left when it starts (the cells before it may have passed time on),
-    and a round that would not fit its share is not started. One thing lies outside it: a cell's
-    pilot always runs, since before it no row has an interval at all (the sequence is unbounded
-    below 6 rounds at a table's α/8); where the pilots alone outrun the budget, the run takes that
-    long and each cell's pilot line says what a larger budget would settle.
+    fresh worker pairs, each planned at what this cell measured it to cost. Each cell's allowance
+    is an even part of what the run has left when it starts (the cells before it may have passed
+    time on), and a round that would not fit its allowance is not started. One thing lies outside
+    it: a cell's first rounds always run, since before them no row has an interval at all (the
+    sequence is unbounded below 6 rounds at a table's α/8); where they alone outrun the budget, the
+    run takes that long and each cell's first line says what a larger budget would settle.
 """
 
 from __future__ import annotations

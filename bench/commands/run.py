@@ -9,7 +9,7 @@ EXPERIMENT is a YAML file or the name of a shipped one (`--list` shows them), fr
 The main job (`trials: plan`) gives each size, before its first timed round, the fewest rounds
 expected to decide its rows at this machine's measured costs and spreads, and says before the
 first round how long the table takes here; `budget_s` (10 minutes) is a cap, and `--budget 5m` a
-quicker, partial answer. With `trials: auto` each cell runs a pilot of 6 rounds, then adds rounds
+quicker, partial answer. With `trials: auto` each cell runs 6 rounds, then adds rounds
 until every row is decided (faster, slower, or no change within `margin_pct`; with --against,
 inside or beyond the limit), no decision is in reach, or the budget is spent: the intervals are
 confidence sequences, valid at whatever round the run stopped.

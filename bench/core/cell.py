@@ -197,7 +197,7 @@ class Rates:
 
 
 @dataclass(frozen=True)
-class PeakShares:
+class PeakPercents:
     """Rates as % of the run's peak (None without a peak)."""
 
     prefill_pct_of_peak: float | None
@@ -217,7 +217,7 @@ class TrialRecord:
     trial: Trial = field(metadata=FLAT)
     build: str = CURRENT_BUILD
     rates: Rates | None = field(default=None, metadata=FLAT)
-    shares: PeakShares | None = field(default=None, metadata=FLAT)
+    of_peak: PeakPercents | None = field(default=None, metadata=FLAT)
     process: int | None = None
     beside: str | None = None
     core: int | None = None

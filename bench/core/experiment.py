@@ -265,7 +265,7 @@ class Experiment:
         budget = f", the whole run within {self.budget_s:g} s" if self.budget_s else ""
         return (
             "rounds until every row is decided (faster, slower, or no change within "
-            f"±{self.margin_pct:g}%{target}; a pilot of {MIN_AUTO_ROUNDS}, "
+            f"±{self.margin_pct:g}%{target}; at least {MIN_AUTO_ROUNDS}, "
             f"at most {self.rounds}{budget})"
         )
 

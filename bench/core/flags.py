@@ -54,7 +54,7 @@ def experiment_path(given: str | Path) -> Path:
 
 
 # What an experiment from `run --model ... --op ...` takes that an experiment file would spell out:
-# rounds until decided, with a budget that suits one model (the pilot's first word comes within a
+# rounds until decided, with a budget that suits one model (the first rounds' word comes within a
 # minute or two of a 2-layer model on a slow 2-core VM).
 FLAGS_BUDGET_S_PER_MODEL = 150
 FLAGS_MARGIN_PCT = 5.0

@@ -63,7 +63,7 @@ EXPECT_KEYS = (*SLOWDOWN_KEYS, "all_correct")
 DEFAULT_BATCH = 1
 DEFAULT_TRIALS = 5
 DEFAULT_WARMUP = 1
-# run --against: each pair of worker processes runs a pilot's worth of rounds, then a fresh pair
+# run --against: each pair of worker processes runs `worker_rounds` rounds, then a fresh pair
 # takes over, so the interval sees the spread between processes (analysis.inference, "Between
 # processes").
 DEFAULT_WORKER_ROUNDS = MIN_AUTO_ROUNDS

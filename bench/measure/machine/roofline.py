@@ -37,7 +37,7 @@ from fusebench.models.config import (
 )
 from fusebench.models.loading import MX_DTYPES, build_model, cast_weights, quantize_weights
 
-from ...core.cell import PeakShares, Rates
+from ...core.cell import PeakPercents, Rates
 from ...core.header import Env, Peak, PeakProbe
 from ...core.typed import from_mapping
 
@@ -236,7 +236,7 @@ def achieved(prefill_s: float, gen_s: float | None, work: CellWork, steps: int) 
     )
 
 
-def percent_of_peak(rates: Rates, peak: Peak | None, dtype: str = "float32") -> PeakShares:
+def percent_of_peak(rates: Rates, peak: Peak | None, dtype: str = "float32") -> PeakPercents:
     """achieved() as % of a peak_for() peak; None where either side is unknown.
 
     A rate above the peak means the peak is wrong, not that the machine beat physics: its percentage
@@ -250,7 +250,7 @@ def percent_of_peak(rates: Rates, peak: Peak | None, dtype: str = "float32") -> 
         for metric, pct in (("prefill", prefill), ("gen", gen))
         if pct is not None and pct > 100.0
     ]
-    return PeakShares(
+    return PeakPercents(
         prefill_pct_of_peak=None if "prefill" in above else prefill,
         gen_pct_of_peak=None if "gen" in above else gen,
         above_peak=tuple(above),

@@ -61,10 +61,10 @@ class CellRun:
             round=self._round,
         )
         self.deadline = time.monotonic() + self.exp.timeout_s
-        share = context.time.cell_share_s()
-        # The cell's deadline (timeout_s) counts from here too: a share past it would end in a
+        allowance = context.time.cell_allowance_s()
+        # The cell's deadline (timeout_s) counts from here too: an allowance past it would end in a
         # timeout, not a stop.
-        limit = None if share is None else min(share, self.exp.timeout_s)
+        limit = None if allowance is None else min(allowance, self.exp.timeout_s)
         self.cell_stop = CellStop(self.exp, self.builds, limit)
         self.fixing = RoundFixing(context, cell, self.cell_stop, self.deadline, self._say)
         self.fresh_pairs = FreshPairs(

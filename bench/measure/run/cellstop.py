@@ -37,15 +37,15 @@ class RoundCosts:
 
 
 class CellStop:
-    """When a cell has enough rounds (analysis.stopping). With `trials: auto`: after a pilot of
+    """When a cell has enough rounds (analysis.stopping). With `trials: auto`: after its first
     MIN_AUTO_ROUNDS rounds, every round, stop when every watched row is decided at the level the
     table prints it (Bonferroni over the table's rows, which Holm never exceeds), when no undecided
     row's decision is in reach of the rounds and time left, at max_rounds, or before a round that
-    would not fit the cell's share of the run's budget. The intervals are confidence sequences, so
-    stopping on a decision leaves them valid. Its intervals are on the wall clock, as a run's are
-    (a Δ is wall-clock tok/s)."""
+    would not fit the cell's allowance (its part of the run's budget). The intervals are
+    confidence sequences, so stopping on a decision leaves them valid. Its intervals are on the wall
+    clock, as a run's are (a Δ is wall-clock tok/s)."""
 
-    def __init__(self, exp: Experiment, builds: Sequence[str], share_s: float | None) -> None:
+    def __init__(self, exp: Experiment, builds: Sequence[str], allowance_s: float | None) -> None:
         self.exp = exp
         self.pairs = comparison_pairs(exp, builds)
         across = len(builds) > 1
@@ -58,7 +58,7 @@ class CellStop:
         # (build, variant) -> round -> each metric's tok/s
         self.values: dict[tuple[str, str], dict[int, tuple[float | None, ...]]] = {}
         self.process_of: dict[int, int] = {}  # round -> the worker process (pair) that ran it
-        self.share_s = share_s
+        self.allowance_s = allowance_s
         self.started = time.monotonic()
         self.first_round_at: float | None = None
         self.planned: int | None = None  # trials: budget: the rounds fixed before the first one
@@ -127,12 +127,14 @@ class CellStop:
         return (time.monotonic() - self.first_round_at) / rounds
 
     def limit_to(self, seconds: float) -> None:
-        """From now on, at most `seconds` for the rest of the cell (trials: plan's share)."""
-        self.share_s = seconds + (time.monotonic() - self.started)
+        """From now on, at most `seconds` for the rest of the cell (trials: plan's allowance)."""
+        self.allowance_s = seconds + (time.monotonic() - self.started)
 
     def time_left_s(self) -> float:
         return (
-            math.inf if self.share_s is None else self.share_s - (time.monotonic() - self.started)
+            math.inf
+            if self.allowance_s is None
+            else self.allowance_s - (time.monotonic() - self.started)
         )
 
     def forecasts(self, rounds: int) -> dict[str, Forecast]:
@@ -184,7 +186,7 @@ class CellStop:
         )
 
     def fix_rounds(self) -> int:
-        """trials: budget: the timed rounds this cell's share of the budget holds at the expected
+        """trials: budget: the timed rounds this cell's allowance holds at the expected
         costs, at least MIN_BUDGET_ROUNDS and at most max_rounds, fixed before any timed round is
         seen."""
         left = self.time_left_s()
@@ -241,7 +243,8 @@ class CellStop:
         return None
 
     def plan_line(self, rounds: int) -> str:
-        """What the pilot says this cell can decide in its share: the first screen's early word."""
+        """What the first rounds say this cell can decide in its allowance: the first screen's early
+        word."""
         forecasts = self.forecasts(rounds)
         rows = len(self.rows())
         pace = self.round_s(rounds)
@@ -263,7 +266,7 @@ class CellStop:
         reach = len(forecasts) - len(out)
         beyond = (
             [
-                f"out of reach (this size's share of the budget allows {allows} rounds): "
+                f"out of reach (this size's allowance of the budget holds {allows} rounds): "
                 + ", ".join(out)
             ]
             if out

@@ -25,7 +25,7 @@ from ...core.results import ResultsWriter
 from ..job import Result
 from ..machine.load import LoadSampler
 from ..machine.memory import model_config
-from ..machine.roofline import CellWork, PeakShares, Rates, achieved, cell_work, percent_of_peak
+from ..machine.roofline import CellWork, PeakPercents, Rates, achieved, cell_work, percent_of_peak
 
 
 @dataclass(frozen=True)
@@ -62,14 +62,14 @@ class Roofline:
             )
         return self.works[cell_key]
 
-    def of(self, cell_key: str, measured: Measured) -> tuple[Rates, PeakShares]:
-        """Achieved TFLOP/s and GB/s of a trial, and their share of this machine's peak."""
+    def of(self, cell_key: str, measured: Measured) -> tuple[Rates, PeakPercents]:
+        """Achieved TFLOP/s and GB/s of a trial, and each as a percent of this machine's peak."""
         work = self.work(cell_key)
         rates = achieved(measured.prefill_s, measured.gen_s, work, len(measured.step_s))
-        shares = percent_of_peak(rates, self.peak, self.cells[cell_key].model.dtype)
-        self.above_peak.update(shares.above_peak)
+        of_peak = percent_of_peak(rates, self.peak, self.cells[cell_key].model.dtype)
+        self.above_peak.update(of_peak.above_peak)
         self.best = self.best.highest(rates)
-        return rates, shares
+        return rates, of_peak
 
 
 @dataclass(frozen=True)
@@ -104,13 +104,13 @@ class Findings:
         if not isinstance(result, Trial):
             self.writer.write(cell_record(self.meta[cell_key], result, build))
             return
-        rates, shares = self.roofline.of(cell_key, result.measured)
+        rates, of_peak = self.roofline.of(cell_key, result.measured)
         trial = TrialRecord(
             cell=self.meta[cell_key],
             trial=result,
             build=build,
             rates=rates,
-            shares=shares,
+            of_peak=of_peak,
             process=process,
             beside=side.beside if side else None,
             core=side.core if side else None,

@@ -53,7 +53,7 @@ class RoundFixing:
             self._by_budget(round_s, fresh_pair_s)
 
     def _by_budget(self, round_s: float, fresh_pair_s: float) -> None:
-        """As many rounds as the cell's share of the budget holds at the warm-up's pace."""
+        """As many rounds as the cell's allowance holds at the warm-up's pace."""
         rounds = self.cell_stop.fix_rounds()
         pairs = (
             f", a fresh worker pair every {self.exp.worker_rounds} at {fresh_pair_s:.1f} s"
@@ -62,8 +62,8 @@ class RoundFixing:
         )
         self.say(
             f"{self._label}: {rounds} timed rounds, fixed from the budget (a warm-up round took "
-            f"{round_s:.1f} s{pairs}; {self.cell_stop.time_left_s():.0f} s of this cell's share "
-            "left)"
+            f"{round_s:.1f} s{pairs}; {self.cell_stop.time_left_s():.0f} s of this cell's "
+            "allowance left)"
         )
 
     def _by_plan(self, round_s: float, clocks: Clocks, fresh_pair_s: float) -> None:
@@ -75,9 +75,9 @@ class RoundFixing:
         pace = round_s + (fresh_pair_s / every if fresh_pair_s and every else 0.0)
         planned_before = planner.plan is not None
         setup = CellSetup(self.load_paid, self.setup_s, pace, clocks.prefill_s, clocks.gen_s)
-        rounds, share = planner.fix(self.cell, setup, self.context.time.time_left_s())
+        rounds, allowance = planner.fix(self.cell, setup, self.context.time.time_left_s())
         self.cell_stop.planned = rounds
-        self.cell_stop.limit_to(min(share, self.deadline - time.monotonic()))
+        self.cell_stop.limit_to(min(allowance, self.deadline - time.monotonic()))
         spent_s = self.context.time.spent_s()
         if planner.plan is not None and (not planned_before or planner.moved(spent_s)):
             self.say(planner.line(planner.plan, spent_s))

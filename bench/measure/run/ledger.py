@@ -1,6 +1,7 @@
 """The run's time, kept in one place (`RunTime`): who spent what, phase by phase (core.header
 `PHASES`: the answer ends with it, and the run's `time` record keeps it, so a run shows how much of
-its budget measured), and what the budget (`budget_s`) has left, shared among the cells in turn.
+its budget measured), and what the budget (`budget_s`) has left, divided among the cells in turn
+(each cell's allowance).
 Everything else that needs a time (a cell's stopping rule, the plan, the one-time measurements of
 the machine) asks it or spends through it."""
 
@@ -20,7 +21,7 @@ ONE_TIME = "machine"
 class RunTime:
     """Seconds by phase since `started` (time.monotonic(), the command's start; what no phase holds
     is `other`), and the budget of `budget_s` seconds from then, less the machine's one-time
-    measurements, shared evenly among the cells left as each starts."""
+    measurements, divided evenly among the cells left as each starts (a cell's allowance)."""
 
     def __init__(self, started: float, budget_s: float | None) -> None:
         self.started, self.budget_s = started, budget_s
@@ -68,12 +69,12 @@ class RunTime:
             return float("inf")
         return self.budget_s - (self.spent_s() - self.seconds.get(ONE_TIME, 0.0))
 
-    def share_among(self, cells: int) -> None:
-        """The budget, if any, shared among `cells` cells from now on."""
+    def divide_among(self, cells: int) -> None:
+        """The budget, if any, divided among `cells` cells from now on."""
         self.cells = cells
 
-    def cell_share_s(self) -> float | None:
-        """The seconds the next cell may spend: an even share of what the budget has left (the
+    def cell_allowance_s(self) -> float | None:
+        """The seconds the next cell may spend: an even part of what the budget has left (the
         cells before it may have passed time on); None without a budget."""
         if not self.budget_s or not self.cells:
             return None

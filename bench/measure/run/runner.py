@@ -134,7 +134,7 @@ class Runner:
 
     def run(self, jobs: list[ModelJob], writer: ResultsWriter, load: LoadSampler) -> None:
         cells = sum(len(job.cells) for job in jobs)
-        self.time.share_among(cells)
+        self.time.divide_among(cells)
         for job in jobs:
             check_ops_called(job.model, self.exp)
         if self.planner:
