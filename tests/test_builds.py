@@ -254,3 +254,28 @@ shares: 0
 threads: 1
 schedule: sequential
 """
+
+
+def test_a_cells_fresh_pairs_take_turns_at_starting_first(monkeypatch: pytest.MonkeyPatch):
+    # The worker started second ran slower in some pairs (results/start-order): odd pairs start the
+    # reference build's worker first, so no build is always second; each list keeps the builds'
+    # order, which the schedule's arms index.
+    from fusebench.core.spec import parse_experiment
+    from fusebench.measure.run import session
+    from fusebench.measure.run.schedules.sequential import Sequential
+
+    started: list[str] = []
+
+    class Recorded:
+        def __init__(self, job, build, env, cpus=None) -> None:
+            self.build = build
+            started.append(build.name)
+
+    monkeypatch.setattr(session, "WorkerSession", Recorded)
+    exp = parse_experiment(EXPERIMENT)
+    builds = (session.CURRENT, session.Build("reference", ROOT))
+    maker = session.WorkerMaker(exp, builds, {}, (0, 1), None)
+    for pair in range(4):
+        workers = maker.start(exp.models[0], Sequential(), pair)
+        assert [w.build.name for w in workers] == ["current", "reference"]
+    assert started == ["current", "reference", "reference", "current"] * 2

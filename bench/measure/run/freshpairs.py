@@ -35,6 +35,7 @@ class FreshPairs:
             workers, warmups, cell_stop, deadline
         )  # fmt: skip
         self.on = len({worker.build.name for worker in workers}) > 1
+        self.started = 0  # the fresh pairs started so far (the cell's first pair is not one)
 
     def due(self, rounds: int) -> bool:
         """Whether the pair has run its worker_rounds after `rounds` rounds (a fresh pair is
@@ -49,7 +50,8 @@ class FreshPairs:
         began = time.monotonic()
         stop_all(self.workers)
         stop_s = time.monotonic() - began
-        self.workers[:] = self.context.workers.start(self.cell.model, self.schedule)
+        self.started += 1
+        self.workers[:] = self.context.workers.start(self.cell.model, self.schedule, self.started)
         for worker in self.workers:
             written_s = worker.loaded(self.deadline, self.exp.timeout_s).written_s
             self.context.time.add(ONE_TIME, written_s)  # a preset's weights written, once
