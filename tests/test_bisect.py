@@ -57,12 +57,18 @@ def reading(
     )
 
 
-def fake(culprit: int | None, half: float = 2.0, calls: list | None = None):
+def fake(
+    culprit: int | None, half: float = 2.0, calls: list | None = None, families: list | None = None
+):
     """A step function: candidates from `culprit` on are 10% slower than everything before them."""
 
-    def measure(index: int, against: int, runs: int, rounds: int | None) -> list[Reading]:
+    def measure(
+        index: int, against: int, runs: int, rounds: int | None, family=None
+    ) -> list[Reading]:
         if calls is not None:
             calls.append((index, against, runs, rounds))
+        if families is not None:
+            families.append(family)
         slow = [culprit is not None and i >= culprit for i in (index, against)]
         delta = -10.0 if slow[0] and not (against >= 0 and slow[1]) else 0.0
         return [
@@ -77,7 +83,8 @@ def fake(culprit: int | None, half: float = 2.0, calls: list | None = None):
 @pytest.mark.parametrize("culprit", range(8))
 def test_the_search_names_the_culprit_wherever_it_is(culprit: int):
     calls: list = []
-    outcome = bisect(8, fake(culprit, calls=calls), LIMIT, max_runs=3)
+    families: list = []
+    outcome = bisect(8, fake(culprit, calls=calls, families=families), LIMIT, max_runs=3)
     assert outcome.first_bad == culprit and outcome.confirmed
     roles = [s.role for s in outcome.steps]
     assert roles[0] == REGRESSION and roles[-1] == CULPRIT and set(roles[1:-1]) == {SEARCH}
@@ -93,6 +100,10 @@ def test_the_search_names_the_culprit_wherever_it_is(culprit: int):
         ("all variants", "prefill"),
         ("all variants", "gen"),
     }
+    # step 1 reads the whole table; a later step decides on the tracked rows, Holm over them alone
+    assert families[0] is None and {tuple(f) for f in families[1:]} == {
+        tuple(r.row for r in outcome.tracked)
+    }
 
 
 def test_no_regression_ends_after_the_first_ab():
@@ -105,7 +116,9 @@ def test_no_regression_ends_after_the_first_ab():
 def test_a_first_ab_that_cannot_tell_is_repeated_then_reports_no_confirmed_regression():
     calls: list = []
 
-    def straddles(index: int, against: int, runs: int, rounds: int | None) -> list[Reading]:
+    def straddles(
+        index: int, against: int, runs: int, rounds: int | None, family=None
+    ) -> list[Reading]:
         calls.append(runs)
         return [reading(-4.0, 3.0)]  # [-7%, -1%]: reaches below -5% but not wholly
 
@@ -116,7 +129,9 @@ def test_a_first_ab_that_cannot_tell_is_repeated_then_reports_no_confirmed_regre
 
 
 def test_an_inconclusive_step_pools_more_runs_and_then_decides():
-    def narrowing(index: int, against: int, runs: int, rounds: int | None) -> list[Reading]:
+    def narrowing(
+        index: int, against: int, runs: int, rounds: int | None, family=None
+    ) -> list[Reading]:
         if index == 3:  # the midpoint: wide at first, then pooled runs settle it as bad
             return [reading(-9.0, 6.0 / runs)]
         return (
@@ -129,7 +144,9 @@ def test_an_inconclusive_step_pools_more_runs_and_then_decides():
 
 
 def test_a_step_that_stays_inconclusive_names_both_sides_never_a_guess():
-    def stuck(index: int, against: int, runs: int, rounds: int | None) -> list[Reading]:
+    def stuck(
+        index: int, against: int, runs: int, rounds: int | None, family=None
+    ) -> list[Reading]:
         # index 3 sits on the limit
         return [reading(-5.0 if index == 3 else -10.0 if index > 3 else 0.0, 2.0)]
 
@@ -143,7 +160,9 @@ def test_a_first_a_b_that_cannot_tell_says_so_and_exits_3_never_no_regression():
 
     from fusebench.commands.bisect import exit_code, verdict_line
 
-    def across(index: int, against: int, runs: int, rounds: int | None) -> list[Reading]:
+    def across(
+        index: int, against: int, runs: int, rounds: int | None, family=None
+    ) -> list[Reading]:
         return [
             Reading(
                 "tiny", "pp12", "all variants", "prefill", -4.0, -12.0, 4.0, 8, settle_rounds=31
@@ -159,14 +178,18 @@ def test_a_first_a_b_that_cannot_tell_says_so_and_exits_3_never_no_regression():
         "about 31 rounds (8 ran) would settle all variants prefill" in line
         and "no regression" not in line
     )
-    clear = bisect(8, lambda index, against, runs, rounds: [reading(0.0, 2.0)], LIMIT, max_runs=1)
+    clear = bisect(
+        8, lambda index, against, runs, rounds, family: [reading(0.0, 2.0)], LIMIT, max_runs=1
+    )
     assert exit_code(clear) == 1 and verdict_line(clear, names, LIMIT).startswith(
         "no regression beyond -5%"
     )
 
 
 def test_a_regression_spread_over_two_commits_is_named_but_not_confirmed_alone():
-    def spread(index: int, against: int, runs: int, rounds: int | None) -> list[Reading]:
+    def spread(
+        index: int, against: int, runs: int, rounds: int | None, family=None
+    ) -> list[Reading]:
         # commits 4 and 5 cost 3% and 4%: together beyond the limit, alone within it
         def level(i: int) -> float:
             return (-3.0 if i >= 4 else 0.0) + (-4.0 if i >= 5 else 0.0)
@@ -187,13 +210,13 @@ def test_the_step_plans_the_search_rounds_from_its_spread():
     def at(delta: float, sd: float) -> list[Reading]:
         return [replace(reading(delta, 1.0), sd_log=sd)]
 
-    quiet, noisy = step_size(at(-10.0, 0.003), 8, 60), step_size(at(-10.0, 0.08), 8, 60)
+    quiet, noisy = step_size(at(-10.0, 0.003), 60), step_size(at(-10.0, 0.08), 60)
     assert quiet is not None and noisy is not None
     assert quiet.rounds == 8 < noisy.rounds <= 60  # never fewer than a planned cell's fewest
     # a smaller step needs more rounds at the same spread; none without a spread to plan on
-    smaller, larger = step_size(at(-6.0, 0.03), 8, 60), step_size(at(-10.0, 0.03), 8, 60)
+    smaller, larger = step_size(at(-6.0, 0.03), 60), step_size(at(-10.0, 0.03), 60)
     assert smaller is not None and larger is not None and smaller.rounds > larger.rounds
-    assert step_size(at(-10.0, float("nan")), 8, 60) is None
+    assert step_size(at(-10.0, float("nan")), 60) is None
 
 
 def test_pooled_rows_stand_for_the_variants_when_they_regressed():

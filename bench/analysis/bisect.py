@@ -18,9 +18,11 @@ one run (run --against), and its verdict comes from the Holm-adjusted intervals 
    culprit is at or before it), "good" when every tracked row's lies wholly above it (the culprit
    is after it). Its rounds are the fewest whose interval is expected to fall on one side with
    probability STEP_POWER at the step's spread (analysis.planner.rounds_for), fixed before the run,
-   instead of the experiment's own (issue 64: each search step paid the gate's full budget). A
-   decision errs only where its interval misses the true Δ, which lies half a step from the
-   midway point either way: at most the Holm family's 5% a step. Without a spread, the limit and
+   instead of the experiment's own (issue 64: each search step paid the gate's full budget). Its
+   Holm family is the tracked rows alone, the only ones it reads (the pooled prefill and gen: 2
+   rows, not the table's 8, ~25% fewer rounds). A decision errs only where its interval misses the
+   true Δ, which lies half a step from the midway point either way: at most the family's 5% a
+   step. Without a spread, the limit and
    the experiment's rounds, as step 1. Neither: the step cannot tell and is measured again,
    pooling its runs, up to `max_runs`; one that still cannot tell ends the search with the two
    candidates it could not decide between, never with a guess.
@@ -41,7 +43,7 @@ capped for time, not for error.
 from __future__ import annotations
 
 import math
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Collection, Sequence
 from dataclasses import dataclass
 
 import pandas as pd
@@ -78,8 +80,11 @@ class Reading:
         return self.model_key, self.workload, self.variant, self.metric
 
 
-def readings(trials: pd.DataFrame, limit_pct: float) -> list[Reading]:
-    """A run --against file's (or several pooled ones') build table, as check computes it."""
+def readings(
+    trials: pd.DataFrame, limit_pct: float, family: Collection[stats.RowKey] | None = None
+) -> list[Reading]:
+    """A run --against file's (or several pooled ones') build table, as check computes it; with
+    `family`, those rows alone, Holm over them (a step that decides on them)."""
     goal = Goal(limit_pct, limit_pct=limit_pct)
     return [
         Reading(
@@ -94,7 +99,7 @@ def readings(trials: pd.DataFrame, limit_pct: float) -> list[Reading]:
             r.rounds_to_decide(goal),
             r.sd_log,
         )
-        for r in stats.compare_builds(trials)
+        for r in stats.compare_builds(trials, family=family)
         if r.n_pairs >= MIN_PAIRS and math.isfinite(r.adj_high)
     ]
 
@@ -144,18 +149,17 @@ class StepSize:
     rounds: int
 
 
-def step_size(
-    tracked: Sequence[Reading], rows: int, max_rounds: int, alpha: float = 0.05
-) -> StepSize | None:
+def step_size(tracked: Sequence[Reading], max_rounds: int, alpha: float = 0.05) -> StepSize | None:
     """The step BAD showed against GOOD, and the rounds a later A/B needs to tell which end a
-    candidate is like (module docstring, 2); None without a spread to plan on."""
+    candidate is like (module docstring, 2), at Holm's level over the tracked rows, the family a
+    later step decides on; None without a spread to plan on."""
     spread = max((r.sd_log for r in tracked), default=math.nan)
     if not math.isfinite(spread) or spread <= 0:
         return None
     delta = max(r.delta_pct for r in tracked)  # the least slowed tracked row
     midway = (math.sqrt(1.0 + delta / 100.0) - 1.0) * 100.0
     goal = Goal(-midway, limit_pct=-midway)
-    needed = rounds_for(spread, alpha / max(1, rows), goal, STEP_POWER) or max_rounds
+    needed = rounds_for(spread, alpha / len(tracked), goal, STEP_POWER) or max_rounds
     # no fewer than a planned cell's: on heavy tails a t interval on fewer is slightly liberal
     return StepSize(delta, spread, midway, min(max(needed, MIN_PLANNED_ROUNDS), max_rounds))
 
@@ -174,10 +178,11 @@ class BisectOutcome:
         return bool(self.steps) and self.steps[-1].role == CULPRIT and self.steps[-1].status == BAD
 
 
-# measure(index, against, runs, rounds): the readings of candidate `index` against `against` (-1:
-# GOOD), pooled over its first `runs` A/B runs (each run made once, then read again), each of
-# `rounds` rounds fixed before it (None: the experiment's own rule).
-Measure = Callable[[int, int, int, int | None], Sequence[Reading]]
+# measure(index, against, runs, rounds, family): the readings of candidate `index` against `against`
+# (-1: GOOD), pooled over its first `runs` A/B runs (each run made once, then read again), each of
+# `rounds` rounds fixed before it (None: the experiment's own rule), Holm over the `family` rows
+# alone (None: the whole table).
+Measure = Callable[[int, int, int, int | None, Collection[stats.RowKey] | None], Sequence[Reading]]
 
 
 def bisect(
@@ -186,12 +191,12 @@ def bisect(
     """The search over candidates 0..candidates-1 (the last is BAD), as the module's docstring
     describes."""
     bad = candidates - 1
-    first, tracked, table = regression(bad, measure, limit_pct, max_runs)
+    first, tracked = regression(bad, measure, limit_pct, max_runs)
     steps = [first]
     if not tracked:
         return BisectOutcome(tuple(steps), ())
     rows = [r.row for r in tracked]
-    size = step_size(tracked, table, max_rounds)
+    size = step_size(tracked, max_rounds)
     # a search step asks which end a candidate is like; without a spread, step 1's question
     midway, rounds = (-size.midway_pct, size.rounds) if size else (limit_pct, None)
     low, high = -1, bad
@@ -208,16 +213,15 @@ def bisect(
 
 def regression(
     bad: int, measure: Measure, limit_pct: float, max_runs: int
-) -> tuple[BisectStep, list[Reading], int]:
-    """BAD against GOOD, runs pooled while some row could still be a regression: the step, the
-    rows that regressed (empty: none did, every interval lying above -limit or the runs spent),
-    and how many rows its table held (its Holm family)."""
+) -> tuple[BisectStep, list[Reading]]:
+    """BAD against GOOD, runs pooled while some row could still be a regression: the step and the
+    rows that regressed (empty: none did, every interval lying above -limit or the runs spent)."""
     tracked: list[Reading] = []
     found: Sequence[Reading] = []
     runs, cleared = 0, False
     while runs < max_runs and not tracked and not cleared:
         runs += 1
-        found = measure(bad, -1, runs, None)
+        found = measure(bad, -1, runs, None, None)
         tracked = regressed(found, limit_pct)
         # The pooled rows, when there are any, clear BAD: single variants' wider intervals may never
         # settle.
@@ -225,7 +229,7 @@ def regression(
         cleared = all(r.low_pct > -limit_pct for r in deciding)
     shown = tracked[0] if tracked else min(deciding, key=lambda r: r.low_pct, default=None)
     status = BAD if tracked else GOOD if cleared else CANNOT_TELL
-    return BisectStep(REGRESSION, bad, -1, status, shown, runs), tracked, len(found)
+    return BisectStep(REGRESSION, bad, -1, status, shown, runs), tracked
 
 
 def decide(
@@ -243,5 +247,5 @@ def decide(
     status, reading, runs = CANNOT_TELL, None, 0
     while status == CANNOT_TELL and runs < max_runs:
         runs += 1
-        status, reading = classify(measure(index, against, runs, rounds), rows, threshold)
+        status, reading = classify(measure(index, against, runs, rounds, rows), rows, threshold)
     return BisectStep(role, index, against, status, reading, runs)

@@ -19,7 +19,7 @@ from __future__ import annotations
 
 import dataclasses
 import math
-from collections.abc import Sequence
+from collections.abc import Collection, Sequence
 from dataclasses import dataclass
 
 import numpy as np
@@ -154,6 +154,7 @@ class RatioCI(RatioInterval):
 
 # What identifies one measured cell on one machine; machines are never pooled.
 CELL_KEYS = (Column.MACHINE, Column.SIZE, Column.MODEL_KEY, Column.WORKLOAD)
+RowKey = tuple[str, str, str, str]  # a build table's row: model_key, workload, variant, metric
 _PAIR_KEYS = (Column.RUN_ID, Column.CELL, "pair")
 ALL_VARIANTS = "all variants"  # compare_builds' pooled row
 
@@ -374,12 +375,18 @@ def compare_table(
 
 
 def compare_builds(
-    trials: pd.DataFrame, *, alpha: float = ALPHA, margin_pct: float = DEFAULT_MARGIN_PCT
+    trials: pd.DataFrame,
+    *,
+    alpha: float = ALPHA,
+    margin_pct: float = DEFAULT_MARGIN_PCT,
+    family: Collection[RowKey] | None = None,
 ) -> list[ComparisonRow]:
     """`run --against`: every variant's current build against the reference build, paired round by
     round (both builds ran each round back to back on the same prompt), and all variants pooled
     (`every_variant`). One table, one Holm family: compare()'s rows, with baseline "reference", new
-    "current" and `variant` naming the variant compared across the builds, or ALL_VARIANTS."""
+    "current" and `variant` naming the variant compared across the builds, or ALL_VARIANTS.
+    `family`: only these rows (model_key, workload, variant, metric), where a decision reads no
+    other (a bisect's search step)."""
     timed = timed_trials(trials)
     rows: list[_Paired] = []
     if not timed.empty and Column.BUILD in timed:
@@ -392,8 +399,14 @@ def compare_builds(
                 mine.assign(variant=mine[Column.BUILD]), "reference", "current", METRICS
             )
             rows += [dataclasses.replace(row, variant=variant) for row in more]
+    if family is not None:
+        rows = [row for row in rows if _row_key(row) in family]
     pair = ("reference", "current")
     return _judge({pair: rows}, alpha=alpha, margin_pct=margin_pct)[pair]
+
+
+def _row_key(row: _Paired) -> RowKey:
+    return row.cell[Column.MODEL_KEY], row.cell[Column.WORKLOAD], row.variant, row.metric
 
 
 def round_seconds(trials: pd.DataFrame) -> dict[tuple[str, str], float]:

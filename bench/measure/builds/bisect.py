@@ -11,7 +11,7 @@ one is measured anew.
 from __future__ import annotations
 
 import contextlib
-from collections.abc import Iterator, Sequence
+from collections.abc import Collection, Iterator, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Protocol
@@ -19,6 +19,7 @@ from typing import Protocol
 from rich.console import Console
 
 from ...analysis.bisect import Reading, readings
+from ...analysis.stats import RowKey
 from ...core.errors import UserError
 from ...core.experiment import Experiment
 from ...core.flags import with_trials
@@ -150,7 +151,14 @@ class StepRuns:
     def side(self, index: int) -> Candidate:
         return self.good if index < 0 else self.candidates[index]
 
-    def __call__(self, index: int, against: int, runs: int, rounds: int | None) -> list[Reading]:
+    def __call__(
+        self,
+        index: int,
+        against: int,
+        runs: int,
+        rounds: int | None,
+        family: Collection[RowKey] | None,
+    ) -> list[Reading]:
         current, reference = self.side(index), self.side(against)
         paths = [
             self.out / f"{current.short}-vs-{reference.short}-{k}.jsonl" for k in range(1, runs + 1)
@@ -166,7 +174,7 @@ class StepRuns:
                 f"bisect: cannot compare {current.title} with {reference.title}: "
                 f"{errors[0].get('cell', '?')}: {errors[0].get('reason', '?')} ({paths[-1]})"
             )
-        return readings(results.frame("trial"), self.limit_pct)
+        return readings(results.frame("trial"), self.limit_pct, family)
 
     def _complete(self, path: Path) -> bool:
         if not path.is_file():
