@@ -40,11 +40,12 @@ def read(path: Path) -> list[dict]:
 
 
 def pairs_of(records: list[dict], order: str) -> list[dict]:
-    """Each worker pair's offsets (current over reference, %) and whether it started reversed."""
+    """Each worker pair's offsets (current over reference, %) and whether it started reversed (a
+    file from before `process` was recorded: one pair a cell)."""
     trials = [r for r in records if r.get("kind") == "trial" and not r.get("warmup")]
     rounds: dict[tuple, dict[str, dict]] = defaultdict(dict)
     for t in trials:
-        rounds[(t["cell"], t["process"], t["variant"], t["round"])][t["build"]] = t
+        rounds[(t["cell"], t.get("process"), t["variant"], t["round"])][t["build"]] = t
     by_pair: dict[tuple, list[dict]] = defaultdict(list)
     for (cell, process, _, index), builds in rounds.items():
         if {"current", "reference"} <= builds.keys():
