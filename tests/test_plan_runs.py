@@ -424,3 +424,33 @@ def test_a_cell_given_no_timed_rounds_times_no_op_shares(tmp_path: Path, capsys)
     assert "op shares skipped: no timed rounds to weigh them against" in said
     # its closing line names no spread, as it measured none
     assert "no row got timed rounds here" in said and "spread here was" not in said
+
+
+def test_op_shares_are_keyed_by_the_ops_files_not_the_commit(tmp_path: Path, monkeypatch):
+    from fusebench.core.header import Env
+    from fusebench.core.spec import load_experiment
+    from fusebench.measure.run import cellshares
+
+    package = tmp_path / "ops_under_test"
+    package.mkdir()
+    (package / "__init__.py").write_text("")
+    (package / "geglu.py").write_text("SPEED = 1\n")
+    monkeypatch.syspath_prepend(str(tmp_path))
+    monkeypatch.setattr(cellshares, "SHARES_SOURCES", ("ops_under_test",))
+    (tmp_path / "exp.yaml").write_text(SHARES_EXPERIMENT)
+    exp = load_experiment(tmp_path / "exp.yaml")
+    env = Env(git_commit="a" * 40, git_dirty=False, mlx="0.32.4")
+    first = cellshares.shares_code(env, exp)
+    # another commit, or a dirty tree, with the same files: the same code
+    assert cellshares.shares_code(replace(env, git_commit="b" * 40, git_dirty=True), exp) == first
+    assert cellshares.shares_code(replace(env, mlx="0.31.2"), exp) != first
+    (package / "geglu.py").write_text("SPEED = 2\n")
+    changed = cellshares.shares_code(env, exp)
+    assert changed != first
+    plugin = tmp_path / "my_ops.py"
+    plugin.write_text("# registers a variant\n")
+    with_plugin = replace(exp, plugins=(str(plugin),))
+    before = cellshares.shares_code(env, with_plugin)
+    assert before != changed
+    plugin.write_text("# registers another variant\n")
+    assert cellshares.shares_code(env, with_plugin) != before

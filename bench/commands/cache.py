@@ -5,7 +5,7 @@ What a run keeps in ~/.cache/fusebench (XDG_CACHE_HOME honoured), and the disk i
                  them; the default experiment's four sizes at 2 layers in fp32 take about 24 GiB
   machine        what `auto` measured here: BLAS threads, schedule, peak (`env --probe` again)
   plans          each cell's measured round cost, spreads and op shares: what trials: plan plans
-                 from, and the op shares a run of the same commit writes instead of timing them
+                 from, and the op shares a run of the same ops' code writes instead of timing
   kernels        MLX's compiled CPU kernels (mx.compile's C++ and libraries)
 Clearing any of them is safe: the next run makes or measures again what it needs.
 

@@ -232,8 +232,8 @@ class ShareRecord:
     cell: CellFields = field(metadata=FLAT)
     share: ShareTime = field(metadata=FLAT)
     build: str = CURRENT_BUILD
-    # When an earlier run on this machine timed it (the same commit, mlx and BLAS threads) and this
-    # run wrote that sample instead of timing the op again; None: timed by this run.
+    # When an earlier run on this machine timed it (the same ops' code, mlx and BLAS threads) and
+    # this run wrote that sample instead of timing the op again; None: timed by this run.
     reused_from: str | None = None
 
 

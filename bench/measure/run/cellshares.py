@@ -5,12 +5,16 @@ runs' plans (`trials: plan`)."""
 
 from __future__ import annotations
 
+import hashlib
+import importlib.util
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
+from pathlib import Path
 from typing import TYPE_CHECKING
 
 from ...core.cell import ShareTime
-from ...core.experiment import Cell
+from ...core.experiment import Cell, Experiment
+from ...core.header import Env
 from ..job import CellShape, Command, Do, Result
 from .planning import CachedShares, now_iso
 from .resume import DoneWork
@@ -18,6 +22,39 @@ from .session import CURRENT
 
 if TYPE_CHECKING:
     from .cellcontext import CellContext
+
+
+# What a call's time in the op shares depends on beyond the machine, mlx and BLAS threads: the ops
+# and the models that call them, and how the shares are traced and timed (the worker runs
+# measure.ops). A commit that touches none of them times the same code: its first run reuses them.
+SHARES_SOURCES = ("fusebench.models", "fusebench.measure.ops", "fusebench.measure.worker")
+
+
+def shares_code(env: Env, exp: Experiment) -> str:
+    """What an op's time depends on beyond the machine and BLAS threads (the plan cache's key): a
+    digest of the files of SHARES_SOURCES and of the experiment's plugins, as this build holds
+    them (committed or not), and mlx."""
+    digest = hashlib.sha256()
+    for path in [*_source_files(SHARES_SOURCES), *map(Path, exp.plugins)]:
+        data = path.read_bytes()
+        digest.update(f"{path.name} {len(data)}\n".encode() + data)
+    return f"{digest.hexdigest()[:16]} mlx {env.mlx}"
+
+
+def _source_files(modules: Sequence[str]) -> list[Path]:
+    """The files of `modules` (a package's, caches left out), in a fixed order."""
+    files: list[Path] = []
+    for name in modules:
+        spec = importlib.util.find_spec(name)
+        assert spec is not None and spec.origin is not None, name  # this build's own modules
+        folders = spec.submodule_search_locations
+        if folders is None:
+            files.append(Path(spec.origin))
+            continue
+        for folder in map(Path, folders):
+            found = (p for p in folder.rglob("*") if p.is_file() and "__pycache__" not in p.parts)
+            files += sorted(found, key=lambda p: p.relative_to(folder).as_posix())
+    return files
 
 
 class CellShares:
@@ -65,7 +102,7 @@ class CellShares:
             self.context.findings.reused_shares(self.cell.key, cached.samples, cached.measured_at)
             self.say(
                 f"{self._label}: op shares as timed here at {cached.measured_at[:16]} (the same "
-                "commit, mlx and BLAS threads): their seconds went to rounds"
+                "ops' code, mlx and BLAS threads): their seconds went to rounds"
             )
         elif self.skipped and self.exp.shares:
             self.say(f"{self._label}: op shares skipped: {self.skipped}")

@@ -9,7 +9,8 @@ Costs and spreads
     over the cell's last runs (POOLED_RUNS: one run's spread is a poor forecast of the next's).
     They are cached per machine (`plan-v1-*.json`, written as each cell ends), so the second run
     plans from the start. The cache keeps the op-share samples too: a run of the same code
-    (shares_code) writes them instead of timing the ops again, and plans their seconds as rounds.
+    (cellshares.shares_code: the ops' and models' files, not the commit) writes them instead of
+    timing the ops again, and plans their seconds as rounds.
     Any other cell is scaled from the cells measured (`Scale`): its round by its roofline work at
     the paces their rounds showed (the generation's seconds a byte; the prefill's a FLOP, once
     the bytes it reads at that speed are taken out), its load by its weight bytes, its warm-ups
@@ -51,7 +52,6 @@ from ...analysis.planner import CellCost, Plan, plan_rounds, rounds_for
 from ...analysis.stopping import Goal
 from ...core.cell import ShareTime
 from ...core.experiment import MIN_PLANNED_ROUNDS, Cell, Experiment
-from ...core.header import Env
 from ...core.typed import from_mapping, to_mapping
 from ...present.format import format_duration
 
@@ -70,21 +70,12 @@ class CachedShares:
     them instead of timing the ops again, and gives their seconds to rounds."""
 
     samples: tuple[ShareTime, ...]
-    code: str  # what they depend on beyond the machine and threads (`shares_code`)
+    code: str  # what they depend on beyond the machine and threads (cellshares.shares_code)
     measured_at: str
 
     @property
     def rounds(self) -> int:
         return len({sample.round for sample in self.samples})
-
-
-def shares_code(env: Env, exp: Experiment) -> str:
-    """What an op's time depends on beyond the machine and BLAS threads (the plan cache's key):
-    the ops' code, known for a clean checkout's commit without plugins, and mlx; "" where the code
-    is not known, whose shares are always timed."""
-    if not env.git_commit or env.git_dirty or exp.plugins:
-        return ""
-    return f"{env.git_commit} mlx {env.mlx}"
 
 
 @dataclass(frozen=True)
@@ -233,7 +224,7 @@ class RunPlanner:
         code: str = "",
     ) -> None:
         self.exp, self.cells, self.builds, self.cache = exp, list(cells), list(builds), cache
-        self.code = code  # shares_code: "" never reuses an earlier run's op shares
+        self.code = code  # cellshares.shares_code: "" never reuses an earlier run's op shares
         self.work = {cell.key: work(cell) for cell in cells}
         self.rows = rows
         self.goal = Goal(exp.margin_pct, limit_pct=exp.margin_pct if len(builds) > 1 else None)

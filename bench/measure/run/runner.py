@@ -52,6 +52,7 @@ from ..ops.opcheck import check_ops_called
 from ..plugins import load_plugins
 from .cellcontext import CellContext
 from .cellrun import CellRun
+from .cellshares import shares_code
 from .findings import Findings, Roofline
 from .jobs import (
     ModelJob,
@@ -69,7 +70,7 @@ from .ledger import ONE_TIME, RunTime
 from .pilot import ScheduleChoice, choose_schedule
 from .pilot import cache_path as schedule_cache_path
 from .planning import CACHE_VERSION as PLAN_CACHE_VERSION
-from .planning import PlanWork, RunPlanner, shares_code
+from .planning import PlanWork, RunPlanner
 from .progress import RunProgress
 from .resume import DoneWork, resume_state
 from .schedules import SCHEDULES

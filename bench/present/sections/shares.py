@@ -23,8 +23,8 @@ METHOD = (
 )
 NOTHING = "—"
 REUSED = (
-    "The op times are those an earlier run timed on this machine at {} (the same commit, mlx and "
-    "BLAS threads; `fusebench cache --clear plans` times them again); the steps are this run's."
+    "The op times are those an earlier run timed on this machine at {} (the same ops' code, mlx "
+    "and BLAS threads; `fusebench cache --clear plans` times them again); the steps are this run's."
 )
 
 
