@@ -1,7 +1,7 @@
 """How well does a first run's plan scale the sizes it has not measured yet? (issue 64)
 
 A machine's first run plans its time before its first timed round, from the first size's warm-up
-alone: every other size's round is scaled by its roofline work (`planning.Scale`). This replays
+alone: every other size's round is scaled by its roofline work (`scaling.Scale`). This replays
 that on every committed sequential run of the main job's sizes, and the slow VM's
 (../shared/data/slow-vm/default.jsonl; a file whose trials record no span counts a round as its
 trials' clocks). The first size measured stands in
@@ -31,7 +31,8 @@ sys.path.insert(0, str(ROOT))
 from fusebench.core.spec import load_experiment  # noqa: E402
 from fusebench.measure.machine.memory import model_config  # noqa: E402
 from fusebench.measure.machine.roofline import cell_work  # noqa: E402
-from fusebench.measure.run.planning import CellMeasure, PlanWork, Scale  # noqa: E402
+from fusebench.measure.run.planning import CellMeasure  # noqa: E402
+from fusebench.measure.run.scaling import PlanWork, Scale  # noqa: E402
 
 ROUNDS = 8  # the fewest a plan gives a size
 

@@ -126,7 +126,8 @@ def test_the_cache_keeps_how_a_round_splits_between_prefill_and_generation(two_r
 
 
 def test_a_cell_not_measured_is_scaled_by_its_flops_and_bytes_at_the_measured_paces():
-    from fusebench.measure.run.planning import CellMeasure, PlanWork, Scale
+    from fusebench.measure.run.planning import CellMeasure
+    from fusebench.measure.run.scaling import PlanWork, Scale
 
     # 2 s of prefill: 1 s reading 1 GB at the generation's 1 s a GB, 1 s for 1e11 FLOPs;
     # the round 10% beyond its trials' clocks.
@@ -317,7 +318,8 @@ def test_every_row_is_planned_at_the_runs_spread_once_it_has_one(tmp_path: Path)
     is planned at the median of every pool, and at the spread this run's rows showed once the run
     has some."""
     from fusebench.core.spec import parse_experiment
-    from fusebench.measure.run.planning import CellMeasure, CellSetup, PlanWork, RunPlanner
+    from fusebench.measure.run.planning import CellMeasure, CellSetup, RunPlanner
+    from fusebench.measure.run.scaling import PlanWork
 
     exp = parse_experiment(EXPERIMENT)
     first, second = exp.cells()
@@ -343,6 +345,37 @@ def test_every_row_is_planned_at_the_runs_spread_once_it_has_one(tmp_path: Path)
     planner.fix(first, CellSetup(1.0, 1.0, 1.0, 0.6, 0.3), 600.0)
     planner.measured(first, replace(quiet, sds={"prefill": 0.01, "gen": 0.03}))
     assert planned() == pytest.approx((0.02, 0.02))  # the median of this run's rows
+
+
+def test_a_first_runs_first_cell_is_fixed_again_on_the_spread_its_rounds_showed(tmp_path: Path):
+    """With no spread known here the first cell gets the fewest rounds a plan gives; once they are
+    done the plan fixes it again on their spreads: more rounds where they scatter, never fewer
+    than it ran, and its first-stage spreads are not pooled as if an earlier run's."""
+    from fusebench.core.spec import parse_experiment
+    from fusebench.measure.run.planning import CellMeasure, CellSetup, RunPlanner
+    from fusebench.measure.run.scaling import PlanWork
+
+    exp = parse_experiment(EXPERIMENT)
+    first, second = exp.cells()
+    work = PlanWork(
+        round_flops=1e9, round_bytes=1e8, prefill_bytes=1e7, weight_bytes=10**8, warmups=1, rows=2
+    )
+    planner = RunPlanner(exp, [first, second], ["current"], tmp_path / "plan.json",
+                         work=lambda cell: work, rows=4)  # fmt: skip
+    assert not planner.spread_known()
+    rounds, _ = planner.fix(first, CellSetup(1.0, 1.0, 0.1, 0.06, 0.03), 600.0)
+    assert rounds == MIN_PLANNED_ROUNDS
+    noisy = {"prefill": 0.03, "gen": 0.03}
+    again, allowance = planner.fix_again(first, noisy, 0.1, 600.0)
+    assert rounds < again <= exp.rounds and 0 < allowance <= 600.0
+    assert planner.fix_again(first, {"prefill": 0.001, "gen": 0.001}, 0.1, 600.0)[0] == again
+    assert planner.known[planner._signature(first)].sds == {}  # `measured` writes them
+    planner.measured(first, CellMeasure(
+        load_s=1.0, warmup_s=1.0, warmups=1, round_s=0.1, after_s=0.1, weight_bytes=10**8,
+        round_flops=1e9, round_bytes=1e8, sds=noisy,
+    ))  # fmt: skip
+    assert planner.known[planner._signature(first)].pooled_sds == {}  # one run: nothing pooled
+    assert planner.spread_known()
 
 
 # One model, op shares on; max_rounds, not the budget, ends its rounds.

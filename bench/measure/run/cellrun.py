@@ -98,6 +98,8 @@ class CellRun:
             self.cell_stop.round_took(time.monotonic() - began)
             rounds += 1
             reason = self.cell_stop.stop_reason(rounds)
+            if reason == "planned" and self.fixing.fixed_again(rounds):
+                reason = self.cell_stop.stop_reason(rounds)
             if rounds == MIN_AUTO_ROUNDS and self.exp.trials.adaptive:
                 self._say(
                     f"{self.cell.model.label} {self.cell.workload.label}: "

@@ -5,6 +5,7 @@ warm-ups are done, and again once its op shares are."""
 
 from __future__ import annotations
 
+import statistics
 import time
 from collections.abc import Callable
 from typing import TYPE_CHECKING
@@ -34,6 +35,7 @@ class RoundFixing:
         self.context, self.exp, self.cell, self.cell_stop = context, context.exp, cell, cell_stop
         self.deadline, self.say = deadline, say
         self.load_paid, self.setup_s, self.fresh_s = 0.0, 0.0, 0.0
+        self.blind = False  # fixed by a plan that knew no spread here: fixed again after them
 
     @property
     def _label(self) -> str:
@@ -74,6 +76,7 @@ class RoundFixing:
         every = self.exp.worker_rounds
         pace = round_s + (fresh_pair_s / every if fresh_pair_s and every else 0.0)
         planned_before = planner.plan is not None
+        self.blind = not planner.spread_known()
         setup = CellSetup(self.load_paid, self.setup_s, pace, clocks.prefill_s, clocks.gen_s)
         rounds, allowance = planner.fix(self.cell, setup, self.context.time.time_left_s())
         self.cell_stop.planned = rounds
@@ -87,6 +90,31 @@ class RoundFixing:
             else "no timed rounds: " + planner.needs(self.cell.key)
         )
         self.say(f"{self._label}: {said}")
+
+    def fixed_again(self, rounds: int) -> bool:
+        """Whether a cell fixed while no spread was known here (a machine's first run) has more
+        rounds now that its `rounds` are done: fixed again by the plan on the spreads they showed,
+        never their Δ (planning.RunPlanner.fix_again)."""
+        planner, sds = self.context.planner, sds_of(self.cell_stop.row_sds())
+        if not self.blind or planner is None or not sds:
+            return False
+        self.blind = False
+        spent_s = sum(self.cell_stop.round_times)
+        left_s = self.context.time.time_left_s()
+        total, allowance = planner.fix_again(self.cell, sds, spent_s / rounds, left_s + spent_s)
+        spread = f"{100 * statistics.median(sds.values()):.1f}%"
+        if total <= rounds:
+            self.say(f"{self._label}: its rows' spread ({spread} a round) asks no more rounds")
+            return False
+        self.cell_stop.planned = total
+        self.cell_stop.limit_to(min(allowance - spent_s, self.deadline - time.monotonic()))
+        if planner.plan is not None and planner.moved(self.context.time.spent_s()):
+            self.say(planner.line(planner.plan, self.context.time.spent_s()))
+        self.say(
+            f"{self._label}: {total} timed rounds, fixed by the plan again on the spread its first "
+            f"{rounds} showed ({spread} a round, its rows' median)"
+        )
+        return True
 
     def measure(self, after_s: float, timed_clocks: Clocks, shares: CellShares) -> CellMeasure:
         """What this cell cost and how its rows scattered: the plans after it start from it."""

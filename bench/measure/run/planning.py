@@ -11,15 +11,17 @@ Costs and spreads
     plans from the start. The cache keeps the op-share samples too: a run of the same code
     (cellshares.shares_code: the ops' and models' files, not the commit) writes them instead of
     timing the ops again, and plans their seconds as rounds.
-    Any other cell is scaled from the cells measured (`Scale`): its round by its roofline work at
-    the paces their rounds showed (the generation's seconds a byte; the prefill's a FLOP, once
-    the bytes it reads at that speed are taken out), its load by its weight bytes, its warm-ups
-    and shares by its round. Every row is planned at one spread: the median of the rows this run
-    has measured, before any the median of the pools. The noise moves with the machine's hour
-    more than with the row (`_planned_sds`): a size skipped after one noisy run is planned at
-    the noise now, not at its own stale pool. With nothing measured yet (a machine's first run),
-    the first cell is set up first and the plan made from its pace; with no spread measured yet,
-    it gets the fewest rounds a plan gives (MIN_PLANNED_ROUNDS).
+    Any other cell is scaled from the cells measured (scaling.Scale): its round by its roofline work
+    at the paces their rounds showed (the generation's seconds a byte; the prefill's a FLOP, once
+    the bytes it reads at that speed are taken out), its load by its weight bytes, its warm-ups and
+    shares by its round. Every row is planned at one spread: the median of the rows this run has
+    measured, before any the median of the pools. The noise moves with the machine's hour more than
+    with the row (`_planned_sds`): a size skipped after one noisy run is planned at the noise now,
+    not at its own stale pool. With nothing measured yet (a machine's first run), the first cell is
+    set up first and the plan made from its pace; with no spread measured yet, it gets the fewest
+    rounds a plan gives (MIN_PLANNED_ROUNDS), and once they are done its rounds are fixed again on
+    the spreads they showed (`fix_again`: two stages, the second's count from the first's spread
+    alone; its fixed-n intervals' coverage: benchmarks/two_stage_coverage.py).
 
 The time the table needs
     The plan stops adding rounds once every row is expected decided (analysis.planner): the
@@ -31,9 +33,9 @@ When the plan is made
     Before each model's cells, for the cells left: a cell the plan gives no rounds is never
     loaded, and its skip record says what it would need (unless its costs are scaled estimates
     and no cell gets any rounds: estimates too far off to skip on; its own warm-up decides). Then at
-    each cell's start, once its warm-ups have measured its own pace: its rounds are fixed for
-    good, planned with the time left and the cells after it (their setup still to pay, this
-    cell's paid). No Δ enters: only paces and spreads.
+    each cell's start, once its warm-ups have measured its own pace: its rounds are fixed,
+    planned with the time left and the cells after it (their setup still to pay, this cell's
+    paid), for good but on a first run (above). No Δ enters: only paces and spreads.
 """
 
 from __future__ import annotations
@@ -54,6 +56,7 @@ from ...core.cell import ShareTime
 from ...core.experiment import MIN_PLANNED_ROUNDS, Cell, Experiment
 from ...core.typed import from_mapping, to_mapping
 from ...present.format import format_duration
+from .scaling import PlanWork, Scale
 
 CACHE_VERSION = 1
 _MOST_BUDGET_S = 3600.0  # the largest budget a "would need" line looks at
@@ -149,54 +152,6 @@ class CellSetup:
     round_s: float
     prefill_s: float
     gen_s: float
-
-
-@dataclass(frozen=True)
-class PlanWork:
-    """What a cell's round does and what it loads, from shapes alone (the roofline's work)."""
-
-    round_flops: float  # the prefills' FLOPs
-    round_bytes: float  # the generations' bytes
-    prefill_bytes: float  # what the prefills read at memory speed (CellWork.prefill_bytes)
-    weight_bytes: int
-    warmups: int
-    rows: int
-
-
-@dataclass(frozen=True)
-class Scale:
-    """How the cells measured here scale to one that is not yet: its round from its roofline work
-    at the paces their rounds showed, its load by its weight bytes, its warm-ups and what follows
-    its rounds by its round (the medians over the cells measured)."""
-
-    per_flop: float  # a prefill FLOP's seconds
-    per_byte: float  # a byte's seconds, read by a generation or a prefill
-    beyond: float  # a round's seconds per second of its trials' own clocks
-    load_per_byte: float
-    warm: float  # a warm-up round's seconds per round
-    after: float  # what follows the rounds, per round
-
-    @classmethod
-    def of(cls, measured: Sequence[CellMeasure]) -> Scale | None:
-        """None with nothing measured."""
-        measured = [m for m in measured if m.round_s > 0]
-        if not measured:
-            return None
-        paces = [m.paces() for m in measured]
-        per_bytes = [per_byte for per_byte, _ in paces if per_byte is not None]
-        loaded = [m.load_s / m.weight_bytes for m in measured if m.load_s > 0 and m.weight_bytes]
-        return cls(
-            per_flop=statistics.median(per_flop for _, per_flop in paces),
-            per_byte=statistics.median(per_bytes) if per_bytes else 0.0,
-            beyond=statistics.median(m.beyond for m in measured),
-            load_per_byte=statistics.median(loaded) if loaded else 0.0,
-            warm=statistics.median(m.warmup_s / (max(1, m.warmups) * m.round_s) for m in measured),
-            after=statistics.median((m.after_s + m.shares_s) / m.round_s for m in measured),
-        )
-
-    def round_s(self, work: PlanWork) -> float:
-        reads = work.prefill_bytes + work.round_bytes
-        return self.beyond * (self.per_flop * work.round_flops + self.per_byte * reads)
 
 
 def cache_signature(cell: Cell, exp: Experiment, builds: Sequence[str]) -> str:
@@ -420,6 +375,28 @@ class RunPlanner:
             )
         )
         self.setup_paid[cell.key] = setup.load_s + setup.warmup_s
+        return self._fix_now(cell, left_s)
+
+    def fix_again(
+        self, cell: Cell, sds: Mapping[str, float], round_s: float, left_s: float
+    ) -> tuple[int, float]:
+        """A cell fixed while no spread was known here, its rounds done: its rounds fixed again on
+        the `sds` they showed, at their mean `round_s`, with `left_s` counting those rounds as
+        still to spend (the plan counts them). A cell never loses rounds it ran."""
+        signature = self._signature(cell)
+        before = self.known[signature]
+        self.known[signature] = replace(before, sds=dict(sds), round_s=round_s)
+        done = self.fixed.pop(cell.key)
+        rounds, allowance = self._fix_now(cell, left_s)
+        self.known[signature] = before  # `measured` keeps the cell's spreads once it ends
+        self.fixed[cell.key] = max(done, rounds)
+        return self.fixed[cell.key], allowance
+
+    def spread_known(self) -> bool:
+        """Whether a row's spread is known here, to plan at (not on a machine's first run)."""
+        return bool(self._planned_sds(1))
+
+    def _fix_now(self, cell: Cell, left_s: float) -> tuple[int, float]:
         plan = self.make(left_s)
         assert plan is not None  # this cell is measured now
         rounds = plan.rounds(cell.key)

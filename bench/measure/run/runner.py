@@ -70,9 +70,10 @@ from .ledger import ONE_TIME, RunTime
 from .pilot import ScheduleChoice, choose_schedule
 from .pilot import cache_path as schedule_cache_path
 from .planning import CACHE_VERSION as PLAN_CACHE_VERSION
-from .planning import PlanWork, RunPlanner
+from .planning import RunPlanner
 from .progress import RunProgress
 from .resume import DoneWork, resume_state
+from .scaling import PlanWork
 from .schedules import SCHEDULES
 from .schedules.base import RoundSchedule
 from .session import Build, WorkerFailed, WorkerMaker, WorkerSession, stopped_after
