@@ -145,3 +145,12 @@ def test_until_decided_a_cell_without_a_spread_gets_the_fewest_rounds():
     cells = [CellCost(k, k, 0.0, 2.0, 0.0) for k in ("a", "b")]
     plan = plan_rounds(cells, 80.0, rows=4, goal=GOAL, max_rounds=60, until_decided=True)
     assert plan.rounds("a") == plan.rounds("b") == MIN_PLANNED_ROUNDS
+
+
+def test_the_widest_spread_is_where_the_rounds_stop_deciding():
+    from fusebench.analysis.planner import widest_spread
+
+    goal, alpha = Goal(5.0), 0.05 / 16
+    widest = widest_spread(8, alpha, goal)
+    assert rounds_for(widest, alpha, goal) <= 8 < rounds_for(widest * 1.02, alpha, goal)
+    assert widest_spread(16, alpha, goal) > widest

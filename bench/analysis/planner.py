@@ -55,6 +55,7 @@ __all__ = [
     "decide_probability",
     "plan_rounds",
     "rounds_for",
+    "widest_spread",
 ]
 
 EXHAUSTIVE_CELLS = 10  # at most this many cells: every subset is tried
@@ -152,6 +153,20 @@ def rounds_for(sd_log: float, alpha: float, goal: Goal, probability: float = 0.8
     while n > 2 and decide_probability(sd_log, n - 1, alpha, goal) >= probability:
         n -= 1
     return n
+
+
+def widest_spread(rounds: int, alpha: float, goal: Goal, probability: float = 0.8) -> float:
+    """The largest per-round log-ratio SD at which `rounds` rounds decide a row with
+    `probability` (at Δ = 0): what a plan that knows no spread yet can promise."""
+    low, high = 0.0, 1.0
+    for _ in range(40):  # bisection to 1e-12 of a unit SD
+        middle = (low + high) / 2.0
+        low, high = (
+            (middle, high)
+            if decide_probability(middle, rounds, alpha, goal) >= probability
+            else (low, middle)
+        )
+    return low
 
 
 def plan_rounds(

@@ -50,7 +50,7 @@ from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field, replace
 from pathlib import Path
 
-from ...analysis.planner import CellCost, Plan, plan_rounds, rounds_for
+from ...analysis.planner import CellCost, Plan, plan_rounds, rounds_for, widest_spread
 from ...analysis.stopping import Goal
 from ...core.cell import ShareTime
 from ...core.experiment import MIN_PLANNED_ROUNDS, Cell, Experiment
@@ -230,8 +230,8 @@ class RunPlanner:
         spread = (
             "spreads of the measured rows"
             if any(m.sds for m in self._mine())
-            else f"no spread measured yet: {MIN_PLANNED_ROUNDS} rounds a size, and the sizes "
-            "after the first planned again on its spreads"
+            else f"no spread measured yet: {MIN_PLANNED_ROUNDS} rounds a size, then the first "
+            "size and those after it planned again on the first's spreads"
         )
         return (
             f"{mine} of {len(self.cells)} cells measured here, the others scaled by their "
@@ -455,14 +455,18 @@ class RunPlanner:
         of = "" if planned == self.total_rows else f"{planned} of "
         left = sum(self.work[c.cost.cell].rows for c in plan.cells)
         rows = f"{self.total_rows} rows" if left == self.total_rows else f"the {left} rows left"
+        spreads_known = any(c.cost.sds for c in plan.cells)
+        widest = widest_spread(MIN_PLANNED_ROUNDS, 1.0 - plan.level, self.goal)
         expected = (
             f"expected to decide {plan.expected:.1f} of {rows}"
-            if any(c.cost.sds for c in plan.cells)
-            else "what they decide is not known before a size's rows have a spread"
+            if spreads_known
+            else f"{MIN_PLANNED_ROUNDS} rounds decide a row that scatters up to "
+            f"{100 * widest:.1f}% a round; a noisier size gets more"
         )
         again = "" if self.said_s == total_s else f" (said: {_minutes(self.said_s)})"
+        said = f"about {_minutes(total_s)}" if spreads_known else f"{_minutes(total_s)} or more"
         head = (
-            f"plan: about {_minutes(total_s)}{again} for {of}the {self.total_rows} rows here, at "
+            f"plan: {said}{again} for {of}the {self.total_rows} rows here, at "
             f"most {format_duration(self.exp.budget_s or 0.0)} (budget_s) ({self.source()}): "
             f"{', '.join(parts)}; {expected}"
         )
