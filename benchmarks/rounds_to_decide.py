@@ -126,9 +126,14 @@ def main() -> None:
                     f"{planned} |"
                 )
             print(lines[-1], flush=True)
+    emit(lines, args.out)
+
+
+def emit(lines: list[str], out: Path | None) -> None:
+    """The table, printed, and written to `out` where given."""
     text = "\n".join(lines) + "\n"
-    if args.out:
-        args.out.write_text(text)
+    if out:
+        out.write_text(text)
     print(text)
 
 
