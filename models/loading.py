@@ -10,6 +10,7 @@ import hashlib
 import io
 import json
 import os
+import shutil
 import sys
 import time
 import zlib
@@ -154,7 +155,7 @@ def load_model(
     applied, in fusebench's decoder or mlx-lm's classes (`implementation`, see
     fusebench.models.config.runs_own_decoder). With `weights_cache`, a preset's seeded weights are
     read from that folder when a run wrote them there before, else seeded and written there
-    (`cached_weights`)."""
+    (`WeightsCache.read_or_write`)."""
     overrides = Overrides(layers, dtype, quantize)
     if is_checkpoint_path(source):
         model = _load_checkpoint(Path(source), overrides, implementation)
@@ -166,7 +167,7 @@ def load_model(
             seed_weights(model, seed, mx_dtype)
         else:
             path = weights_cache.folder / weights_file_name(config, seed, mx_dtype)
-            weights_cache.written_s += cached_weights(model, path, seed, mx_dtype)
+            weights_cache.read_or_write(model, path, seed, mx_dtype)
         if quantize:
             quantize_weights(model, quantize)
     model.set_ops(ops or {})
@@ -179,11 +180,45 @@ WEIGHTS_FORMAT = 1
 
 @dataclass
 class WeightsCache:
-    """Where presets' seeded weights are kept between loads, and the seconds this process spent
-    writing them there (a one-time cost, which a caller may keep apart from loading)."""
+    """Where presets' seeded weights are kept between loads, the seconds this process spent
+    writing them there (a one-time cost, which a caller may keep apart from loading), and why the
+    weights it made could not be kept there ("" when they were read or written)."""
 
     folder: Path
     written_s: float = 0.0
+    not_kept: str = ""
+
+    def read_or_write(self, model: AnyModel, path: Path, seed: int, dtype: mx.Dtype) -> None:
+        """The weights seed_weights would make, read from `path` where an earlier load wrote them
+        (a read from the page cache is about twice as fast as making them here:
+        benchmarks/weights_speed.py), else made and written there (a temporary name, then renamed:
+        a reader sees the whole file or none). A file that does not fit the model is made again
+        and said on stderr. Weights the disk has no room for are not written (a failed write of
+        gigabytes would cost its seconds on every run): `not_kept` says why, and the seconds
+        spent count as loading, since the next load pays them again."""
+        module = _module(model)
+        if path.is_file():
+            try:
+                module.load_weights(list(mx.load(str(path)).items()))
+                mx.eval(module.parameters())
+                return
+            except (ValueError, RuntimeError, OSError) as err:
+                print(f"weights cache: {path} unusable ({err}); made again", file=sys.stderr)
+        seed_weights(model, seed, dtype)
+        began = time.perf_counter()
+        try:
+            path.parent.mkdir(parents=True, exist_ok=True)
+            needed = sum(v.nbytes for _, v in tree_flatten(module.parameters())) / 2**30
+            free = shutil.disk_usage(path.parent).free / 2**30
+            if free < needed:
+                self.not_kept = f"{free:.1f} GiB free in {path.parent}, {needed:.1f} GiB needed"
+                return
+            _write_whole(module, path)
+        except (OSError, RuntimeError) as err:
+            self.not_kept = f"{path} not written: {err}"
+            print(f"weights cache: {self.not_kept}", file=sys.stderr)
+            return
+        self.written_s += time.perf_counter() - began
 
 
 def weights_file_name(config: ConfigView, seed: int, dtype: mx.Dtype) -> str:
@@ -195,27 +230,11 @@ def weights_file_name(config: ConfigView, seed: int, dtype: mx.Dtype) -> str:
     return f"{name}-{digest}-seed{seed}-{dtype_name}-v{WEIGHTS_FORMAT}.safetensors"
 
 
-def cached_weights(model: AnyModel, path: Path, seed: int, dtype: mx.Dtype) -> float:
-    """The weights seed_weights would make, read from `path` where an earlier load wrote them
-    (a read from the page cache is about twice as fast as making them here:
-    benchmarks/weights_speed.py), else made and written there (a temporary name, then renamed: a
-    reader sees the whole file or none). A file that does not fit the model, or cannot be read or
-    written, is made again and said on stderr; nothing else changes. Returns the seconds writing
-    took (0 when read): a one-time cost of the machine, as its probes are."""
-    module = _module(model)
-    if path.is_file():
-        try:
-            module.load_weights(list(mx.load(str(path)).items()))
-            mx.eval(module.parameters())
-            return 0.0
-        except (ValueError, RuntimeError, OSError) as err:
-            print(f"weights cache: {path} unusable ({err}); made again", file=sys.stderr)
-    seed_weights(model, seed, dtype)
-    began = time.perf_counter()
+def _write_whole(module: nn.Module, path: Path) -> None:
+    """The module's weights at `path`, synced to disk; a failed write leaves no file behind."""
     # mx.save_safetensors names its file *.safetensors whatever it is given
     partial = path.with_name(f".{path.stem}.{os.getpid()}.partial.safetensors")
     try:
-        path.parent.mkdir(parents=True, exist_ok=True)
         mx.save_safetensors(str(partial), dict(tree_flatten(module.parameters())))
         # on disk before the first trial: the kernel's writeback of gigabytes would otherwise run
         # beside the rounds that follow (results/plan-zen4: the run that wrote them scattered 2-3x)
@@ -225,10 +244,9 @@ def cached_weights(model: AnyModel, path: Path, seed: int, dtype: mx.Dtype) -> f
         finally:
             os.close(descriptor)
         os.replace(partial, path)
-    except (OSError, RuntimeError) as err:
+    except (OSError, RuntimeError):
         partial.unlink(missing_ok=True)
-        print(f"weights cache: {path} not written ({err})", file=sys.stderr)
-    return time.perf_counter() - began
+        raise
 
 
 def is_checkpoint_path(source: str | Path) -> bool:

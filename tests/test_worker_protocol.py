@@ -129,7 +129,7 @@ def test_a_trial_from_a_build_that_predates_ttft_is_read():
 
 
 def test_loaded_and_done_cross_the_pipe():
-    for event in (Loaded(1.5, 1000, 4000), Done()):
+    for event in (Loaded(1.5, 1000, 4000), Loaded(2.0, 10, 40, not_kept="1.0 GiB free"), Done()):
         assert decode_event(encode_event(event)) == event
 
 

@@ -145,6 +145,7 @@ class Loaded:
     parameters: int
     weight_bytes: int
     written_s: float = 0.0  # writing a preset's weights to the cache: the machine's one-time cost
+    not_kept: str = ""  # why the weights made here could not be kept in the cache (WeightsCache)
 
 
 @dataclass(frozen=True)

@@ -529,13 +529,14 @@ def site_calls(model: SwitchedModel, prompt: mx.array, step: int) -> list[SiteCa
     ]
 
 
-def loaded(model: AnyModel, load_s: float, written_s: float = 0.0) -> Loaded:
+def loaded(model: AnyModel, load_s: float, cache: WeightsCache) -> Loaded:
     params = tree_flatten(model.parameters())
     return Loaded(
         load_s,
         parameters=sum(v.size for _, v in params),
         weight_bytes=sum(v.nbytes for _, v in params),
-        written_s=written_s,
+        written_s=cache.written_s,
+        not_kept=cache.not_kept,
     )
 
 
@@ -554,7 +555,7 @@ def serve(job: WorkerJob, commands: Iterable[str], emit: Emit) -> None:
         implementation=spec.implementation,
         weights_cache=cache,
     )
-    emit(loaded(model, time.perf_counter() - start - cache.written_s, cache.written_s))
+    emit(loaded(model, time.perf_counter() - start - cache.written_s, cache))
     runner = CommandRunner(model, job, emit)
     for line in commands:
         if line.strip():

@@ -119,7 +119,7 @@ def cache_dir() -> Path:
 
 def weights_cache_dir() -> Path:
     """Where presets' seeded weights are kept between runs
-    (fusebench.models.loading.cached_weights): `fusebench cache` shows and clears it."""
+    (fusebench.models.loading.WeightsCache): `fusebench cache` shows and clears it."""
     return cache_dir() / "weights"
 
 

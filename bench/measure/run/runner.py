@@ -35,6 +35,7 @@ from ...core.header import (
 from ...core.results import ResultsWriter
 from ...present.format import format_count
 from ..hub import with_repos_found
+from ..job import Loaded
 from ..machine.cores import pinned_cpus
 from ..machine.env import (
     blas_warning,
@@ -211,6 +212,29 @@ class Runner:
             return sequential
         return self.schedule
 
+    def _say_loaded(self, label: str, build: str, loaded: Loaded) -> None:
+        where = "" if len(self.builds) == 1 else f" ({build} build)"
+        if loaded.not_kept:
+            # said even when quiet: every run pays for making these weights until there is room
+            self.console.print(
+                f"warning: {label}{where}: its weights are made again on every run, the "
+                f"weights cache cannot keep them ({loaded.not_kept}); `fusebench cache` shows "
+                "what it holds",
+                highlight=False,
+            )
+        if self.options.quiet:
+            return
+        wrote = (
+            f" (and {loaded.written_s:.1f} s writing them to the weights cache, once)"
+            if loaded.written_s
+            else ""
+        )
+        self.console.print(
+            f"{label}{where}: loaded {format_count(loaded.parameters)} "
+            f"parameters ({loaded.weight_bytes / 2**30:.2f} GiB) in {loaded.load_s:.1f} s{wrote}",
+            highlight=False,
+        )
+
     def _run_workers(self, job: ModelJob, schedule: RoundSchedule, context: CellContext) -> None:
         started = time.monotonic()
         with self._stopped_after(self.workers.start(job.model, schedule)) as workers:
@@ -220,19 +244,7 @@ class Runner:
                 loaded = worker.loaded(deadline, self.exp.timeout_s)
                 # the workers load at once, so their writes overlap: the longest is what it cost
                 written_s = max(written_s, loaded.written_s)
-                if not self.options.quiet:
-                    where = "" if len(self.builds) == 1 else f" ({worker.build.name} build)"
-                    wrote = (
-                        f" (and {loaded.written_s:.1f} s writing them to the weights cache, once)"
-                        if loaded.written_s
-                        else ""
-                    )
-                    self.console.print(
-                        f"{job.model.label}{where}: loaded {format_count(loaded.parameters)} "
-                        f"parameters ({loaded.weight_bytes / 2**30:.2f} GiB) "
-                        f"in {loaded.load_s:.1f} s{wrote}",
-                        highlight=False,
-                    )
+                self._say_loaded(job.model.label, worker.build.name, loaded)
             load_s = time.monotonic() - started - written_s
             self.time.add(ONE_TIME, written_s)  # a preset's weights written, once
             self.time.add("load", load_s)
