@@ -50,20 +50,26 @@ def test_two_identical_builds_interleave_and_the_gate_compares_them(
     )
     assert done.returncode == 0, done.stderr
     results = records(tmp_path / "ab.jsonl")
-    assert set(results[0]["builds"]) == {"current", "reference"}
+    # the control arm: the reference's code once more, in a place of its own
+    builds = ("current", "reference", "control")
+    assert tuple(results[0]["builds"]) == builds
     trials = [r for r in results if r["kind"] == "trial" and not r["warmup"]]
-    # Each variant's two builds run back to back in every round, the order reversed every other
-    # round.
+    # Each variant's builds run back to back in every round, the variants' order reversed every
+    # other round, the builds' order rotated at the fresh pair (round 6).
     first_round = [(t["build"], t["variant"]) for t in trials if t["round"] == 0]
-    assert first_round == [
-        ("current", "base"),
-        ("reference", "base"),
-        ("current", "compiled"),
-        ("reference", "compiled"),
-    ]
+    assert first_round == [(b, v) for v in ("base", "compiled") for b in builds]
+    seventh = [(t["build"], t["variant"]) for t in trials if t["round"] == 6]
+    assert seventh == [(b, v) for v in ("base", "compiled") for b in builds[1:] + builds[:1]]
     assert {(t["build"], t["variant"]) for t in trials} == {
-        (b, v) for b in ("current", "reference") for v in ("base", "compiled")
+        (b, v) for b in builds for v in ("base", "compiled")
     }
+    # Every worker started alike in a copy of its build's tree, side by side; the places rotate.
+    workers = [r for r in results if r["kind"] == "worker"]
+    assert [(w["build"], w["pair"]) for w in workers] == [(b, p) for p in (0, 1) for b in builds]
+    places = [w["placement"] for w in workers]
+    assert len({p["tree_chars"] for p in places}) == 1
+    assert len({(p["interpreter"], p["launcher"], p["env_bytes"]) for p in places}) == 1
+    assert [p["slot"] for p in places] == ["a", "b", "c", "b", "c", "a"]
     # A fresh pair of workers after worker_rounds (6) rounds: each round's trials name the pair that
     # ran them.
     pairs = {t["round"]: t["process"] for t in trials}
@@ -86,20 +92,25 @@ def test_two_identical_builds_interleave_and_the_gate_compares_them(
     assert (
         document["passed"]
         == (check.returncode == 0)
-        == all(v["verdict"] == "within limit" for v in verdicts)
+        == all(
+            v["verdict"] in ("within limit", "identical builds read alike") for v in verdicts
+        )
     )
     assert document["cannot_tell"] == (check.returncode == 3)
     assert {(v["check"], v["variant"], v["metric"]) for v in verdicts} == {
         ("build", variant, metric)
         for variant in ("base", "compiled", "all variants")
         for metric in ("prefill", "gen")
-    }
+    } | {("control", "all variants", metric) for metric in ("prefill", "gen")}
     assert all(
         v["ci_low_pct"] <= v["delta_pct"] <= (v["ci_high_pct"] or float("inf")) for v in verdicts
     )
     report = fusebench_here("report", "ab.jsonl", "--out", "report", cwd=tmp_path)
     assert report.returncode == 0, report.stderr
-    assert "## Current build vs reference build" in (tmp_path / "report" / "report.md").read_text()
+    page = (tmp_path / "report" / "report.md").read_text()
+    assert "## Current build vs reference build" in page
+    assert "Placement: every build's workers started alike" in page
+    assert "### Control: identical builds in two places" in page
 
 
 def test_a_slower_current_build_fails_the_gate(tmp_path: Path, experiment: Path):

@@ -96,6 +96,7 @@ class Check(StrEnum):
     CORRECT = "correct"
     BUILD = "build"
     HISTORY = "history"
+    CONTROL = "control"  # run --against's control arm: identical builds in two places
 
 
 # The checks that gate speed; without one, a check passes on correctness alone, and says so.
@@ -128,10 +129,15 @@ class Status(StrEnum):
     WITHIN_HISTORY = "within history"
     # the interval reaches across the limit: neither within it nor beyond it
     CANNOT_TELL = "cannot tell"
+    # the control arm: identical builds read alike (the interval holds 0), or apart
+    SETUP_ALIKE = "identical builds read alike"
+    SETUP_DIFFERS = "identical builds read apart"
 
 
 FAILING = frozenset({Status.REGRESSED, Status.STALLS, Status.NO_DATA, Status.INCORRECT})
-UNDECIDED = frozenset({Status.CANNOT_TELL, Status.TOO_FEW_VALUES})  # exit 3: the gate could not see
+# exit 3: the gate could not see (SETUP_DIFFERS: its setup reads a difference between identical
+# builds, so no verdict on the code stands)
+UNDECIDED = frozenset({Status.CANNOT_TELL, Status.TOO_FEW_VALUES, Status.SETUP_DIFFERS})
 EXIT_PASSED, EXIT_FAILED, EXIT_CANNOT_TELL = 0, 1, 3
 
 
@@ -572,10 +578,37 @@ def build_findings(
     labels = cell_names([trials])
     limit = Limit(max_regression, Bound.THRESHOLD)
     pace = stats.round_seconds(trials)
-    return [
+    control = [_control_finding(row, labels) for row in stats.compare_control(trials)]
+    if not control:
+        notes.append(
+            "no control arm: this run did not measure what its setup reads between identical "
+            "builds (run --against without --no-control, sequential rounds, measures it)"
+        )
+    return control + [
         stall_failure(_build_finding(row, labels, limit, pace))
         for row in stats.compare_builds(trials)
     ]
+
+
+def _control_finding(row: ComparisonRow, labels: dict[tuple[str, str, str], str]) -> Finding:
+    """The control arm's row: identical code in two places. Its interval holding 0 qualifies the
+    setup; one that excludes 0 is a difference the setup makes (placement, order), which any
+    verdict on the code would carry: the gate cannot tell then, whatever the code's rows say."""
+    ci = row.interval
+    apart = ci is not None and (ci.low > 1.0 or ci.high < 1.0)
+    return Finding(
+        Check.CONTROL,
+        labels[row.model_key, row.size, row.workload],
+        row.variant,
+        row.metric,
+        status=Status.SETUP_DIFFERS if apart else Status.SETUP_ALIKE,
+        baseline=row.baseline_gmean,
+        current=row.new_gmean,
+        ci=ci,
+        model_key=row.model_key,
+        clock=row.clock,
+        note="the reference's code in another place, against the reference",
+    )
 
 
 def _build_finding(

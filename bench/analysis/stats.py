@@ -26,6 +26,7 @@ import numpy as np
 import pandas as pd
 from numpy.typing import ArrayLike
 
+from ..core.cell import CONTROL_BUILD, CURRENT_BUILD, REFERENCE_BUILD
 from ..core.experiment import DEFAULT_MARGIN_PCT, Trials
 from ..core.fileformat import (
     CPU_CLOCK_COLUMNS,
@@ -387,22 +388,46 @@ def compare_builds(
     "current" and `variant` naming the variant compared across the builds, or ALL_VARIANTS.
     `family`: only these rows (model_key, workload, variant, metric), where a decision reads no
     other (a bisect's search step)."""
-    timed = timed_trials(trials)
-    rows: list[_Paired] = []
-    if not timed.empty and Column.BUILD in timed:
-        variants = list(dict.fromkeys(timed[Column.VARIANT]))
-        sides = [(variant, timed[timed[Column.VARIANT] == variant]) for variant in variants]
-        if len(variants) > 1:
-            sides.append((ALL_VARIANTS, every_variant(timed, len(variants))))
-        for variant, mine in sides:
-            more = _paired_rows(
-                mine.assign(variant=mine[Column.BUILD]), "reference", "current", METRICS
-            )
-            rows += [dataclasses.replace(row, variant=variant) for row in more]
+    rows = _build_rows(trials, (REFERENCE_BUILD, CURRENT_BUILD), pooled_only=False)
     if family is not None:
         rows = [row for row in rows if _row_key(row) in family]
-    pair = ("reference", "current")
+    pair = (REFERENCE_BUILD, CURRENT_BUILD)
     return _judge({pair: rows}, alpha=alpha, margin_pct=margin_pct)[pair]
+
+
+def compare_control(
+    trials: pd.DataFrame, *, alpha: float = ALPHA, margin_pct: float = DEFAULT_MARGIN_PCT
+) -> list[ComparisonRow]:
+    """`run --against`'s control arm: the control build (the reference's code in a place of its
+    own) against the reference, all variants pooled, per cell and metric, a Holm family of its own.
+    Both run identical code, so an interval that excludes 0 is what the setup reads between
+    identical builds, not a finding about code. No rows for a run without the control arm."""
+    builds = trials.get(Column.BUILD, ())
+    if CONTROL_BUILD not in set(builds):
+        return []
+    rows = _build_rows(trials, (REFERENCE_BUILD, CONTROL_BUILD), pooled_only=True)
+    pair = (REFERENCE_BUILD, CONTROL_BUILD)
+    return _judge({pair: rows}, alpha=alpha, margin_pct=margin_pct)[pair]
+
+
+def _build_rows(
+    trials: pd.DataFrame, builds: tuple[str, str], *, pooled_only: bool
+) -> list[_Paired]:
+    """The paired rows of `builds` (baseline, new) per variant and all variants pooled (or, with
+    `pooled_only`, the pooled rows alone, or the one variant's where a run has one)."""
+    timed = timed_trials(trials)
+    rows: list[_Paired] = []
+    if timed.empty or Column.BUILD not in timed:
+        return rows
+    variants = list(dict.fromkeys(timed[Column.VARIANT]))
+    sides = [(variant, timed[timed[Column.VARIANT] == variant]) for variant in variants]
+    if len(variants) > 1:
+        pooled = (ALL_VARIANTS, every_variant(timed, len(variants)))
+        sides = [pooled] if pooled_only else [*sides, pooled]
+    for variant, mine in sides:
+        more = _paired_rows(mine.assign(variant=mine[Column.BUILD]), *builds, METRICS)
+        rows += [dataclasses.replace(row, variant=variant) for row in more]
+    return rows
 
 
 def _row_key(row: _Paired) -> RowKey:

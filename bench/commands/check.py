@@ -137,7 +137,7 @@ def confirmed(first: GateOutcome, request: CheckRequest, console: Console) -> Ga
     import dataclasses
     import tempfile
 
-    from ..core.cell import REFERENCE_BUILD
+    from ..core.cell import CONTROL_BUILD, REFERENCE_BUILD
     from ..core.header import BuildFields
     from ..core.results import read_results
     from ..core.spec import load_experiment
@@ -173,7 +173,9 @@ def confirmed(first: GateOutcome, request: CheckRequest, console: Console) -> Ga
             f"undecided verdict(s): {', '.join(sorted(failing))} against {ref} -> {out}"
         )
         with reference_build(str(ref), experiment) as reference:
-            run_experiment(exp, RunOptions(out=out, quiet=True, reference=reference), console)
+            control = CONTROL_BUILD in run.builds  # the first run's control arm, again
+            options = RunOptions(out=out, quiet=True, reference=reference, control=control)
+            run_experiment(exp, options, console)
     second = run_check(dataclasses.replace(request, results=out))
     first_run = f"first run ({request.results}): " + "; ".join(
         f"{f.cell} {f.variant} {f.metric} {f.status.value}" for f in rows

@@ -158,6 +158,15 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
         "fusebench check then compares the builds",
     )
     parser.add_argument(
+        "--no-control",
+        dest="control",
+        action="store_false",
+        help="with --against: leave out the control arm (the reference's code once more, in a "
+        "place of its own, whose rounds say what the setup reads between identical builds; it "
+        "costs a third of each round, and check turns a control that reads a difference into "
+        "'cannot tell')",
+    )
+    parser.add_argument(
         "--against-env",
         metavar="SPEC",
         help="also run this tree in another Python environment, interleaved: "
@@ -241,6 +250,7 @@ def main(args: argparse.Namespace, console: Console) -> int:
             pin=args.pin,
             reference=reference,
             current=current,
+            control=bool(args.against) and args.control,
             started=started,
         )
         code = run_experiment(exp, options, console, resume=args.resume)

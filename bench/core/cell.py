@@ -21,6 +21,8 @@ from .typed import FLAT
 # and the one `run --against` measures it against.
 CURRENT_BUILD = "current"
 REFERENCE_BUILD = "reference"
+# run --against's control arm: the reference build's code in a place of its own
+CONTROL_BUILD = "control"
 
 
 @dataclass(frozen=True, kw_only=True)

@@ -54,6 +54,7 @@ RECORD_KINDS = (
     "replay",
     "confirm",
     "variant",
+    "worker",
 )
 
 

@@ -8,7 +8,8 @@ Record kinds:
   variant;
 - ``depth``: decode speed after a prefill to a given KV depth;
 - ``op``: one op microbenchmark sample (``fusebench ops``);
-- ``skip`` / ``error``: a cell that was not measured, and why.
+- ``skip`` / ``error``: a cell that was not measured, and why;
+- ``worker``: one worker process: its build, pair and placement (core.placement).
 """
 
 from __future__ import annotations
@@ -47,10 +48,11 @@ from .fileformat import (
 )
 from .fingerprint import Fingerprint, MachineMismatchError, fingerprint
 from .header import UNKNOWN_MACHINE, LoadSummary, RunHeader, TimeSpent
+from .placement import WorkerRecord
 from .typed import from_mapping, to_record
 
 # The records written as the dataclass that declares them (core.typed.to_record).
-Written = RunHeader | LoadSummary | TimeSpent | OpRecord | TrialRecord | StopRecord
+Written = RunHeader | LoadSummary | TimeSpent | OpRecord | TrialRecord | StopRecord | WorkerRecord
 
 
 class ResultsWriter:
@@ -136,6 +138,10 @@ class Results:
     def stop_records(self) -> list[StopRecord]:
         """Why each cell stopped adding rounds, read back as the type that wrote it."""
         return [from_mapping(StopRecord, record) for record in self.of_kind(StopRecord.KIND)]
+
+    def worker_records(self) -> list[WorkerRecord]:
+        """Every worker process a run started, with its placement (files from before have none)."""
+        return [from_mapping(WorkerRecord, record) for record in self.of_kind(WorkerRecord.KIND)]
 
     def op_records(self) -> list[OpRecord]:
         """Every `fusebench ops` sample, read back as the type that wrote it."""

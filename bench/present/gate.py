@@ -45,6 +45,7 @@ CHECK_LABELS = {
     Check.CORRECT: "correct",
     Check.BUILD: "vs reference",
     Check.HISTORY: "speedup vs history",
+    Check.CONTROL: "control",
 }
 STATUS_TEXT = {
     Status.REGRESSED: "✗ regressed",
@@ -59,6 +60,8 @@ STATUS_TEXT = {
     Status.NEEDS_HISTORY: f"needs ≥ {MIN_RUNS} stored runs",
     Status.WITHIN_HISTORY: "within history",
     Status.CANNOT_TELL: "? cannot tell",
+    Status.SETUP_ALIKE: "✓ identical builds read alike",
+    Status.SETUP_DIFFERS: "? identical builds read apart",
 }
 
 
@@ -92,6 +95,12 @@ def summary_line(f: Finding) -> str:
     check = CHECK_LABELS[f.check]
     if f.ci is None:
         return f"{check}: {what}: {status_text(f)}" + (f" ({f.note})" if f.note else "")
+    if f.status is Status.SETUP_DIFFERS:
+        return (
+            f"{check}: {what}: the setup reads {format_delta(f.ci)} {format_ci(f.ci)} between "
+            "identical builds (the reference's code in two places), so no verdict on the code "
+            "stands"
+        )
     if f.status is Status.CANNOT_TELL:
         settle = f"; {settle_text(f.settle, f.ci.n)}" if f.settle else ""
         return (
@@ -204,8 +213,8 @@ def blocks(outcome: GateOutcome, results: Path) -> list[Block]:
         out += [
             Paragraph(
                 "Cannot tell (each interval reaches across the limit: neither within it nor "
-                "beyond it; a longer run, a larger budget_s or max_rounds, or a quieter machine "
-                "settles it):"
+                "beyond it, or the control arm read identical builds apart; a longer run, a "
+                "larger budget_s or max_rounds, or a quieter machine settles it):"
             ),
             Bullets(tuple(summary_line(f) for f in undecided)),
         ]

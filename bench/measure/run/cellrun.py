@@ -101,10 +101,8 @@ class CellRun:
             if reason == "planned" and self.fixing.fixed_again(rounds):
                 reason = self.cell_stop.stop_reason(rounds)
             if rounds == MIN_AUTO_ROUNDS and self.exp.trials.adaptive:
-                self._say(
-                    f"{self.cell.model.label} {self.cell.workload.label}: "
-                    f"{self.cell_stop.plan_line(rounds)}"
-                )
+                label = f"{self.cell.model.label} {self.cell.workload.label}"
+                self._say(f"{label}: {self.cell_stop.plan_line(rounds)}")
         self.update(
             f"{self.cell.model.label} {self.cell.workload.label}: {reason}",
             drop=(self.exp.rounds - rounds) * self.round_trials,
@@ -177,7 +175,8 @@ class CellRun:
         trials' clocks."""
         check = check or set()
         clocks = Clocks()
-        at = Round(index, self.context.order, self.builds, self.pairs, self.context.workers.cores)
+        cores, pair = self.context.workers.cores, self.fresh_pairs.started
+        at = Round(index, self.context.order, self.builds, self.pairs, cores, pair)
         for step in self.schedule.steps(at):
             commands = [self._trial(arm, step.round, warmup, fresh, check) for arm in step.arms]
             place(step, self.workers)

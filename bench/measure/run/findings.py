@@ -21,11 +21,13 @@ from ...core.cell import (
 )
 from ...core.experiment import Cell
 from ...core.header import Peak
+from ...core.placement import WorkerRecord
 from ...core.results import ResultsWriter
 from ..job import Result
 from ..machine.load import LoadSampler
 from ..machine.memory import model_config
 from ..machine.roofline import CellWork, PeakPercents, Rates, achieved, cell_work, percent_of_peak
+from .session import WorkerSession
 
 
 @dataclass(frozen=True)
@@ -90,6 +92,24 @@ class Findings:
         for sample in samples:
             self.writer.write(
                 ShareRecord(cell=self.meta[cell_key], share=sample, reused_from=measured_at)
+            )
+
+    def workers_started(self, model_key: str, workers: Sequence[WorkerSession]) -> None:
+        """A set of workers of one model, each with its build and placement (a `worker` record
+        each), labelled as their trials will be: by the set's first worker's pid."""
+        run_id = next(iter(self.meta.values())).run_id
+        for worker in workers:
+            self.writer.write(
+                WorkerRecord(
+                    run_id=run_id,
+                    model_key=model_key,
+                    build=worker.build.name,
+                    process=workers[0].process.pid,
+                    pid=worker.process.pid,
+                    pair=worker.set,
+                    started=worker.turn,
+                    placement=worker.placement,
+                )
             )
 
     def step_ended(self) -> None:

@@ -52,6 +52,7 @@ class FreshPairs:
         stop_s = time.monotonic() - began
         self.started += 1
         self.workers[:] = self.context.workers.start(self.cell.model, self.schedule, self.started)
+        self.context.findings.workers_started(self.cell.model.key, self.workers)
         for worker in self.workers:
             written_s = worker.loaded(self.deadline, self.exp.timeout_s).written_s
             self.context.time.add(ONE_TIME, written_s)  # a preset's weights written, once

@@ -7,14 +7,14 @@ from __future__ import annotations
 import os
 import time
 from collections.abc import Iterable, Sequence
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from datetime import datetime
 from pathlib import Path
 
 from rich.console import Console
 from rich.table import Table
 
-from ...core.cell import CellFields
+from ...core.cell import CONTROL_BUILD, CellFields
 from ...core.experiment import Cell, Experiment, ModelSpec, Schedule, Trials
 from ...core.fileformat import METRICS
 from ..machine.memory import memory_verdict
@@ -42,9 +42,22 @@ class RunOptions:
     # run --against: this build's workers run beside the current one's
     reference: Build | None = None
     current: Build = CURRENT  # another tree or environment under test (bisect, run --against-env)
+    # run --against: the control arm, the reference's code once more in a place of its own, its
+    # trials interleaved with the others' so the run reads what its setup makes of identical builds
+    control: bool = False
     # time.monotonic() when the command began: budget_s counts from here, so a run's whole wall
     # time (reference tree, imports, probes, summary) is inside it
     started: float = field(default_factory=time.monotonic)
+
+
+def run_builds(options: RunOptions, sequential: bool) -> list[Build]:
+    """The builds a run's workers run: the current one, and with a reference build the reference
+    and, where asked and the rounds are sequential, the control (a duet runs two workers at once:
+    a third has no core)."""
+    if options.reference is None:
+        return [options.current]
+    control = [replace(options.reference, name=CONTROL_BUILD)] if options.control else []
+    return [options.current, options.reference, *(control if sequential else [])]
 
 
 def cell_meta(cell: Cell, run_id: str) -> CellFields:

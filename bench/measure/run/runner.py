@@ -34,6 +34,7 @@ from ...core.header import (
 )
 from ...core.results import ResultsWriter
 from ...present.format import format_count
+from ..builds.places import Places, places_for
 from ..hub import with_repos_found
 from ..job import Loaded
 from ..machine.cores import pinned_cpus
@@ -63,6 +64,7 @@ from .jobs import (
     honest_warnings,
     plan_jobs,
     print_dry_run,
+    run_builds,
     table_rows,
     variant_order,
     variant_pairs,
@@ -102,7 +104,7 @@ class Runner:
         self.exp, self.options, self.console = exp, options, console
         self.choice = choice
         self.schedule = SCHEDULES[choice.schedule]
-        self.builds = [options.current, *([options.reference] if options.reference else [])]
+        self.builds = run_builds(options, sequential=not self.schedule.one_core_each)
         self.build_names = [build.name for build in self.builds]
         self.order = variant_order(exp)
         self.pairs = variant_pairs(exp)
@@ -238,6 +240,7 @@ class Runner:
     def _run_workers(self, job: ModelJob, schedule: RoundSchedule, context: CellContext) -> None:
         started = time.monotonic()
         with self._stopped_after(self.workers.start(job.model, schedule)) as workers:
+            context.findings.workers_started(job.model.key, workers)
             deadline = time.monotonic() + self.exp.timeout_s
             written_s = 0.0
             for worker in workers:
@@ -416,6 +419,11 @@ def _planned_in(
     return found, (candidate_env, candidate, threads, choice)
 
 
+def places_for_builds(runner: Runner) -> contextlib.AbstractContextManager[Places | None]:
+    """Equivalent places for an A/B's builds (measure.builds.places); none for one build."""
+    return places_for(runner.builds) if len(runner.builds) > 1 else contextlib.nullcontext()
+
+
 def run_experiment(
     exp: Experiment, options: RunOptions, console: Console, resume: Path | None = None
 ) -> int:
@@ -455,7 +463,8 @@ def run_experiment(
         runner.planner = run_planner(exp, cells, env, schedule, runner.builds, runner.roofline)
     with run_time.phase("probes"):
         before = preflight()
-    with ResultsWriter(options.out) as writer:
+    with places_for_builds(runner) as places, ResultsWriter(options.out) as writer:
+        runner.workers.places = places
         experiment = StoredExperiment(
             name=exp.name, file=exp.file, sha256=exp.sha256, content=exp.content
         )

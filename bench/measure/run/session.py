@@ -15,7 +15,7 @@ from collections import deque
 from collections.abc import Iterator, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Protocol
 
 from ...core.experiment import Experiment, ModelSpec
 from ..job import (
@@ -30,7 +30,8 @@ from ..job import (
     decode_event,
 )
 from ..launch import package_dirs
-from ..machine.env import child_command, compile_failure
+from ..machine.env import child_command, compile_failure, own_root
+from ..machine.placement import placement_of
 
 if TYPE_CHECKING:
     from .schedules.base import RoundSchedule
@@ -52,6 +53,7 @@ class Build:
     # None: this interpreter; else another environment's (run --against-env)
     python: str | None = None
     label: str | None = None  # how tables name the build when a commit does not, e.g. "mlx 0.31.2"
+    slot: str = ""  # the place its tree was copied to for an A/B (measure.builds.places)
     # the versions that tell environments apart
     packages: dict[str, str] = field(default_factory=dict, compare=False)
 
@@ -98,17 +100,21 @@ class WorkerSession:
         self, job: WorkerJob, build: Build, env: dict[str, str], cpus: Sequence[int] | None = None
     ) -> None:
         self.build = build
+        command, worker_env = build.command("measure.worker"), build.worker_env(env)
         self.process = subprocess.Popen(
-            build.command("measure.worker"),
+            command,
             stdin=subprocess.PIPE,
             stdout=subprocess.PIPE,
             stderr=subprocess.PIPE,
-            env=build.worker_env(env),
+            env=worker_env,
             cwd=build.root,
             text=True,
             # Pinning keeps the worker off the cores left for the runner and the OS (Linux only).
             preexec_fn=(lambda: os.sched_setaffinity(0, cpus)) if cpus else None,
         )
+        tree = build.root or own_root()
+        self.placement = placement_of(command, worker_env, tree, self.process.pid, build.slot)
+        self.set, self.turn = 0, 0  # which set of workers of the run, started in which turn
         self.events: queue.Queue = queue.Queue()
         self.stderr_tail: deque[str] = deque(maxlen=20)
         threading.Thread(target=self._pump_events, daemon=True).start()
@@ -241,32 +247,44 @@ def stopped_after(workers: Sequence[WorkerSession]) -> Iterator[Sequence[WorkerS
     stop_all(workers)
 
 
-@dataclass(frozen=True)
+class PlaceMaker(Protocol):
+    """Where the next set of an A/B's workers starts (measure.builds.places.Places)."""
+
+    def next(self) -> tuple[Build, ...]: ...
+
+
+@dataclass
 class WorkerMaker:
     """Starts a model's workers for a schedule: one per build (a duet of variants: two), each where
-    the schedule places it, loading the model."""
+    the schedule places it, loading the model; with `places` (an A/B), each set of workers in
+    fresh copies of the builds' trees (measure.builds.places)."""
 
     exp: Experiment
     builds: tuple[Build, ...]
     worker_env: dict[str, str]  # the environment variables each worker starts with
     cores: tuple[int, int]  # the two cores a duet runs on
     pinned: Sequence[int] | None  # run --pin: the CPUs a sequential worker runs on
+    places: PlaceMaker | None = None
+    sets: int = 0  # the sets of workers started so far in the run
 
     def start(
         self, model: ModelSpec, schedule: RoundSchedule, pair: int = 0
     ) -> list[WorkerSession]:
-        """The workers, in the schedule's order; a cell's odd `pair` (its fresh pairs, counted from
-        0) starts them in the reverse order. The worker started second, loading beside the first,
-        ran slower for its whole life in some pairs: on the Xeon VM after 11 hours up, in 4 of 15
-        pairs the second-started build's trials read 8.6-11.6% slower, never the first's, an
-        offset the same build took at every pair (results/start-order). Alternating spreads it
-        over both builds, where the interval's spread between processes holds it."""
-        builds = schedule.worker_builds(self.builds)
-        places = schedule.places(len(builds), self.cores, self.pinned)
+        """The workers, in the schedule's order, started in that order rotated by a cell's `pair`
+        (its fresh pairs, counted from 0): with two builds, odd pairs start them in reverse. The
+        worker started second, loading beside the first, ran slower for its whole life in some
+        pairs: on the Xeon VM after 11 hours up, in 4 of 15 pairs the second-started build's
+        trials read 8.6-11.6% slower, never the first's, an offset the same build took at every
+        pair (results/start-order). Rotating spreads it over the builds, where the interval's
+        spread between processes holds it. Each worker knows its set (`WorkerSession.set`,
+        counted through the run) and its turn in it."""
+        builds = schedule.worker_builds(self.places.next() if self.places else self.builds)
+        cpus = schedule.places(len(builds), self.cores, self.pinned)
         job = worker_job(model, self.exp)
         order = list(range(len(builds)))
-        started = {
-            i: WorkerSession(job, builds[i], self.worker_env, places[i])
-            for i in (order[::-1] if pair % 2 else order)
-        }
+        turns = [*order[pair % len(order) :], *order[: pair % len(order)]]
+        started = {i: WorkerSession(job, builds[i], self.worker_env, cpus[i]) for i in turns}
+        for turn, i in enumerate(turns):
+            started[i].set, started[i].turn = self.sets, turn
+        self.sets += 1
         return [started[i] for i in order]

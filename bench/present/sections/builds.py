@@ -7,6 +7,7 @@ from collections.abc import Sequence
 from pathlib import Path
 
 from ...analysis import stats
+from ...analysis.placement import PlacementSummary, summarize_placement
 from ...analysis.study import Study, cell_labels, on, ordered_workloads
 from ...core.header import BuildFields
 from .. import plots
@@ -42,8 +43,9 @@ def builds_section(context: ReportContext) -> list[Block]:
             (
                 *commits,
                 "Both builds ran every round back to back on the same prompt and weights (trials "
-                "interleaved, order reversed each round), so Δ is paired; Holm across all rows of "
-                "a table.",
+                "interleaved, variants in ABBA order, the builds' order rotated from one worker "
+                "pair to the next), so Δ is paired; Holm across all rows of a table.",
+                *placement_lines(summarize_placement(study.results.worker_records())),
                 f"{stats.ALL_VARIANTS}: per round, the geometric mean of the variants' "
                 "current/reference ratios (tok/s columns: the geometric mean over variants). A "
                 "change to shared code moves every variant alike, and pooling averages their "
@@ -74,7 +76,66 @@ def builds_section(context: ReportContext) -> list[Block]:
             if stalls := stall_warnings(table, where):
                 blocks.append(Bullets(tuple(stalls)))
             blocks.append(_figure(study, machine, workload, table, labels, context.out_dir))
-    return blocks
+    return blocks + control_section(context)
+
+
+def placement_lines(summary: PlacementSummary | None) -> list[str]:
+    """Where the builds' workers ran: alike but for their trees' places, which rotated, or every
+    field in which they differed."""
+    if summary is None:
+        return ["Placement: not recorded (a run from before placements were)."]
+    slots = "; ".join(
+        f"{build} " + ", ".join(f"{slot or '-'} ×{n}" for slot, n in taken.items())
+        for build, taken in summary.slots.items()
+    )
+    if summary.alike:
+        return [
+            "Placement: every build's workers started alike (interpreter, launcher, environment, "
+            f"filesystem, path length, CPUs); only their trees' places differed: {slots}."
+        ]
+    return [
+        f"Placement differed between the builds in {len(summary.differences)} field(s), so a Δ "
+        f"may be the place's, not the code's (slots: {slots}):",
+        *(
+            f"{d.field}: "
+            + "; ".join(f"{build} {', '.join(v)[:120]}" for build, v in d.by_build.items())
+            for d in summary.differences
+        ),
+    ]
+
+
+def control_section(context: ReportContext) -> list[Block]:
+    """The control arm: the reference's code in a place of its own, against the reference."""
+    study = context.study
+    if study.build_trials.empty:
+        return []
+    table = stats.compare_control(study.build_trials, margin_pct=study.margin_pct)
+    if not table:
+        return []
+    labels = cell_labels(list(dict.fromkeys((r.model_key, r.size) for r in table)))
+    rows = tuple(
+        (
+            labels[(r.model_key, r.size)],
+            r.metric,
+            r.variant,
+            format_tps(r.baseline_gmean),
+            format_tps(r.new_gmean),
+            *delta_cells(r, [], "control"),
+        )
+        for r in table
+    )
+    columns = (*BUILD_COLUMNS[:3], "Reference", "Control", *BUILD_COLUMNS[5:])
+    return [
+        Heading("Control: identical builds in two places", 3),
+        Bullets(
+            (
+                "The reference build's code ran a third time, in a place of its own, interleaved "
+                "with both builds: what this setup reads between identical builds. An interval "
+                "that excludes 0 makes check say 'cannot tell' whatever the builds' rows say.",
+            )
+        ),
+        Table(columns, rows, frozenset(range(3, 9))),
+    ]
 
 
 def build_line(name: str, build: BuildFields) -> str:

@@ -58,13 +58,15 @@ class Step:
 @dataclass(frozen=True)
 class Round:
     """The round a schedule lays out: its `index`, the variants in their `order` (centre_order),
-    the builds' names, the (baseline, new) pairs a cell watches, the two cores a duet runs on."""
+    the builds' names, the (baseline, new) pairs a cell watches, the two cores a duet runs on, and
+    which of the cell's worker pairs runs it."""
 
     index: int
     order: Sequence[str]
     builds: Sequence[str]
     comparisons: Sequence[tuple[str, str]] = ()
     cores: tuple[int, int] = (0, 1)
+    pair: int = 0  # the cell's worker pair that runs it (counted from 0: freshpairs)
 
 
 class RoundSchedule(ABC):

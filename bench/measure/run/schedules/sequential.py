@@ -1,7 +1,8 @@
 """`schedule: sequential`: one trial after another in ABBA order. Builds (`run --against`) are
 interleaved inside the round: each variant runs in every build back to back, so a variant's
-current/reference pair is as close as two trials can be, and always in the same order, so the
-builds' workers take strict turns and no worker runs two trials in a row. A worker's second trial
+current/reference pair is as close as two trials can be, in the same order throughout a worker
+pair, so the builds' workers take strict turns and no worker runs two trials in a row; the order
+rotates from one fresh pair to the next. A worker's second trial
 in a row runs warm (its weights and kernels still in the caches): when the whole round was
 reversed, the first variant's current-build trial and the last variant's reference-build trial ran
 warm at every other round's start, and on the 2-core AVX2 VM the tiny preset's A/B of identical
@@ -18,11 +19,15 @@ from .order import round_order
 
 
 def round_plan(
-    order: Sequence[str], builds: Sequence[str], round_index: int
+    order: Sequence[str], builds: Sequence[str], round_index: int, pair: int = 0
 ) -> list[tuple[str, str]]:
     """(build, variant) in the order one round runs them: the variants in ABBA order, each in every
-    build back to back, the builds always in the same order (strict turns)."""
-    return [(build, variant) for variant in round_order(order, round_index) for build in builds]
+    build back to back, the builds in the same order throughout a worker pair (strict turns) and
+    rotated by one from a cell's pair to the next, so no build always runs a variant first: a
+    trial right after another process ran the same variant may find its kernels' code warm."""
+    turn = pair % len(builds) if builds else 0
+    rotated = [*builds[turn:], *builds[:turn]]
+    return [(build, variant) for variant in round_order(order, round_index) for build in rotated]
 
 
 class Sequential(RoundSchedule):
@@ -31,5 +36,5 @@ class Sequential(RoundSchedule):
     def steps(self, at: Round) -> list[Step]:
         return [
             Step(at.index, (Arm(list(at.builds).index(build), build, variant),))
-            for build, variant in round_plan(at.order, at.builds, at.index)
+            for build, variant in round_plan(at.order, at.builds, at.index, at.pair)
         ]
