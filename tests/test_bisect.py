@@ -311,6 +311,13 @@ def test_bisect_names_the_commit_that_slowed_the_model(repo: Path, tmp_path: Pat
     ]
     files = [f for step in found["steps"] for f in step["files"]]
     assert files and all(Path(f).is_file() for f in files)
+    # Each step's two builds started alike: copies side by side, paths of one length, no control
+    # arm (a search step reads its pair's rounds alone).
+    for file in files:
+        records = [json.loads(line) for line in Path(file).read_text().splitlines()]
+        placed = [r["placement"] for r in records if r["kind"] == "worker"]
+        assert {r["build"] for r in records if r["kind"] == "worker"} == {"current", "reference"}
+        assert len({(p["tree_chars"], p["interpreter"], p["env_bytes"]) for p in placed}) == 1
     # Resumable: a second run reads the finished A/B runs instead of measuring again.
     again = fusebench(
         "bisect",

@@ -92,11 +92,14 @@ def test_two_identical_builds_interleave_and_the_gate_compares_them(
     assert (
         document["passed"]
         == (check.returncode == 0)
-        == all(
-            v["verdict"] in ("within limit", "identical builds read alike") for v in verdicts
-        )
+        == all(v["verdict"] in ("within limit", "identical builds read alike") for v in verdicts)
     )
     assert document["cannot_tell"] == (check.returncode == 3)
+    assert (
+        "placement: the builds' workers started alike, in places that rotated"
+        in (document["notes"])
+    )
+    assert any(note.startswith("pairs (all variants, prefill): ") for note in document["notes"])
     assert {(v["check"], v["variant"], v["metric"]) for v in verdicts} == {
         ("build", variant, metric)
         for variant in ("base", "compiled", "all variants")

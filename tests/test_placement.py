@@ -126,7 +126,11 @@ def _trials(control_factor: float, rounds: int = 12) -> pd.DataFrame:
     for r in range(rounds):
         for variant in ("a", "b"):
             level = 100.0 * (1 + 0.02 * rng.standard_normal())
-            for build, factor in (("current", 1.0), ("reference", 1.0), ("control", control_factor)):
+            for build, factor in (
+                ("current", 1.0),
+                ("reference", 1.0),
+                ("control", control_factor),
+            ):
                 noise = 1 + 0.002 * rng.standard_normal()
                 rows.append(
                     {

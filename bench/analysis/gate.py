@@ -75,7 +75,9 @@ from ..core.results import (
 )
 from ..core.spec import parse_experiment
 from . import stats
+from .allocation import allocations
 from .inference import STALLS_NEW, Verdict, interval_verdict, slower_beyond
+from .placement import summarize_placement
 from .speedups import MIN_RUNS, expected, prediction_pct, sd_pct, speedup
 from .stats import SEED, ComparisonRow, Stalls
 from .stopping import Goal
@@ -584,10 +586,53 @@ def build_findings(
             "no control arm: this run did not measure what its setup reads between identical "
             "builds (run --against without --no-control, sequential rounds, measures it)"
         )
-    return control + [
-        stall_failure(_build_finding(row, labels, limit, pace))
-        for row in stats.compare_builds(trials)
-    ]
+    rows = stats.compare_builds(trials)
+    lows = [row.interval.low for row in rows if row.interval and math.isfinite(row.interval.low)]
+    if lows:
+        notes.append(
+            f"tightest limit: {max(0.0, (1 - min(lows)) * 100):.1f}% (every row's interval lies "
+            "above it: a --max-regression below it could not pass this run)"
+        )
+    notes += allocation_notes(results, trials, pace, len(rows))
+    placed = summarize_placement(results.worker_records())
+    if placed is not None:
+        notes.append(
+            "placement: the builds' workers started alike, in places that rotated"
+            if placed.alike
+            else "placement differed between the builds in "
+            + ", ".join(d.field for d in placed.differences)
+            + ": a Δ may be the place's (fusebench report names the values)"
+        )
+    return control + [stall_failure(_build_finding(row, labels, limit, pace)) for row in rows]
+
+
+def allocation_notes(
+    results: Results, trials: pd.DataFrame, pace: dict[tuple[str, str], float], family: int
+) -> list[str]:
+    """One cell's pooled rows: the scatter within and between its worker pairs, and the rounds a
+    pair that would have narrowed the interval most in the same time (analysis.allocation), at
+    the Holm level of the family's first row."""
+    if len(pace) != 1 or not family:
+        return []
+    fresh_s = sum(spent.phases.get("fresh pairs", 0.0) for spent in results.time_spent())
+    found = allocations(trials, fresh_s, next(iter(pace.values())), stats.ALPHA / family)
+    notes = []
+    for a in found:
+        c = a.measured
+        measured = (
+            f"pairs ({stats.ALL_VARIANTS}, {a.metric}): a round scatters {c.within:.2%} within "
+            f"a pair, a pair's own offset {c.between:.2%} between {c.pairs} pairs, a fresh pair "
+            f"cost {a.pair_cost:.1f} rounds"
+        )
+        if a.best != a.rounds_per_pair and a.narrower < 0.9:
+            notes.append(
+                f"{measured}: {a.best} round(s) a pair (worker_rounds: {a.best}) would have "
+                f"given an interval about {1 - a.narrower:.0%} narrower in the same time (this "
+                f"run: {a.rounds_per_pair})"
+            )
+        else:
+            notes.append(f"{measured}: {a.rounds_per_pair} rounds a pair were about the best")
+    return notes
 
 
 def _control_finding(row: ComparisonRow, labels: dict[tuple[str, str, str], str]) -> Finding:

@@ -43,8 +43,8 @@ def builds_section(context: ReportContext) -> list[Block]:
             (
                 *commits,
                 "Both builds ran every round back to back on the same prompt and weights (trials "
-                "interleaved, variants in ABBA order, the builds' order rotated from one worker "
-                "pair to the next), so Δ is paired; Holm across all rows of a table.",
+                "interleaved, variants in ABBA order), so Δ is paired; Holm across all rows of a "
+                "table.",
                 *placement_lines(summarize_placement(study.results.worker_records())),
                 f"{stats.ALL_VARIANTS}: per round, the geometric mean of the variants' "
                 "current/reference ratios (tok/s columns: the geometric mean over variants). A "
@@ -59,17 +59,7 @@ def builds_section(context: ReportContext) -> list[Block]:
         for workload in ordered_workloads([trials]):
             table = stats.compare_builds(on(trials, machine, workload), margin_pct=study.margin_pct)
             labels = cell_labels(list(dict.fromkeys((r.model_key, r.size) for r in table)))
-            rows = tuple(
-                (
-                    labels[(r.model_key, r.size)],
-                    r.metric,
-                    r.variant,
-                    format_tps(r.baseline_gmean),
-                    format_tps(r.new_gmean),
-                    *delta_cells(r, [], "current"),
-                )
-                for r in table
-            )
+            rows = _rows(table, labels, "current")
             where = workload if len(study.machines) == 1 else f"{workload} · {machine}"
             blocks += [Heading(where, 3), Table(BUILD_COLUMNS, rows, frozenset(range(3, 9)))]
             # the arm is "current" or "reference": the build that stalls
@@ -83,7 +73,10 @@ def placement_lines(summary: PlacementSummary | None) -> list[str]:
     """Where the builds' workers ran: alike but for their trees' places, which rotated, or every
     field in which they differed."""
     if summary is None:
-        return ["Placement: not recorded (a run from before placements were)."]
+        return [
+            "Placement: not recorded (a run from before 2026-12-07, whose builds kept their "
+            "places and their order in a round)."
+        ]
     slots = "; ".join(
         f"{build} " + ", ".join(f"{slot or '-'} ×{n}" for slot, n in taken.items())
         for build, taken in summary.slots.items()
@@ -91,7 +84,9 @@ def placement_lines(summary: PlacementSummary | None) -> list[str]:
     if summary.alike:
         return [
             "Placement: every build's workers started alike (interpreter, launcher, environment, "
-            f"filesystem, path length, CPUs); only their trees' places differed: {slots}."
+            "filesystem, path length, CPUs) but for their trees' places, which rotated from one "
+            "worker pair to the next, as did the builds' order in a round and at the start: "
+            f"{slots}."
         ]
     return [
         f"Placement differed between the builds in {len(summary.differences)} field(s), so a Δ "
@@ -113,17 +108,7 @@ def control_section(context: ReportContext) -> list[Block]:
     if not table:
         return []
     labels = cell_labels(list(dict.fromkeys((r.model_key, r.size) for r in table)))
-    rows = tuple(
-        (
-            labels[(r.model_key, r.size)],
-            r.metric,
-            r.variant,
-            format_tps(r.baseline_gmean),
-            format_tps(r.new_gmean),
-            *delta_cells(r, [], "control"),
-        )
-        for r in table
-    )
+    rows = _rows(table, labels, "control")
     columns = (*BUILD_COLUMNS[:3], "Reference", "Control", *BUILD_COLUMNS[5:])
     return [
         Heading("Control: identical builds in two places", 3),
@@ -136,6 +121,23 @@ def control_section(context: ReportContext) -> list[Block]:
         ),
         Table(columns, rows, frozenset(range(3, 9))),
     ]
+
+
+def _rows(
+    table: Sequence[stats.ComparisonRow], labels: dict[tuple[str, str], str], new: str
+) -> tuple[tuple[str, ...], ...]:
+    """A builds table's rows: size, metric, variant, both builds' tok/s, Δ and verdict."""
+    return tuple(
+        (
+            labels[(r.model_key, r.size)],
+            r.metric,
+            r.variant,
+            format_tps(r.baseline_gmean),
+            format_tps(r.new_gmean),
+            *delta_cells(r, [], new),
+        )
+        for r in table
+    )
 
 
 def build_line(name: str, build: BuildFields) -> str:

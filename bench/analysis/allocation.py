@@ -1,0 +1,121 @@
+"""Worker pairs against rounds a pair (Kalibera & Jones, ISMM 2013): an A/B's pooled rows scatter
+from round to round within a pair (σ) and from pair to pair (τ, a process's own offset), and a
+fresh pair costs the seconds of `pair_cost` rounds. At a fixed budget, B pairs of k rounds give
+the mean a variance (σ²/k + τ²)/B, and the interval's degrees of freedom come from the pairs where
+τ sets the spread (analysis.inference, `Unit.PAIR`). These are the figures a run measured, and the
+k that would have given the narrowest interval in the same time."""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Hashable, Sequence
+from dataclasses import dataclass
+
+import numpy as np
+import pandas as pd
+from scipy import special
+
+from ..core.cell import CURRENT_BUILD, REFERENCE_BUILD
+from ..core.fileformat import Column
+from . import stats
+
+
+@dataclass(frozen=True)
+class Components:
+    """A row's variance components, as SDs of the per-round log ratio: `within` a pair (σ) and
+    `between` pairs (τ, 0 where the pairs' means scatter no more than their rounds explain)."""
+
+    within: float
+    between: float
+    pairs: int
+    rounds: int
+
+
+def components(log_ratios: Sequence[float], pairs: Sequence[Hashable]) -> Components | None:
+    """σ and τ from one-way ANOVA on the rounds' log ratios grouped by pair (τ² = (MSB − MSW)/k̄,
+    floored at 0); None with fewer than two pairs, or no pair of two rounds or more."""
+    values = np.asarray(log_ratios, dtype=np.float64)
+    labels = list(dict.fromkeys(pairs))
+    groups = [values[[p == label for p in pairs]] for label in labels]
+    if len(groups) < 2 or values.size <= len(groups):
+        return None
+    within_ss = sum(float(np.sum((g - g.mean()) ** 2)) for g in groups)
+    msw = within_ss / (values.size - len(groups))
+    mean = float(values.mean())
+    msb = sum(g.size * (float(g.mean()) - mean) ** 2 for g in groups) / (len(groups) - 1)
+    k = values.size / len(groups)
+    between = math.sqrt(max(0.0, (msb - msw) / k))
+    return Components(math.sqrt(msw), between, len(groups), int(values.size))
+
+
+def expected_half_width(c: Components, k: int, pairs: int, alpha: float) -> float:
+    """The expected half-width (log units) of the fixed-n interval from `pairs` pairs of `k`
+    rounds, on B − 1 degrees of freedom where the pairs set the spread, else n − 1."""
+    if pairs < 2:
+        return math.inf
+    pair_unit = k * c.between**2 > c.within**2
+    df = pairs - 1 if pair_unit else pairs * k - 1
+    t = float(special.stdtrit(df, 1 - alpha / 2))
+    return t * math.sqrt((c.within**2 / k + c.between**2) / pairs)
+
+
+def best_rounds_per_pair(
+    c: Components, rounds: int, pair_cost: float, alpha: float
+) -> tuple[int, float]:
+    """The rounds a pair (1 to `rounds`) whose pairs, in the time the run's own `rounds` rounds
+    and fresh pairs took (a fresh pair costing `pair_cost` rounds; the first pair's start is paid
+    either way), give the narrowest expected interval; with that half-width."""
+    spent = rounds + (c.pairs - 1) * pair_cost
+    best = (c.pairs and rounds // c.pairs, math.inf)
+    for k in range(1, rounds + 1):
+        pairs = int((spent + pair_cost) // (k + pair_cost))
+        width = expected_half_width(c, k, pairs, alpha)
+        if width < best[1]:
+            best = (k, width)
+    return best
+
+
+@dataclass(frozen=True)
+class Allocation:
+    """What a run's own rounds say of its pairs and rounds a pair, for one pooled row."""
+
+    metric: str
+    measured: Components
+    rounds_per_pair: int  # the run's
+    pair_cost: float  # a fresh pair's seconds, in rounds
+    best: int  # the rounds a pair that would have given the narrowest interval
+    narrower: float  # its expected half-width over the run's design's (1: no better)
+
+
+def allocations(
+    trials: pd.DataFrame, fresh_pairs_s: float, round_s: float, alpha: float
+) -> list[Allocation]:
+    """Per metric, the pooled build row's (all variants, current against reference) components
+    and the rounds a pair that would have narrowed its interval most in the same time; none for a
+    run of one pair or without the fresh pairs' time."""
+    timed = stats.timed_trials(trials)
+    timed = timed[timed[Column.BUILD].isin([REFERENCE_BUILD, CURRENT_BUILD])]
+    variants = timed[Column.VARIANT].nunique()
+    pooled = stats.every_variant(timed, variants) if variants > 1 else timed
+    found = []
+    for metric in ("prefill", "gen"):
+        column = f"{metric}_tps"
+        sides = pooled.pivot_table(
+            index=[Column.PROCESS, Column.ROUND], columns=Column.BUILD, values=column
+        ).dropna()
+        if sides.empty or CURRENT_BUILD not in sides or REFERENCE_BUILD not in sides:
+            continue
+        logs = np.log(sides[CURRENT_BUILD] / sides[REFERENCE_BUILD])
+        labels = list(sides.index.get_level_values(0))
+        measured = components(list(logs), labels)
+        if measured is None or round_s <= 0:
+            continue
+        pair_cost = fresh_pairs_s / (measured.pairs - 1) / round_s
+        run_k = round(measured.rounds / measured.pairs)
+        spent_pairs = measured.pairs
+        now = expected_half_width(measured, run_k, spent_pairs, alpha)
+        best, width = best_rounds_per_pair(measured, measured.rounds, pair_cost, alpha)
+        found.append(
+            Allocation(metric, measured, run_k, pair_cost, best, width / now if now else 1.0)
+        )
+    return found

@@ -1,0 +1,54 @@
+"""Pairs against rounds a pair (analysis.allocation): the variance components of an A/B's rounds
+and the rounds a pair that narrow the interval most in a run's time."""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+
+from fusebench.analysis.allocation import (
+    Components,
+    best_rounds_per_pair,
+    components,
+    expected_half_width,
+)
+
+
+def _rounds(pairs: int, k: int, within: float, between: float, seed: int = 1):
+    rng = np.random.default_rng(seed)
+    offsets = rng.normal(0, between, pairs)
+    values = [offsets[p] + rng.normal(0, within) for p in range(pairs) for _ in range(k)]
+    return values, [p for p in range(pairs) for _ in range(k)]
+
+
+def test_components_recover_the_within_and_between_scatter():
+    values, labels = _rounds(400, 6, within=0.01, between=0.02)
+    found = components(values, labels)
+    assert found.within == pytest.approx(0.01, rel=0.05)
+    assert found.between == pytest.approx(0.02, rel=0.1)
+    assert (found.pairs, found.rounds) == (400, 2400)
+
+
+def test_pairs_that_agree_have_no_between_component_and_one_pair_none():
+    values, labels = _rounds(50, 6, within=0.01, between=0.0)
+    assert components(values, labels).between < 0.003
+    assert components(values[:6], labels[:6]) is None
+    assert components([0.1, 0.2], [0, 1]) is None  # two pairs of one round: no within scatter
+
+
+def test_a_large_pair_offset_asks_for_short_pairs_and_none_for_long_ones():
+    offset = Components(within=0.007, between=0.013, pairs=6, rounds=36)
+    k, width = best_rounds_per_pair(offset, rounds=36, pair_cost=2.4, alpha=0.05 / 8)
+    assert k <= 2 and width < expected_half_width(offset, 6, 6, 0.05 / 8)
+    calm = Components(within=0.02, between=0.0, pairs=6, rounds=36)
+    k, _ = best_rounds_per_pair(calm, rounds=36, pair_cost=2.4, alpha=0.05 / 8)
+    assert k >= 12  # pairs cost rounds and buy nothing
+
+
+def test_the_pairs_set_the_degrees_of_freedom_where_they_set_the_spread():
+    c = Components(within=0.01, between=0.01, pairs=6, rounds=36)
+    # k * τ² > σ²: the pairs are the unit, B - 1 degrees of freedom: wider than n - 1 would give
+    assert expected_half_width(c, 6, 6, 0.05) > expected_half_width(
+        Components(0.01 * np.sqrt(7), 0.0, 6, 36), 6, 6, 0.05
+    )
+    assert expected_half_width(c, 6, 1, 0.05) == float("inf")
