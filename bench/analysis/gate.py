@@ -131,8 +131,8 @@ class Status(StrEnum):
     WITHIN_HISTORY = "within history"
     # the interval reaches across the limit: neither within it nor beyond it
     CANNOT_TELL = "cannot tell"
-    # the control arm: identical builds read alike (the interval holds 0), or apart
-    SETUP_ALIKE = "identical builds read alike"
+    # the control arm: no difference seen between identical builds (the interval holds 0), or one
+    SETUP_ALIKE = "identical builds: no difference seen"
     SETUP_DIFFERS = "identical builds read apart"
 
 

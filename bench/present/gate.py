@@ -60,7 +60,7 @@ STATUS_TEXT = {
     Status.NEEDS_HISTORY: f"needs ≥ {MIN_RUNS} stored runs",
     Status.WITHIN_HISTORY: "within history",
     Status.CANNOT_TELL: "? cannot tell",
-    Status.SETUP_ALIKE: "✓ identical builds read alike",
+    Status.SETUP_ALIKE: "✓ identical builds: no difference seen",
     Status.SETUP_DIFFERS: "? identical builds read apart",
 }
 
