@@ -92,7 +92,10 @@ def test_two_identical_builds_interleave_and_the_gate_compares_them(
     assert (
         document["passed"]
         == (check.returncode == 0)
-        == all(v["verdict"] in ("within limit", "identical builds: no difference seen") for v in verdicts)
+        == all(
+            v["verdict"] in ("within limit", "identical builds: no difference seen")
+            for v in verdicts
+        )
     )
     assert document["cannot_tell"] == (check.returncode == 3)
     assert (
