@@ -52,3 +52,18 @@ def test_the_pairs_set_the_degrees_of_freedom_where_they_set_the_spread():
         Components(0.01 * np.sqrt(7), 0.0, 6, 36), 6, 6, 0.05
     )
     assert expected_half_width(c, 6, 1, 0.05) == float("inf")
+
+
+def test_an_undecided_row_of_pairs_forecasts_more_pairs_not_the_rounds_it_ran():
+    # A row whose pairs were the unit (4 pairs of 6 rounds, df 3 at its Holm level) and undecided
+    # against a -5% limit: its forecast adds whole pairs on their degrees of freedom, never "24
+    # rounds" when 24 ran.
+    from fusebench.analysis.stats import ComparisonRow
+    from fusebench.analysis.stopping import Goal
+
+    row = ComparisonRow(
+        "m", "E2B", "e2b", "pp128", "gen", "reference", "current",
+        n_pairs=24, mean_log=-0.011, sd_log=0.06, level=1 - 0.05 / 8, pair_unit=4,
+    )  # fmt: skip
+    needed = row.rounds_to_decide(Goal(5.0, limit_pct=5.0))
+    assert needed is not None and needed > 24 and needed % 6 == 0

@@ -25,6 +25,7 @@ from dataclasses import dataclass
 import numpy as np
 import pandas as pd
 from numpy.typing import ArrayLike
+from scipy import special
 
 from ..core.cell import CONTROL_BUILD, CURRENT_BUILD, REFERENCE_BUILD
 from ..core.experiment import DEFAULT_MARGIN_PCT, Trials
@@ -43,11 +44,12 @@ from .inference import (
     PairedEstimate,
     RatioInterval,
     RoundsMean,
+    Unit,
     Verdict,
     adjust,
 )
 from .inference import verdict as inference_verdict
-from .stopping import Goal, Row
+from .stopping import Goal, Row, decision_room
 
 # Every bootstrap is seeded with this, so a report or a check rebuilt from the same results gives
 # the same numbers.
@@ -220,6 +222,8 @@ class ComparisonRow:
     verdict: Verdict | None = None
     stalls: Stalls | None = None
     mean_log: float = math.nan  # the estimate behind Δ, for forecasting the rounds a decision needs
+    # the worker pairs, where they were the interval's unit (analysis.inference.Unit.PAIR)
+    pair_unit: int | None = None
     sd_log: float = math.nan
     level: float = math.nan  # the Holm level the adjusted interval is at
     clock: Clock = Clock.WALL
@@ -231,12 +235,21 @@ class ComparisonRow:
 
     def rounds_to_decide(self, goal: Goal) -> int | None:
         """The rounds at which this row would be decided for `goal`, were its estimate and spread to
-        stay (analysis.stopping); None without an interval."""
+        stay (analysis.stopping); None without an interval. Where the pairs were the unit, more
+        pairs of this run's rounds a pair, on their B - 1 degrees of freedom."""
         if self.n_pairs < 2 or not math.isfinite(self.level):
             return None
-        return Row(
-            self.mean_log, self.sd_log, self.n_pairs, 1.0 - self.level, goal
-        ).rounds_to_decide()
+        alpha = 1.0 - self.level
+        if self.pair_unit is None:
+            return Row(self.mean_log, self.sd_log, self.n_pairs, alpha, goal).rounds_to_decide()
+        per_pair = self.n_pairs / self.pair_unit
+        for pairs in range(self.pair_unit + 1, 10_000):
+            rounds = math.ceil(pairs * per_pair)
+            t = float(special.stdtrit(pairs - 1, 1.0 - alpha / 2.0))
+            half = t * self.sd_log / math.sqrt(rounds)
+            if decision_room(self.mean_log, goal) >= half:
+                return rounds
+        return None
 
     @property
     def half_width_pct(self) -> float:
@@ -600,6 +613,7 @@ def _comparison(
         adj_high=adjusted.high,
         mean_log=est.mean_log,
         sd_log=est.sd_log,
+        pair_unit=est.processes if est.unit == Unit.PAIR else None,
         level=adjusted.level,
         verdict=inference_verdict(adjusted, margin_pct=margin_pct, alpha=alpha),
         stalls=_stalls(est),

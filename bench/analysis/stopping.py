@@ -89,18 +89,7 @@ class Row:
         return _half_log(self.n, self.sd_log, self.alpha, self.fixed) if self.sd_log > 0 else 0.0
 
     def _room(self) -> float:
-        """The largest half-width (log units) at which this estimate would be decided."""
-        m, goal = self.mean_log, self.goal
-        if goal.limit_pct is not None:
-            room = abs(m - math.log1p(-goal.limit_pct / 100.0))
-        else:
-            inside = min(
-                math.log1p(goal.margin_pct / 100.0) - m, m - math.log1p(-goal.margin_pct / 100.0)
-            )
-            room = max(abs(m), inside)
-        if goal.target_pct is not None:
-            room = min(room, math.asinh(goal.target_pct / 100.0))
-        return room
+        return decision_room(self.mean_log, self.goal)
 
     @property
     def decided(self) -> bool:
@@ -126,6 +115,21 @@ class Row:
         else:
             needed = sequential.rounds_to_reach(self._room(), self.sd_log, self.alpha)
         return None if needed is None else max(needed, self.n + 1)
+
+
+def decision_room(mean_log: float, goal: Goal) -> float:
+    """The largest half-width (log units) at which an estimate `mean_log` would be decided."""
+    m = mean_log
+    if goal.limit_pct is not None:
+        room = abs(m - math.log1p(-goal.limit_pct / 100.0))
+    else:
+        inside = min(
+            math.log1p(goal.margin_pct / 100.0) - m, m - math.log1p(-goal.margin_pct / 100.0)
+        )
+        room = max(abs(m), inside)
+    if goal.target_pct is not None:
+        room = min(room, math.asinh(goal.target_pct / 100.0))
+    return room
 
 
 def _half_log(n: int, sd: float, alpha: float, fixed: bool) -> float:
