@@ -222,7 +222,8 @@ class ComparisonRow:
     verdict: Verdict | None = None
     stalls: Stalls | None = None
     mean_log: float = math.nan  # the estimate behind Δ, for forecasting the rounds a decision needs
-    # the worker pairs, where they were the interval's unit (analysis.inference.Unit.PAIR)
+    # the worker pairs, where they were the fixed-n interval's unit (analysis.inference.Unit.PAIR;
+    # a confidence sequence keeps its n rounds, as its forecast does)
     pair_unit: int | None = None
     sd_log: float = math.nan
     level: float = math.nan  # the Holm level the adjusted interval is at
@@ -613,7 +614,7 @@ def _comparison(
         adj_high=adjusted.high,
         mean_log=est.mean_log,
         sd_log=est.sd_log,
-        pair_unit=est.processes if est.unit == Unit.PAIR else None,
+        pair_unit=est.processes if est.unit == Unit.PAIR and est.fixed_rounds else None,
         level=adjusted.level,
         verdict=inference_verdict(adjusted, margin_pct=margin_pct, alpha=alpha),
         stalls=_stalls(est),
