@@ -208,6 +208,20 @@ def test_trials_budget_counts_the_fresh_worker_pairs_between_its_rounds_and_the_
     assert _fixed(exp, ["a", "b"], 174.0, costs) == 12
 
 
+def test_worker_rounds_auto_chooses_the_rounds_a_pair_with_the_rounds_the_budget_holds():
+    # the Zen 4's gate cell (results/placement): 9 s rounds, a fresh pair 25 s, 300 s left; the
+    # count analysis.allocation chooses across the pair offsets machines show, not the 6 of old
+    exp = parse_experiment(BUDGET_EXPERIMENT.replace("max_rounds: 40", "max_rounds: 60"))
+    assert exp.worker_rounds is None  # auto, the default
+    stop = CellStop(exp, ["a", "b"], allowance_s=300.0)
+    stop.expect(RoundCosts(9.0, fresh_pair_s=25.0))
+    assert (stop.fix_rounds(), stop.rounds_per_pair) == (14, 2)
+    assert [stop.pairs_started(n) for n in (2, 3, 14)] == [0, 1, 6]
+    one_build = CellStop(exp, ["current"], allowance_s=300.0)  # no fresh pairs to choose
+    one_build.expect(RoundCosts(9.0))
+    assert (one_build.fix_rounds(), one_build.rounds_per_pair) == (33, 0)
+
+
 class _Clock:
     """A stand-in for cellstop's clock, so a budget's stop is checked at set times, not timed."""
 

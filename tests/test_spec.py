@@ -494,6 +494,13 @@ ERRORS = {
     ),
     "budget of zero": (MINIMAL + "trials: auto\nbudget_s: 0\n", 11, "budget_s", "must be > 0"),
     "threads below one": (MINIMAL + "threads: 0\n", 10, "threads", "must be >= 1"),
+    "worker_rounds a word": (
+        MINIMAL + "worker_rounds: often\n",
+        10,
+        "worker_rounds",
+        "expected an integer >= 0 or auto, got 'often'",
+    ),
+    "worker_rounds negative": (MINIMAL + "worker_rounds: -1\n", 10, "worker_rounds", ">= 0"),
     "threads above the cores": (MINIMAL + "threads: 4096\n", 10, "threads", "choose 1.."),
     "negative margin": (MINIMAL + "margin_pct: -1\n", 10, "margin_pct", "must be >= 0"),
     "trials is a bool": (

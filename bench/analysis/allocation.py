@@ -8,12 +8,13 @@ k that would have given the narrowest interval in the same time."""
 from __future__ import annotations
 
 import math
-from collections.abc import Hashable, Sequence
+from collections.abc import Callable, Hashable, Sequence
 from dataclasses import dataclass
 
 import numpy as np
 import pandas as pd
 from scipy import special
+from scipy.stats import chi2
 
 from ..core.cell import CURRENT_BUILD, REFERENCE_BUILD
 from ..core.fileformat import Column
@@ -48,15 +49,52 @@ def components(log_ratios: Sequence[float], pairs: Sequence[Hashable]) -> Compon
     return Components(math.sqrt(msw), between, len(groups), int(values.size))
 
 
-def expected_half_width(c: Components, k: int, pairs: int, alpha: float) -> float:
-    """The expected half-width (log units) of the fixed-n interval from `pairs` pairs of `k`
-    rounds, on B − 1 degrees of freedom where the pairs set the spread, else n − 1."""
-    if pairs < 2:
+# A pair's own offset against a round's scatter within a pair (τ/σ), over the span the committed
+# A/Bs measured: 0-0.5 on the Zen 4 (results/placement), up to 3.5 on the Xeon
+# (results/build-offset-xeon). Before a run's rounds say where its machine is, the rounds a pair
+# are chosen to do well across the whole span (`rounds_per_pair`).
+OFFSET_RATIOS = (0.0, 0.25, 0.5, 1.0, 2.0, 4.0)
+
+
+def expected_half_width(ratio: float, k: int, rounds: int, alpha: float) -> float:
+    """The expected half-width, in units of σ (log), of an interval that holds the truth from
+    `rounds` rounds in pairs of `k` at a pair's offset τ = `ratio` · σ: the mean's true spread
+    sqrt((σ² + kτ²)/n) times the t quantile the interval uses. That is B − 1 degrees of freedom
+    where the pairs are its unit (their mean square above the rounds' variance: analysis.inference,
+    `Unit.PAIR`), which happens by chance even at τ = 0, else n − 1; so the quantile is weighed by
+    the chance of each (MSB/(σ² + kτ²) is χ²(B − 1)/(B − 1), the rounds' variance taken at its mean
+    σ² + τ²). One pair cannot show τ, nor so qualify its own interval: infinite."""
+    pairs = math.ceil(rounds / k) if rounds else 0
+    if rounds < 2 or pairs < 2:
         return math.inf
-    pair_unit = k * c.between**2 > c.within**2
-    df = pairs - 1 if pair_unit else pairs * k - 1
-    t = float(special.stdtrit(df, 1 - alpha / 2))
-    return t * math.sqrt((c.within**2 / k + c.between**2) / pairs)
+    spread = 1 + k * ratio**2
+    by_rounds = _t(rounds - 1, 1 - alpha / 2)
+    chance = float(chi2.sf((pairs - 1) * (1 + ratio**2) / spread, pairs - 1))
+    quantile = chance * _t(pairs - 1, 1 - alpha / 2) + (1 - chance) * by_rounds
+    return quantile * math.sqrt(spread / rounds)
+
+
+def _t(df: int, p: float) -> float:
+    return float(special.stdtrit(df, p))
+
+
+def rounds_per_pair(
+    fits: Callable[[int], int], most: int, alpha: float, ratios: Sequence[float] = OFFSET_RATIOS
+) -> tuple[int, int]:
+    """The rounds a pair (1 to `most`) for a run that has not measured its pairs yet, with the
+    rounds that then fit (`fits(k)`: the rounds the time holds with a fresh pair every k). Each k
+    is scored by its worst ratio, over `ratios` (τ/σ), to the narrowest interval any k gives at
+    that ratio (minimax regret): many short pairs cost starts where pairs agree, few long ones
+    leave the interval few degrees of freedom where they do not."""
+    designs = {k: fits(k) for k in range(1, max(1, most) + 1)}
+    widths = {k: [expected_half_width(r, k, n, alpha) for r in ratios] for k, n in designs.items()}
+    best = [min(w[i] for w in widths.values()) for i in range(len(ratios))]
+
+    def regret(k: int) -> float:
+        return max(w / b if math.isfinite(b) else 1.0 for w, b in zip(widths[k], best, strict=True))
+
+    k = min(designs, key=lambda k: (regret(k), -k))
+    return k, designs[k]
 
 
 def best_rounds_per_pair(
@@ -64,12 +102,14 @@ def best_rounds_per_pair(
 ) -> tuple[int, float]:
     """The rounds a pair (1 to `rounds`) whose pairs, in the time the run's own `rounds` rounds
     and fresh pairs took (a fresh pair costing `pair_cost` rounds; the first pair's start is paid
-    either way), give the narrowest expected interval; with that half-width."""
+    either way), give the narrowest expected interval at the run's measured τ/σ (two pairs at
+    least: one cannot show τ, however small it measured); with that half-width (log units)."""
     spent = rounds + (c.pairs - 1) * pair_cost
+    ratio = c.between / c.within if c.within > 0 else 0.0
     best = (c.pairs and rounds // c.pairs, math.inf)
     for k in range(1, rounds + 1):
         pairs = int((spent + pair_cost) // (k + pair_cost))
-        width = expected_half_width(c, k, pairs, alpha)
+        width = c.within * expected_half_width(ratio, k, pairs * k, alpha)
         if width < best[1]:
             best = (k, width)
     return best
@@ -112,8 +152,8 @@ def allocations(
             continue
         pair_cost = fresh_pairs_s / (measured.pairs - 1) / round_s
         run_k = round(measured.rounds / measured.pairs)
-        spent_pairs = measured.pairs
-        now = expected_half_width(measured, run_k, spent_pairs, alpha)
+        ratio = measured.between / measured.within if measured.within > 0 else 0.0
+        now = measured.within * expected_half_width(ratio, run_k, measured.rounds, alpha)
         best, width = best_rounds_per_pair(measured, measured.rounds, pair_cost, alpha)
         found.append(
             Allocation(metric, measured, run_k, pair_cost, best, width / now if now else 1.0)

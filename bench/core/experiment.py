@@ -234,8 +234,9 @@ class Experiment:
     budget_s: float | None  # the whole run's seconds: trials: auto (optional), budget, plan
     # BLAS threads on CPU backends; None: auto (measured on the machine: measure.machine.threads)
     threads: int | None
-    # with a reference build (or a duet), rounds a pair of workers runs before a fresh pair; 0: one
-    worker_rounds: int
+    # with a reference build, rounds a pair of workers runs before a fresh pair; 0: one; None
+    # (auto): chosen by the cell where its rounds are fixed from the budget (analysis.allocation)
+    worker_rounds: int | None
     schedule: Schedule
     # variant -> op -> (line of the op's name, line of its implementation), so that op names checked
     # later, once the registry and any plugins are loaded, are still reported at their place in the
@@ -268,12 +269,6 @@ class Experiment:
             f"±{self.margin_pct:g}%{target}; at least {MIN_AUTO_ROUNDS}, "
             f"at most {self.rounds}{budget})"
         )
-
-    def fresh_pairs(self, rounds: int) -> int:
-        """The fresh worker pairs a cell of several workers starts during its first `rounds` timed
-        rounds: one before round worker_rounds + 1, 2 · worker_rounds + 1, ..."""
-        every = self.worker_rounds
-        return (rounds - 1) // every if every > 0 and rounds > 0 else 0
 
     def cells(self) -> list[Cell]:
         return [Cell(model, workload) for model in self.models for workload in self.workloads]
@@ -314,3 +309,10 @@ def resolve_ops(exp: Experiment, ops: Mapping[str, tuple[Sequence[str], str]]) -
                 )
         completed[name] = {op: assignment.get(op, default) for op, (_, default) in ops.items()}
     return replace(exp, variants=completed)
+
+
+def fresh_pairs_in(rounds: int, every: int) -> int:
+    """The fresh worker pairs a cell of several workers starts during its first `rounds` timed
+    rounds with a fresh pair every `every` (0: none): one before round every + 1, 2 · every + 1,
+    ..."""
+    return (rounds - 1) // every if every > 0 and rounds > 0 else 0

@@ -65,7 +65,8 @@ DEFAULT_TRIALS = 5
 DEFAULT_WARMUP = 1
 # run --against: each pair of worker processes runs `worker_rounds` rounds, then a fresh pair
 # takes over, so the interval sees the spread between processes (analysis.inference, "Between
-# processes").
+# processes"). `auto` where a cell's rounds are fixed from the time (trials: budget): the count
+# analysis.allocation chooses from its costs; with other rules, this many.
 DEFAULT_WORKER_ROUNDS = MIN_AUTO_ROUNDS
 DEFAULT_SEED = 0
 DEFAULT_TIMEOUT_S = 1800.0
@@ -255,6 +256,15 @@ def _threads(node: Node, field: str, context: _Context) -> int | None:
             f"{value} is more than this machine's {cores} cores; choose 1..{cores} or {AUTO}",
         )
     return value
+
+
+def _worker_rounds(node: Node, field: str, context: _Context) -> int | None:
+    """Rounds a worker pair runs: `auto` (None) or a count >= 0."""
+    if isinstance(node, ScalarNode) and node.tag == nodes.STR:
+        if node.value == AUTO:
+            return None
+        nodes.fail(node, field, f"expected an integer >= 0 or {AUTO}, got {node.value!r}")
+    return nodes.integer(node, field, minimum=0)
 
 
 def _plugins(node: Node, field: str, context: _Context) -> tuple[str, ...]:
@@ -606,12 +616,15 @@ KEYS = (
     ),
     Key(
         "worker_rounds",
-        "6",
+        AUTO,
         "with run --against: rounds each pair of the two builds' workers runs before a fresh "
         "pair takes over (the interval then holds the spread between processes), >= 0; "
-        "0: one pair a cell (a duet of one build's variants always keeps one)",
-        _plain(nodes.integer, minimum=0),
-        DEFAULT_WORKER_ROUNDS,
+        "0: one pair a cell (a duet of one build's variants always keeps one); "
+        f"{AUTO}: with trials: budget, the count whose interval is narrowest across the "
+        f"pair offsets machines show, at the cell's own round and fresh-pair costs; else "
+        f"{DEFAULT_WORKER_ROUNDS}",
+        _worker_rounds,
+        None,
     ),
     Key(
         "schedule",

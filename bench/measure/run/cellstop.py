@@ -10,11 +10,13 @@ import time
 from collections.abc import Sequence
 from dataclasses import dataclass, replace
 
+from ...analysis.allocation import rounds_per_pair
 from ...analysis.inference import PairedEstimate, paired_estimate
 from ...analysis.stopping import Goal, Row, print_level
 from ...core.cell import CellFields, Forecast, StopRecord, Trial
-from ...core.experiment import MIN_AUTO_ROUNDS, Experiment, Trials
+from ...core.experiment import MIN_AUTO_ROUNDS, Experiment, Trials, fresh_pairs_in
 from ...core.fileformat import METRICS
+from ...core.spec import DEFAULT_WORKER_ROUNDS
 from ...present.format import format_duration
 from .jobs import comparison_pairs, table_rows
 from .session import CURRENT
@@ -27,7 +29,7 @@ MIN_BUDGET_ROUNDS = 3
 @dataclass(frozen=True)
 class RoundCosts:
     """What a cell's budget pays for its rounds besides the rounds' trials: a fresh worker pair
-    (stopping the old pair, starting and loading one, its warm-up) every worker_rounds, and
+    (stopping the old pair, starting and loading one, its warm-up) every `rounds_per_pair`, and
     stopping the workers once the last round is done. Estimated before the first timed round, then
     raised to what the cell's own fresh pairs measured."""
 
@@ -64,6 +66,14 @@ class CellStop:
         self.planned: int | None = None  # trials: budget: the rounds fixed before the first one
         self.costs = RoundCosts(round_s=0.0)
         self.round_times: list[float] = []
+        # rounds a worker pair runs (across builds): worker_rounds, or with auto chosen where the
+        # rounds are fixed from the time (fix_rounds)
+        self.choose_pairs = across and exp.worker_rounds is None
+        self.rounds_per_pair = (
+            (DEFAULT_WORKER_ROUNDS if exp.worker_rounds is None else exp.worker_rounds)
+            if across
+            else 0
+        )
 
     def add(self, build: str, trial: Trial, process: int) -> None:
         if not trial.warmup:
@@ -188,24 +198,36 @@ class CellStop:
     def fix_rounds(self) -> int:
         """trials: budget: the timed rounds this cell's allowance holds at the expected
         costs, at least MIN_BUDGET_ROUNDS and at most max_rounds, fixed before any timed round is
-        seen."""
-        left = self.time_left_s()
-        fits = self.exp.rounds
-        if math.isfinite(left) and self.costs.round_s > 0:
-            fits = next(
-                (n - 1 for n in range(1, self.exp.rounds + 1) if self._rounds_s(n) > left),
-                self.exp.rounds,
-            )
-        self.planned = min(self.exp.rounds, max(MIN_BUDGET_ROUNDS, fits))
+        seen; with worker_rounds: auto, the rounds a pair with them (analysis.allocation)."""
+        if self.choose_pairs:
+            self.rounds_per_pair, _ = rounds_per_pair(self._fits, self.exp.rounds, self.alpha)
+        self.planned = min(
+            self.exp.rounds, max(MIN_BUDGET_ROUNDS, self._fits(self.rounds_per_pair))
+        )
         return self.planned
 
-    def _rounds_s(self, rounds: int) -> float:
-        """The seconds `rounds` timed rounds take, the fresh worker pairs between them and the
-        workers' stop after them included."""
+    def _fits(self, every: int) -> int:
+        """The timed rounds the time left holds at the expected costs with a fresh pair every
+        `every` rounds (max_rounds where the time is not limited)."""
+        left = self.time_left_s()
+        if not (math.isfinite(left) and self.costs.round_s > 0):
+            return self.exp.rounds
+        return next(
+            (n - 1 for n in range(1, self.exp.rounds + 1) if self._rounds_s(n, every) > left),
+            self.exp.rounds,
+        )
+
+    def pairs_started(self, rounds: int) -> int:
+        """The fresh worker pairs this cell starts during its first `rounds` timed rounds."""
+        return fresh_pairs_in(rounds, self.rounds_per_pair)
+
+    def _rounds_s(self, rounds: int, every: int) -> float:
+        """The seconds `rounds` timed rounds take with a fresh pair every `every`, the fresh
+        pairs between them and the workers' stop after them included."""
         costs = self.costs
         return (
             rounds * costs.round_s
-            + self.exp.fresh_pairs(rounds) * costs.fresh_pair_s
+            + fresh_pairs_in(rounds, every) * costs.fresh_pair_s
             + costs.stop_s
         )
 
@@ -214,7 +236,7 @@ class CellStop:
         fresh pair due before it and the workers' stop after it, fits the time left. One round
         is planned with the dearest seen, as a fresh pair is: the mean would let the last round
         overrun the budget by its own scatter."""
-        fresh = self.exp.fresh_pairs(rounds + 1) - self.exp.fresh_pairs(rounds)
+        fresh = self.pairs_started(rounds + 1) - self.pairs_started(rounds)
         slowest = max(self.round_times, default=self.costs.round_s)
         extra = slowest + fresh * self.costs.fresh_pair_s
         return extra + self.costs.stop_s <= self.time_left_s()

@@ -57,9 +57,15 @@ class RoundFixing:
     def _by_budget(self, round_s: float, fresh_pair_s: float) -> None:
         """As many rounds as the cell's allowance holds at the warm-up's pace."""
         rounds = self.cell_stop.fix_rounds()
+        every = self.cell_stop.rounds_per_pair
+        chosen = (
+            ": the count whose interval is narrowest across the pair offsets machines show"
+            if self.cell_stop.choose_pairs
+            else ""
+        )
         pairs = (
-            f", a fresh worker pair every {self.exp.worker_rounds} at {fresh_pair_s:.1f} s"
-            if fresh_pair_s and self.exp.worker_rounds
+            f", a fresh worker pair every {every} at {fresh_pair_s:.1f} s{chosen}"
+            if fresh_pair_s and every
             else ""
         )
         self.say(
@@ -73,7 +79,7 @@ class RoundFixing:
         rounds it serves)."""
         planner = self.context.planner
         assert planner is not None
-        every = self.exp.worker_rounds
+        every = self.cell_stop.rounds_per_pair
         pace = round_s + (fresh_pair_s / every if fresh_pair_s and every else 0.0)
         planned_before = planner.plan is not None
         self.blind = not planner.spread_known()

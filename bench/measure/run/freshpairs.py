@@ -1,6 +1,7 @@
 """Fresh worker pairs: with two builds (`run --against`), a cell's workers are replaced every
-`worker_rounds` rounds, so its rounds come from several pairs of processes and the interval sees
-the spread between them (analysis.inference, "Between processes"). A duet of one build's variants
+`CellStop.rounds_per_pair` rounds (worker_rounds, or the count the cell chose), so its rounds come
+from several pairs of processes and the interval sees the spread between them
+(analysis.inference, "Between processes"). A duet of one build's variants
 keeps its pair: each worker runs both variants in turn, and the committed duet runs show no offset
 between pairs (benchmarks/duet_fresh_pairs.py, results/duet-fresh-pairs)."""
 
@@ -38,9 +39,9 @@ class FreshPairs:
         self.started = 0  # the fresh pairs started so far (the cell's first pair is not one)
 
     def due(self, rounds: int) -> bool:
-        """Whether the pair has run its worker_rounds after `rounds` rounds (a fresh pair is
-        due)."""
-        return self.on and self.exp.fresh_pairs(rounds + 1) > self.exp.fresh_pairs(rounds)
+        """Whether the pair has run its rounds after `rounds` rounds (a fresh pair is due)."""
+        stop = self.cell_stop
+        return self.on and stop.pairs_started(rounds + 1) > stop.pairs_started(rounds)
 
     def start(self) -> None:
         """Fresh workers in place of the cell's (the list the runner stops), loaded and warmed

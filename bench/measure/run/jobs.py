@@ -167,7 +167,7 @@ def print_dry_run(exp: Experiment, cells: list[Cell], console: Console) -> None:
 
 def honest_warnings(exp: Experiment) -> list[str]:
     warnings = []
-    if exp.warmup == 0 and exp.worker_rounds:
+    if exp.warmup == 0 and exp.worker_rounds != 0:
         warnings.append(
             "warmup is 0: after each fresh worker pair, the first timed round of each variant "
             "includes JIT and compile time (a cell's first pair warms up in its correctness check)"
