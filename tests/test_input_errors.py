@@ -99,6 +99,10 @@ CASES = {
         ["check", "GOOD", "--max-regression", "150"],
         "below 100%",
     ),
+    "run --max-regression not a percentage": (
+        ["run", "ci", "--max-regression", "lots"],
+        "--max-regression",
+    ),
     "history add with a path as name": (
         ["history", "add", "GOOD", "--name", "../x", "--store", "STORE"],
         "--name '../x'",

@@ -10,18 +10,21 @@ import importlib.util
 import itertools
 import math
 import sys
+from pathlib import Path
 
 import numpy as np
 import pytest
 from conftest import ROOT
 
 from fusebench.analysis import sequential
+from fusebench.analysis.allocation import Components
 from fusebench.analysis.inference import paired_estimate, rounds_needed
 from fusebench.analysis.stopping import Goal, Row, print_level, target_for_margin
 from fusebench.core.cell import Measured, Trial
 from fusebench.core.spec import parse_experiment
 from fusebench.measure.run import cellstop
 from fusebench.measure.run.cellstop import MIN_BUDGET_ROUNDS, CellStop, RoundCosts
+from fusebench.measure.run.pairspreads import PairSpreads
 
 spec = importlib.util.spec_from_file_location(
     "sequential_coverage", ROOT / "benchmarks" / "sequential_coverage.py"
@@ -220,6 +223,30 @@ def test_worker_rounds_auto_chooses_the_rounds_a_pair_with_the_rounds_the_budget
     one_build = CellStop(exp, ["current"], allowance_s=300.0)  # no fresh pairs to choose
     one_build.expect(RoundCosts(9.0))
     assert (one_build.fix_rounds(), one_build.rounds_per_pair) == (33, 0)
+
+
+def test_before_the_first_round_the_gate_says_whether_its_limit_is_in_reach(tmp_path: Path):
+    exp = parse_experiment(BUDGET_EXPERIMENT.replace("max_rounds: 40", "max_rounds: 60"))
+    stop = CellStop(exp, ["a", "b"], allowance_s=300.0)
+    stop.expect(RoundCosts(9.0, fresh_pair_s=25.0))
+    stop.fix_rounds()  # 14 rounds in 7 pairs
+    # before any A/B of the cell here: the scatter its rounds can decide the limit at
+    first = stop.limit_line(None)
+    assert first.startswith("the -2% limit: no A/B of this cell measured here yet; 14 rounds in")
+    assert "7 pairs decide a row that scatters up to" in first
+    calm = {"a row": Components(within=0.01, between=0.002, pairs=7, rounds=14)}
+    assert stop.limit_line(calm).startswith("the -2% limit: in reach of 14 rounds in 7 pairs")
+    noisy = {"calm": calm["a row"], "noisy": Components(0.06, 0.0, 7, 14)}
+    line = stop.limit_line(noisy)
+    assert line.startswith("the -2% limit: out of reach of 14 rounds in 7 pairs (its widest row")
+    assert "would reach it (--budget)" in line
+    # what a cell's A/B measured is read back by the next one on this machine
+    spreads = PairSpreads(tmp_path / "pairs.json", exp, ["a", "b"])
+    cell = exp.cells()[0]
+    assert spreads.read(cell) is None
+    spreads.write(cell, noisy)
+    assert spreads.read(cell).rows == noisy
+    assert PairSpreads(tmp_path / "pairs.json", exp, ["a"]).read(cell) is None  # one build
 
 
 class _Clock:

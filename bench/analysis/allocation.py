@@ -8,7 +8,7 @@ k that would have given the narrowest interval in the same time."""
 from __future__ import annotations
 
 import math
-from collections.abc import Callable, Hashable, Sequence
+from collections.abc import Callable, Hashable, Iterable, Sequence
 from dataclasses import dataclass
 
 import numpy as np
@@ -30,6 +30,11 @@ class Components:
     between: float
     pairs: int
     rounds: int
+
+    @property
+    def ratio(self) -> float:
+        """τ/σ: a pair's own offset against a round's scatter within a pair."""
+        return self.between / self.within if self.within > 0 else 0.0
 
 
 def components(log_ratios: Sequence[float], pairs: Sequence[Hashable]) -> Components | None:
@@ -97,6 +102,21 @@ def rounds_per_pair(
     return k, designs[k]
 
 
+def widest_half_width_pct(rows: Iterable[Components], k: int, rounds: int, alpha: float) -> float:
+    """The widest expected half-width, in percent, among rows scattering as `rows` did, at
+    `rounds` rounds in pairs of `k`: the row a gate's outcome waits on (NaN without a row)."""
+    widths = [
+        100 * math.sinh(c.within * expected_half_width(c.ratio, k, rounds, alpha)) for c in rows
+    ]
+    return max(widths, default=math.nan)
+
+
+def scatter_within_pct(half_width_pct: float, k: int, rounds: int, alpha: float) -> float:
+    """The most a row may scatter a round (σ, percent) for `rounds` rounds in pairs of `k` to
+    give it an expected half-width of `half_width_pct` where its pairs agree (τ = 0)."""
+    return 100 * math.asinh(half_width_pct / 100) / expected_half_width(0.0, k, rounds, alpha)
+
+
 def best_rounds_per_pair(
     c: Components, rounds: int, pair_cost: float, alpha: float
 ) -> tuple[int, float]:
@@ -105,7 +125,7 @@ def best_rounds_per_pair(
     either way), give the narrowest expected interval at the run's measured τ/σ (two pairs at
     least: one cannot show τ, however small it measured); with that half-width (log units)."""
     spent = rounds + (c.pairs - 1) * pair_cost
-    ratio = c.between / c.within if c.within > 0 else 0.0
+    ratio = c.ratio
     best = (c.pairs and rounds // c.pairs, math.inf)
     for k in range(1, rounds + 1):
         pairs = int((spent + pair_cost) // (k + pair_cost))
@@ -152,8 +172,7 @@ def allocations(
             continue
         pair_cost = fresh_pairs_s / (measured.pairs - 1) / round_s
         run_k = round(measured.rounds / measured.pairs)
-        ratio = measured.between / measured.within if measured.within > 0 else 0.0
-        now = measured.within * expected_half_width(ratio, run_k, measured.rounds, alpha)
+        now = measured.within * expected_half_width(measured.ratio, run_k, measured.rounds, alpha)
         best, width = best_rounds_per_pair(measured, measured.rounds, pair_cost, alpha)
         found.append(
             Allocation(metric, measured, run_k, pair_cost, best, width / now if now else 1.0)

@@ -50,7 +50,15 @@ from typing import TYPE_CHECKING
 from rich.console import Console
 
 from ..core.errors import UserError
-from .args import add_plugin_argument, duration, names, op_values, positive_int, shard
+from .args import (
+    add_plugin_argument,
+    duration,
+    names,
+    op_values,
+    percent,
+    positive_int,
+    shard,
+)
 
 if TYPE_CHECKING:
     from ..core.experiment import Experiment
@@ -129,6 +137,14 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
         help="the run's budget_s instead of the experiment's (20m, 90s, 1h30m or seconds), for "
         "experiments whose rounds are planned or stop on the budget (trials: plan, where it is a "
         "cap; auto; budget); an undecided answer says which would decide its rows",
+    )
+    parser.add_argument(
+        "--max-regression",
+        type=percent,
+        metavar="PCT",
+        help="with --against: the limit the rows are decided against (the experiment's "
+        "margin_pct; ci: 5), e.g. 2 or 2%%; before the first round the run says whether its rounds "
+        "can decide it here; give check the same",
     )
     parser.add_argument(
         "--only",
@@ -222,6 +238,8 @@ def main(args: argparse.Namespace, console: Console) -> int:
         exp = with_budget(exp, args.budget)
     if args.schedule is not None:
         exp = dataclasses.replace(exp, schedule=Schedule(args.schedule))
+    if args.max_regression is not None:
+        exp = dataclasses.replace(exp, margin_pct=args.max_regression)
     exp = bind_experiment(exp, args.plugin)
     out = args.resume or args.out or default_out_path(exp)
     if args.dry_run:

@@ -14,6 +14,7 @@ if TYPE_CHECKING:
     from rich.console import Console
 
     from .ledger import RunTime
+    from .pairspreads import PairSpreads
     from .planning import RunPlanner
     from .progress import RunProgress
 
@@ -29,6 +30,7 @@ class CellContext:
     workers: WorkerMaker
     order: tuple[str, ...]  # the variants in a round's order (schedules.base.centre_order)
     planner: RunPlanner | None  # trials: plan
+    spreads: PairSpreads | None  # with two builds: what this machine's last A/B of a cell showed
     progress: RunProgress
     console: Console
     quiet: bool  # --quiet: only warnings and errors on the console

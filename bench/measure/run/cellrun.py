@@ -110,6 +110,8 @@ class CellRun:
         meta = self.context.findings.meta[self.cell.key]
         stop = self.cell_stop.record(meta, rounds, reason, self.schedule.name)
         self.context.findings.write(stop)
+        if self.context.spreads is not None:
+            self.context.spreads.write(self.cell, self.cell_stop.row_components())
         self.context.time.cell_finished()
         self.shares.weigh(rounds, bool(stop.undecided) and self.context.time.budgeted)
         rounds_ended = time.monotonic()

@@ -7,10 +7,16 @@ from __future__ import annotations
 import math
 import statistics
 import time
-from collections.abc import Sequence
+from collections.abc import Iterator, Mapping, Sequence
 from dataclasses import dataclass, replace
 
-from ...analysis.allocation import rounds_per_pair
+from ...analysis.allocation import (
+    Components,
+    components,
+    rounds_per_pair,
+    scatter_within_pct,
+    widest_half_width_pct,
+)
 from ...analysis.inference import PairedEstimate, paired_estimate
 from ...analysis.stopping import Goal, Row, print_level
 from ...core.cell import CellFields, Forecast, StopRecord, Trial
@@ -88,8 +94,9 @@ class CellStop:
                 measured.gen_tps,
             )
 
-    def _estimates(self) -> dict[str, PairedEstimate]:
-        estimates = {}
+    def _row_rounds(self) -> Iterator[tuple[str, list[float], list[float], list[int]]]:
+        """Each watched row with two rounds or more: its label, both sides' tok/s round by round,
+        and the worker process (pair) each round came from."""
         for a, b in self.pairs:
             rounds = sorted(set(self.values.get(a, {})) & set(self.values.get(b, {})))
             if len(rounds) < 2:
@@ -101,14 +108,25 @@ class CellStop:
                     label = f"{'/'.join(b)} vs {'/'.join(a)} {metric}".replace(
                         f"{CURRENT.name}/", ""
                     )
-                    processes = [self.process_of[r] for r in rounds]
-                    estimates[label] = paired_estimate(
-                        base,
-                        new,
-                        processes=processes,
-                        fixed_rounds=not self.exp.trials.adaptive,
-                    )
-        return estimates
+                    yield label, base, new, [self.process_of[r] for r in rounds]
+
+    def _estimates(self) -> dict[str, PairedEstimate]:
+        fixed = not self.exp.trials.adaptive
+        return {
+            label: paired_estimate(base, new, processes=processes, fixed_rounds=fixed)
+            for label, base, new, processes in self._row_rounds()
+        }
+
+    def row_components(self) -> dict[str, Components]:
+        """Each watched row's scatter within a worker pair and between pairs (rows of two pairs
+        or more)."""
+        found = {}
+        for label, base, new, processes in self._row_rounds():
+            logs = [math.log(n / b) for b, n in zip(base, new, strict=True)]
+            measured = components(logs, processes)
+            if measured is not None:
+                found[label] = measured
+        return found
 
     def rows(self) -> dict[str, Row]:
         return {
@@ -205,6 +223,41 @@ class CellStop:
             self.exp.rounds, max(MIN_BUDGET_ROUNDS, self._fits(self.rounds_per_pair))
         )
         return self.planned
+
+    def limit_line(self, measured: Mapping[str, Components] | None) -> str | None:
+        """Before the first round, with two builds: whether the fixed rounds can decide the limit
+        (margin_pct) for a build no slower, from the rows' scatter this cell's last A/B here
+        showed (`measured`), or, before any, the scatter they can decide it at."""
+        limit, rounds, k = self.goal.limit_pct, self.planned, self.rounds_per_pair
+        if limit is None or not rounds or not k:
+            return None
+        pairs = math.ceil(rounds / k)
+        design = f"{rounds} rounds in {pairs} pairs"
+        if not measured:
+            scatter = scatter_within_pct(limit, k, rounds, self.alpha)
+            return (
+                f"the -{limit:g}% limit: no A/B of this cell measured here yet; {design} decide "
+                f"a row that scatters up to {scatter:.1f}% a round, its pairs agreeing"
+            )
+        width = widest_half_width_pct(measured.values(), k, rounds, self.alpha)
+        basis = f"its widest row expected at ±{width:.1f}%, as its last A/B here scattered"
+        if width < limit:
+            return f"the -{limit:g}% limit: in reach of {design} ({basis})"
+        needed = next(
+            (
+                n
+                for n in range(rounds + 1, 20 * self.exp.rounds)
+                if widest_half_width_pct(measured.values(), k, n, self.alpha) < limit
+            ),
+            None,
+        )
+        more = (
+            f"; about {needed} rounds ({format_duration(self._rounds_s(needed, k))}) would reach "
+            "it (--budget)"
+            if needed
+            else ""
+        )
+        return f"the -{limit:g}% limit: out of reach of {design} ({basis}){more}"
 
     def _fits(self, every: int) -> int:
         """The timed rounds the time left holds at the expected costs with a fresh pair every

@@ -73,6 +73,12 @@ class RoundFixing:
             f"{round_s:.1f} s{pairs}; {self.cell_stop.time_left_s():.0f} s of this cell's "
             "allowance left)"
         )
+        spreads = self.context.spreads
+        if spreads is not None:
+            measured = spreads.read(self.cell)
+            line = self.cell_stop.limit_line(measured.rows if measured else None)
+            if line:
+                self.say(f"{self._label}: {line}")
 
     def _by_plan(self, round_s: float, clocks: Clocks, fresh_pair_s: float) -> None:
         """The rounds the plan of what is left gives the cell (a fresh pair's cost spread over the

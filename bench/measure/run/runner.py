@@ -70,6 +70,8 @@ from .jobs import (
     variant_pairs,
 )
 from .ledger import ONE_TIME, RunTime
+from .pairspreads import CACHE_VERSION as SPREADS_CACHE_VERSION
+from .pairspreads import PairSpreads
 from .pilot import ScheduleChoice, choose_schedule
 from .pilot import cache_path as schedule_cache_path
 from .planning import CACHE_VERSION as PLAN_CACHE_VERSION
@@ -117,6 +119,7 @@ class Runner:
             exp, tuple(self.builds), worker_env, choice.cores or (0, 1), pinned
         )
         self.planner: RunPlanner | None = None  # trials: plan
+        self.spreads: PairSpreads | None = None  # with two builds
 
     def round_trials(self, schedule: RoundSchedule) -> int:
         return schedule.round_trials(self.order, self.build_names, self.pairs)
@@ -153,6 +156,7 @@ class Runner:
                 workers=self.workers,
                 order=self.order,
                 planner=self.planner,
+                spreads=self.spreads,
                 progress=progress,
                 console=self.console,
                 quiet=self.options.quiet,
@@ -326,6 +330,14 @@ def run_planner(
     )
 
 
+def pair_spreads(
+    exp: Experiment, env: Env, choice: ScheduleChoice, builds: Sequence[str]
+) -> PairSpreads:
+    """The A/B rows' scatter cached for this machine, its BLAS threads and the schedule chosen."""
+    name = f"pairs-v{SPREADS_CACHE_VERSION}-{machine_key(env)}-t{env.threads}-{choice.schedule}"
+    return PairSpreads(cache_dir() / f"{name}.json", exp, builds)
+
+
 def build_fields(build: Build, env: Env) -> BuildFields:
     """A build as the run header records it; the current checkout's commit is the env's, and
     its environment only when it is another one (run --against-env, bisect --package)."""
@@ -461,6 +473,8 @@ def run_experiment(
     runner = Runner(exp, options, run_id, console, peak, worker_env, run_time, schedule)
     if exp.trials is Trials.PLAN:
         runner.planner = run_planner(exp, cells, env, schedule, runner.builds, runner.roofline)
+    if len(runner.builds) > 1:
+        runner.spreads = pair_spreads(exp, env, schedule, runner.build_names)
     with run_time.phase("probes"):
         before = preflight()
     with places_for_builds(runner) as places, ResultsWriter(options.out) as writer:
