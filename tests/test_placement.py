@@ -58,8 +58,12 @@ def test_a_rounds_build_order_rotates_from_one_pair_to_the_next():
     firsts = [round_plan(["a", "b"], builds, 0, pair)[0][0] for pair in range(3)]
     assert firsts == ["current", "reference", "control"]
     plan = round_plan(["a", "b"], builds, 1, 1)
-    # within a pair, strict turns: each variant in every build back to back
-    assert plan == [(b, v) for v in ("b", "a") for b in ("reference", "control", "current")]
+    # within a pair, strict turns: each variant in every build back to back; the control runs
+    # one variant a pair, the pairs taking the variants in turn
+    assert plan == [
+        ("reference", "b"), ("control", "b"), ("current", "b"), ("reference", "a"), ("current", "a")
+    ]  # fmt: skip
+    assert [v for b, v in round_plan(["a", "b"], builds, 0, 2) if b == "control"] == ["a"]
 
 
 def test_the_control_arm_runs_with_sequential_rounds_only():
@@ -118,9 +122,11 @@ def test_a_placement_that_differs_between_builds_is_named():
     assert interpreter.by_build["current"] == ("/clone/.venv/bin/python",)
 
 
-def _trials(control_factor: float, rounds: int = 12) -> pd.DataFrame:
-    """Three builds' trials of two variants: current and reference alike, the control's tok/s
-    `control_factor` times the reference's, each round's level and noise shared by the builds."""
+def _trials(control_factor: float, rounds: int = 12, one_variant: bool = False) -> pd.DataFrame:
+    """Three builds' trials of two variants in pairs of 2 rounds: current and reference alike,
+    the control's tok/s `control_factor` times the reference's (every variant, or with
+    `one_variant` one a pair, as the runner does), each round's level and noise shared by the
+    builds."""
     rng = np.random.default_rng(3)
     rows = []
     for r in range(rounds):
@@ -131,6 +137,8 @@ def _trials(control_factor: float, rounds: int = 12) -> pd.DataFrame:
                 ("reference", 1.0),
                 ("control", control_factor),
             ):
+                if build == "control" and one_variant and variant != "ab"[r // 2 % 2]:
+                    continue
                 noise = 1 + 0.002 * rng.standard_normal()
                 rows.append(
                     {
@@ -142,6 +150,7 @@ def _trials(control_factor: float, rounds: int = 12) -> pd.DataFrame:
                         "cell": "m|pp128",
                         "variant": variant,
                         "round": r,
+                        "process": r // 2,
                         "warmup": False,
                         "build": build,
                         "prefill_tps": level * factor * noise,
@@ -151,11 +160,12 @@ def _trials(control_factor: float, rounds: int = 12) -> pd.DataFrame:
     return pd.DataFrame(rows)
 
 
+@pytest.mark.parametrize("one_variant", [False, True])
 @pytest.mark.parametrize(("factor", "status"), [(1.0, "alike"), (0.95, "apart")])
 def test_the_control_arm_qualifies_the_setup_or_makes_the_gate_say_cannot_tell(
-    factor: float, status: str
+    factor: float, status: str, one_variant: bool
 ):
-    trials = _trials(factor)
+    trials = _trials(factor, one_variant=one_variant)
     rows = stats.compare_control(trials)
     assert {(row.variant, row.metric) for row in rows} == {
         (stats.ALL_VARIANTS, "prefill"),

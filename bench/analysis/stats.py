@@ -413,15 +413,30 @@ def compare_control(
     trials: pd.DataFrame, *, alpha: float = ALPHA, margin_pct: float = DEFAULT_MARGIN_PCT
 ) -> list[ComparisonRow]:
     """`run --against`'s control arm: the control build (the reference's code in a place of its
-    own) against the reference, all variants pooled, per cell and metric, a Holm family of its own.
-    Both run identical code, so an interval that excludes 0 is what the setup reads between
-    identical builds, not a finding about code. No rows for a run without the control arm."""
+    own) against the reference, pooled over the variants it ran in each round (one a worker pair
+    since 2026-12-07, every variant before), per cell and metric, a Holm family of its own. Both
+    run identical code, so an interval that excludes 0 is what the setup reads between identical
+    builds, not a finding about code. No rows for a run without the control arm."""
     builds = trials.get(Column.BUILD, ())
     if CONTROL_BUILD not in set(builds):
         return []
-    rows = _build_rows(trials, (REFERENCE_BUILD, CONTROL_BUILD), pooled_only=True)
     pair = (REFERENCE_BUILD, CONTROL_BUILD)
+    rows = _build_rows(_control_rounds(trials), pair, pooled_only=True)
     return _judge({pair: rows}, alpha=alpha, margin_pct=margin_pct)[pair]
+
+
+def _control_rounds(trials: pd.DataFrame) -> pd.DataFrame:
+    """The reference's and the control's timed trials of the variants the control ran, each as
+    the round's one variant (ALL_VARIANTS) once pooled: the rows compare_control judges."""
+    timed = timed_trials(trials)
+    rounds = [key for key in ("run_id", "cell", "process", "round") if key in timed]
+    control = timed[timed[Column.BUILD] == CONTROL_BUILD]
+    ran = control[[*rounds, Column.VARIANT]].drop_duplicates()
+    reference = timed[timed[Column.BUILD] == REFERENCE_BUILD].merge(ran)
+    both = pd.concat([reference, control], ignore_index=True)
+    variants = both.groupby(rounds)[Column.VARIANT].nunique()
+    pooled = every_variant(both, int(variants.max())) if not both.empty else both
+    return pooled.assign(**{Column.VARIANT: ALL_VARIANTS})
 
 
 def _build_rows(
