@@ -231,13 +231,17 @@ def test_before_the_first_round_the_gate_says_whether_its_limit_is_in_reach(tmp_
     stop.expect(RoundCosts(9.0, fresh_pair_s=25.0))
     stop.fix_rounds()  # 14 rounds in 7 pairs
     # before any A/B of the cell here: the scatter its rounds can decide the limit at
-    first = stop.limit_line(None)
+    first = stop.limit_forecast(None).text
     assert first.startswith("the -2% limit: no A/B of this cell measured here yet; 14 rounds in")
     assert "7 pairs decide a row that scatters up to" in first
     calm = {"a row": Components(within=0.01, between=0.002, pairs=7, rounds=14)}
-    assert stop.limit_line(calm).startswith("the -2% limit: in reach of 14 rounds in 7 pairs")
+    assert stop.limit_forecast(calm).text.startswith(
+        "the -2% limit: in reach of 14 rounds in 7 pairs"
+    )
     noisy = {"calm": calm["a row"], "noisy": Components(0.06, 0.0, 7, 14)}
-    line = stop.limit_line(noisy)
+    forecast = stop.limit_forecast(noisy)
+    line = forecast.text
+    assert forecast.in_reach is False
     assert line.startswith("the -2% limit: out of reach of 14 rounds in 7 pairs (its widest row")
     assert "would reach it (--budget)" in line
     # what a cell's A/B measured is read back by the next one on this machine

@@ -44,6 +44,15 @@ class RoundCosts:
     stop_s: float = 0.0
 
 
+@dataclass(frozen=True)
+class LimitForecast:
+    """What the first screen says of the limit before the first round, and whether its rounds are
+    expected to reach it (None: nothing measured here to say)."""
+
+    text: str
+    in_reach: bool | None
+
+
 class CellStop:
     """When a cell has enough rounds (analysis.stopping). With `trials: auto`: after its first
     MIN_AUTO_ROUNDS rounds, every round, stop when every watched row is decided at the level the
@@ -224,7 +233,7 @@ class CellStop:
         )
         return self.planned
 
-    def limit_line(self, measured: Mapping[str, Components] | None) -> str | None:
+    def limit_forecast(self, measured: Mapping[str, Components] | None) -> LimitForecast | None:
         """Before the first round, with two builds: whether the fixed rounds can decide the limit
         (margin_pct) for a build no slower, from the rows' scatter this cell's last A/B here
         showed (`measured`), or, before any, the scatter they can decide it at."""
@@ -235,14 +244,15 @@ class CellStop:
         design = f"{rounds} rounds in {pairs} pairs"
         if not measured:
             scatter = scatter_within_pct(limit, k, rounds, self.alpha)
-            return (
+            return LimitForecast(
                 f"the -{limit:g}% limit: no A/B of this cell measured here yet; {design} decide "
-                f"a row that scatters up to {scatter:.1f}% a round, its pairs agreeing"
+                f"a row that scatters up to {scatter:.1f}% a round, its pairs agreeing",
+                None,
             )
         width = widest_half_width_pct(measured.values(), k, rounds, self.alpha)
         basis = f"its widest row expected at ±{width:.1f}%, as its last A/B here scattered"
         if width < limit:
-            return f"the -{limit:g}% limit: in reach of {design} ({basis})"
+            return LimitForecast(f"the -{limit:g}% limit: in reach of {design} ({basis})", True)
         needed = next(
             (
                 n
@@ -257,7 +267,9 @@ class CellStop:
             if needed
             else ""
         )
-        return f"the -{limit:g}% limit: out of reach of {design} ({basis}){more}"
+        return LimitForecast(
+            f"the -{limit:g}% limit: out of reach of {design} ({basis}){more}", False
+        )
 
     def _fits(self, every: int) -> int:
         """The timed rounds the time left holds at the expected costs with a fresh pair every

@@ -74,11 +74,16 @@ class RoundFixing:
             "allowance left)"
         )
         spreads = self.context.spreads
-        if spreads is not None:
-            measured = spreads.read(self.cell)
-            line = self.cell_stop.limit_line(measured.rows if measured else None)
-            if line:
-                self.say(f"{self._label}: {line}")
+        measured = spreads.read(self.cell) if spreads is not None else None
+        forecast = self.cell_stop.limit_forecast(measured.rows if measured else None)
+        if forecast is None or spreads is None:
+            return
+        if forecast.in_reach is False:  # a gate that cannot decide its limit: even with --quiet
+            self.context.console.print(
+                f"[yellow]warning[/]: {self._label}: {forecast.text}", highlight=False
+            )
+        else:
+            self.say(f"{self._label}: {forecast.text}")
 
     def _by_plan(self, round_s: float, clocks: Clocks, fresh_pair_s: float) -> None:
         """The rounds the plan of what is left gives the cell (a fresh pair's cost spread over the

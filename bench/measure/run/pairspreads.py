@@ -1,6 +1,6 @@
 """What an A/B's rows scattered on this machine, within a worker pair and between pairs
 (analysis.allocation.Components), kept per cell, so the next A/B of the cell says before its first
-round which limit its rounds can decide (CellStop.limit_line). Cached per machine, BLAS threads
+round which limit its rounds can decide (CellStop.limit_forecast). Cached per machine, BLAS threads
 and schedule, as the plan's costs are; a cell's latest A/B replaces the one before (the noise
 moves with the hour)."""
 
