@@ -55,8 +55,8 @@ def test_two_identical_builds_interleave_and_the_gate_compares_them(
     assert tuple(results[0]["builds"]) == builds
     trials = [r for r in results if r["kind"] == "trial" and not r["warmup"]]
     # Each variant's builds run back to back in every round, the variants' order reversed every
-    # other round, the builds' order rotated at the fresh pair (round 6); the control runs one
-    # variant a pair, the pairs taking them in turn.
+    # other round, the compared builds' order swapped at the fresh pair (round 6); the control runs
+    # one variant a pair, the pairs taking them in turn.
     first_round = [(t["build"], t["variant"]) for t in trials if t["round"] == 0]
     assert first_round == [
         ("current", "base"), ("reference", "base"), ("control", "base"),
@@ -65,7 +65,7 @@ def test_two_identical_builds_interleave_and_the_gate_compares_them(
     seventh = [(t["build"], t["variant"]) for t in trials if t["round"] == 6]
     assert seventh == [
         ("reference", "base"), ("current", "base"),
-        ("reference", "compiled"), ("control", "compiled"), ("current", "compiled"),
+        ("reference", "compiled"), ("current", "compiled"), ("control", "compiled"),
     ]  # fmt: skip
     assert {(t["build"], t["variant"]) for t in trials} == {
         (b, v) for b in builds for v in ("base", "compiled")

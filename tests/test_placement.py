@@ -53,17 +53,25 @@ def test_every_set_of_places_has_equal_paths_and_the_slots_rotate(tmp_path: Path
     assert not root.exists()
 
 
-def test_a_rounds_build_order_rotates_from_one_pair_to_the_next():
+def test_the_compared_builds_go_first_in_half_the_pairs_and_the_control_moves():
     builds = ["current", "reference", "control"]
-    firsts = [round_plan(["a", "b"], builds, 0, pair)[0][0] for pair in range(3)]
-    assert firsts == ["current", "reference", "control"]
+    turns = [round_plan(["a", "b"], builds, 0, pair) for pair in range(6)]
+    # pairs 0-5: who runs variant "a" (the control's in pairs 0, 2, 4) in what order
+    assert [[b for b, v in plan if v == "a"] for plan in turns[::2]] == [
+        ["current", "reference", "control"],
+        ["control", "current", "reference"],
+        ["current", "control", "reference"],
+    ]
+    firsts = [next(b for b, _ in plan if b != "control") for plan in turns]
+    assert firsts == ["current", "reference"] * 3  # of the two compared, each first half the time
     plan = round_plan(["a", "b"], builds, 1, 1)
     # within a pair, strict turns: each variant in every build back to back; the control runs
     # one variant a pair, the pairs taking the variants in turn
     assert plan == [
-        ("reference", "b"), ("control", "b"), ("current", "b"), ("reference", "a"), ("current", "a")
+        ("reference", "b"), ("current", "b"), ("control", "b"), ("reference", "a"), ("current", "a")
     ]  # fmt: skip
     assert [v for b, v in round_plan(["a", "b"], builds, 0, 2) if b == "control"] == ["a"]
+    assert round_plan(["a"], ["current"], 0, 3) == [("current", "a")]
 
 
 def test_the_control_arm_runs_with_sequential_rounds_only():

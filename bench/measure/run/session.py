@@ -32,6 +32,7 @@ from ..job import (
 from ..launch import package_dirs
 from ..machine.env import child_command, compile_failure, own_root
 from ..machine.placement import placement_of
+from .schedules.base import build_turns
 
 if TYPE_CHECKING:
     from .schedules.base import RoundSchedule
@@ -270,8 +271,9 @@ class WorkerMaker:
     def start(
         self, model: ModelSpec, schedule: RoundSchedule, pair: int = 0
     ) -> list[WorkerSession]:
-        """The workers, in the schedule's order, started in that order rotated by a cell's `pair`
-        (its fresh pairs, counted from 0): with two builds, odd pairs start them in reverse. The
+        """The workers, in the schedule's order, started in the turns a cell's `pair` gives them
+        (its fresh pairs, counted from 0: schedules.base.build_turns): the two compared builds'
+        workers swap every pair, the control's moves every two. The
         worker started second, loading beside the first, ran slower for its whole life in some
         pairs: on the Xeon VM after 11 hours up, in 4 of 15 pairs the second-started build's
         trials read 8.6-11.6% slower, never the first's, an offset the same build took at every
@@ -282,7 +284,7 @@ class WorkerMaker:
         cpus = schedule.places(len(builds), self.cores, self.pinned)
         job = worker_job(model, self.exp)
         order = list(range(len(builds)))
-        turns = [*order[pair % len(order) :], *order[: pair % len(order)]]
+        turns = build_turns(len(builds), pair)
         started = {i: WorkerSession(job, builds[i], self.worker_env, cpus[i]) for i in turns}
         for turn, i in enumerate(turns):
             started[i].set, started[i].turn = self.sets, turn

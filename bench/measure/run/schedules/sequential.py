@@ -15,7 +15,7 @@ from collections.abc import Sequence
 
 from ....core.cell import CONTROL_BUILD
 from ....core.experiment import Schedule
-from .base import Arm, Round, RoundSchedule, Step
+from .base import Arm, Round, RoundSchedule, Step, build_turns
 from .order import round_order
 
 
@@ -24,17 +24,17 @@ def round_plan(
 ) -> list[tuple[str, str]]:
     """(build, variant) in the order one round runs them: the variants in ABBA order, each in every
     build back to back, the builds in the same order throughout a worker pair (strict turns) and
-    rotated by one from a cell's pair to the next, so no build always runs a variant first: a
-    trial right after another process ran the same variant may find its kernels' code warm. The
+    in turns that change from a cell's pair to the next (`build_turns`), so no build always runs
+    a variant first: a trial right after another process ran the same variant may find its
+    kernels' code warm. The
     control (the reference's code in a place of its own) runs one variant a pair, the pairs taking
     the variants in turn (`control_variant`): it measures the places, which every variant shares,
     at a third of the cost of running them all (warm-ups included)."""
-    turn = pair % len(builds) if builds else 0
-    rotated = [*builds[turn:], *builds[:turn]]
+    turns = [builds[i] for i in build_turns(len(builds), pair)]
     return [
         (build, variant)
         for variant in round_order(order, round_index)
-        for build in rotated
+        for build in turns
         if build != CONTROL_BUILD or variant == control_variant(order, pair)
     ]
 
