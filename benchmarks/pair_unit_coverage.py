@@ -48,6 +48,7 @@ Writes summary.md (the tables) and coverage.csv (every source x row x B x rule) 
 
     .venv/bin/python benchmarks/pair_unit_coverage.py [--runs 4000] [--product 400]
         [--synthetic 20000] [--seed 0] [--centre file|pool] [--out results/pair-unit]
+        [--pair-rounds 6] [--pairs 4,6,8]
 """
 
 from __future__ import annotations
@@ -76,7 +77,9 @@ from fusebench.core.results import read_results
 from fusebench.core.spec import DEFAULT_WORKER_ROUNDS
 
 ROOT = Path(__file__).resolve().parents[1]
-K = DEFAULT_WORKER_ROUNDS  # rounds a pair: ci.yaml keeps the default
+# rounds a pair and pairs a run: worker_rounds' fixed default, or what --pair-rounds and --pairs
+# set (worker_rounds: auto chose 2 a pair, 7 pairs, for ci on the Zen 4)
+K = DEFAULT_WORKER_ROUNDS
 PAIRS = (4, 6, 8)
 LEVEL = 0.95
 ALPHA = 1.0 - LEVEL
@@ -160,7 +163,8 @@ def file_rows(path: Path) -> tuple[str, dict[tuple[str, str], list[np.ndarray]]]
 def file_pairs(path: Path) -> tuple[str, dict[tuple[str, str], np.ndarray]]:
     """A file's pool name and, by row, its complete pairs' log ratios (pairs, K), uncentred."""
     source, rows = file_rows(path)
-    complete = {key: [p for p in pairs if p.size == K] for key, pairs in rows.items()}
+    # a pair of more rounds stands for one of K: its first K, as a run of K a pair times them
+    complete = {key: [p[:K] for p in pairs if p.size >= K] for key, pairs in rows.items()}
     return source, {key: np.array(pairs) for key, pairs in complete.items() if len(pairs) >= 2}
 
 
@@ -433,6 +437,7 @@ def real_runs() -> list[str]:
 
 
 def main() -> None:
+    global K, PAIRS
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--runs", type=int, default=4000, help="synthetic runs a row and B")
     parser.add_argument("--product", type=int, default=400, help="of them, also by the product")
@@ -440,7 +445,10 @@ def main() -> None:
     parser.add_argument("--seed", type=int, default=0)
     parser.add_argument("--centre", choices=("file", "pool"), default="file")
     parser.add_argument("--out", type=Path, default=ROOT / "results" / "pair-unit")
+    parser.add_argument("--pair-rounds", type=int, default=K, help="rounds a pair (first K kept)")
+    parser.add_argument("--pairs", default=",".join(map(str, PAIRS)), help="pairs a run, e.g. 5,7")
     args = parser.parse_args()
+    K, PAIRS = args.pair_rounds, tuple(int(b) for b in args.pairs.split(","))
     started = time.monotonic()
     rng = np.random.default_rng(args.seed)
     found = pools(args.centre)
@@ -452,7 +460,9 @@ def main() -> None:
         for b in PAIRS:
             rows += synthetic(tau, b, args.synthetic, args.product * 5, rng)
     args.out.mkdir(parents=True, exist_ok=True)
-    suffix = "" if args.centre == "file" else "-pool-centred"
+    suffix = ("" if args.centre == "file" else "-pool-centred") + (
+        "" if K == DEFAULT_WORKER_ROUNDS else f"-k{K}"
+    )
     with (args.out / f"coverage{suffix}.csv").open("w", newline="") as file:
         writer = csv.DictWriter(file, fieldnames=list(rows[0]))
         writer.writeheader()
@@ -517,12 +527,13 @@ def summary(
         "# The pair as the unit of the interval: coverage of the fixed-n interval, replayed",
         "",
         f"`.venv/bin/python benchmarks/pair_unit_coverage.py --runs {args.runs} --product "
-        f"{args.product} --synthetic {args.synthetic} --seed {args.seed} --centre {args.centre}`"
+        f"{args.product} --synthetic {args.synthetic} --seed {args.seed} --centre {args.centre} "
+        f"--pair-rounds {K} --pairs {args.pairs}`"
         f" ({took:.0f} s on {platform.machine()}). The method is the script's docstring. Each "
         "cell: the share of synthetic runs whose 95% interval holds the truth (0), and the mean "
         "half-width. Replayed: the mean over the pool's six rows (3 variants x prefill, gen), "
-        f"{args.runs} runs each ({args.product} by the product); {K} rounds a pair (ci.yaml's "
-        "worker_rounds). Every figure is in coverage.csv.",
+        f"{args.runs} runs each ({args.product} by the product); {K} rounds a pair (each "
+        "real pair's first). Every figure is in coverage.csv.",
         "",
         "In brief:",
         "",
