@@ -223,6 +223,10 @@ class TrialRecord:
     process: int | None = None
     beside: str | None = None
     core: int | None = None
+    # In a cell whose first rounds weighed the schedules (issue 76): the schedule this trial's
+    # round followed. It counts only where the cell's stop record names that schedule; None: a
+    # round of the stop record's schedule.
+    schedule: str | None = None
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -335,6 +339,33 @@ class Forecast:
     seconds: float | None
 
 
+@dataclass(frozen=True)
+class WeighedSchedule:
+    """One schedule's rounds in a weighing: how many, the noisiest row's SD of a round's log ratio,
+    and a round's mean seconds."""
+
+    rounds: int
+    sd: float
+    round_s: float
+
+
+@dataclass(frozen=True)
+class ScheduleWeighing:
+    """What a cell's first rounds, the schedules taking turns, measured and chose (analysis.
+    schedule_gain): each schedule's rounds, the duet's gain in precision per second with its
+    bounds (None: too few rounds to say), the schedule held before (`prior`) and the one kept; the
+    kept schedule's rounds count toward the cell's rows, the other's are set aside."""
+
+    sequential: WeighedSchedule
+    duet: WeighedSchedule
+    prior: str
+    kept: str
+    cap_s: float  # the most the schedule dropped could cost
+    gain: float | None = None
+    gain_low: float | None = None
+    gain_high: float | None = None
+
+
 @dataclass(frozen=True, kw_only=True)
 class StopRecord:
     """Why a cell stopped adding rounds, how its rounds ran, each watched row's half-width (in
@@ -351,3 +382,4 @@ class StopRecord:
     half_width_pct: dict[str, float] = field(default_factory=dict)
     round_s: float | None = None
     undecided: dict[str, Forecast] = field(default_factory=dict)
+    weighing: ScheduleWeighing | None = None  # where the cell's first rounds weighed schedules

@@ -199,6 +199,8 @@ class Results:
         """One kind of record as a table, with the machine of its run attached (host, device,
         backend, blas)."""
         rows = self.of_kind(kind)
+        if kind == TrialRecord.KIND:
+            rows = self._kept_rounds(rows)
         frame = pd.DataFrame(rows)
         if frame.empty:
             return frame
@@ -210,6 +212,22 @@ class Results:
             clock = {run_id: run.clock for run_id, run in headers.items()}
             frame[Column.CLOCK] = frame["run_id"].map(clock).fillna(Clock.WALL)
         return frame
+
+    def _kept_rounds(self, trials: list[Record]) -> list[Record]:
+        """The trials that count: in a cell whose first rounds weighed the schedules, those of the
+        schedule its stop record names (the other's are set aside; a cell cut short before its
+        stop record keeps neither)."""
+        kept = {
+            (stop.cell.run_id, stop.cell.cell): stop.schedule
+            for stop in self.stop_records()
+            if stop.weighing is not None
+        }
+        return [
+            trial
+            for trial in trials
+            if trial.get("schedule") is None
+            or kept.get((trial.get(Column.RUN_ID), trial.get(Column.CELL))) == trial["schedule"]
+        ]
 
 
 def _place(record: Record, machines: Mapping[str, str]) -> CellPlace:

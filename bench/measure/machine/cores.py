@@ -45,6 +45,14 @@ def unpin(pid: int) -> None:
     _set_affinity(pid, os.sched_getaffinity(0))
 
 
+def move(pid: int, cpus: Sequence[int] | None) -> None:
+    """Process `pid` onto `cpus`, or free to run on any (None), as a schedule places its workers."""
+    if cpus:
+        _set_affinity(pid, set(cpus))
+    else:
+        unpin(pid)
+
+
 def _set_affinity(pid: int, cpus: set[int]) -> None:
     """A thread that ended meanwhile is no error."""
     try:

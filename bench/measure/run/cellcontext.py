@@ -3,6 +3,7 @@ fixing of its rounds, its op shares) needs of the run around it, and no more."""
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from dataclasses import dataclass
 from typing import TYPE_CHECKING
 
@@ -20,6 +21,18 @@ if TYPE_CHECKING:
 
 
 @dataclass(frozen=True)
+class WeighSchedules:
+    """`schedule: auto`'s weighing in the run's first cell (analysis.schedule_gain): the schedule
+    held before (`prior`), the most the schedule dropped may cost (`cap_s`), and what the run does
+    with the one kept (`kept`: the run's later cells follow it, and with trials: plan it returns
+    the planner of that schedule)."""
+
+    prior: str
+    cap_s: float
+    kept: Callable[[str, str], RunPlanner | None]  # (schedule kept, the weighing's line)
+
+
+@dataclass(frozen=True)
 class CellContext:
     """What a cell's run needs of the run around it, and no more: where its findings go, the run's
     time and budget, how fresh workers start."""
@@ -34,3 +47,4 @@ class CellContext:
     progress: RunProgress
     console: Console
     quiet: bool  # --quiet: only warnings and errors on the console
+    weigh: WeighSchedules | None = None  # the run's first cell, with schedule: auto

@@ -19,7 +19,7 @@ from ...analysis.allocation import (
 )
 from ...analysis.inference import PairedEstimate, paired_estimate
 from ...analysis.stopping import Goal, Row, print_level
-from ...core.cell import CellFields, Forecast, StopRecord, Trial
+from ...core.cell import CellFields, Forecast, ScheduleWeighing, StopRecord, Trial
 from ...core.experiment import MIN_AUTO_ROUNDS, Experiment, Trials, fresh_pairs_in
 from ...core.fileformat import METRICS
 from ...core.spec import DEFAULT_WORKER_ROUNDS
@@ -119,6 +119,15 @@ class CellStop:
                     )
                     yield label, base, new, [self.process_of[r] for r in rounds]
 
+    def round_logs(self) -> tuple[tuple[float, ...], ...]:
+        """Each round's log ratio on every watched row, the rows' n-th rounds together (a duet of
+        variants numbers its comparisons' rounds apart)."""
+        rows = [
+            [math.log(n / b) for b, n in zip(base, new, strict=True)]
+            for _, base, new, _ in self._row_rounds()
+        ]
+        return tuple(zip(*rows, strict=False)) if rows else ()  # to the shortest row
+
     def _estimates(self) -> dict[str, PairedEstimate]:
         fixed = not self.exp.trials.adaptive
         return {
@@ -185,9 +194,17 @@ class CellStop:
                 found[label] = Forecast(needed, seconds)
         return found
 
-    def record(self, cell: CellFields, rounds: int, reason: str, schedule: str) -> StopRecord:
+    def record(
+        self,
+        cell: CellFields,
+        rounds: int,
+        reason: str,
+        schedule: str,
+        weighing: ScheduleWeighing | None = None,
+    ) -> StopRecord:
         """The cell's stop record: why it stopped after `rounds`, the rows' half-widths, a round's
-        pace, and each undecided row's forecast."""
+        pace, each undecided row's forecast, and the schedules' weighing where its rounds began
+        with one."""
         return StopRecord(
             cell=cell,
             rounds=rounds,
@@ -196,6 +213,7 @@ class CellStop:
             half_width_pct=self.half_widths(),
             round_s=self.round_s(rounds),
             undecided=self.forecasts(rounds),
+            weighing=weighing,
         )
 
     def _in_reach(self, forecast: Forecast) -> bool:
@@ -213,6 +231,15 @@ class CellStop:
     def round_took(self, seconds: float) -> None:
         self.round_times.append(seconds)
         self.costs = replace(self.costs, round_s=statistics.fmean(self.round_times))
+
+    def take_rounds(self, other: CellStop) -> None:
+        """The rounds `other` measured (the schedule a weighing kept), as this cell's first: its
+        values, its workers and its rounds' seconds, the pace theirs alone."""
+        self.values, self.process_of = other.values, other.process_of
+        self.round_times = list(other.round_times)
+        if self.round_times:
+            self.first_round_at = time.monotonic() - sum(self.round_times)
+            self.costs = replace(self.costs, round_s=statistics.fmean(self.round_times))
 
     def fresh_pair_took(self, seconds: float, stop_s: float) -> None:
         """A fresh pair's measured cost: the budget plans with the dearest seen."""

@@ -117,10 +117,17 @@ class Findings:
         self.load.read()
 
     def found(
-        self, cell_key: str, build: str, result: Result, process: int, side: DuetSide | None
+        self,
+        cell_key: str,
+        build: str,
+        result: Result,
+        process: int,
+        side: DuetSide | None,
+        schedule: str | None = None,
     ) -> None:
         """What a build's worker found, with a trial's roofline, the worker process (pair) that
-        ran it, and in a duet the arm beside it and its core."""
+        ran it, in a duet the arm beside it and its core, and while the schedules are weighed the
+        one its round followed."""
         if not isinstance(result, Trial):
             self.writer.write(cell_record(self.meta[cell_key], result, build))
             return
@@ -134,5 +141,6 @@ class Findings:
             process=process,
             beside=side.beside if side else None,
             core=side.core if side else None,
+            schedule=schedule,
         )
         self.writer.write(trial)

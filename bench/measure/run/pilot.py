@@ -2,11 +2,13 @@
 more precision per second here than trials one after another.
 
 What a run uses
-    A cached pilot's choice, else sequential rounds, the safe schedule; a run never starts a
-    pilot itself (until 2026-12-06 a machine's first run did: 20 pairs in each schedule in its
-    first, noisiest minutes, whose choice and spread then planned every later run; issue 64).
-    With `trials: plan`, measure.run.weighing then weighs the schedules on the experiment's
-    own runs where it has run in both. `fusebench env --probe` runs the pilot (`fresh`).
+    A cached choice, else sequential rounds, the safe schedule; a run never starts a pilot itself
+    (until 2026-12-06 a machine's first run did: 20 pairs in each schedule in its first, noisiest
+    minutes, whose choice and spread then planned every later run; issue 64). That choice is the
+    prior of the weighing in the run's first cell (measure.run.cellrun, analysis.schedule_gain),
+    which caches the schedule it keeps as the next run's; with `trials: plan`,
+    measure.run.weighing weighs configurations on the experiment's own cached runs first.
+    `fusebench env --probe` runs the pilot (`fresh`).
 
 How the pilot measures
     Real trials, paired as a run pairs them: two workers of this build load the gate's model
@@ -86,8 +88,8 @@ MARGIN = 1.25  # without the pilot's pairs: a duet must buy this much more preci
 BUSY_CORES = 0.25  # other processes' mean CPU, in cores, above which a pilot is not cached
 PILOT_WORKERS = ("first", "second")  # a pair's two workers, laid out as a round's two builds
 UNWEIGHED = (
-    "the safe schedule: no duet weighed here yet; `auto` weighs one on this experiment's own runs "
-    "once it has run in both (`--schedule duet` once), or on `fusebench env --probe`'s pilot"
+    "the safe schedule, until a run's first rounds weigh a duet against it (one a CPU's two cores "
+    "can run, one BLAS thread a worker, one build), or `fusebench env --probe`'s pilot does"
 )
 
 

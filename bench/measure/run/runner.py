@@ -43,6 +43,7 @@ from ..machine.env import (
     cache_dir,
     machine_key,
     thread_env,
+    write_cached,
 )
 from ..machine.load import LoadSampler, preflight
 from ..machine.memory import memory_verdict, weight_bytes
@@ -52,7 +53,7 @@ from ..machine.roofline import Peak
 from ..machine.threads import cache_path as threads_cache_path
 from ..ops.opcheck import check_ops_called
 from ..plugins import load_plugins
-from .cellcontext import CellContext
+from .cellcontext import CellContext, WeighSchedules
 from .cellrun import CellRun
 from .cellshares import shares_code
 from .findings import Findings, Roofline
@@ -120,6 +121,8 @@ class Runner:
         )
         self.planner: RunPlanner | None = None  # trials: plan
         self.spreads: PairSpreads | None = None  # with two builds
+        self.weigh: WeighSchedules | None = None  # schedule: auto weighed in the first cell
+        self.context: CellContext | None = None  # what the cells read of the run, once it runs
 
     def round_trials(self, schedule: RoundSchedule) -> int:
         return schedule.round_trials(self.order, self.build_names, self.pairs)
@@ -160,9 +163,21 @@ class Runner:
                 progress=progress,
                 console=self.console,
                 quiet=self.options.quiet,
+                weigh=self.weigh,
             )
+            self.context = context
             for job in jobs:
                 self._run_model(job, context)
+
+    def schedule_kept(self, schedule: str, reason: str, planner: RunPlanner | None) -> None:
+        """The weighing's choice, for the run's later cells: their schedule, and with trials:
+        plan that schedule's planner."""
+        self.choice = replace(self.choice, schedule=Schedule(schedule), reason=reason)
+        self.schedule = SCHEDULES[schedule]
+        self.planner = planner or self.planner
+        self.weigh = None
+        assert self.context is not None
+        self.context = replace(self.context, planner=self.planner, weigh=None)
 
     def _close_cells(
         self, findings: Findings, cells: list[Cell], closed: type[Closed], reason: str
@@ -174,6 +189,8 @@ class Runner:
 
     def _run_model(self, job: ModelJob, context: CellContext) -> None:
         schedule = self._schedule_for(job.model)
+        if self.weigh is not None and schedule is not SCHEDULES[Schedule.DUET]:
+            self._no_weighing(f"{job.model.label}'s two copies of the weights do not fit")
         copies = len(schedule.worker_builds(self.builds))
         fits, reason = memory_verdict(job.model, self.exp, copies=copies)
         if not fits:
@@ -203,20 +220,33 @@ class Runner:
         trial (a duet of variants with nothing to pair) or its extra copies of the weights do not
         fit where one a build does (then sequential, said)."""
         sequential = SCHEDULES[Schedule.SEQUENTIAL]
-        if self.schedule is sequential or not self.round_trials(self.schedule):
+        # a weighing runs both schedules on the duet's workers
+        wanted = SCHEDULES[Schedule.DUET] if self.weigh else self.schedule
+        if wanted is sequential or not self.round_trials(wanted):
             return sequential
         fits, reason = memory_verdict(
-            model, self.exp, copies=len(self.schedule.worker_builds(self.builds))
+            model, self.exp, copies=len(wanted.worker_builds(self.builds))
         )
         alone, _ = memory_verdict(model, self.exp, copies=len(self.builds))
         if not fits and alone:
-            self.console.print(
-                f"{model.label}: sequential rounds, not {self.schedule.name}: its copies of the "
-                f"weights do not fit ({reason})",
-                highlight=False,
-            )
+            if wanted is self.schedule:
+                self.console.print(
+                    f"{model.label}: sequential rounds, not {self.schedule.name}: its copies of "
+                    f"the weights do not fit ({reason})",
+                    highlight=False,
+                )
             return sequential
-        return self.schedule
+        return wanted
+
+    def _no_weighing(self, why: str) -> None:
+        """The weighing given up before it began: the run keeps its schedule, and says why."""
+        self.weigh = None
+        if self.context is not None:
+            self.context = replace(self.context, weigh=None)
+        if not self.options.quiet:
+            self.console.print(
+                f"schedule: {self.schedule.name}, not weighed: {why}", highlight=False
+            )
 
     def _say_loaded(self, label: str, build: str, loaded: Loaded) -> None:
         where = "" if len(self.builds) == 1 else f" ({build} build)"
@@ -255,8 +285,11 @@ class Runner:
             load_s = time.monotonic() - started - written_s
             self.time.add(ONE_TIME, written_s)  # a preset's weights written, once
             self.time.add("load", load_s)
+            weighs = self.weigh is not None
             for cell in job.cells:
-                CellRun(context, cell, schedule, workers, job.done, load_s).run(
+                # after the weighing, its workers run the schedule it kept
+                now = self.schedule if weighs and self.weigh is None else schedule
+                CellRun(self.context, cell, now, workers, job.done, load_s).run(
                     first=cell is job.cells[0]
                 )
 
@@ -431,6 +464,43 @@ def _planned_in(
     return found, (candidate_env, candidate, threads, choice)
 
 
+WEIGHING_SHARE = 0.10  # of the run's budget: the most the schedule a weighing drops may cost
+
+
+def schedule_weighing(
+    exp: Experiment,
+    cells: Sequence[Cell],
+    env: Env,
+    runner: Runner,
+    resumed: bool,
+) -> WeighSchedules | None:
+    """`schedule: auto` weighed on the run's first cell (analysis.schedule_gain) where both
+    schedules run alike: a CPU's two cores, one BLAS thread a worker (a sequential worker on more
+    measures another configuration: measure.run.pilot), one build, a budget to take the cap from,
+    and a run begun afresh. The schedule kept is cached as the next run's prior."""
+    choice = runner.choice
+    if exp.schedule != Schedule.AUTO or choice.cores is None or env.backend != "cpu":
+        return None
+    if env.threads != 1 or len(runner.builds) > 1 or resumed or exp.budget_s is None:
+        return None
+
+    def kept(schedule: str, line: str) -> RunPlanner | None:
+        weighed = replace(
+            choice, schedule=Schedule(schedule), reason=f"weighed on a run's first rounds: {line}"
+        )
+        write_cached(schedule_cache_path(env, env.threads), weighed)
+        moved = schedule != choice.schedule and exp.trials is Trials.PLAN
+        planner = (
+            run_planner(exp, cells, env, weighed, runner.builds, runner.roofline) if moved else None
+        )
+        runner.schedule_kept(schedule, weighed.reason, planner)
+        if not runner.options.quiet:
+            runner.console.print(f"schedule: {line}", highlight=False)
+        return runner.planner
+
+    return WeighSchedules(choice.schedule, WEIGHING_SHARE * exp.budget_s, kept)
+
+
 def places_for_builds(runner: Runner) -> contextlib.AbstractContextManager[Places | None]:
     """Equivalent places for an A/B's builds (measure.builds.places); none for one build."""
     return places_for(runner.builds) if len(runner.builds) > 1 else contextlib.nullcontext()
@@ -475,6 +545,13 @@ def run_experiment(
         runner.planner = run_planner(exp, cells, env, schedule, runner.builds, runner.roofline)
     if len(runner.builds) > 1:
         runner.spreads = pair_spreads(exp, env, schedule, runner.build_names)
+    runner.weigh = schedule_weighing(exp, cells, env, runner, resume is not None)
+    if runner.weigh and not options.quiet:
+        console.print(
+            f"schedule: auto weighs sequential rounds against duets on the first size's rows "
+            f"(the one dropped costs at most {runner.weigh.cap_s:.0f} s)",
+            highlight=False,
+        )
     with run_time.phase("probes"):
         before = preflight()
     with places_for_builds(runner) as places, ResultsWriter(options.out) as writer:
