@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import re
 from collections.abc import Callable, Sequence
+from dataclasses import replace
 
 from ...analysis.study import Study
 from ...core.cell import StopRecord
@@ -57,14 +58,19 @@ def threads_note(runs: Sequence[RunHeader]) -> str | None:
     )
 
 
-def design_note(runs: Sequence[RunHeader], sequential: Sequence[str] = ()) -> str | None:
+def design_note(
+    runs: Sequence[RunHeader], sequential: Sequence[str] = (), kept: str | None = None
+) -> str | None:
     """How the rounds were laid out in time and which interval the table shows; None for runs
     from before either was recorded (their intervals are confidence sequences). `sequential`: the
-    sizes of a duet run whose rounds ran sequentially all the same."""
+    sizes of a duet run whose rounds ran sequentially all the same; `kept`: the schedule a
+    weighing in the run's first cell kept (weighing_note says how)."""
     run = runs[0] if runs else None
     if run is None or run.schedule_choice is None:
         return None
     choice = run.schedule_choice
+    if kept is not None:
+        choice = replace(choice, schedule=kept, reason="kept by the weighing below")
     if choice.schedule == Schedule.DUET:
         how = (
             "duet: each pair's two trials ran at the same moment, each worker pinned to its own "
@@ -87,6 +93,38 @@ def design_note(runs: Sequence[RunHeader], sequential: Sequence[str] = ()) -> st
     else:
         how = f"{how} ({choice.reason})"
     return f"Rounds: {how}. Intervals: {interval}. {_clock_sentence(choice)}"
+
+
+def weighed_stops(stops: Sequence[StopRecord], runs: Sequence[RunHeader]) -> list[StopRecord]:
+    """The stop records of these runs' cells whose first rounds weighed the schedules."""
+    ids = {run.run_id for run in runs}
+    return [stop for stop in stops if stop.weighing is not None and stop.cell.run_id in ids]
+
+
+def weighing_note(stop: StopRecord) -> str:
+    """What a weighing measured and kept: each schedule's rounds, their spread and cost, the
+    duet's gain with its bounds (analysis.schedule_gain), and where the dropped rounds are."""
+    weighing = stop.weighing
+    assert weighing is not None
+    seq, duet = weighing.sequential, weighing.duet
+    dropped = Schedule.SEQUENTIAL if weighing.kept == Schedule.DUET else Schedule.DUET
+    gain = (
+        f"the duet {weighing.gain:.2f}x as precise per second [{weighing.gain_low:.2f}x, "
+        f"{weighing.gain_high:.2f}x at 80%]"
+        if weighing.gain is not None
+        else "too few rounds to weigh the duet's gain"
+    )
+    sure = (weighing.gain_low is not None and weighing.gain_low > 1.0) or (
+        weighing.gain_high is not None and weighing.gain_high < 1.0
+    )
+    why = "surely better" if sure else f"the schedule held before ({weighing.prior})"
+    return (
+        f"Schedules weighed on {stop.cell.size} {stop.cell.workload}'s first rounds: "
+        f"{seq.rounds} sequential ({100 * seq.sd:.1f}% a round on the noisiest row, "
+        f"{seq.round_s:.1f} s) against {duet.rounds} duets ({100 * duet.sd:.1f}%, "
+        f"{duet.round_s:.1f} s), {gain}; kept {weighing.kept}, {why}. Its rounds count; the "
+        f"{dropped} ones are in the results file, set aside (at most {weighing.cap_s:.0f} s)."
+    )
 
 
 def sequential_sizes(

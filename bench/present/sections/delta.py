@@ -52,6 +52,8 @@ from .context import (
     slug,
     threads_note,
     time_note,
+    weighed_stops,
+    weighing_note,
     weights_note,
 )
 from .kernels import probe_note
@@ -389,9 +391,13 @@ def delta_section(
     runs = [run for run in study.runs.values() if run.machine == machine]
     if note := threads_note(runs):
         context.append(note)
-    sequential = sequential_sizes(study.results.stop_records(), runs, workload)
-    if note := design_note(runs, sequential):
+    stops = study.results.stop_records()
+    sequential = sequential_sizes(stops, runs, workload)
+    weighed = weighed_stops(stops, runs)
+    kept = weighed[0].weighing.kept if weighed and weighed[0].weighing else None
+    if note := design_note(runs, sequential, kept):
         context.append(note)
+    context.extend(weighing_note(stop) for stop in weighed)
     if note := weights_note(runs):
         context.append(note)
     if note := time_note(runs, study.times):
