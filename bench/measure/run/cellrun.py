@@ -12,7 +12,7 @@ from dataclasses import replace
 
 from ...analysis.schedule_gain import DUET, SEQUENTIAL, ScheduleRounds, Weighing
 from ...core.cell import Agreement, ScheduleWeighing, Trial, WeighedSchedule
-from ...core.experiment import MIN_AUTO_ROUNDS, Cell
+from ...core.experiment import MIN_AUTO_ROUNDS, Cell, Trials
 from ..job import CellShape, Command, Do, Result
 from ..machine.cores import move
 from .cellcontext import CellContext
@@ -180,8 +180,11 @@ class CellRun:
                 fresh_pair_s=fresh_pair_s,
             )
         if rounds and self.cell_stop.planned is not None:
-            # fixed from the time left after them
-            self.cell_stop.planned = min(self.exp.rounds, self.cell_stop.planned + rounds)
+            # a plan counts the rounds a cell needs, the weighing's among them; a budget the
+            # rounds the time left after them holds
+            planned = self.cell_stop.planned
+            more = planned if self.exp.trials is Trials.BUDGET else 0
+            self.cell_stop.planned = min(self.exp.rounds, max(planned, rounds + more))
             self._say(
                 f"{self.cell.model.label} {self.cell.workload.label}: {self.cell_stop.planned} "
                 f"timed rounds in all, the weighing's {rounds} {self.schedule.name} rounds among "
