@@ -36,10 +36,12 @@ METRICS = ("prefill_tps", "gen_tps")
 
 
 def pool(files: list[Path]) -> tuple[np.ndarray, np.ndarray]:
-    """Every round of the files: each row's log ratio current/reference (rows: variant x metric)
-    and the round's seconds (its first trial's start to its last trial's end)."""
+    """Every round of the files: each row's log ratio (rows: variant x metric, current/reference
+    across builds; within one build each other variant over `baseline`), each file's mean
+    removed, and the round's seconds (its first trial's start to its last trial's end)."""
     logs, seconds = [], []
     for path in files:
+        first = len(logs)
         trials = defaultdict(dict)
         with gzip.open(path, "rt") as lines:
             for line in lines:
@@ -47,18 +49,24 @@ def pool(files: list[Path]) -> tuple[np.ndarray, np.ndarray]:
                 if record.get("kind") == "trial" and not record["warmup"]:
                     trials[record["round"]][(record["build"], record["variant"])] = record
         for by_arm in trials.values():
-            variants = sorted({variant for _, variant in by_arm})
-            row = [
-                np.log(by_arm[("current", v)][m] / by_arm[("reference", v)][m])
-                for v in variants
-                for m in METRICS
-            ]
-            span = max(t["ended_unix_s"] for t in by_arm.values()) - min(
-                t["started_unix_s"] for t in by_arm.values()
+            logs.append(_round_logs(by_arm))
+            seconds.append(
+                max(t["ended_unix_s"] for t in by_arm.values())
+                - min(t["started_unix_s"] for t in by_arm.values())
             )
-            logs.append(row)
-            seconds.append(span)
+        # each run's own mean removed: a run's offset is not its rounds' scatter
+        mine = np.array(logs[first:])
+        logs[first:] = list(mine - mine.mean(axis=0))
     return np.array(logs), np.array(seconds)
+
+
+def _round_logs(by_arm: dict) -> list[float]:
+    variants = sorted({variant for _, variant in by_arm})
+    if any(build == "reference" for build, _ in by_arm):
+        pairs = [(("reference", v), ("current", v)) for v in variants]
+    else:
+        pairs = [(("current", "baseline"), ("current", v)) for v in variants if v != "baseline"]
+    return [np.log(by_arm[new][m] / by_arm[base][m]) for base, new in pairs for m in METRICS]
 
 
 def draw(rng: np.random.Generator, pools: dict, name: str) -> tuple[tuple[float, ...], float]:
@@ -146,11 +154,16 @@ def main() -> None:
         action="store_true",
         help="swap the pools: a machine where the duet loses by the factor it won by here",
     )
+    parser.add_argument(
+        "--prefix", default="", help="the files: PREFIX{sequential,duet}-*.jsonl.gz"
+    )
     parser.add_argument("--out", type=Path)
     args = parser.parse_args()
     found = []
     for folder in args.folders:
-        pools = {s: pool(sorted(folder.glob(f"{s}-*.jsonl.gz"))) for s in (SEQUENTIAL, DUET)}
+        pools = {
+            s: pool(sorted(folder.glob(f"{args.prefix}{s}-*.jsonl.gz"))) for s in (SEQUENTIAL, DUET)
+        }
         if args.mirror:
             pools = {SEQUENTIAL: pools[DUET], DUET: pools[SEQUENTIAL]}
         result = replay(folder.name, pools, args)
@@ -158,7 +171,8 @@ def main() -> None:
         print(json.dumps(result))
     if args.out:
         args.out.mkdir(parents=True, exist_ok=True)
-        tag = f"{args.prior}-b{args.budget:g}{'-mirrored' if args.mirror else ''}"
+        mirrored = "-mirrored" if args.mirror else ""
+        tag = f"{args.prefix}{args.prior}-b{args.budget:g}{mirrored}"
         (args.out / f"replay-{tag}.json").write_text(json.dumps(found, indent=1) + "\n")
 
 
