@@ -378,8 +378,9 @@ def test_the_architecture_pictures_follow_the_code(heading: str, module: str, fu
 
 
 def test_a_cell_run_is_left_its_rounds():
-    """CellRun drives a cell's rounds; its warm-ups, the fixing of its rounds, its fresh pairs
-    and its op shares are classes of their own (issue 66: at most 200 lines)."""
+    """CellRun drives a cell's rounds; its warm-ups, the fixing of its rounds, its fresh pairs,
+    its op shares and the schedules' weighing are classes of their own (issue 66: at most 200
+    lines; 240 since issue 76, the cell adopting what a weighing keeps and playing its rounds)."""
     tree = ast.parse((ROOT / "bench" / "measure" / "run" / "cellrun.py").read_text())
     (cell_run,) = [n for n in tree.body if isinstance(n, ast.ClassDef) and n.name == "CellRun"]
-    assert cell_run.end_lineno - cell_run.lineno + 1 <= 200
+    assert cell_run.end_lineno - cell_run.lineno + 1 <= 240

@@ -24,12 +24,11 @@ if TYPE_CHECKING:
 class WeighSchedules:
     """`schedule: auto`'s weighing in the run's first cell (analysis.schedule_gain): the schedule
     held before (`prior`), the most the schedule dropped may cost (`cap_s`), and what the run does
-    with the one kept (`kept`: the run's later cells follow it, and with trials: plan it returns
-    the planner of that schedule)."""
+    with the one kept (`kept`: its plan and its later cells follow it)."""
 
     prior: str
     cap_s: float
-    kept: Callable[[str, str], RunPlanner | None]  # (schedule kept, the weighing's line)
+    kept: Callable[[str, str], None]  # (schedule kept, the weighing's line)
 
 
 @dataclass(frozen=True)

@@ -8,16 +8,14 @@ written as it arrives. It reads the run around it through a `CellContext`, never
 from __future__ import annotations
 
 import time
-from dataclasses import replace
 
-from ...analysis.schedule_gain import DUET, SEQUENTIAL, ScheduleRounds, Weighing
-from ...core.cell import Agreement, ScheduleWeighing, Trial, WeighedSchedule
-from ...core.experiment import MIN_AUTO_ROUNDS, Cell, Trials
+from ...core.cell import Agreement, ScheduleWeighing, Trial
+from ...core.experiment import MIN_AUTO_ROUNDS, Cell
 from ..job import CellShape, Command, Do, Result
-from ..machine.cores import move
 from .cellcontext import CellContext
 from .cellshares import CellShares
 from .cellstop import CellStop, RoundCosts
+from .cellweighing import CellWeighing
 from .findings import DuetSide
 from .fixing import RoundFixing
 from .freshpairs import FreshPairs
@@ -75,9 +73,9 @@ class CellRun:
             context, cell, schedule, workers, self.warmups, self.cell_stop, self.deadline
         )
         self.shares = CellShares(context, cell, self.shape, done, self._ask, self._say)
-        self.weighed: ScheduleWeighing | None = None
-        # while the schedules are weighed: each one's rounds, apart from the cell's
-        self.weighing_stops: dict[str, CellStop] = {}
+        self.weighed: ScheduleWeighing | None = None  # the stop record's account of a weighing
+        self.weighing: CellWeighing | None = None  # once the schedules are weighed
+        self.playing: str | None = None  # while they are: the schedule of the round now played
 
     def _say(self, text: str) -> None:
         if not self.context.quiet:
@@ -90,14 +88,7 @@ class CellRun:
             for build in self.builds:
                 if not self.done.has_facts(self.cell.key, build, "kernel"):
                     self._ask(build, Command(Do.KERNELS, self.shape))
-        rounds = self._expect_costs(first, setup_began)
-        reason = (
-            self.cell_stop.stop_reason(rounds)
-            if rounds
-            else "the plan gives it no rounds"
-            if self.cell_stop.planned == 0
-            else None
-        )
+        rounds, reason = self._expect_costs(first, setup_began)
         while reason is None:
             if self.fresh_pairs.due(rounds):
                 fresh_began = time.monotonic()
@@ -154,12 +145,12 @@ class CellRun:
         """The (first) worker of a build: the one that answers a build's single commands."""
         return next(worker for worker in self.workers if worker.build.name == build)
 
-    def _expect_costs(self, first: bool, setup_began: float) -> int:
+    def _expect_costs(self, first: bool, setup_began: float) -> tuple[int, str | None]:
         """The warm-ups, then what the rounds will cost (CellStop.expect): the last warm-up round's
         pace, once every variant has compiled, and a fresh pair at this pair's load and warm-up;
-        where the run weighs its schedules, their rounds next, the kept one's pace replacing the
-        warm-up's; with trials: budget or plan the rounds are fixed from them now, before the next.
-        Returns the timed rounds already run (the weighing's kept ones)."""
+        where the run weighs the schedules, their rounds, the kept one's pace replacing it; with
+        trials: budget or plan the rounds fixed now. Returns the rounds already run (kept by the
+        weighing) and why they suffice, where they do."""
         kernels_s = time.monotonic() - setup_began
         planner = self.context.planner
         with self.context.time.phase("warm-up"):
@@ -169,81 +160,42 @@ class CellRun:
         fresh_pair_s = self.load_s + warmup_s if self.fresh_pairs.on else 0.0
         self.cell_stop.expect(RoundCosts(round_s or 0.0, fresh_pair_s))
         rounds, dropped_s = self._weigh_schedules() if self.context.weigh else (0, 0.0)
-        if rounds:
-            round_s = self.cell_stop.costs.round_s
         if round_s is not None:
             self.fixing.fix(
                 load_s=self.load_s if first else 0.0,
                 setup_s=kernels_s + warmup_s + dropped_s,
-                round_s=round_s,
+                round_s=self.cell_stop.costs.round_s if rounds else round_s,
                 clocks=clocks,
                 fresh_pair_s=fresh_pair_s,
+                counted=rounds,
             )
-        if rounds and self.cell_stop.planned is not None:
-            # a plan counts the rounds a cell needs, the weighing's among them; a budget the
-            # rounds the time left after them holds
-            planned = self.cell_stop.planned
-            more = planned if self.exp.trials is Trials.BUDGET else 0
-            self.cell_stop.planned = min(self.exp.rounds, max(planned, rounds + more))
-            self._say(
-                f"{self.cell.model.label} {self.cell.workload.label}: {self.cell_stop.planned} "
-                f"timed rounds in all, the weighing's {rounds} {self.schedule.name} rounds among "
-                "them"
-            )
-        return rounds
+        if rounds:
+            return rounds, self.cell_stop.stop_reason(rounds)
+        return 0, "the plan gives it no rounds" if self.cell_stop.planned == 0 else None
 
     def _weigh_schedules(self) -> tuple[int, float]:
-        """`schedule: auto` weighed on this cell's rows (analysis.schedule_gain): rounds of each
-        schedule by turns on the cell's two workers, until the duet's gain in precision per second
-        is sure or the next round would take the schedule dropped past its cap. The cell goes on
-        in the one kept, whose rounds count; the other's are in the file, set aside. Returns the
-        kept rounds and the seconds the dropped ones took."""
+        """`schedule: auto` weighed on this cell's first rounds (measure.run.cellweighing); the
+        cell goes on in the schedule kept. Returns its rounds and the dropped ones' seconds."""
         weigh = self.context.weigh
         assert weigh is not None
-        self.weighing_stops = {name: CellStop(self.exp, self.builds, None) for name in SCHEDULES}
-        clocks = dict.fromkeys(SCHEDULES, Clocks())
-        weighing = self._weighing(weigh.prior)
-        while weighing.go_on(weigh.cap_s) and self._weighing_fits(weighing):
-            name = weighing.next_schedule()
-            self._place_for(SCHEDULES[name])
-            began = time.monotonic()
-            with self.context.time.phase("rounds"):
-                clocks[name] += self._round(weighing.of(name).rounds, warmup=False, weighing=name)
-            self.weighing_stops[name].round_took(time.monotonic() - began)
-            weighing = self._weighing(weigh.prior)
-        kept = weighing.chosen
-        self.schedule = SCHEDULES[kept]
+        self.weighing = CellWeighing(self.exp, self.builds, weigh, self.workers, self.context)
+        weighed = self.weighing.run(
+            self._weighing_round,
+            lambda: min(self.cell_stop.time_left_s(), self.deadline - time.monotonic()),
+        )
+        self.schedule = SCHEDULES[weighed.kept]
         self.round_trials = self.schedule.round_trials(self.context.order, self.builds, self.pairs)
-        self._place_for(self.schedule)
-        self.cell_stop.take_rounds(self.weighing_stops[kept])
-        self.timed_clocks += clocks[kept]
-        self.weighed = _weighing_record(weighing, kept, weigh.cap_s)
-        self.context = replace(self.context, planner=weigh.kept(kept, weighing.line()), weigh=None)
-        self.fixing.context = self.shares.context = self.context
-        dropped = weighing.of(DUET if kept == SEQUENTIAL else SEQUENTIAL)
-        return weighing.of(kept).rounds, sum(dropped.seconds)
+        self.cell_stop.take_rounds(weighed.stop)
+        self.timed_clocks += weighed.clocks
+        self.weighed = weighed.record
+        return weighed.rounds, weighed.dropped_s
 
-    def _weighing(self, prior: str) -> Weighing:
-        rounds = {
-            name: ScheduleRounds(name, stop.round_logs(), tuple(stop.round_times))
-            for name, stop in self.weighing_stops.items()
-        }
-        return Weighing(rounds[SEQUENTIAL], rounds[DUET], prior)
-
-    def _weighing_fits(self, weighing: Weighing) -> bool:
-        """Whether the cell's allowance holds the next weighing round and as many again."""
-        side = weighing.of(weighing.next_schedule())
-        paces = [s.round_s for s in (weighing.sequential, weighing.duet) if s.rounds]
-        next_s = side.round_s if side.rounds else max(paces, default=0.0)
-        left_s = min(self.cell_stop.time_left_s(), self.deadline - time.monotonic())
-        return side.rounds < self.exp.rounds and 2 * next_s < left_s
-
-    def _place_for(self, schedule: RoundSchedule) -> None:
-        """The cell's workers placed as `schedule` places them (a duet: one a core)."""
-        makers = self.context.workers
-        cpus = schedule.places(len(self.workers), makers.cores, makers.pinned)
-        for worker, where in zip(self.workers, cpus, strict=True):
-            move(worker.process.pid, where)
+    def _weighing_round(self, schedule: str, index: int) -> Clocks:
+        self.playing = schedule
+        try:
+            return self._round(index, warmup=False)
+        finally:
+            self.playing = None
 
     @property
     def process(self) -> int:
@@ -251,34 +203,23 @@ class CellRun:
         return self.workers[0].process.pid
 
     def _round(
-        self,
-        index: int,
-        *,
-        warmup: bool,
-        fresh: bool = False,
-        check: set[str] | None = None,
-        weighing: str | None = None,
+        self, index: int, *, warmup: bool, fresh: bool = False, check: set[str] | None = None
     ) -> Clocks:
-        """One round of the cell's trials, step by step as the schedule lays it out; on the builds
-        in `check`, warm-up trials that carry the correctness check (on a build's first worker,
-        which in a duet of variants has run every variant after two such rounds); `weighing`: a
-        round of that schedule while the schedules are weighed. Returns its trials' clocks."""
+        """One round of the cell's trials, step by step as the schedule lays it out (while the
+        schedules are weighed, the one `playing`); on the builds in `check`, warm-up trials that
+        carry the correctness check (on a build's first worker, which in a duet of variants has
+        run every variant after two such rounds). Returns its trials' clocks."""
         check = check or set()
         clocks = Clocks()
         cores, pair = self.context.workers.cores, self.fresh_pairs.started
         at = Round(index, self.context.order, self.builds, self.pairs, cores, pair)
-        schedule = SCHEDULES[weighing] if weighing else self.schedule
-        stop = self.weighing_stops[weighing] if weighing else self.cell_stop
-        for step in schedule.steps(at):
-            fresh_trials = fresh or weighing is not None  # a resumed run never weighs
-            commands = [
-                self._trial(arm, step.round, warmup, fresh_trials, check) for arm in step.arms
-            ]
+        fresh = fresh or self.playing is not None  # a resumed run never weighs
+        for step in SCHEDULES[self.playing or self.schedule.name].steps(at):
+            commands = [self._trial(arm, step.round, warmup, fresh, check) for arm in step.arms]
             place(step, self.workers)
             for arm, command in send_step(step, self.workers, commands):
-                worker = self.workers[arm.worker]
-                for result in self._collect(worker, command, _side(step, arm), weighing):
-                    self._took(arm.build, result, step.round, warmup, stop)
+                for result in self._collect(self.workers[arm.worker], command, _side(step, arm)):
+                    self._took(arm.build, result, step.round, warmup)
                     if isinstance(result, Trial):
                         clocks += Clocks.of(result)
             self.context.findings.step_ended()
@@ -295,8 +236,10 @@ class CellRun:
         shape = self.warmups.shape if warmup else self.shape
         return Command(Do.TRIAL, shape, arm.variant, index, warmup, check=checks)
 
-    def _took(self, build: str, result: Result, index: int, warmup: bool, stop: CellStop) -> None:
+    def _took(self, build: str, result: Result, index: int, warmup: bool) -> None:
         if isinstance(result, Trial):
+            weighing = self.weighing
+            stop = weighing.stops[self.playing] if weighing and self.playing else self.cell_stop
             stop.add(build, result, self.process)
             label = "warmup" if warmup else f"round {index + 1}"
             where = "" if len(self.builds) == 1 else f" [{build}]"
@@ -311,18 +254,13 @@ class CellRun:
         return self._collect(worker, command, None)
 
     def _collect(
-        self,
-        worker: WorkerSession,
-        command: Command,
-        side: DuetSide | None,
-        weighing: str | None = None,
+        self, worker: WorkerSession, command: Command, side: DuetSide | None
     ) -> list[Result]:
         build = worker.build.name
         results = worker.collect(command, self.deadline, self.exp.timeout_s)
         for result in results:
-            self.context.findings.found(
-                self.cell.key, build, result, self.process, side, schedule=weighing
-            )
+            found = self.context.findings.found
+            found(self.cell.key, build, result, self.process, side, schedule=self.playing)
             if isinstance(result, Agreement) and not result.passed:
                 self.context.console.print(_disagreement(self.cell.key, build, result))
         return results
@@ -343,25 +281,3 @@ def _side(step: Step, arm: Arm) -> DuetSide | None:
     index = step.arms.index(arm)
     other = step.arms[1 - index]
     return DuetSide(f"{other.build}/{other.variant}", step.cores[index])
-
-
-def _weighing_record(weighing: Weighing, kept: str, cap_s: float) -> ScheduleWeighing:
-    """The stop record's account of a weighing."""
-
-    def side(rounds: ScheduleRounds) -> WeighedSchedule:
-        if not rounds.rounds:
-            return WeighedSchedule(0, 0.0, 0.0)
-        sd = rounds.sd if rounds.rounds > 1 else 0.0
-        return WeighedSchedule(rounds.rounds, round(sd, 6), round(rounds.round_s, 4))
-
-    gain = weighing.gain
-    return ScheduleWeighing(
-        sequential=side(weighing.sequential),
-        duet=side(weighing.duet),
-        prior=weighing.prior,
-        kept=kept,
-        cap_s=round(cap_s, 3),
-        gain=round(gain.point, 4) if gain else None,
-        gain_low=round(gain.low, 4) if gain else None,
-        gain_high=round(gain.high, 4) if gain else None,
-    )

@@ -42,17 +42,33 @@ class RoundFixing:
         return f"{self.cell.model.label} {self.cell.workload.label}"
 
     def fix(
-        self, *, load_s: float, setup_s: float, round_s: float, clocks: Clocks, fresh_pair_s: float
+        self,
+        *,
+        load_s: float,
+        setup_s: float,
+        round_s: float,
+        clocks: Clocks,
+        fresh_pair_s: float,
+        counted: int = 0,
     ) -> None:
-        """With trials: budget or plan, the rounds fixed now, before the first: from the last
+        """With trials: budget or plan, the rounds fixed now, before the next: from the last
         warm-up round's pace (`round_s`, its trials' `clocks`) and a fresh pair's cost (0: none).
         `load_s` is the cell's load where its model's first, `setup_s` its kernel facts and
-        warm-ups."""
+        warm-ups; `counted`, timed rounds already run (a weighing's kept ones): a plan counts them
+        among the rounds the cell needs, a budget adds what the time left after them holds."""
         if self.exp.trials is Trials.PLAN:
             self.load_paid, self.setup_s = load_s, setup_s
             self._by_plan(round_s, clocks, fresh_pair_s)
         elif self.exp.trials is Trials.BUDGET:
             self._by_budget(round_s, fresh_pair_s)
+        planned = self.cell_stop.planned
+        if counted and planned is not None:
+            more = planned if self.exp.trials is Trials.BUDGET else 0
+            self.cell_stop.planned = min(self.exp.rounds, max(planned, counted + more))
+            self.say(
+                f"{self._label}: {self.cell_stop.planned} timed rounds in all, the {counted} the "
+                "schedules' weighing kept among them"
+            )
 
     def _by_budget(self, round_s: float, fresh_pair_s: float) -> None:
         """As many rounds as the cell's allowance holds at the warm-up's pace."""

@@ -189,6 +189,12 @@ class RunPlanner:
         self.plan: Plan | None = None
         self.said_s: float | None = None  # the run's time, as the first plan line said it
 
+    def follow(self, cache: Path, work: Callable[[Cell], PlanWork]) -> None:
+        """From now on, the plan of another schedule (the one a run's weighing kept): its cached
+        costs and spreads and its rounds' work; the plan is made again at the next cell."""
+        self.cache, self.work = cache, {cell.key: work(cell) for cell in self.cells}
+        self.known, self.plan = self._read_cache(), None
+
     # --- what the cells cost ---------------------------------------------------------------------
 
     def _signature(self, cell: Cell) -> str:

@@ -14,7 +14,7 @@ from __future__ import annotations
 import contextlib
 import os
 import time
-from collections.abc import Iterator, Sequence
+from collections.abc import Callable, Iterator, Sequence
 from dataclasses import replace
 from pathlib import Path
 
@@ -43,14 +43,12 @@ from ..machine.env import (
     cache_dir,
     machine_key,
     thread_env,
-    write_cached,
 )
 from ..machine.load import LoadSampler, preflight
 from ..machine.memory import memory_verdict, weight_bytes
 from ..machine.peakcache import cached_peak, measured_peak, raise_cached_peak
 from ..machine.probe import worker_environment
 from ..machine.roofline import Peak
-from ..machine.threads import cache_path as threads_cache_path
 from ..ops.opcheck import check_ops_called
 from ..plugins import load_plugins
 from .cellcontext import CellContext, WeighSchedules
@@ -74,7 +72,6 @@ from .ledger import ONE_TIME, RunTime
 from .pairspreads import CACHE_VERSION as SPREADS_CACHE_VERSION
 from .pairspreads import PairSpreads
 from .pilot import ScheduleChoice, choose_schedule
-from .pilot import cache_path as schedule_cache_path
 from .planning import CACHE_VERSION as PLAN_CACHE_VERSION
 from .planning import RunPlanner
 from .progress import RunProgress
@@ -83,7 +80,16 @@ from .scaling import PlanWork
 from .schedules import SCHEDULES
 from .schedules.base import RoundSchedule
 from .session import Build, WorkerFailed, WorkerMaker, WorkerSession, stopped_after
-from .weighing import Configuration, PlannedRows, sd_upper_factor, weigh
+from .weighing import (
+    WEIGHING_SHARE,
+    Configuration,
+    PlannedRows,
+    cache_weighed,
+    sd_upper_factor,
+    stale_machine_line,
+    weigh,
+    weighs_schedules,
+)
 
 # A cell closed without rounds: skipped before it ran (too big, or planned none), or its worker
 # failed.
@@ -169,15 +175,13 @@ class Runner:
             for job in jobs:
                 self._run_model(job, context)
 
-    def schedule_kept(self, schedule: str, reason: str, planner: RunPlanner | None) -> None:
-        """The weighing's choice, for the run's later cells: their schedule, and with trials:
-        plan that schedule's planner."""
+    def schedule_kept(self, schedule: str, reason: str) -> None:
+        """The weighing's choice: the schedule the run's later cells follow."""
         self.choice = replace(self.choice, schedule=Schedule(schedule), reason=reason)
         self.schedule = SCHEDULES[schedule]
-        self.planner = planner or self.planner
         self.weigh = None
         assert self.context is not None
-        self.context = replace(self.context, planner=self.planner, weigh=None)
+        self.context = replace(self.context, weigh=None)
 
     def _close_cells(
         self, findings: Findings, cells: list[Cell], closed: type[Closed], reason: str
@@ -307,28 +311,6 @@ class Runner:
             self.time.add("stop", time.monotonic() - stopping)
 
 
-STALE_FACTOR = 2.0  # a run's rows this many times the pilot's spread: the machine is measured again
-
-
-def stale_machine_line(
-    planner: RunPlanner, schedule: ScheduleChoice, env: Env, threads: int
-) -> str | None:
-    """Where this run's rows scattered STALE_FACTOR times what the cached schedule pilot measured,
-    the machine has changed since its threads and schedule were chosen: both caches are dropped, so
-    the next run measures them again, and the line says so."""
-    probe = next((p for p in schedule.probes if p.schedule == schedule.schedule), None)
-    spread = planner.run_spread()
-    if probe is None or spread is None or spread < STALE_FACTOR * probe.wall_sd:
-        return None
-    for path in (threads_cache_path(env), schedule_cache_path(env, threads)):
-        path.unlink(missing_ok=True)
-    return (
-        f"this run's rows scattered {100 * spread:.1f}% a round, {spread / probe.wall_sd:.1f}x "
-        f"the {100 * probe.wall_sd:.1f}% the cached pilot measured: the machine has changed since "
-        "its BLAS threads and schedule were chosen; the next run measures them again"
-    )
-
-
 def run_planner(
     exp: Experiment,
     cells: Sequence[Cell],
@@ -339,6 +321,22 @@ def run_planner(
 ) -> RunPlanner:
     """trials: plan's planner for a run of `builds` in the schedule chosen: each cell's work from
     its shapes (the roofline's), and this machine's cached costs and spreads."""
+    names = [build.name for build in builds]
+    cache, work = plan_basis(exp, env, choice, builds, roofline)
+    return RunPlanner(
+        exp, cells, names, cache, work=work, rows=table_rows(exp, names), code=shares_code(env, exp)
+    )
+
+
+def plan_basis(
+    exp: Experiment,
+    env: Env,
+    choice: ScheduleChoice,
+    builds: Sequence[Build],
+    roofline: Roofline,
+) -> tuple[Path, Callable[[Cell], PlanWork]]:
+    """What a plan in the schedule chosen reads: its cache of this machine's costs and spreads, and
+    each cell's work in a round of that schedule."""
     schedule = SCHEDULES[choice.schedule]
     names = [build.name for build in builds]
     trials = schedule.round_trials(variant_order(exp), names, variant_pairs(exp))
@@ -358,9 +356,7 @@ def run_planner(
     cache = cache_dir() / (
         f"plan-v{PLAN_CACHE_VERSION}-{machine_key(env)}-t{env.threads}-{choice.schedule}.json"
     )
-    return RunPlanner(
-        exp, cells, names, cache, work=work, rows=table_rows(exp, names), code=shares_code(env, exp)
-    )
+    return cache, work
 
 
 def pair_spreads(
@@ -464,9 +460,6 @@ def _planned_in(
     return found, (candidate_env, candidate, threads, choice)
 
 
-WEIGHING_SHARE = 0.10  # of the run's budget: the most the schedule a weighing drops may cost
-
-
 def schedule_weighing(
     exp: Experiment,
     cells: Sequence[Cell],
@@ -474,31 +467,21 @@ def schedule_weighing(
     runner: Runner,
     resumed: bool,
 ) -> WeighSchedules | None:
-    """`schedule: auto` weighed on the run's first cell (analysis.schedule_gain) where both
-    schedules run alike: a CPU's two cores, one BLAS thread a worker (a sequential worker on more
-    measures another configuration: measure.run.pilot), one build, a budget to take the cap from,
-    and a run begun afresh. The schedule kept is cached as the next run's prior."""
+    """`schedule: auto` weighed on the run's first cell where it can be (measure.run.weighing);
+    the schedule kept is cached as the next run's prior, and with trials: plan planned for."""
     choice = runner.choice
-    if exp.schedule != Schedule.AUTO or choice.cores is None or env.backend != "cpu":
-        return None
-    if env.threads != 1 or len(runner.builds) > 1 or resumed or exp.budget_s is None:
+    if not weighs_schedules(exp, env, choice, len(runner.builds), resumed):
         return None
 
-    def kept(schedule: str, line: str) -> RunPlanner | None:
-        weighed = replace(
-            choice, schedule=Schedule(schedule), reason=f"weighed on a run's first rounds: {line}"
-        )
-        write_cached(schedule_cache_path(env, env.threads), weighed)
-        moved = schedule != choice.schedule and exp.trials is Trials.PLAN
-        planner = (
-            run_planner(exp, cells, env, weighed, runner.builds, runner.roofline) if moved else None
-        )
-        runner.schedule_kept(schedule, weighed.reason, planner)
+    def kept(schedule: str, line: str) -> None:
+        weighed = cache_weighed(choice, schedule, line, env)
+        if runner.planner is not None and schedule != choice.schedule:
+            runner.planner.follow(*plan_basis(exp, env, weighed, runner.builds, runner.roofline))
+        runner.schedule_kept(schedule, weighed.reason)
         if not runner.options.quiet:
             runner.console.print(f"schedule: {line}", highlight=False)
-        return runner.planner
 
-    return WeighSchedules(choice.schedule, WEIGHING_SHARE * exp.budget_s, kept)
+    return WeighSchedules(choice.schedule, WEIGHING_SHARE * (exp.budget_s or 0.0), kept)
 
 
 def places_for_builds(runner: Runner) -> contextlib.AbstractContextManager[Places | None]:

@@ -17,17 +17,27 @@ two-thread run before had decided 4 of 16.
 
 A configuration the experiment has not run here is not weighed: the chosen one holds, and a run
 at `threads: N` or `--schedule duet` is what lets `auto` weigh that one afterwards.
+
+Then the run weighs the schedules on its own first rounds where it can (`weighs_schedules`;
+measure.run.cellrun, analysis.schedule_gain), and caches the one it keeps as the next run's prior
+(`cache_weighed`). Where a run's rows scatter far beyond what a cached pilot measured, both the
+thread and the schedule caches are forgotten (`stale_machine_line`).
 """
 
 from __future__ import annotations
 
 import math
 from collections.abc import Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 
 from scipy import stats
 
-from ...core.experiment import MIN_PLANNED_ROUNDS
+from ...core.experiment import MIN_PLANNED_ROUNDS, Experiment, Schedule
+from ...core.header import Env, ScheduleChoice
+from ..machine.env import write_cached
+from ..machine.threads import cache_path as threads_cache_path
+from .pilot import cache_path as schedule_cache_path
+from .planning import RunPlanner
 
 SD_BOUND = 0.10  # a spread's upper bound: σ at the 90% quantile given its rounds
 SAME_ROWS = 0.05  # expected rows this close count as as many (plans stop at the same target)
@@ -90,3 +100,49 @@ def weigh(
         return chosen.configuration, f"{figures}: none other surely better"
     best = max(winners, key=lambda planned: (round(planned.bounded, 6), -planned.bounded_seconds))
     return best.configuration, f"{figures}: {best.configuration} surely better"
+
+
+WEIGHING_SHARE = 0.10  # of the run's budget: the most the schedule a weighing drops may cost
+
+
+def weighs_schedules(
+    exp: Experiment, env: Env, choice: ScheduleChoice, builds: int, resumed: bool
+) -> bool:
+    """Whether a run weighs the schedules on its first cell (analysis.schedule_gain): asked
+    `auto`, where both run alike (a CPU's two cores, one BLAS thread a worker: a sequential worker
+    on more measures another configuration, measure.run.pilot), one build, a budget to take the
+    cap from, and a run begun afresh."""
+    if exp.schedule != Schedule.AUTO or choice.cores is None or env.backend != "cpu":
+        return False
+    return env.threads == 1 and builds == 1 and not resumed and exp.budget_s is not None
+
+
+def cache_weighed(choice: ScheduleChoice, schedule: str, line: str, env: Env) -> ScheduleChoice:
+    """The schedule a weighing kept, cached as the next run's prior (in the pilot's place)."""
+    weighed = replace(
+        choice, schedule=Schedule(schedule), reason=f"weighed on a run's first rounds: {line}"
+    )
+    write_cached(schedule_cache_path(env, env.threads), weighed)
+    return weighed
+
+
+STALE_FACTOR = 2.0  # a run's rows this many times the pilot's spread: the machine is measured again
+
+
+def stale_machine_line(
+    planner: RunPlanner, schedule: ScheduleChoice, env: Env, threads: int
+) -> str | None:
+    """Where this run's rows scattered STALE_FACTOR times what the cached schedule pilot measured,
+    the machine has changed since its threads and schedule were chosen: both caches are dropped, so
+    the next run measures them again, and the line says so."""
+    probe = next((p for p in schedule.probes if p.schedule == schedule.schedule), None)
+    spread = planner.run_spread()
+    if probe is None or spread is None or spread < STALE_FACTOR * probe.wall_sd:
+        return None
+    for path in (threads_cache_path(env), schedule_cache_path(env, threads)):
+        path.unlink(missing_ok=True)
+    return (
+        f"this run's rows scattered {100 * spread:.1f}% a round, {spread / probe.wall_sd:.1f}x "
+        f"the {100 * probe.wall_sd:.1f}% the cached pilot measured: the machine has changed since "
+        "its BLAS threads and schedule were chosen; the next run measures them again"
+    )
