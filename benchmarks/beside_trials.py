@@ -18,18 +18,16 @@ import os
 import random
 import signal
 import subprocess
-import sys
 import time
 from pathlib import Path
 
 import numpy as np
+import own_tree  # noqa: F401  (this script's own tree: benchmarks/own_tree.py)
 
-ROOT = Path(__file__).resolve().parent.parent
-sys.path.insert(0, str(ROOT))
+from fusebench.measure.machine.env import child_command
 
 SAMPLER = """
-import sys, time
-sys.path.insert(0, {root!r})
+import time
 from fusebench.measure.machine.load import _cpu_times
 while True:  # the old LoadSampler's loop: a reading of /proc every second
     time.sleep(1.0)
@@ -41,7 +39,7 @@ def pairs_beside(preset: str, blocks: int, per: int, seed: int) -> dict[str, dic
     from fusebench.measure.worker import make_prompt, time_trial
     from fusebench.models.loading import load_model
 
-    sampler = subprocess.Popen([sys.executable, "-c", SAMPLER.format(root=str(ROOT))])
+    sampler = subprocess.Popen([*child_command("-c"), SAMPLER])  # this tree, as a worker
     os.kill(sampler.pid, signal.SIGSTOP)
     model = load_model(preset, layers=2)
     model.set_ops({"geglu": "unfused", "softcap": "unfused", "attention": "manual"})

@@ -15,15 +15,12 @@ timed round gets. The intervals are the product's own (analysis.inference), Holm
 from __future__ import annotations
 
 import argparse
-import sys
 from pathlib import Path
 
 import numpy as np
 
 ROOT = Path(__file__).resolve().parents[1]
-sys.path.insert(0, str(ROOT / "benchmarks"))
-sys.path.insert(0, str(ROOT))
-
+import own_tree  # noqa: E402, F401  (this script's own tree: benchmarks/own_tree.py)
 from sequential_coverage import (  # noqa: E402
     LIMIT_PCT,
     MARGIN_PCT,

@@ -15,12 +15,9 @@ with no other.
 from __future__ import annotations
 
 import argparse
-import sys
-from pathlib import Path
 
 import numpy as np
-
-sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
+import own_tree  # noqa: F401  (this script's own tree: benchmarks/own_tree.py)
 
 from fusebench.analysis.changepoints import PENALTY, find_steps
 

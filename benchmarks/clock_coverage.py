@@ -20,13 +20,12 @@ from __future__ import annotations
 
 import argparse
 import math
-import sys
 from pathlib import Path
 
 import numpy as np
 
 ROOT = Path(__file__).resolve().parents[1]
-sys.path.insert(0, str(ROOT))
+import own_tree  # noqa: E402, F401  (this script's own tree: benchmarks/own_tree.py)
 
 from fusebench.analysis.clocks import clocked_estimate  # noqa: E402
 from fusebench.core.fileformat import Clock  # noqa: E402

@@ -15,14 +15,13 @@ from __future__ import annotations
 
 import argparse
 import statistics
-import sys
 import time
 from pathlib import Path
 
 import mlx.core as mx
 
 ROOT = Path(__file__).resolve().parent.parent
-sys.path.insert(0, str(ROOT))
+import own_tree  # noqa: E402, F401  (this script's own tree: benchmarks/own_tree.py)
 
 from fusebench.analysis.fusions import fusible_groups  # noqa: E402
 from fusebench.measure.fusions.probe import fusible  # noqa: E402

@@ -17,15 +17,15 @@ from __future__ import annotations
 import argparse
 import math
 import subprocess
-import sys
 from pathlib import Path
 
 import numpy as np
 
 ROOT = Path(__file__).resolve().parents[1]
-sys.path.insert(0, str(ROOT))
+import own_tree  # noqa: E402, F401  (this script's own tree: benchmarks/own_tree.py)
 
 from fusebench.core.results import read_results  # noqa: E402
+from fusebench.measure.machine.env import child_command  # noqa: E402
 
 SCHEDULES = ("sequential", "duet")
 CLOCKS = {
@@ -36,9 +36,7 @@ CLOCKS = {
 
 def run(schedule: str, rounds: int, out: Path) -> None:
     command = [
-        sys.executable,
-        "-m",
-        "fusebench",
+        *child_command("fusebench"),  # this tree's fusebench, as its workers are started
         "run",
         "ci",
         "--against",

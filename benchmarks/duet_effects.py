@@ -17,16 +17,16 @@ from __future__ import annotations
 import argparse
 import math
 import subprocess
-import sys
 from pathlib import Path
 
 import numpy as np
 
 ROOT = Path(__file__).resolve().parents[1]
-sys.path.insert(0, str(ROOT))
+import own_tree  # noqa: E402, F401  (this script's own tree: benchmarks/own_tree.py)
 
 from fusebench.analysis.inference import paired_estimate  # noqa: E402
 from fusebench.core.results import read_results  # noqa: E402
+from fusebench.measure.machine.env import child_command  # noqa: E402
 
 CASES = {
     "tenfold": (ROOT / "experiments" / "tenfold-softcap.yaml", "baseline", "tenfold"),
@@ -37,7 +37,7 @@ METRICS = {"prefill": "prefill_tps", "gen": "gen_tps"}
 
 
 def run(experiment: Path, schedule: str, rounds: int, out: Path) -> None:
-    command = [sys.executable, "-m", "fusebench", "run", str(experiment), "--trials", str(rounds)]
+    command = [*child_command("fusebench"), "run", str(experiment), "--trials", str(rounds)]
     command += ["--schedule", schedule, "--out", str(out), "--quiet"]
     print(" ".join(command[2:]), flush=True)
     subprocess.run(command, cwd=ROOT, check=True)

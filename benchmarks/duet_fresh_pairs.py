@@ -28,7 +28,6 @@ import argparse
 import gzip
 import json
 import math
-import sys
 from collections import defaultdict
 from pathlib import Path
 
@@ -36,7 +35,7 @@ import numpy as np
 from scipy import stats
 
 ROOT = Path(__file__).resolve().parent.parent
-sys.path.insert(0, str(ROOT))
+import own_tree  # noqa: E402, F401  (this script's own tree: benchmarks/own_tree.py)
 
 from fusebench.analysis.inference import paired_estimate  # noqa: E402
 

@@ -22,15 +22,12 @@ The gate's `trials: budget` fixes 30-60 rounds before its first: `--rounds 40,60
 from __future__ import annotations
 
 import argparse
-import sys
 from pathlib import Path
 
 import numpy as np
 
 ROOT = Path(__file__).resolve().parents[1]
-sys.path.insert(0, str(ROOT))
-sys.path.insert(0, str(ROOT / "benchmarks"))
-
+import own_tree  # noqa: E402, F401  (this script's own tree: benchmarks/own_tree.py)
 from sequential_coverage import MODELS, Model, replay_ratios  # noqa: E402
 
 from fusebench.analysis.inference import adjust, paired_estimate, verdict  # noqa: E402

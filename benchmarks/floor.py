@@ -24,7 +24,6 @@ import argparse
 import json
 import math
 import subprocess
-import sys
 import tempfile
 from collections import defaultdict
 from pathlib import Path
@@ -32,11 +31,12 @@ from pathlib import Path
 import numpy as np
 
 ROOT = Path(__file__).resolve().parent.parent
-sys.path.insert(0, str(ROOT))
+import own_tree  # noqa: E402, F401  (this script's own tree: benchmarks/own_tree.py)
+
+from fusebench.measure.machine.env import child_command  # noqa: E402
 
 BARE = r"""
-import json, math, sys
-sys.path.insert(0, {root!r})
+import json, math
 import numpy as np
 from fusebench.measure.worker import make_prompt, time_trial
 from fusebench.models.loading import load_model
@@ -58,7 +58,7 @@ def bare_floor(pairs: int, threads_asked: int | None) -> dict[str, float]:
 
     env, _, threads = worker_environment("auto", threads_asked)
     done = subprocess.run(
-        [sys.executable, "-c", BARE.format(root=str(ROOT), pairs=pairs)],
+        [*child_command("-c"), BARE.format(pairs=pairs)],  # this tree, as a worker
         env=env,
         capture_output=True,
         text=True,
@@ -77,9 +77,7 @@ def product_spread(pairs: int, threads: int | None) -> dict[str, float]:
             experiment.write_text(text)
         subprocess.run(
             [
-                sys.executable,
-                "-m",
-                "fusebench",
+                *child_command("fusebench"),
                 "run",
                 str(experiment),
                 "--trials",

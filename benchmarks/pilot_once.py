@@ -13,11 +13,13 @@ import time
 from dataclasses import asdict
 from pathlib import Path
 
-sys.path.insert(0, str(Path.cwd()))  # the tree being compared, not this file's
+from own_tree import use_tree
 
-from fusebench.measure.machine.cores import duet_cores
-from fusebench.measure.machine.probe import worker_environment
-from fusebench.measure.run.pilot import decide, pilot
+use_tree(Path.cwd())  # the tree being compared, not this file's
+
+from fusebench.measure.machine.cores import duet_cores  # noqa: E402
+from fusebench.measure.machine.probe import worker_environment  # noqa: E402
+from fusebench.measure.run.pilot import decide, pilot  # noqa: E402
 
 
 def main() -> None:

@@ -43,7 +43,6 @@ import gzip
 import json
 import math
 import statistics
-import sys
 from collections import defaultdict
 from dataclasses import dataclass
 from functools import partial
@@ -52,7 +51,7 @@ from pathlib import Path
 import numpy as np
 
 ROOT = Path(__file__).resolve().parent.parent
-sys.path.insert(0, str(ROOT))
+import own_tree  # noqa: E402, F401  (this script's own tree: benchmarks/own_tree.py)
 
 from fusebench.analysis.inference import VerdictWord, adjust, paired_estimate, verdict  # noqa: E402
 from fusebench.analysis.planner import CellCost, plan_rounds  # noqa: E402

@@ -21,12 +21,11 @@ import argparse
 import gzip
 import json
 import statistics
-import sys
 from collections import defaultdict
 from pathlib import Path
 
 ROOT = Path(__file__).resolve().parent.parent
-sys.path.insert(0, str(ROOT))
+import own_tree  # noqa: E402, F401  (this script's own tree: benchmarks/own_tree.py)
 
 from fusebench.core.spec import load_experiment  # noqa: E402
 from fusebench.measure.machine.memory import model_config  # noqa: E402

@@ -21,7 +21,6 @@ from __future__ import annotations
 import argparse
 import gzip
 import json
-import sys
 from collections import defaultdict
 from collections.abc import Callable
 from pathlib import Path
@@ -29,7 +28,7 @@ from pathlib import Path
 import numpy as np
 
 ROOT = Path(__file__).resolve().parents[1]
-sys.path.insert(0, str(ROOT))
+import own_tree  # noqa: E402, F401  (this script's own tree: benchmarks/own_tree.py)
 
 from fusebench.analysis.inference import (  # noqa: E402
     VerdictWord,

@@ -30,6 +30,7 @@ import numpy as np
 import own_tree  # noqa: F401  (the tree this script stands in)
 from scipy import stats
 
+from fusebench.analysis.inference import paired_estimate
 from fusebench.analysis.schedule_gain import DUET, SEQUENTIAL, ScheduleRounds, Weighing
 
 METRICS = ("prefill_tps", "gen_tps")
@@ -89,10 +90,22 @@ def weigh_once(rng: np.random.Generator, pools: dict, cap_s: float, prior: str) 
 
 
 def covered(logs: np.ndarray, truth: np.ndarray) -> np.ndarray:
-    """Whether each row's 95% t interval on `logs` (rounds x rows) holds its truth."""
+    """Whether each row's 95% interval on `logs` (rounds x rows) holds its truth: the plain t,
+    and the product's fixed-n interval (paired_estimate: its outlier and stall rules), per row."""
     n = len(logs)
     half = stats.t.ppf(0.975, n - 1) * logs.std(axis=0, ddof=1) / np.sqrt(n)
-    return np.abs(logs.mean(axis=0) - truth) <= half
+    plain = np.abs(logs.mean(axis=0) - truth) <= half
+    product = []
+    for row, true in zip(logs.T, truth, strict=True):
+        low, high = paired_estimate(np.ones(n), np.exp(row), fixed_rounds=True).interval(0.95)
+        product.append(low <= np.exp(true) <= high)
+    return np.concatenate([plain, product])
+
+
+def _by_interval(rows: np.ndarray) -> dict[str, np.ndarray]:
+    """The replays' coverage flags split by interval: the plain t's, then the product's."""
+    half = rows.shape[1] // 2
+    return {"t": rows[:, :half], "product": rows[:, half:]}
 
 
 def replay(name: str, pools: dict, args: argparse.Namespace) -> dict:
@@ -136,8 +149,11 @@ def replay(name: str, pools: dict, args: argparse.Namespace) -> dict:
         "weighing_s_median": round(float(np.median(spent)), 1),
         "dropped_s_median": round(float(np.median(dropped)), 1),
         "dropped_s_max": round(float(np.max(dropped)), 1),
-        "coverage_reused_pct": round(100 * float(np.mean(cover["reused"])), 1),
-        "coverage_fresh_pct": round(100 * float(np.mean(cover["fresh"])), 1),
+        **{
+            f"coverage_{kind}_{how}_pct": round(100 * float(np.mean(part)), 1)
+            for how, rows in cover.items()
+            for kind, part in _by_interval(np.array(rows)).items()
+        },
     }
 
 

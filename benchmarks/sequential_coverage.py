@@ -47,7 +47,6 @@ from __future__ import annotations
 import argparse
 import json
 import math
-import sys
 from collections.abc import Callable, Sequence
 from concurrent.futures import ProcessPoolExecutor
 from dataclasses import dataclass
@@ -57,7 +56,7 @@ from typing import TypeVar
 import numpy as np
 
 ROOT = Path(__file__).resolve().parents[1]
-sys.path.insert(0, str(ROOT))
+import own_tree  # noqa: E402, F401  (this script's own tree: benchmarks/own_tree.py)
 
 from fusebench.analysis.inference import (  # noqa: E402
     Adjusted,

@@ -18,14 +18,13 @@ import argparse
 import gzip
 import json
 import math
-import sys
 from collections import defaultdict
 from pathlib import Path
 
 import numpy as np
 
 ROOT = Path(__file__).resolve().parent.parent
-sys.path.insert(0, str(ROOT))
+import own_tree  # noqa: E402, F401  (this script's own tree: benchmarks/own_tree.py)
 
 from fusebench.measure.run.planning import POOLED_RUNS, pool_spreads  # noqa: E402
 

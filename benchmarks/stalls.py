@@ -15,14 +15,13 @@ from __future__ import annotations
 
 import argparse
 import statistics
-import sys
 from collections import defaultdict
 from pathlib import Path
 
 import numpy as np
 
 ROOT = Path(__file__).resolve().parent.parent
-sys.path.insert(0, str(ROOT))
+import own_tree  # noqa: E402, F401  (this script's own tree: benchmarks/own_tree.py)
 
 from fusebench.core.results import read_results  # noqa: E402
 

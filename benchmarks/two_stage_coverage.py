@@ -28,15 +28,12 @@ from __future__ import annotations
 import argparse
 import math
 import statistics
-import sys
 from pathlib import Path
 
 import numpy as np
 
 ROOT = Path(__file__).resolve().parents[1]
-sys.path.insert(0, str(ROOT))
-sys.path.insert(0, str(ROOT / "benchmarks"))
-
+import own_tree  # noqa: E402, F401  (this script's own tree: benchmarks/own_tree.py)
 from rounds_to_decide import REPLAYED, emit, replayed_residuals  # noqa: E402
 from sequential_coverage import MODELS, Model, replay_ratios  # noqa: E402
 

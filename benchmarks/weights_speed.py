@@ -18,15 +18,15 @@ import argparse
 import os
 import statistics
 import subprocess
-import sys
 import tempfile
 from pathlib import Path
 
-ROOT = Path(__file__).resolve().parent.parent
+import own_tree  # noqa: F401  (this script's own tree: benchmarks/own_tree.py)
+
+from fusebench.measure.machine.env import child_command
 
 CHILD = r"""
 import sys, time, zlib
-sys.path.insert(0, {root!r})
 import mlx.core as mx
 from mlx.utils import tree_flatten
 import fusebench.models.loading as loading
@@ -64,7 +64,7 @@ def run(way: str, preset: str, saved: Path) -> tuple[float, int]:
         env["GLIBC_TUNABLES"] = "glibc.malloc.hugetlb=1"
     child = "concatenated" if way.startswith("concatenated") else way
     done = subprocess.run(
-        [sys.executable, "-c", CHILD.format(root=str(ROOT)), child, preset, str(saved)],
+        [*child_command("-c"), CHILD, child, preset, str(saved)],  # this tree, as a worker
         env=env,
         capture_output=True,
         text=True,

@@ -17,8 +17,7 @@ import sys
 from pathlib import Path
 
 import numpy as np
-
-sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
+import own_tree  # noqa: F401  (this script's own tree: benchmarks/own_tree.py)
 
 from fusebench.analysis.inference import pairwise_scale
 from fusebench.analysis.stats import round_seconds, timed_trials

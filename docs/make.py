@@ -5,11 +5,14 @@
 from __future__ import annotations
 
 import re
-import sys
+from importlib.util import module_from_spec, spec_from_file_location
 from pathlib import Path
 
 DOCS = Path(__file__).resolve().parent
-sys.path.insert(0, str(DOCS.parent))
+# the fusebench of this checkout, as benchmarks/ import theirs (benchmarks/own_tree.py)
+_own_tree = spec_from_file_location("own_tree", DOCS.parent / "benchmarks" / "own_tree.py")
+assert _own_tree is not None and _own_tree.loader is not None
+_own_tree.loader.exec_module(module_from_spec(_own_tree))
 
 from fusebench.core.spec import schema_text  # noqa: E402
 
