@@ -10,6 +10,7 @@ import importlib.util
 import itertools
 import math
 import sys
+import types
 from pathlib import Path
 
 import numpy as np
@@ -26,12 +27,19 @@ from fusebench.measure.run import cellstop
 from fusebench.measure.run.cellstop import MIN_BUDGET_ROUNDS, CellStop, RoundCosts
 from fusebench.measure.run.pairspreads import PairSpreads
 
-spec = importlib.util.spec_from_file_location(
-    "sequential_coverage", ROOT / "benchmarks" / "sequential_coverage.py"
-)
-sim = importlib.util.module_from_spec(spec)
-sys.modules["sequential_coverage"] = sim  # the process pool pickles its functions by module name
-spec.loader.exec_module(sim)
+
+def _benchmark(name: str) -> types.ModuleType:
+    """A module of benchmarks/, imported by its name (the process pool pickles its functions by
+    module name)."""
+    spec = importlib.util.spec_from_file_location(name, ROOT / "benchmarks" / f"{name}.py")
+    module = importlib.util.module_from_spec(spec)
+    sys.modules[name] = module
+    spec.loader.exec_module(module)
+    return module
+
+
+_benchmark("own_tree")  # the script imports it first, as when it runs from benchmarks/
+sim = _benchmark("sequential_coverage")
 
 
 def _martingale(x: np.ndarray, mu: float) -> float:
