@@ -225,8 +225,9 @@ class Results:
         return [
             trial
             for trial in trials
-            if trial.get("schedule") is None
-            or kept.get((trial.get(Column.RUN_ID), trial.get(Column.CELL))) == trial["schedule"]
+            if trial.get(Column.SCHEDULE) is None
+            or kept.get((trial.get(Column.RUN_ID), trial.get(Column.CELL)))
+            == trial[Column.SCHEDULE]
         ]
 
 

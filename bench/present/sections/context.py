@@ -6,6 +6,7 @@ import re
 from collections.abc import Callable, Sequence
 from dataclasses import replace
 
+from ...analysis.schedule_gain import Gain
 from ...analysis.study import Study
 from ...core.cell import StopRecord
 from ...core.experiment import Schedule
@@ -114,9 +115,8 @@ def weighing_note(stop: StopRecord) -> str:
         if weighing.gain is not None
         else "too few rounds to weigh the duet's gain"
     )
-    sure = (weighing.gain_low is not None and weighing.gain_low > 1.0) or (
-        weighing.gain_high is not None and weighing.gain_high < 1.0
-    )
+    bounds = (weighing.gain_low, weighing.gain_high)
+    sure = weighing.gain is not None and Gain(weighing.gain, *bounds).surely  # type: ignore[arg-type]
     why = "surely better" if sure else f"the schedule held before ({weighing.prior})"
     return (
         f"Schedules weighed on {stop.cell.size} {stop.cell.workload}'s first rounds: "
